@@ -1,0 +1,3 @@
+//! The HA decision core.
+pub mod model;
+pub mod time;

@@ -1,0 +1,393 @@
+//! The vocabulary between the core and the shell: what the shell observed, what the
+//! core plans. Plain data, no behaviour beyond parsing helpers.
+//!
+//! Owns: the observation and plan types, and the parsed form of values in etcd.
+//! Must never: do I/O, or trust a value another writer left in etcd (every field
+//! parsed from etcd has a safe default and a parse problem is carried, not raised).
+
+use std::time::Duration;
+
+use super::time::Instant;
+
+/// etcd lease id.
+pub type LeaseId = i64;
+/// An epoch: the `create_revision` of the `leader` key for one leadership.
+pub type Epoch = i64;
+/// A WAL position (PostgreSQL LSN as an integer).
+pub type Lsn = u64;
+
+/// The `leader` key as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderKey {
+    /// The member name stored as the key's value.
+    pub name: String,
+    /// The key's `create_revision`: the leadership's epoch.
+    pub epoch: Epoch,
+    pub mod_revision: i64,
+    /// The lease the key is bound to (0 = none, which only a foreign writer does).
+    pub lease: LeaseId,
+}
+
+/// Tags a member publishes (Patroni's names).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tags {
+    /// Never take the leader key.
+    pub nofailover: bool,
+}
+
+/// The parsed JSON of `members/<name>`. Missing or garbled fields take their
+/// default; `parse_error` says what was wrong so the shell can log it once.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberInfo {
+    /// `postgres://host:port/postgres`
+    pub conn_url: String,
+    pub api_url: String,
+    /// `running`, `starting`, `stopped`, `fenced`, ... (informational)
+    pub state: String,
+    /// `primary` or `replica`.
+    pub role: String,
+    pub version: String,
+    /// The member's WAL position: current LSN on a primary, the larger of receive and
+    /// replay LSN on a replica.
+    pub xlog_location: Lsn,
+    pub timeline: u32,
+    pub tags: Tags,
+    /// The epoch of the primary this member runs under (its own if it leads).
+    pub epoch: Option<Epoch>,
+    /// Read-back watchdog timeout `W` in whole seconds, if this member runs one
+    /// (candidates need it for DESIGN §1 step 4's promote delay).
+    pub watchdog_timeout: Option<u32>,
+    /// The lease of the `leader` key when this member holds it (lets a candidate that
+    /// never saw the key check the old lease is gone).
+    pub leader_lease: Option<LeaseId>,
+    /// PostgreSQL running and answering queries.
+    pub pg_healthy: bool,
+    pub parse_error: Option<String>,
+}
+
+/// `members/<name>` as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub name: String,
+    pub mod_revision: i64,
+    pub lease: LeaseId,
+    pub info: MemberInfo,
+}
+
+/// The `initialize` key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Initialize {
+    /// A bootstrap is under way: the key is a lock bound to the bootstrapper's lease.
+    Locked { lease: LeaseId, holder: String },
+    /// The cluster's database system identifier.
+    Done { sysid: u64 },
+    /// Something we cannot parse. Never bootstrap over it.
+    Garbage(String),
+}
+
+/// One `history` entry: `[timeline, lsn, reason, timestamp, new_leader]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryEntry {
+    pub timeline: u32,
+    pub lsn: Lsn,
+    pub reason: String,
+    pub timestamp: String,
+    pub new_leader: String,
+}
+
+/// The dynamic configuration (`config` key), already parsed and validated by the
+/// shell against this node's `W`, `M`, `B` (DESIGN §3). The core only uses it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timing {
+    /// The ttl to request at the next grant (etcd may grant more; the granted value
+    /// is what the core uses for the lease it holds).
+    pub ttl: u32,
+    pub loop_wait: Duration,
+    pub retry_timeout: Duration,
+    pub safety_margin: Duration,
+    pub demote_budget: Duration,
+    /// `Some(d)`: always wait `d` before promoting, early expiry or not.
+    pub promote_delay: Option<Duration>,
+    pub maximum_lag_on_failover: u64,
+    pub primary_start_timeout: Duration,
+}
+
+/// A linearizable read of the whole scope (one range request).
+#[derive(Clone, Debug, Default)]
+pub struct ClusterView {
+    /// Header revision of the read.
+    pub revision: i64,
+    pub leader: Option<LeaderKey>,
+    pub members: Vec<Member>,
+    pub initialize: Option<Initialize>,
+    pub history: Vec<HistoryEntry>,
+    /// The raw `config` key (parsed and validated by the shell, not the core).
+    pub config: Option<String>,
+}
+
+impl ClusterView {
+    pub fn member(&self, name: &str) -> Option<&Member> {
+        self.members.iter().find(|m| m.name == name)
+    }
+
+    /// The newest timeline in `history` (a promotion to timeline N+1 appends
+    /// `[N, ...]`), or 1 with no history.
+    pub fn newest_timeline(&self) -> u32 {
+        self.history.iter().map(|h| h.timeline + 1).max().unwrap_or(1)
+    }
+}
+
+/// Result of a confirmed renewal (DESIGN §1 step 2): a keepalive followed by a
+/// linearizable read of `leader`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Renewal {
+    pub lease: LeaseId,
+    /// Send instant of the keepalive.
+    pub sent_at: Instant,
+    pub outcome: RenewalOutcome,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RenewalOutcome {
+    /// Both succeeded in time; keepalive TTL > 0; the read showed `value == me`,
+    /// `create_revision == epoch`, `lease == L`.
+    Counted { ttl: i64 },
+    /// The keepalive answered TTL <= 0 / lease not found.
+    LeaseGone,
+    /// The read showed the key missing, foreign, or with another epoch or lease.
+    KeyLost { found: Option<LeaderKey> },
+    /// Timed out or failed (etcd unreachable, no quorum, ...).
+    Failed(String),
+}
+
+/// Outcome of an `Acquire` action (DESIGN §1 step 1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AcquireOutcome {
+    Won {
+        lease: LeaseId,
+        /// TTL etcd granted (whole seconds), never the configured number.
+        granted_ttl: u32,
+        /// Send instant of the grant: the first horizon is measured from here.
+        granted_at: Instant,
+        epoch: Epoch,
+    },
+    /// Someone else holds the key (the txn's If failed). The granted lease was revoked
+    /// by the shell.
+    Lost,
+    Failed(String),
+}
+
+/// Outcome of a `ClaimInitialize` action.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    Won { lease: LeaseId },
+    Lost,
+    Failed(String),
+}
+
+/// A `LeaseTimeToLive` answer about the leader's lease (DESIGN §1 step 4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeasePoll {
+    pub lease: LeaseId,
+    /// Send instant of the request.
+    pub sent_at: Instant,
+    /// `None`: the lease does not exist (TTL -1). `Some(ttl)`: remaining TTL in whole
+    /// seconds (truncated; may be <= 0 while a revoke is in flight).
+    pub ttl: Option<i64>,
+    /// Whether the lease still has keys attached.
+    pub has_keys: bool,
+}
+
+/// The local data directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DataDir {
+    /// Absent or empty: safe to initdb or basebackup into.
+    Empty,
+    /// A cluster with this system identifier.
+    Present { sysid: u64 },
+    /// Non-empty but not a usable cluster (a half-written basebackup, garbage).
+    /// Never overwrite: move aside only when configured.
+    Unusable(String),
+}
+
+/// What the local PostgreSQL is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PgRole {
+    Stopped,
+    /// A postmaster runs but does not answer queries (starting, recovering, wedged).
+    Unresponsive,
+    Primary,
+    Replica,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PgStatus {
+    pub data: DataDir,
+    pub role: PgRole,
+    pub timeline: u32,
+    /// Primary: current LSN. Replica: max(receive, replay).
+    pub lsn: Lsn,
+    /// Replica: the member name it is configured to follow (application of our own
+    /// standby config), if any.
+    pub following: Option<String>,
+    /// Replica: the WAL receiver is streaming.
+    pub streaming: bool,
+}
+
+/// A long PostgreSQL action that runs as a supervised child process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobKind {
+    InitDb,
+    Basebackup { from: String },
+    Rewind { from: String },
+    StartPrimary,
+    StartReplica { leader: String },
+    /// A clean stop (`pg_ctl stop -m fast`): switchovers and shutdown only.
+    Stop,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Job {
+    Idle,
+    Running { kind: JobKind, since: Instant },
+    /// Finished since the last observation.
+    Finished { kind: JobKind, ok: bool, detail: String },
+}
+
+/// Outcome of a fence (DESIGN S1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceOutcome {
+    /// No process of that PostgreSQL remains.
+    Complete,
+    /// Some process survived until the deadline.
+    Incomplete,
+}
+
+/// Everything the shell learned in one iteration.
+#[derive(Clone, Debug)]
+pub struct Observation {
+    /// This iteration's linearizable read of the scope; `Err` = etcd unreachable.
+    pub cluster: Result<ClusterView, String>,
+    /// A confirmed renewal attempted this iteration (only when the core holds a lease
+    /// and this iteration was a renewal tick).
+    pub renewal: Option<Renewal>,
+    /// Outcome of the previous plan's `Acquire`.
+    pub acquire: Option<AcquireOutcome>,
+    /// Outcome of the previous plan's `ClaimInitialize`.
+    pub claim: Option<ClaimOutcome>,
+    /// Outcome of the previous plan's `RecordInitialize` (true = written).
+    pub recorded_initialize: Option<bool>,
+    /// Outcome of the previous plan's `Fence`.
+    pub fence: Option<FenceOutcome>,
+    /// Outcome of the previous plan's `Promote` (true = promoted).
+    pub promoted: Option<bool>,
+    /// Outcome of the previous plan's `Release` (true = key deleted by us).
+    pub released: Option<bool>,
+    /// `LeaseTimeToLive` of the lease named by `lease_to_poll()`.
+    pub lease_poll: Option<LeasePoll>,
+    /// The watch saw `leader` deleted (or taken by another) since the last iteration,
+    /// at this instant (first such event).
+    pub leader_deleted_at: Option<Instant>,
+    pub pg: PgStatus,
+    pub job: Job,
+    /// SIGTERM/SIGINT arrived: shut down cleanly.
+    pub shutdown: bool,
+}
+
+/// What the core asks the shell to do, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Grant a lease and create `initialize` bound to it (bootstrap lock).
+    ClaimInitialize,
+    /// Write the system identifier into `initialize` (guarded by our lock lease) and
+    /// drop the lock lease.
+    RecordInitialize { sysid: u64, lease: LeaseId },
+    /// Grant a fresh lease and try the acquire txn.
+    Acquire,
+    /// Start a supervised job.
+    StartJob(JobKind),
+    /// `pg_promote()`.
+    Promote,
+    /// Immediate fence: SIGQUIT to the postmaster, wait until no process remains.
+    Fence,
+    /// Delete `leader` (guarded by epoch) and revoke the lease.
+    Release { lease: LeaseId, epoch: Epoch },
+    /// Revoke a lease we no longer use (after a fence, never resume on it).
+    Revoke { lease: LeaseId },
+    /// Append to `history` (guarded by epoch).
+    AppendHistory { epoch: Epoch, entry: HistoryEntry },
+    /// Create a physical replication slot per listed member, drop other tenure slots.
+    SyncSlots { members: Vec<String> },
+    /// Move an unusable data directory aside (never delete) — only when configured.
+    MoveDataAside,
+    /// Pet the watchdog (only right after a counted renewal, S2).
+    PetWatchdog,
+    /// Disarm the watchdog (only after a complete fence or clean stop, S1).
+    DisarmWatchdog,
+    /// Exit the process (clean shutdown finished).
+    Exit,
+}
+
+/// Why the plan is what it is: logged once per iteration, asserted in tests.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reason {
+    Leading {
+        me: String,
+        valid_for: Duration,
+    },
+    Following {
+        me: String,
+        leader: String,
+    },
+    Waiting(String),
+    Bootstrapping(String),
+    Acquiring(String),
+    Promoting {
+        epoch: Epoch,
+    },
+    PromoteDelayed {
+        remaining: Duration,
+        why: String,
+    },
+    Fencing(String),
+    Refusing(String),
+    ShuttingDown(String),
+    Other(String),
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::Leading { me, valid_for } => write!(
+                f,
+                "no action: I am {me}, leader with the lock, lease valid {:.1} s",
+                valid_for.as_secs_f64()
+            ),
+            Reason::Following { me, leader } => {
+                write!(f, "no action: I am {me}, a replica following {leader}")
+            }
+            Reason::Waiting(s) => write!(f, "waiting: {s}"),
+            Reason::Bootstrapping(s) => write!(f, "bootstrap: {s}"),
+            Reason::Acquiring(s) => write!(f, "acquiring the leader key: {s}"),
+            Reason::Promoting { epoch } => write!(f, "promoting: won the leader key, epoch {epoch}"),
+            Reason::PromoteDelayed { remaining, why } => write!(
+                f,
+                "promotion delayed {:.1} s more: {why}",
+                remaining.as_secs_f64()
+            ),
+            Reason::Fencing(s) => write!(f, "fencing: {s}"),
+            Reason::Refusing(s) => write!(f, "refusing: {s}"),
+            Reason::ShuttingDown(s) => write!(f, "shutting down: {s}"),
+            Reason::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+/// The core's answer to one observation.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    pub reason: Reason,
+    /// Run the next iteration at once (an action's outcome is awaited).
+    pub again: bool,
+}

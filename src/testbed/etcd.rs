@@ -1,0 +1,170 @@
+//! A three-member etcd cluster of Debian's `etcd-server`, tuned as DESIGN §6 says:
+//! `--heartbeat-interval=50 --election-timeout=500`, data on tmpfs.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{free_port, stop_child, wait_for};
+
+/// One member's fixed identity; ports stay the same across a restart.
+pub struct EtcdMember {
+    pub name: String,
+    pub client_port: u16,
+    pub peer_port: u16,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    pub child: Option<Child>,
+}
+
+pub struct EtcdCluster {
+    pub members: Vec<EtcdMember>,
+    pub binary: PathBuf,
+    token: String,
+    initial_cluster: String,
+}
+
+impl EtcdCluster {
+    /// Start `n` members under `dir` and wait until the cluster answers.
+    pub fn start(dir: &Path, n: usize) -> Result<EtcdCluster, String> {
+        let binary = which_etcd()?;
+        let mut members = Vec::new();
+        for i in 0..n {
+            let name = format!("etcd{i}");
+            members.push(EtcdMember {
+                data_dir: dir.join(format!("{name}.data")),
+                log: dir.join(format!("{name}.log")),
+                name,
+                client_port: free_port(),
+                peer_port: free_port(),
+                child: None,
+            });
+        }
+        let initial_cluster = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let token = format!("tenure-{}-{}", std::process::id(), members[0].client_port);
+        let mut c = EtcdCluster {
+            members,
+            binary,
+            token,
+            initial_cluster,
+        };
+        for i in 0..n {
+            c.start_member(i, "new")?;
+        }
+        if !c.wait_healthy(Duration::from_secs(30)) {
+            return Err(format!(
+                "etcd cluster did not become healthy in 30 s; logs under {}",
+                dir.display()
+            ));
+        }
+        Ok(c)
+    }
+
+    /// Client URLs of all members.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| format!("http://127.0.0.1:{}", m.client_port))
+            .collect()
+    }
+
+    /// (Re)start member `i` with its existing data (`state` = "new" or "existing").
+    pub fn start_member(&mut self, i: usize, state: &str) -> Result<(), String> {
+        let m = &mut self.members[i];
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&m.log)
+            .map_err(|e| format!("open {}: {e}", m.log.display()))?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let child = Command::new(&self.binary)
+            .arg(format!("--name={}", m.name))
+            .arg(format!("--data-dir={}", m.data_dir.display()))
+            .arg(format!("--listen-client-urls=http://127.0.0.1:{}", m.client_port))
+            .arg(format!("--advertise-client-urls=http://127.0.0.1:{}", m.client_port))
+            .arg(format!("--listen-peer-urls=http://127.0.0.1:{}", m.peer_port))
+            .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{}", m.peer_port))
+            .arg(format!("--initial-cluster={}", self.initial_cluster))
+            .arg(format!("--initial-cluster-state={state}"))
+            .arg(format!("--initial-cluster-token={}", self.token))
+            .arg("--heartbeat-interval=50")
+            .arg("--election-timeout=500")
+            .arg("--logger=zap")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|e| format!("spawn {}: {e}", self.binary.display()))?;
+        m.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL member `i` (a crash).
+    pub fn kill_member(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Pid of member `i`, if running.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.members[i].child.as_ref().map(|c| c.id())
+    }
+
+    /// True when every running member answers `/health` with `"health":"true"`.
+    pub fn wait_healthy(&self, limit: Duration) -> bool {
+        wait_for(limit, Duration::from_millis(100), || {
+            let all = self
+                .members
+                .iter()
+                .filter(|m| m.child.is_some())
+                .all(|m| http_get_local(m.client_port, "/health").is_some_and(|b| b.contains("\"health\":\"true\"")));
+            all.then_some(())
+        })
+        .is_some()
+    }
+
+    pub fn stop(&mut self) {
+        for m in &mut self.members {
+            if let Some(mut c) = m.child.take() {
+                stop_child(&mut c, Duration::from_secs(3));
+            }
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn which_etcd() -> Result<PathBuf, String> {
+    for p in ["/usr/bin/etcd", "/usr/local/bin/etcd"] {
+        if Path::new(p).exists() {
+            return Ok(PathBuf::from(p));
+        }
+    }
+    Err("etcd not found: install Debian's etcd-server (make deps)".into())
+}
+
+/// A tiny HTTP/1.0 GET against 127.0.0.1:`port`, for health checks. Bounded by a
+/// one-second timeout on every step.
+pub fn http_get_local(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    s.set_write_timeout(Some(Duration::from_secs(1))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut buf = Vec::new();
+    let _ = s.take(1 << 20).read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    Some(text)
+}
