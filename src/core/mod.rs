@@ -1,3 +1,1199 @@
-//! The HA decision core.
+//! The HA decision core: observations and `now` in, a [`Plan`] out.
+//!
+//! Owns: the node's leadership state (lease, epoch, last counted renewal, horizon,
+//! fence deadline), the replica-side expiry tracking of the leader's lease (`E_max`),
+//! candidate choice, and the order of every leadership transition.
+//!
+//! Must never: do I/O, read a clock, use randomness, or block. Every fact arrives in
+//! an [`Observation`]; every effect leaves as an [`Action`] the shell carries out and
+//! reports back in the next observation (raft-rs's `Ready`/`advance`).
+//!
+//! The rules it enforces are DESIGN §1 and §2:
+//! - S1: a leader whose newest counted renewal is too old fences by `F - B`.
+//! - S2: `PetWatchdog` only right after a counted renewal, and only if `now + 2W <= H`.
+//! - S3: the key is taken only through the acquire txn, after the old lease is gone,
+//!   and promotion waits the promote delay after an early expiry.
+//! - S4: a local primary without the key is fenced unless a confirmed renewal adopts.
+
 pub mod model;
 pub mod time;
+
+use std::time::Duration;
+
+use model::*;
+use time::Instant;
+
+/// Static facts about this node the core needs.
+#[derive(Clone, Debug)]
+pub struct CoreConfig {
+    pub name: String,
+    pub nofailover: bool,
+    /// Read-back watchdog timeout `W` when a watchdog is armed for leadership.
+    pub watchdog: Option<Duration>,
+    /// `[postgresql] move_aside_unusable`.
+    pub move_aside_unusable: bool,
+}
+
+/// Leadership held by this node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Leadership {
+    pub lease: LeaseId,
+    pub epoch: Epoch,
+    /// TTL etcd granted for `lease` (never the configured number).
+    pub ttl: u32,
+    /// Send instant of the last counted renewal (or of the grant).
+    pub renewed_at: Instant,
+    /// Last deliberate pet of the watchdog in this leadership.
+    pub last_pet: Option<Instant>,
+    /// Earliest instant promotion may start (DESIGN §1 step 4).
+    pub promote_after: Instant,
+    /// Why promotion waits, for the log.
+    pub delay_reason: Option<String>,
+    /// PostgreSQL runs as primary under this leadership.
+    pub promoted: bool,
+    /// When this node last found its PostgreSQL not running while leading.
+    pub down_since: Option<Instant>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum State {
+    /// Nothing decided yet: the first observation decides (adopt or not, S4).
+    Init,
+    /// Holding the `initialize` lock, running initdb.
+    Bootstrapping {
+        lease: LeaseId,
+    },
+    /// Confirming that the key found naming us is really ours (S4).
+    Adopting {
+        lease: LeaseId,
+        epoch: Epoch,
+    },
+    Follower,
+    Leader(Leadership),
+    /// Leadership lost or given up: fence, then revoke (or release) `lease`.
+    Fencing {
+        lease: Option<LeaseId>,
+        epoch: Option<Epoch>,
+        release: bool,
+        why: String,
+    },
+    /// Clean shutdown under way.
+    Stopping,
+}
+
+/// What a replica knows about the current or last leader's lease.
+#[derive(Clone, Debug, Default)]
+struct LeaseTrack {
+    holder: Option<String>,
+    lease: Option<LeaseId>,
+    /// Largest lower bound on the lease's expiry seen (`E_max`).
+    e_max: Option<Instant>,
+    /// Send instant of the last successful poll.
+    last_poll: Option<Instant>,
+    /// The holder's published watchdog timeout.
+    holder_watchdog: Option<u32>,
+    /// The holder's last published WAL position.
+    holder_xlog: Lsn,
+}
+
+/// The key was found absent after we knew a leader (or never knew one).
+#[derive(Clone, Debug)]
+struct Vacancy {
+    /// When we first learned of the absence.
+    at: Instant,
+    /// Cluster revision of the first read that showed it absent: member entries
+    /// written after it carry fresh positions (DESIGN §3a).
+    seen_revision: i64,
+    /// The lease the previous holder had, if known (must be confirmed gone).
+    old_lease: Option<LeaseId>,
+    old_holder: Option<String>,
+    /// The expiry came early (or we cannot tell): promotion waits.
+    early: bool,
+    old_watchdog: Option<u32>,
+    old_xlog: Lsn,
+    /// The old lease was confirmed gone (TTL -1).
+    lease_gone: bool,
+}
+
+/// The HA core of one node.
+pub struct Core {
+    cfg: CoreConfig,
+    timing: Timing,
+    state: State,
+    track: LeaseTrack,
+    vacancy: Option<Vacancy>,
+    /// A former primary's WAL may have forked: rewind before following.
+    needs_rewind: bool,
+    /// This node recorded `initialize` itself in this run: no previous leader exists.
+    bootstrapped_here: bool,
+    /// Consecutive failed attempts of the current job kind (for the basebackup fallback).
+    rewind_failures: u32,
+}
+
+impl Core {
+    pub fn new(cfg: CoreConfig, timing: Timing) -> Core {
+        Core {
+            cfg,
+            timing,
+            state: State::Init,
+            track: LeaseTrack::default(),
+            vacancy: None,
+            needs_rewind: false,
+            bootstrapped_here: false,
+            rewind_failures: 0,
+        }
+    }
+
+    /// Replace the timing (a validated `config` change). A ttl change applies at the
+    /// next grant; the lease held keeps its granted TTL.
+    pub fn set_timing(&mut self, timing: Timing) {
+        self.timing = timing;
+    }
+
+    pub fn timing(&self) -> &Timing {
+        &self.timing
+    }
+
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    /// The lease (and epoch) the shell must renew with a confirmed renewal at the next
+    /// renewal tick; in `Adopting`, at once.
+    pub fn lease_to_renew(&self) -> Option<(LeaseId, Epoch)> {
+        match &self.state {
+            State::Leader(l) => Some((l.lease, l.epoch)),
+            State::Adopting { lease, epoch } => Some((*lease, *epoch)),
+            _ => None,
+        }
+    }
+
+    /// True while adopting: the renewal must not wait for the tick.
+    pub fn renew_now(&self) -> bool {
+        matches!(self.state, State::Adopting { .. })
+    }
+
+    /// A lease other than the leader lease that must be kept alive (the bootstrap lock).
+    pub fn lease_to_keep_alive(&self) -> Option<LeaseId> {
+        match &self.state {
+            State::Bootstrapping { lease } => Some(*lease),
+            _ => None,
+        }
+    }
+
+    /// The leader lease a replica should poll with `LeaseTimeToLive` this iteration.
+    pub fn lease_to_poll(&self) -> Option<LeaseId> {
+        if matches!(self.state, State::Leader(_)) {
+            return None;
+        }
+        if let Some(v) = &self.vacancy {
+            if !v.lease_gone {
+                return v.old_lease;
+            }
+            return None;
+        }
+        self.track.lease
+    }
+
+    /// The current leadership, if any.
+    pub fn leadership(&self) -> Option<&Leadership> {
+        match &self.state {
+            State::Leader(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// `H = s + ttl - M` for the leadership held.
+    pub fn horizon(&self) -> Option<Instant> {
+        self.leadership().map(|l| self.horizon_of(l))
+    }
+
+    fn horizon_of(&self, l: &Leadership) -> Instant {
+        l.renewed_at
+            .add(Duration::from_secs(u64::from(l.ttl)))
+            .sub(self.timing.safety_margin)
+    }
+
+    /// The fence deadline `F` (S1): `last_pet + W` with a watchdog, else `H`.
+    pub fn fence_deadline(&self) -> Option<Instant> {
+        self.leadership().map(|l| self.fence_deadline_of(l))
+    }
+
+    fn fence_deadline_of(&self, l: &Leadership) -> Instant {
+        let h = self.horizon_of(l);
+        match (self.cfg.watchdog, l.last_pet) {
+            (Some(w), Some(p)) => p.add(w).min(h),
+            _ => h,
+        }
+    }
+
+    /// Latest instant a blocking call may run to before a fence would be late:
+    /// `F - B` while leading (S1: every blocking call's deadline is capped here).
+    pub fn call_cap(&self) -> Option<Instant> {
+        self.fence_deadline()
+            .map(|f| f.sub(self.timing.demote_budget))
+    }
+
+    /// Is this node the leader with a lease still valid at `now`?
+    pub fn leads_at(&self, now: Instant) -> bool {
+        match &self.state {
+            State::Leader(l) => now < self.fence_deadline_of(l),
+            _ => false,
+        }
+    }
+
+    /// One decision. Pure: same state + same inputs = same plan.
+    pub fn step(&mut self, now: Instant, obs: &Observation) -> Plan {
+        let mut p = Planner::default();
+        let reason = self.decide(now, obs, &mut p);
+        Plan {
+            actions: p.actions,
+            reason,
+            again: p.again,
+        }
+    }
+
+    fn decide(&mut self, now: Instant, obs: &Observation, p: &mut Planner) -> Reason {
+        // Keep our view of the leader's lease current (replica side, §1 step 4).
+        self.track_leader(now, obs);
+
+        // S1/S5 first: whatever else happened, a leader past `F - B` fences now.
+        if let State::Leader(l) = &mut self.state {
+            if let Some(r) = &obs.renewal {
+                if r.lease == l.lease {
+                    if let RenewalOutcome::Counted { ttl } = r.outcome {
+                        if r.sent_at > l.renewed_at {
+                            l.renewed_at = r.sent_at;
+                        }
+                        if ttl > 0 {
+                            l.ttl = u32::try_from(ttl).unwrap_or(u32::MAX);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(reason) = self.check_leadership(now, obs, p) {
+            return reason;
+        }
+
+        match self.state.clone() {
+            State::Fencing {
+                lease,
+                epoch,
+                release,
+                why,
+            } => self.fencing(obs, p, lease, epoch, release, why),
+            State::Stopping => self.stopping(obs, p),
+            State::Leader(l) => self.lead(now, obs, p, l),
+            State::Adopting { lease, epoch } => self.adopting(now, obs, p, lease, epoch),
+            State::Bootstrapping { lease } => self.bootstrapping(obs, p, lease),
+            State::Init | State::Follower => self.follow(now, obs, p),
+        }
+    }
+
+    /// Leader-side checks that override everything: lost key, stale renewal, deadline.
+    fn check_leadership(
+        &mut self,
+        now: Instant,
+        obs: &Observation,
+        p: &mut Planner,
+    ) -> Option<Reason> {
+        let State::Leader(l) = &self.state else {
+            return None;
+        };
+        let me = &self.cfg.name;
+        let mut lost: Option<String> = None;
+        if let Some(r) = &obs.renewal {
+            match &r.outcome {
+                RenewalOutcome::LeaseGone => {
+                    lost = Some("the lease is gone (keepalive TTL <= 0)".into())
+                }
+                RenewalOutcome::KeyLost { found } => {
+                    lost = Some(match found {
+                        None => "the leader key vanished while the lease lived".into(),
+                        Some(k) => format!(
+                            "the leader key now names {} (epoch {}, lease {:x})",
+                            k.name, k.epoch, k.lease
+                        ),
+                    })
+                }
+                _ => {}
+            }
+        }
+        if lost.is_none() {
+            if let Ok(view) = &obs.cluster {
+                match &view.leader {
+                    None if obs.released.is_none() => {
+                        lost = Some("a linearizable read shows no leader key".into())
+                    }
+                    Some(k) if k.name != *me || k.epoch != l.epoch => {
+                        lost = Some(format!(
+                            "the leader key names {} at epoch {}",
+                            k.name, k.epoch
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if lost.is_none() && obs.leader_deleted_at.is_some() && obs.released.is_none() {
+            lost = Some("the watch saw the leader key deleted or overwritten".into());
+        }
+        let f = self.fence_deadline_of(l);
+        if lost.is_none() && now >= f.sub(self.timing.demote_budget) {
+            lost = Some(format!(
+                "no renewal counted since {}; fence deadline F = {} is within the demote budget",
+                l.renewed_at, f
+            ));
+        }
+        let why = lost?;
+        let (lease, epoch, promoted) = (l.lease, l.epoch, l.promoted);
+        let must_fence = promoted || obs.pg.role != PgRole::Replica;
+        if must_fence {
+            self.needs_rewind = true;
+        }
+        self.state = State::Fencing {
+            lease: Some(lease),
+            epoch: Some(epoch),
+            release: false,
+            why: why.clone(),
+        };
+        Some(self.fencing(obs, p, Some(lease), Some(epoch), false, why))
+    }
+
+    /// Drive a fence to completion, then revoke or release and become a follower.
+    fn fencing(
+        &mut self,
+        obs: &Observation,
+        p: &mut Planner,
+        lease: Option<LeaseId>,
+        epoch: Option<Epoch>,
+        release: bool,
+        why: String,
+    ) -> Reason {
+        match obs.fence {
+            Some(FenceOutcome::Complete) => {}
+            Some(FenceOutcome::Incomplete) => {
+                // S1: stay armed; try again. The host resets at F if it never completes.
+                p.push(Action::Fence);
+                return Reason::Fencing(format!("{why}; the fence is not complete yet, retrying"));
+            }
+            None => {
+                // Even a "stopped" PostgreSQL is fenced: a backend can outlive its
+                // postmaster and still commit (DESIGN §3a); the fence finds it.
+                p.push(Action::Fence);
+                p.again = true;
+                return Reason::Fencing(why);
+            }
+        }
+        // INVARIANT: no process of the local PostgreSQL remains from here on.
+        if self.cfg.watchdog.is_some() {
+            p.push(Action::DisarmWatchdog);
+        }
+        match (lease, epoch, release) {
+            (Some(lease), Some(epoch), true) => p.push(Action::Release { lease, epoch }),
+            (Some(lease), _, _) => p.push(Action::Revoke { lease }),
+            _ => {}
+        }
+        self.state = State::Follower;
+        p.again = true;
+        Reason::Fencing(format!("{why}; fence complete, leadership dropped"))
+    }
+
+    fn stopping(&mut self, obs: &Observation, p: &mut Planner) -> Reason {
+        match (&obs.job, obs.pg.role) {
+            (Job::Running { .. }, _) => {
+                Reason::ShuttingDown("waiting for PostgreSQL to stop".into())
+            }
+            (_, PgRole::Stopped) => {
+                p.push(Action::Exit);
+                Reason::ShuttingDown("PostgreSQL stopped; exiting".into())
+            }
+            (
+                Job::Finished {
+                    ok: false, detail, ..
+                },
+                _,
+            ) => {
+                // A clean stop failed: fall back to the fence so we never exit with a
+                // primary running and no agent.
+                p.push(Action::Fence);
+                Reason::ShuttingDown(format!("clean stop failed ({detail}); fencing"))
+            }
+            _ => {
+                p.push(Action::StartJob(JobKind::Stop));
+                Reason::ShuttingDown("stopping PostgreSQL cleanly".into())
+            }
+        }
+    }
+
+    fn lead(
+        &mut self,
+        now: Instant,
+        obs: &Observation,
+        p: &mut Planner,
+        mut l: Leadership,
+    ) -> Reason {
+        let h = self.horizon_of(&l);
+        // S2: a deliberate pet only right after a counted renewal, and only if
+        // `t + 2W <= H` so that a crash right after it still resets the host by `H`.
+        if let (Some(w), Some(r)) = (self.cfg.watchdog, &obs.renewal) {
+            if matches!(r.outcome, RenewalOutcome::Counted { .. })
+                && r.lease == l.lease
+                && now.add(w).add(w) <= h
+            {
+                p.push(Action::PetWatchdog);
+                l.last_pet = Some(now);
+            }
+        }
+
+        if obs.shutdown {
+            return self.lead_shutdown(obs, p, l);
+        }
+
+        let me = self.cfg.name.clone();
+        let valid_for = now.until(self.fence_deadline_of(&l));
+
+        if obs.promoted == Some(true) {
+            l.promoted = true;
+        }
+        let reason = match (obs.pg.role, &obs.job) {
+            (_, Job::Running { kind, .. }) => {
+                Reason::Waiting(format!("leader with the lock; {kind:?} running"))
+            }
+            (PgRole::Primary, _) => {
+                l.promoted = true;
+                l.down_since = None;
+                if let Ok(view) = &obs.cluster {
+                    let others: Vec<String> = view
+                        .members
+                        .iter()
+                        .filter(|m| m.name != me)
+                        .map(|m| m.name.clone())
+                        .collect();
+                    p.push(Action::SyncSlots { members: others });
+                }
+                Reason::Leading { me, valid_for }
+            }
+            (PgRole::Replica, _) => {
+                if now < l.promote_after {
+                    Reason::PromoteDelayed {
+                        remaining: now.until(l.promote_after),
+                        why: l.delay_reason.clone().unwrap_or_default(),
+                    }
+                } else if self.cfg.watchdog.is_some() && l.last_pet.is_none() {
+                    // S3: the watchdog is armed before promotion.
+                    Reason::Waiting("leader with the lock; waiting to arm the watchdog".into())
+                } else {
+                    p.push(Action::Promote { epoch: l.epoch });
+                    p.again = true;
+                    Reason::Promoting { epoch: l.epoch }
+                }
+            }
+            (PgRole::Stopped, _) | (PgRole::Unresponsive, _) => {
+                let since = *l.down_since.get_or_insert(now);
+                if now.since(since) > self.timing.primary_start_timeout {
+                    // Give the key up; a replica will take over. Fence first: an
+                    // unresponsive postmaster may still accept writes.
+                    let why = format!(
+                        "PostgreSQL not running as primary for {:.1} s > primary_start_timeout",
+                        now.since(since).as_secs_f64()
+                    );
+                    self.state = State::Fencing {
+                        lease: Some(l.lease),
+                        epoch: Some(l.epoch),
+                        release: true,
+                        why: why.clone(),
+                    };
+                    self.needs_rewind = true;
+                    p.push(Action::Fence);
+                    return Reason::Fencing(why);
+                }
+                if obs.pg.role == PgRole::Stopped {
+                    if matches!(obs.pg.data, DataDir::Present { .. }) && now >= l.promote_after {
+                        p.push(Action::StartJob(JobKind::StartPrimary));
+                        Reason::Waiting(
+                            "leader with the lock; starting PostgreSQL as primary".into(),
+                        )
+                    } else {
+                        Reason::Waiting("leader with the lock; PostgreSQL is stopped".into())
+                    }
+                } else {
+                    Reason::Waiting("leader with the lock; PostgreSQL is not answering yet".into())
+                }
+            }
+        };
+        self.state = State::Leader(l);
+        reason
+    }
+
+    fn lead_shutdown(&mut self, obs: &Observation, p: &mut Planner, l: Leadership) -> Reason {
+        let stopped = obs.pg.role == PgRole::Stopped && !matches!(obs.job, Job::Running { .. });
+        if stopped {
+            // Clean stop finished: release the key so a replica takes over at once.
+            if self.cfg.watchdog.is_some() {
+                p.push(Action::DisarmWatchdog);
+            }
+            p.push(Action::Release {
+                lease: l.lease,
+                epoch: l.epoch,
+            });
+            p.push(Action::Exit);
+            self.state = State::Stopping;
+            return Reason::ShuttingDown("PostgreSQL stopped; releasing the leader key".into());
+        }
+        let reason = match &obs.job {
+            Job::Running { .. } => Reason::ShuttingDown("waiting for PostgreSQL to stop".into()),
+            Job::Finished {
+                ok: false, detail, ..
+            } => {
+                p.push(Action::Fence);
+                Reason::ShuttingDown(format!("clean stop failed ({detail}); fencing"))
+            }
+            _ => {
+                p.push(Action::StartJob(JobKind::Stop));
+                Reason::ShuttingDown("stopping PostgreSQL cleanly before releasing the key".into())
+            }
+        };
+        self.state = State::Leader(l);
+        reason
+    }
+
+    fn adopting(
+        &mut self,
+        now: Instant,
+        obs: &Observation,
+        p: &mut Planner,
+        lease: LeaseId,
+        epoch: Epoch,
+    ) -> Reason {
+        let Some(r) = &obs.renewal else {
+            p.again = true;
+            return Reason::Waiting("confirming the leader key that names me (S4)".into());
+        };
+        match r.outcome {
+            RenewalOutcome::Counted { ttl } if r.lease == lease => {
+                let newest = obs
+                    .cluster
+                    .as_ref()
+                    .map(|v| v.newest_timeline())
+                    .unwrap_or(1);
+                let tl_ok = obs.pg.role != PgRole::Primary || obs.pg.timeline >= newest;
+                if !tl_ok {
+                    self.state = State::Fencing {
+                        lease: Some(lease),
+                        epoch: Some(epoch),
+                        release: true,
+                        why: format!(
+                            "local primary on timeline {} but history is at {newest}",
+                            obs.pg.timeline
+                        ),
+                    };
+                    self.needs_rewind = true;
+                    p.push(Action::Fence);
+                    return Reason::Fencing("refusing to adopt: timeline behind history".into());
+                }
+                let l = Leadership {
+                    lease,
+                    epoch,
+                    ttl: u32::try_from(ttl).unwrap_or(u32::MAX),
+                    renewed_at: r.sent_at,
+                    last_pet: None,
+                    promote_after: now,
+                    delay_reason: None,
+                    promoted: obs.pg.role == PgRole::Primary,
+                    down_since: None,
+                };
+                let mut l = l;
+                if let Some(w) = self.cfg.watchdog {
+                    // S4 then S2: the device is opened only after adopting, and the open
+                    // is a pet, so it needs `now + 2W <= H` like any other.
+                    if now.add(w).add(w) <= self.horizon_of(&l) {
+                        p.push(Action::PetWatchdog);
+                        l.last_pet = Some(now);
+                    }
+                }
+                self.state = State::Leader(l);
+                p.again = true;
+                Reason::Other(format!(
+                    "adopted the leader key: confirmed renewal of lease {lease:x} at epoch {epoch}"
+                ))
+            }
+            _ => {
+                // Not ours after all: fence any local primary, never resume on it.
+                let why = format!("could not adopt the leader key ({:?})", r.outcome);
+                self.needs_rewind = obs.pg.role == PgRole::Primary || self.needs_rewind;
+                self.state = State::Fencing {
+                    lease: None,
+                    epoch: None,
+                    release: false,
+                    why: why.clone(),
+                };
+                p.push(Action::Fence);
+                Reason::Fencing(why)
+            }
+        }
+    }
+
+    fn bootstrapping(&mut self, obs: &Observation, p: &mut Planner, lease: LeaseId) -> Reason {
+        if let Some(written) = obs.recorded_initialize {
+            if written {
+                self.bootstrapped_here = true;
+                self.state = State::Follower;
+                p.again = true;
+                return Reason::Bootstrapping(
+                    "recorded the system identifier in initialize".into(),
+                );
+            }
+            // Our lock expired under us: our data is of a cluster nobody agreed on.
+            self.state = State::Follower;
+            return Reason::Refusing(
+                "lost the initialize lock before recording the system identifier; \
+                 the new data directory must be moved aside by an operator"
+                    .into(),
+            );
+        }
+        match (&obs.job, &obs.pg.data) {
+            (Job::Running { .. }, _) => Reason::Bootstrapping("initdb running".into()),
+            (
+                Job::Finished {
+                    kind: JobKind::InitDb,
+                    ok: false,
+                    detail,
+                },
+                _,
+            ) => {
+                // Leave the lock to expire; another node (or we) may retry.
+                p.push(Action::Revoke { lease });
+                self.state = State::Follower;
+                Reason::Refusing(format!("initdb failed: {detail}"))
+            }
+            (_, DataDir::Present { sysid, .. }) => {
+                p.push(Action::RecordInitialize {
+                    sysid: *sysid,
+                    lease,
+                });
+                p.again = true;
+                Reason::Bootstrapping(format!("initdb done, system identifier {sysid}"))
+            }
+            (_, DataDir::Empty) => {
+                p.push(Action::StartJob(JobKind::InitDb));
+                Reason::Bootstrapping("won the initialize lock; running initdb".into())
+            }
+            (_, DataDir::Unusable(why)) => {
+                p.push(Action::Revoke { lease });
+                self.state = State::Follower;
+                Reason::Refusing(format!("data directory unusable: {why}"))
+            }
+        }
+    }
+
+    /// Replica-side lease tracking: `E_max`, the holder, and the vacancy record.
+    fn track_leader(&mut self, now: Instant, obs: &Observation) {
+        let me = self.cfg.name.clone();
+        if let Some(poll) = &obs.lease_poll {
+            if self.track.lease == Some(poll.lease) {
+                if let Some(ttl) = poll.ttl {
+                    if ttl > 0 {
+                        // A lower bound on the expiry: etcd truncates the TTL to whole
+                        // seconds and cannot expire the lease before poll + ttl.
+                        let e = poll.sent_at.add(Duration::from_secs(ttl.unsigned_abs()));
+                        self.track.e_max = Some(self.track.e_max.map_or(e, |m| m.max(e)));
+                        self.track.last_poll = Some(poll.sent_at);
+                    }
+                }
+            }
+            if let Some(v) = &mut self.vacancy {
+                if v.old_lease == Some(poll.lease) && poll.ttl.is_none() {
+                    v.lease_gone = true;
+                }
+            }
+        }
+        let Ok(view) = &obs.cluster else { return };
+        match &view.leader {
+            Some(k) => {
+                if k.name != me || !matches!(self.state, State::Leader(_)) {
+                    if self.track.lease != Some(k.lease) {
+                        self.track = LeaseTrack {
+                            holder: Some(k.name.clone()),
+                            lease: Some(k.lease),
+                            ..LeaseTrack::default()
+                        };
+                    }
+                    if let Some(m) = view.member(&k.name) {
+                        self.track.holder_watchdog = m.info.watchdog_timeout;
+                        self.track.holder_xlog = self.track.holder_xlog.max(m.info.xlog_location);
+                    }
+                }
+                self.vacancy = None;
+            }
+            None => {
+                if self.vacancy.is_none() {
+                    let at = obs.leader_deleted_at.map_or(now, |d| d.min(now));
+                    let l_w_r = self.timing.loop_wait + self.timing.retry_timeout;
+                    // DESIGN §1 step 4: early if before E_max, or if our last poll is too
+                    // old to predict anything, or if we never knew the lease at all.
+                    let early = match (self.track.lease, self.track.e_max, self.track.last_poll) {
+                        (Some(_), Some(e), Some(lp)) => at < e || at.since(lp) > l_w_r,
+                        _ => !self.bootstrapped_here,
+                    };
+                    // A holder we never watched may have published its lease.
+                    let old_lease = self.track.lease.or_else(|| {
+                        view.members
+                            .iter()
+                            .filter(|m| m.info.role == "primary")
+                            .find_map(|m| m.info.leader_lease)
+                    });
+                    self.vacancy = Some(Vacancy {
+                        at,
+                        seen_revision: view.revision,
+                        old_lease,
+                        old_holder: self.track.holder.clone(),
+                        early,
+                        old_watchdog: self.track.holder_watchdog,
+                        old_xlog: self.track.holder_xlog,
+                        lease_gone: old_lease.is_none(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Everything a node without leadership does.
+    fn follow(&mut self, now: Instant, obs: &Observation, p: &mut Planner) -> Reason {
+        let me = self.cfg.name.clone();
+        let first = self.state == State::Init;
+        if obs.shutdown {
+            self.state = State::Stopping;
+            return self.stopping(obs, p);
+        }
+        let view = match &obs.cluster {
+            Ok(v) => v,
+            Err(e) => {
+                // S4: without etcd we cannot adopt: a local primary is fenced.
+                if obs.pg.role == PgRole::Primary {
+                    return self
+                        .start_fence(p, format!("local primary but etcd is unreachable ({e})"));
+                }
+                return Reason::Waiting(format!("etcd unreachable: {e}"));
+            }
+        };
+
+        // Outcomes of last iteration's DCS actions.
+        if let Some(out) = &obs.acquire {
+            if let AcquireOutcome::Won {
+                lease,
+                granted_ttl,
+                granted_at,
+                epoch,
+            } = out
+            {
+                return self.won(now, obs, p, *lease, *granted_ttl, *granted_at, *epoch);
+            }
+        }
+        if let Some(ClaimOutcome::Won { lease }) = &obs.claim {
+            self.state = State::Bootstrapping { lease: *lease };
+            p.push(Action::StartJob(JobKind::InitDb));
+            return Reason::Bootstrapping("won the initialize lock; running initdb".into());
+        }
+
+        if let Job::Running { kind, .. } = &obs.job {
+            return Reason::Waiting(format!("{kind:?} running"));
+        }
+        if let Job::Finished {
+            kind: JobKind::Rewind { .. },
+            ok: false,
+            ..
+        } = &obs.job
+        {
+            self.rewind_failures += 1;
+        }
+        if let Job::Finished {
+            kind: JobKind::Rewind { .. },
+            ok: true,
+            ..
+        } = &obs.job
+        {
+            self.needs_rewind = false;
+            self.rewind_failures = 0;
+        }
+
+        // The bootstrap.
+        let sysid = match &view.initialize {
+            None => {
+                return match &obs.pg.data {
+                    DataDir::Empty => {
+                        p.push(Action::ClaimInitialize);
+                        p.again = true;
+                        Reason::Bootstrapping(
+                            "no initialize key: racing for the bootstrap lock".into(),
+                        )
+                    }
+                    DataDir::Present { sysid, .. } => {
+                        p.push(Action::CreateInitialize { sysid: *sysid });
+                        p.again = true;
+                        Reason::Bootstrapping(format!(
+                            "initialize key missing; re-creating it from my data (system identifier {sysid})"
+                        ))
+                    }
+                    DataDir::Unusable(why) => self.unusable(p, why),
+                };
+            }
+            Some(Initialize::Locked { holder, .. }) => {
+                return Reason::Waiting(format!("{holder} is bootstrapping the cluster"));
+            }
+            Some(Initialize::Garbage(raw)) => {
+                return Reason::Refusing(format!(
+                    "the initialize key holds something that is not a system identifier: {raw:?}"
+                ));
+            }
+            Some(Initialize::Done { sysid }) => *sysid,
+        };
+
+        let leader = view.leader.clone();
+        match (&obs.pg.data, &leader) {
+            (DataDir::Present { sysid: mine, .. }, _) if *mine != sysid => {
+                return Reason::Refusing(format!(
+                    "system identifier mismatch: my data is {mine}, the cluster's is {sysid}"
+                ));
+            }
+            (DataDir::Unusable(why), _) => return self.unusable(p, why),
+            _ => {}
+        }
+        if let DataDir::Present {
+            was_primary: true, ..
+        } = obs.pg.data
+        {
+            if first && obs.pg.role != PgRole::Primary {
+                self.needs_rewind = true;
+            }
+        }
+
+        match leader {
+            Some(k) if k.name == me => {
+                if first {
+                    // S4: adopt only through a confirmed renewal of the key's lease.
+                    self.state = State::Adopting {
+                        lease: k.lease,
+                        epoch: k.epoch,
+                    };
+                    p.again = true;
+                    return Reason::Waiting(format!(
+                        "the leader key names me (epoch {}); confirming before adopting (S4)",
+                        k.epoch
+                    ));
+                }
+                // A key of ours from before a fence: never resume on it.
+                self.state = State::Follower;
+                if obs.pg.role == PgRole::Primary {
+                    return self.start_fence(p, "a stale leader key of mine lingers".into());
+                }
+                p.push(Action::Revoke { lease: k.lease });
+                Reason::Waiting("a stale leader key of mine lingers; revoking its lease".into())
+            }
+            Some(k) => {
+                self.state = State::Follower;
+                self.follow_leader(obs, p, view, &k)
+            }
+            None => {
+                self.state = State::Follower;
+                if obs.pg.role == PgRole::Primary {
+                    return self
+                        .start_fence(p, "local primary but nobody holds the leader key".into());
+                }
+                self.candidate(now, obs, p, view)
+            }
+        }
+    }
+
+    fn unusable(&mut self, p: &mut Planner, why: &str) -> Reason {
+        if self.cfg.move_aside_unusable {
+            p.push(Action::MoveDataAside);
+            Reason::Other(format!("data directory unusable ({why}); moving it aside"))
+        } else {
+            Reason::Refusing(format!(
+                "data directory unusable ({why}); set move_aside_unusable or fix it by hand"
+            ))
+        }
+    }
+
+    fn start_fence(&mut self, p: &mut Planner, why: String) -> Reason {
+        self.needs_rewind = true;
+        self.state = State::Fencing {
+            lease: None,
+            epoch: None,
+            release: false,
+            why: why.clone(),
+        };
+        p.push(Action::Fence);
+        p.again = true;
+        Reason::Fencing(why)
+    }
+
+    fn follow_leader(
+        &mut self,
+        obs: &Observation,
+        p: &mut Planner,
+        view: &ClusterView,
+        k: &LeaderKey,
+    ) -> Reason {
+        let me = &self.cfg.name;
+        if obs.pg.role == PgRole::Primary {
+            return self.start_fence(
+                p,
+                format!("local primary while {} holds the leader key (S4)", k.name),
+            );
+        }
+        let Some(lm) = view.member(&k.name) else {
+            return Reason::Waiting(format!(
+                "leader {} has not published its member key",
+                k.name
+            ));
+        };
+        if lm.info.conn_url.is_empty() {
+            return Reason::Waiting(format!("leader {} publishes no conn_url", k.name));
+        }
+        match (&obs.pg.data, obs.pg.role) {
+            (DataDir::Empty, _) => {
+                if lm.info.role != "primary" || !lm.info.pg_healthy {
+                    return Reason::Waiting(format!(
+                        "leader {} is not running as primary yet",
+                        k.name
+                    ));
+                }
+                p.push(Action::StartJob(JobKind::Basebackup {
+                    from: k.name.clone(),
+                }));
+                Reason::Other(format!("cloning from leader {} with pg_basebackup", k.name))
+            }
+            (_, PgRole::Stopped) => {
+                if self.needs_rewind {
+                    if lm.info.role != "primary" || !lm.info.pg_healthy {
+                        return Reason::Waiting(format!(
+                            "need a rewind from {} once it runs as primary",
+                            k.name
+                        ));
+                    }
+                    if self.rewind_failures >= 2 && self.cfg.move_aside_unusable {
+                        self.rewind_failures = 0;
+                        self.needs_rewind = false;
+                        p.push(Action::MoveDataAside);
+                        return Reason::Other(
+                            "pg_rewind failed twice; moving the data directory aside for a fresh basebackup".into(),
+                        );
+                    }
+                    if self.rewind_failures >= 2 {
+                        return Reason::Refusing(
+                            "pg_rewind failed twice; set move_aside_unusable to allow a fresh basebackup".into(),
+                        );
+                    }
+                    p.push(Action::StartJob(JobKind::Rewind {
+                        from: k.name.clone(),
+                    }));
+                    return Reason::Other(format!("rewinding from {} before following it", k.name));
+                }
+                p.push(Action::StartJob(JobKind::StartReplica {
+                    leader: k.name.clone(),
+                }));
+                Reason::Other(format!("starting PostgreSQL as a replica of {}", k.name))
+            }
+            (_, PgRole::Replica) => {
+                if obs.pg.following.as_deref() != Some(k.name.as_str()) {
+                    p.push(Action::Retarget {
+                        leader: k.name.clone(),
+                    });
+                    return Reason::Other(format!(
+                        "pointing replication at the new leader {}",
+                        k.name
+                    ));
+                }
+                Reason::Following {
+                    me: me.clone(),
+                    leader: k.name.clone(),
+                }
+            }
+            (_, PgRole::Unresponsive) => Reason::Waiting("PostgreSQL is not answering yet".into()),
+            (_, PgRole::Primary) => unreachable!("handled above"),
+        }
+    }
+
+    /// The key is absent: may this node take it? (§1 step 4, §3a)
+    fn candidate(
+        &mut self,
+        now: Instant,
+        obs: &Observation,
+        p: &mut Planner,
+        view: &ClusterView,
+    ) -> Reason {
+        let me = self.cfg.name.clone();
+        // A stopped node with data starts as a standby with no upstream so it can
+        // publish a live position.
+        match (&obs.pg.data, obs.pg.role) {
+            (DataDir::Empty, _) => return Reason::Waiting("no leader to clone from".into()),
+            (_, PgRole::Stopped) => {
+                p.push(Action::StartJob(JobKind::StartReplica {
+                    leader: String::new(),
+                }));
+                return Reason::Other(
+                    "no leader; starting PostgreSQL as a standby to publish my position".into(),
+                );
+            }
+            (_, PgRole::Unresponsive) => {
+                return Reason::Waiting("PostgreSQL is not answering yet".into());
+            }
+            _ => {}
+        }
+        if self.cfg.nofailover {
+            return Reason::Waiting("no leader, and I am tagged nofailover".into());
+        }
+        let Some(v) = self.vacancy.clone() else {
+            return Reason::Waiting("no leader".into());
+        };
+        // The old lease must be gone (TTL -1), never merely "probably expired".
+        if !v.lease_gone {
+            let detail = match &obs.lease_poll {
+                Some(lp) if v.old_lease == Some(lp.lease) => match lp.ttl {
+                    Some(t) if t > 0 => format!(
+                        "the leader key vanished while its lease {:x} still lives (TTL {t} s): waiting",
+                        lp.lease
+                    ),
+                    Some(t) => format!(
+                        "lease {:x} expired (TTL {t}); its revoke is in flight",
+                        lp.lease
+                    ),
+                    None => unreachable!("a gone lease sets lease_gone"),
+                },
+                _ => "waiting for an answer about the old leader's lease".into(),
+            };
+            return Reason::Waiting(detail);
+        }
+        let newest = view.newest_timeline();
+        if obs.pg.timeline < newest {
+            return Reason::Waiting(format!(
+                "not a candidate: on timeline {} but history is at {newest}",
+                obs.pg.timeline
+            ));
+        }
+        let lag = v.old_xlog.saturating_sub(obs.pg.lsn);
+        if v.old_xlog > 0 && lag > self.timing.maximum_lag_on_failover {
+            return Reason::Waiting(format!(
+                "not a candidate: {lag} bytes behind the old leader > maximum_lag_on_failover"
+            ));
+        }
+        // Fresh positions only: members that published after the vacancy was seen.
+        let fresh_wait = self.timing.loop_wait + self.timing.retry_timeout;
+        let waited_enough = now.since(v.at) >= fresh_wait;
+        let mine = (obs.pg.timeline, obs.pg.lsn);
+        for m in &view.members {
+            if m.name == me || Some(&m.name) == v.old_holder.as_ref() {
+                continue;
+            }
+            let i = &m.info;
+            let eligible = i.pg_healthy
+                && i.role == "replica"
+                && !i.tags.nofailover
+                && i.parse_error.is_none();
+            if !eligible {
+                continue;
+            }
+            if m.mod_revision <= v.seen_revision {
+                if !waited_enough {
+                    return Reason::Waiting(format!(
+                        "waiting for {} to publish a fresh position",
+                        m.name
+                    ));
+                }
+                continue;
+            }
+            let theirs = (i.timeline, i.xlog_location);
+            if theirs > mine || (theirs == mine && m.name < me) {
+                return Reason::Waiting(format!(
+                    "{} is a better candidate (timeline {}, position {})",
+                    m.name, i.timeline, i.xlog_location
+                ));
+            }
+        }
+        p.push(Action::Acquire);
+        p.again = true;
+        Reason::Acquiring(format!(
+            "best candidate at timeline {}, position {}",
+            mine.0, mine.1
+        ))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn won(
+        &mut self,
+        now: Instant,
+        obs: &Observation,
+        p: &mut Planner,
+        lease: LeaseId,
+        granted_ttl: u32,
+        granted_at: Instant,
+        epoch: Epoch,
+    ) -> Reason {
+        let t = &self.timing;
+        // DESIGN §1 step 4: after an early (or unknowable) expiry the old primary may
+        // not know yet; wait until it has fenced or been reset.
+        let (mut after, mut why) = (now, None);
+        if let Some(v) = &self.vacancy {
+            if v.early {
+                let d = match v.old_watchdog {
+                    Some(w) => {
+                        Duration::from_secs(2 * u64::from(w)) + t.retry_timeout + t.safety_margin
+                    }
+                    None => {
+                        Duration::from_secs(u64::from(t.ttl.max(granted_ttl))) + t.retry_timeout
+                    }
+                };
+                after = v.at.add(d);
+                why = Some(format!(
+                    "the old leader's key vanished before its lease could have expired; waiting {:.1} s from {}",
+                    d.as_secs_f64(),
+                    v.at
+                ));
+            }
+        }
+        if let Some(d) = t.promote_delay {
+            if now.add(d) > after {
+                after = now.add(d);
+                why = Some(format!("promote_delay {:.1} s", d.as_secs_f64()));
+            }
+        }
+        let mut l = Leadership {
+            lease,
+            epoch,
+            ttl: granted_ttl,
+            renewed_at: granted_at,
+            last_pet: None,
+            promote_after: after,
+            delay_reason: why,
+            promoted: obs.pg.role == PgRole::Primary,
+            down_since: None,
+        };
+        if let Some(w) = self.cfg.watchdog {
+            // S3: arm before promotion; S2: only if now + 2W <= H.
+            if now.add(w).add(w) <= self.horizon_of(&l) {
+                p.push(Action::PetWatchdog);
+                l.last_pet = Some(now);
+            }
+        }
+        self.vacancy = None;
+        self.state = State::Leader(l);
+        p.again = true;
+        Reason::Promoting { epoch }
+    }
+}
+
+/// Collects a plan's actions.
+#[derive(Default)]
+struct Planner {
+    actions: Vec<Action>,
+    again: bool,
+}
+
+impl Planner {
+    fn push(&mut self, a: Action) {
+        self.actions.push(a);
+    }
+}

@@ -133,7 +133,11 @@ impl ClusterView {
     /// The newest timeline in `history` (a promotion to timeline N+1 appends
     /// `[N, ...]`), or 1 with no history.
     pub fn newest_timeline(&self) -> u32 {
-        self.history.iter().map(|h| h.timeline + 1).max().unwrap_or(1)
+        self.history
+            .iter()
+            .map(|h| h.timeline + 1)
+            .max()
+            .unwrap_or(1)
     }
 }
 
@@ -203,8 +207,10 @@ pub struct LeasePoll {
 pub enum DataDir {
     /// Absent or empty: safe to initdb or basebackup into.
     Empty,
-    /// A cluster with this system identifier.
-    Present { sysid: u64 },
+    /// A cluster with this system identifier. `was_primary`: pg_control says it last
+    /// ran as a primary (in production, or shut down / crashed out of it), so its WAL
+    /// may have forked from the new leader's: rewind before following.
+    Present { sysid: u64, was_primary: bool },
     /// Non-empty but not a usable cluster (a half-written basebackup, garbage).
     /// Never overwrite: move aside only when configured.
     Unusable(String),
@@ -238,20 +244,35 @@ pub struct PgStatus {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobKind {
     InitDb,
-    Basebackup { from: String },
-    Rewind { from: String },
+    Basebackup {
+        from: String,
+    },
+    Rewind {
+        from: String,
+    },
     StartPrimary,
-    StartReplica { leader: String },
+    StartReplica {
+        leader: String,
+    },
     /// A clean stop (`pg_ctl stop -m fast`): switchovers and shutdown only.
+    /// (`StartReplica { leader: "" }` starts a standby with no upstream: it replays
+    /// its own WAL so it can publish a position while no leader exists.)
     Stop,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Job {
     Idle,
-    Running { kind: JobKind, since: Instant },
+    Running {
+        kind: JobKind,
+        since: Instant,
+    },
     /// Finished since the last observation.
-    Finished { kind: JobKind, ok: bool, detail: String },
+    Finished {
+        kind: JobKind,
+        ok: bool,
+        detail: String,
+    },
 }
 
 /// Outcome of a fence (DESIGN S1).
@@ -275,7 +296,8 @@ pub struct Observation {
     pub acquire: Option<AcquireOutcome>,
     /// Outcome of the previous plan's `ClaimInitialize`.
     pub claim: Option<ClaimOutcome>,
-    /// Outcome of the previous plan's `RecordInitialize` (true = written).
+    /// Outcome of the previous plan's `RecordInitialize` or `CreateInitialize`
+    /// (true = written).
     pub recorded_initialize: Option<bool>,
     /// Outcome of the previous plan's `Fence`.
     pub fence: Option<FenceOutcome>,
@@ -302,12 +324,17 @@ pub enum Action {
     /// Write the system identifier into `initialize` (guarded by our lock lease) and
     /// drop the lock lease.
     RecordInitialize { sysid: u64, lease: LeaseId },
+    /// Create-only `initialize` = sysid (a node with data re-creating a lost key;
+    /// never initdb because a key is missing, DESIGN §3).
+    CreateInitialize { sysid: u64 },
     /// Grant a fresh lease and try the acquire txn.
     Acquire,
     /// Start a supervised job.
     StartJob(JobKind),
-    /// `pg_promote()`.
-    Promote,
+    /// `pg_promote()`; on success the shell appends the `history` entry (guarded).
+    Promote { epoch: Epoch },
+    /// Point a running replica at another leader (rewrite its conninfo, reload).
+    Retarget { leader: String },
     /// Immediate fence: SIGQUIT to the postmaster, wait until no process remains.
     Fence,
     /// Delete `leader` (guarded by epoch) and revoke the lease.
@@ -331,24 +358,13 @@ pub enum Action {
 /// Why the plan is what it is: logged once per iteration, asserted in tests.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reason {
-    Leading {
-        me: String,
-        valid_for: Duration,
-    },
-    Following {
-        me: String,
-        leader: String,
-    },
+    Leading { me: String, valid_for: Duration },
+    Following { me: String, leader: String },
     Waiting(String),
     Bootstrapping(String),
     Acquiring(String),
-    Promoting {
-        epoch: Epoch,
-    },
-    PromoteDelayed {
-        remaining: Duration,
-        why: String,
-    },
+    Promoting { epoch: Epoch },
+    PromoteDelayed { remaining: Duration, why: String },
     Fencing(String),
     Refusing(String),
     ShuttingDown(String),
@@ -369,7 +385,9 @@ impl std::fmt::Display for Reason {
             Reason::Waiting(s) => write!(f, "waiting: {s}"),
             Reason::Bootstrapping(s) => write!(f, "bootstrap: {s}"),
             Reason::Acquiring(s) => write!(f, "acquiring the leader key: {s}"),
-            Reason::Promoting { epoch } => write!(f, "promoting: won the leader key, epoch {epoch}"),
+            Reason::Promoting { epoch } => {
+                write!(f, "promoting: won the leader key, epoch {epoch}")
+            }
             Reason::PromoteDelayed { remaining, why } => write!(
                 f,
                 "promotion delayed {:.1} s more: {why}",
