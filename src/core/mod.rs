@@ -86,6 +86,7 @@ enum State {
 struct LeaseTrack {
     holder: Option<String>,
     lease: Option<LeaseId>,
+    epoch: Option<Epoch>,
     /// Largest lower bound on the lease's expiry seen (`E_max`).
     e_max: Option<Instant>,
     /// Send instant of the last successful poll.
@@ -126,8 +127,10 @@ pub struct Core {
     needs_rewind: bool,
     /// This node recorded `initialize` itself in this run: no previous leader exists.
     bootstrapped_here: bool,
-    /// Consecutive failed attempts of the current job kind (for the basebackup fallback).
+    /// Consecutive failed rewinds (for the basebackup fallback).
     rewind_failures: u32,
+    /// Epoch this node released after a clean stop (published in its member key).
+    released: Option<Epoch>,
 }
 
 impl Core {
@@ -141,7 +144,13 @@ impl Core {
             needs_rewind: false,
             bootstrapped_here: false,
             rewind_failures: 0,
+            released: None,
         }
+    }
+
+    /// The epoch this node gave up cleanly (PostgreSQL stopped first), if any.
+    pub fn released_epoch(&self) -> Option<Epoch> {
+        self.released
     }
 
     /// Replace the timing (a validated `config` change). A ttl change applies at the
@@ -539,6 +548,7 @@ impl Core {
                 epoch: l.epoch,
             });
             p.push(Action::Exit);
+            self.released = Some(l.epoch);
             self.state = State::Stopping;
             return Reason::ShuttingDown("PostgreSQL stopped; releasing the leader key".into());
         }
@@ -717,6 +727,7 @@ impl Core {
                         self.track = LeaseTrack {
                             holder: Some(k.name.clone()),
                             lease: Some(k.lease),
+                            epoch: Some(k.epoch),
                             ..LeaseTrack::default()
                         };
                     }
@@ -737,6 +748,15 @@ impl Core {
                         (Some(_), Some(e), Some(lp)) => at < e || at.since(lp) > l_w_r,
                         _ => !self.bootstrapped_here,
                     };
+                    // A clean release: the old leader published, before deleting the key,
+                    // that its PostgreSQL had stopped under this epoch. Nothing to wait for.
+                    let released = match (&self.track.holder, self.track.epoch) {
+                        (Some(h), Some(e)) => view
+                            .member(h)
+                            .is_some_and(|m| m.info.released == Some(e) && !m.info.pg_healthy),
+                        _ => false,
+                    };
+                    let early = early && !released;
                     // A holder we never watched may have published its lease.
                     let old_lease = self.track.lease.or_else(|| {
                         view.members
@@ -1026,6 +1046,16 @@ impl Core {
         view: &ClusterView,
     ) -> Reason {
         let me = self.cfg.name.clone();
+        // The node that just ran initdb: no other node has data, nobody led before.
+        if self.bootstrapped_here
+            && obs.pg.role == PgRole::Stopped
+            && matches!(obs.pg.data, DataDir::Present { .. })
+            && view.history.is_empty()
+        {
+            p.push(Action::Acquire);
+            p.again = true;
+            return Reason::Acquiring("bootstrapped the cluster; taking the leader key".into());
+        }
         // A stopped node with data starts as a standby with no upstream so it can
         // publish a live position.
         match (&obs.pg.data, obs.pg.role) {

@@ -62,6 +62,10 @@ pub struct MemberInfo {
     pub leader_lease: Option<LeaseId>,
     /// PostgreSQL running and answering queries.
     pub pg_healthy: bool,
+    /// Set by a leader that stopped its PostgreSQL cleanly and is about to release the
+    /// key of this epoch: a replica seeing the key vanish need not wait for the old
+    /// primary to fence (it already stopped).
+    pub released: Option<Epoch>,
     pub parse_error: Option<String>,
 }
 
