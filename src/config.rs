@@ -466,7 +466,7 @@ pub struct Budget {
     pub demote_budget: Duration,
     /// S6(b) lower bound `L_w + R + B` (exclusive).
     pub w_above_b: Duration,
-    /// S6(e) lower bound `L_w + R + 1 s - M` (exclusive; may be <= 0).
+    /// S6(e) lower bound `L_w + R + 1 s - M` (exclusive), signed nanoseconds (may be <= 0).
     pub w_above_e: i128,
     /// S6(b) upper bound `(ttl - M - R) / 2` (inclusive), exact.
     pub w_at_most: Duration,
@@ -483,9 +483,9 @@ pub struct Budget {
     /// The fence starts at `F - B`.
     pub fence_start: Duration,
     /// The etcd outage tolerated without fencing: `W - B - L_w - R`, or
-    /// `ttl - M - B - L_w - R` without a watchdog. Negative means none.
+    /// `ttl - M - B - L_w - R` without a watchdog, in signed nanoseconds: <= 0 means none.
     pub outage_tolerated: i128,
-    /// `P`, and the most S6(d) allows (`L_w - R`).
+    /// `P`, and the most S6(d) allows (`L_w - R`, signed nanoseconds).
     pub iteration_budget: Duration,
     pub iteration_budget_max: i128,
     /// Worst-case failover after the leader died: ttl + 0.5 s expiry sweep + L_w + R
@@ -1207,14 +1207,14 @@ impl Config {
     }
 
     /// Merge the `config` key with this node's own `safety_margin`, `demote_budget`
-    /// and `iteration_budget`, validated with S6 (no watchdog: (c); with watchdog
-    /// mode `automatic`/`required` the whole-second `W` range must not be empty).
+    /// and `iteration_budget`, validated with S6 like [`Config::load`] (no watchdog:
+    /// (c); with watchdog mode `required` the whole-second `W` range must not be empty).
     /// A node running a watchdog must use [`Config::apply_dynamic_for`] with its
     /// read-back `W`. `Err` names what is wrong; the caller keeps its old values.
     pub fn apply_dynamic(&self, json: &str) -> Result<(TimingConfig, DynamicConfig), String> {
         let (t, d) = self.merge_dynamic(json)?;
         validate_timing(&t, t.ttl, None).map_err(|e| format!("config key refused: {e}"))?;
-        if self.watchdog.mode != WatchdogMode::Off && watchdog_range(&t, t.ttl).is_none() {
+        if self.watchdog.mode == WatchdogMode::Required && watchdog_range(&t, t.ttl).is_none() {
             return Err(format!(
                 "config key refused: {}",
                 empty_range_error(&t, t.ttl)
