@@ -1,14 +1,18 @@
 //! Configuration: the node's TOML file, validated fail-closed against the timing
-//! contract (DESIGN S6).
+//! contract (DESIGN S6), and the cluster-wide dynamic config (`config` key).
 //!
 //! Owns: parsing, defaults, validation, the derived budget table `tenure check-config`
-//! prints. Must never: adjust a value silently, or accept a timing that breaks S6.
-//!
-//! STUB: the field layout is the contract between modules; parsing and validation
-//! are filled in by the config work.
+//! prints, and merging the etcd `config` key with this node's own values.
+//! Must never: adjust a value silently, accept a timing that breaks S6, accept an
+//! unknown key (a typo would silently fall back to a default), or panic on bad input.
+//! Every error names the file, the dotted key and what is wrong.
 
-use std::path::PathBuf;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use toml::{Table, Value};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WatchdogMode {
@@ -54,7 +58,7 @@ pub struct PgConfig {
     /// host:port others use to reach this PostgreSQL (default: `listen`).
     pub connect_address: String,
     /// Directory for the Unix socket the agent connects through (default:
-    /// `<data_dir>/../<name>-socket`... see docs).
+    /// `<parent of data_dir>/<name>-socket`).
     pub socket_dir: PathBuf,
     /// OS user to run PostgreSQL's programs as when the agent runs as root.
     pub user: Option<String>,
@@ -64,7 +68,7 @@ pub struct PgConfig {
     pub replication_password: String,
     pub rewind_user: String,
     pub rewind_password: String,
-    /// Extra `postgresql.conf` parameters (name, value).
+    /// Extra `postgresql.conf` parameters (name, value), sorted by name.
     pub parameters: Vec<(String, String)>,
     /// Move an unusable data directory aside instead of refusing to start.
     pub move_aside_unusable: bool,
@@ -96,6 +100,1247 @@ pub struct Config {
     pub watchdog: WatchdogConfig,
     /// Tags (`nofailover`).
     pub nofailover: bool,
-    /// Syslog socket path (default `/dev/log`); `None` = log to stderr only.
+    /// `[log] syslog_socket`; `None` = log to stderr only.
     pub syslog_socket: Option<PathBuf>,
 }
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+/// Why a configuration file was refused. Display: `<file>: <key>: <problem>`.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// The file could not be read.
+    Read {
+        file: PathBuf,
+        error: std::io::Error,
+    },
+    /// The file is not valid TOML (the parser's message carries line and column).
+    Syntax { file: PathBuf, message: String },
+    /// A key is missing, has the wrong type, an invalid value, or is unknown.
+    Key {
+        file: PathBuf,
+        key: String,
+        problem: String,
+    },
+    /// The values parse but break the timing contract (DESIGN S6).
+    Timing { file: PathBuf, error: TimingError },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Read { file, error } => {
+                write!(f, "{}: cannot read: {error}", file.display())
+            }
+            ConfigError::Syntax { file, message } => {
+                write!(
+                    f,
+                    "{}: not valid TOML: {}",
+                    file.display(),
+                    message.trim_end()
+                )
+            }
+            ConfigError::Key { file, key, problem } => {
+                write!(f, "{}: {key}: {problem}", file.display())
+            }
+            ConfigError::Timing { file, error } => write!(f, "{}: {error}", file.display()),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Which part of the timing contract a [`TimingError`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimingRule {
+    /// A duration (or the ttl) is not > 0.
+    Positive,
+    /// S6(a): `L_w + 2R <= ttl`.
+    A,
+    /// S6(b): `L_w + R + B < W <= (ttl - M - R) / 2`.
+    B,
+    /// S6(c): `L_w + R + B < ttl - M` (no watchdog).
+    C,
+    /// S6(d): `R + P <= L_w`, `P > 0`.
+    D,
+    /// S6(e): `W > L_w + R + 1 s - M`.
+    E,
+    /// Watchdog `required`, but no whole-second `W` satisfies (b) and (e).
+    WatchdogRange,
+}
+
+/// A timing contract violation. Display prints the rule, the inequality and the
+/// numbers, e.g. `S6(a) violated: loop_wait + 2 × retry_timeout <= ttl, but 5 + 2 × 3 = 11 > 10`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimingError {
+    pub rule: TimingRule,
+    /// The inequality and the numbers.
+    pub detail: String,
+}
+
+impl fmt::Display for TimingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rule = match self.rule {
+            TimingRule::Positive => "timing",
+            TimingRule::A => "S6(a)",
+            TimingRule::B => "S6(b)",
+            TimingRule::C => "S6(c)",
+            TimingRule::D => "S6(d)",
+            TimingRule::E => "S6(e)",
+            TimingRule::WatchdogRange => "S6(b)+(e)",
+        };
+        write!(f, "{rule} violated: {}", self.detail)
+    }
+}
+
+impl std::error::Error for TimingError {}
+
+// ---------------------------------------------------------------------------
+// Exact seconds arithmetic
+// ---------------------------------------------------------------------------
+
+/// Durations as signed nanoseconds: the inequalities are checked exactly (no float
+/// rounding at the boundary: `0.5 + 0.25 + 0.3` must equal `1.05`), and a
+/// difference may be negative.
+fn ns(d: Duration) -> i128 {
+    d.as_nanos() as i128
+}
+
+fn ns_secs(s: u32) -> i128 {
+    i128::from(s) * 1_000_000_000
+}
+
+/// Seconds for humans: `5`, `0.25`, `1.05`, `-0.5` (trailing zeros trimmed).
+fn show(n: i128) -> String {
+    let neg = n < 0;
+    let a = n.unsigned_abs();
+    let whole = a / 1_000_000_000;
+    let frac = a % 1_000_000_000;
+    let mut s = if frac == 0 {
+        format!("{whole}")
+    } else {
+        let f = format!("{frac:09}");
+        format!("{whole}.{}", f.trim_end_matches('0'))
+    };
+    if neg {
+        s.insert(0, '-');
+    }
+    s
+}
+
+fn show_d(d: Duration) -> String {
+    show(ns(d))
+}
+
+fn from_ns(n: i128) -> Duration {
+    if n <= 0 {
+        Duration::ZERO
+    } else {
+        Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// S6
+// ---------------------------------------------------------------------------
+
+fn positive(name: &str, d: Duration) -> Result<(), TimingError> {
+    if d.is_zero() {
+        return Err(TimingError {
+            rule: TimingRule::Positive,
+            detail: format!("{name} must be > 0, found 0"),
+        });
+    }
+    Ok(())
+}
+
+/// The whole-second watchdog timeouts S6(b) and (e) allow for `ttl`, as
+/// `(lowest, highest)`; `None` when the range is empty.
+pub fn watchdog_range(t: &TimingConfig, ttl: u32) -> Option<(u32, u32)> {
+    let (lw, r, m, b) = (
+        ns(t.loop_wait),
+        ns(t.retry_timeout),
+        ns(t.safety_margin),
+        ns(t.demote_budget),
+    );
+    let lower = (lw + r + b).max(lw + r + 1_000_000_000 - m); // exclusive
+    let upper2 = ns_secs(ttl) - m - r; // 2W <= upper2
+    if upper2 < 0 {
+        return None;
+    }
+    let lo = if lower < 0 {
+        1
+    } else {
+        u32::try_from(lower / 1_000_000_000 + 1).ok()?
+    };
+    let hi = u32::try_from(upper2 / 2 / 1_000_000_000).ok()?;
+    let lo = lo.max(1);
+    (lo <= hi).then_some((lo, hi))
+}
+
+/// DESIGN S6 (a)–(e), with `granted_ttl` the TTL etcd granted and `watchdog` the
+/// read-back `W` (`None`: no watchdog, so (c) instead of (b) and (e)). Also every
+/// duration > 0. Never adjusts anything: the first violated rule is returned.
+pub fn validate_timing(
+    t: &TimingConfig,
+    granted_ttl: u32,
+    watchdog: Option<u32>,
+) -> Result<(), TimingError> {
+    if granted_ttl == 0 {
+        return Err(TimingError {
+            rule: TimingRule::Positive,
+            detail: "ttl must be > 0, found 0".into(),
+        });
+    }
+    positive("loop_wait", t.loop_wait)?;
+    positive("retry_timeout", t.retry_timeout)?;
+    positive("safety_margin", t.safety_margin)?;
+    positive("demote_budget", t.demote_budget)?;
+    if let Some(d) = t.promote_delay {
+        positive("promote_delay", d)?;
+    }
+    let (lw, r, m, b, p) = (
+        ns(t.loop_wait),
+        ns(t.retry_timeout),
+        ns(t.safety_margin),
+        ns(t.demote_budget),
+        ns(t.iteration_budget),
+    );
+    let ttl = ns_secs(granted_ttl);
+    let sh = show;
+
+    // (a) Patroni's rule: two retries fit in one ttl after a loop.
+    if lw + 2 * r > ttl {
+        return Err(TimingError {
+            rule: TimingRule::A,
+            detail: format!(
+                "loop_wait + 2 × retry_timeout <= ttl, but {} + 2 × {} = {} > {}",
+                sh(lw),
+                sh(r),
+                sh(lw + 2 * r),
+                sh(ttl)
+            ),
+        });
+    }
+    // (d) the keepalives keep their fixed rate.
+    if r + p > lw {
+        return Err(TimingError {
+            rule: TimingRule::D,
+            detail: format!(
+                "retry_timeout + iteration_budget <= loop_wait, but {} + {} = {} > {}",
+                sh(r),
+                sh(p),
+                sh(r + p),
+                sh(lw)
+            ),
+        });
+    }
+    if p <= 0 {
+        return Err(TimingError {
+            rule: TimingRule::D,
+            detail: format!(
+                "iteration_budget must be > 0 (default loop_wait - retry_timeout), but it is {} \
+                 (loop_wait {}, retry_timeout {})",
+                sh(p),
+                sh(lw),
+                sh(r)
+            ),
+        });
+    }
+    match watchdog {
+        Some(w_secs) => {
+            let w = ns_secs(w_secs);
+            // (b) left: a healthy leader is never reset or fenced between renewals.
+            if lw + r + b >= w {
+                return Err(TimingError {
+                    rule: TimingRule::B,
+                    detail: format!(
+                        "loop_wait + retry_timeout + demote_budget < W, but {} + {} + {} = {} >= W = {}",
+                        sh(lw),
+                        sh(r),
+                        sh(b),
+                        sh(lw + r + b),
+                        sh(w)
+                    ),
+                });
+            }
+            // (b) right: S2's `t + 2W <= H` holds for every renewal that met its deadline.
+            if 2 * w > ttl - m - r {
+                return Err(TimingError {
+                    rule: TimingRule::B,
+                    detail: format!(
+                        "W <= (ttl - safety_margin - retry_timeout) / 2, but W = {} > ({} - {} - {}) / 2 = {}",
+                        sh(w),
+                        sh(ttl),
+                        sh(m),
+                        sh(r),
+                        sh((ttl - m - r) / 2)
+                    ),
+                });
+            }
+            // (e) an on-time DELETE comes after the old leader's fence deadline.
+            if w <= lw + r + 1_000_000_000 - m {
+                return Err(TimingError {
+                    rule: TimingRule::E,
+                    detail: format!(
+                        "W > loop_wait + retry_timeout + 1 s - safety_margin, but W = {} <= {} + {} + 1 - {} = {}",
+                        sh(w),
+                        sh(lw),
+                        sh(r),
+                        sh(m),
+                        sh(lw + r + 1_000_000_000 - m)
+                    ),
+                });
+            }
+        }
+        None => {
+            // (c) without a watchdog the fence deadline is the horizon itself.
+            if lw + r + b >= ttl - m {
+                return Err(TimingError {
+                    rule: TimingRule::C,
+                    detail: format!(
+                        "loop_wait + retry_timeout + demote_budget < ttl - safety_margin (no watchdog), \
+                         but {} + {} + {} = {} >= {} - {} = {}",
+                        sh(lw),
+                        sh(r),
+                        sh(b),
+                        sh(lw + r + b),
+                        sh(ttl),
+                        sh(m),
+                        sh(ttl - m)
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The error for watchdog mode `required` when no whole-second `W` fits.
+fn empty_range_error(t: &TimingConfig, ttl: u32) -> TimingError {
+    let (lw, r, m, b) = (
+        ns(t.loop_wait),
+        ns(t.retry_timeout),
+        ns(t.safety_margin),
+        ns(t.demote_budget),
+    );
+    let ttl = ns_secs(ttl);
+    TimingError {
+        rule: TimingRule::WatchdogRange,
+        detail: format!(
+            "watchdog mode is \"required\" but no whole-second W satisfies \
+             loop_wait + retry_timeout + demote_budget < W (S6(b): {} + {} + {} = {}), \
+             W > loop_wait + retry_timeout + 1 s - safety_margin (S6(e): {} + {} + 1 - {} = {}) \
+             and W <= (ttl - safety_margin - retry_timeout) / 2 (S6(b): ({} - {} - {}) / 2 = {})",
+            show(lw),
+            show(r),
+            show(b),
+            show(lw + r + b),
+            show(lw),
+            show(r),
+            show(m),
+            show(lw + r + 1_000_000_000 - m),
+            show(ttl),
+            show(m),
+            show(r),
+            show((ttl - m - r) / 2)
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The budget table
+// ---------------------------------------------------------------------------
+
+/// What the timing contract means in practice, for `tenure check-config`. All
+/// durations are measured from the send instant `s` of the last counted renewal
+/// (or the last pet) unless said otherwise.
+#[derive(Clone, Debug)]
+pub struct Budget {
+    pub ttl: u32,
+    pub loop_wait: Duration,
+    pub retry_timeout: Duration,
+    pub safety_margin: Duration,
+    pub demote_budget: Duration,
+    /// S6(b) lower bound `L_w + R + B` (exclusive).
+    pub w_above_b: Duration,
+    /// S6(e) lower bound `L_w + R + 1 s - M` (exclusive), signed nanoseconds (may be <= 0).
+    pub w_above_e: i128,
+    /// S6(b) upper bound `(ttl - M - R) / 2` (inclusive), exact.
+    pub w_at_most: Duration,
+    /// The whole-second range of `W`, if not empty.
+    pub w_range: Option<(u32, u32)>,
+    /// The `W` the derived rows use (`None`: no watchdog).
+    pub watchdog: Option<u32>,
+    /// Horizon `H - s = ttl - M`.
+    pub horizon: Duration,
+    /// With a watchdog: a pet is allowed while `t - s <= ttl - M - 2W`.
+    pub pet_window: Option<Duration>,
+    /// Fence deadline `F`: `last_pet + W` with a watchdog, `s + ttl - M` without.
+    pub fence_deadline: Duration,
+    /// The fence starts at `F - B`.
+    pub fence_start: Duration,
+    /// The etcd outage tolerated without fencing: `W - B - L_w - R`, or
+    /// `ttl - M - B - L_w - R` without a watchdog, in signed nanoseconds: <= 0 means none.
+    pub outage_tolerated: i128,
+    /// `P`, and the most S6(d) allows (`L_w - R`, signed nanoseconds).
+    pub iteration_budget: Duration,
+    pub iteration_budget_max: i128,
+    /// Worst-case failover after the leader died: ttl + 0.5 s expiry sweep + L_w + R
+    /// (+ a configured promote_delay).
+    pub failover_worst: Duration,
+    /// The delay a winner waits after an early expiry: `2W + R + M` with a watchdog,
+    /// `ttl + R` without (or the configured promote_delay if larger).
+    pub early_expiry_delay: Duration,
+    pub promote_delay: Option<Duration>,
+}
+
+/// The budget table for timing `t`, granted `ttl` and read-back `watchdog`.
+pub fn budget(t: &TimingConfig, ttl: u32, watchdog: Option<u32>) -> Budget {
+    let (lw, r, m, b) = (
+        ns(t.loop_wait),
+        ns(t.retry_timeout),
+        ns(t.safety_margin),
+        ns(t.demote_budget),
+    );
+    let ttl_ns = ns_secs(ttl);
+    let horizon = ttl_ns - m;
+    let (pet_window, fence_deadline, outage, early) = match watchdog {
+        Some(w) => {
+            let w = ns_secs(w);
+            (
+                Some(from_ns(horizon - 2 * w)),
+                w,
+                w - b - lw - r,
+                2 * w + r + m,
+            )
+        }
+        None => (None, horizon, horizon - b - lw - r, ttl_ns + r),
+    };
+    let pd = t.promote_delay.map(ns).unwrap_or(0);
+    Budget {
+        ttl,
+        loop_wait: t.loop_wait,
+        retry_timeout: t.retry_timeout,
+        safety_margin: t.safety_margin,
+        demote_budget: t.demote_budget,
+        w_above_b: from_ns(lw + r + b),
+        w_above_e: lw + r + 1_000_000_000 - m,
+        w_at_most: from_ns((ttl_ns - m - r) / 2),
+        w_range: watchdog_range(t, ttl),
+        watchdog,
+        horizon: from_ns(horizon),
+        pet_window,
+        fence_deadline: from_ns(fence_deadline),
+        fence_start: from_ns(fence_deadline - b),
+        outage_tolerated: outage,
+        iteration_budget: t.iteration_budget,
+        iteration_budget_max: lw - r,
+        failover_worst: from_ns(ttl_ns + 500_000_000 + lw + r + pd),
+        early_expiry_delay: from_ns(early.max(pd)),
+        promote_delay: t.promote_delay,
+    }
+}
+
+impl fmt::Display for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sd = show_d;
+        writeln!(
+            f,
+            "timing: ttl {} s, loop_wait (L_w) {} s, retry_timeout (R) {} s, safety_margin (M) {} s, demote_budget (B) {} s",
+            self.ttl,
+            sd(self.loop_wait),
+            sd(self.retry_timeout),
+            sd(self.safety_margin),
+            sd(self.demote_budget)
+        )?;
+        writeln!(
+            f,
+            "  watchdog W (S6(b))       {} < W <= {}   (L_w + R + B < W <= (ttl - M - R) / 2 = {})",
+            sd(self.w_above_b),
+            self.w_at_most.as_secs(),
+            sd(self.w_at_most)
+        )?;
+        writeln!(
+            f,
+            "  watchdog W (S6(e))       W > {}   (L_w + R + 1 s - M)",
+            show(self.w_above_e)
+        )?;
+        match self.w_range {
+            Some((lo, hi)) => writeln!(f, "  W may be (whole seconds) {lo}..={hi} s")?,
+            None => writeln!(
+                f,
+                "  W may be (whole seconds) none: this timing cannot run with a watchdog"
+            )?,
+        }
+        match self.watchdog {
+            Some(w) => writeln!(f, "  rows below assume        W = {w} s")?,
+            None => writeln!(f, "  rows below assume        no watchdog")?,
+        }
+        writeln!(
+            f,
+            "  horizon H                s + {} s   (s = send instant of the last counted renewal; ttl - M)",
+            sd(self.horizon)
+        )?;
+        match self.pet_window {
+            Some(p) => writeln!(
+                f,
+                "  pet window               s .. s + {} s   (a pet at t needs t + 2W <= H)",
+                sd(p)
+            )?,
+            None => writeln!(f, "  pet window               none (no watchdog)")?,
+        }
+        match self.watchdog {
+            Some(_) => writeln!(
+                f,
+                "  fence deadline F         last pet + {} s (<= H - W); fence starts at last pet + {} s (F - B)",
+                sd(self.fence_deadline),
+                sd(self.fence_start)
+            )?,
+            None => writeln!(
+                f,
+                "  fence deadline F         s + {} s (= H); fence starts at s + {} s (F - B)",
+                sd(self.fence_deadline),
+                sd(self.fence_start)
+            )?,
+        }
+        let formula = if self.watchdog.is_some() {
+            "W - B - L_w - R"
+        } else {
+            "ttl - M - B - L_w - R"
+        };
+        if self.outage_tolerated > 0 {
+            writeln!(
+                f,
+                "  etcd outage tolerated T  {} s without fencing ({formula})",
+                show(self.outage_tolerated)
+            )?;
+        } else {
+            writeln!(
+                f,
+                "  etcd outage tolerated T  none ({formula} = {} s)",
+                show(self.outage_tolerated)
+            )?;
+        }
+        writeln!(
+            f,
+            "  iteration budget P       {} s (S6(d) allows up to L_w - R = {} s)",
+            sd(self.iteration_budget),
+            show(self.iteration_budget_max)
+        )?;
+        let pd = match self.promote_delay {
+            Some(d) => format!(" + promote_delay {} s", sd(d)),
+            None => String::new(),
+        };
+        writeln!(
+            f,
+            "  worst-case failover      {} s   (ttl + 0.5 s expiry sweep + takeover L_w + R{pd})",
+            sd(self.failover_worst)
+        )?;
+        let early = if self.watchdog.is_some() {
+            "2W + R + M"
+        } else {
+            "ttl + R"
+        };
+        writeln!(
+            f,
+            "  after an early expiry    the winner waits promote_delay {} s ({early}) after the DELETE, \
+             then promotes within L_w + R",
+            sd(self.early_expiry_delay)
+        )?;
+        match self.watchdog {
+            Some(_) => writeln!(
+                f,
+                "  old primary writable     nothing after F: a partitioned or frozen old primary is fenced \
+                 or its host reset by last pet + {} s, before etcd can expire its lease",
+                sd(self.fence_deadline)
+            ),
+            None => writeln!(
+                f,
+                "  old primary writable     a partitioned agent fences by s + {} s (F = H); but without a \
+                 watchdog a FROZEN agent (SIGSTOP, swap storm, suspended VM) leaves PostgreSQL writable \
+                 until it thaws: no bound. Use a watchdog or synchronous replication",
+                sd(self.fence_deadline)
+            ),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Parsing
+// ---------------------------------------------------------------------------
+
+/// What a missing sub-table reads as.
+static EMPTY: std::sync::LazyLock<Table> = std::sync::LazyLock::new(Table::new);
+
+/// A TOML table being read, with its dotted prefix for error messages.
+struct Sect<'a> {
+    file: &'a Path,
+    prefix: String,
+    table: &'a Table,
+}
+
+fn a_type(v: &Value) -> &'static str {
+    match v {
+        Value::String(_) => "a string",
+        Value::Integer(_) => "an integer",
+        Value::Float(_) => "a float",
+        Value::Boolean(_) => "a boolean",
+        Value::Datetime(_) => "a datetime",
+        Value::Array(_) => "an array",
+        Value::Table(_) => "a table",
+    }
+}
+
+impl<'a> Sect<'a> {
+    fn key(&self, k: &str) -> String {
+        if self.prefix.is_empty() {
+            k.to_string()
+        } else {
+            format!("{}.{k}", self.prefix)
+        }
+    }
+
+    fn err(&self, k: &str, problem: impl Into<String>) -> ConfigError {
+        ConfigError::Key {
+            file: self.file.to_path_buf(),
+            key: self.key(k),
+            problem: problem.into(),
+        }
+    }
+
+    fn wrong(&self, k: &str, expected: &str, v: &Value) -> ConfigError {
+        self.err(k, format!("expected {expected}, found {}", a_type(v)))
+    }
+
+    /// Refuse keys we do not know: a typo must not fall back to a default.
+    fn only(&self, allowed: &[&str]) -> Result<(), ConfigError> {
+        for k in self.table.keys() {
+            if !allowed.contains(&k.as_str()) {
+                return Err(self.err(
+                    k,
+                    format!("unknown key (allowed here: {})", allowed.join(", ")),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A sub-table; absent = empty (so a missing table reports its first missing key).
+    fn sub(&self, k: &str) -> Result<Sect<'a>, ConfigError> {
+        let table = match self.table.get(k) {
+            None => &*EMPTY,
+            Some(Value::Table(t)) => t,
+            Some(v) => return Err(self.wrong(k, "a table", v)),
+        };
+        Ok(Sect {
+            file: self.file,
+            prefix: self.key(k),
+            table,
+        })
+    }
+
+    fn required<T>(&self, k: &str, v: Option<T>) -> Result<T, ConfigError> {
+        v.ok_or_else(|| self.err(k, "missing"))
+    }
+
+    fn string(&self, k: &str) -> Result<Option<String>, ConfigError> {
+        match self.table.get(k) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(v) => Err(self.wrong(k, "a string", v)),
+        }
+    }
+
+    fn nonempty(&self, k: &str) -> Result<Option<String>, ConfigError> {
+        match self.string(k)? {
+            Some(s) if s.is_empty() => Err(self.err(k, "must not be empty")),
+            other => Ok(other),
+        }
+    }
+
+    fn path(&self, k: &str) -> Result<Option<PathBuf>, ConfigError> {
+        match self.nonempty(k)? {
+            None => Ok(None),
+            Some(s) if !s.starts_with('/') => {
+                Err(self.err(k, format!("must be an absolute path, found \"{s}\"")))
+            }
+            Some(s) => Ok(Some(PathBuf::from(s))),
+        }
+    }
+
+    fn boolean(&self, k: &str) -> Result<Option<bool>, ConfigError> {
+        match self.table.get(k) {
+            None => Ok(None),
+            Some(Value::Boolean(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.wrong(k, "true or false", v)),
+        }
+    }
+
+    /// Seconds, integer or float, > 0.
+    fn secs(&self, k: &str) -> Result<Option<Duration>, ConfigError> {
+        let x = match self.table.get(k) {
+            None => return Ok(None),
+            Some(Value::Integer(i)) => *i as f64,
+            Some(Value::Float(x)) => *x,
+            Some(v) => return Err(self.wrong(k, "a number of seconds", v)),
+        };
+        secs_from_f64(x)
+            .map(Some)
+            .map_err(|problem| self.err(k, problem))
+    }
+
+    /// Whole seconds as `u32`, > 0.
+    fn whole_secs(&self, k: &str) -> Result<Option<u32>, ConfigError> {
+        match self.table.get(k) {
+            None => Ok(None),
+            Some(Value::Integer(i)) if *i <= 0 => {
+                Err(self.err(k, format!("must be > 0, found {i}")))
+            }
+            Some(Value::Integer(i)) => u32::try_from(*i)
+                .map(Some)
+                .map_err(|_| self.err(k, format!("too large: {i}"))),
+            Some(v) => Err(self.wrong(k, "a whole number of seconds", v)),
+        }
+    }
+
+    fn bytes(&self, k: &str) -> Result<Option<u64>, ConfigError> {
+        match self.table.get(k) {
+            None => Ok(None),
+            Some(Value::Integer(i)) => u64::try_from(*i)
+                .map(Some)
+                .map_err(|_| self.err(k, format!("must be >= 0, found {i}"))),
+            Some(v) => Err(self.wrong(k, "a number of bytes", v)),
+        }
+    }
+}
+
+/// Seconds from a float: finite, > 0, at most a day (a typo in ms would be
+/// 1000 × too large; a day is beyond any sane lease timing).
+fn secs_from_f64(x: f64) -> Result<Duration, String> {
+    if !x.is_finite() {
+        return Err(format!("must be a finite number of seconds, found {x}"));
+    }
+    if x <= 0.0 {
+        return Err(format!("must be > 0, found {x}"));
+    }
+    if x > 86_400.0 {
+        return Err(format!("must be at most 86400 seconds, found {x}"));
+    }
+    // Round to whole nanoseconds so 0.3 is exactly 300 ms.
+    let n = (x * 1e9).round() as u64;
+    if n == 0 {
+        return Err(format!("must be > 0, found {x}"));
+    }
+    Ok(Duration::from_nanos(n))
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+/// `http(s)://<ip>:<port>[/]`, the host an IP literal.
+fn check_endpoint(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| format!("\"{url}\" must start with http:// or https://"))?;
+    let hostport = rest.strip_suffix('/').unwrap_or(rest);
+    hostport.parse::<SocketAddr>().map_err(|_| {
+        format!(
+            "\"{url}\": host must be an IP literal with a port, e.g. http://127.0.0.1:2379 \
+             (no name resolution in the loop)"
+        )
+    })?;
+    Ok(())
+}
+
+/// `host:port` with a non-empty host and a numeric port.
+fn check_host_port(s: &str) -> Result<(), String> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("expected \"host:port\", found \"{s}\""))?;
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!("expected \"host:port\", found \"{s}\""));
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Read and validate `path`. Every error names the file, the key and the
+    /// problem. Timing is checked against S6 with the configured ttl and no
+    /// watchdog (the agent checks again with the granted TTL and the real `W`); with
+    /// watchdog mode `required` some whole-second `W` must also satisfy (b) and (e).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            file: path.to_path_buf(),
+            error,
+        })?;
+        Config::parse(path, &text)
+    }
+
+    /// [`Config::load`] on text already read; `path` only names it in errors.
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let table: Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Syntax {
+                file: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        let root = Sect {
+            file: path,
+            prefix: String::new(),
+            table: &table,
+        };
+        root.only(&[
+            "scope",
+            "name",
+            "namespace",
+            "etcd",
+            "timing",
+            "dynamic",
+            "tags",
+            "postgresql",
+            "api",
+            "watchdog",
+            "log",
+        ])?;
+        let scope = root.required("scope", root.string("scope")?)?;
+        if !valid_name(&scope) {
+            return Err(root.err(
+                "scope",
+                format!("must match [A-Za-z0-9_.-]+, found \"{scope}\""),
+            ));
+        }
+        let name = root.required("name", root.string("name")?)?;
+        if !valid_name(&name) {
+            return Err(root.err(
+                "name",
+                format!("must match [A-Za-z0-9_.-]+, found \"{name}\""),
+            ));
+        }
+        let namespace = root
+            .string("namespace")?
+            .unwrap_or_else(|| "/service".into());
+        if !namespace.starts_with('/')
+            || namespace.len() < 2
+            || namespace.ends_with('/')
+            || namespace.contains("//")
+        {
+            return Err(root.err(
+                "namespace",
+                format!(
+                    "must look like \"/service\" (leading /, no trailing /), found \"{namespace}\""
+                ),
+            ));
+        }
+
+        // [etcd]
+        let etcd = root.sub("etcd")?;
+        etcd.only(&["endpoints"])?;
+        let endpoints = match etcd.table.get("endpoints") {
+            None => return Err(etcd.err("endpoints", "missing")),
+            Some(Value::Array(a)) => {
+                let mut out = Vec::with_capacity(a.len());
+                for (i, v) in a.iter().enumerate() {
+                    let k = format!("endpoints[{i}]");
+                    let Value::String(s) = v else {
+                        return Err(etcd.wrong(&k, "a string", v));
+                    };
+                    check_endpoint(s).map_err(|p| etcd.err(&k, p))?;
+                    out.push(s.clone());
+                }
+                if out.is_empty() {
+                    return Err(etcd.err("endpoints", "must list at least one endpoint"));
+                }
+                out
+            }
+            Some(v) => return Err(etcd.wrong("endpoints", "an array of URLs", v)),
+        };
+
+        // [timing]
+        let tm = root.sub("timing")?;
+        tm.only(&[
+            "ttl",
+            "loop_wait",
+            "retry_timeout",
+            "safety_margin",
+            "demote_budget",
+            "promote_delay",
+            "iteration_budget",
+        ])?;
+        let ttl = tm.required("ttl", tm.whole_secs("ttl")?)?;
+        let loop_wait = tm.required("loop_wait", tm.secs("loop_wait")?)?;
+        let retry_timeout = tm.required("retry_timeout", tm.secs("retry_timeout")?)?;
+        let safety_margin = tm.required("safety_margin", tm.secs("safety_margin")?)?;
+        let demote_budget = tm.required("demote_budget", tm.secs("demote_budget")?)?;
+        let promote_delay = tm.secs("promote_delay")?;
+        let iteration_budget = match tm.secs("iteration_budget")? {
+            Some(p) => p,
+            // May be zero (loop_wait <= retry_timeout): validate_timing names S6(d).
+            None => loop_wait.saturating_sub(retry_timeout),
+        };
+        let timing = TimingConfig {
+            ttl,
+            loop_wait,
+            retry_timeout,
+            safety_margin,
+            demote_budget,
+            promote_delay,
+            iteration_budget,
+        };
+
+        // [dynamic]
+        let dy = root.sub("dynamic")?;
+        dy.only(&["maximum_lag_on_failover", "primary_start_timeout"])?;
+        let dynamic = DynamicConfig {
+            maximum_lag_on_failover: dy.bytes("maximum_lag_on_failover")?.unwrap_or(1_048_576),
+            primary_start_timeout: dy
+                .secs("primary_start_timeout")?
+                .unwrap_or(Duration::from_secs(30)),
+        };
+
+        // [tags]
+        let tags = root.sub("tags")?;
+        tags.only(&["nofailover"])?;
+        let nofailover = tags.boolean("nofailover")?.unwrap_or(false);
+
+        // [postgresql]
+        let pg = root.sub("postgresql")?;
+        pg.only(&[
+            "bin_dir",
+            "data_dir",
+            "listen",
+            "connect_address",
+            "socket_dir",
+            "user",
+            "move_aside_unusable",
+            "authentication",
+            "parameters",
+        ])?;
+        let bin_dir = pg
+            .path("bin_dir")?
+            .unwrap_or_else(|| PathBuf::from("/usr/lib/postgresql/15/bin"));
+        let data_dir = pg.required("data_dir", pg.path("data_dir")?)?;
+        let Some(data_parent) = data_dir.parent() else {
+            return Err(pg.err("data_dir", "must not be /"));
+        };
+        let listen = pg.required("listen", pg.string("listen")?)?;
+        if listen.parse::<SocketAddr>().is_err() {
+            return Err(pg.err(
+                "listen",
+                format!("expected \"ip:port\" (an IP literal), found \"{listen}\""),
+            ));
+        }
+        let connect_address = match pg.string("connect_address")? {
+            Some(s) => {
+                check_host_port(&s).map_err(|p| pg.err("connect_address", p))?;
+                s
+            }
+            None => listen.clone(),
+        };
+        let socket_dir = pg
+            .path("socket_dir")?
+            .unwrap_or_else(|| data_parent.join(format!("{name}-socket")));
+        let user = pg.nonempty("user")?;
+        let move_aside_unusable = pg.boolean("move_aside_unusable")?.unwrap_or(false);
+
+        let auth = pg.sub("authentication")?;
+        auth.only(&["superuser", "replication", "rewind"])?;
+        let role = |k: &str, default: &str| -> Result<(String, String), ConfigError> {
+            let s = auth.sub(k)?;
+            s.only(&["username", "password"])?;
+            let user = s
+                .nonempty("username")?
+                .unwrap_or_else(|| default.to_string());
+            let password = s.required("password", s.string("password")?)?;
+            if password.contains(['\n', '\r', '\0']) {
+                return Err(s.err("password", "must not contain a newline or NUL"));
+            }
+            Ok((user, password))
+        };
+        let (superuser, superuser_password) = role("superuser", "postgres")?;
+        let (replication_user, replication_password) = role("replication", "replicator")?;
+        let (rewind_user, rewind_password) = role("rewind", "rewind_user")?;
+
+        let params = pg.sub("parameters")?;
+        let mut parameters = Vec::with_capacity(params.table.len());
+        for (k, v) in params.table {
+            if k.is_empty()
+                || !k
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.'))
+            {
+                return Err(params.err(k, "not a PostgreSQL parameter name ([A-Za-z0-9_.]+)"));
+            }
+            let value = match v {
+                Value::String(s) => s.clone(),
+                Value::Integer(i) => i.to_string(),
+                Value::Float(x) => x.to_string(),
+                Value::Boolean(b) => if *b { "on" } else { "off" }.to_string(),
+                other => {
+                    return Err(params.wrong(k, "a string, number or boolean", other));
+                }
+            };
+            if value.contains(['\n', '\r', '\0']) {
+                return Err(params.err(k, "must not contain a newline or NUL"));
+            }
+            parameters.push((k.clone(), value));
+        }
+
+        // [api]
+        let api = root.sub("api")?;
+        api.only(&["listen", "connect_url"])?;
+        let api_listen = api.required("listen", api.string("listen")?)?;
+        if api_listen.parse::<SocketAddr>().is_err() {
+            return Err(api.err(
+                "listen",
+                format!("expected \"ip:port\" (an IP literal), found \"{api_listen}\""),
+            ));
+        }
+        let connect_url = match api.string("connect_url")? {
+            Some(u) if u.starts_with("http://") || u.starts_with("https://") => u,
+            Some(u) => {
+                return Err(api.err(
+                    "connect_url",
+                    format!("must start with http:// or https://, found \"{u}\""),
+                ));
+            }
+            None => format!("http://{api_listen}"),
+        };
+
+        // [watchdog]
+        let wd = root.sub("watchdog")?;
+        wd.only(&["mode", "device"])?;
+        let mode = match wd.string("mode")?.as_deref() {
+            None | Some("automatic") => WatchdogMode::Automatic,
+            Some("off") => WatchdogMode::Off,
+            Some("required") => WatchdogMode::Required,
+            Some(other) => {
+                return Err(wd.err(
+                    "mode",
+                    format!("expected \"off\", \"automatic\" or \"required\", found \"{other}\""),
+                ));
+            }
+        };
+        let device = wd
+            .path("device")?
+            .unwrap_or_else(|| PathBuf::from("/dev/watchdog"));
+
+        // [log]
+        let lg = root.sub("log")?;
+        lg.only(&["syslog_socket"])?;
+        let syslog_socket = lg.path("syslog_socket")?;
+
+        let timing_err = |error| ConfigError::Timing {
+            file: path.to_path_buf(),
+            error,
+        };
+        validate_timing(&timing, ttl, None).map_err(timing_err)?;
+        if mode == WatchdogMode::Required && watchdog_range(&timing, ttl).is_none() {
+            return Err(timing_err(empty_range_error(&timing, ttl)));
+        }
+
+        Ok(Config {
+            scope,
+            name,
+            namespace,
+            etcd: EtcdConfig { endpoints },
+            timing,
+            dynamic,
+            postgresql: PgConfig {
+                bin_dir,
+                data_dir,
+                listen,
+                connect_address,
+                socket_dir,
+                user,
+                superuser,
+                superuser_password,
+                replication_user,
+                replication_password,
+                rewind_user,
+                rewind_password,
+                parameters,
+                move_aside_unusable,
+            },
+            api: ApiConfig {
+                listen: api_listen,
+                connect_url,
+            },
+            watchdog: WatchdogConfig { mode, device },
+            nofailover,
+            syslog_socket,
+        })
+    }
+
+    /// The budget table `tenure check-config` prints: with a watchdog at the top of
+    /// its allowed range (mode `off`, or an empty range: without one).
+    pub fn budget(&self) -> Budget {
+        let w = match self.watchdog.mode {
+            WatchdogMode::Off => None,
+            _ => watchdog_range(&self.timing, self.timing.ttl).map(|(_, hi)| hi),
+        };
+        budget(&self.timing, self.timing.ttl, w)
+    }
+
+    // -----------------------------------------------------------------------
+    // Dynamic config (the etcd `config` key, DESIGN §3)
+    // -----------------------------------------------------------------------
+
+    /// The `config` key this node would seed at bootstrap (Patroni's names).
+    pub fn dynamic_json(&self) -> String {
+        let t = &self.timing;
+        let v = serde_json::json!({
+            "ttl": t.ttl,
+            "loop_wait": secs_json(t.loop_wait),
+            "retry_timeout": secs_json(t.retry_timeout),
+            "maximum_lag_on_failover": self.dynamic.maximum_lag_on_failover,
+            "primary_start_timeout": secs_json(self.dynamic.primary_start_timeout),
+            "promote_delay": t.promote_delay.map(secs_json),
+        });
+        v.to_string()
+    }
+
+    /// Merge the `config` key with this node's own `safety_margin`, `demote_budget`
+    /// and `iteration_budget`, validated with S6 like [`Config::load`] (no watchdog:
+    /// (c); with watchdog mode `required` the whole-second `W` range must not be empty).
+    /// A node running a watchdog must use [`Config::apply_dynamic_for`] with its
+    /// read-back `W`. `Err` names what is wrong; the caller keeps its old values.
+    pub fn apply_dynamic(&self, json: &str) -> Result<(TimingConfig, DynamicConfig), String> {
+        let (t, d) = self.merge_dynamic(json)?;
+        validate_timing(&t, t.ttl, None).map_err(|e| format!("config key refused: {e}"))?;
+        if self.watchdog.mode == WatchdogMode::Required && watchdog_range(&t, t.ttl).is_none() {
+            return Err(format!(
+                "config key refused: {}",
+                empty_range_error(&t, t.ttl)
+            ));
+        }
+        Ok((t, d))
+    }
+
+    /// [`Config::apply_dynamic`] checked against this node's read-back watchdog
+    /// timeout `W` (`None`: no watchdog).
+    pub fn apply_dynamic_for(
+        &self,
+        json: &str,
+        watchdog: Option<u32>,
+    ) -> Result<(TimingConfig, DynamicConfig), String> {
+        let (t, d) = self.merge_dynamic(json)?;
+        validate_timing(&t, t.ttl, watchdog).map_err(|e| format!("config key refused: {e}"))?;
+        Ok((t, d))
+    }
+
+    /// Parse defensively: another writer may have left anything there. Unknown
+    /// keys are ignored (Patroni keeps `postgresql`, `synchronous_mode`, ... here);
+    /// a known key with a bad value is an error; a missing key keeps this node's
+    /// file value. `iteration_budget` left at its default (`loop_wait -
+    /// retry_timeout` of the file) follows the new `loop_wait - retry_timeout`.
+    fn merge_dynamic(&self, json: &str) -> Result<(TimingConfig, DynamicConfig), String> {
+        let v: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| format!("config key is not JSON: {e}"))?;
+        let obj = v
+            .as_object()
+            .ok_or_else(|| format!("config key is not a JSON object: {}", json_kind(&v)))?;
+        let num = |k: &str| -> Result<Option<f64>, String> {
+            match obj.get(k) {
+                None | Some(serde_json::Value::Null) => Ok(None),
+                Some(serde_json::Value::Number(n)) => n
+                    .as_f64()
+                    .map(Some)
+                    .ok_or_else(|| format!("config key: {k}: not a usable number")),
+                Some(other) => Err(format!(
+                    "config key: {k}: expected a number, found {}",
+                    json_kind(other)
+                )),
+            }
+        };
+        let secs = |k: &str| -> Result<Option<Duration>, String> {
+            match num(k)? {
+                None => Ok(None),
+                Some(x) => secs_from_f64(x)
+                    .map(Some)
+                    .map_err(|p| format!("config key: {k}: {p}")),
+            }
+        };
+        let own = &self.timing;
+        let mut t = own.clone();
+        if let Some(x) = num("ttl")? {
+            if x.fract() != 0.0 || x <= 0.0 || x > f64::from(u32::MAX) {
+                return Err(format!(
+                    "config key: ttl: expected a whole number of seconds > 0, found {x}"
+                ));
+            }
+            t.ttl = x as u32;
+        }
+        if let Some(d) = secs("loop_wait")? {
+            t.loop_wait = d;
+        }
+        if let Some(d) = secs("retry_timeout")? {
+            t.retry_timeout = d;
+        }
+        // promote_delay: absent keeps ours, null means none.
+        match obj.get("promote_delay") {
+            None => {}
+            Some(serde_json::Value::Null) => t.promote_delay = None,
+            Some(_) => t.promote_delay = secs("promote_delay")?,
+        }
+        if own.iteration_budget == own.loop_wait.saturating_sub(own.retry_timeout) {
+            t.iteration_budget = t.loop_wait.saturating_sub(t.retry_timeout);
+        }
+        let mut d = self.dynamic.clone();
+        if let Some(x) = num("maximum_lag_on_failover")? {
+            if x.fract() != 0.0 || !(0.0..=9.0e18).contains(&x) {
+                return Err(format!(
+                    "config key: maximum_lag_on_failover: expected a whole number of bytes >= 0, found {x}"
+                ));
+            }
+            d.maximum_lag_on_failover = x as u64;
+        }
+        if let Some(p) = secs("primary_start_timeout")? {
+            d.primary_start_timeout = p;
+        }
+        Ok((t, d))
+    }
+
+    /// The timing the core uses.
+    pub fn core_timing(t: &TimingConfig, d: &DynamicConfig) -> crate::core::model::Timing {
+        crate::core::model::Timing {
+            ttl: t.ttl,
+            loop_wait: t.loop_wait,
+            retry_timeout: t.retry_timeout,
+            safety_margin: t.safety_margin,
+            demote_budget: t.demote_budget,
+            promote_delay: t.promote_delay,
+            maximum_lag_on_failover: d.maximum_lag_on_failover,
+            primary_start_timeout: d.primary_start_timeout,
+        }
+    }
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Whole seconds as a JSON integer (what Patroni writes), fractions as a float.
+fn secs_json(d: Duration) -> serde_json::Value {
+    if d.subsec_nanos() == 0 {
+        serde_json::Value::from(d.as_secs())
+    } else {
+        serde_json::Value::from(d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,11 @@
 //! tenure: lease-based automatic failover for PostgreSQL.
+pub mod agent;
+pub mod api;
 pub mod clock;
 pub mod config;
 pub mod core;
 pub mod dcs;
+pub mod demo;
+pub mod logging;
 pub mod pg;
 pub mod testbed;

@@ -1,1 +1,307 @@
-fn main() {}
+//! The `tenure` binary: parse arguments, load and validate the configuration,
+//! then hand over to the agent (or the demo).
+//!
+//! Owns: the command line and the process exit code. Must never: start anything
+//! (PostgreSQL, etcd, the watchdog, a data directory) before the configuration has
+//! been fully validated; exit with a code other than the documented ones.
+//!
+//! Exit codes (stable, for scripts and systemd's `RestartPreventExitStatus=`):
+//!   0  success
+//!   1  runtime failure (the agent or the demo stopped with an error)
+//!   2  usage error (unknown subcommand or flag, missing argument, bad TENURE_LOG)
+//!   3  invalid configuration file (unreadable, not TOML, missing/unknown/wrong key)
+//!   4  the timing contract (DESIGN S6) is violated
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use tenure::config::{Config, ConfigError, WatchdogMode};
+
+const USAGE: &str = "\
+tenure: lease-based automatic failover for PostgreSQL with no split brain
+
+Usage:
+  tenure run --config FILE      run the agent for this host
+  tenure check-config FILE      validate FILE and print the timing budget table
+  tenure demo [--keep]          run a local demo cluster (--keep: keep its files)
+  tenure --version              print the version
+  tenure --help                 print this help
+
+Environment:
+  TENURE_LOG=error|warn|info|debug   log level on stderr (default info)
+
+Exit codes:
+  0 success, 1 runtime failure, 2 usage error, 3 invalid configuration file,
+  4 timing contract (S6) violated
+";
+
+/// Everything `main_exec` can fail with; each variant maps to one exit code.
+#[derive(Debug)]
+enum MainError {
+    /// Usage error: the text names the offending argument (exit 2).
+    Usage(String),
+    /// The configuration file is unreadable or invalid (exit 3).
+    Config(ConfigError),
+    /// The configuration breaks the timing contract (exit 4).
+    Timing(ConfigError),
+    /// The agent or the demo failed at run time (exit 1).
+    Runtime(String),
+}
+
+impl MainError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            MainError::Runtime(_) => 1,
+            MainError::Usage(_) => 2,
+            MainError::Config(_) => 3,
+            MainError::Timing(_) => 4,
+        }
+    }
+}
+
+impl From<ConfigError> for MainError {
+    fn from(e: ConfigError) -> Self {
+        match e {
+            ConfigError::Timing { .. } => MainError::Timing(e),
+            _ => MainError::Config(e),
+        }
+    }
+}
+
+impl fmt::Display for MainError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MainError::Usage(s) => write!(f, "usage error: {s} (see tenure --help)"),
+            MainError::Config(e) => write!(f, "invalid configuration: {e}"),
+            MainError::Timing(e) => write!(f, "timing contract violated: {e}"),
+            MainError::Runtime(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Command {
+    Run { config: PathBuf },
+    CheckConfig { config: PathBuf },
+    Demo { keep: bool },
+    Version,
+    Help,
+}
+
+fn usage(s: impl Into<String>) -> MainError {
+    MainError::Usage(s.into())
+}
+
+/// Hand-rolled parsing: four subcommands do not need a framework, and every
+/// rejection names the argument.
+fn parse_args(args: &[String]) -> Result<Command, MainError> {
+    let Some(first) = args.first() else {
+        return Err(usage("no subcommand given"));
+    };
+    let rest = &args[1..];
+    let no_more = |rest: &[String]| match rest.first() {
+        None => Ok(()),
+        Some(a) if a.starts_with('-') => Err(usage(format!("unknown flag {a:?}"))),
+        Some(a) => Err(usage(format!("unexpected argument {a:?}"))),
+    };
+    match first.as_str() {
+        "--version" | "-V" => no_more(rest).map(|_| Command::Version),
+        "--help" | "-h" | "help" => Ok(Command::Help),
+        "run" => {
+            let mut config = None;
+            let mut i = 0;
+            while i < rest.len() {
+                let a = &rest[i];
+                if a == "--config" || a == "-c" {
+                    let v = rest
+                        .get(i + 1)
+                        .ok_or_else(|| usage(format!("{a} needs a FILE")))?;
+                    config = Some(PathBuf::from(v));
+                    i += 2;
+                } else if let Some(v) = a.strip_prefix("--config=") {
+                    config = Some(PathBuf::from(v));
+                    i += 1;
+                } else if a.starts_with('-') {
+                    return Err(usage(format!("unknown flag {a:?} for run")));
+                } else {
+                    return Err(usage(format!(
+                        "unexpected argument {a:?} for run (use --config FILE)"
+                    )));
+                }
+            }
+            let config = config.ok_or_else(|| usage("run needs --config FILE"))?;
+            Ok(Command::Run { config })
+        }
+        "check-config" => match rest {
+            [] => Err(usage("check-config needs a FILE")),
+            [f] if f.starts_with('-') => Err(usage(format!("unknown flag {f:?} for check-config"))),
+            [f] => Ok(Command::CheckConfig {
+                config: PathBuf::from(f),
+            }),
+            [_, extra, ..] => Err(usage(format!(
+                "unexpected argument {extra:?} for check-config"
+            ))),
+        },
+        "demo" => {
+            let mut keep = false;
+            for a in rest {
+                match a.as_str() {
+                    "--keep" => keep = true,
+                    a if a.starts_with('-') => {
+                        return Err(usage(format!("unknown flag {a:?} for demo")));
+                    }
+                    a => return Err(usage(format!("unexpected argument {a:?} for demo"))),
+                }
+            }
+            Ok(Command::Demo { keep })
+        }
+        a if a.starts_with('-') => Err(usage(format!("unknown flag {a:?}"))),
+        a => Err(usage(format!("unknown subcommand {a:?}"))),
+    }
+}
+
+/// The budget table(s) for `check-config`.
+fn budget_report(path: &Path, c: &Config) -> String {
+    let t = &c.timing;
+    let mut out = format!("{}: OK\n\n", path.display());
+    let range = tenure::config::watchdog_range(t, t.ttl);
+    match (&c.watchdog.mode, range) {
+        (WatchdogMode::Off, _) => {
+            out += "watchdog mode \"off\":\n";
+            out += &tenure::config::budget(t, t.ttl, None).to_string();
+        }
+        (_, Some((_, hi))) => {
+            out += &format!(
+                "with a watchdog at the top of its range (W = {hi} s; the agent checks again \
+                 with the granted ttl and the W the device reports):\n"
+            );
+            out += &tenure::config::budget(t, t.ttl, Some(hi)).to_string();
+            if c.watchdog.mode == WatchdogMode::Automatic {
+                out += "\nwatchdog mode \"automatic\", if no usable device is found:\n";
+                out += &tenure::config::budget(t, t.ttl, None).to_string();
+            }
+        }
+        (_, None) => {
+            out += "no whole-second watchdog timeout fits this timing; without a watchdog:\n";
+            out += &tenure::config::budget(t, t.ttl, None).to_string();
+        }
+    }
+    out
+}
+
+fn main_exec() -> Result<(), MainError> {
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| {
+            a.into_string()
+                .map_err(|a| usage(format!("argument {a:?} is not valid UTF-8")))
+        })
+        .collect::<Result<_, _>>()?;
+    match parse_args(&args)? {
+        Command::Help => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        Command::Version => {
+            println!("tenure {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+        Command::CheckConfig { config } => {
+            let c = Config::load(&config)?;
+            print!("{}", budget_report(&config, &c));
+            Ok(())
+        }
+        Command::Run { config } => {
+            // INVARIANT: nothing is started before the file is fully validated.
+            let c = Config::load(&config)?;
+            let level = tenure::logging::level_from_env().map_err(MainError::Usage)?;
+            tenure::logging::init(level, c.syslog_socket.as_deref()).map_err(MainError::Runtime)?;
+            log::info!(
+                "tenure {} starting: scope {}, member {}, config {}",
+                env!("CARGO_PKG_VERSION"),
+                c.scope,
+                c.name,
+                config.display()
+            );
+            tenure::agent::run(c, &config).map_err(|e| MainError::Runtime(format!("agent: {e}")))
+        }
+        Command::Demo { keep } => {
+            let level = tenure::logging::level_from_env().map_err(MainError::Usage)?;
+            tenure::logging::init(level, None).map_err(MainError::Runtime)?;
+            tenure::demo::run(keep).map_err(|e| MainError::Runtime(format!("demo: {e}")))
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match main_exec() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tenure: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<Command, MainError> {
+        let v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        parse_args(&v)
+    }
+
+    fn usage_text(args: &[&str]) -> String {
+        match p(args) {
+            Err(MainError::Usage(s)) => s,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn commands() {
+        assert_eq!(
+            p(&["run", "--config", "a.toml"]).ok(),
+            Some(Command::Run {
+                config: "a.toml".into()
+            })
+        );
+        assert_eq!(
+            p(&["run", "--config=a.toml"]).ok(),
+            Some(Command::Run {
+                config: "a.toml".into()
+            })
+        );
+        assert_eq!(
+            p(&["check-config", "a.toml"]).ok(),
+            Some(Command::CheckConfig {
+                config: "a.toml".into()
+            })
+        );
+        assert_eq!(p(&["demo"]).ok(), Some(Command::Demo { keep: false }));
+        assert_eq!(
+            p(&["demo", "--keep"]).ok(),
+            Some(Command::Demo { keep: true })
+        );
+        assert_eq!(p(&["--version"]).ok(), Some(Command::Version));
+        assert_eq!(p(&["--help"]).ok(), Some(Command::Help));
+    }
+
+    #[test]
+    fn usage_errors_name_the_argument() {
+        assert!(usage_text(&[]).contains("no subcommand"));
+        assert!(usage_text(&["frobnicate"]).contains("\"frobnicate\""));
+        assert!(usage_text(&["--frob"]).contains("\"--frob\""));
+        assert!(usage_text(&["run"]).contains("--config"));
+        assert!(usage_text(&["run", "--config"]).contains("needs a FILE"));
+        assert!(usage_text(&["run", "--conf", "x"]).contains("\"--conf\""));
+        assert!(usage_text(&["run", "x.toml"]).contains("\"x.toml\""));
+        assert!(usage_text(&["check-config"]).contains("needs a FILE"));
+        assert!(usage_text(&["check-config", "a", "b"]).contains("\"b\""));
+        assert!(usage_text(&["demo", "--kept"]).contains("\"--kept\""));
+        assert!(usage_text(&["--version", "x"]).contains("\"x\""));
+    }
+}

@@ -1,0 +1,492 @@
+//! Unit tests for config parsing, S6 and the budget table.
+
+use super::*;
+
+const GOOD: &str = r#"
+scope = "demo"
+name = "pg1"
+
+[etcd]
+endpoints = ["http://127.0.0.1:2379", "http://[::1]:2380"]
+
+[timing]
+ttl = 30
+loop_wait = 2
+retry_timeout = 1
+safety_margin = 2
+demote_budget = 1
+
+[postgresql]
+data_dir = "/dev/shm/x/pg1"
+listen = "127.0.0.1:5432"
+
+[postgresql.authentication.superuser]
+password = "su"
+[postgresql.authentication.replication]
+password = "rep"
+[postgresql.authentication.rewind]
+password = "rw"
+
+[api]
+listen = "127.0.0.1:8008"
+"#;
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(Path::new("t.toml"), text)
+}
+
+fn err(text: &str) -> String {
+    match parse(text) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn timing(ttl: u32, lw: f64, r: f64, m: f64, b: f64) -> TimingConfig {
+    let d = Duration::from_secs_f64;
+    TimingConfig {
+        ttl,
+        loop_wait: d(lw),
+        retry_timeout: d(r),
+        safety_margin: d(m),
+        demote_budget: d(b),
+        promote_delay: None,
+        iteration_budget: d(lw - r),
+    }
+}
+
+#[test]
+fn good_file_and_defaults() {
+    let c = parse(GOOD).expect("valid");
+    assert_eq!(c.scope, "demo");
+    assert_eq!(c.name, "pg1");
+    assert_eq!(c.namespace, "/service");
+    assert_eq!(c.etcd.endpoints.len(), 2);
+    assert_eq!(c.timing.ttl, 30);
+    assert_eq!(c.timing.iteration_budget, Duration::from_secs(1));
+    assert_eq!(c.timing.promote_delay, None);
+    assert_eq!(c.dynamic.maximum_lag_on_failover, 1_048_576);
+    assert_eq!(c.dynamic.primary_start_timeout, Duration::from_secs(30));
+    assert!(!c.nofailover);
+    let pg = &c.postgresql;
+    assert_eq!(pg.bin_dir, PathBuf::from("/usr/lib/postgresql/15/bin"));
+    assert_eq!(pg.connect_address, "127.0.0.1:5432");
+    assert_eq!(pg.socket_dir, PathBuf::from("/dev/shm/x/pg1-socket"));
+    assert_eq!(pg.user, None);
+    assert_eq!(pg.superuser, "postgres");
+    assert_eq!(pg.replication_user, "replicator");
+    assert_eq!(pg.rewind_user, "rewind_user");
+    assert_eq!(pg.superuser_password, "su");
+    assert!(pg.parameters.is_empty());
+    assert!(!pg.move_aside_unusable);
+    assert_eq!(c.api.connect_url, "http://127.0.0.1:8008");
+    assert_eq!(c.watchdog.mode, WatchdogMode::Automatic);
+    assert_eq!(c.watchdog.device, PathBuf::from("/dev/watchdog"));
+    assert_eq!(c.syslog_socket, None);
+}
+
+#[test]
+fn parameters_and_optional_keys() {
+    let text = format!(
+        "{GOOD}\n[postgresql.parameters]\nmax_connections = 100\nwal_log_hints = true\n\
+         shared_buffers = \"128MB\"\ncheckpoint_completion_target = 0.9\n\
+         [watchdog]\nmode = \"off\"\n[log]\nsyslog_socket = \"/dev/shm/log\"\n[tags]\nnofailover = true\n"
+    );
+    let c = parse(&text).expect("valid");
+    assert_eq!(
+        c.postgresql.parameters,
+        vec![
+            (
+                "checkpoint_completion_target".to_string(),
+                "0.9".to_string()
+            ),
+            ("max_connections".to_string(), "100".to_string()),
+            ("shared_buffers".to_string(), "128MB".to_string()),
+            ("wal_log_hints".to_string(), "on".to_string()),
+        ]
+    );
+    assert_eq!(c.watchdog.mode, WatchdogMode::Off);
+    assert_eq!(c.syslog_socket, Some(PathBuf::from("/dev/shm/log")));
+    assert!(c.nofailover);
+}
+
+#[test]
+fn float_seconds_are_exact() {
+    let text = GOOD
+        .replace("ttl = 30", "ttl = 7")
+        .replace("loop_wait = 2", "loop_wait = 0.5")
+        .replace("retry_timeout = 1", "retry_timeout = 0.25")
+        .replace("safety_margin = 2", "safety_margin = 0.5")
+        .replace("demote_budget = 1", "demote_budget = 0.3");
+    let c = parse(&text).expect("valid");
+    assert_eq!(c.timing.demote_budget, Duration::from_millis(300));
+    assert_eq!(c.timing.iteration_budget, Duration::from_millis(250));
+}
+
+#[test]
+fn missing_keys_are_named() {
+    let e = err(&GOOD.replace("scope = \"demo\"", ""));
+    assert!(e.contains("t.toml: scope: missing"), "{e}");
+    let e = err(&GOOD.replace("loop_wait = 2\n", ""));
+    assert!(e.contains("timing.loop_wait: missing"), "{e}");
+    let e = err(&GOOD.replace("password = \"rep\"", ""));
+    assert!(
+        e.contains("postgresql.authentication.replication.password: missing"),
+        "{e}"
+    );
+    // A whole missing table reports its first required key.
+    let e = err(&GOOD.replace("[api]\nlisten = \"127.0.0.1:8008\"", ""));
+    assert!(e.contains("api.listen: missing"), "{e}");
+    let e = err(&GOOD.replace("endpoints = ", "#"));
+    assert!(e.contains("etcd.endpoints: missing"), "{e}");
+}
+
+#[test]
+fn wrong_types_are_named() {
+    let e = err(&GOOD.replace("loop_wait = 2", "loop_wait = \"2\""));
+    assert!(
+        e.contains("timing.loop_wait: expected a number of seconds, found a string"),
+        "{e}"
+    );
+    let e = err(&GOOD.replace("ttl = 30", "ttl = 30.5"));
+    assert!(
+        e.contains("timing.ttl: expected a whole number of seconds, found a float"),
+        "{e}"
+    );
+    let e = err(&GOOD.replace("name = \"pg1\"", "name = 1"));
+    assert!(
+        e.contains("name: expected a string, found an integer"),
+        "{e}"
+    );
+    let e = err(&format!("{GOOD}\n[tags]\nnofailover = \"yes\"\n"));
+    assert!(e.contains("tags.nofailover: expected true or false"), "{e}");
+    let e = err(&GOOD.replace("[timing]", "timing = 3\n[xtiming]"));
+    assert!(e.contains("unknown key") || e.contains("timing"), "{e}");
+}
+
+#[test]
+fn bad_values_are_named() {
+    let e = err(&GOOD.replace("loop_wait = 2", "loop_wait = 0"));
+    assert!(e.contains("timing.loop_wait: must be > 0"), "{e}");
+    let e = err(&GOOD.replace("retry_timeout = 1", "retry_timeout = -1"));
+    assert!(e.contains("timing.retry_timeout: must be > 0"), "{e}");
+    let e = err(&GOOD.replace("ttl = 30", "ttl = 0"));
+    assert!(e.contains("timing.ttl: must be > 0"), "{e}");
+    let e = err(&GOOD.replace("\"pg1\"", "\"pg 1\""));
+    assert!(e.contains("name: must match"), "{e}");
+    let e = err(&GOOD.replace("http://127.0.0.1:2379", "http://localhost:2379"));
+    assert!(
+        e.contains("etcd.endpoints[0]") && e.contains("IP literal"),
+        "{e}"
+    );
+    let e = err(&GOOD.replace("http://127.0.0.1:2379", "127.0.0.1:2379"));
+    assert!(
+        e.contains("etcd.endpoints[0]") && e.contains("http://"),
+        "{e}"
+    );
+    let e = err(&GOOD.replace("listen = \"127.0.0.1:5432\"", "listen = \"db:5432\""));
+    assert!(e.contains("postgresql.listen: expected \"ip:port\""), "{e}");
+    let e = err(&GOOD.replace("/dev/shm/x/pg1", "data"));
+    assert!(
+        e.contains("postgresql.data_dir: must be an absolute path"),
+        "{e}"
+    );
+    let e = err(&format!("{GOOD}\n[watchdog]\nmode = \"sometimes\"\n"));
+    assert!(e.contains("watchdog.mode: expected \"off\""), "{e}");
+    let e = err(&GOOD.replace("endpoints = [", "endpoints = [1, "));
+    assert!(e.contains("etcd.endpoints[0]: expected a string"), "{e}");
+    let e = err(&format!(
+        "{GOOD}\n[postgresql.parameters]\n\"bad name\" = 1\n"
+    ));
+    assert!(e.contains("postgresql.parameters.bad name"), "{e}");
+    let e = err(&format!("{GOOD}\n[postgresql.parameters]\nx = \"a\\nb\"\n"));
+    assert!(e.contains("newline"), "{e}");
+}
+
+#[test]
+fn unknown_keys_are_refused() {
+    let e = err(&GOOD.replace("ttl = 30", "ttl = 30\nloop_wiat = 3"));
+    assert!(e.contains("timing.loop_wiat: unknown key"), "{e}");
+    let e = err(&format!("extra = 1\n{GOOD}"));
+    assert!(e.contains("t.toml: extra: unknown key"), "{e}");
+    let e = err(&format!("{GOOD}\n[postgres]\nx = 1\n"));
+    assert!(e.contains("postgres: unknown key"), "{e}");
+    let e = err(&GOOD.replace("password = \"su\"", "password = \"su\"\npasswd = \"x\""));
+    assert!(
+        e.contains("postgresql.authentication.superuser.passwd: unknown key"),
+        "{e}"
+    );
+}
+
+#[test]
+fn syntax_errors_name_the_file() {
+    let e = err("scope = ");
+    assert!(e.starts_with("t.toml: not valid TOML"), "{e}");
+}
+
+#[test]
+fn unreadable_file() {
+    let e = Config::load(Path::new("/nonexistent/tenure.toml")).unwrap_err();
+    assert!(matches!(e, ConfigError::Read { .. }));
+    assert!(
+        e.to_string()
+            .starts_with("/nonexistent/tenure.toml: cannot read")
+    );
+}
+
+#[test]
+fn s6a_refused_with_numbers() {
+    let text = GOOD
+        .replace("ttl = 30", "ttl = 10")
+        .replace("loop_wait = 2", "loop_wait = 5")
+        .replace("retry_timeout = 1", "retry_timeout = 3");
+    let e = parse(&text).unwrap_err();
+    let ConfigError::Timing { error, .. } = &e else {
+        panic!("{e}")
+    };
+    assert_eq!(error.rule, TimingRule::A);
+    assert_eq!(
+        e.to_string(),
+        "t.toml: S6(a) violated: loop_wait + 2 × retry_timeout <= ttl, but 5 + 2 × 3 = 11 > 10"
+    );
+}
+
+#[test]
+fn s6_each_rule() {
+    // (a)
+    let e = validate_timing(&timing(10, 5.0, 3.0, 1.0, 1.0), 10, None).unwrap_err();
+    assert_eq!(e.rule, TimingRule::A);
+    // (b) left: W must exceed L_w + R + B = 4.
+    let t = timing(30, 2.0, 1.0, 2.0, 1.0);
+    let e = validate_timing(&t, 30, Some(4)).unwrap_err();
+    assert_eq!(e.rule, TimingRule::B);
+    assert!(e.to_string().contains("2 + 1 + 1 = 4 >= W = 4"), "{e}");
+    assert!(validate_timing(&t, 30, Some(5)).is_ok());
+    // (b) right: W <= (30 - 2 - 1) / 2 = 13.5.
+    assert!(validate_timing(&t, 30, Some(13)).is_ok());
+    let e = validate_timing(&t, 30, Some(14)).unwrap_err();
+    assert_eq!(e.rule, TimingRule::B);
+    assert!(
+        e.to_string().contains("W = 14 > (30 - 2 - 1) / 2 = 13.5"),
+        "{e}"
+    );
+    // The granted ttl counts, not the configured one.
+    assert!(validate_timing(&t, 31, Some(14)).is_ok());
+    // (c) without a watchdog: L_w + R + B < ttl - M.
+    let t = timing(8, 2.0, 1.0, 2.0, 3.0);
+    let e = validate_timing(&t, 8, None).unwrap_err();
+    assert_eq!(e.rule, TimingRule::C);
+    assert!(e.to_string().contains("2 + 1 + 3 = 6 >= 8 - 2 = 6"), "{e}");
+    assert!(validate_timing(&timing(9, 2.0, 1.0, 2.0, 3.0), 9, None).is_ok());
+    // (d) R + P <= L_w.
+    let mut t = timing(30, 2.0, 1.0, 2.0, 1.0);
+    t.iteration_budget = Duration::from_millis(1500);
+    let e = validate_timing(&t, 30, None).unwrap_err();
+    assert_eq!(e.rule, TimingRule::D);
+    assert!(e.to_string().contains("1 + 1.5 = 2.5 > 2"), "{e}");
+    // P = 0 (loop_wait == retry_timeout by default).
+    let e = validate_timing(&timing(30, 2.0, 2.0, 2.0, 1.0), 30, None).unwrap_err();
+    assert_eq!(e.rule, TimingRule::D);
+    // (e) W > L_w + R + 1 - M: B small and M small so (b) passes but (e) fails.
+    let t = timing(30, 2.0, 0.5, 0.5, 0.1);
+    let e = validate_timing(&t, 30, Some(3)).unwrap_err();
+    assert_eq!(e.rule, TimingRule::E);
+    assert!(
+        e.to_string().contains("W = 3 <= 2 + 0.5 + 1 - 0.5 = 3"),
+        "{e}"
+    );
+    assert!(validate_timing(&t, 30, Some(4)).is_ok());
+    // Positive durations.
+    let mut t = timing(30, 2.0, 1.0, 2.0, 1.0);
+    t.safety_margin = Duration::ZERO;
+    assert_eq!(
+        validate_timing(&t, 30, None).unwrap_err().rule,
+        TimingRule::Positive
+    );
+    let mut t = timing(30, 2.0, 1.0, 2.0, 1.0);
+    t.promote_delay = Some(Duration::ZERO);
+    assert_eq!(
+        validate_timing(&t, 30, None).unwrap_err().rule,
+        TimingRule::Positive
+    );
+    assert_eq!(
+        validate_timing(&timing(30, 2.0, 1.0, 2.0, 1.0), 0, None)
+            .unwrap_err()
+            .rule,
+        TimingRule::Positive
+    );
+}
+
+#[test]
+fn patroni_defaults_fail() {
+    // ttl 30, loop_wait 10, retry_timeout 10, safety_margin 5: fail (b) and (d).
+    let mut t = timing(30, 10.0, 10.0, 5.0, 1.0);
+    t.iteration_budget = Duration::from_secs(1);
+    assert_eq!(
+        validate_timing(&t, 30, Some(10)).unwrap_err().rule,
+        TimingRule::D
+    );
+    assert_eq!(watchdog_range(&t, 30), None);
+}
+
+#[test]
+fn worked_example_1() {
+    let t = timing(30, 2.0, 1.0, 2.0, 1.0);
+    assert!(validate_timing(&t, 30, None).is_ok());
+    assert_eq!(watchdog_range(&t, 30), Some((5, 13)));
+    let b = budget(&t, 30, Some(13));
+    assert_eq!(b.w_above_b, Duration::from_secs(4));
+    assert_eq!(b.w_at_most, Duration::from_millis(13_500));
+    assert_eq!(b.outage_tolerated, 9_000_000_000);
+    assert_eq!(b.iteration_budget, Duration::from_secs(1));
+    assert_eq!(b.pet_window, Some(Duration::from_secs(2)));
+    assert_eq!(b.fence_deadline, Duration::from_secs(13));
+    assert_eq!(b.fence_start, Duration::from_secs(12));
+    assert_eq!(b.failover_worst, Duration::from_millis(33_500));
+    assert_eq!(b.early_expiry_delay, Duration::from_secs(29));
+    let s = b.to_string();
+    assert!(s.contains("4 < W <= 13 "), "{s}");
+    assert!(s.contains("5..=13"), "{s}");
+    assert!(s.contains("T  9 s"), "{s}");
+    assert!(s.contains("nothing after F"), "{s}");
+}
+
+#[test]
+fn worked_example_2() {
+    let t = timing(7, 0.5, 0.25, 0.5, 0.3);
+    assert!(validate_timing(&t, 7, None).is_ok());
+    assert!(validate_timing(&t, 7, Some(3)).is_ok());
+    assert_eq!(
+        validate_timing(&t, 7, Some(4)).unwrap_err().rule,
+        TimingRule::B
+    );
+    // (e): W > 0.5 + 0.25 + 1 - 0.5 = 1.25, so W = 1 fails (b) first.
+    assert_eq!(
+        validate_timing(&t, 7, Some(1)).unwrap_err().rule,
+        TimingRule::B
+    );
+    assert_eq!(watchdog_range(&t, 7), Some((2, 3)));
+    let b = budget(&t, 7, Some(3));
+    assert_eq!(b.outage_tolerated, 1_950_000_000);
+    assert_eq!(b.iteration_budget, Duration::from_millis(250));
+    let s = b.to_string();
+    assert!(s.contains("1.05 < W <= 3 "), "{s}");
+    assert!(s.contains("T  1.95 s"), "{s}");
+    // Without a watchdog: T = ttl - M - B - L_w - R = 7 - 0.5 - 0.3 - 0.5 - 0.25.
+    let b = budget(&t, 7, None);
+    assert_eq!(b.outage_tolerated, 5_450_000_000);
+    assert_eq!(b.fence_deadline, Duration::from_millis(6500));
+    assert_eq!(b.early_expiry_delay, Duration::from_millis(7250));
+    let s = b.to_string();
+    assert!(s.contains("FROZEN agent"), "{s}");
+}
+
+#[test]
+fn required_watchdog_needs_a_range() {
+    // ttl 10, M 2, R 1: W <= 3.5; L_w + R + B = 2 + 1 + 1 = 4: empty.
+    let text = GOOD
+        .replace("ttl = 30", "ttl = 10")
+        .replace("[api]", "[watchdog]\nmode = \"required\"\n[api]");
+    let e = parse(&text).unwrap_err();
+    let ConfigError::Timing { error, .. } = &e else {
+        panic!("{e}")
+    };
+    assert_eq!(error.rule, TimingRule::WatchdogRange);
+    assert!(e.to_string().contains("(10 - 2 - 1) / 2 = 3.5"), "{e}");
+    // Automatic mode: accepted (it can run without one, S6(c)).
+    let text = GOOD.replace("ttl = 30", "ttl = 10");
+    assert!(parse(&text).is_ok());
+}
+
+#[test]
+fn dynamic_roundtrip_and_merge() {
+    let c = parse(GOOD).expect("valid");
+    let j = c.dynamic_json();
+    let v: serde_json::Value = serde_json::from_str(&j).expect("json");
+    assert_eq!(v["ttl"], 30);
+    assert_eq!(v["loop_wait"], 2);
+    assert_eq!(v["retry_timeout"], 1);
+    assert_eq!(v["maximum_lag_on_failover"], 1_048_576);
+    assert_eq!(v["primary_start_timeout"], 30);
+    assert!(v["promote_delay"].is_null());
+    let (t, d) = c.apply_dynamic(&j).expect("own json applies");
+    assert_eq!(t.ttl, 30);
+    assert_eq!(d.maximum_lag_on_failover, 1_048_576);
+
+    // Patroni-style key with extra keys: ignored; new values merged.
+    let (t, d) = c
+        .apply_dynamic(
+            r#"{"ttl": 20, "loop_wait": 3, "retry_timeout": 1, "maximum_lag_on_failover": 5,
+                "postgresql": {"parameters": {}}, "synchronous_mode": false, "promote_delay": 4.5}"#,
+        )
+        .expect("valid");
+    assert_eq!(t.ttl, 20);
+    assert_eq!(t.loop_wait, Duration::from_secs(3));
+    // Default iteration_budget follows loop_wait - retry_timeout.
+    assert_eq!(t.iteration_budget, Duration::from_secs(2));
+    assert_eq!(t.promote_delay, Some(Duration::from_millis(4500)));
+    assert_eq!(t.safety_margin, Duration::from_secs(2));
+    assert_eq!(d.maximum_lag_on_failover, 5);
+
+    // Garbage and S6 violations: Err naming what is wrong.
+    assert!(
+        c.apply_dynamic("not json")
+            .unwrap_err()
+            .contains("not JSON")
+    );
+    assert!(
+        c.apply_dynamic("[1]")
+            .unwrap_err()
+            .contains("not a JSON object")
+    );
+    let e = c.apply_dynamic(r#"{"loop_wait": "x"}"#).unwrap_err();
+    assert!(
+        e.contains("loop_wait: expected a number, found a string"),
+        "{e}"
+    );
+    let e = c.apply_dynamic(r#"{"ttl": 7.5}"#).unwrap_err();
+    assert!(e.contains("ttl"), "{e}");
+    let e = c.apply_dynamic(r#"{"loop_wait": -1}"#).unwrap_err();
+    assert!(e.contains("loop_wait: must be > 0"), "{e}");
+    let e = c
+        .apply_dynamic(r#"{"ttl": 10, "loop_wait": 5, "retry_timeout": 3}"#)
+        .unwrap_err();
+    assert!(
+        e.contains("S6(a)") && e.contains("5 + 2 × 3 = 11 > 10"),
+        "{e}"
+    );
+    // Patroni's defaults: refused (S6(d) with this node's P... here P follows, so (a)).
+    assert!(
+        c.apply_dynamic(r#"{"ttl": 30, "loop_wait": 10, "retry_timeout": 10}"#)
+            .is_err()
+    );
+    // With this node's W: 13 fits ttl 30 but not ttl 20 ((20 - 2 - 1) / 2 = 8.5).
+    assert!(c.apply_dynamic_for(&j, Some(13)).is_ok());
+    let e = c.apply_dynamic_for(r#"{"ttl": 20}"#, Some(13)).unwrap_err();
+    assert!(e.contains("S6(b)"), "{e}");
+    // promote_delay null clears it.
+    let (t, _) = c
+        .apply_dynamic(r#"{"promote_delay": null}"#)
+        .expect("valid");
+    assert_eq!(t.promote_delay, None);
+}
+
+#[test]
+fn core_timing_maps_fields() {
+    let c = parse(GOOD).expect("valid");
+    let ct = Config::core_timing(&c.timing, &c.dynamic);
+    assert_eq!(ct.ttl, 30);
+    assert_eq!(ct.loop_wait, Duration::from_secs(2));
+    assert_eq!(ct.demote_budget, Duration::from_secs(1));
+    assert_eq!(ct.maximum_lag_on_failover, 1_048_576);
+    assert_eq!(ct.primary_start_timeout, Duration::from_secs(30));
+}
+
+#[test]
+fn example_file_is_accepted() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/tenure.example.toml");
+    let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.timing.ttl, 30);
+    assert_eq!(c.watchdog.mode, WatchdogMode::Automatic);
+    assert_eq!(watchdog_range(&c.timing, 30), Some((5, 13)));
+}
