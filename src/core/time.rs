@@ -21,13 +21,16 @@ impl Instant {
         self.0
     }
 
-    /// `self + d`, saturating at the end of time.
+    /// `self + d`, saturating at the end of time. (A method, not `ops::Add`: the
+    /// saturation is the point, and it should read as a choice at every call.)
+    #[allow(clippy::should_implement_trait)]
     pub fn add(self, d: Duration) -> Instant {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Instant(self.0.saturating_add(ns))
     }
 
     /// `self - d`, saturating at zero.
+    #[allow(clippy::should_implement_trait)]
     pub fn sub(self, d: Duration) -> Instant {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Instant(self.0.saturating_sub(ns))
