@@ -255,6 +255,9 @@ pub fn bootstrap_sql(cfg: &PgConfig) -> String {
         format!(
             "GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO {rw};"
         ),
+        // The rewind job checkpoints the source first (see job.rs): pg_checkpoint
+        // is the PostgreSQL 15 role that allows CHECKPOINT without superuser.
+        format!("GRANT pg_checkpoint TO {rw};"),
     ];
     let mut s = String::new();
     for l in lines {
@@ -399,6 +402,7 @@ mod tests {
         assert!(
             s.contains("pg_read_binary_file(text, bigint, bigint, boolean) TO \"rewinder\";\n")
         );
+        assert!(s.contains("GRANT pg_checkpoint TO \"rewinder\";\n"));
         assert!(s.lines().all(|l| l.ends_with(';')));
     }
 

@@ -530,6 +530,26 @@ fn plan(
                 .to_str()
                 .ok_or_else(|| PgError::Config(format!("passfile {} is not UTF-8", pf.display())))?
                 .to_string();
+            let conninfo = conf::rewind_conninfo(&ctl.cfg, &src, &pf);
+            // PostgreSQL 15's pg_rewind takes the source's timeline from its
+            // pg_control, which says the old timeline until the first checkpoint
+            // after promotion: rewinding earlier answers "no rewind required" and
+            // leaves a standby stuck on a forked timeline (seen in tests/real_pg.rs).
+            job.steps.push_back(Step::Run(Cmd {
+                what: "CHECKPOINT on the rewind source (psql)",
+                program: "psql",
+                args: vec![
+                    os("-X"),
+                    os("-w"),
+                    os("-v"),
+                    os("ON_ERROR_STOP=1"),
+                    os("-c"),
+                    os("CHECKPOINT"),
+                    os(&conninfo),
+                ],
+                env: vec![("PGCONNECT_TIMEOUT", os("10"))],
+                stdin: None,
+            }));
             job.steps.push_back(Step::Run(Cmd {
                 what: "pg_rewind",
                 program: "pg_rewind",
@@ -538,10 +558,7 @@ fn plan(
                 args: vec![
                     os("-D"),
                     os(&data),
-                    os(format!(
-                        "--source-server={}",
-                        conf::rewind_conninfo(&ctl.cfg, &src, &pf)
-                    )),
+                    os(format!("--source-server={conninfo}")),
                 ],
                 env: vec![("PGCONNECT_TIMEOUT", os("10"))],
                 stdin: None,
