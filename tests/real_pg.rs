@@ -52,6 +52,7 @@ impl Drop for Guard {
     fn drop(&mut self) {
         for n in &mut self.nodes {
             n.kill_job();
+            let pm = n.postmaster_pid();
             // SIGQUIT first (the postmaster then removes its shared memory), then
             // SIGKILL by pid whatever is left.
             let _ = n.fence(clock::now().add(secs(5)));
@@ -67,11 +68,34 @@ impl Drop for Guard {
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
+            if let Some(pm) = pm {
+                reap(pm);
+            }
         }
         if std::thread::panicking() || std::env::var_os("TENURE_KEEP_SCRATCH").is_some() {
             eprintln!("scratch dir kept for inspection: {}", self.dir.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Orphaned postmasters become our children (not pid 1's, which does not reap in
+/// this container): a SIGKILLed postmaster left as a zombie would otherwise block
+/// the next start ("lock file postmaster.pid already exists").
+fn become_subreaper() {
+    nix::sys::prctl::set_child_subreaper(true).expect("PR_SET_CHILD_SUBREAPER");
+}
+
+/// Reap `pid` if it is our (zombie) child; only that pid, so job children of
+/// other tests keep their exit status.
+fn reap(pid: u32) {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let p = nix::unistd::Pid::from_raw(pid as i32);
+    for _ in 0..100 {
+        match waitpid(p, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(10)),
+            _ => return,
         }
     }
 }
@@ -149,6 +173,7 @@ fn count(cfg: &PgConfig, v: &str) -> i64 {
 
 #[test]
 fn bootstrap_replicate_fence_promote_rewind() {
+    become_subreaper();
     let dir = testbed::scratch_dir("pg").unwrap();
     let pg = nix::unistd::User::from_name("postgres").unwrap().unwrap();
     nix::unistd::chown(&dir, Some(pg.uid), Some(pg.gid)).unwrap();
@@ -273,6 +298,7 @@ fn bootstrap_replicate_fence_promote_rewind() {
         "postmaster + auxiliaries + backends: {before:?}"
     );
     assert!(g.nodes[0].postmaster_pid().is_some());
+    let pm1 = g.nodes[0].postmaster_pid().unwrap();
     let t0 = clock::now();
     let out = g.nodes[0].fence(t0.add(secs(3)));
     eprintln!(
@@ -282,6 +308,7 @@ fn bootstrap_replicate_fence_promote_rewind() {
     assert_eq!(out, FenceOutcome::Complete);
     assert!(g.nodes[0].pids().is_empty(), "no process of n1 remains");
     assert!(g.nodes[0].postmaster_pid().is_none());
+    reap(pm1);
     assert!(
         holder.batch_execute("COMMIT").is_err(),
         "the client's connection is dead"
@@ -343,15 +370,61 @@ fn bootstrap_replicate_fence_promote_rewind() {
     .expect("the rewound node sees the new primary's row");
     assert_eq!(count(&c1, "uncommitted"), 0);
 
-    // a clean stop of both
-    for i in [0, 1] {
-        run_job(&mut g.nodes[i], JobKind::Stop, None, secs(60));
-        assert!(g.nodes[i].pids().is_empty());
-    }
+    // a clean stop of the replica
+    run_job(&mut g.nodes[0], JobKind::Stop, None, secs(60));
+    assert!(g.nodes[0].pids().is_empty());
+
+    // DESIGN §3a: a busy backend outlives a SIGKILLed postmaster (an idle one
+    // notices at once). The fence must still find and end it.
+    let c2b = c2.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let busy = std::thread::spawn(move || {
+        let mut c = client(&c2b);
+        c.batch_execute("SET statement_timeout = 30000; BEGIN; INSERT INTO t VALUES ('orphan')")
+            .unwrap();
+        tx.send(()).unwrap();
+        // CPU-bound: checks for interrupts but not for postmaster death.
+        let r = c.batch_execute("SELECT count(*) FROM generate_series(1, 2000000000)");
+        let commit = c.batch_execute("COMMIT");
+        (r.is_err(), commit.is_err())
+    });
+    rx.recv_timeout(secs(10)).expect("busy client started");
+    std::thread::sleep(Duration::from_millis(200));
+    let pm = g.nodes[1].postmaster_pid().expect("n2 runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pm as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    testbed::wait_for(secs(5), Duration::from_millis(5), || {
+        g.nodes[1].postmaster_pid().is_none().then_some(())
+    })
+    .expect("postmaster gone");
+    reap(pm);
+    std::thread::sleep(Duration::from_millis(100));
+    let left = g.nodes[1].pids();
+    assert!(!left.is_empty(), "the busy backend survives the postmaster");
+    let out = g.nodes[1].fence(clock::now().add(secs(3)));
+    assert_eq!(out, FenceOutcome::Complete);
+    assert!(
+        g.nodes[1].pids().is_empty(),
+        "left before the fence: {left:?}"
+    );
+    let (query_failed, commit_failed) = busy.join().unwrap();
+    assert!(query_failed && commit_failed, "the orphan never commits");
+    // A new postmaster removes the dead one's shared memory; the row is not there.
+    run_job(&mut g.nodes[1], JobKind::StartPrimary, None, secs(60));
+    probe_until(&mut g.nodes[1], secs(10), "n2 back", |s| {
+        s.role == PgRole::Primary
+    });
+    assert_eq!(count(&c2, "orphan"), 0);
+    run_job(&mut g.nodes[1], JobKind::Stop, None, secs(60));
+    assert!(g.nodes[1].pids().is_empty());
 }
 
 #[test]
 fn basebackup_failure_leaves_nothing_behind() {
+    become_subreaper();
     let dir = testbed::scratch_dir("pg-bb-fail").unwrap();
     let pg = nix::unistd::User::from_name("postgres").unwrap().unwrap();
     nix::unistd::chown(&dir, Some(pg.uid), Some(pg.gid)).unwrap();
@@ -402,4 +475,14 @@ fn basebackup_failure_leaves_nothing_behind() {
     assert!(detail.1.contains("pg_basebackup"), "{}", detail.1);
     assert_eq!(n.data_dir_state(), DataDir::Empty);
     assert!(!dir.join("x-data.basebackup-tmp").exists());
+
+    // Garbage in the data dir: Unusable, never initdb'd over, moved aside intact.
+    std::fs::create_dir_all(&c.data_dir).unwrap();
+    std::fs::write(c.data_dir.join("junk"), "x").unwrap();
+    assert!(matches!(n.data_dir_state(), DataDir::Unusable(_)));
+    assert!(n.start_job(&JobKind::InitDb, None, clock::now()).is_err());
+    let aside = n.move_data_aside().unwrap();
+    assert!(aside.join("junk").is_file());
+    assert!(aside.to_string_lossy().contains("x-data.aside-"));
+    assert_eq!(n.data_dir_state(), DataDir::Empty);
 }
