@@ -1,1 +1,830 @@
+//! Local PostgreSQL control: probe, promote, fence, follow, rewind, bootstrap.
+//!
+//! Owns: the local data directory's lifecycle (initdb, basebackup, rewind, start,
+//! stop as supervised child processes), the agent's connection to the local server
+//! (Unix socket, `statement_timeout` bounded by the caller's deadline), the files the
+//! agent writes around the cluster (`tenure.conf`, `pg_hba.conf`, the passfile, the
+//! server log next to the data directory) and the immediate fence (DESIGN S1).
+//!
+//! Must never: initdb or basebackup into a non-empty directory, delete a data
+//! directory (only move it aside), put a password into `primary_conninfo`, wait for a
+//! child process, signal a process it has not verified belongs to this cluster, or
+//! block past a caller's deadline (the one known exception: a postmaster that accepts
+//! a Unix-socket connection and then never answers the startup packet — the
+//! `postgres` crate bounds only the socket connect; a stopped postmaster is caught
+//! from `/proc` first).
 
+pub mod conf;
+mod job;
+pub mod procs;
+
+use std::fmt;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::clock;
+use crate::config::PgConfig;
+use crate::core::model::{DataDir, FenceOutcome, Job, JobKind, Lsn, PgRole, PgStatus};
+use crate::core::time::Instant;
+
+/// An error from a PostgreSQL action; the message names what went wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PgError {
+    /// Bad configuration (user, paths, parameters).
+    Config(String),
+    /// A job is already running; only one at a time.
+    Busy(String),
+    /// The action is refused in the current state (non-empty data dir, ...).
+    Refused(String),
+    /// A file-system operation failed.
+    Io(String),
+    /// A query failed or the server is unreachable.
+    Sql(String),
+    /// The deadline passed.
+    Timeout(String),
+}
+
+impl fmt::Display for PgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PgError::Config(s) => write!(f, "postgresql configuration: {s}"),
+            PgError::Busy(s) => write!(f, "a postgresql job is running: {s}"),
+            PgError::Refused(s) => write!(f, "refused: {s}"),
+            PgError::Io(s) => write!(f, "file system: {s}"),
+            PgError::Sql(s) => write!(f, "query: {s}"),
+            PgError::Timeout(s) => write!(f, "deadline passed: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for PgError {}
+
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> PgError {
+    PgError::Io(format!("{what} {}: {e}", path.display()))
+}
+
+/// Where to reach a member's PostgreSQL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnTarget {
+    /// The member name (what a standby reports it follows).
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl ConnTarget {
+    /// Parse `postgres://host:port/db` (or `postgresql://`; port defaults to 5432;
+    /// IPv6 hosts in brackets). Anything else is an error naming the problem.
+    pub fn from_conn_url(name: &str, url: &str) -> Result<ConnTarget, String> {
+        let rest = url
+            .strip_prefix("postgres://")
+            .or_else(|| url.strip_prefix("postgresql://"))
+            .ok_or_else(|| format!("conn_url {url:?}: expected postgres://host:port/db"))?;
+        let authority = rest.split(['/', '?']).next().unwrap_or("");
+        if authority.contains('@') {
+            return Err(format!(
+                "conn_url {url:?}: credentials in the URL are not accepted"
+            ));
+        }
+        if authority.is_empty() {
+            return Err(format!("conn_url {url:?}: no host"));
+        }
+        // `host` alone (no port) or `[v6]` alone get the default port.
+        let has_port = match authority.rfind(']') {
+            Some(close) => authority[close..].contains(':'),
+            None => authority.contains(':'),
+        };
+        let hp = if has_port {
+            authority.to_string()
+        } else {
+            format!("{authority}:5432")
+        };
+        let (host, port) =
+            conf::split_host_port(&hp).map_err(|e| format!("conn_url {url:?}: {e}"))?;
+        let bracketed = authority.starts_with('[');
+        let ok = if bracketed {
+            host.parse::<std::net::Ipv6Addr>().is_ok()
+        } else {
+            !host.contains([':', '[', ']'])
+        };
+        if !ok {
+            return Err(format!("conn_url {url:?}: host {host:?} is malformed"));
+        }
+        Ok(ConnTarget {
+            name: name.to_string(),
+            host,
+            port,
+        })
+    }
+}
+
+/// The `conn_url` a member publishes: `postgres://<connect_address>/postgres`.
+pub fn conn_url(connect_address: &str) -> String {
+    format!("postgres://{connect_address}/postgres")
+}
+
+/// A replication slot name for a member: lower case, every character outside
+/// `[a-z0-9_]` replaced by `_`, at most 63 bytes (PostgreSQL's limit), never empty.
+/// Distinct names can collide (`pg-1` and `pg_1`); member names should avoid that.
+pub fn slot_name(member: &str) -> String {
+    let mut s: String = member
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(63)
+        .collect();
+    if s.is_empty() {
+        s.push('_');
+    }
+    s
+}
+
+/// Parse a `pg_lsn` text (`16/B374D848`).
+pub fn parse_lsn(s: &str) -> Option<Lsn> {
+    let (hi, lo) = s.split_once('/')?;
+    let hi = u64::from_str_radix(hi, 16).ok()?;
+    let lo = u64::from_str_radix(lo, 16).ok()?;
+    if hi > u64::from(u32::MAX) || lo > u64::from(u32::MAX) {
+        return None;
+    }
+    Some((hi << 32) | lo)
+}
+
+/// The OS user PostgreSQL's programs run as, when it differs from ours.
+#[derive(Clone, Debug)]
+struct RunAs {
+    uid: nix::unistd::Uid,
+    gid: nix::unistd::Gid,
+    home: PathBuf,
+}
+
+/// Control of one local PostgreSQL cluster.
+pub struct PgCtl {
+    cfg: PgConfig,
+    me: String,
+    run_as: Option<RunAs>,
+    port: u16,
+    /// `pg_ctl -t` for start and stop.
+    ctl_timeout: Duration,
+    /// The agent's connection, with the postmaster pid it was made to.
+    client: Option<(postgres::Client, u32)>,
+    /// The member the standby config we last wrote follows.
+    following: Option<String>,
+    job: Option<job::RunningJob>,
+}
+
+impl PgCtl {
+    /// Resolve the OS user, check the configuration, make `socket_dir` (0700, owned
+    /// by the PostgreSQL user).
+    pub fn new(cfg: &PgConfig, member_name: &str) -> Result<PgCtl, PgError> {
+        conf::check_parameters(&cfg.parameters).map_err(PgError::Config)?;
+        let (_, port) = conf::split_host_port(&cfg.listen)
+            .map_err(|e| PgError::Config(format!("listen: {e}")))?;
+        if cfg.data_dir.file_name().is_none() || !cfg.data_dir.is_absolute() {
+            return Err(PgError::Config(format!(
+                "data_dir {} must be an absolute path to a directory",
+                cfg.data_dir.display()
+            )));
+        }
+        if member_name.is_empty() || member_name.contains(['\n', '\r']) {
+            return Err(PgError::Config(format!(
+                "member name {member_name:?} is not usable"
+            )));
+        }
+        let run_as = resolve_user(cfg.user.as_deref())?;
+        let mut ctl = PgCtl {
+            cfg: cfg.clone(),
+            me: member_name.to_string(),
+            run_as,
+            port,
+            ctl_timeout: Duration::from_secs(60),
+            client: None,
+            following: None,
+            job: None,
+        };
+        fs::create_dir_all(&cfg.socket_dir)
+            .map_err(|e| io_err("create socket_dir", &cfg.socket_dir, e))?;
+        fs::set_permissions(&cfg.socket_dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| io_err("chmod 0700", &cfg.socket_dir, e))?;
+        ctl.chown(&cfg.socket_dir)?;
+        ctl.following = fs::read_to_string(cfg.data_dir.join("tenure.conf"))
+            .ok()
+            .and_then(|t| conf::parse_following(&t));
+        Ok(ctl)
+    }
+
+    /// `pg_ctl -t` for start and stop jobs (default 60 s). The loop supervises the
+    /// job; this only bounds how long pg_ctl itself waits.
+    pub fn set_ctl_timeout(&mut self, d: Duration) {
+        self.ctl_timeout = d.max(Duration::from_secs(1));
+    }
+
+    pub fn config(&self) -> &PgConfig {
+        &self.cfg
+    }
+
+    /// The passfile (outside the data dir): replication and rewind passwords.
+    pub fn passfile(&self) -> PathBuf {
+        self.sibling("pgpass")
+    }
+
+    /// The server log (next to the data dir, not inside it).
+    pub fn server_log(&self) -> PathBuf {
+        self.sibling("log")
+    }
+
+    /// The log of job children (stdout and stderr of initdb, pg_ctl, ...).
+    pub fn job_log(&self) -> PathBuf {
+        self.sibling("job.log")
+    }
+
+    /// `<data_dir>.<suffix>`, a sibling of the data directory.
+    fn sibling(&self, suffix: &str) -> PathBuf {
+        let mut name = self
+            .cfg
+            .data_dir
+            .file_name()
+            .unwrap_or_default()
+            .to_os_string();
+        name.push(".");
+        name.push(suffix);
+        self.cfg.data_dir.with_file_name(name)
+    }
+
+    /// The data directory with its parent resolved, as `/proc/<pid>/cwd` shows it.
+    fn data_canon(&self) -> PathBuf {
+        let d = &self.cfg.data_dir;
+        if let Ok(c) = d.canonicalize() {
+            return c;
+        }
+        match (
+            d.parent().and_then(|p| p.canonicalize().ok()),
+            d.file_name(),
+        ) {
+            (Some(p), Some(n)) => p.join(n),
+            _ => d.clone(),
+        }
+    }
+
+    /// Give `path` to the PostgreSQL user (no-op when we are that user).
+    fn chown(&self, path: &Path) -> Result<(), PgError> {
+        if let Some(r) = &self.run_as {
+            nix::unistd::chown(path, Some(r.uid), Some(r.gid)).map_err(|e| {
+                PgError::Io(format!(
+                    "chown {} to the postgres user: {e}",
+                    path.display()
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Write a file atomically (temp + rename) with mode 0600, owned by the
+    /// PostgreSQL user.
+    fn write_owned(&self, path: &Path, text: &str) -> Result<(), PgError> {
+        let mut tmp = path.as_os_str().to_os_string();
+        tmp.push(".tenure-tmp");
+        let tmp = PathBuf::from(tmp);
+        let _ = fs::remove_file(&tmp);
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| io_err("create", &tmp, e))?;
+        f.write_all(text.as_bytes())
+            .and_then(|_| f.sync_all())
+            .map_err(|e| io_err("write", &tmp, e))?;
+        drop(f);
+        self.chown(&tmp)?;
+        fs::rename(&tmp, path).map_err(|e| io_err("rename into place", path, e))
+    }
+
+    /// Reads `global/pg_control` directly (the system identifier is its first 8
+    /// bytes, little endian on every platform PostgreSQL runs on here).
+    pub fn data_dir_state(&self) -> DataDir {
+        let d = &self.cfg.data_dir;
+        let mut entries = match fs::read_dir(d) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return DataDir::Empty,
+            Err(e) => return DataDir::Unusable(format!("cannot list {}: {e}", d.display())),
+        };
+        if entries.next().is_none() {
+            return DataDir::Empty;
+        }
+        if !d.join("PG_VERSION").is_file() {
+            return DataDir::Unusable(format!(
+                "{} is not empty and has no PG_VERSION",
+                d.display()
+            ));
+        }
+        let ctl = d.join("global").join("pg_control");
+        match fs::read(&ctl) {
+            Ok(b) if b.len() >= 8 => {
+                let mut id = [0u8; 8];
+                id.copy_from_slice(&b[..8]);
+                match u64::from_le_bytes(id) {
+                    0 => DataDir::Unusable(format!("{}: system identifier 0", ctl.display())),
+                    sysid => DataDir::Present {
+                        sysid,
+                        was_primary: was_primary(&b) && !d.join("standby.signal").exists(),
+                    },
+                }
+            }
+            Ok(b) => DataDir::Unusable(format!("{}: only {} bytes", ctl.display(), b.len())),
+            Err(e) => DataDir::Unusable(format!("cannot read {}: {e}", ctl.display())),
+        }
+    }
+
+    /// The live postmaster: the pid in `postmaster.pid`, alive, not a zombie, and
+    /// with the data directory as its cwd (a stale file or a reused pid says no).
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        let text = fs::read_to_string(self.cfg.data_dir.join("postmaster.pid")).ok()?;
+        let pid: u32 = text.lines().next()?.trim().parse().ok()?;
+        (pid > 1 && procs::alive_in(pid, &self.data_canon())).then_some(pid)
+    }
+
+    /// Every live process of this PostgreSQL: cwd in the data directory, or a
+    /// child of the postmaster.
+    pub fn pids(&self) -> Vec<u32> {
+        procs::cluster_pids(&self.data_canon(), self.postmaster_pid())
+    }
+
+    /// DESIGN S1's fence; see `procs::fence`. Drops the agent's connection first
+    /// (it is about to die anyway, and must not be reused).
+    pub fn fence(&mut self, deadline: Instant) -> FenceOutcome {
+        self.client = None;
+        let pm = self.postmaster_pid();
+        procs::fence(&self.data_canon(), pm, deadline)
+    }
+
+    fn status(&self, data: DataDir, role: PgRole) -> PgStatus {
+        PgStatus {
+            data,
+            role,
+            timeline: 0,
+            lsn: 0,
+            following: None,
+            streaming: false,
+        }
+    }
+
+    /// What the local PostgreSQL is doing. Never errors; see `PgStatus`.
+    pub fn probe(&mut self, deadline: Instant) -> PgStatus {
+        let data = self.data_dir_state();
+        let Some(pm) = self.postmaster_pid() else {
+            self.client = None;
+            return self.status(data, PgRole::Stopped);
+        };
+        let sql = "SELECT pg_is_in_recovery(), \
+             CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_walfile_name(pg_current_wal_lsn()) END, \
+             CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn() END, \
+             pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn(), \
+             (SELECT received_tli FROM pg_stat_wal_receiver), \
+             (SELECT status FROM pg_stat_wal_receiver), \
+             (SELECT timeline_id FROM pg_control_checkpoint())";
+        let row = match self.query_row(pm, sql, deadline) {
+            Ok(r) => r,
+            Err(e) => {
+                log::debug!("probe of {}: {e}", self.me);
+                return self.status(data, PgRole::Unresponsive);
+            }
+        };
+        let col = |i: usize| row.get(i).cloned().flatten();
+        let mut st = self.status(data, PgRole::Unresponsive);
+        if col(0).as_deref() == Some("f") {
+            st.role = PgRole::Primary;
+            st.timeline = col(1)
+                .and_then(|w| w.get(..8).and_then(|h| u32::from_str_radix(h, 16).ok()))
+                .unwrap_or(0);
+            st.lsn = col(2).and_then(|l| parse_lsn(&l)).unwrap_or(0);
+        } else if col(0).as_deref() == Some("t") {
+            st.role = PgRole::Replica;
+            let recv = col(3).and_then(|l| parse_lsn(&l)).unwrap_or(0);
+            let replay = col(4).and_then(|l| parse_lsn(&l)).unwrap_or(0);
+            st.lsn = recv.max(replay);
+            st.timeline = col(5)
+                .and_then(|t| t.parse::<u32>().ok())
+                .filter(|&t| t > 0)
+                .or_else(|| col(7).and_then(|t| t.parse().ok()))
+                .unwrap_or(0);
+            st.streaming = col(6).as_deref() == Some("streaming");
+            st.following = self.following.clone();
+        }
+        st
+    }
+
+    /// The agent's connection to the postmaster `pm`, (re)connected as needed,
+    /// within the deadline.
+    fn client(&mut self, pm: u32, deadline: Instant) -> Result<&mut postgres::Client, PgError> {
+        if self.client.as_ref().is_some_and(|(_, p)| *p != pm) {
+            self.client = None;
+        }
+        if self.client.is_none() {
+            // A stopped postmaster would accept the socket connect and then never
+            // answer the startup packet, which the postgres crate does not bound.
+            if procs::is_stopped(pm) {
+                return Err(PgError::Sql(format!(
+                    "postmaster {pm} is stopped (SIGSTOP)"
+                )));
+            }
+            let left = clock::now().until(deadline);
+            if left.is_zero() {
+                return Err(PgError::Timeout("no time left to connect".into()));
+            }
+            let c = postgres::Config::new()
+                .host_path(&self.cfg.socket_dir)
+                .port(self.port)
+                .user(&self.cfg.superuser)
+                .dbname("postgres")
+                .application_name("tenure")
+                .connect_timeout(left)
+                .connect(postgres::NoTls)
+                .map_err(|e| {
+                    PgError::Sql(format!(
+                        "connect to {}/.s.PGSQL.{}: {e}",
+                        self.cfg.socket_dir.display(),
+                        self.port
+                    ))
+                })?;
+            self.client = Some((c, pm));
+        }
+        match self.client.as_mut() {
+            Some((c, _)) => Ok(c),
+            None => Err(PgError::Sql("no connection".into())),
+        }
+    }
+
+    /// Run `sql` (simple protocol) with `statement_timeout` set to what is left of
+    /// the deadline; returns every row as text columns. Drops the connection on error.
+    fn query_rows(
+        &mut self,
+        pm: u32,
+        sql: &str,
+        deadline: Instant,
+    ) -> Result<Vec<Vec<Option<String>>>, PgError> {
+        let r = self.query_rows_inner(pm, sql, deadline);
+        if r.is_err() {
+            self.client = None;
+        }
+        r
+    }
+
+    fn query_rows_inner(
+        &mut self,
+        pm: u32,
+        sql: &str,
+        deadline: Instant,
+    ) -> Result<Vec<Vec<Option<String>>>, PgError> {
+        let c = self.client(pm, deadline)?;
+        // A backend that stopped answering: bounded here (the query below is
+        // bounded only server-side, by statement_timeout).
+        let left = clock::now().until(deadline);
+        if left.is_zero() {
+            return Err(PgError::Timeout("no time left for the query".into()));
+        }
+        c.is_valid(left)
+            .map_err(|e| PgError::Sql(format!("connection check: {e}")))?;
+        let ms = clock::now().until(deadline).as_millis().max(1);
+        let msgs = c
+            .simple_query(&format!("SET statement_timeout = {ms}; {sql}"))
+            .map_err(|e| PgError::Sql(format!("{}: {e}", first_words(sql))))?;
+        let mut rows = Vec::new();
+        for m in msgs {
+            if let postgres::SimpleQueryMessage::Row(r) = m {
+                rows.push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect());
+            }
+        }
+        Ok(rows)
+    }
+
+    fn query_row(
+        &mut self,
+        pm: u32,
+        sql: &str,
+        deadline: Instant,
+    ) -> Result<Vec<Option<String>>, PgError> {
+        self.query_rows(pm, sql, deadline)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| PgError::Sql(format!("{}: no row", first_words(sql))))
+    }
+
+    fn live_postmaster(&self) -> Result<u32, PgError> {
+        self.postmaster_pid()
+            .ok_or_else(|| PgError::Refused("PostgreSQL is not running".into()))
+    }
+
+    /// `SELECT pg_promote(true, n)`, bounded by the deadline. On a timeout the
+    /// promotion was still requested and may complete later: probe to find out.
+    pub fn promote(&mut self, deadline: Instant) -> Result<(), PgError> {
+        let pm = self.live_postmaster()?;
+        let secs = clock::now()
+            .until(deadline)
+            .as_secs()
+            .clamp(1, i32::MAX as u64);
+        let row = self.query_row(pm, &format!("SELECT pg_promote(true, {secs})"), deadline)?;
+        match row.first().cloned().flatten().as_deref() {
+            Some("t") => {
+                self.following = None;
+                Ok(())
+            }
+            other => Err(PgError::Timeout(format!(
+                "pg_promote answered {other:?}: not promoted within {secs} s (requested, may still complete)"
+            ))),
+        }
+    }
+
+    /// Rewrite `tenure.conf` to follow `leader` and reload (`primary_conninfo`
+    /// is reloadable since PostgreSQL 13).
+    pub fn retarget(&mut self, leader: &ConnTarget, deadline: Instant) -> Result<(), PgError> {
+        let pm = self.live_postmaster()?;
+        self.write_agent_config(Some(leader))?;
+        self.query_row(pm, "SELECT pg_reload_conf()", deadline)?;
+        Ok(())
+    }
+
+    /// A physical slot per listed member (never one for ourselves: it would hold
+    /// WAL forever), and drop every inactive physical slot not in the list.
+    pub fn sync_slots(&mut self, members: &[String], deadline: Instant) -> Result<(), PgError> {
+        let pm = self.live_postmaster()?;
+        let mine = slot_name(&self.me);
+        let mut want: Vec<String> = members
+            .iter()
+            .map(|m| slot_name(m))
+            .filter(|s| *s != mine)
+            .collect();
+        want.sort();
+        want.dedup();
+        let have = self.query_rows(
+            pm,
+            "SELECT slot_name, active FROM pg_replication_slots WHERE slot_type = 'physical'",
+            deadline,
+        )?;
+        let mut sql = String::new();
+        for w in &want {
+            if !have
+                .iter()
+                .any(|r| r.first().cloned().flatten().as_deref() == Some(w))
+            {
+                sql.push_str(&format!(
+                    "SELECT pg_create_physical_replication_slot({}, true);",
+                    conf::sql_literal(w)
+                ));
+            }
+        }
+        for r in &have {
+            let (Some(Some(name)), Some(Some(active))) = (r.first(), r.get(1)) else {
+                continue;
+            };
+            if active == "f" && !want.contains(name) {
+                sql.push_str(&format!(
+                    "SELECT pg_drop_replication_slot({});",
+                    conf::sql_literal(name)
+                ));
+            }
+        }
+        if !sql.is_empty() {
+            self.query_rows(pm, &sql, deadline)?;
+        }
+        Ok(())
+    }
+
+    /// Rename the data directory to `<data_dir>.aside-<unix time>` (never delete).
+    pub fn move_data_aside(&mut self) -> Result<PathBuf, PgError> {
+        if self.job.is_some() {
+            return Err(PgError::Busy("cannot move the data directory aside".into()));
+        }
+        if !self.pids().is_empty() {
+            return Err(PgError::Refused(
+                "processes of this PostgreSQL still run: fence or stop first".into(),
+            ));
+        }
+        let base = format!("aside-{}", clock::realtime().as_secs());
+        let mut to = self.sibling(&base);
+        let mut n = 1;
+        while to.exists() {
+            to = self.sibling(&format!("{base}-{n}"));
+            n += 1;
+        }
+        fs::rename(&self.cfg.data_dir, &to)
+            .map_err(|e| io_err("move aside", &self.cfg.data_dir, e))?;
+        self.client = None;
+        self.following = None;
+        Ok(to)
+    }
+
+    /// Write `tenure.conf` (standby settings when `leader` is given), make sure
+    /// `postgresql.conf` includes it, and write the passfile.
+    fn write_agent_config(&mut self, leader: Option<&ConnTarget>) -> Result<(), PgError> {
+        let passfile = self.passfile();
+        self.write_owned(&passfile, &conf::pgpass(&self.cfg))?;
+        let pf = passfile
+            .to_str()
+            .ok_or_else(|| {
+                PgError::Config(format!("passfile {} is not UTF-8", passfile.display()))
+            })?
+            .to_string();
+        let sb = leader.map(|l| conf::Standby {
+            leader: l,
+            passfile: &pf,
+            me: &self.me,
+        });
+        let text = conf::tenure_conf(&self.cfg, sb.as_ref()).map_err(PgError::Config)?;
+        self.write_owned(&self.cfg.data_dir.join("tenure.conf"), &text)?;
+        let pgconf = self.cfg.data_dir.join("postgresql.conf");
+        let cur = fs::read_to_string(&pgconf).map_err(|e| io_err("read", &pgconf, e))?;
+        if !conf::has_include(&cur) {
+            let mut f = fs::OpenOptions::new()
+                .append(true)
+                .open(&pgconf)
+                .map_err(|e| io_err("open for append", &pgconf, e))?;
+            let sep = if cur.ends_with('\n') || cur.is_empty() {
+                ""
+            } else {
+                "\n"
+            };
+            f.write_all(format!("{sep}{}", conf::INCLUDE_LINE).as_bytes())
+                .map_err(|e| io_err("append include to", &pgconf, e))?;
+        }
+        self.following = leader.map(|l| l.name.clone());
+        Ok(())
+    }
+
+    fn touch_standby_signal(&self) -> Result<(), PgError> {
+        self.write_owned(&self.cfg.data_dir.join("standby.signal"), "")
+    }
+
+    fn remove_signals(&self) -> Result<(), PgError> {
+        for f in ["standby.signal", "recovery.signal"] {
+            let p = self.cfg.data_dir.join(f);
+            match fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err("remove", &p, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Start a supervised job; see `job.rs`. Only one at a time.
+    pub fn start_job(
+        &mut self,
+        kind: &JobKind,
+        source: Option<&ConnTarget>,
+        now: Instant,
+    ) -> Result<(), PgError> {
+        job::start(self, kind, source, now)
+    }
+
+    /// Advance the job without blocking: Running / Finished (once) / Idle.
+    pub fn poll_job(&mut self, now: Instant) -> Job {
+        job::poll(self, now)
+    }
+
+    /// The pid of the job's current child, if one runs.
+    pub fn job_pid(&self) -> Option<u32> {
+        self.job.as_ref().and_then(|j| j.child_pid())
+    }
+
+    /// Kill the job's current child (SIGKILL) and forget the job (shutdown, tests).
+    /// A server that `pg_ctl start` already launched keeps running: fence it.
+    pub fn kill_job(&mut self) {
+        if let Some(mut j) = self.job.take() {
+            j.kill();
+            job::cleanup_failed(self, &mut j);
+        }
+    }
+}
+
+/// The first few words of a statement, for error messages (never the values).
+fn first_words(sql: &str) -> String {
+    sql.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+fn resolve_user(user: Option<&str>) -> Result<Option<RunAs>, PgError> {
+    let Some(name) = user else { return Ok(None) };
+    let u = nix::unistd::User::from_name(name)
+        .map_err(|e| PgError::Config(format!("look up OS user {name:?}: {e}")))?
+        .ok_or_else(|| PgError::Config(format!("OS user {name:?} does not exist")))?;
+    let me = nix::unistd::geteuid();
+    if u.uid == me {
+        return Ok(None);
+    }
+    if !me.is_root() {
+        return Err(PgError::Config(format!(
+            "running as uid {me}, cannot run PostgreSQL as {name:?} (uid {}): run as root or as {name:?}",
+            u.uid
+        )));
+    }
+    if u.uid.is_root() {
+        return Err(PgError::Config(
+            "PostgreSQL refuses to run as root: set user".into(),
+        ));
+    }
+    Ok(Some(RunAs {
+        uid: u.uid,
+        gid: u.gid,
+        home: u.dir,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conn_url_round_trip() {
+        let u = conn_url("10.0.0.5:5433");
+        assert_eq!(u, "postgres://10.0.0.5:5433/postgres");
+        let t = ConnTarget::from_conn_url("pg1", &u).unwrap();
+        assert_eq!(
+            t,
+            ConnTarget {
+                name: "pg1".into(),
+                host: "10.0.0.5".into(),
+                port: 5433
+            }
+        );
+    }
+
+    #[test]
+    fn conn_url_variants() {
+        let t =
+            ConnTarget::from_conn_url("a", "postgresql://[::1]:6000/x?sslmode=require").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("::1", 6000));
+        let t = ConnTarget::from_conn_url("a", "postgres://h").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("h", 5432));
+        let t = ConnTarget::from_conn_url("a", "postgres://[fe80::1]/db").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("fe80::1", 5432));
+    }
+
+    #[test]
+    fn conn_url_garbage() {
+        for bad in [
+            "",
+            "http://h:1/x",
+            "postgres://",
+            "postgres:///db",
+            "postgres://h:notaport/db",
+            "postgres://h:70000/db",
+            "postgres://u:pw@h:1/db",
+            "postgres://:5432/db",
+            "postgres://h x:1/db",
+            "postgres://[zz]:1/db",
+            "postgres://a:b:c/db",
+        ] {
+            let r = ConnTarget::from_conn_url("n", bad);
+            assert!(r.is_err(), "{bad:?} parsed as {r:?}");
+            assert!(r.unwrap_err().contains("conn_url"));
+        }
+    }
+
+    #[test]
+    fn slot_names() {
+        assert_eq!(slot_name("pg-1"), "pg_1");
+        assert_eq!(slot_name("Node.Äb"), "node__b");
+        assert_eq!(slot_name(""), "_");
+        assert_eq!(slot_name(&"x".repeat(100)).len(), 63);
+        assert_eq!(slot_name(&"é".repeat(100)), "_".repeat(63));
+    }
+
+    #[test]
+    fn lsn_parse() {
+        assert_eq!(parse_lsn("0/0"), Some(0));
+        assert_eq!(parse_lsn("16/B374D848"), Some(0x16_B374_D848));
+        assert_eq!(parse_lsn("x/1"), None);
+        assert_eq!(parse_lsn("1"), None);
+        assert_eq!(parse_lsn("100000000/0"), None);
+    }
+
+    #[test]
+    fn unknown_user_is_a_config_error() {
+        let e = resolve_user(Some("no-such-user-tenure")).unwrap_err();
+        assert!(e.to_string().contains("no-such-user-tenure"));
+        assert!(resolve_user(None).unwrap().is_none());
+    }
+}
+
+/// `pg_control`'s `state` (a 4-byte `DBState` at offset 16, after the system
+/// identifier and two version words) says the cluster last ran as a primary:
+/// shut down (1), shutting down (3), in crash recovery (4) or in production (6).
+/// A standby reports 2 or 5. Combined with the absence of `standby.signal` (a fresh
+/// basebackup carries the primary's state but we write the signal at once), this
+/// tells a former primary whose WAL may have forked from the new leader's.
+fn was_primary(pg_control: &[u8]) -> bool {
+    let Some(state) = pg_control.get(16..20) else {
+        return false;
+    };
+    let state = u32::from_le_bytes([state[0], state[1], state[2], state[3]]);
+    matches!(state, 1 | 3 | 4 | 6)
+}

@@ -1,0 +1,416 @@
+//! The text of the files the agent owns around a PostgreSQL data directory:
+//! `tenure.conf`, `pg_hba.conf`, the passfile, the role SQL run at bootstrap.
+//!
+//! Owns: rendering and quoting. Pure functions, no I/O, so every byte the agent
+//! writes is unit-tested. Must never: put a password anywhere but the passfile and
+//! the bootstrap SQL (which is fed on stdin and never stored in the data dir).
+
+use crate::config::PgConfig;
+
+use super::ConnTarget;
+
+/// Settings in `PgConfig.parameters` that would undo what the agent owns. They are
+/// refused at construction rather than silently overridden.
+pub const AGENT_OWNED: &[&str] = &[
+    "listen_addresses",
+    "port",
+    "unix_socket_directories",
+    "unix_socket_permissions",
+    "primary_conninfo",
+    "primary_slot_name",
+    "recovery_target_timeline",
+    "include",
+];
+
+/// The marker line that records which member a standby config follows, so a
+/// restarted agent still knows (`PgStatus.following`).
+pub const FOLLOWING_MARKER: &str = "# tenure: following ";
+
+/// Split `host:port` (IPv6 as `[::1]:5432`). Errors name what is wrong.
+pub fn split_host_port(s: &str) -> Result<(String, u16), String> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{s:?}: expected host:port"))?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if host.is_empty() {
+        return Err(format!("{s:?}: empty host"));
+    }
+    if host.contains(['/', ' ', '\'', '"', '\\', '@']) {
+        return Err(format!("{s:?}: host {host:?} has forbidden characters"));
+    }
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{s:?}: port {port:?} is not a number in 1..65535"))?;
+    if port == 0 {
+        return Err(format!("{s:?}: port 0"));
+    }
+    Ok((host.to_string(), port))
+}
+
+/// A `postgresql.conf` string literal: single quotes, quotes doubled, backslashes
+/// doubled (the parser treats `\` as an escape inside quotes).
+pub fn conf_quote(v: &str) -> String {
+    format!("'{}'", v.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// A libpq conninfo value: bare when it only has safe characters, else quoted
+/// with `\'` and `\\` escapes.
+pub fn conninfo_value(v: &str) -> String {
+    let safe = !v.is_empty()
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_./:-".contains(&b));
+    if safe {
+        v.to_string()
+    } else {
+        format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))
+    }
+}
+
+/// An SQL identifier, always double-quoted.
+pub fn sql_ident(v: &str) -> String {
+    format!("\"{}\"", v.replace('"', "\"\""))
+}
+
+/// An SQL string literal (standard_conforming_strings is on in every supported
+/// version, so only quotes need doubling).
+pub fn sql_literal(v: &str) -> String {
+    format!("'{}'", v.replace('\'', "''"))
+}
+
+/// A role name as a `pg_hba.conf` field: double-quoted, which also stops the
+/// special words (`all`, `replication`, `+group`) from being read as keywords.
+fn hba_role(v: &str) -> String {
+    format!("\"{}\"", v.replace('"', "\"\""))
+}
+
+/// A passfile field: `:` and `\` escaped with a backslash.
+fn pgpass_field(v: &str) -> String {
+    v.replace('\\', "\\\\").replace(':', "\\:")
+}
+
+/// Check `PgConfig.parameters`: names are plain identifiers and none is a setting
+/// the agent owns.
+pub fn check_parameters(params: &[(String, String)]) -> Result<(), String> {
+    for (name, value) in params {
+        let ok = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.');
+        if !ok {
+            return Err(format!(
+                "postgresql parameter name {name:?}: only a-z, 0-9, '_' and '.' are allowed"
+            ));
+        }
+        if AGENT_OWNED.contains(&name.as_str()) {
+            return Err(format!(
+                "postgresql parameter {name:?} is set by tenure itself and cannot be overridden"
+            ));
+        }
+        if value.contains(['\n', '\r', '\0']) {
+            return Err(format!(
+                "postgresql parameter {name:?}: value has a line break"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Standby settings for `tenure.conf`.
+pub struct Standby<'a> {
+    pub leader: &'a ConnTarget,
+    pub passfile: &'a str,
+    pub me: &'a str,
+}
+
+/// The full text of `tenure.conf`.
+pub fn tenure_conf(cfg: &PgConfig, standby: Option<&Standby<'_>>) -> Result<String, String> {
+    let (host, port) = split_host_port(&cfg.listen).map_err(|e| format!("listen: {e}"))?;
+    let socket_dir = cfg
+        .socket_dir
+        .to_str()
+        .ok_or_else(|| format!("socket_dir {} is not valid UTF-8", cfg.socket_dir.display()))?;
+    let mut s = String::new();
+    s.push_str("# Written by tenure before every start and after every basebackup or rewind.\n");
+    s.push_str("# Do not edit: changes are overwritten. Extra settings go in tenure's config.\n");
+    if let Some(sb) = standby {
+        s.push_str(FOLLOWING_MARKER);
+        s.push_str(&sb.leader.name.replace(['\n', '\r'], " "));
+        s.push('\n');
+    }
+    let mut set = |k: &str, v: String| {
+        s.push_str(k);
+        s.push_str(" = ");
+        s.push_str(&v);
+        s.push('\n');
+    };
+    set("listen_addresses", conf_quote(&host));
+    set("port", port.to_string());
+    set("unix_socket_directories", conf_quote(socket_dir));
+    set("unix_socket_permissions", "0700".into());
+    set("wal_level", "replica".into());
+    set("hot_standby", "on".into());
+    // pg_rewind needs hint bits WAL-logged (checksums also do it; both are on).
+    set("wal_log_hints", "on".into());
+    set("full_page_writes", "on".into());
+    set("max_wal_senders", "10".into());
+    set("max_replication_slots", "10".into());
+    // Rewind after an immediate fence: the target's own crash recovery may recycle
+    // WAL the rewind needs (DESIGN §3a); keep enough around.
+    set("wal_keep_size", conf_quote("256MB"));
+    set("max_slot_wal_keep_size", conf_quote("1GB"));
+    set("hot_standby_feedback", "on".into());
+    for (k, v) in &cfg.parameters {
+        set(k, conf_quote(v));
+    }
+    // Standby settings come last, after the free-form parameters, so nothing can
+    // override them (check_parameters also refuses those names).
+    if let Some(sb) = standby {
+        set("primary_conninfo", conf_quote(&primary_conninfo(cfg, sb)));
+        set("primary_slot_name", conf_quote(&super::slot_name(sb.me)));
+        set("recovery_target_timeline", conf_quote("latest"));
+    }
+    Ok(s)
+}
+
+/// `primary_conninfo` for a standby. Never a password: libpq reads it from the
+/// passfile (DESIGN §3a).
+pub fn primary_conninfo(cfg: &PgConfig, sb: &Standby<'_>) -> String {
+    format!(
+        "host={} port={} user={} passfile={} application_name={} sslmode=prefer",
+        conninfo_value(&sb.leader.host),
+        sb.leader.port,
+        conninfo_value(&cfg.replication_user),
+        conninfo_value(sb.passfile),
+        conninfo_value(sb.me),
+    )
+}
+
+/// `--source-server` for pg_rewind.
+pub fn rewind_conninfo(cfg: &PgConfig, source: &ConnTarget, passfile: &str) -> String {
+    format!(
+        "host={} port={} user={} dbname=postgres passfile={} connect_timeout=10 application_name=tenure-rewind",
+        conninfo_value(&source.host),
+        source.port,
+        conninfo_value(&cfg.rewind_user),
+        conninfo_value(passfile),
+    )
+}
+
+/// `pg_hba.conf`: trust on the socket (its directory is 0700, only the PostgreSQL
+/// OS user and root reach it), passwords over TCP.
+pub fn pg_hba(cfg: &PgConfig) -> String {
+    let repl = hba_role(&cfg.replication_user);
+    let admins = format!(
+        "{},{}",
+        hba_role(&cfg.superuser),
+        hba_role(&cfg.rewind_user)
+    );
+    let mut s = String::from("# Written by tenure at bootstrap.\n");
+    s.push_str("local all all trust\n");
+    for net in ["0.0.0.0/0", "::/0"] {
+        s.push_str(&format!("host replication {repl} {net} scram-sha-256\n"));
+        s.push_str(&format!("host all {admins} {net} scram-sha-256\n"));
+    }
+    s
+}
+
+/// The passfile: replication and rewind passwords for any host.
+pub fn pgpass(cfg: &PgConfig) -> String {
+    format!(
+        "*:*:*:{}:{}\n*:*:*:{}:{}\n",
+        pgpass_field(&cfg.replication_user),
+        pgpass_field(&cfg.replication_password),
+        pgpass_field(&cfg.rewind_user),
+        pgpass_field(&cfg.rewind_password),
+    )
+}
+
+/// SQL for single-user mode (one statement per line: a newline ends a command
+/// there). Creates the replication and rewind roles with the grants pg_rewind
+/// needs (PostgreSQL 15 docs, "pg_rewind": the non-superuser role).
+pub fn bootstrap_sql(cfg: &PgConfig) -> String {
+    let one_line = |s: &str| s.replace(['\n', '\r'], " ");
+    let su = sql_ident(&cfg.superuser);
+    let repl = sql_ident(&cfg.replication_user);
+    let rw = sql_ident(&cfg.rewind_user);
+    let lines = [
+        format!(
+            "ALTER ROLE {su} WITH PASSWORD {};",
+            sql_literal(&cfg.superuser_password)
+        ),
+        format!(
+            "CREATE ROLE {repl} WITH REPLICATION LOGIN PASSWORD {};",
+            sql_literal(&cfg.replication_password)
+        ),
+        format!(
+            "CREATE ROLE {rw} WITH LOGIN PASSWORD {};",
+            sql_literal(&cfg.rewind_password)
+        ),
+        format!("GRANT EXECUTE ON FUNCTION pg_catalog.pg_ls_dir(text, boolean, boolean) TO {rw};"),
+        format!("GRANT EXECUTE ON FUNCTION pg_catalog.pg_stat_file(text, boolean) TO {rw};"),
+        format!("GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text) TO {rw};"),
+        format!(
+            "GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO {rw};"
+        ),
+        // The rewind job checkpoints the source first (see job.rs): pg_checkpoint
+        // is the PostgreSQL 15 role that allows CHECKPOINT without superuser.
+        format!("GRANT pg_checkpoint TO {rw};"),
+    ];
+    let mut s = String::new();
+    for l in lines {
+        s.push_str(&one_line(&l));
+        s.push('\n');
+    }
+    s
+}
+
+/// The member a `tenure.conf` text says it follows.
+pub fn parse_following(text: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(FOLLOWING_MARKER))
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+}
+
+/// Whether `postgresql.conf` already includes `tenure.conf` (an active line).
+pub fn has_include(postgresql_conf: &str) -> bool {
+    postgresql_conf.lines().any(|l| {
+        let l = l.trim();
+        l.starts_with("include") && !l.starts_with("include_") && l.contains("'tenure.conf'")
+    })
+}
+
+/// The line appended to `postgresql.conf`.
+pub const INCLUDE_LINE: &str = "include 'tenure.conf'\t# added by tenure: settings tenure owns\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn cfg() -> PgConfig {
+        PgConfig {
+            bin_dir: PathBuf::from("/usr/lib/postgresql/15/bin"),
+            data_dir: PathBuf::from("/d/data"),
+            listen: "127.0.0.1:5433".into(),
+            connect_address: "127.0.0.1:5433".into(),
+            socket_dir: PathBuf::from("/d/sock"),
+            user: Some("postgres".into()),
+            superuser: "postgres".into(),
+            superuser_password: "su'pw".into(),
+            replication_user: "replicator".into(),
+            replication_password: "re:pl\\pw".into(),
+            rewind_user: "rewinder".into(),
+            rewind_password: "rw".into(),
+            parameters: vec![("shared_buffers".into(), "32MB".into())],
+            move_aside_unusable: false,
+        }
+    }
+
+    #[test]
+    fn host_port() {
+        assert_eq!(
+            split_host_port("127.0.0.1:5432"),
+            Ok(("127.0.0.1".into(), 5432))
+        );
+        assert_eq!(split_host_port("[::1]:5"), Ok(("::1".into(), 5)));
+        assert!(split_host_port("127.0.0.1").is_err());
+        assert!(split_host_port(":5432").is_err());
+        assert!(split_host_port("h:0").is_err());
+        assert!(split_host_port("h:99999").is_err());
+        assert!(split_host_port("h x:1").is_err());
+    }
+
+    #[test]
+    fn primary_config_has_no_standby_settings() {
+        let t = tenure_conf(&cfg(), None).unwrap();
+        assert!(t.contains("listen_addresses = '127.0.0.1'\n"));
+        assert!(t.contains("port = 5433\n"));
+        assert!(t.contains("unix_socket_directories = '/d/sock'\n"));
+        assert!(t.contains("unix_socket_permissions = 0700\n"));
+        assert!(t.contains("wal_log_hints = on\n"));
+        assert!(t.contains("wal_keep_size = '256MB'\n"));
+        assert!(t.contains("max_slot_wal_keep_size = '1GB'\n"));
+        assert!(t.contains("hot_standby_feedback = on\n"));
+        assert!(t.contains("shared_buffers = '32MB'\n"));
+        assert!(!t.contains("primary_conninfo"));
+        assert_eq!(parse_following(&t), None);
+    }
+
+    #[test]
+    fn standby_config_follows_without_password() {
+        let leader = ConnTarget {
+            name: "pg-1".into(),
+            host: "10.0.0.1".into(),
+            port: 5432,
+        };
+        let sb = Standby {
+            leader: &leader,
+            passfile: "/d/my pass",
+            me: "Pg-2",
+        };
+        let t = tenure_conf(&cfg(), Some(&sb)).unwrap();
+        assert!(t.contains(
+            "primary_conninfo = 'host=10.0.0.1 port=5432 user=replicator \
+             passfile=''/d/my pass'' application_name=Pg-2 sslmode=prefer'\n"
+        ));
+        assert!(t.contains("primary_slot_name = 'pg_2'\n"));
+        assert!(t.contains("recovery_target_timeline = 'latest'\n"));
+        assert!(!t.contains("re:pl"), "no password in the config: {t}");
+        assert_eq!(parse_following(&t), Some("pg-1".into()));
+        // Standby settings come after the free-form parameters.
+        assert!(t.find("shared_buffers").unwrap() < t.find("primary_conninfo").unwrap());
+    }
+
+    #[test]
+    fn parameters_are_checked() {
+        assert!(check_parameters(&[("work_mem".into(), "4MB".into())]).is_ok());
+        assert!(check_parameters(&[("port".into(), "1".into())]).is_err());
+        assert!(check_parameters(&[("primary_conninfo".into(), "x".into())]).is_err());
+        assert!(check_parameters(&[("a b".into(), "1".into())]).is_err());
+        assert!(check_parameters(&[("a".into(), "1\nport = 2".into())]).is_err());
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(conf_quote(r"a'b\c"), r"'a''b\\c'");
+        assert_eq!(conninfo_value("x y'"), r"'x y\''");
+        assert_eq!(conninfo_value(""), "''");
+        assert_eq!(sql_ident("a\"b"), "\"a\"\"b\"");
+        assert_eq!(sql_literal("it's"), "'it''s'");
+    }
+
+    #[test]
+    fn hba_and_pgpass() {
+        let h = pg_hba(&cfg());
+        assert!(h.contains("local all all trust\n"));
+        assert!(h.contains("host replication \"replicator\" 0.0.0.0/0 scram-sha-256\n"));
+        assert!(h.contains("host all \"postgres\",\"rewinder\" ::/0 scram-sha-256\n"));
+        assert!(!h.contains("trust\nhost all all"));
+        let p = pgpass(&cfg());
+        assert_eq!(p, "*:*:*:replicator:re\\:pl\\\\pw\n*:*:*:rewinder:rw\n");
+    }
+
+    #[test]
+    fn bootstrap_sql_one_statement_per_line() {
+        let s = bootstrap_sql(&cfg());
+        assert!(s.contains("ALTER ROLE \"postgres\" WITH PASSWORD 'su''pw';\n"));
+        assert!(s.contains("CREATE ROLE \"replicator\" WITH REPLICATION LOGIN PASSWORD"));
+        assert!(
+            s.contains("pg_read_binary_file(text, bigint, bigint, boolean) TO \"rewinder\";\n")
+        );
+        assert!(s.contains("GRANT pg_checkpoint TO \"rewinder\";\n"));
+        assert!(s.lines().all(|l| l.ends_with(';')));
+    }
+
+    #[test]
+    fn include_detection() {
+        assert!(!has_include("# include 'tenure.conf'\n"));
+        assert!(!has_include("include_dir 'conf.d'\n"));
+        assert!(has_include("x = 1\ninclude 'tenure.conf'\n"));
+        assert!(has_include(INCLUDE_LINE));
+    }
+}

@@ -1,0 +1,617 @@
+//! Supervised jobs: initdb, basebackup, rewind, start, stop — each a short list of
+//! steps, child processes run one after another with quick file edits in between.
+//!
+//! Owns: building each job's steps, spawning children (as the PostgreSQL OS user,
+//! in their own process group, output to the job log), and advancing on `poll`.
+//! Must never: wait for a child (only `try_wait`), remove anything but its own temp
+//! files and its own partial basebackup copy, or let a child inherit a password in
+//! its arguments (passwords go through 0600 files or stdin).
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::clock;
+use crate::core::model::{DataDir, Job, JobKind};
+use crate::core::time::Instant;
+
+use super::{ConnTarget, PgCtl, PgError, conf, io_err};
+
+/// A child process to run.
+struct Cmd {
+    /// Names the step in reports ("initdb", "pg_basebackup", ...).
+    what: &'static str,
+    program: &'static str,
+    args: Vec<OsString>,
+    env: Vec<(&'static str, OsString)>,
+    stdin: Option<PathBuf>,
+}
+
+/// A quick in-process step between children.
+enum Local {
+    WriteConfig(Option<ConnTarget>),
+    WriteHba,
+    RemoveSignals,
+    TouchStandby,
+    /// Rename our finished basebackup copy into place (the data dir is absent or
+    /// an empty directory, which is removed with rmdir: never anything with files).
+    InstallBasebackup(PathBuf),
+}
+
+enum Step {
+    Run(Cmd),
+    Local(&'static str, Local),
+}
+
+struct Running {
+    child: Child,
+    what: &'static str,
+    /// Where this child's output starts in the job log.
+    log_offset: u64,
+}
+
+pub(super) struct RunningJob {
+    kind: JobKind,
+    since: Instant,
+    steps: VecDeque<Step>,
+    child: Option<Running>,
+    /// Removed when the job ends, whatever the outcome (password files).
+    temp_files: Vec<PathBuf>,
+    /// Our own partial copy, removed on failure (basebackup).
+    remove_dir_on_fail: Option<PathBuf>,
+    /// Set when the job ended (reported by the next poll).
+    outcome: Option<Result<(), String>>,
+}
+
+impl RunningJob {
+    pub(super) fn child_pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|r| r.child.id())
+    }
+
+    /// SIGKILL the current child's process group (pg_basebackup forks a WAL
+    /// streamer; pg_ctl's postmaster runs in its own session and is not hit).
+    pub(super) fn kill(&mut self) {
+        if let Some(mut r) = self.child.take() {
+            let pid = r.child.id() as libc::pid_t;
+            // SAFETY: kill() on our own child's process group (it is the group
+            // leader: spawned with process_group(0)); no memory effects.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+            let _ = r.child.kill();
+            // Reap without blocking for long: SIGKILL is prompt.
+            let until = clock::now().add(Duration::from_millis(200));
+            while clock::now() < until {
+                if !matches!(r.child.try_wait(), Ok(None)) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+}
+
+pub(super) fn start(
+    ctl: &mut PgCtl,
+    kind: &JobKind,
+    source: Option<&ConnTarget>,
+    now: Instant,
+) -> Result<(), PgError> {
+    if let Some(j) = &ctl.job {
+        return Err(PgError::Busy(format!("{:?} since {}", j.kind, j.since)));
+    }
+    let mut job = RunningJob {
+        kind: kind.clone(),
+        since: now,
+        steps: VecDeque::new(),
+        child: None,
+        temp_files: Vec::new(),
+        remove_dir_on_fail: None,
+        outcome: None,
+    };
+    if let Err(e) = plan(ctl, kind, source, &mut job) {
+        remove_temp(&job);
+        return Err(e);
+    }
+    // Start the first child now, so job_pid() is meaningful at once.
+    advance(ctl, &mut job);
+    ctl.job = Some(job);
+    Ok(())
+}
+
+pub(super) fn poll(ctl: &mut PgCtl, _now: Instant) -> Job {
+    let Some(mut job) = ctl.job.take() else {
+        return Job::Idle;
+    };
+    advance(ctl, &mut job);
+    match job.outcome.take() {
+        None => {
+            let out = Job::Running {
+                kind: job.kind.clone(),
+                since: job.since,
+            };
+            ctl.job = Some(job);
+            out
+        }
+        Some(Ok(())) => {
+            remove_temp(&job);
+            let took = clock::now().since(job.since).as_secs_f64();
+            Job::Finished {
+                kind: job.kind,
+                ok: true,
+                detail: format!("done in {took:.2} s"),
+            }
+        }
+        Some(Err(detail)) => {
+            cleanup_failed(ctl, &mut job);
+            Job::Finished {
+                kind: job.kind,
+                ok: false,
+                detail,
+            }
+        }
+    }
+}
+
+/// Run local steps and spawn children until a child is running or the job ended
+/// (then `outcome` is set).
+fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
+    if job.outcome.is_some() {
+        return;
+    }
+    loop {
+        if let Some(r) = &mut job.child {
+            match r.child.try_wait() {
+                Ok(None) => return,
+                Ok(Some(st)) if st.success() => job.child = None,
+                Ok(Some(st)) => {
+                    let tail = log_tail(ctl, r.log_offset);
+                    job.outcome = Some(Err(format!("{} failed ({st}): {tail}", r.what)));
+                    job.child = None;
+                    return;
+                }
+                Err(e) => {
+                    job.outcome = Some(Err(format!("{}: cannot wait for it: {e}", r.what)));
+                    return;
+                }
+            }
+        }
+        match job.steps.pop_front() {
+            None => {
+                job.outcome = Some(Ok(()));
+                return;
+            }
+            Some(Step::Local(what, op)) => {
+                if let Err(e) = run_local(ctl, op) {
+                    job.outcome = Some(Err(format!("{what}: {e}")));
+                    return;
+                }
+            }
+            Some(Step::Run(cmd)) => match spawn(ctl, &cmd) {
+                Ok(r) => job.child = Some(r),
+                Err(e) => {
+                    job.outcome = Some(Err(format!("{}: {e}", cmd.what)));
+                    return;
+                }
+            },
+        }
+    }
+}
+
+fn run_local(ctl: &mut PgCtl, op: Local) -> Result<(), PgError> {
+    match op {
+        Local::WriteConfig(leader) => ctl.write_agent_config(leader.as_ref()),
+        Local::WriteHba => {
+            let p = ctl.cfg.data_dir.join("pg_hba.conf");
+            ctl.write_owned(&p, &conf::pg_hba(&ctl.cfg))
+        }
+        Local::RemoveSignals => ctl.remove_signals(),
+        Local::TouchStandby => ctl.touch_standby_signal(),
+        Local::InstallBasebackup(tmp) => {
+            let data = &ctl.cfg.data_dir;
+            match fs::remove_dir(data) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err("remove the empty data directory", data, e)),
+            }
+            fs::rename(&tmp, data).map_err(|e| io_err("rename the basebackup into", data, e))
+        }
+    }
+}
+
+fn log_tail(ctl: &PgCtl, offset: u64) -> String {
+    let mut buf = Vec::new();
+    if let Ok(mut f) = fs::File::open(ctl.job_log()) {
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let from = offset.max(len.saturating_sub(800));
+        if f.seek(SeekFrom::Start(from)).is_ok() {
+            let _ = f.read_to_end(&mut buf);
+        }
+    }
+    let s = String::from_utf8_lossy(&buf);
+    let s = s.trim();
+    if s.is_empty() {
+        "(no output)".into()
+    } else {
+        s.lines().collect::<Vec<_>>().join(" | ")
+    }
+}
+
+fn spawn(ctl: &PgCtl, cmd: &Cmd) -> Result<Running, PgError> {
+    let log_path = ctl.job_log();
+    // The job log may hold a failing statement's text: 0600, the agent's own.
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&log_path)
+        .map_err(|e| io_err("open job log", &log_path, e))?;
+    let log_offset = log.metadata().map(|m| m.len()).unwrap_or(0);
+    let log2 = log
+        .try_clone()
+        .map_err(|e| io_err("dup job log", &log_path, e))?;
+    let program = ctl.cfg.bin_dir.join(cmd.program);
+    let mut c = Command::new(&program);
+    c.args(&cmd.args)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("LC_ALL", "C")
+        .current_dir("/")
+        .stdout(log)
+        .stderr(log2)
+        // Own process group: a terminal's ^C for the agent does not reach it, and
+        // kill_job can reach its forks.
+        .process_group(0);
+    match &cmd.stdin {
+        Some(p) => {
+            let f = fs::File::open(p).map_err(|e| io_err("open stdin file", p, e))?;
+            c.stdin(Stdio::from(f));
+        }
+        None => {
+            c.stdin(Stdio::null());
+        }
+    }
+    match &ctl.run_as {
+        Some(r) => {
+            c.uid(r.uid.as_raw())
+                .gid(r.gid.as_raw())
+                .env("HOME", &r.home);
+        }
+        None => {
+            if let Some(h) = std::env::var_os("HOME") {
+                c.env("HOME", h);
+            }
+        }
+    }
+    for (k, v) in &cmd.env {
+        c.env(k, v);
+    }
+    let child = c
+        .spawn()
+        .map_err(|e| PgError::Io(format!("spawn {}: {e}", program.display())))?;
+    Ok(Running {
+        child,
+        what: cmd.what,
+        log_offset,
+    })
+}
+
+fn os(s: impl Into<OsString>) -> OsString {
+    s.into()
+}
+
+fn remove_temp(job: &RunningJob) {
+    for f in &job.temp_files {
+        let _ = fs::remove_file(f);
+    }
+}
+
+pub(super) fn cleanup_failed(ctl: &PgCtl, job: &mut RunningJob) {
+    remove_temp(job);
+    if let Some(d) = job.remove_dir_on_fail.take() {
+        // INVARIANT: only ever our own `<data>.basebackup-tmp`, never the data dir.
+        if d != ctl.cfg.data_dir && d.exists() {
+            let _ = fs::remove_dir_all(&d);
+        }
+    }
+}
+
+/// The source must be given and be the member the job names.
+fn source_for<'a>(source: Option<&'a ConnTarget>, name: &str) -> Result<&'a ConnTarget, PgError> {
+    match source {
+        Some(s) if s.name == name => Ok(s),
+        Some(s) => Err(PgError::Refused(format!(
+            "the job names {name:?} but the connection target is {:?}",
+            s.name
+        ))),
+        None => Err(PgError::Refused(format!(
+            "no connection target given for {name:?}"
+        ))),
+    }
+}
+
+fn require_stopped(ctl: &PgCtl) -> Result<(), PgError> {
+    let pids = ctl.pids();
+    if pids.is_empty() {
+        Ok(())
+    } else {
+        Err(PgError::Refused(format!(
+            "processes of this PostgreSQL still run ({pids:?}): fence or stop first"
+        )))
+    }
+}
+
+fn require_state(ctl: &PgCtl, want_empty: bool) -> Result<(), PgError> {
+    match (ctl.data_dir_state(), want_empty) {
+        (DataDir::Empty, true) | (DataDir::Present { .. }, false) => Ok(()),
+        (st, true) => Err(PgError::Refused(format!(
+            "data directory {} is not empty ({st:?}): never initdb or basebackup into it",
+            ctl.cfg.data_dir.display()
+        ))),
+        (st, false) => Err(PgError::Refused(format!(
+            "data directory {} holds no usable cluster ({st:?})",
+            ctl.cfg.data_dir.display()
+        ))),
+    }
+}
+
+/// Make a sibling file for the job, 0600, owned by the PostgreSQL user, removed
+/// when the job ends.
+fn temp_file(
+    ctl: &PgCtl,
+    job: &mut RunningJob,
+    suffix: &str,
+    text: &str,
+) -> Result<PathBuf, PgError> {
+    let p = ctl.sibling(suffix);
+    job.temp_files.push(p.clone());
+    ctl.write_owned(&p, text)?;
+    Ok(p)
+}
+
+/// The server log next to the data dir, created owned by the PostgreSQL user so
+/// pg_ctl can append to it even when the parent directory is not theirs.
+fn prepare_server_log(ctl: &PgCtl) -> Result<PathBuf, PgError> {
+    let p = ctl.server_log();
+    fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&p)
+        .map_err(|e| io_err("create server log", &p, e))?;
+    ctl.chown(&p)?;
+    Ok(p)
+}
+
+fn pg_ctl_start(ctl: &PgCtl) -> Result<Step, PgError> {
+    let log = prepare_server_log(ctl)?;
+    Ok(Step::Run(Cmd {
+        what: "pg_ctl start",
+        program: "pg_ctl",
+        args: vec![
+            os("start"),
+            os("-D"),
+            os(&ctl.cfg.data_dir),
+            os("-w"),
+            os("-t"),
+            os(ctl.ctl_timeout.as_secs().to_string()),
+            os("-l"),
+            os(log),
+        ],
+        env: vec![],
+        stdin: None,
+    }))
+}
+
+fn plan(
+    ctl: &mut PgCtl,
+    kind: &JobKind,
+    source: Option<&ConnTarget>,
+    job: &mut RunningJob,
+) -> Result<(), PgError> {
+    let data = ctl.cfg.data_dir.clone();
+    let passfile = os(ctl.passfile());
+    match kind {
+        JobKind::InitDb => {
+            require_state(ctl, true)?;
+            require_stopped(ctl)?;
+            if data.exists() {
+                // initdb chmods an existing empty directory: it must be theirs.
+                ctl.chown(&data)?;
+                fs::set_permissions(&data, fs::Permissions::from_mode(0o700))
+                    .map_err(|e| io_err("chmod 0700", &data, e))?;
+            }
+            let pw = format!("{}\n", ctl.cfg.superuser_password);
+            let pwfile = temp_file(ctl, job, "initdb-pw", &pw)?;
+            let sql = temp_file(ctl, job, "bootstrap-sql", &conf::bootstrap_sql(&ctl.cfg))?;
+            job.steps.push_back(Step::Run(Cmd {
+                what: "initdb",
+                program: "initdb",
+                args: vec![
+                    os("-D"),
+                    os(&data),
+                    os("--data-checksums"),
+                    os("-U"),
+                    os(&ctl.cfg.superuser),
+                    os(format!("--pwfile={}", pwfile.display())),
+                    os("--auth-local=trust"),
+                    os("--auth-host=scram-sha-256"),
+                    os("-E"),
+                    os("UTF8"),
+                ],
+                env: vec![],
+                stdin: None,
+            }));
+            job.steps
+                .push_back(Step::Local("write pg_hba.conf", Local::WriteHba));
+            job.steps
+                .push_back(Step::Local("write tenure.conf", Local::WriteConfig(None)));
+            job.steps.push_back(Step::Run(Cmd {
+                what: "create roles (postgres --single)",
+                program: "postgres",
+                // exit_on_error: an ERROR in single-user mode would otherwise be
+                // printed and the exit status would still be 0.
+                args: vec![
+                    os("--single"),
+                    os("-D"),
+                    os(&data),
+                    os("-c"),
+                    os("exit_on_error=on"),
+                    os("postgres"),
+                ],
+                env: vec![],
+                stdin: Some(sql),
+            }));
+        }
+        JobKind::Basebackup { from } => {
+            let src = source_for(source, from)?.clone();
+            require_state(ctl, true)?;
+            require_stopped(ctl)?;
+            ctl.write_owned(&ctl.passfile(), &conf::pgpass(&ctl.cfg))?;
+            let tmp = ctl.sibling("basebackup-tmp");
+            if tmp.exists() {
+                // Only a crashed earlier basebackup of ours leaves this behind.
+                fs::remove_dir_all(&tmp).map_err(|e| io_err("remove stale", &tmp, e))?;
+            }
+            fs::create_dir(&tmp).map_err(|e| io_err("create", &tmp, e))?;
+            job.remove_dir_on_fail = Some(tmp.clone());
+            fs::set_permissions(&tmp, fs::Permissions::from_mode(0o700))
+                .map_err(|e| io_err("chmod 0700", &tmp, e))?;
+            ctl.chown(&tmp)?;
+            job.steps.push_back(Step::Run(Cmd {
+                what: "pg_basebackup",
+                program: "pg_basebackup",
+                args: vec![
+                    os("-D"),
+                    os(&tmp),
+                    os("-h"),
+                    os(&src.host),
+                    os("-p"),
+                    os(src.port.to_string()),
+                    os("-U"),
+                    os(&ctl.cfg.replication_user),
+                    os("-X"),
+                    os("stream"),
+                    os("-c"),
+                    os("fast"),
+                    os("-w"),
+                ],
+                env: vec![
+                    ("PGPASSFILE", passfile),
+                    ("PGCONNECT_TIMEOUT", os("10")),
+                    ("PGAPPNAME", os("tenure-basebackup")),
+                ],
+                stdin: None,
+            }));
+            job.steps.push_back(Step::Local(
+                "install basebackup",
+                Local::InstallBasebackup(tmp),
+            ));
+            job.steps.push_back(Step::Local(
+                "write tenure.conf",
+                Local::WriteConfig(Some(src)),
+            ));
+            job.steps
+                .push_back(Step::Local("write standby.signal", Local::TouchStandby));
+        }
+        JobKind::Rewind { from } => {
+            let src = source_for(source, from)?.clone();
+            require_state(ctl, false)?;
+            require_stopped(ctl)?;
+            let pf = ctl.passfile();
+            ctl.write_owned(&pf, &conf::pgpass(&ctl.cfg))?;
+            let pf = pf
+                .to_str()
+                .ok_or_else(|| PgError::Config(format!("passfile {} is not UTF-8", pf.display())))?
+                .to_string();
+            let conninfo = conf::rewind_conninfo(&ctl.cfg, &src, &pf);
+            // PostgreSQL 15's pg_rewind takes the source's timeline from its
+            // pg_control, which says the old timeline until the first checkpoint
+            // after promotion: rewinding earlier answers "no rewind required" and
+            // leaves a standby stuck on a forked timeline (seen in tests/real_pg.rs).
+            job.steps.push_back(Step::Run(Cmd {
+                what: "CHECKPOINT on the rewind source (psql)",
+                program: "psql",
+                args: vec![
+                    os("-X"),
+                    os("-w"),
+                    os("-v"),
+                    os("ON_ERROR_STOP=1"),
+                    os("-c"),
+                    os("CHECKPOINT"),
+                    os(&conninfo),
+                ],
+                env: vec![("PGCONNECT_TIMEOUT", os("10"))],
+                stdin: None,
+            }));
+            job.steps.push_back(Step::Run(Cmd {
+                what: "pg_rewind",
+                program: "pg_rewind",
+                // No --no-ensure-shutdown: PostgreSQL >= 13 runs the unclean target's
+                // crash recovery itself (DESIGN §3a).
+                args: vec![
+                    os("-D"),
+                    os(&data),
+                    os(format!("--source-server={conninfo}")),
+                ],
+                env: vec![("PGCONNECT_TIMEOUT", os("10"))],
+                stdin: None,
+            }));
+            // pg_rewind copied the source's config files: ours again.
+            job.steps.push_back(Step::Local(
+                "write tenure.conf",
+                Local::WriteConfig(Some(src)),
+            ));
+            job.steps
+                .push_back(Step::Local("write standby.signal", Local::TouchStandby));
+        }
+        JobKind::StartPrimary => {
+            require_state(ctl, false)?;
+            require_stopped(ctl)?;
+            job.steps
+                .push_back(Step::Local("write tenure.conf", Local::WriteConfig(None)));
+            job.steps
+                .push_back(Step::Local("remove standby.signal", Local::RemoveSignals));
+            let start = pg_ctl_start(ctl)?;
+            job.steps.push_back(start);
+        }
+        JobKind::StartReplica { leader } => {
+            let src = source_for(source, leader)?.clone();
+            require_state(ctl, false)?;
+            require_stopped(ctl)?;
+            job.steps.push_back(Step::Local(
+                "write tenure.conf",
+                Local::WriteConfig(Some(src)),
+            ));
+            job.steps
+                .push_back(Step::Local("write standby.signal", Local::TouchStandby));
+            let start = pg_ctl_start(ctl)?;
+            job.steps.push_back(start);
+        }
+        JobKind::Stop => {
+            job.steps.push_back(Step::Run(Cmd {
+                what: "pg_ctl stop",
+                program: "pg_ctl",
+                args: vec![
+                    os("stop"),
+                    os("-D"),
+                    os(&data),
+                    os("-m"),
+                    os("fast"),
+                    os("-w"),
+                    os("-t"),
+                    os(ctl.ctl_timeout.as_secs().to_string()),
+                ],
+                env: vec![],
+                stdin: None,
+            }));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,520 @@
+//! `tenure::pg` against real PostgreSQL 15: bootstrap, replicate, fence, promote,
+//! rewind, follow again. Runs as root; PostgreSQL runs as `postgres`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tenure::clock;
+use tenure::config::PgConfig;
+use tenure::core::model::{DataDir, FenceOutcome, Job, JobKind, PgRole, PgStatus};
+use tenure::pg::{ConnTarget, PgCtl, conn_url};
+use tenure::testbed;
+
+const BIN: &str = "/usr/lib/postgresql/15/bin";
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn node_cfg(dir: &Path, name: &str) -> PgConfig {
+    let port = testbed::free_port();
+    PgConfig {
+        bin_dir: PathBuf::from(BIN),
+        data_dir: dir.join(format!("{name}-data")),
+        listen: format!("127.0.0.1:{port}"),
+        connect_address: format!("127.0.0.1:{port}"),
+        socket_dir: dir.join(format!("{name}-socket")),
+        user: Some("postgres".into()),
+        superuser: "postgres".into(),
+        superuser_password: "su-secret".into(),
+        replication_user: "replicator".into(),
+        replication_password: "repl-secret".into(),
+        rewind_user: "rewinder".into(),
+        rewind_password: "rewind-secret".into(),
+        parameters: vec![
+            ("shared_buffers".into(), "16MB".into()),
+            ("max_connections".into(), "20".into()),
+            ("fsync".into(), "off".into()),
+        ],
+        move_aside_unusable: false,
+    }
+}
+
+/// Kills every process of every node (by the pids `pids()` reports) and any job
+/// child, even when the test fails; removes the scratch dir on success.
+struct Guard {
+    dir: PathBuf,
+    nodes: Vec<PgCtl>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            n.kill_job();
+            let pm = n.postmaster_pid();
+            // SIGQUIT first (the postmaster then removes its shared memory), then
+            // SIGKILL by pid whatever is left.
+            let _ = n.fence(clock::now().add(secs(5)));
+            for _ in 0..3 {
+                for pid in n.pids() {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid as i32),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                if n.pids().is_empty() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if let Some(pm) = pm {
+                reap(pm);
+            }
+        }
+        if std::thread::panicking() || std::env::var_os("TENURE_KEEP_SCRATCH").is_some() {
+            eprintln!("scratch dir kept for inspection: {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Orphaned postmasters become our children (not pid 1's, which does not reap in
+/// this container): a SIGKILLed postmaster left as a zombie would otherwise block
+/// the next start ("lock file postmaster.pid already exists").
+fn become_subreaper() {
+    nix::sys::prctl::set_child_subreaper(true).expect("PR_SET_CHILD_SUBREAPER");
+}
+
+/// Reap `pid` if it is our (zombie) child; only that pid, so job children of
+/// other tests keep their exit status.
+fn reap(pid: u32) {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let p = nix::unistd::Pid::from_raw(pid as i32);
+    for _ in 0..100 {
+        match waitpid(p, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(10)),
+            _ => return,
+        }
+    }
+}
+
+/// Poll the job until it finishes; panics with its detail if it failed.
+fn run_job(n: &mut PgCtl, kind: JobKind, src: Option<&ConnTarget>, limit: Duration) -> Duration {
+    let t0 = clock::now();
+    n.start_job(&kind, src, t0)
+        .unwrap_or_else(|e| panic!("start {kind:?}: {e}"));
+    assert!(n.job_pid().is_some(), "{kind:?} has a child at once");
+    loop {
+        match n.poll_job(clock::now()) {
+            Job::Running { .. } => {}
+            Job::Finished { ok: true, .. } => break,
+            Job::Finished {
+                ok: false, detail, ..
+            } => panic!("{kind:?} failed: {detail}"),
+            Job::Idle => panic!("{kind:?}: job vanished"),
+        }
+        assert!(
+            clock::now().since(t0) < limit,
+            "{kind:?} still running after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        n.poll_job(clock::now()),
+        Job::Idle,
+        "Finished is reported once"
+    );
+    clock::now().since(t0)
+}
+
+fn probe_until(
+    n: &mut PgCtl,
+    limit: Duration,
+    what: &str,
+    ok: impl Fn(&PgStatus) -> bool,
+) -> PgStatus {
+    let t0 = clock::now();
+    loop {
+        let st = n.probe(clock::now().add(secs(1)));
+        if ok(&st) {
+            return st;
+        }
+        assert!(clock::now().since(t0) < limit, "{what}: last probe {st:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A test client over the node's Unix socket (trust, as the superuser).
+fn client(cfg: &PgConfig) -> postgres::Client {
+    let port: u16 = cfg.listen.rsplit_once(':').unwrap().1.parse().unwrap();
+    postgres::Config::new()
+        .host_path(&cfg.socket_dir)
+        .port(port)
+        .user("postgres")
+        .dbname("postgres")
+        .connect_timeout(secs(5))
+        .options("-c statement_timeout=5000")
+        .connect(postgres::NoTls)
+        .expect("test client connects")
+}
+
+fn target(name: &str, cfg: &PgConfig) -> ConnTarget {
+    ConnTarget::from_conn_url(name, &conn_url(&cfg.connect_address)).unwrap()
+}
+
+fn count(cfg: &PgConfig, v: &str) -> i64 {
+    let mut c = client(cfg);
+    c.query_one("SELECT count(*) FROM t WHERE v = $1", &[&v])
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn bootstrap_replicate_fence_promote_rewind() {
+    become_subreaper();
+    let dir = testbed::scratch_dir("pg").unwrap();
+    let pg = nix::unistd::User::from_name("postgres").unwrap().unwrap();
+    nix::unistd::chown(&dir, Some(pg.uid), Some(pg.gid)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c1 = node_cfg(&dir, "n1");
+    let c2 = node_cfg(&dir, "n2");
+    let mut g = Guard {
+        dir: dir.clone(),
+        nodes: vec![
+            PgCtl::new(&c1, "n1").unwrap(),
+            PgCtl::new(&c2, "n2").unwrap(),
+        ],
+    };
+    let t1 = target("n1", &c1);
+    let t2 = target("n2", &c2);
+
+    // initdb
+    assert_eq!(g.nodes[0].data_dir_state(), DataDir::Empty);
+    let took = run_job(&mut g.nodes[0], JobKind::InitDb, None, secs(60));
+    eprintln!("timing: initdb {:.2} s", took.as_secs_f64());
+    let sysid = match g.nodes[0].data_dir_state() {
+        // initdb leaves a cleanly shut-down primary: state 1, no standby.signal.
+        DataDir::Present {
+            sysid,
+            was_primary: true,
+        } => sysid,
+        other => panic!("after initdb: {other:?}"),
+    };
+    assert!(
+        g.nodes[0].pids().is_empty(),
+        "initdb leaves the cluster stopped"
+    );
+    assert_eq!(
+        g.nodes[0].probe(clock::now().add(secs(1))).role,
+        PgRole::Stopped
+    );
+    // Refused: initdb into a non-empty directory.
+    assert!(
+        g.nodes[0]
+            .start_job(&JobKind::InitDb, None, clock::now())
+            .is_err()
+    );
+
+    // start as primary
+    let took = run_job(&mut g.nodes[0], JobKind::StartPrimary, None, secs(60));
+    eprintln!("timing: start primary {:.2} s", took.as_secs_f64());
+    let st = probe_until(&mut g.nodes[0], secs(10), "primary", |s| {
+        s.role == PgRole::Primary
+    });
+    assert_eq!(st.timeline, 1);
+    assert!(st.lsn > 0);
+    assert_eq!(
+        st.data,
+        DataDir::Present {
+            sysid,
+            was_primary: true
+        }
+    );
+    g.nodes[0]
+        .sync_slots(
+            &["n1".into(), "n2".into(), "n3".into()],
+            clock::now().add(secs(2)),
+        )
+        .unwrap();
+    {
+        let mut c = client(&c1);
+        let slots: Vec<String> = c
+            .query("SELECT slot_name FROM pg_replication_slots ORDER BY 1", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(slots, vec!["n2", "n3"], "one slot per other member");
+    }
+    // n3 left the cluster: its inactive slot goes.
+    g.nodes[0]
+        .sync_slots(&["n2".into()], clock::now().add(secs(2)))
+        .unwrap();
+    {
+        let mut c = client(&c1);
+        let n: i64 = c
+            .query_one("SELECT count(*) FROM pg_replication_slots", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 1);
+        c.batch_execute("CREATE TABLE t (v text); INSERT INTO t VALUES ('one')")
+            .unwrap();
+    }
+
+    // second node: basebackup, start as replica
+    let took = run_job(
+        &mut g.nodes[1],
+        JobKind::Basebackup { from: "n1".into() },
+        Some(&t1),
+        secs(120),
+    );
+    eprintln!("timing: basebackup {:.2} s", took.as_secs_f64());
+    // A fresh basebackup carries the primary's pg_control state, but it is a standby.
+    assert_eq!(
+        g.nodes[1].data_dir_state(),
+        DataDir::Present {
+            sysid,
+            was_primary: false
+        }
+    );
+    let conf = std::fs::read_to_string(c2.data_dir.join("tenure.conf")).unwrap();
+    assert!(conf.contains("primary_conninfo"));
+    assert!(!conf.contains("repl-secret"), "no password in tenure.conf");
+    run_job(
+        &mut g.nodes[1],
+        JobKind::StartReplica {
+            leader: "n1".into(),
+        },
+        Some(&t1),
+        secs(60),
+    );
+    let st = probe_until(&mut g.nodes[1], secs(20), "replica streams from n1", |s| {
+        s.role == PgRole::Replica && s.streaming
+    });
+    assert_eq!(st.following.as_deref(), Some("n1"));
+    assert_eq!(st.timeline, 1);
+    {
+        let mut c = client(&c1);
+        c.batch_execute("INSERT INTO t VALUES ('two')").unwrap();
+    }
+    testbed::wait_for(secs(10), Duration::from_millis(20), || {
+        (count(&c2, "two") == 1).then_some(())
+    })
+    .expect("row written on the primary reaches the replica");
+
+    // fence the primary while a client holds an open transaction
+    let mut holder = client(&c1);
+    holder
+        .batch_execute("BEGIN; INSERT INTO t VALUES ('uncommitted')")
+        .unwrap();
+    let before = g.nodes[0].pids();
+    assert!(
+        before.len() > 3,
+        "postmaster + auxiliaries + backends: {before:?}"
+    );
+    assert!(g.nodes[0].postmaster_pid().is_some());
+    let pm1 = g.nodes[0].postmaster_pid().unwrap();
+    let t0 = clock::now();
+    let out = g.nodes[0].fence(t0.add(secs(3)));
+    eprintln!(
+        "timing: fence {:.3} s",
+        clock::now().since(t0).as_secs_f64()
+    );
+    assert_eq!(out, FenceOutcome::Complete);
+    assert!(g.nodes[0].pids().is_empty(), "no process of n1 remains");
+    assert!(g.nodes[0].postmaster_pid().is_none());
+    reap(pm1);
+    // A fenced primary (immediate shutdown: still "in production") must rewind
+    // before it follows anyone.
+    assert!(matches!(
+        g.nodes[0].data_dir_state(),
+        DataDir::Present {
+            was_primary: true,
+            ..
+        }
+    ));
+    assert!(
+        holder.batch_execute("COMMIT").is_err(),
+        "the client's connection is dead"
+    );
+    assert_eq!(
+        g.nodes[0].probe(clock::now().add(secs(1))).role,
+        PgRole::Stopped
+    );
+
+    // promote the replica
+    let t0 = clock::now();
+    g.nodes[1].promote(t0.add(secs(10))).unwrap();
+    eprintln!(
+        "timing: promote {:.3} s",
+        clock::now().since(t0).as_secs_f64()
+    );
+    let st = probe_until(&mut g.nodes[1], secs(10), "n2 primary", |s| {
+        s.role == PgRole::Primary
+    });
+    assert_eq!(st.timeline, 2);
+    assert_eq!(st.following, None);
+    g.nodes[1]
+        .sync_slots(&["n1".into()], clock::now().add(secs(2)))
+        .unwrap();
+    {
+        let mut c = client(&c2);
+        c.batch_execute("INSERT INTO t VALUES ('three')").unwrap();
+    }
+    assert_eq!(count(&c2, "uncommitted"), 0);
+
+    // rewind the old primary from the new one, follow it
+    let took = run_job(
+        &mut g.nodes[0],
+        JobKind::Rewind { from: "n2".into() },
+        Some(&t2),
+        secs(120),
+    );
+    eprintln!("timing: rewind {:.2} s", took.as_secs_f64());
+    assert_eq!(
+        g.nodes[0].data_dir_state(),
+        DataDir::Present {
+            sysid,
+            was_primary: false
+        }
+    );
+    run_job(
+        &mut g.nodes[0],
+        JobKind::StartReplica {
+            leader: "n2".into(),
+        },
+        Some(&t2),
+        secs(60),
+    );
+    // It first streams the end of timeline 1 from n2, then switches to 2.
+    let st = probe_until(
+        &mut g.nodes[0],
+        secs(20),
+        "n1 streams timeline 2 from n2",
+        |s| s.role == PgRole::Replica && s.streaming && s.timeline == 2,
+    );
+    assert_eq!(st.following.as_deref(), Some("n2"));
+    testbed::wait_for(secs(10), Duration::from_millis(20), || {
+        (count(&c1, "three") == 1).then_some(())
+    })
+    .expect("the rewound node sees the new primary's row");
+    assert_eq!(count(&c1, "uncommitted"), 0);
+
+    // a clean stop of the replica
+    run_job(&mut g.nodes[0], JobKind::Stop, None, secs(60));
+    assert!(g.nodes[0].pids().is_empty());
+
+    // DESIGN §3a: a busy backend outlives a SIGKILLed postmaster (an idle one
+    // notices at once). The fence must still find and end it.
+    let c2b = c2.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let busy = std::thread::spawn(move || {
+        let mut c = client(&c2b);
+        c.batch_execute("SET statement_timeout = 30000; BEGIN; INSERT INTO t VALUES ('orphan')")
+            .unwrap();
+        tx.send(()).unwrap();
+        // CPU-bound: checks for interrupts but not for postmaster death.
+        let r = c.batch_execute("SELECT count(*) FROM generate_series(1, 2000000000)");
+        let commit = c.batch_execute("COMMIT");
+        (r.is_err(), commit.is_err())
+    });
+    rx.recv_timeout(secs(10)).expect("busy client started");
+    std::thread::sleep(Duration::from_millis(200));
+    let pm = g.nodes[1].postmaster_pid().expect("n2 runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pm as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    testbed::wait_for(secs(5), Duration::from_millis(5), || {
+        g.nodes[1].postmaster_pid().is_none().then_some(())
+    })
+    .expect("postmaster gone");
+    reap(pm);
+    std::thread::sleep(Duration::from_millis(100));
+    let left = g.nodes[1].pids();
+    assert!(!left.is_empty(), "the busy backend survives the postmaster");
+    let out = g.nodes[1].fence(clock::now().add(secs(3)));
+    assert_eq!(out, FenceOutcome::Complete);
+    assert!(
+        g.nodes[1].pids().is_empty(),
+        "left before the fence: {left:?}"
+    );
+    let (query_failed, commit_failed) = busy.join().unwrap();
+    assert!(query_failed && commit_failed, "the orphan never commits");
+    // A new postmaster removes the dead one's shared memory; the row is not there.
+    run_job(&mut g.nodes[1], JobKind::StartPrimary, None, secs(60));
+    probe_until(&mut g.nodes[1], secs(10), "n2 back", |s| {
+        s.role == PgRole::Primary
+    });
+    assert_eq!(count(&c2, "orphan"), 0);
+    run_job(&mut g.nodes[1], JobKind::Stop, None, secs(60));
+    assert!(g.nodes[1].pids().is_empty());
+}
+
+#[test]
+fn basebackup_failure_leaves_nothing_behind() {
+    become_subreaper();
+    let dir = testbed::scratch_dir("pg-bb-fail").unwrap();
+    let pg = nix::unistd::User::from_name("postgres").unwrap().unwrap();
+    nix::unistd::chown(&dir, Some(pg.uid), Some(pg.gid)).unwrap();
+    let c = node_cfg(&dir, "x");
+    let mut g = Guard {
+        dir: dir.clone(),
+        nodes: vec![PgCtl::new(&c, "x").unwrap()],
+    };
+    // Nobody listens on this port.
+    let nobody = ConnTarget {
+        name: "ghost".into(),
+        host: "127.0.0.1".into(),
+        port: testbed::free_port(),
+    };
+    let n = &mut g.nodes[0];
+    // The job's source must be the member it names.
+    assert!(
+        n.start_job(
+            &JobKind::Basebackup {
+                from: "other".into()
+            },
+            Some(&nobody),
+            clock::now()
+        )
+        .is_err()
+    );
+    n.start_job(
+        &JobKind::Basebackup {
+            from: "ghost".into(),
+        },
+        Some(&nobody),
+        clock::now(),
+    )
+    .unwrap();
+    assert!(
+        n.start_job(&JobKind::StartPrimary, None, clock::now())
+            .is_err(),
+        "one job at a time"
+    );
+    let detail = testbed::wait_for(secs(30), Duration::from_millis(10), || {
+        match n.poll_job(clock::now()) {
+            Job::Finished { ok, detail, .. } => Some((ok, detail)),
+            _ => None,
+        }
+    })
+    .expect("basebackup ends");
+    assert!(!detail.0);
+    assert!(detail.1.contains("pg_basebackup"), "{}", detail.1);
+    assert_eq!(n.data_dir_state(), DataDir::Empty);
+    assert!(!dir.join("x-data.basebackup-tmp").exists());
+
+    // Garbage in the data dir: Unusable, never initdb'd over, moved aside intact.
+    std::fs::create_dir_all(&c.data_dir).unwrap();
+    std::fs::write(c.data_dir.join("junk"), "x").unwrap();
+    assert!(matches!(n.data_dir_state(), DataDir::Unusable(_)));
+    assert!(n.start_job(&JobKind::InitDb, None, clock::now()).is_err());
+    let aside = n.move_data_aside().unwrap();
+    assert!(aside.join("junk").is_file());
+    assert!(aside.to_string_lossy().contains("x-data.aside-"));
+    assert_eq!(n.data_dir_state(), DataDir::Empty);
+}
