@@ -74,7 +74,11 @@ pub fn stop_child(child: &mut Child, grace: Duration) {
 }
 
 /// Poll `f` every `every` until it returns `Some` or `limit` passes.
-pub fn wait_for<T>(limit: Duration, every: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+pub fn wait_for<T>(
+    limit: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> Option<T> {
     let t0 = Instant::now();
     loop {
         if let Some(v) = f() {
