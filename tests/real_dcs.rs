@@ -566,7 +566,6 @@ fn calls_keep_their_deadlines_with_etcd_dead() {
     for i in 0..3 {
         b.cluster.kill_member(i);
     }
-    let rt = runtime();
     // The open watch notices (stream error) and reports Broken.
     let t0 = clock::now();
     let ev = b.rt.block_on(async {
@@ -580,8 +579,130 @@ fn calls_keep_their_deadlines_with_etcd_dead() {
         clock::now().since(t0)
     );
     assert!(matches!(ev, Some(WatchEvent::Broken(_))), "{ev:?}");
-    drop(rt);
 
+    let worst =
+        every_call_by_its_deadline(&mut e, &b.rt, &b.cluster.endpoints(), lease, epoch, rev);
+    println!("worst overrun: {:.3} ms", worst.as_secs_f64() * 1e3);
+
+    // A deadline already passed fails at once, sending nothing.
+    let rt = &b.rt;
+    let past = clock::now();
+    let err = e.read_cluster(rt, past).expect_err("past deadline");
+    assert!(err.0.contains("deadline"), "{err}");
+    assert!(matches!(
+        e.confirmed_renew(rt, lease, epoch, "pg1", past).outcome,
+        RenewalOutcome::Failed(_)
+    ));
+
+    // The same client recovers once etcd is back (members restarted on their data).
+    for i in 0..3 {
+        b.cluster.start_member(i, "existing").expect("restart");
+    }
+    assert!(b.cluster.wait_healthy(Duration::from_secs(30)));
+    let t0 = clock::now();
+    let view = wait_ok(|| e.read_cluster(&b.rt, in_ms(500)));
+    println!("client recovered after {:?}", clock::now().since(t0));
+    assert_eq!(view.leader.map(|l| l.epoch), Some(epoch));
+}
+
+/// Retry `f` for up to 20 s until it succeeds.
+fn wait_ok<T>(mut f: impl FnMut() -> Result<T, tenure::dcs::DcsError>) -> T {
+    let end = clock::now().add(Duration::from_secs(20));
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(e) if clock::now() > end => panic!("still failing after 20 s: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// etcd hung rather than dead (SIGSTOP: connections stay open, nothing answers):
+/// every call must give up at its own deadline.
+#[test]
+fn calls_keep_their_deadlines_with_etcd_hung() {
+    let b = bed("dcs-hung");
+    let mut e = b.client(PREFIX);
+    let (lease, _, epoch) = won(e.acquire(&b.rt, "pg1", 30, in_ms(2000)));
+    let rev = e.read_cluster(&b.rt, in_ms(2000)).expect("read").revision;
+    let pids: Vec<_> = (0..3)
+        .map(|i| nix::unistd::Pid::from_raw(b.cluster.pid(i).expect("running") as i32))
+        .collect();
+    for p in &pids {
+        nix::sys::signal::kill(*p, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    }
+    let worst =
+        every_call_by_its_deadline(&mut e, &b.rt, &b.cluster.endpoints(), lease, epoch, rev);
+    println!(
+        "worst overrun with etcd hung: {:.3} ms",
+        worst.as_secs_f64() * 1e3
+    );
+    for p in &pids {
+        nix::sys::signal::kill(*p, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+    }
+    // After a timeout the next renewal uses a fresh stream: it must be a real,
+    // current answer (Counted), not a stale queued one.
+    let r = {
+        let end = clock::now().add(Duration::from_secs(20));
+        loop {
+            let r = e.confirmed_renew(&b.rt, lease, epoch, "pg1", in_ms(1000));
+            if !matches!(r.outcome, RenewalOutcome::Failed(_)) || clock::now() > end {
+                break r;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // The lease (ttl 30) outlived the ~6 s etcd was stopped.
+    println!("renewal after SIGCONT: {r:?}");
+    assert!(
+        matches!(r.outcome, RenewalOutcome::Counted { ttl } if ttl >= 30),
+        "{r:?}"
+    );
+}
+
+/// require-leader: a member cut off from its quorum answers "no leader" quickly
+/// and cancels the watch instead of leaving it silent (DESIGN §3).
+#[test]
+fn member_without_leader_fails_fast_and_cancels_the_watch() {
+    let mut b = bed("dcs-noleader");
+    let survivor = b.cluster.endpoints()[2].clone();
+    let mut e = Etcd::connect(&b.rt, &[survivor], PREFIX, in_ms(2000)).expect("connect");
+    let rev = e.read_cluster(&b.rt, in_ms(2000)).expect("read").revision;
+    e.watch_leader(&b.rt, rev + 1, in_ms(2000)).expect("watch");
+    b.cluster.kill_member(0);
+    b.cluster.kill_member(1);
+    let t0 = clock::now();
+    let ev = b.rt.block_on(async {
+        tokio::select! {
+            ev = e.next_watch_event() => Some(ev),
+            _ = tokio::time::sleep(Duration::from_secs(10)) => None,
+        }
+    });
+    println!(
+        "watch without a leader: {ev:?} after {:?}",
+        clock::now().since(t0)
+    );
+    assert!(matches!(ev, Some(WatchEvent::Broken(_))), "{ev:?}");
+    assert!(!e.watch_is_open());
+    let t1 = clock::now();
+    let err = e.read_cluster(&b.rt, in_ms(2000)).expect_err("no quorum");
+    println!(
+        "read without a leader: {err} after {:?}",
+        clock::now().since(t1)
+    );
+    assert!(err.0.contains("no leader"), "{err}");
+}
+
+/// Run every call with a 300 ms deadline; assert each returned within a loose slack
+/// of it and print the measured overruns. Returns the worst.
+fn every_call_by_its_deadline(
+    e: &mut Etcd,
+    rt: &Runtime,
+    endpoints: &[String],
+    lease: i64,
+    epoch: i64,
+    rev: i64,
+) -> Duration {
     let budget = Duration::from_millis(300);
     let mut worst = Duration::ZERO;
     let mut check = |name: &str, f: &mut dyn FnMut(Instant) -> String| {
@@ -599,7 +720,6 @@ fn calls_keep_their_deadlines_with_etcd_dead() {
             "{name} overran its deadline by {over:?}"
         );
     };
-    let rt = &b.rt;
     check("read_cluster", &mut |d| {
         format!("{:?}", e.read_cluster(rt, d).map(|v| v.revision))
     });
@@ -660,19 +780,10 @@ fn calls_keep_their_deadlines_with_etcd_dead() {
     check("connect", &mut |d| {
         format!(
             "{:?}",
-            Etcd::connect(rt, &b.cluster.endpoints(), PREFIX, d).map(|_| "client")
+            Etcd::connect(rt, endpoints, PREFIX, d).map(|_| "client")
         )
     });
-    println!("worst overrun: {:.3} ms", worst.as_secs_f64() * 1e3);
-
-    // A deadline already passed fails at once, sending nothing.
-    let past = clock::now();
-    let err = e.read_cluster(rt, past).expect_err("past deadline");
-    assert!(err.0.contains("deadline"), "{err}");
-    assert!(matches!(
-        e.confirmed_renew(rt, lease, epoch, "pg1", past).outcome,
-        RenewalOutcome::Failed(_)
-    ));
+    worst
 }
 
 fn task_ids() -> HashSet<String> {
