@@ -6,14 +6,34 @@
 //! core), block past the deadline it was given, resolve a host name, or reuse a
 //! keepalive stream after a timeout (DESIGN §3).
 //!
-//! STUB: signatures are the contract; bodies are filled in by the dcs work.
+//! How it is driven: etcd-client is async; every call here is
+//! `rt.block_on(async { tokio::time::timeout(d, call).await })` on the caller's
+//! current-thread runtime, with `d` the time left until the call's deadline. No
+//! threads are started: endpoints are IP literals (hyper skips the resolver, which
+//! would use `spawn_blocking`), and the client's own background tasks (the balance
+//! channel, HTTP/2 connections) run on the caller's runtime whenever it is driven.
 
+mod keys;
+
+use std::collections::{HashSet, VecDeque};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseTimeToLiveOptions, PutOptions,
+    Txn, TxnOp, TxnOpResponse, TxnResponse, WatchOptions, WatchStream,
+};
 use tokio::runtime::Runtime;
 
+use crate::clock;
 use crate::core::model::{
-    AcquireOutcome, ClaimOutcome, ClusterView, Epoch, HistoryEntry, LeaseId, LeasePoll, Renewal,
+    AcquireOutcome, ClaimOutcome, ClusterView, Epoch, HistoryEntry, LeaderKey, LeaseId, LeasePoll,
+    Member, Renewal, RenewalOutcome,
 };
 use crate::core::time::Instant;
+
+pub use keys::{encode_member, parse_member};
 
 /// A failure talking to etcd (timeout, no leader, connection refused...). The text
 /// names what failed; the loop treats it as an observation.
@@ -37,20 +57,836 @@ pub enum WatchEvent {
     Broken(String),
 }
 
+/// How long a TCP connect to one endpoint may take. Loopback and LAN connects take
+/// well under this; a black-holed member must not hold a call, but every call is
+/// bounded by its own deadline anyway.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// HTTP/2 pings detect a dead connection that sent no RST (a partition). etcd's
+/// server punishes pings more frequent than `--grpc-keepalive-min-time` (5 s by
+/// default) with a GOAWAY, so stay above it.
+const H2_PING_INTERVAL: Duration = Duration::from_secs(6);
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(3);
+/// At most this many distinct parse problems are remembered for log-once.
+const WARNED_CAP: usize = 1024;
+/// Read-modify-write attempts of `history` before giving up (each one only retries
+/// when another writer changed `history` in between, not when our guard failed).
+const HISTORY_ATTEMPTS: usize = 5;
+
 pub struct Etcd {
-    // filled in by the dcs work
+    client: Client,
+    /// `<namespace>/<scope>/`, with the trailing slash.
+    prefix: String,
+    /// The open watch on `leader`, if any. Kept whole: dropping its request sender
+    /// would half-close the stream.
+    watch: Option<WatchStream>,
+    /// Events of one watch response not yet handed out (a response can carry several).
+    pending: VecDeque<WatchEvent>,
+    /// Parse problems already logged (log once per distinct problem).
+    warned: HashSet<String>,
+}
+
+/// Why a keepalive on a fresh stream did not give a TTL.
+enum KeepAliveError {
+    /// etcd answered TTL <= 0: the lease does not exist (any more).
+    Gone,
+    Failed(DcsError),
+}
+
+/// Run `fut` on `rt`, bounded by `deadline`. A deadline already reached fails at
+/// once without sending anything.
+fn bounded<T, F>(rt: &Runtime, deadline: Instant, what: &str, fut: F) -> Result<T, DcsError>
+where
+    F: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let d = clock::now().until(deadline);
+    if d.is_zero() {
+        return Err(DcsError(format!("{what}: deadline already passed")));
+    }
+    // The `async` block matters: `timeout` must be created inside the runtime.
+    match rt.block_on(async { tokio::time::timeout(d, fut).await }) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(DcsError(format!("{what}: {e}"))),
+        Err(_) => Err(DcsError(format!(
+            "{what}: no answer within {:.3} s",
+            d.as_secs_f64()
+        ))),
+    }
+}
+
+/// True for etcd's "etcdserver: requested lease not found" (gRPC NotFound). The
+/// message is matched because tonic is not a direct dependency (its `Code` type
+/// cannot be named here).
+fn is_lease_not_found(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.message().contains("lease not found"))
+}
+
+/// `http://IP:port` only: a host name would need the resolver (a blocking thread).
+fn check_endpoint(e: &str) -> Result<(), DcsError> {
+    let rest = e.strip_prefix("http://").ok_or_else(|| {
+        DcsError(format!(
+            "etcd endpoint {e:?}: must start with http:// (TLS is not supported yet)"
+        ))
+    })?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    rest.parse::<SocketAddr>().map(|_| ()).map_err(|_| {
+        DcsError(format!(
+            "etcd endpoint {e:?}: must be http://IP:port (an IP address, not a host name)"
+        ))
+    })
+}
+
+/// The epoch a successful acquire txn created: the revision of its put (all writes
+/// of one txn share one revision, which is the new key's create_revision).
+fn txn_put_revision(resp: &TxnResponse) -> Option<i64> {
+    let from_put = resp.op_responses().into_iter().find_map(|r| match r {
+        TxnOpResponse::Put(p) => p.header().map(|h| h.revision()),
+        _ => None,
+    });
+    from_put
+        .filter(|r| *r > 0)
+        .or_else(|| resp.header().map(|h| h.revision()).filter(|r| *r > 0))
+}
+
+fn leader_key(kv: &etcd_client::KeyValue) -> LeaderKey {
+    LeaderKey {
+        name: String::from_utf8_lossy(kv.value()).into_owned(),
+        epoch: kv.create_revision(),
+        mod_revision: kv.mod_revision(),
+        lease: kv.lease(),
+    }
 }
 
 impl Etcd {
     /// Connect to `endpoints` (IP addresses only) with require-leader set.
     /// `prefix` is `<namespace>/<scope>/` (with the trailing slash).
+    ///
+    /// Sends nothing: connections are opened on the first call and reopened by the
+    /// client when they break.
     pub fn connect(
         rt: &Runtime,
         endpoints: &[String],
         prefix: &str,
         deadline: Instant,
     ) -> Result<Etcd, DcsError> {
-        let _ = (rt, endpoints, prefix, deadline);
-        unimplemented!()
+        if endpoints.is_empty() {
+            return Err(DcsError("etcd endpoints: the list is empty".into()));
+        }
+        for e in endpoints {
+            check_endpoint(e)?;
+        }
+        if !prefix.ends_with('/') || prefix.len() < 2 {
+            return Err(DcsError(format!(
+                "etcd key prefix {prefix:?}: must be <namespace>/<scope>/ with the trailing slash"
+            )));
+        }
+        let opts = ConnectOptions::new()
+            // Unary calls fail fast and watches are cancelled on a member without a
+            // leader (DESIGN §3); etcd-client sets this only client-wide.
+            .with_require_leader(true)
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_keep_alive(H2_PING_INTERVAL, H2_PING_TIMEOUT)
+            .with_keep_alive_while_idle(false);
+        let eps = endpoints.to_vec();
+        let client = bounded(
+            rt,
+            deadline,
+            "connect to etcd",
+            Client::connect(eps, Some(opts)),
+        )?;
+        Ok(Etcd {
+            client,
+            prefix: prefix.to_string(),
+            watch: None,
+            pending: VecDeque::new(),
+            warned: HashSet::new(),
+        })
+    }
+
+    fn key(&self, suffix: &str) -> String {
+        format!("{}{}", self.prefix, suffix)
+    }
+
+    /// Log a parse problem once per distinct text.
+    fn warn_once(&mut self, key: &str, problem: &str) {
+        let msg = format!("etcd key {}{key}: {problem}", self.prefix);
+        if self.warned.contains(&msg) {
+            return;
+        }
+        if self.warned.len() >= WARNED_CAP {
+            self.warned.clear();
+        }
+        log::warn!("{msg}");
+        self.warned.insert(msg);
+    }
+
+    /// One linearizable range over the prefix; parses leader/members/initialize/
+    /// history/config defensively into a `ClusterView` (garbage is logged once per
+    /// distinct problem and carried in `MemberInfo.parse_error` /
+    /// `Initialize::Garbage` / skipped history entries; never an `Err` because of
+    /// content).
+    pub fn read_cluster(
+        &mut self,
+        rt: &Runtime,
+        deadline: Instant,
+    ) -> Result<ClusterView, DcsError> {
+        let prefix = self.prefix.clone();
+        let mut kv = self.client.kv_client();
+        let resp = bounded(
+            rt,
+            deadline,
+            "read the cluster",
+            kv.get(prefix.clone(), Some(GetOptions::new().with_prefix())),
+        )?;
+        let mut view = ClusterView {
+            revision: resp.header().map(|h| h.revision()).unwrap_or(0),
+            ..ClusterView::default()
+        };
+        for item in resp.kvs() {
+            let Some(rel) = item.key().strip_prefix(prefix.as_bytes()) else {
+                continue;
+            };
+            match rel {
+                b"leader" => {
+                    let l = leader_key(item);
+                    if std::str::from_utf8(item.value()).is_err() {
+                        self.warn_once("leader", "value is not UTF-8; nobody can match it");
+                    }
+                    view.leader = Some(l);
+                }
+                b"initialize" => {
+                    let init = keys::parse_initialize(item.value(), item.lease());
+                    if let crate::core::model::Initialize::Garbage(why) = &init {
+                        self.warn_once("initialize", why);
+                    }
+                    view.initialize = Some(init);
+                }
+                b"history" => {
+                    let (h, problems) = keys::parse_history(item.value());
+                    for p in problems {
+                        self.warn_once("history", &p);
+                    }
+                    view.history = h;
+                }
+                b"config" => {
+                    if std::str::from_utf8(item.value()).is_err() {
+                        self.warn_once("config", "value is not UTF-8");
+                    }
+                    view.config = Some(String::from_utf8_lossy(item.value()).into_owned());
+                }
+                _ => {
+                    if let Some(name) = rel.strip_prefix(b"members/") {
+                        let name_s = String::from_utf8_lossy(name).into_owned();
+                        if name.is_empty() || name.contains(&b'/') || name_s.len() != name.len() {
+                            self.warn_once(
+                                &format!("members/{name_s}"),
+                                "not a usable member name, ignored",
+                            );
+                            continue;
+                        }
+                        let info = keys::parse_member(item.value());
+                        if let Some(p) = &info.parse_error {
+                            let p = p.clone();
+                            self.warn_once(&format!("members/{name_s}"), &p);
+                        }
+                        view.members.push(Member {
+                            name: name_s,
+                            mod_revision: item.mod_revision(),
+                            lease: item.lease(),
+                            info,
+                        });
+                    }
+                    // sync, failover, status: not read yet.
+                }
+            }
+        }
+        Ok(view)
+    }
+
+    /// A keepalive for `lease` on a fresh stream, dropped afterwards whatever
+    /// happened (a late answer on a reused stream would be mistaken for a fresh one,
+    /// DESIGN §3).
+    ///
+    /// etcd-client's `keep_alive()` sends the first keepalive and checks its answer
+    /// (TTL <= 0 → "lease not found") but does not hand that answer out; to learn the
+    /// TTL a second keepalive is sent on the same fresh stream. The caller's send
+    /// instant is taken before the first one, so it stays the conservative `s`.
+    fn fresh_keepalive(
+        &mut self,
+        rt: &Runtime,
+        lease: LeaseId,
+        deadline: Instant,
+    ) -> Result<i64, KeepAliveError> {
+        let mut lc = self.client.lease_client();
+        let fut = async move {
+            let (mut keeper, mut stream) = match lc.keep_alive(lease).await {
+                Ok(ks) => ks,
+                Err(etcd_client::Error::LeaseKeepAliveError(m)) if m == "lease not found" => {
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            };
+            keeper.keep_alive().await?;
+            match stream.message().await? {
+                Some(r) if r.ttl() > 0 => Ok(Some(r.ttl())),
+                Some(_) => Ok(None),
+                None => Err(etcd_client::Error::LeaseKeepAliveError(
+                    "keepalive stream ended without an answer".into(),
+                )),
+            }
+        };
+        match bounded(rt, deadline, &format!("keepalive of lease {lease:x}"), fut) {
+            Ok(Some(ttl)) => Ok(ttl),
+            Ok(None) => Err(KeepAliveError::Gone),
+            Err(e) => Err(KeepAliveError::Failed(e)),
+        }
+    }
+
+    /// Linearizable get of `leader`.
+    fn get_leader(
+        &mut self,
+        rt: &Runtime,
+        deadline: Instant,
+    ) -> Result<Option<LeaderKey>, DcsError> {
+        let key = self.key("leader");
+        let mut kv = self.client.kv_client();
+        let resp = bounded(rt, deadline, "read leader", kv.get(key, None))?;
+        Ok(resp.kvs().first().map(leader_key))
+    }
+
+    /// DESIGN §1 step 2: a keepalive for `lease` on a FRESH keepalive stream, then a
+    /// linearizable get of `leader`. `sent_at` = now just before sending the
+    /// keepalive. Counted only if both answered before the deadline, TTL > 0, and the
+    /// key shows value == me, create_revision == epoch, lease == lease.
+    pub fn confirmed_renew(
+        &mut self,
+        rt: &Runtime,
+        lease: LeaseId,
+        epoch: Epoch,
+        me: &str,
+        deadline: Instant,
+    ) -> Renewal {
+        let sent_at = clock::now();
+        let outcome = match self.fresh_keepalive(rt, lease, deadline) {
+            Err(KeepAliveError::Gone) => RenewalOutcome::LeaseGone,
+            Err(KeepAliveError::Failed(e)) => RenewalOutcome::Failed(e.0),
+            Ok(ttl) => match self.get_leader(rt, deadline) {
+                Err(e) => RenewalOutcome::Failed(e.0),
+                Ok(Some(k)) if k.name == me && k.epoch == epoch && k.lease == lease => {
+                    RenewalOutcome::Counted { ttl }
+                }
+                Ok(found) => RenewalOutcome::KeyLost { found },
+            },
+        };
+        Renewal {
+            lease,
+            sent_at,
+            outcome,
+        }
+    }
+
+    /// Revoke a lease we gave up on, logging a failure (etcd expires it anyway).
+    fn revoke_best_effort(&mut self, rt: &Runtime, lease: LeaseId, deadline: Instant) {
+        if let Err(e) = self.revoke(rt, lease, deadline) {
+            log::warn!("could not revoke lease {lease:x} (etcd expires it after its TTL): {e}");
+        }
+    }
+
+    /// DESIGN §1 step 1: grant a fresh lease of `ttl` (granted_at = now before
+    /// sending the grant; granted_ttl = the TTL etcd answered), then txn
+    /// `If(version(leader)==0) Then(put(leader, me, lease))`. `Won{epoch}` is the
+    /// key's create_revision (the revision of the txn's put). On Lost/Failed the
+    /// granted lease is revoked (best effort, same deadline): if the txn timed out
+    /// but did create the key, the revoke deletes it again.
+    pub fn acquire(
+        &mut self,
+        rt: &Runtime,
+        me: &str,
+        ttl: u32,
+        deadline: Instant,
+    ) -> AcquireOutcome {
+        let granted_at = clock::now();
+        let (lease, granted_ttl) = match self.grant(rt, ttl, deadline) {
+            Ok(g) => g,
+            Err(e) => return AcquireOutcome::Failed(e.0),
+        };
+        let key = self.key("leader");
+        let txn = Txn::new()
+            .when(vec![Compare::version(key.clone(), CompareOp::Equal, 0)])
+            .and_then(vec![TxnOp::put(
+                key,
+                me,
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        let mut kv = self.client.kv_client();
+        match bounded(rt, deadline, "acquire txn on leader", kv.txn(txn)) {
+            Ok(resp) if resp.succeeded() => match txn_put_revision(&resp) {
+                Some(epoch) => AcquireOutcome::Won {
+                    lease,
+                    granted_ttl,
+                    granted_at,
+                    epoch,
+                },
+                None => {
+                    self.revoke_best_effort(rt, lease, deadline);
+                    AcquireOutcome::Failed("acquire txn succeeded but named no revision".into())
+                }
+            },
+            Ok(_) => {
+                self.revoke_best_effort(rt, lease, deadline);
+                AcquireOutcome::Lost
+            }
+            Err(e) => {
+                self.revoke_best_effort(rt, lease, deadline);
+                AcquireOutcome::Failed(e.0)
+            }
+        }
+    }
+
+    /// Bootstrap lock: grant a lease, txn `If(version(initialize)==0)
+    /// Then(put(initialize, "", lease))`. The lease is revoked on Lost/Failed.
+    pub fn claim_initialize(&mut self, rt: &Runtime, ttl: u32, deadline: Instant) -> ClaimOutcome {
+        let (lease, _) = match self.grant(rt, ttl, deadline) {
+            Ok(g) => g,
+            Err(e) => return ClaimOutcome::Failed(e.0),
+        };
+        let key = self.key("initialize");
+        let txn = Txn::new()
+            .when(vec![Compare::version(key.clone(), CompareOp::Equal, 0)])
+            .and_then(vec![TxnOp::put(
+                key,
+                "",
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        let mut kv = self.client.kv_client();
+        match bounded(rt, deadline, "claim initialize", kv.txn(txn)) {
+            Ok(resp) if resp.succeeded() => ClaimOutcome::Won { lease },
+            Ok(_) => {
+                self.revoke_best_effort(rt, lease, deadline);
+                ClaimOutcome::Lost
+            }
+            Err(e) => {
+                self.revoke_best_effort(rt, lease, deadline);
+                ClaimOutcome::Failed(e.0)
+            }
+        }
+    }
+
+    /// txn `If(lease(initialize)==lease) Then(put(initialize, sysid, no lease))`;
+    /// then revoke `lease` (whatever the txn did: the lock has served its purpose).
+    /// `Ok(true)` = written.
+    pub fn record_initialize(
+        &mut self,
+        rt: &Runtime,
+        sysid: u64,
+        lease: LeaseId,
+        deadline: Instant,
+    ) -> Result<bool, DcsError> {
+        if lease == 0 {
+            return Err(DcsError(
+                "record initialize: lease 0 would match a key bound to no lease".into(),
+            ));
+        }
+        let key = self.key("initialize");
+        let txn = Txn::new()
+            .when(vec![Compare::lease(key.clone(), CompareOp::Equal, lease)])
+            .and_then(vec![TxnOp::put(key, sysid.to_string(), None)]);
+        let mut kv = self.client.kv_client();
+        let written =
+            bounded(rt, deadline, "record initialize", kv.txn(txn)).map(|r| r.succeeded());
+        self.revoke_best_effort(rt, lease, deadline);
+        written
+    }
+
+    /// Create-only `initialize` = sysid with no lease (a node with data re-creating a
+    /// lost key). `Ok(false)` = the key exists.
+    pub fn create_initialize(
+        &mut self,
+        rt: &Runtime,
+        sysid: u64,
+        deadline: Instant,
+    ) -> Result<bool, DcsError> {
+        self.create_if_absent(rt, "initialize", &sysid.to_string(), deadline)
+    }
+
+    /// Create `config` only if absent (bootstrap seeding). `Ok(true)` = created.
+    pub fn put_config_if_absent(
+        &mut self,
+        rt: &Runtime,
+        json: &str,
+        deadline: Instant,
+    ) -> Result<bool, DcsError> {
+        self.create_if_absent(rt, "config", json, deadline)
+    }
+
+    fn create_if_absent(
+        &mut self,
+        rt: &Runtime,
+        suffix: &str,
+        value: &str,
+        deadline: Instant,
+    ) -> Result<bool, DcsError> {
+        let key = self.key(suffix);
+        let txn = Txn::new()
+            .when(vec![Compare::version(key.clone(), CompareOp::Equal, 0)])
+            .and_then(vec![TxnOp::put(key, value, None)]);
+        let mut kv = self.client.kv_client();
+        bounded(rt, deadline, &format!("create {suffix}"), kv.txn(txn)).map(|r| r.succeeded())
+    }
+
+    /// Grant a lease of `ttl` seconds: `(lease, granted TTL)`. etcd raises a TTL
+    /// below its minimum, so the granted one is what counts.
+    pub fn grant(
+        &mut self,
+        rt: &Runtime,
+        ttl: u32,
+        deadline: Instant,
+    ) -> Result<(LeaseId, u32), DcsError> {
+        let mut lc = self.client.lease_client();
+        let resp = bounded(
+            rt,
+            deadline,
+            "grant a lease",
+            lc.grant(i64::from(ttl), None),
+        )?;
+        if !resp.error().is_empty() {
+            return Err(DcsError(format!(
+                "grant a lease: etcd said {}",
+                resp.error()
+            )));
+        }
+        let granted = u32::try_from(resp.ttl())
+            .ok()
+            .filter(|t| *t > 0)
+            .ok_or_else(|| DcsError(format!("grant a lease: etcd granted TTL {}", resp.ttl())))?;
+        Ok((resp.id(), granted))
+    }
+
+    /// One keepalive on a fresh stream; `Ok(ttl)` (TTL <= 0 → Err "lease not found").
+    pub fn keep_alive_once(
+        &mut self,
+        rt: &Runtime,
+        lease: LeaseId,
+        deadline: Instant,
+    ) -> Result<i64, DcsError> {
+        match self.fresh_keepalive(rt, lease, deadline) {
+            Ok(ttl) => Ok(ttl),
+            Err(KeepAliveError::Gone) => Err(DcsError(format!(
+                "keepalive of lease {lease:x}: lease not found"
+            ))),
+            Err(KeepAliveError::Failed(e)) => Err(e),
+        }
+    }
+
+    /// Revoke `lease`; a lease etcd no longer knows counts as revoked.
+    pub fn revoke(
+        &mut self,
+        rt: &Runtime,
+        lease: LeaseId,
+        deadline: Instant,
+    ) -> Result<(), DcsError> {
+        let mut lc = self.client.lease_client();
+        let what = format!("revoke lease {lease:x}");
+        let d = clock::now().until(deadline);
+        if d.is_zero() {
+            return Err(DcsError(format!("{what}: deadline already passed")));
+        }
+        match rt.block_on(async { tokio::time::timeout(d, lc.revoke(lease)).await }) {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) if is_lease_not_found(&e) => Ok(()),
+            Ok(Err(e)) => Err(DcsError(format!("{what}: {e}"))),
+            Err(_) => Err(DcsError(format!(
+                "{what}: no answer within {:.3} s",
+                d.as_secs_f64()
+            ))),
+        }
+    }
+
+    /// `LeaseTimeToLive(lease, keys=true)`. Not found / TTL -1 → `ttl: None`.
+    pub fn lease_ttl(
+        &mut self,
+        rt: &Runtime,
+        lease: LeaseId,
+        deadline: Instant,
+    ) -> Result<LeasePoll, DcsError> {
+        let sent_at = clock::now();
+        let mut lc = self.client.lease_client();
+        let what = format!("time-to-live of lease {lease:x}");
+        let d = sent_at.until(deadline);
+        if d.is_zero() {
+            return Err(DcsError(format!("{what}: deadline already passed")));
+        }
+        let fut = lc.time_to_live(lease, Some(LeaseTimeToLiveOptions::new().with_keys()));
+        match rt.block_on(async { tokio::time::timeout(d, fut).await }) {
+            Ok(Ok(r)) => Ok(LeasePoll {
+                lease,
+                sent_at,
+                // etcd answers -1 for a lease it does not know; 0 or less while
+                // an expired lease's revoke is still in flight (DESIGN §1 step 4).
+                ttl: (r.ttl() != -1).then_some(r.ttl()),
+                has_keys: !r.keys().is_empty(),
+            }),
+            Ok(Err(e)) if is_lease_not_found(&e) => Ok(LeasePoll {
+                lease,
+                sent_at,
+                ttl: None,
+                has_keys: false,
+            }),
+            Ok(Err(e)) => Err(DcsError(format!("{what}: {e}"))),
+            Err(_) => Err(DcsError(format!(
+                "{what}: no answer within {:.3} s",
+                d.as_secs_f64()
+            ))),
+        }
+    }
+
+    /// put `members/<me>` = json bound to `lease`.
+    pub fn put_member(
+        &mut self,
+        rt: &Runtime,
+        me: &str,
+        json: &str,
+        lease: LeaseId,
+        deadline: Instant,
+    ) -> Result<(), DcsError> {
+        let key = self.key(&format!("members/{me}"));
+        let mut kv = self.client.kv_client();
+        bounded(
+            rt,
+            deadline,
+            &format!("put members/{me}"),
+            kv.put(key, json, Some(PutOptions::new().with_lease(lease))),
+        )
+        .map(|_| ())
+    }
+
+    /// Is `members/<me>` currently held by a lease other than `my_lease` that is
+    /// still alive (TTL > 0)? The agent refuses to start when it is (DESIGN §3a).
+    pub fn member_held_elsewhere(
+        &mut self,
+        rt: &Runtime,
+        me: &str,
+        my_lease: Option<LeaseId>,
+        deadline: Instant,
+    ) -> Result<bool, DcsError> {
+        let key = self.key(&format!("members/{me}"));
+        let mut kv = self.client.kv_client();
+        let resp = bounded(
+            rt,
+            deadline,
+            &format!("read members/{me}"),
+            kv.get(key, None),
+        )?;
+        let Some(item) = resp.kvs().first() else {
+            return Ok(false);
+        };
+        let lease = item.lease();
+        if lease == 0 || Some(lease) == my_lease {
+            return Ok(false);
+        }
+        let poll = self.lease_ttl(rt, lease, deadline)?;
+        Ok(poll.ttl.is_some_and(|t| t > 0))
+    }
+
+    /// The fence guard of DESIGN §1 step 5.
+    fn guard(&self, me: &str, epoch: Epoch) -> Vec<Compare> {
+        let leader = self.key("leader");
+        vec![
+            Compare::create_revision(leader.clone(), CompareOp::Equal, epoch),
+            Compare::value(leader, CompareOp::Equal, me),
+        ]
+    }
+
+    /// DESIGN §1 step 5: txn `If(create_revision(leader)==epoch && value(leader)==me)
+    /// Then(put(key_suffix, value))`. `Ok(false)` = guard refused.
+    pub fn guarded_put(
+        &mut self,
+        rt: &Runtime,
+        key_suffix: &str,
+        value: &str,
+        me: &str,
+        epoch: Epoch,
+        deadline: Instant,
+    ) -> Result<bool, DcsError> {
+        let txn = Txn::new()
+            .when(self.guard(me, epoch))
+            .and_then(vec![TxnOp::put(self.key(key_suffix), value, None)]);
+        let mut kv = self.client.kv_client();
+        bounded(
+            rt,
+            deadline,
+            &format!("guarded put of {key_suffix}"),
+            kv.txn(txn),
+        )
+        .map(|r| r.succeeded())
+    }
+
+    /// Guarded read-modify-write of `history`: append `entry` (Patroni's list form),
+    /// guarded by the epoch and by history's mod_revision so a concurrent writer
+    /// cannot lose entries. Retries only when `history` changed underneath while our
+    /// guard still held. `Ok(false)` = the epoch guard refused.
+    pub fn append_history(
+        &mut self,
+        rt: &Runtime,
+        entry: &HistoryEntry,
+        me: &str,
+        epoch: Epoch,
+        deadline: Instant,
+    ) -> Result<bool, DcsError> {
+        let hkey = self.key("history");
+        let lkey = self.key("leader");
+        for _ in 0..HISTORY_ATTEMPTS {
+            let mut kv = self.client.kv_client();
+            let resp = bounded(rt, deadline, "read history", kv.get(hkey.clone(), None))?;
+            let (old, mod_rev) = match resp.kvs().first() {
+                Some(item) => (Some(item.value().to_vec()), item.mod_revision()),
+                // A missing key compares as mod_revision 0.
+                None => (None, 0),
+            };
+            let (value, problem) = keys::append_history_value(old.as_deref(), entry);
+            if let Some(p) = problem {
+                self.warn_once("history", &p);
+            }
+            let mut when = self.guard(me, epoch);
+            when.push(Compare::mod_revision(
+                hkey.clone(),
+                CompareOp::Equal,
+                mod_rev,
+            ));
+            let txn = Txn::new()
+                .when(when)
+                .and_then(vec![TxnOp::put(hkey.clone(), value, None)])
+                .or_else(vec![TxnOp::get(lkey.clone(), None)]);
+            let resp = bounded(rt, deadline, "append to history", kv.txn(txn))?;
+            if resp.succeeded() {
+                return Ok(true);
+            }
+            let leader = resp.op_responses().into_iter().find_map(|r| match r {
+                TxnOpResponse::Get(g) => g.kvs().first().map(leader_key),
+                _ => None,
+            });
+            let still_ours = leader.is_some_and(|k| k.name == me && k.epoch == epoch);
+            if !still_ours {
+                return Ok(false);
+            }
+        }
+        Err(DcsError(format!(
+            "append to history: history kept changing underneath ({HISTORY_ATTEMPTS} attempts)"
+        )))
+    }
+
+    /// Guarded delete of `leader`, then revoke `lease` (whatever the delete did: we
+    /// never resume on a released lease). `Ok(true)` = we deleted it.
+    pub fn release(
+        &mut self,
+        rt: &Runtime,
+        me: &str,
+        epoch: Epoch,
+        lease: LeaseId,
+        deadline: Instant,
+    ) -> Result<bool, DcsError> {
+        let txn = Txn::new()
+            .when(self.guard(me, epoch))
+            .and_then(vec![TxnOp::delete(self.key("leader"), None)]);
+        let mut kv = self.client.kv_client();
+        let deleted = bounded(rt, deadline, "release leader", kv.txn(txn)).map(|r| r.succeeded());
+        self.revoke_best_effort(rt, lease, deadline);
+        deleted
+    }
+
+    /// (Re)open the watch on `leader` from `start_revision` (cluster read revision +
+    /// 1). Returns once etcd confirmed the watch was created.
+    pub fn watch_leader(
+        &mut self,
+        rt: &Runtime,
+        start_revision: i64,
+        deadline: Instant,
+    ) -> Result<(), DcsError> {
+        self.watch = None;
+        self.pending.clear();
+        let key = self.key("leader");
+        let mut wc = self.client.watch_client();
+        let opts = WatchOptions::new().with_start_revision(start_revision);
+        let fut = async move {
+            let mut stream = wc.watch(key, Some(opts)).await?;
+            // etcd answers the create request first; events follow.
+            match stream.message().await? {
+                Some(r) if r.created() && !r.canceled() => Ok(Ok(stream)),
+                Some(r) => Ok(Err(format!(
+                    "watch on leader not created: canceled={} compact_revision={} reason {:?}",
+                    r.canceled(),
+                    r.compact_revision(),
+                    r.cancel_reason()
+                ))),
+                None => Ok(Err(
+                    "watch stream ended before the watch was created".to_string()
+                )),
+            }
+        };
+        match bounded(rt, deadline, "open the watch on leader", fut)? {
+            Ok(stream) => {
+                self.watch = Some(stream);
+                Ok(())
+            }
+            Err(why) => Err(DcsError(why)),
+        }
+    }
+
+    pub fn watch_is_open(&self) -> bool {
+        self.watch.is_some()
+    }
+
+    /// Cancel-safe: waits for the next event on the open watch; pends forever if none
+    /// is open (so the caller's `tokio::select!` with a timer still works). A
+    /// cancelled watch (compaction: `compact_revision` set; no leader) or a broken
+    /// stream yields `Broken` and marks the watch closed.
+    pub async fn next_watch_event(&mut self) -> WatchEvent {
+        loop {
+            if let Some(ev) = self.pending.pop_front() {
+                return ev;
+            }
+            let Some(stream) = self.watch.as_mut() else {
+                return std::future::pending().await;
+            };
+            // Cancel-safety: `message()` keeps a partly received message inside the
+            // stream, and nothing below awaits, so a dropped call loses nothing.
+            let msg = stream.message().await;
+            match msg {
+                Err(e) => {
+                    self.watch = None;
+                    return WatchEvent::Broken(format!("watch on leader failed: {e}"));
+                }
+                Ok(None) => {
+                    self.watch = None;
+                    return WatchEvent::Broken("watch on leader: stream ended".into());
+                }
+                Ok(Some(r)) => {
+                    for ev in r.events() {
+                        let Some(kv) = ev.kv() else { continue };
+                        // A DELETE event's kv is a tombstone with version 0; a PUT
+                        // has version >= 1. Read it that way rather than through
+                        // `event_type()`, which panics on a type it does not know.
+                        let we = if kv.version() == 0 {
+                            WatchEvent::LeaderDeleted {
+                                revision: kv.mod_revision(),
+                            }
+                        } else {
+                            WatchEvent::LeaderPut {
+                                name: String::from_utf8_lossy(kv.value()).into_owned(),
+                                revision: kv.mod_revision(),
+                            }
+                        };
+                        self.pending.push_back(we);
+                    }
+                    if r.canceled() {
+                        self.watch = None;
+                        self.pending.push_back(WatchEvent::Broken(format!(
+                            "watch on leader canceled by etcd (compact_revision {}, reason {:?})",
+                            r.compact_revision(),
+                            r.cancel_reason()
+                        )));
+                    }
+                }
+            }
+        }
     }
 }

@@ -1,0 +1,596 @@
+//! Encoding and defensive parsing of the values under the scope (DESIGN §4).
+//!
+//! Owns: the byte format of `members/<name>`, `initialize` and `history`.
+//! Must never: fail or panic on what another writer left in etcd. Every parser
+//! returns a usable value plus the problems it found; the caller logs them once.
+
+use serde_json::{Map, Value, json};
+
+use crate::core::model::{HistoryEntry, Initialize, LeaseId, Lsn, MemberInfo};
+
+/// Longest excerpt of a bad value quoted in a problem text (logs stay readable).
+const EXCERPT: usize = 64;
+
+/// A short, printable excerpt of raw bytes for problem texts.
+pub fn excerpt(raw: &[u8]) -> String {
+    let s = String::from_utf8_lossy(raw);
+    let mut out: String = s.chars().take(EXCERPT).collect();
+    if s.chars().count() > EXCERPT {
+        out.push('…');
+    }
+    format!("{out:?}")
+}
+
+/// The member JSON: Patroni's field names, plus ours (`epoch`, `watchdog_timeout`,
+/// `leader_lease`, `pg_healthy`). `None` fields are left out.
+pub fn encode_member(info: &MemberInfo) -> String {
+    let mut m = Map::new();
+    m.insert("conn_url".into(), json!(info.conn_url));
+    m.insert("api_url".into(), json!(info.api_url));
+    m.insert("state".into(), json!(info.state));
+    m.insert("role".into(), json!(info.role));
+    m.insert("version".into(), json!(info.version));
+    m.insert("xlog_location".into(), json!(info.xlog_location));
+    m.insert("timeline".into(), json!(info.timeline));
+    m.insert("tags".into(), json!({ "nofailover": info.tags.nofailover }));
+    if let Some(e) = info.epoch {
+        m.insert("epoch".into(), json!(e));
+    }
+    if let Some(w) = info.watchdog_timeout {
+        m.insert("watchdog_timeout".into(), json!(w));
+    }
+    if let Some(l) = info.leader_lease {
+        m.insert("leader_lease".into(), json!(l));
+    }
+    m.insert("pg_healthy".into(), json!(info.pg_healthy));
+    Value::Object(m).to_string()
+}
+
+/// Parse a member value. Never fails: a missing field takes its default, a field of
+/// the wrong type too, and every problem is listed in `parse_error`.
+pub fn parse_member(raw: &[u8]) -> MemberInfo {
+    let mut info = MemberInfo::default();
+    let mut problems: Vec<String> = Vec::new();
+    let text = match std::str::from_utf8(raw) {
+        Ok(t) => t,
+        Err(e) => {
+            info.parse_error = Some(format!("member value is not UTF-8 ({e}): {}", excerpt(raw)));
+            return info;
+        }
+    };
+    let obj = match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(o)) => o,
+        Ok(other) => {
+            info.parse_error = Some(format!(
+                "member value is JSON but not an object ({}): {}",
+                type_name(&other),
+                excerpt(raw)
+            ));
+            return info;
+        }
+        Err(e) => {
+            info.parse_error = Some(format!("member value is not JSON ({e}): {}", excerpt(raw)));
+            return info;
+        }
+    };
+    let field = |name: &str| -> Option<&Value> { obj.get(name).filter(|v| !v.is_null()) };
+
+    for (name, slot) in [
+        ("conn_url", &mut info.conn_url),
+        ("api_url", &mut info.api_url),
+        ("state", &mut info.state),
+        ("role", &mut info.role),
+        ("version", &mut info.version),
+    ] {
+        if let Some(v) = field(name) {
+            match v.as_str() {
+                Some(s) => *slot = s.to_string(),
+                None => problems.push(format!("{name}: expected a string, got {}", short(v))),
+            }
+        }
+    }
+    if let Some(v) = field("xlog_location") {
+        match parse_lsn_value(v) {
+            Some(l) => info.xlog_location = l,
+            None => problems.push(format!(
+                "xlog_location: expected an integer LSN, got {}",
+                short(v)
+            )),
+        }
+    }
+    if let Some(v) = field("timeline") {
+        match v.as_u64().and_then(|t| u32::try_from(t).ok()) {
+            Some(t) => info.timeline = t,
+            None => problems.push(format!("timeline: expected a u32, got {}", short(v))),
+        }
+    }
+    if let Some(v) = field("tags") {
+        match v.as_object() {
+            Some(tags) => {
+                if let Some(nf) = tags.get("nofailover").filter(|v| !v.is_null()) {
+                    match parse_bool(nf) {
+                        Some(b) => info.tags.nofailover = b,
+                        None => {
+                            // A member whose tag we cannot read is not made a
+                            // candidate: the conservative reading of a garbled tag.
+                            info.tags.nofailover = true;
+                            problems.push(format!(
+                                "tags.nofailover: expected a boolean, got {} (taken as true)",
+                                short(nf)
+                            ));
+                        }
+                    }
+                }
+            }
+            None => problems.push(format!("tags: expected an object, got {}", short(v))),
+        }
+    }
+    if let Some(v) = field("epoch") {
+        match v.as_i64() {
+            Some(e) => info.epoch = Some(e),
+            None => problems.push(format!("epoch: expected an i64, got {}", short(v))),
+        }
+    }
+    if let Some(v) = field("watchdog_timeout") {
+        match v.as_u64().and_then(|w| u32::try_from(w).ok()) {
+            Some(w) => info.watchdog_timeout = Some(w),
+            None => problems.push(format!(
+                "watchdog_timeout: expected a u32, got {}",
+                short(v)
+            )),
+        }
+    }
+    if let Some(v) = field("leader_lease") {
+        match v.as_i64() {
+            Some(l) => info.leader_lease = Some(l),
+            None => problems.push(format!("leader_lease: expected an i64, got {}", short(v))),
+        }
+    }
+    if let Some(v) = field("pg_healthy") {
+        match v.as_bool() {
+            Some(b) => info.pg_healthy = b,
+            None => problems.push(format!("pg_healthy: expected a boolean, got {}", short(v))),
+        }
+    }
+    if !problems.is_empty() {
+        info.parse_error = Some(problems.join("; "));
+    }
+    info
+}
+
+/// Parse the `initialize` key. An empty value bound to a lease is the bootstrap
+/// lock; a decimal number is the system identifier; anything else is garbage that
+/// must never be bootstrapped over.
+pub fn parse_initialize(raw: &[u8], lease: LeaseId) -> Initialize {
+    let Ok(text) = std::str::from_utf8(raw) else {
+        return Initialize::Garbage(format!("initialize is not UTF-8: {}", excerpt(raw)));
+    };
+    let text = text.trim();
+    if text.is_empty() {
+        return if lease != 0 {
+            Initialize::Locked {
+                lease,
+                holder: String::new(),
+            }
+        } else {
+            Initialize::Garbage("initialize is empty and bound to no lease".into())
+        };
+    }
+    match text.parse::<u64>() {
+        Ok(sysid) => Initialize::Done { sysid },
+        Err(e) => Initialize::Garbage(format!(
+            "initialize is not a decimal system identifier ({e}): {}",
+            excerpt(raw)
+        )),
+    }
+}
+
+/// One history entry as Patroni writes it: `[timeline, lsn, reason, timestamp, new_leader]`.
+pub fn history_entry_json(e: &HistoryEntry) -> Value {
+    json!([e.timeline, e.lsn, e.reason, e.timestamp, e.new_leader])
+}
+
+/// Parse `history`. Malformed entries are skipped (with a problem each); a value
+/// that is not a JSON list yields no entries and one problem.
+pub fn parse_history(raw: &[u8]) -> (Vec<HistoryEntry>, Vec<String>) {
+    let mut problems = Vec::new();
+    let list = match serde_json::from_slice::<Value>(raw) {
+        Ok(Value::Array(a)) => a,
+        Ok(other) => {
+            problems.push(format!(
+                "history is JSON but not a list ({}): {}",
+                type_name(&other),
+                excerpt(raw)
+            ));
+            return (Vec::new(), problems);
+        }
+        Err(e) => {
+            problems.push(format!("history is not JSON ({e}): {}", excerpt(raw)));
+            return (Vec::new(), problems);
+        }
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for (i, item) in list.iter().enumerate() {
+        match parse_history_entry(item) {
+            Ok((entry, mut p)) => {
+                problems.extend(p.drain(..).map(|s| format!("history[{i}]: {s}")));
+                out.push(entry);
+            }
+            Err(why) => problems.push(format!("history[{i}] skipped: {why}")),
+        }
+    }
+    (out, problems)
+}
+
+/// One entry: timeline and LSN are required (an entry without them says nothing);
+/// the texts default to "" with a problem noted when of the wrong type.
+fn parse_history_entry(v: &Value) -> Result<(HistoryEntry, Vec<String>), String> {
+    let Some(a) = v.as_array() else {
+        return Err(format!("expected a list, got {}", short(v)));
+    };
+    if a.len() < 2 {
+        return Err(format!(
+            "expected at least [timeline, lsn], got {}",
+            short(v)
+        ));
+    }
+    let timeline = a[0]
+        .as_u64()
+        .and_then(|t| u32::try_from(t).ok())
+        .ok_or_else(|| format!("timeline: expected a u32, got {}", short(&a[0])))?;
+    let lsn = parse_lsn_value(&a[1])
+        .ok_or_else(|| format!("lsn: expected an integer LSN, got {}", short(&a[1])))?;
+    let mut problems = Vec::new();
+    let mut text = |i: usize, name: &str| -> String {
+        match a.get(i) {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            // Patroni writes a number for the timestamp in some versions.
+            Some(n @ Value::Number(_)) => n.to_string(),
+            Some(other) => {
+                problems.push(format!("{name}: expected a string, got {}", short(other)));
+                String::new()
+            }
+        }
+    };
+    let reason = text(2, "reason");
+    let timestamp = text(3, "timestamp");
+    let new_leader = text(4, "new_leader");
+    Ok((
+        HistoryEntry {
+            timeline,
+            lsn,
+            reason,
+            timestamp,
+            new_leader,
+        },
+        problems,
+    ))
+}
+
+/// The new `history` value: the old list (kept verbatim, even entries we cannot
+/// parse, so we never destroy another writer's data) with `entry` appended. A value
+/// that is not a list cannot be appended to: it is replaced, and the problem
+/// returned for the caller to log.
+pub fn append_history_value(old: Option<&[u8]>, entry: &HistoryEntry) -> (String, Option<String>) {
+    let mut problem = None;
+    let mut list = match old.map(serde_json::from_slice::<Value>) {
+        None => Vec::new(),
+        Some(Ok(Value::Array(a))) => a,
+        Some(_) => {
+            problem = Some(format!(
+                "history was not a JSON list, replaced: {}",
+                excerpt(old.unwrap_or_default())
+            ));
+            Vec::new()
+        }
+    };
+    list.push(history_entry_json(entry));
+    (Value::Array(list).to_string(), problem)
+}
+
+/// An LSN as an integer (Patroni) or as PostgreSQL's text form `X/Y` (hex).
+fn parse_lsn_value(v: &Value) -> Option<Lsn> {
+    match v {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => parse_lsn_text(s),
+        _ => None,
+    }
+}
+
+/// PostgreSQL's `X/Y` LSN text (two hex numbers of up to 32 bits each).
+pub fn parse_lsn_text(s: &str) -> Option<Lsn> {
+    let (hi, lo) = s.trim().split_once('/')?;
+    let hi = u32::from_str_radix(hi, 16).ok()?;
+    let lo = u32::from_str_radix(lo, 16).ok()?;
+    Some((u64::from(hi) << 32) | u64::from(lo))
+}
+
+/// Booleans as Patroni accepts them in tags: JSON booleans or the usual words.
+fn parse_bool(v: &Value) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(*b),
+        Value::String(s) => match s.to_ascii_lowercase().as_str() {
+            "true" | "on" | "yes" | "1" => Some(true),
+            "false" | "off" | "no" | "0" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A value printed short for a problem text.
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > EXCERPT {
+        let mut t: String = s.chars().take(EXCERPT).collect();
+        t.push('…');
+        t
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::Tags;
+
+    fn full() -> MemberInfo {
+        MemberInfo {
+            conn_url: "postgres://127.0.0.1:5432/postgres".into(),
+            api_url: "http://127.0.0.1:8008/patroni".into(),
+            state: "running".into(),
+            role: "primary".into(),
+            version: "0.1.0".into(),
+            xlog_location: 0x1_0300_0060,
+            timeline: 3,
+            tags: Tags { nofailover: true },
+            epoch: Some(42),
+            watchdog_timeout: Some(13),
+            leader_lease: Some(0x7a2b_0000_1234),
+            pg_healthy: true,
+            parse_error: None,
+        }
+    }
+
+    #[test]
+    fn member_round_trip() {
+        let m = full();
+        assert_eq!(parse_member(encode_member(&m).as_bytes()), m);
+        let d = MemberInfo::default();
+        assert_eq!(parse_member(encode_member(&d).as_bytes()), d);
+    }
+
+    #[test]
+    fn member_json_uses_patroni_names_and_integer_xlog() {
+        let v: Value = serde_json::from_str(&encode_member(&full())).expect("our own JSON");
+        assert_eq!(v["xlog_location"], json!(0x1_0300_0060u64));
+        assert_eq!(v["role"], json!("primary"));
+        assert_eq!(v["tags"]["nofailover"], json!(true));
+        assert_eq!(v["epoch"], json!(42));
+    }
+
+    #[test]
+    fn member_patroni_written_value_parses() {
+        let raw = br#"{"conn_url":"postgres://10.0.0.1:5432/postgres","api_url":"http://10.0.0.1:8008/patroni","state":"running","role":"replica","version":"3.2.0","xlog_location":50331744,"timeline":2,"tags":{"nofailover":false,"clonefrom":true}}"#;
+        let m = parse_member(raw);
+        assert_eq!(m.parse_error, None);
+        assert_eq!(m.xlog_location, 50_331_744);
+        assert_eq!(m.timeline, 2);
+        assert_eq!(m.role, "replica");
+        assert_eq!(m.epoch, None);
+    }
+
+    #[test]
+    fn member_garbage_json() {
+        for raw in [
+            &b"not json"[..],
+            b"",
+            b"{",
+            b"[1,2]",
+            b"42",
+            b"null",
+            b"\"s\"",
+        ] {
+            let m = parse_member(raw);
+            assert!(m.parse_error.is_some(), "{raw:?}");
+            assert_eq!(m.conn_url, "");
+            assert!(!m.pg_healthy);
+        }
+    }
+
+    #[test]
+    fn member_non_utf8() {
+        let m = parse_member(b"{\"role\":\"\xff\xfe\"}");
+        assert!(m.parse_error.expect("a problem").contains("UTF-8"));
+        assert_eq!(m.role, "");
+    }
+
+    #[test]
+    fn member_wrong_types_keep_the_good_fields() {
+        let raw = br#"{"role":7,"state":"running","timeline":"two","xlog_location":-5,"epoch":"9","pg_healthy":"yes","tags":[],"watchdog_timeout":1.5}"#;
+        let m = parse_member(raw);
+        let err = m.parse_error.clone().expect("problems");
+        for f in [
+            "role",
+            "timeline",
+            "xlog_location",
+            "epoch",
+            "pg_healthy",
+            "tags",
+            "watchdog_timeout",
+        ] {
+            assert!(err.contains(f), "{f} not named in {err}");
+        }
+        assert_eq!(m.state, "running");
+        assert_eq!(m.role, "");
+        assert_eq!(m.timeline, 0);
+        assert_eq!(m.epoch, None);
+        assert!(!m.pg_healthy);
+    }
+
+    #[test]
+    fn member_huge_numbers() {
+        let raw = br#"{"xlog_location":99999999999999999999999,"timeline":4294967296,"epoch":1e300,"watchdog_timeout":18446744073709551615,"leader_lease":9223372036854775808}"#;
+        let m = parse_member(raw);
+        let err = m.parse_error.clone().expect("problems");
+        assert!(err.contains("xlog_location"), "{err}");
+        assert!(err.contains("timeline"), "{err}");
+        assert!(err.contains("epoch"), "{err}");
+        assert!(err.contains("watchdog_timeout"), "{err}");
+        assert!(err.contains("leader_lease"), "{err}");
+        assert_eq!(m.xlog_location, 0);
+        assert_eq!(m.leader_lease, None);
+        // The largest u64 is a valid LSN.
+        let m = parse_member(br#"{"xlog_location":18446744073709551615}"#);
+        assert_eq!(m.parse_error, None);
+        assert_eq!(m.xlog_location, u64::MAX);
+    }
+
+    #[test]
+    fn member_xlog_location_forms() {
+        assert_eq!(parse_member(br#"{"xlog_location":123}"#).xlog_location, 123);
+        assert_eq!(
+            parse_member(br#"{"xlog_location":"1/3000060"}"#).xlog_location,
+            0x1_0300_0060
+        );
+        let m = parse_member(br#"{"xlog_location":"zz"}"#);
+        assert!(m.parse_error.is_some());
+        let m = parse_member(br#"{"xlog_location":12.5}"#);
+        assert!(m.parse_error.is_some());
+    }
+
+    #[test]
+    fn member_nulls_are_absent_and_garbled_nofailover_is_conservative() {
+        let m = parse_member(br#"{"epoch":null,"tags":{"nofailover":null}}"#);
+        assert_eq!(m.parse_error, None);
+        assert!(!m.tags.nofailover);
+        let m = parse_member(br#"{"tags":{"nofailover":"maybe"}}"#);
+        assert!(m.tags.nofailover);
+        assert!(m.parse_error.is_some());
+        assert!(
+            parse_member(br#"{"tags":{"nofailover":"on"}}"#)
+                .tags
+                .nofailover
+        );
+    }
+
+    #[test]
+    fn member_deep_nesting_does_not_overflow() {
+        let raw = "[".repeat(100_000);
+        assert!(parse_member(raw.as_bytes()).parse_error.is_some());
+    }
+
+    #[test]
+    fn initialize_forms() {
+        assert_eq!(
+            parse_initialize(b"7298031012345678901", 0),
+            Initialize::Done {
+                sysid: 7_298_031_012_345_678_901
+            }
+        );
+        assert_eq!(
+            parse_initialize(b"", 77),
+            Initialize::Locked {
+                lease: 77,
+                holder: String::new()
+            }
+        );
+        assert!(matches!(parse_initialize(b"", 0), Initialize::Garbage(_)));
+        assert!(matches!(
+            parse_initialize(b"abc", 0),
+            Initialize::Garbage(_)
+        ));
+        assert!(matches!(parse_initialize(b"-1", 0), Initialize::Garbage(_)));
+        assert!(matches!(
+            parse_initialize(b"99999999999999999999999", 0),
+            Initialize::Garbage(_)
+        ));
+        assert!(matches!(
+            parse_initialize(b"\xff\xfe", 5),
+            Initialize::Garbage(_)
+        ));
+        assert!(matches!(
+            parse_initialize(b"abc", 5),
+            Initialize::Garbage(_)
+        ));
+    }
+
+    #[test]
+    fn history_patroni_forms() {
+        let raw = br#"[[1,50331808,"no recovery target specified","2024-01-01T00:00:00+00:00","pg2"],[2,67109000,"no recovery target specified"],[3,"0/5000000","x",1700000000.5,"pg1"]]"#;
+        let (h, p) = parse_history(raw);
+        assert!(p.is_empty(), "{p:?}");
+        assert_eq!(h.len(), 3);
+        assert_eq!(h[0].timeline, 1);
+        assert_eq!(h[0].new_leader, "pg2");
+        assert_eq!(h[1].timestamp, "");
+        assert_eq!(h[2].lsn, 0x500_0000);
+    }
+
+    #[test]
+    fn history_malformed_entries_are_skipped() {
+        let raw = br#"[[1,100,"a","t","pg1"],"junk",[],[2],["x",5],[-1,5],[4294967296,5],[3,-7],[4,200,{"a":1},"t","pg3"],[5,300]]"#;
+        let (h, p) = parse_history(raw);
+        let tls: Vec<u32> = h.iter().map(|e| e.timeline).collect();
+        assert_eq!(tls, vec![1, 4, 5]);
+        assert_eq!(h[1].reason, "");
+        // 7 skipped entries and one wrong-typed reason.
+        assert_eq!(p.len(), 8, "{p:?}");
+    }
+
+    #[test]
+    fn history_garbage_value() {
+        for raw in [&b"{}"[..], b"nope", b"", b"\xff", b"12"] {
+            let (h, p) = parse_history(raw);
+            assert!(h.is_empty());
+            assert_eq!(p.len(), 1, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn history_append_keeps_foreign_entries() {
+        let e = HistoryEntry {
+            timeline: 2,
+            lsn: 1000,
+            reason: "failover".into(),
+            timestamp: "2026-01-01T00:00:00Z".into(),
+            new_leader: "pg2".into(),
+        };
+        let (v, p) = append_history_value(Some(br#"[[1,5,"r","t","pg1"],"junk"]"#), &e);
+        assert!(p.is_none());
+        assert_eq!(
+            v,
+            r#"[[1,5,"r","t","pg1"],"junk",[2,1000,"failover","2026-01-01T00:00:00Z","pg2"]]"#
+        );
+        let (h, _) = parse_history(v.as_bytes());
+        assert_eq!(h.last(), Some(&e));
+        let (v, p) = append_history_value(Some(b"garbage"), &e);
+        assert!(p.is_some());
+        assert_eq!(parse_history(v.as_bytes()).0, vec![e.clone()]);
+        let (v, p) = append_history_value(None, &e);
+        assert!(p.is_none());
+        assert_eq!(parse_history(v.as_bytes()).0, vec![e]);
+    }
+
+    #[test]
+    fn lsn_text() {
+        assert_eq!(parse_lsn_text("0/0"), Some(0));
+        assert_eq!(parse_lsn_text("FFFFFFFF/FFFFFFFF"), Some(u64::MAX));
+        assert_eq!(parse_lsn_text("1/"), None);
+        assert_eq!(parse_lsn_text("100000000/0"), None);
+        assert_eq!(parse_lsn_text("12"), None);
+    }
+}

@@ -1,0 +1,840 @@
+//! The etcd backend against a real three-member etcd (DESIGN §6).
+//!
+//! Each test starts its own cluster; a file-wide lock runs them one at a time even
+//! under plain `cargo test` (two cores; the thread-count test also needs no other
+//! test starting threads meanwhile).
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Barrier, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tenure::clock;
+use tenure::core::model::{
+    AcquireOutcome, ClaimOutcome, HistoryEntry, Initialize, MemberInfo, RenewalOutcome,
+};
+use tenure::core::time::Instant;
+use tenure::dcs::{Etcd, WatchEvent, encode_member};
+use tenure::testbed::etcd::EtcdCluster;
+use tenure::testbed::scratch_dir;
+use tokio::runtime::Runtime;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+struct Bed {
+    _serial: MutexGuard<'static, ()>,
+    dir: PathBuf,
+    cluster: EtcdCluster,
+    rt: Runtime,
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.cluster.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime")
+}
+
+fn bed(tag: &str) -> Bed {
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir(tag).expect("scratch dir");
+    let cluster = EtcdCluster::start(&dir, 3).expect("etcd cluster");
+    Bed {
+        _serial: serial,
+        dir,
+        cluster,
+        rt: runtime(),
+    }
+}
+
+fn in_ms(ms: u64) -> Instant {
+    clock::now().add(Duration::from_millis(ms))
+}
+
+const PREFIX: &str = "/service/t1/";
+
+impl Bed {
+    fn client(&self, prefix: &str) -> Etcd {
+        Etcd::connect(&self.rt, &self.cluster.endpoints(), prefix, in_ms(2000)).expect("connect")
+    }
+
+    /// A plain etcd-client for writing behind the backend's back.
+    fn raw<T>(
+        &self,
+        f: impl AsyncFnOnce(&mut etcd_client::Client) -> Result<T, etcd_client::Error>,
+    ) -> T {
+        let eps = self.cluster.endpoints();
+        self.rt
+            .block_on(async move {
+                let mut c = etcd_client::Client::connect(eps, None).await?;
+                tokio::time::timeout(Duration::from_secs(5), f(&mut c))
+                    .await
+                    .expect("raw etcd call in time")
+            })
+            .expect("raw etcd call")
+    }
+}
+
+fn won(o: AcquireOutcome) -> (i64, u32, i64) {
+    match o {
+        AcquireOutcome::Won {
+            lease,
+            granted_ttl,
+            epoch,
+            ..
+        } => (lease, granted_ttl, epoch),
+        other => panic!("expected Won, got {other:?}"),
+    }
+}
+
+#[test]
+fn acquire_race_has_one_winner_and_renewal_counts() {
+    let b = bed("dcs-race");
+    let eps = b.cluster.endpoints();
+    let barrier = Arc::new(Barrier::new(2));
+    let handles: Vec<_> = ["pg1", "pg2"]
+        .into_iter()
+        .map(|me| {
+            let eps = eps.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let rt = runtime();
+                let mut e = Etcd::connect(&rt, &eps, PREFIX, in_ms(2000)).expect("connect");
+                // Warm the connection so both txns really race.
+                e.read_cluster(&rt, in_ms(2000)).expect("read");
+                barrier.wait();
+                (me, e.acquire(&rt, me, 5, in_ms(2000)))
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles
+        .into_iter()
+        .map(|h| h.join().expect("thread"))
+        .collect();
+    let winners: Vec<_> = results
+        .iter()
+        .filter(|(_, o)| matches!(o, AcquireOutcome::Won { .. }))
+        .collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    assert!(
+        results.iter().any(|(_, o)| *o == AcquireOutcome::Lost),
+        "{results:?}"
+    );
+    let (me, outcome) = winners[0].clone();
+    let (lease, granted_ttl, epoch) = won(outcome);
+    assert!(granted_ttl >= 5);
+
+    let mut e = b.client(PREFIX);
+    let view = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    let leader = view.leader.expect("leader key");
+    assert_eq!(leader.name, me);
+    assert_eq!(leader.epoch, epoch, "epoch is the key's create_revision");
+    assert_eq!(leader.lease, lease);
+
+    let r = e.confirmed_renew(&b.rt, lease, epoch, me, in_ms(2000));
+    assert!(
+        matches!(r.outcome, RenewalOutcome::Counted { ttl } if ttl > 0),
+        "{r:?}"
+    );
+    // The loser's name, or a wrong epoch, with the same live lease: not counted.
+    let other = if me == "pg1" { "pg2" } else { "pg1" };
+    let r = e.confirmed_renew(&b.rt, lease, epoch, other, in_ms(2000));
+    assert!(
+        matches!(r.outcome, RenewalOutcome::KeyLost { found: Some(_) }),
+        "{r:?}"
+    );
+    let r = e.confirmed_renew(&b.rt, lease, epoch + 1, me, in_ms(2000));
+    assert!(matches!(r.outcome, RenewalOutcome::KeyLost { .. }), "{r:?}");
+}
+
+#[test]
+fn renewal_sees_key_deleted_behind_its_back_then_lease_gone() {
+    let b = bed("dcs-renew");
+    let mut e = b.client(PREFIX);
+    let (lease, _, epoch) = won(e.acquire(&b.rt, "pg1", 5, in_ms(2000)));
+    let before = clock::now();
+    let r = e.confirmed_renew(&b.rt, lease, epoch, "pg1", in_ms(2000));
+    assert!(matches!(r.outcome, RenewalOutcome::Counted { .. }), "{r:?}");
+    assert!(r.sent_at >= before);
+
+    // An operator's `etcdctl del`: the lease lives on, the key is gone.
+    let key = format!("{PREFIX}leader");
+    b.raw(async move |c| c.delete(key, None).await);
+    let r = e.confirmed_renew(&b.rt, lease, epoch, "pg1", in_ms(2000));
+    assert_eq!(r.outcome, RenewalOutcome::KeyLost { found: None });
+    let poll = e.lease_ttl(&b.rt, lease, in_ms(2000)).expect("lease ttl");
+    assert!(poll.ttl.is_some_and(|t| t > 0), "{poll:?}");
+    assert!(!poll.has_keys);
+
+    e.revoke(&b.rt, lease, in_ms(2000)).expect("revoke");
+    let r = e.confirmed_renew(&b.rt, lease, epoch, "pg1", in_ms(2000));
+    assert_eq!(r.outcome, RenewalOutcome::LeaseGone);
+    let err = e
+        .keep_alive_once(&b.rt, lease, in_ms(2000))
+        .expect_err("gone");
+    assert!(err.0.contains("lease not found"), "{err}");
+    let poll = e.lease_ttl(&b.rt, lease, in_ms(2000)).expect("lease ttl");
+    assert_eq!(poll.ttl, None, "{poll:?}");
+    // Revoking twice is fine: the lease is gone either way.
+    e.revoke(&b.rt, lease, in_ms(2000)).expect("second revoke");
+
+    // A fresh lease: keepalive answers its TTL, lease_ttl sees the key on it.
+    let (l2, ttl2) = e.grant(&b.rt, 5, in_ms(2000)).expect("grant");
+    assert_eq!(
+        e.keep_alive_once(&b.rt, l2, in_ms(2000)).expect("ka"),
+        i64::from(ttl2)
+    );
+    e.put_member(&b.rt, "pg1", "{}", l2, in_ms(2000))
+        .expect("put member");
+    let poll = e.lease_ttl(&b.rt, l2, in_ms(2000)).expect("lease ttl");
+    assert!(poll.ttl.is_some_and(|t| t > 0) && poll.has_keys, "{poll:?}");
+}
+
+#[test]
+fn stale_epoch_writes_are_refused() {
+    let b = bed("dcs-fence");
+    let mut e = b.client(PREFIX);
+    let (l1, _, e1) = won(e.acquire(&b.rt, "pg1", 5, in_ms(2000)));
+    assert!(
+        e.guarded_put(&b.rt, "sync", r#"{"leader":"pg1"}"#, "pg1", e1, in_ms(2000))
+            .expect("put")
+    );
+    let h = |tl: u32| HistoryEntry {
+        timeline: tl,
+        lsn: 1000 * u64::from(tl),
+        reason: "test".into(),
+        timestamp: "2026-01-01T00:00:00Z".into(),
+        new_leader: "pg1".into(),
+    };
+    assert!(
+        e.append_history(&b.rt, &h(1), "pg1", e1, in_ms(2000))
+            .expect("append")
+    );
+    assert!(
+        e.release(&b.rt, "pg1", e1, l1, in_ms(2000))
+            .expect("release")
+    );
+    assert_eq!(e.lease_ttl(&b.rt, l1, in_ms(2000)).expect("ttl").ttl, None);
+    // Nothing to release any more.
+    assert!(
+        !e.release(&b.rt, "pg1", e1, l1, in_ms(2000))
+            .expect("release again")
+    );
+
+    let (l2, _, e2) = won(e.acquire(&b.rt, "pg1", 5, in_ms(2000)));
+    assert!(e2 > e1);
+    assert!(
+        !e.guarded_put(&b.rt, "sync", "stale", "pg1", e1, in_ms(2000))
+            .expect("put")
+    );
+    assert!(
+        !e.guarded_put(&b.rt, "sync", "foreign", "pg2", e2, in_ms(2000))
+            .expect("put")
+    );
+    assert!(
+        !e.append_history(&b.rt, &h(9), "pg1", e1, in_ms(2000))
+            .expect("append")
+    );
+    assert!(
+        e.append_history(&b.rt, &h(2), "pg1", e2, in_ms(2000))
+            .expect("append")
+    );
+    assert!(
+        e.guarded_put(&b.rt, "sync", "fresh", "pg1", e2, in_ms(2000))
+            .expect("put")
+    );
+    let view = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert_eq!(view.history, vec![h(1), h(2)]);
+    assert_eq!(view.newest_timeline(), 3);
+    let key = format!("{PREFIX}sync");
+    let sync = b.raw(async move |c| c.get(key, None).await);
+    assert_eq!(sync.kvs()[0].value(), b"fresh");
+    // A release with the stale epoch does not delete the new leadership's key
+    // (and revokes only the lease it was given).
+    assert!(
+        !e.release(&b.rt, "pg1", e1, l1, in_ms(2000))
+            .expect("stale release")
+    );
+    let r = e.confirmed_renew(&b.rt, l2, e2, "pg1", in_ms(2000));
+    assert!(matches!(r.outcome, RenewalOutcome::Counted { .. }), "{r:?}");
+}
+
+#[test]
+fn watch_wakes_on_release_and_acquire() {
+    let b = bed("dcs-watch");
+    let mut a = b.client(PREFIX);
+    let mut w = b.client(PREFIX);
+    let (l1, _, e1) = won(a.acquire(&b.rt, "pg1", 5, in_ms(2000)));
+
+    // No watch open: the event future pends, the timer wins.
+    let got = b.rt.block_on(async {
+        tokio::select! {
+            ev = w.next_watch_event() => Some(ev),
+            _ = tokio::time::sleep(Duration::from_millis(200)) => None,
+        }
+    });
+    assert_eq!(got, None);
+
+    let rev = w.read_cluster(&b.rt, in_ms(2000)).expect("read").revision;
+    w.watch_leader(&b.rt, rev + 1, in_ms(2000)).expect("watch");
+    assert!(w.watch_is_open());
+    // Nothing happened yet: the timer wins, and the watch survives being cancelled.
+    let got = b.rt.block_on(async {
+        tokio::select! {
+            ev = w.next_watch_event() => Some(ev),
+            _ = tokio::time::sleep(Duration::from_millis(200)) => None,
+        }
+    });
+    assert_eq!(got, None);
+
+    assert!(
+        a.release(&b.rt, "pg1", e1, l1, in_ms(2000))
+            .expect("release")
+    );
+    let t0 = clock::now();
+    let ev = b.rt.block_on(async {
+        tokio::select! {
+            ev = w.next_watch_event() => Some(ev),
+            _ = tokio::time::sleep(Duration::from_secs(5)) => None,
+        }
+    });
+    println!("watch saw the release after {:?}", clock::now().since(t0));
+    assert!(
+        matches!(ev, Some(WatchEvent::LeaderDeleted { .. })),
+        "{ev:?}"
+    );
+
+    let (_, _, e2) = won(a.acquire(&b.rt, "pg2", 5, in_ms(2000)));
+    let t0 = clock::now();
+    let ev = b.rt.block_on(async {
+        tokio::select! {
+            ev = w.next_watch_event() => Some(ev),
+            _ = tokio::time::sleep(Duration::from_secs(5)) => None,
+        }
+    });
+    println!("watch saw the acquire after {:?}", clock::now().since(t0));
+    assert_eq!(
+        ev,
+        Some(WatchEvent::LeaderPut {
+            name: "pg2".into(),
+            revision: e2
+        })
+    );
+
+    // A watch from a compacted revision breaks (at open or as its first event).
+    let now_rev = w.read_cluster(&b.rt, in_ms(2000)).expect("read").revision;
+    b.raw(async move |c| c.compact(now_rev, None).await);
+    match w.watch_leader(&b.rt, 2, in_ms(2000)) {
+        Err(e) => println!("watch from a compacted revision refused at open: {e}"),
+        Ok(()) => {
+            let ev = b.rt.block_on(async {
+                tokio::select! {
+                    ev = w.next_watch_event() => Some(ev),
+                    _ = tokio::time::sleep(Duration::from_secs(5)) => None,
+                }
+            });
+            println!("watch from a compacted revision: {ev:?}");
+            assert!(matches!(ev, Some(WatchEvent::Broken(_))), "{ev:?}");
+            assert!(!w.watch_is_open());
+        }
+    }
+}
+
+#[test]
+fn garbage_in_the_scope_is_carried_not_raised() {
+    let b = bed("dcs-garbage");
+    let mut e = b.client(PREFIX);
+    let good = MemberInfo {
+        role: "replica".into(),
+        xlog_location: 77,
+        timeline: 2,
+        epoch: Some(5),
+        pg_healthy: true,
+        ..MemberInfo::default()
+    };
+    let good_json = encode_member(&good);
+    b.raw(async move |c| {
+        c.put(
+            format!("{PREFIX}members/x"),
+            b"\xff\xfe{garbage".to_vec(),
+            None,
+        )
+        .await?;
+        c.put(format!("{PREFIX}members/y"), good_json, None).await?;
+        c.put(
+            format!("{PREFIX}members/z"),
+            r#"{"timeline":"two","xlog_location":1e99}"#,
+            None,
+        )
+        .await?;
+        c.put(format!("{PREFIX}initialize"), "not-a-sysid", None)
+            .await?;
+        c.put(
+            format!("{PREFIX}history"),
+            r#"[[1,100,"r","t","pg1"],"junk",[2]]"#,
+            None,
+        )
+        .await?;
+        c.put(format!("{PREFIX}config"), b"\xff".to_vec(), None)
+            .await?;
+        c.put(format!("{PREFIX}leader"), b"\xff\xfe".to_vec(), None)
+            .await?;
+        // Another scope's keys are not ours.
+        c.put("/service/other/leader", "pg9", None).await
+    });
+    let view = e
+        .read_cluster(&b.rt, in_ms(2000))
+        .expect("garbage is not an error");
+    assert!(view.revision > 0);
+    let x = view.member("x").expect("x");
+    assert!(x.info.parse_error.is_some());
+    let y = view.member("y").expect("y");
+    assert_eq!(y.info, good);
+    let z = view.member("z").expect("z");
+    assert!(
+        z.info
+            .parse_error
+            .as_deref()
+            .is_some_and(|p| p.contains("timeline"))
+    );
+    assert!(
+        matches!(view.initialize, Some(Initialize::Garbage(_))),
+        "{:?}",
+        view.initialize
+    );
+    assert_eq!(view.history.len(), 1);
+    assert_eq!(view.history[0].timeline, 1);
+    assert!(view.config.is_some());
+    let leader = view.leader.expect("leader");
+    assert_ne!(leader.name, "pg9");
+    assert_eq!(leader.lease, 0);
+    // Reading twice logs nothing new and still works.
+    e.read_cluster(&b.rt, in_ms(2000)).expect("read again");
+}
+
+#[test]
+fn initialize_claim_race_and_record() {
+    let b = bed("dcs-init");
+    let mut a = b.client(PREFIX);
+    let mut c = b.client(PREFIX);
+    let la = match a.claim_initialize(&b.rt, 5, in_ms(2000)) {
+        ClaimOutcome::Won { lease } => lease,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        c.claim_initialize(&b.rt, 5, in_ms(2000)),
+        ClaimOutcome::Lost
+    );
+    let view = c.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert_eq!(
+        view.initialize,
+        Some(Initialize::Locked {
+            lease: la,
+            holder: String::new()
+        })
+    );
+    // The wrong lease cannot record.
+    let (lc, _) = c.grant(&b.rt, 5, in_ms(2000)).expect("grant");
+    assert!(
+        !c.record_initialize(&b.rt, 123, lc, in_ms(2000))
+            .expect("record")
+    );
+    assert_eq!(c.lease_ttl(&b.rt, lc, in_ms(2000)).expect("ttl").ttl, None);
+    // The lock holder can; its lock lease is gone afterwards and the key stays.
+    assert!(
+        a.record_initialize(&b.rt, 7_298_031_012_345_678_901, la, in_ms(2000))
+            .expect("record")
+    );
+    assert_eq!(a.lease_ttl(&b.rt, la, in_ms(2000)).expect("ttl").ttl, None);
+    let view = c.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert_eq!(
+        view.initialize,
+        Some(Initialize::Done {
+            sysid: 7_298_031_012_345_678_901
+        })
+    );
+    assert!(!c.create_initialize(&b.rt, 1, in_ms(2000)).expect("create"));
+    assert_eq!(
+        c.claim_initialize(&b.rt, 5, in_ms(2000)),
+        ClaimOutcome::Lost
+    );
+
+    // A concurrent race of claims on a fresh scope: one winner.
+    let eps = b.cluster.endpoints();
+    let barrier = Arc::new(Barrier::new(3));
+    let handles: Vec<_> = (0..3)
+        .map(|_| {
+            let eps = eps.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let rt = runtime();
+                let mut e = Etcd::connect(&rt, &eps, "/service/t2/", in_ms(2000)).expect("connect");
+                e.read_cluster(&rt, in_ms(2000)).expect("read");
+                barrier.wait();
+                e.claim_initialize(&rt, 5, in_ms(2000))
+            })
+        })
+        .collect();
+    let outcomes: Vec<_> = handles
+        .into_iter()
+        .map(|h| h.join().expect("thread"))
+        .collect();
+    let wins = outcomes
+        .iter()
+        .filter(|o| matches!(o, ClaimOutcome::Won { .. }))
+        .count();
+    assert_eq!(wins, 1, "{outcomes:?}");
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| **o == ClaimOutcome::Lost)
+            .count(),
+        2
+    );
+
+    // A node with data re-creating a lost key, create-only; and config seeding.
+    let mut f = b.client("/service/t3/");
+    assert!(f.create_initialize(&b.rt, 42, in_ms(2000)).expect("create"));
+    assert!(!f.create_initialize(&b.rt, 43, in_ms(2000)).expect("create"));
+    assert!(
+        f.put_config_if_absent(&b.rt, r#"{"ttl":7}"#, in_ms(2000))
+            .expect("config")
+    );
+    assert!(
+        !f.put_config_if_absent(&b.rt, r#"{"ttl":9}"#, in_ms(2000))
+            .expect("config")
+    );
+    let view = f.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert_eq!(view.initialize, Some(Initialize::Done { sysid: 42 }));
+    assert_eq!(view.config.as_deref(), Some(r#"{"ttl":7}"#));
+}
+
+#[test]
+fn member_key_held_by_another_live_lease() {
+    let b = bed("dcs-member");
+    let mut a = b.client(PREFIX);
+    let mut c = b.client(PREFIX);
+    assert!(
+        !c.member_held_elsewhere(&b.rt, "pg1", None, in_ms(2000))
+            .expect("check")
+    );
+    let (la, _) = a.grant(&b.rt, 5, in_ms(2000)).expect("grant");
+    let json = encode_member(&MemberInfo::default());
+    a.put_member(&b.rt, "pg1", &json, la, in_ms(2000))
+        .expect("put");
+    assert!(
+        c.member_held_elsewhere(&b.rt, "pg1", None, in_ms(2000))
+            .expect("check")
+    );
+    let (lc, _) = c.grant(&b.rt, 5, in_ms(2000)).expect("grant");
+    assert!(
+        c.member_held_elsewhere(&b.rt, "pg1", Some(lc), in_ms(2000))
+            .expect("check")
+    );
+    assert!(
+        !a.member_held_elsewhere(&b.rt, "pg1", Some(la), in_ms(2000))
+            .expect("check")
+    );
+    assert!(
+        !c.member_held_elsewhere(&b.rt, "pg2", None, in_ms(2000))
+            .expect("check")
+    );
+    let view = c.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert_eq!(view.member("pg1").expect("pg1").lease, la);
+    a.revoke(&b.rt, la, in_ms(2000)).expect("revoke");
+    assert!(
+        !c.member_held_elsewhere(&b.rt, "pg1", Some(lc), in_ms(2000))
+            .expect("check")
+    );
+}
+
+/// Every call returns by its deadline (plus a little) with all of etcd dead.
+#[test]
+fn calls_keep_their_deadlines_with_etcd_dead() {
+    let mut b = bed("dcs-dead");
+    let mut e = b.client(PREFIX);
+    let (lease, _, epoch) = won(e.acquire(&b.rt, "pg1", 5, in_ms(2000)));
+    let rev = e.read_cluster(&b.rt, in_ms(2000)).expect("read").revision;
+    e.watch_leader(&b.rt, rev + 1, in_ms(2000)).expect("watch");
+    for i in 0..3 {
+        b.cluster.kill_member(i);
+    }
+    // The open watch notices (stream error) and reports Broken.
+    let t0 = clock::now();
+    let ev = b.rt.block_on(async {
+        tokio::select! {
+            ev = e.next_watch_event() => Some(ev),
+            _ = tokio::time::sleep(Duration::from_secs(10)) => None,
+        }
+    });
+    println!(
+        "watch after etcd died: {ev:?} after {:?}",
+        clock::now().since(t0)
+    );
+    assert!(matches!(ev, Some(WatchEvent::Broken(_))), "{ev:?}");
+
+    let worst =
+        every_call_by_its_deadline(&mut e, &b.rt, &b.cluster.endpoints(), lease, epoch, rev);
+    println!("worst overrun: {:.3} ms", worst.as_secs_f64() * 1e3);
+
+    // A deadline already passed fails at once, sending nothing.
+    let rt = &b.rt;
+    let past = clock::now();
+    let err = e.read_cluster(rt, past).expect_err("past deadline");
+    assert!(err.0.contains("deadline"), "{err}");
+    assert!(matches!(
+        e.confirmed_renew(rt, lease, epoch, "pg1", past).outcome,
+        RenewalOutcome::Failed(_)
+    ));
+
+    // The same client recovers once etcd is back (members restarted on their data).
+    for i in 0..3 {
+        b.cluster.start_member(i, "existing").expect("restart");
+    }
+    assert!(b.cluster.wait_healthy(Duration::from_secs(30)));
+    let t0 = clock::now();
+    let view = wait_ok(|| e.read_cluster(&b.rt, in_ms(500)));
+    println!("client recovered after {:?}", clock::now().since(t0));
+    assert_eq!(view.leader.map(|l| l.epoch), Some(epoch));
+}
+
+/// Retry `f` for up to 20 s until it succeeds.
+fn wait_ok<T>(mut f: impl FnMut() -> Result<T, tenure::dcs::DcsError>) -> T {
+    let end = clock::now().add(Duration::from_secs(20));
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(e) if clock::now() > end => panic!("still failing after 20 s: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// etcd hung rather than dead (SIGSTOP: connections stay open, nothing answers):
+/// every call must give up at its own deadline.
+#[test]
+fn calls_keep_their_deadlines_with_etcd_hung() {
+    let b = bed("dcs-hung");
+    let mut e = b.client(PREFIX);
+    let (lease, _, epoch) = won(e.acquire(&b.rt, "pg1", 30, in_ms(2000)));
+    let rev = e.read_cluster(&b.rt, in_ms(2000)).expect("read").revision;
+    let pids: Vec<_> = (0..3)
+        .map(|i| nix::unistd::Pid::from_raw(b.cluster.pid(i).expect("running") as i32))
+        .collect();
+    for p in &pids {
+        nix::sys::signal::kill(*p, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    }
+    let worst =
+        every_call_by_its_deadline(&mut e, &b.rt, &b.cluster.endpoints(), lease, epoch, rev);
+    println!(
+        "worst overrun with etcd hung: {:.3} ms",
+        worst.as_secs_f64() * 1e3
+    );
+    for p in &pids {
+        nix::sys::signal::kill(*p, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+    }
+    // After a timeout the next renewal uses a fresh stream: it must be a real,
+    // current answer (Counted), not a stale queued one.
+    let r = {
+        let end = clock::now().add(Duration::from_secs(20));
+        loop {
+            let r = e.confirmed_renew(&b.rt, lease, epoch, "pg1", in_ms(1000));
+            if !matches!(r.outcome, RenewalOutcome::Failed(_)) || clock::now() > end {
+                break r;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // The lease (ttl 30) outlived the ~6 s etcd was stopped.
+    println!("renewal after SIGCONT: {r:?}");
+    assert!(
+        matches!(r.outcome, RenewalOutcome::Counted { ttl } if ttl >= 30),
+        "{r:?}"
+    );
+}
+
+/// require-leader: a member cut off from its quorum answers "no leader" quickly
+/// and cancels the watch instead of leaving it silent (DESIGN §3).
+#[test]
+fn member_without_leader_fails_fast_and_cancels_the_watch() {
+    let mut b = bed("dcs-noleader");
+    let survivor = b.cluster.endpoints()[2].clone();
+    let mut e = Etcd::connect(&b.rt, &[survivor], PREFIX, in_ms(2000)).expect("connect");
+    let rev = e.read_cluster(&b.rt, in_ms(2000)).expect("read").revision;
+    e.watch_leader(&b.rt, rev + 1, in_ms(2000)).expect("watch");
+    b.cluster.kill_member(0);
+    b.cluster.kill_member(1);
+    let t0 = clock::now();
+    let ev = b.rt.block_on(async {
+        tokio::select! {
+            ev = e.next_watch_event() => Some(ev),
+            _ = tokio::time::sleep(Duration::from_secs(10)) => None,
+        }
+    });
+    println!(
+        "watch without a leader: {ev:?} after {:?}",
+        clock::now().since(t0)
+    );
+    assert!(matches!(ev, Some(WatchEvent::Broken(_))), "{ev:?}");
+    assert!(!e.watch_is_open());
+    let t1 = clock::now();
+    let err = e.read_cluster(&b.rt, in_ms(2000)).expect_err("no quorum");
+    println!(
+        "read without a leader: {err} after {:?}",
+        clock::now().since(t1)
+    );
+    assert!(err.0.contains("no leader"), "{err}");
+}
+
+/// Run every call with a 300 ms deadline; assert each returned within a loose slack
+/// of it and print the measured overruns. Returns the worst.
+fn every_call_by_its_deadline(
+    e: &mut Etcd,
+    rt: &Runtime,
+    endpoints: &[String],
+    lease: i64,
+    epoch: i64,
+    rev: i64,
+) -> Duration {
+    let budget = Duration::from_millis(300);
+    let mut worst = Duration::ZERO;
+    let mut check = |name: &str, f: &mut dyn FnMut(Instant) -> String| {
+        let deadline = clock::now().add(budget);
+        let what = f(deadline);
+        let end = clock::now();
+        let over = end.since(deadline);
+        worst = worst.max(over);
+        println!(
+            "{name:>22}: overrun {:>8.3} ms -> {what}",
+            over.as_secs_f64() * 1e3
+        );
+        assert!(
+            over < Duration::from_secs(1),
+            "{name} overran its deadline by {over:?}"
+        );
+    };
+    check("read_cluster", &mut |d| {
+        format!("{:?}", e.read_cluster(rt, d).map(|v| v.revision))
+    });
+    check("confirmed_renew", &mut |d| {
+        format!(
+            "{:?}",
+            e.confirmed_renew(rt, lease, epoch, "pg1", d).outcome
+        )
+    });
+    check("acquire", &mut |d| {
+        format!("{:?}", e.acquire(rt, "pg1", 5, d))
+    });
+    check("claim_initialize", &mut |d| {
+        format!("{:?}", e.claim_initialize(rt, 5, d))
+    });
+    check("record_initialize", &mut |d| {
+        format!("{:?}", e.record_initialize(rt, 1, lease, d))
+    });
+    check("create_initialize", &mut |d| {
+        format!("{:?}", e.create_initialize(rt, 1, d))
+    });
+    check("grant", &mut |d| format!("{:?}", e.grant(rt, 5, d)));
+    check("keep_alive_once", &mut |d| {
+        format!("{:?}", e.keep_alive_once(rt, lease, d))
+    });
+    check("revoke", &mut |d| format!("{:?}", e.revoke(rt, lease, d)));
+    check("lease_ttl", &mut |d| {
+        format!("{:?}", e.lease_ttl(rt, lease, d))
+    });
+    check("put_member", &mut |d| {
+        format!("{:?}", e.put_member(rt, "pg1", "{}", lease, d))
+    });
+    check("member_held_elsewhere", &mut |d| {
+        format!("{:?}", e.member_held_elsewhere(rt, "pg1", None, d))
+    });
+    check("guarded_put", &mut |d| {
+        format!("{:?}", e.guarded_put(rt, "sync", "x", "pg1", epoch, d))
+    });
+    let h = HistoryEntry {
+        timeline: 1,
+        lsn: 1,
+        reason: "r".into(),
+        timestamp: "t".into(),
+        new_leader: "pg1".into(),
+    };
+    check("append_history", &mut |d| {
+        format!("{:?}", e.append_history(rt, &h, "pg1", epoch, d))
+    });
+    check("release", &mut |d| {
+        format!("{:?}", e.release(rt, "pg1", epoch, lease, d))
+    });
+    check("put_config_if_absent", &mut |d| {
+        format!("{:?}", e.put_config_if_absent(rt, "{}", d))
+    });
+    check("watch_leader", &mut |d| {
+        format!("{:?}", e.watch_leader(rt, rev + 1, d))
+    });
+    check("connect", &mut |d| {
+        format!(
+            "{:?}",
+            Etcd::connect(rt, endpoints, PREFIX, d).map(|_| "client")
+        )
+    });
+    worst
+}
+
+fn task_ids() -> HashSet<String> {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect()
+}
+
+/// DESIGN §5: one OS thread in steady state. Connecting and using the client on a
+/// current-thread runtime must not start any thread (no resolver, no blocking pool).
+#[test]
+fn no_threads_are_started() {
+    let b = bed("dcs-threads");
+    let rt = runtime();
+    let before = task_ids();
+    let mut e = Etcd::connect(&rt, &b.cluster.endpoints(), PREFIX, in_ms(2000)).expect("connect");
+    let (lease, _, epoch) = won(e.acquire(&rt, "pg1", 5, in_ms(2000)));
+    let rev = e.read_cluster(&rt, in_ms(2000)).expect("read").revision;
+    e.watch_leader(&rt, rev + 1, in_ms(2000)).expect("watch");
+    for _ in 0..20 {
+        let r = e.confirmed_renew(&rt, lease, epoch, "pg1", in_ms(2000));
+        assert!(matches!(r.outcome, RenewalOutcome::Counted { .. }), "{r:?}");
+        e.read_cluster(&rt, in_ms(2000)).expect("read");
+        e.lease_ttl(&rt, lease, in_ms(2000)).expect("ttl");
+        e.put_member(&rt, "pg1", "{}", lease, in_ms(2000))
+            .expect("put");
+        e.guarded_put(&rt, "status", "{}", "pg1", epoch, in_ms(2000))
+            .expect("guarded");
+    }
+    assert!(
+        e.release(&rt, "pg1", epoch, lease, in_ms(2000))
+            .expect("release")
+    );
+    let ev = rt.block_on(async {
+        tokio::select! {
+            ev = e.next_watch_event() => Some(ev),
+            _ = tokio::time::sleep(Duration::from_secs(5)) => None,
+        }
+    });
+    assert!(
+        matches!(ev, Some(WatchEvent::LeaderDeleted { .. })),
+        "{ev:?}"
+    );
+    // A call that times out (a member killed mid-burst) must not leave a thread either.
+    let mut b = b;
+    b.cluster.kill_member(0);
+    for _ in 0..5 {
+        let _ = e.read_cluster(&rt, in_ms(300));
+    }
+    let after = task_ids();
+    let new: Vec<_> = after.difference(&before).collect();
+    assert!(new.is_empty(), "threads appeared during the burst: {new:?}");
+}
