@@ -1,15 +1,929 @@
-//! The agent's loop: wait -> observe -> core -> act, a deadline on every step.
+//! The loop: wait → observe → core → act, one thread, a deadline on every step.
 //!
-//! STUB: the integrator replaces this module; only the signature is the contract
-//! with `main.rs`.
+//! Owns: the schedule (fixed-rate renewal ticks), the single blocking point (the
+//! wait, woken by the next tick, a watch event on `leader`, an API connection, a
+//! signal or a child exiting), carrying out the core's plan, and the member key.
+//!
+//! Must never: decide (the core does), block past the deadline it computed (every
+//! call is capped at `F - B` while leading, S1), let anything but the renewal delay
+//! the renewal (S6 d), spawn a thread, or resolve a host name.
 
-use std::path::Path;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use log::{debug, error, info, warn};
+use tokio::runtime::Runtime;
+
+use crate::api;
+use crate::clock;
 use crate::config::Config;
+use crate::core::model::*;
+use crate::core::time::Instant;
+use crate::core::{Core, CoreConfig};
+use crate::dcs::{Etcd, WatchEvent};
+use crate::pg::{ConnTarget, PgCtl};
 
-/// Run the agent with a validated `config` loaded from `path` (kept for reloads).
-/// Returns when the agent stops; `Err` says why it could not run.
-pub fn run(config: Config, path: &Path) -> Result<(), String> {
-    let _ = (config, path);
-    Err("not implemented".into())
+/// Why the wait returned.
+enum Wake {
+    Tick,
+    Signal,
+    Watch(WatchEvent),
+    Api(std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)>),
+}
+
+/// Signals, as flags set by signal-hook's handlers plus a self-pipe that wakes the wait.
+struct Signals {
+    term: Arc<AtomicBool>,
+    hup: Arc<AtomicBool>,
+    pipe: tokio::net::UnixStream,
+}
+
+/// Outcomes of this iteration's actions, reported in the next observation.
+#[derive(Default)]
+struct Pending {
+    acquire: Option<AcquireOutcome>,
+    claim: Option<ClaimOutcome>,
+    recorded_initialize: Option<bool>,
+    fence: Option<FenceOutcome>,
+    promoted: Option<bool>,
+    released: Option<bool>,
+}
+
+struct Agent {
+    cfg: Config,
+    config_path: PathBuf,
+    prefix: String,
+    rt: Runtime,
+    etcd: Option<Etcd>,
+    pg: PgCtl,
+    core: Core,
+    api: tokio::net::TcpListener,
+    signals: Signals,
+    member_lease: Option<LeaseId>,
+    next_tick: Instant,
+    last_iteration: Option<Instant>,
+    pending: Pending,
+    leader_deleted_at: Option<Instant>,
+    last_view: Option<ClusterView>,
+    last_pg: Option<PgStatus>,
+    applied_config: Option<String>,
+    slots: Option<Vec<String>>,
+    status: api::ApiStatus,
+    last_reason: String,
+    shutdown: bool,
+    state_file: PathBuf,
+}
+
+/// Run the agent until a clean shutdown. Errors are start-up failures; once the loop
+/// runs, failures are observations.
+pub fn run(cfg: Config, config_path: &Path) -> Result<(), String> {
+    let mut agent = Agent::new(cfg, config_path)?;
+    agent.run()
+}
+
+fn timing_of(cfg: &Config) -> Timing {
+    Config::core_timing(&cfg.timing, &cfg.dynamic)
+}
+
+impl Agent {
+    fn new(cfg: Config, config_path: &Path) -> Result<Agent, String> {
+        // DESIGN §5: one OS thread. The current-thread runtime runs etcd-client and is
+        // the loop's poller; nothing here may use spawn_blocking.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| format!("cannot build the event loop: {e}"))?;
+
+        let term = Arc::new(AtomicBool::new(false));
+        let hup = Arc::new(AtomicBool::new(false));
+        let (rx, tx) = UnixStream::pair().map_err(|e| format!("signal pipe: {e}"))?;
+        rx.set_nonblocking(true)
+            .map_err(|e| format!("signal pipe: {e}"))?;
+        tx.set_nonblocking(true)
+            .map_err(|e| format!("signal pipe: {e}"))?;
+        use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
+        for sig in [SIGTERM, SIGINT] {
+            signal_hook::flag::register(sig, Arc::clone(&term))
+                .map_err(|e| format!("register signal {sig}: {e}"))?;
+        }
+        signal_hook::flag::register(SIGHUP, Arc::clone(&hup))
+            .map_err(|e| format!("register SIGHUP: {e}"))?;
+        for sig in [SIGTERM, SIGINT, SIGHUP, SIGCHLD] {
+            let tx = tx.try_clone().map_err(|e| format!("signal pipe: {e}"))?;
+            signal_hook::low_level::pipe::register(sig, tx)
+                .map_err(|e| format!("register signal {sig}: {e}"))?;
+        }
+        let (pipe, api) = {
+            let _g = rt.enter();
+            let pipe =
+                tokio::net::UnixStream::from_std(rx).map_err(|e| format!("signal pipe: {e}"))?;
+            let std_l = std::net::TcpListener::bind(&cfg.api.listen)
+                .map_err(|e| format!("cannot listen on [api] listen = {}: {e}", cfg.api.listen))?;
+            std_l
+                .set_nonblocking(true)
+                .map_err(|e| format!("api socket: {e}"))?;
+            let api =
+                tokio::net::TcpListener::from_std(std_l).map_err(|e| format!("api socket: {e}"))?;
+            (pipe, api)
+        };
+
+        let pg = PgCtl::new(&cfg.postgresql, &cfg.name).map_err(|e| format!("postgresql: {e}"))?;
+        // Orphaned postmasters and backends (after a fence, or pg_ctl's exit) are
+        // reparented to us rather than to a pid 1 that may not reap them.
+        // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) takes no pointers; it only sets a
+        // flag on this process.
+        let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        if rc != 0 {
+            warn!(
+                "prctl(PR_SET_CHILD_SUBREAPER): {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        let core = Core::new(
+            CoreConfig {
+                name: cfg.name.clone(),
+                nofailover: cfg.nofailover,
+                watchdog: None,
+                move_aside_unusable: cfg.postgresql.move_aside_unusable,
+            },
+            timing_of(&cfg),
+        );
+        if cfg.watchdog.mode == crate::config::WatchdogMode::Required {
+            return Err(
+                "[watchdog] mode = \"required\" but this build has no watchdog driver yet; \
+                        use mode = \"off\" or \"automatic\""
+                    .into(),
+            );
+        }
+        let prefix = format!("{}/{}/", cfg.namespace.trim_end_matches('/'), cfg.scope);
+        let state_file = cfg.postgresql.socket_dir.join("tenure.member-lease");
+        let status = api::ApiStatus {
+            name: cfg.name.clone(),
+            role: "unknown",
+            holds_leader_key: false,
+            lease_valid: false,
+            pg_running: false,
+            pg_primary: false,
+            streaming: false,
+            epoch: None,
+            timeline: 0,
+            lsn: 0,
+            leader: None,
+            state: "starting".into(),
+            reason: "starting".into(),
+            watchdog: None,
+        };
+        Ok(Agent {
+            prefix,
+            rt,
+            etcd: None,
+            pg,
+            core,
+            api,
+            signals: Signals { term, hup, pipe },
+            member_lease: None,
+            next_tick: clock::now(),
+            last_iteration: None,
+            pending: Pending::default(),
+            leader_deleted_at: None,
+            last_view: None,
+            last_pg: None,
+            applied_config: None,
+            slots: None,
+            status,
+            last_reason: String::new(),
+            shutdown: false,
+            state_file,
+            config_path: config_path.to_path_buf(),
+            cfg,
+        })
+    }
+
+    fn run(&mut self) -> Result<(), String> {
+        info!(
+            "tenure {} starting: member {} of scope {} (pid {})",
+            env!("CARGO_PKG_VERSION"),
+            self.cfg.name,
+            self.cfg.scope,
+            std::process::id()
+        );
+        if self.cfg.watchdog.mode == crate::config::WatchdogMode::Automatic {
+            warn!(
+                "watchdog mode automatic: no watchdog driver in this build, running without one; \
+                 a frozen agent would leave its primary writable until it thaws"
+            );
+        }
+        self.startup_member_check()?;
+        let mut again_budget = 0u32;
+        let mut again = false;
+        loop {
+            let wake = if again && again_budget < 8 {
+                again_budget += 1;
+                Wake::Tick
+            } else {
+                again_budget = 0;
+                let until = if self.core.renew_now() {
+                    clock::now()
+                } else {
+                    self.next_tick
+                };
+                self.wait(until)
+            };
+            match wake {
+                Wake::Api(conn) => {
+                    self.serve_api(conn);
+                    continue;
+                }
+                Wake::Watch(ev) => self.on_watch(ev),
+                Wake::Signal => {
+                    self.drain_signals();
+                    self.reap_orphans();
+                    if self.signals.hup.swap(false, Ordering::SeqCst) {
+                        self.reload();
+                    }
+                    if self.signals.term.load(Ordering::SeqCst) && !self.shutdown {
+                        info!("SIGTERM: shutting down cleanly");
+                        self.shutdown = true;
+                    }
+                }
+                Wake::Tick => {}
+            }
+            let now = clock::now();
+            let tick = now >= self.next_tick || self.core.renew_now();
+            if now >= self.next_tick {
+                let lw = self.core.timing().loop_wait;
+                self.next_tick = self.next_tick.add(lw);
+                if self.next_tick <= now {
+                    // INVARIANT: ticks stay on a fixed grid unless we fell a whole period
+                    // behind, which is an overrun worth saying out loud.
+                    warn!(
+                        "loop overrun: {:.3} s behind the renewal schedule",
+                        now.since(self.next_tick).as_secs_f64()
+                    );
+                    self.next_tick = now.add(lw);
+                }
+            }
+            if let Some(last) = self.last_iteration {
+                let gap = now.since(last);
+                let limit = self.core.timing().loop_wait * 3;
+                if gap > limit {
+                    // S5: a stall is lease loss; the core re-checks F before anything else.
+                    warn!("stall: {:.3} s since the last iteration", gap.as_secs_f64());
+                }
+            }
+            self.last_iteration = Some(now);
+
+            let obs = self.observe(now, tick);
+            let now = clock::now();
+            let plan = self.core.step(now, &obs);
+            let reason = plan.reason.to_string();
+            if reason != self.last_reason || tick {
+                info!("{reason}");
+            }
+            self.last_reason = reason;
+            self.update_status(now, &obs, &plan.reason);
+            self.publish_member(&obs);
+            again = plan.again;
+            if self.act(plan, &obs) {
+                info!("exiting");
+                return Ok(());
+            }
+        }
+    }
+
+    /// Refuse to start if another live lease holds `members/<me>` (another agent with
+    /// our name). A lease recorded by our own previous run is ours to reuse.
+    fn startup_member_check(&mut self) -> Result<(), String> {
+        let mine: Option<LeaseId> = std::fs::read_to_string(&self.state_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        let deadline = clock::now().add(Duration::from_secs(5));
+        let name = self.cfg.name.clone();
+        let attempt = match self.connect(deadline) {
+            Some((etcd, rt)) => etcd
+                .member_held_elsewhere(rt, &name, mine, deadline)
+                .map_err(|e| e.to_string()),
+            None => Err("etcd unreachable".to_string()),
+        };
+        match attempt {
+            Ok(true) => Err(format!(
+                "another live lease holds {}members/{}: is another agent running as {}?",
+                self.prefix, self.cfg.name, self.cfg.name
+            )),
+            Ok(false) => {
+                self.member_lease = mine;
+                Ok(())
+            }
+            Err(e) => {
+                // etcd down at start-up is not fatal: the loop retries; S4 fences a
+                // local primary that cannot adopt.
+                warn!("start-up member check skipped: {e}");
+                Ok(())
+            }
+        }
+    }
+
+    /// The etcd client (connecting first if needed) and the runtime that drives it.
+    fn connect(&mut self, deadline: Instant) -> Option<(&mut Etcd, &Runtime)> {
+        if self.etcd.is_none() {
+            match Etcd::connect(&self.rt, &self.cfg.etcd.endpoints, &self.prefix, deadline) {
+                Ok(e) => self.etcd = Some(e),
+                Err(e) => {
+                    debug!("etcd connect: {e}");
+                    return None;
+                }
+            }
+        }
+        let Agent { etcd, rt, .. } = self;
+        etcd.as_mut().map(|e| (e, &*rt))
+    }
+
+    /// Deadline for a call of at most `d`, capped at `F - B` while leading (S1).
+    fn deadline(&self, d: Duration) -> Instant {
+        let t = clock::now().add(d);
+        match self.core.call_cap() {
+            Some(cap) => t.min(cap),
+            None => t,
+        }
+    }
+
+    fn wait(&mut self, until: Instant) -> Wake {
+        let d = clock::now().until(until);
+        let Agent {
+            rt,
+            etcd,
+            api,
+            signals,
+            ..
+        } = self;
+        rt.block_on(async {
+            let watch = async {
+                match etcd.as_mut() {
+                    Some(e) => e.next_watch_event().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = signals.pipe.readable() => Wake::Signal,
+                ev = watch => Wake::Watch(ev),
+                c = api.accept() => Wake::Api(c),
+                _ = tokio::time::sleep(d) => Wake::Tick,
+            }
+        })
+    }
+
+    /// Reap zombie children that are not the running job's (which `poll_job` reaps).
+    fn reap_orphans(&self) {
+        let job = self.pg.job_pid();
+        for pid in crate::pg::procs::zombie_children(std::process::id()) {
+            if Some(pid) != job {
+                let _ = nix::sys::wait::waitpid(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+                );
+            }
+        }
+    }
+
+    fn drain_signals(&mut self) {
+        let mut buf = [0u8; 64];
+        while let Ok(n) = self.signals.pipe.try_read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+        }
+    }
+
+    fn on_watch(&mut self, ev: WatchEvent) {
+        match ev {
+            WatchEvent::LeaderDeleted { revision } => {
+                debug!("watch: leader deleted at revision {revision}");
+                if self.is_fresh_event(revision) {
+                    self.leader_deleted_at.get_or_insert(clock::now());
+                }
+            }
+            WatchEvent::LeaderPut { name, revision } => {
+                debug!("watch: leader = {name} at revision {revision}");
+                if name != self.cfg.name
+                    && self.core.leadership().is_some()
+                    && self.is_fresh_event(revision)
+                {
+                    self.leader_deleted_at.get_or_insert(clock::now());
+                }
+            }
+            WatchEvent::Broken(why) => {
+                debug!("watch broken: {why}; reopening at the next read");
+            }
+        }
+    }
+
+    /// An event older than our own leadership says nothing about it.
+    fn is_fresh_event(&self, revision: i64) -> bool {
+        match self.core.leadership() {
+            Some(l) => revision > l.epoch,
+            None => true,
+        }
+    }
+
+    fn reload(&mut self) {
+        match Config::load(&self.config_path) {
+            Ok(new) => {
+                if new.name != self.cfg.name || new.scope != self.cfg.scope {
+                    error!("SIGHUP: name and scope cannot change at runtime; reload refused");
+                    return;
+                }
+                info!(
+                    "SIGHUP: configuration reloaded from {}",
+                    self.config_path.display()
+                );
+                self.cfg.timing.safety_margin = new.timing.safety_margin;
+                self.cfg.timing.demote_budget = new.timing.demote_budget;
+                self.cfg.timing.iteration_budget = new.timing.iteration_budget;
+                self.applied_config = None; // re-apply the cluster's config with new local values
+            }
+            Err(e) => error!("SIGHUP: reload refused, keeping the running configuration: {e}"),
+        }
+    }
+
+    fn observe(&mut self, now: Instant, tick: bool) -> Observation {
+        let r = self.core.timing().retry_timeout;
+        let me = self.cfg.name.clone();
+
+        // The renewal first: nothing else in the iteration may delay it (S6 d).
+        let mut renewal = None;
+        if tick {
+            if let Some((lease, epoch)) = self.core.lease_to_renew() {
+                let deadline = self.deadline(r);
+                renewal = Some(match self.connect(deadline) {
+                    Some((etcd, rt)) => etcd.confirmed_renew(rt, lease, epoch, &me, deadline),
+                    None => Renewal {
+                        lease,
+                        sent_at: now,
+                        outcome: RenewalOutcome::Failed("etcd unreachable".into()),
+                    },
+                });
+            }
+            self.keep_alive_side_leases();
+        }
+
+        let deadline = self.deadline(r);
+        let cluster = match self.connect(deadline) {
+            Some((etcd, rt)) => etcd.read_cluster(rt, deadline).map_err(|e| e.to_string()),
+            None => Err("etcd unreachable".to_string()),
+        };
+        if let Err(e) = &cluster {
+            // A fresh connection next time: a broken channel may never recover.
+            debug!("cluster read failed: {e}");
+            self.etcd = None;
+        }
+        if let Ok(view) = &cluster {
+            self.apply_cluster_config(view);
+            let deadline = self.deadline(r);
+            if let Some((etcd, rt)) = self.connect(deadline)
+                && !etcd.watch_is_open()
+                && let Err(e) = etcd.watch_leader(rt, view.revision + 1, deadline)
+            {
+                debug!("watch: {e}");
+            }
+        }
+
+        let mut lease_poll = None;
+        if let Some(lease) = self.core.lease_to_poll() {
+            let deadline = self.deadline(r);
+            if let Some((etcd, rt)) = self.connect(deadline) {
+                match etcd.lease_ttl(rt, lease, deadline) {
+                    Ok(p) => lease_poll = Some(p),
+                    Err(e) => debug!("lease poll {lease:x}: {e}"),
+                }
+            }
+        }
+
+        let pg_deadline = self.deadline(
+            self.cfg
+                .timing
+                .iteration_budget
+                .max(Duration::from_millis(100)),
+        );
+        let mut pg = self.pg.probe(pg_deadline);
+        let job = self.pg.poll_job(clock::now());
+        if let Job::Finished { kind, ok, detail } = &job {
+            if *ok {
+                info!("{kind:?} finished");
+            } else {
+                error!("{kind:?} failed: {detail}");
+            }
+            // A job that changed the data directory: probe again for the new state.
+            pg = self.pg.probe(pg_deadline);
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let obs = Observation {
+            cluster,
+            renewal,
+            acquire: pending.acquire,
+            claim: pending.claim,
+            recorded_initialize: pending.recorded_initialize,
+            fence: pending.fence,
+            promoted: pending.promoted,
+            released: pending.released,
+            lease_poll,
+            leader_deleted_at: self.leader_deleted_at.take(),
+            pg,
+            job,
+            shutdown: self.shutdown,
+        };
+        if let Ok(v) = &obs.cluster {
+            self.last_view = Some(v.clone());
+        }
+        self.last_pg = Some(obs.pg.clone());
+        obs
+    }
+
+    /// The member lease and the bootstrap lock: kept alive at every tick.
+    fn keep_alive_side_leases(&mut self) {
+        let r = self.core.timing().retry_timeout;
+        let ttl = self.core.timing().ttl;
+        let deadline = self.deadline(r);
+        let side = self.core.lease_to_keep_alive();
+        let member_lease0 = self.member_lease;
+        let state_file = self.state_file.clone();
+        let Some((etcd, rt)) = self.connect(deadline) else {
+            return;
+        };
+        if let Some(lease) = side
+            && let Err(e) = etcd.keep_alive_once(rt, lease, deadline)
+        {
+            warn!("bootstrap lock lease {lease:x}: {e}");
+        }
+        let mut member_lease = member_lease0;
+        if let Some(lease) = member_lease
+            && etcd.keep_alive_once(rt, lease, deadline).is_err()
+        {
+            member_lease = None;
+        }
+        if member_lease.is_none() {
+            match etcd.grant(rt, ttl, deadline) {
+                Ok((lease, _)) => {
+                    member_lease = Some(lease);
+                    if let Err(e) = std::fs::write(&state_file, format!("{lease}\n")) {
+                        warn!(
+                            "cannot record the member lease in {}: {e}",
+                            state_file.display()
+                        );
+                    }
+                }
+                Err(e) => debug!("member lease grant: {e}"),
+            }
+        }
+        self.member_lease = member_lease;
+    }
+
+    /// DESIGN §3: `config` wins once it exists; a change that breaks S6 for this node
+    /// is refused (old values kept) and said.
+    fn apply_cluster_config(&mut self, view: &ClusterView) {
+        let Some(raw) = &view.config else { return };
+        if self.applied_config.as_deref() == Some(raw.as_str()) {
+            return;
+        }
+        match self.cfg.apply_dynamic(raw) {
+            Ok((t, d)) => {
+                info!("applying the cluster's dynamic configuration: {raw}");
+                self.cfg.timing = t;
+                self.cfg.dynamic = d;
+                self.core.set_timing(timing_of(&self.cfg));
+            }
+            Err(e) => {
+                error!("refusing the cluster's dynamic configuration (keeping the old values): {e}")
+            }
+        }
+        self.applied_config = Some(raw.clone());
+    }
+
+    fn publish_member(&mut self, obs: &Observation) {
+        let Some(lease) = self.member_lease else {
+            return;
+        };
+        let pg = &obs.pg;
+        let leadership = self.core.leadership();
+        let epoch = leadership.map(|l| l.epoch).or_else(|| {
+            obs.cluster
+                .as_ref()
+                .ok()
+                .and_then(|v| v.leader.as_ref().map(|k| k.epoch))
+        });
+        let info = MemberInfo {
+            conn_url: crate::pg::conn_url(&self.cfg.postgresql.connect_address),
+            api_url: format!("{}/patroni", self.cfg.api.connect_url.trim_end_matches('/')),
+            state: match pg.role {
+                PgRole::Stopped => "stopped",
+                PgRole::Unresponsive => "starting",
+                PgRole::Primary | PgRole::Replica => "running",
+            }
+            .into(),
+            role: match pg.role {
+                PgRole::Primary => "primary",
+                _ => "replica",
+            }
+            .into(),
+            version: "15".into(),
+            xlog_location: pg.lsn,
+            timeline: pg.timeline,
+            tags: Tags {
+                nofailover: self.cfg.nofailover,
+            },
+            epoch,
+            watchdog_timeout: None,
+            leader_lease: leadership.map(|l| l.lease),
+            pg_healthy: matches!(pg.role, PgRole::Primary | PgRole::Replica),
+            released: self.core.released_epoch(),
+            parse_error: None,
+        };
+        let json = crate::dcs::encode_member(&info);
+        let deadline = self.deadline(self.core.timing().retry_timeout);
+        let me = self.cfg.name.clone();
+        if self.etcd.is_none() {
+            return;
+        }
+        if let Some((etcd, rt)) = self.connect(deadline)
+            && let Err(e) = etcd.put_member(rt, &me, &json, lease, deadline)
+        {
+            debug!("member key: {e}");
+        }
+    }
+
+    fn update_status(&mut self, now: Instant, obs: &Observation, reason: &Reason) {
+        let leadership = self.core.leadership();
+        let s = &mut self.status;
+        s.holds_leader_key = leadership.is_some();
+        s.lease_valid = self.core.leads_at(now);
+        s.pg_running = matches!(obs.pg.role, PgRole::Primary | PgRole::Replica);
+        s.pg_primary = obs.pg.role == PgRole::Primary;
+        s.streaming = obs.pg.streaming;
+        s.role = match obs.pg.role {
+            PgRole::Primary => "primary",
+            PgRole::Replica => "replica",
+            _ => "unknown",
+        };
+        s.timeline = obs.pg.timeline;
+        s.lsn = obs.pg.lsn;
+        s.epoch = leadership.map(|l| l.epoch).or_else(|| {
+            obs.cluster
+                .as_ref()
+                .ok()
+                .and_then(|v| v.leader.as_ref().map(|k| k.epoch))
+        });
+        s.leader = obs
+            .cluster
+            .as_ref()
+            .ok()
+            .and_then(|v| v.leader.as_ref().map(|k| k.name.clone()));
+        s.state = match obs.pg.role {
+            PgRole::Stopped => "stopped",
+            PgRole::Unresponsive => "starting",
+            _ => "running",
+        }
+        .into();
+        s.reason = reason.to_string();
+    }
+
+    fn serve_api(&mut self, conn: std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)>) {
+        let Ok((mut stream, _peer)) = conn else {
+            return;
+        };
+        // The lease must stay valid to answer /primary with 200: recompute at request time.
+        self.status.lease_valid = self.core.leads_at(clock::now());
+        // Bounded: at most 200 ms, and never past the next renewal tick.
+        let budget = clock::now()
+            .until(self.next_tick)
+            .min(Duration::from_millis(200));
+        let status = &self.status;
+        self.rt.block_on(async {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let _ = tokio::time::timeout(budget, async {
+                let mut buf = Vec::with_capacity(1024);
+                let mut chunk = [0u8; 1024];
+                let mut out = Vec::with_capacity(1024);
+                loop {
+                    match api::parse_request(&buf) {
+                        api::Parsed::Incomplete => {}
+                        api::Parsed::Request { method, path } => {
+                            api::respond(&method, &path, status, &mut out);
+                            break;
+                        }
+                        api::Parsed::Bad(code, why) => {
+                            api::respond_error(code, &why, &mut out);
+                            break;
+                        }
+                    }
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let _ = stream.write_all(&out).await;
+                let _ = stream.shutdown().await;
+            })
+            .await;
+        });
+    }
+
+    /// Carry out a plan in order. Returns true when the agent must exit.
+    fn act(&mut self, plan: Plan, obs: &Observation) -> bool {
+        let r = self.core.timing().retry_timeout;
+        let ttl = self.core.timing().ttl;
+        let me = self.cfg.name.clone();
+        for action in plan.actions {
+            debug!("action: {action:?}");
+            let deadline = self.deadline(r);
+            match action {
+                Action::ClaimInitialize => {
+                    self.pending.claim = Some(match self.connect(deadline) {
+                        Some((etcd, rt)) => etcd.claim_initialize(rt, ttl, deadline),
+                        None => ClaimOutcome::Failed("etcd unreachable".into()),
+                    });
+                }
+                Action::RecordInitialize { sysid, lease } => {
+                    let ok = self
+                        .connect(deadline)
+                        .map(|(etcd, rt)| etcd.record_initialize(rt, sysid, lease, deadline));
+                    self.pending.recorded_initialize = match ok {
+                        Some(Ok(written)) => Some(written),
+                        Some(Err(e)) => {
+                            warn!("recording initialize: {e}");
+                            None
+                        }
+                        None => None,
+                    };
+                    if self.pending.recorded_initialize == Some(true) {
+                        self.seed_config(deadline);
+                    }
+                }
+                Action::CreateInitialize { sysid } => {
+                    if let Some((etcd, rt)) = self.connect(deadline) {
+                        match etcd.create_initialize(rt, sysid, deadline) {
+                            Ok(created) => {
+                                info!("initialize re-created from local data: {created}")
+                            }
+                            Err(e) => warn!("re-creating initialize: {e}"),
+                        }
+                    }
+                }
+                Action::Acquire => {
+                    let out = match self.connect(deadline) {
+                        Some((etcd, rt)) => etcd.acquire(rt, &me, ttl, deadline),
+                        None => AcquireOutcome::Failed("etcd unreachable".into()),
+                    };
+                    match &out {
+                        AcquireOutcome::Won {
+                            epoch, granted_ttl, ..
+                        } => {
+                            info!(
+                                "acquired the leader key: epoch {epoch}, granted TTL {granted_ttl} s"
+                            )
+                        }
+                        AcquireOutcome::Lost => info!("lost the race for the leader key"),
+                        AcquireOutcome::Failed(e) => warn!("acquire failed: {e}"),
+                    }
+                    self.pending.acquire = Some(out);
+                }
+                Action::StartJob(kind) => {
+                    let source = match &kind {
+                        JobKind::Basebackup { from } | JobKind::Rewind { from } => {
+                            self.target(from)
+                        }
+                        JobKind::StartReplica { leader } if !leader.is_empty() => {
+                            self.target(leader)
+                        }
+                        _ => None,
+                    };
+                    info!("starting job {kind:?}");
+                    if let Err(e) = self.pg.start_job(&kind, source.as_ref(), clock::now()) {
+                        error!("cannot start {kind:?}: {e}");
+                    }
+                }
+                Action::Promote { epoch } => {
+                    let pg_deadline = self.deadline(Duration::from_secs(5));
+                    match self.pg.promote(pg_deadline) {
+                        Ok(()) => {
+                            info!("promoted PostgreSQL at epoch {epoch}");
+                            self.pending.promoted = Some(true);
+                            self.append_history(obs, epoch);
+                        }
+                        Err(e) => {
+                            error!("promote failed: {e}");
+                            self.pending.promoted = Some(false);
+                        }
+                    }
+                }
+                Action::Retarget { leader } => match self.target(&leader) {
+                    Some(t) => {
+                        if let Err(e) = self.pg.retarget(&t, self.deadline(Duration::from_secs(2)))
+                        {
+                            warn!("retarget to {leader}: {e}");
+                        }
+                    }
+                    None => warn!("retarget: no conn_url for {leader}"),
+                },
+                Action::Fence => {
+                    let b = self.cfg.timing.demote_budget;
+                    let fence_deadline = clock::now().add(b);
+                    warn!(
+                        "fencing PostgreSQL (SIGQUIT to the postmaster; budget {:.1} s)",
+                        b.as_secs_f64()
+                    );
+                    let out = self.pg.fence(fence_deadline);
+                    info!("fence: {out:?}");
+                    self.pending.fence = Some(out);
+                }
+                Action::Release { lease, epoch } => {
+                    let out = self
+                        .connect(deadline)
+                        .map(|(etcd, rt)| etcd.release(rt, &me, epoch, lease, deadline));
+                    match out {
+                        Some(Ok(true)) => info!("released the leader key (epoch {epoch})"),
+                        Some(Ok(false)) => warn!("release refused: the key is no longer ours"),
+                        Some(Err(e)) => warn!("release failed: {e}"),
+                        None => warn!("release failed: etcd unreachable"),
+                    }
+                    self.pending.released = Some(true);
+                }
+                Action::Revoke { lease } => {
+                    if let Some((etcd, rt)) = self.connect(deadline)
+                        && let Err(e) = etcd.revoke(rt, lease, deadline)
+                    {
+                        debug!("revoke {lease:x}: {e}");
+                    }
+                }
+                Action::AppendHistory { epoch, entry } => {
+                    if let Some((etcd, rt)) = self.connect(deadline) {
+                        let _ = etcd.append_history(rt, &entry, &me, epoch, deadline);
+                    }
+                }
+                Action::SyncSlots { members } => {
+                    if self.slots.as_ref() != Some(&members) {
+                        match self
+                            .pg
+                            .sync_slots(&members, self.deadline(Duration::from_secs(1)))
+                        {
+                            Ok(()) => self.slots = Some(members),
+                            Err(e) => warn!("replication slots: {e}"),
+                        }
+                    }
+                    if self.applied_config.is_none() {
+                        self.seed_config(deadline);
+                    }
+                }
+                Action::MoveDataAside => match self.pg.move_data_aside() {
+                    Ok(p) => warn!("moved the data directory aside to {}", p.display()),
+                    Err(e) => error!("cannot move the data directory aside: {e}"),
+                },
+                Action::PetWatchdog | Action::DisarmWatchdog => {
+                    // No device driver in this build (mode off/automatic without one).
+                }
+                Action::Exit => return true,
+            }
+        }
+        false
+    }
+
+    /// The bootstrapping leader seeds `config` from its `[timing]`/`[dynamic]` values.
+    fn seed_config(&mut self, deadline: Instant) {
+        let json = self.cfg.dynamic_json();
+        if let Some((etcd, rt)) = self.connect(deadline) {
+            match etcd.put_config_if_absent(rt, &json, deadline) {
+                Ok(true) => info!("seeded the cluster's dynamic configuration: {json}"),
+                Ok(false) => {}
+                Err(e) => debug!("seeding config: {e}"),
+            }
+        }
+    }
+
+    fn append_history(&mut self, obs: &Observation, epoch: Epoch) {
+        let entry = HistoryEntry {
+            timeline: obs.pg.timeline,
+            lsn: obs.pg.lsn,
+            reason: "no leader: promoted by tenure".into(),
+            timestamp: clock::rfc3339_utc(clock::realtime()),
+            new_leader: self.cfg.name.clone(),
+        };
+        let me = self.cfg.name.clone();
+        let deadline = self.deadline(self.core.timing().retry_timeout);
+        if let Some((etcd, rt)) = self.connect(deadline) {
+            match etcd.append_history(rt, &entry, &me, epoch, deadline) {
+                Ok(true) => {}
+                Ok(false) => warn!("history append refused by the epoch guard"),
+                Err(e) => warn!("history append failed: {e}"),
+            }
+        }
+    }
+
+    fn target(&self, name: &str) -> Option<ConnTarget> {
+        let view = self.last_view.as_ref()?;
+        let m = view.member(name)?;
+        ConnTarget::from_conn_url(name, &m.info.conn_url).ok()
+    }
 }

@@ -53,7 +53,7 @@ mod tests {
         assert_eq!(rfc3339_utc(Duration::from_secs(0)), "1970-01-01T00:00:00Z");
         assert_eq!(
             rfc3339_utc(Duration::from_secs(1_796_000_000)),
-            "2026-11-29T03:33:20Z"
+            "2026-11-30T00:53:20Z"
         );
     }
 

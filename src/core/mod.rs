@@ -267,18 +267,16 @@ impl Core {
         self.track_leader(now, obs);
 
         // S1/S5 first: whatever else happened, a leader past `F - B` fences now.
-        if let State::Leader(l) = &mut self.state {
-            if let Some(r) = &obs.renewal {
-                if r.lease == l.lease {
-                    if let RenewalOutcome::Counted { ttl } = r.outcome {
-                        if r.sent_at > l.renewed_at {
-                            l.renewed_at = r.sent_at;
-                        }
-                        if ttl > 0 {
-                            l.ttl = u32::try_from(ttl).unwrap_or(u32::MAX);
-                        }
-                    }
-                }
+        if let State::Leader(l) = &mut self.state
+            && let Some(r) = &obs.renewal
+            && r.lease == l.lease
+            && let RenewalOutcome::Counted { ttl } = r.outcome
+        {
+            if r.sent_at > l.renewed_at {
+                l.renewed_at = r.sent_at;
+            }
+            if ttl > 0 {
+                l.ttl = u32::try_from(ttl).unwrap_or(u32::MAX);
             }
         }
         if let Some(reason) = self.check_leadership(now, obs, p) {
@@ -329,20 +327,20 @@ impl Core {
                 _ => {}
             }
         }
-        if lost.is_none() {
-            if let Ok(view) = &obs.cluster {
-                match &view.leader {
-                    None if obs.released.is_none() => {
-                        lost = Some("a linearizable read shows no leader key".into())
-                    }
-                    Some(k) if k.name != *me || k.epoch != l.epoch => {
-                        lost = Some(format!(
-                            "the leader key names {} at epoch {}",
-                            k.name, k.epoch
-                        ))
-                    }
-                    _ => {}
+        if lost.is_none()
+            && let Ok(view) = &obs.cluster
+        {
+            match &view.leader {
+                None if obs.released.is_none() => {
+                    lost = Some("a linearizable read shows no leader key".into())
                 }
+                Some(k) if k.name != *me || k.epoch != l.epoch => {
+                    lost = Some(format!(
+                        "the leader key names {} at epoch {}",
+                        k.name, k.epoch
+                    ))
+                }
+                _ => {}
             }
         }
         if lost.is_none() && obs.leader_deleted_at.is_some() && obs.released.is_none() {
@@ -446,14 +444,13 @@ impl Core {
         let h = self.horizon_of(&l);
         // S2: a deliberate pet only right after a counted renewal, and only if
         // `t + 2W <= H` so that a crash right after it still resets the host by `H`.
-        if let (Some(w), Some(r)) = (self.cfg.watchdog, &obs.renewal) {
-            if matches!(r.outcome, RenewalOutcome::Counted { .. })
-                && r.lease == l.lease
-                && now.add(w).add(w) <= h
-            {
-                p.push(Action::PetWatchdog);
-                l.last_pet = Some(now);
-            }
+        if let (Some(w), Some(r)) = (self.cfg.watchdog, &obs.renewal)
+            && matches!(r.outcome, RenewalOutcome::Counted { .. })
+            && r.lease == l.lease
+            && now.add(w).add(w) <= h
+        {
+            p.push(Action::PetWatchdog);
+            l.last_pet = Some(now);
         }
 
         if obs.shutdown {
@@ -702,21 +699,21 @@ impl Core {
     fn track_leader(&mut self, now: Instant, obs: &Observation) {
         let me = self.cfg.name.clone();
         if let Some(poll) = &obs.lease_poll {
-            if self.track.lease == Some(poll.lease) {
-                if let Some(ttl) = poll.ttl {
-                    if ttl > 0 {
-                        // A lower bound on the expiry: etcd truncates the TTL to whole
-                        // seconds and cannot expire the lease before poll + ttl.
-                        let e = poll.sent_at.add(Duration::from_secs(ttl.unsigned_abs()));
-                        self.track.e_max = Some(self.track.e_max.map_or(e, |m| m.max(e)));
-                        self.track.last_poll = Some(poll.sent_at);
-                    }
-                }
+            if self.track.lease == Some(poll.lease)
+                && let Some(ttl) = poll.ttl
+                && ttl > 0
+            {
+                // A lower bound on the expiry: etcd truncates the TTL to whole
+                // seconds and cannot expire the lease before poll + ttl.
+                let e = poll.sent_at.add(Duration::from_secs(ttl.unsigned_abs()));
+                self.track.e_max = Some(self.track.e_max.map_or(e, |m| m.max(e)));
+                self.track.last_poll = Some(poll.sent_at);
             }
-            if let Some(v) = &mut self.vacancy {
-                if v.old_lease == Some(poll.lease) && poll.ttl.is_none() {
-                    v.lease_gone = true;
-                }
+            if let Some(v) = &mut self.vacancy
+                && v.old_lease == Some(poll.lease)
+                && poll.ttl.is_none()
+            {
+                v.lease_gone = true;
             }
         }
         let Ok(view) = &obs.cluster else { return };
@@ -800,16 +797,15 @@ impl Core {
         };
 
         // Outcomes of last iteration's DCS actions.
-        if let Some(out) = &obs.acquire {
-            if let AcquireOutcome::Won {
+        if let Some(out) = &obs.acquire
+            && let AcquireOutcome::Won {
                 lease,
                 granted_ttl,
                 granted_at,
                 epoch,
             } = out
-            {
-                return self.won(now, obs, p, *lease, *granted_ttl, *granted_at, *epoch);
-            }
+        {
+            return self.won(now, obs, p, *lease, *granted_ttl, *granted_at, *epoch);
         }
         if let Some(ClaimOutcome::Won { lease }) = &obs.claim {
             self.state = State::Bootstrapping { lease: *lease };
@@ -883,10 +879,10 @@ impl Core {
         if let DataDir::Present {
             was_primary: true, ..
         } = obs.pg.data
+            && first
+            && obs.pg.role != PgRole::Primary
         {
-            if first && obs.pg.role != PgRole::Primary {
-                self.needs_rewind = true;
-            }
+            self.needs_rewind = true;
         }
 
         match leader {
@@ -1166,29 +1162,27 @@ impl Core {
         // DESIGN §1 step 4: after an early (or unknowable) expiry the old primary may
         // not know yet; wait until it has fenced or been reset.
         let (mut after, mut why) = (now, None);
-        if let Some(v) = &self.vacancy {
-            if v.early {
-                let d = match v.old_watchdog {
-                    Some(w) => {
-                        Duration::from_secs(2 * u64::from(w)) + t.retry_timeout + t.safety_margin
-                    }
-                    None => {
-                        Duration::from_secs(u64::from(t.ttl.max(granted_ttl))) + t.retry_timeout
-                    }
-                };
-                after = v.at.add(d);
-                why = Some(format!(
-                    "the old leader's key vanished before its lease could have expired; waiting {:.1} s from {}",
-                    d.as_secs_f64(),
-                    v.at
-                ));
-            }
+        if let Some(v) = &self.vacancy
+            && v.early
+        {
+            let d = match v.old_watchdog {
+                Some(w) => {
+                    Duration::from_secs(2 * u64::from(w)) + t.retry_timeout + t.safety_margin
+                }
+                None => Duration::from_secs(u64::from(t.ttl.max(granted_ttl))) + t.retry_timeout,
+            };
+            after = v.at.add(d);
+            why = Some(format!(
+                "the old leader's key vanished before its lease could have expired; waiting {:.1} s from {}",
+                d.as_secs_f64(),
+                v.at
+            ));
         }
-        if let Some(d) = t.promote_delay {
-            if now.add(d) > after {
-                after = now.add(d);
-                why = Some(format!("promote_delay {:.1} s", d.as_secs_f64()));
-            }
+        if let Some(d) = t.promote_delay
+            && now.add(d) > after
+        {
+            after = now.add(d);
+            why = Some(format!("promote_delay {:.1} s", d.as_secs_f64()));
         }
         let mut l = Leadership {
             lease,

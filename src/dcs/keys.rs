@@ -42,6 +42,9 @@ pub fn encode_member(info: &MemberInfo) -> String {
     if let Some(l) = info.leader_lease {
         m.insert("leader_lease".into(), json!(l));
     }
+    if let Some(e) = info.released {
+        m.insert("released".into(), json!(e));
+    }
     m.insert("pg_healthy".into(), json!(info.pg_healthy));
     Value::Object(m).to_string()
 }
@@ -144,6 +147,15 @@ pub fn parse_member(raw: &[u8]) -> MemberInfo {
         match v.as_i64() {
             Some(l) => info.leader_lease = Some(l),
             None => problems.push(format!("leader_lease: expected an i64, got {}", short(v))),
+        }
+    }
+    if let Some(v) = field("released") {
+        match v.as_i64() {
+            Some(e) => info.released = Some(e),
+            None => problems.push(format!(
+                "released: expected an epoch (i64), got {}",
+                short(v)
+            )),
         }
     }
     if let Some(v) = field("pg_healthy") {
@@ -361,6 +373,7 @@ mod tests {
             watchdog_timeout: Some(13),
             leader_lease: Some(0x7a2b_0000_1234),
             pg_healthy: true,
+            released: Some(41),
             parse_error: None,
         }
     }

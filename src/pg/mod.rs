@@ -738,6 +738,20 @@ fn resolve_user(user: Option<&str>) -> Result<Option<RunAs>, PgError> {
     }))
 }
 
+/// `pg_control`'s `state` (a 4-byte `DBState` at offset 16, after the system
+/// identifier and two version words) says the cluster last ran as a primary:
+/// shut down (1), shutting down (3), in crash recovery (4) or in production (6).
+/// A standby reports 2 or 5. Combined with the absence of `standby.signal` (a fresh
+/// basebackup carries the primary's state but we write the signal at once), this
+/// tells a former primary whose WAL may have forked from the new leader's.
+fn was_primary(pg_control: &[u8]) -> bool {
+    let Some(state) = pg_control.get(16..20) else {
+        return false;
+    };
+    let state = u32::from_le_bytes([state[0], state[1], state[2], state[3]]);
+    matches!(state, 1 | 3 | 4 | 6)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -813,18 +827,4 @@ mod tests {
         assert!(e.to_string().contains("no-such-user-tenure"));
         assert!(resolve_user(None).unwrap().is_none());
     }
-}
-
-/// `pg_control`'s `state` (a 4-byte `DBState` at offset 16, after the system
-/// identifier and two version words) says the cluster last ran as a primary:
-/// shut down (1), shutting down (3), in crash recovery (4) or in production (6).
-/// A standby reports 2 or 5. Combined with the absence of `standby.signal` (a fresh
-/// basebackup carries the primary's state but we write the signal at once), this
-/// tells a former primary whose WAL may have forked from the new leader's.
-fn was_primary(pg_control: &[u8]) -> bool {
-    let Some(state) = pg_control.get(16..20) else {
-        return false;
-    };
-    let state = u32::from_le_bytes([state[0], state[1], state[2], state[3]]);
-    matches!(state, 1 | 3 | 4 | 6)
 }

@@ -180,6 +180,18 @@ pub fn fence(dir: &Path, postmaster: Option<u32>, deadline: Instant) -> FenceOut
     }
 }
 
+/// Zombie children of `parent` (the agent is a child subreaper, DESIGN §6: orphaned
+/// postmasters and backends are reparented to it and must be reaped, or a zombie
+/// postmaster's pid in `postmaster.pid` keeps PostgreSQL from starting again).
+pub fn zombie_children(parent: u32) -> Vec<u32> {
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| read_stat(pid).is_some_and(|s| s.zombie && s.ppid == parent))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
