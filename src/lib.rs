@@ -3,5 +3,6 @@ pub mod clock;
 pub mod config;
 pub mod core;
 pub mod dcs;
+pub mod demo;
 pub mod pg;
 pub mod testbed;

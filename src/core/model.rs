@@ -133,7 +133,11 @@ impl ClusterView {
     /// The newest timeline in `history` (a promotion to timeline N+1 appends
     /// `[N, ...]`), or 1 with no history.
     pub fn newest_timeline(&self) -> u32 {
-        self.history.iter().map(|h| h.timeline + 1).max().unwrap_or(1)
+        self.history
+            .iter()
+            .map(|h| h.timeline + 1)
+            .max()
+            .unwrap_or(1)
     }
 }
 
@@ -238,10 +242,16 @@ pub struct PgStatus {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobKind {
     InitDb,
-    Basebackup { from: String },
-    Rewind { from: String },
+    Basebackup {
+        from: String,
+    },
+    Rewind {
+        from: String,
+    },
     StartPrimary,
-    StartReplica { leader: String },
+    StartReplica {
+        leader: String,
+    },
     /// A clean stop (`pg_ctl stop -m fast`): switchovers and shutdown only.
     Stop,
 }
@@ -249,9 +259,16 @@ pub enum JobKind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Job {
     Idle,
-    Running { kind: JobKind, since: Instant },
+    Running {
+        kind: JobKind,
+        since: Instant,
+    },
     /// Finished since the last observation.
-    Finished { kind: JobKind, ok: bool, detail: String },
+    Finished {
+        kind: JobKind,
+        ok: bool,
+        detail: String,
+    },
 }
 
 /// Outcome of a fence (DESIGN S1).
@@ -331,24 +348,13 @@ pub enum Action {
 /// Why the plan is what it is: logged once per iteration, asserted in tests.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reason {
-    Leading {
-        me: String,
-        valid_for: Duration,
-    },
-    Following {
-        me: String,
-        leader: String,
-    },
+    Leading { me: String, valid_for: Duration },
+    Following { me: String, leader: String },
     Waiting(String),
     Bootstrapping(String),
     Acquiring(String),
-    Promoting {
-        epoch: Epoch,
-    },
-    PromoteDelayed {
-        remaining: Duration,
-        why: String,
-    },
+    Promoting { epoch: Epoch },
+    PromoteDelayed { remaining: Duration, why: String },
     Fencing(String),
     Refusing(String),
     ShuttingDown(String),
@@ -369,7 +375,9 @@ impl std::fmt::Display for Reason {
             Reason::Waiting(s) => write!(f, "waiting: {s}"),
             Reason::Bootstrapping(s) => write!(f, "bootstrap: {s}"),
             Reason::Acquiring(s) => write!(f, "acquiring the leader key: {s}"),
-            Reason::Promoting { epoch } => write!(f, "promoting: won the leader key, epoch {epoch}"),
+            Reason::Promoting { epoch } => {
+                write!(f, "promoting: won the leader key, epoch {epoch}")
+            }
             Reason::PromoteDelayed { remaining, why } => write!(
                 f,
                 "promotion delayed {:.1} s more: {why}",

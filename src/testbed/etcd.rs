@@ -85,10 +85,22 @@ impl EtcdCluster {
         let child = Command::new(&self.binary)
             .arg(format!("--name={}", m.name))
             .arg(format!("--data-dir={}", m.data_dir.display()))
-            .arg(format!("--listen-client-urls=http://127.0.0.1:{}", m.client_port))
-            .arg(format!("--advertise-client-urls=http://127.0.0.1:{}", m.client_port))
-            .arg(format!("--listen-peer-urls=http://127.0.0.1:{}", m.peer_port))
-            .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{}", m.peer_port))
+            .arg(format!(
+                "--listen-client-urls=http://127.0.0.1:{}",
+                m.client_port
+            ))
+            .arg(format!(
+                "--advertise-client-urls=http://127.0.0.1:{}",
+                m.client_port
+            ))
+            .arg(format!(
+                "--listen-peer-urls=http://127.0.0.1:{}",
+                m.peer_port
+            ))
+            .arg(format!(
+                "--initial-advertise-peer-urls=http://127.0.0.1:{}",
+                m.peer_port
+            ))
             .arg(format!("--initial-cluster={}", self.initial_cluster))
             .arg(format!("--initial-cluster-state={state}"))
             .arg(format!("--initial-cluster-token={}", self.token))
@@ -120,11 +132,10 @@ impl EtcdCluster {
     /// True when every running member answers `/health` with `"health":"true"`.
     pub fn wait_healthy(&self, limit: Duration) -> bool {
         wait_for(limit, Duration::from_millis(100), || {
-            let all = self
-                .members
-                .iter()
-                .filter(|m| m.child.is_some())
-                .all(|m| http_get_local(m.client_port, "/health").is_some_and(|b| b.contains("\"health\":\"true\"")));
+            let all = self.members.iter().filter(|m| m.child.is_some()).all(|m| {
+                http_get_local(m.client_port, "/health")
+                    .is_some_and(|b| b.contains("\"health\":\"true\""))
+            });
             all.then_some(())
         })
         .is_some()

@@ -5,7 +5,10 @@
 //! Must never: touch a process it did not start, or send traffic anywhere but
 //! 127.0.0.0/8 and namespaces it created.
 
+pub mod cluster;
 pub mod etcd;
+pub mod etcdkv;
+pub mod probe;
 
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::path::{Path, PathBuf};
@@ -74,7 +77,11 @@ pub fn stop_child(child: &mut Child, grace: Duration) {
 }
 
 /// Poll `f` every `every` until it returns `Some` or `limit` passes.
-pub fn wait_for<T>(limit: Duration, every: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+pub fn wait_for<T>(
+    limit: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> Option<T> {
     let t0 = Instant::now();
     loop {
         if let Some(v) = f() {
