@@ -36,16 +36,25 @@ fn wait_replicas(c: &TestCluster, p: usize, limit: Duration) {
             .all(|i| is_streaming_replica(c, i))
             .then_some(())
     });
-    assert!(ok.is_some(), "replicas of {} not streaming within {limit:?}{}", c.name(p), c.logs_tail(40));
+    assert!(
+        ok.is_some(),
+        "replicas of {} not streaming within {limit:?}{}",
+        c.name(p),
+        c.logs_tail(40)
+    );
 }
 
 fn is_streaming_replica(c: &TestCluster, i: usize) -> bool {
-    c.api_get(i, "/replica") == Some(200) && c.is_in_recovery(i) == Ok(true) && c.is_streaming(i) == Ok(true)
+    c.api_get(i, "/replica") == Some(200)
+        && c.is_in_recovery(i) == Ok(true)
+        && c.is_streaming(i) == Ok(true)
 }
 
 /// Wait until node `i` has exactly `n` rows in the test table.
 fn wait_rows(c: &TestCluster, i: usize, n: i64, limit: Duration) {
-    let ok = wait_for(limit, Duration::from_millis(50), || (c.count_rows(i) == Ok(n)).then_some(()));
+    let ok = wait_for(limit, Duration::from_millis(50), || {
+        (c.count_rows(i) == Ok(n)).then_some(())
+    });
     assert!(
         ok.is_some(),
         "{} has {:?} rows, expected {n}{}",
@@ -62,7 +71,12 @@ fn real_bootstrap_from_empty() {
 
     // Exactly one primary, sampled a few times.
     for _ in 0..5 {
-        assert_eq!(c.primaries(), vec![p], "exactly one /primary 200{}", c.logs_tail(30));
+        assert_eq!(
+            c.primaries(),
+            vec![p],
+            "exactly one /primary 200{}",
+            c.logs_tail(30)
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let (leader, epoch) = c.leader_key().expect("leader key present");
@@ -74,15 +88,33 @@ fn real_bootstrap_from_empty() {
     let sysid = c.system_identifier(p).expect("system identifier");
     assert_eq!(c.get_key("initialize").as_deref(), Some(sysid.as_str()));
     for i in 0..c.node_count() {
-        assert_eq!(c.system_identifier(i).as_deref(), Ok(sysid.as_str()), "{}", c.name(i));
+        assert_eq!(
+            c.system_identifier(i).as_deref(),
+            Ok(sysid.as_str()),
+            "{}",
+            c.name(i)
+        );
     }
 
     // Member keys carry the Patroni-compatible fields.
     for i in 0..c.node_count() {
-        let m = wait_for(Duration::from_secs(10), Duration::from_millis(100), || c.member(c.name(i)))
-            .unwrap_or_else(|| panic!("no members/{} key", c.name(i)));
-        for field in ["conn_url", "api_url", "state", "role", "xlog_location", "timeline"] {
-            assert!(m.get(field).is_some(), "members/{} lacks {field}: {m}", c.name(i));
+        let m = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+            c.member(c.name(i))
+        })
+        .unwrap_or_else(|| panic!("no members/{} key", c.name(i)));
+        for field in [
+            "conn_url",
+            "api_url",
+            "state",
+            "role",
+            "xlog_location",
+            "timeline",
+        ] {
+            assert!(
+                m.get(field).is_some(),
+                "members/{} lacks {field}: {m}",
+                c.name(i)
+            );
         }
         let role = m["role"].as_str().unwrap_or_default();
         let want = if i == p { "primary" } else { "replica" };
@@ -90,14 +122,23 @@ fn real_bootstrap_from_empty() {
         let fresh = wait_for(Duration::from_secs(5), Duration::from_millis(100), || {
             (c.member(c.name(i))?["role"].as_str()? == want).then_some(())
         });
-        assert!(fresh.is_some(), "members/{} role {role:?}, expected {want}", c.name(i));
+        assert!(
+            fresh.is_some(),
+            "members/{} role {role:?}, expected {want}",
+            c.name(i)
+        );
     }
 
     // One OS thread per agent in steady state (DESIGN §5).
     for _ in 0..10 {
         for i in 0..c.node_count() {
             let pid = c.agent_pid(i).expect("agent running");
-            assert_eq!(thread_count(pid), Some(1), "agent of {} (pid {pid}) threads", c.name(i));
+            assert_eq!(
+                thread_count(pid),
+                Some(1),
+                "agent of {} (pid {pid}) threads",
+                c.name(i)
+            );
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -120,28 +161,52 @@ fn real_host_crash_of_the_primary() {
     let np = c
         .wait_new_primary(p, FAILOVER)
         .unwrap_or_else(|| panic!("no new primary within {FAILOVER:?}{}", c.logs_tail(40)));
-    wait_for(Duration::from_secs(10), Duration::from_millis(20), || probe.first_ack_after(np, crash))
-        .unwrap_or_else(|| panic!("new primary {} acknowledged no write{}", c.name(np), c.logs_tail(30)));
+    wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+        probe.first_ack_after(np, crash)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "new primary {} acknowledged no write{}",
+            c.name(np),
+            c.logs_tail(30)
+        )
+    });
     probe.stop(Duration::from_secs(2));
     probe.check_no_overlap(p, np, crash).unwrap();
     if let Some(first) = probe.first_ack_after(np, crash) {
         println!(
             "failover: crash -> first acknowledged write on {}: {:.2} s",
             c.name(np),
-            first.acked.unwrap_or(crash).duration_since(crash).as_secs_f64()
+            first
+                .acked
+                .unwrap_or(crash)
+                .duration_since(crash)
+                .as_secs_f64()
         );
     }
 
     // Rows replicated before the crash survive; the epoch moved on.
-    assert_eq!(c.count_rows(np), Ok(50), "rows on the new primary{}", c.logs_tail(30));
+    assert_eq!(
+        c.count_rows(np),
+        Ok(50),
+        "rows on the new primary{}",
+        c.logs_tail(30)
+    );
     let (leader, new_epoch) = c.leader_key().expect("leader key after failover");
     assert_eq!(leader, c.name(np));
     assert!(new_epoch > epoch, "epoch {new_epoch} after {epoch}");
 
     // The dead node comes back as a streaming replica of the new primary.
     c.start_agent(p).expect("restart the crashed node's agent");
-    let back = wait_for(REJOIN, Duration::from_millis(200), || is_streaming_replica(&c, p).then_some(()));
-    assert!(back.is_some(), "{} did not rejoin as a replica{}", c.name(p), c.logs_tail(40));
+    let back = wait_for(REJOIN, Duration::from_millis(200), || {
+        is_streaming_replica(&c, p).then_some(())
+    });
+    assert!(
+        back.is_some(),
+        "{} did not rejoin as a replica{}",
+        c.name(p),
+        c.logs_tail(40)
+    );
     c.write_row(np, 1000).expect("write on the new primary");
     wait_rows(&c, p, 51, Duration::from_secs(30));
     assert_eq!(c.primaries(), vec![np]);
@@ -162,10 +227,19 @@ fn real_agent_restart_on_a_healthy_primary() {
     let t0 = Instant::now();
     while t0.elapsed() < watch {
         let now = c.leader_key();
-        assert_eq!(now, Some((leader.clone(), epoch)), "leader key changed after an agent restart{}", c.logs_tail(40));
+        assert_eq!(
+            now,
+            Some((leader.clone(), epoch)),
+            "leader key changed after an agent restart{}",
+            c.logs_tail(40)
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert_eq!(c.postmaster_pid(p), Some(postmaster), "postmaster restarted");
+    assert_eq!(
+        c.postmaster_pid(p),
+        Some(postmaster),
+        "postmaster restarted"
+    );
     assert_eq!(c.wait_primary(Duration::from_secs(5)), Some(p));
     assert!(
         c.agent_log(p).to_lowercase().contains("adopt"),
@@ -182,14 +256,32 @@ fn real_agent_restart_on_a_healthy_primary() {
         .unwrap_or_else(|| panic!("no new primary after the agent died{}", c.logs_tail(40)));
     let (_, new_epoch) = c.leader_key().expect("leader key");
     assert!(new_epoch > epoch);
-    assert!(c.postmaster_pid(p).is_some(), "old postmaster should still run");
-    assert_eq!(c.is_in_recovery(p), Ok(false), "old PostgreSQL still a primary before the agent returns");
+    assert!(
+        c.postmaster_pid(p).is_some(),
+        "old postmaster should still run"
+    );
+    assert_eq!(
+        c.is_in_recovery(p),
+        Ok(false),
+        "old PostgreSQL still a primary before the agent returns"
+    );
 
     // The old agent returns: it must fence its primary first, then rejoin.
     c.start_agent(p).expect("restart agent");
-    let back = wait_for(REJOIN, Duration::from_millis(200), || is_streaming_replica(&c, p).then_some(()));
-    assert!(back.is_some(), "{} did not rejoin as a replica{}", c.name(p), c.logs_tail(40));
-    assert_ne!(c.postmaster_pid(p), Some(postmaster), "the old postmaster was not fenced");
+    let back = wait_for(REJOIN, Duration::from_millis(200), || {
+        is_streaming_replica(&c, p).then_some(())
+    });
+    assert!(
+        back.is_some(),
+        "{} did not rejoin as a replica{}",
+        c.name(p),
+        c.logs_tail(40)
+    );
+    assert_ne!(
+        c.postmaster_pid(p),
+        Some(postmaster),
+        "the old postmaster was not fenced"
+    );
     assert!(
         c.agent_log(p).to_lowercase().contains("fenc"),
         "log of {} does not mention the fence{}",
@@ -208,15 +300,30 @@ fn real_clean_shutdown_releases_the_key() {
     std::thread::sleep(Duration::from_millis(300));
 
     let t0 = Instant::now();
-    let status = c.term_agent(p, Duration::from_secs(30)).expect("agent exits after SIGTERM");
+    let status = c
+        .term_agent(p, Duration::from_secs(30))
+        .expect("agent exits after SIGTERM");
     let exited = t0.elapsed();
-    assert!(status.success(), "agent of {} exited {status}{}", c.name(p), c.logs_tail(30));
+    assert!(
+        status.success(),
+        "agent of {} exited {status}{}",
+        c.name(p),
+        c.logs_tail(30)
+    );
     let np = c
         .wait_new_primary(p, FAILOVER)
         .unwrap_or_else(|| panic!("no new primary after a clean shutdown{}", c.logs_tail(40)));
     let took = t0.elapsed();
-    wait_for(Duration::from_secs(10), Duration::from_millis(20), || probe.first_ack_after(np, t0))
-        .unwrap_or_else(|| panic!("new primary {} acknowledged no write{}", c.name(np), c.logs_tail(30)));
+    wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+        probe.first_ack_after(np, t0)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "new primary {} acknowledged no write{}",
+            c.name(np),
+            c.logs_tail(30)
+        )
+    });
     probe.stop(Duration::from_secs(2));
     probe.check_no_overlap(p, np, t0).unwrap();
 

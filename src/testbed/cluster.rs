@@ -322,6 +322,11 @@ impl TestCluster {
 
     // ----- processes ------------------------------------------------------------
 
+    /// Node `i`'s freezer cgroup directory, once its agent was started in one.
+    pub fn cgroup(&self, i: usize) -> Option<&Path> {
+        self.nodes[i].cgroup.as_deref()
+    }
+
     /// Pid of node `i`'s agent, if the bed started it and it has not been reaped.
     pub fn agent_pid(&self, i: usize) -> Option<u32> {
         self.nodes[i].agent.as_ref().map(|c| c.id())
