@@ -23,7 +23,7 @@ fn say(s: &str) {
 pub fn check_prerequisites() -> Result<(), String> {
     if !nix::unistd::geteuid().is_root() {
         return Err(
-            "tenure demo must run as root: the agents run PostgreSQL as the `postgres` user \
+            "must run as root: the agents run PostgreSQL as the `postgres` user \
                     and put each node in its own cgroup (try: sudo make demo)"
                 .into(),
         );
