@@ -97,7 +97,7 @@ fn exercise(use_freezer: bool) {
     assert_eq!(c.leader_key(), None);
     // One etcd member down: reads still answer.
     c.etcd().unwrap().kill_member(0);
-    etcdkv::put(&eps, "/service/bed/leader", "pg3", Duration::from_secs(3))
+    etcdkv::put(&eps, "/service/bed/leader", "pg3", Duration::from_secs(15))
         .expect("put with a member down");
     assert_eq!(c.leader_key().map(|k| k.0).as_deref(), Some("pg3"));
     // No API and no PostgreSQL behind the fake agents.

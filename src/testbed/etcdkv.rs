@@ -103,29 +103,32 @@ fn prefix_end(p: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
-/// POST `body` to each endpoint in turn until one answers 200.
+/// Longest a single attempt may take: a request that reached a member during an
+/// etcd election can sit there until etcd's own request timeout (seconds), so
+/// move on to the next member instead.
+const ATTEMPT: Duration = Duration::from_secs(1);
+
+/// POST `body` to the endpoints round-robin, each attempt at most `ATTEMPT`,
+/// until one answers 200 or `timeout` passes. (A retried put writes the same
+/// value again; a retried delete may report 0 keys deleted.)
 fn post_any(
     endpoints: &[String],
     path: &str,
     body: &str,
     timeout: Duration,
 ) -> Result<serde_json::Value, String> {
+    if endpoints.is_empty() {
+        return Err("no etcd endpoints".into());
+    }
     let deadline = Instant::now() + timeout;
     let mut errors = Vec::new();
-    for ep in endpoints {
+    for ep in endpoints.iter().cycle() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            errors.push(format!("{ep}: no time left"));
             break;
         }
-        let addr = match endpoint_addr(ep) {
-            Ok(a) => a,
-            Err(e) => {
-                errors.push(e);
-                continue;
-            }
-        };
-        match post(addr, path, body, left) {
+        let addr = endpoint_addr(ep)?;
+        match post(addr, path, body, left.min(ATTEMPT)) {
             Ok((200, text)) => {
                 return serde_json::from_str(&text)
                     .map_err(|e| format!("etcd {ep}{path}: bad JSON ({e}): {text}"));
@@ -135,8 +138,17 @@ fn post_any(
             }
             Err(e) => errors.push(format!("{ep}{path}: {e}")),
         }
+        // Do not spin on a refused connection.
+        std::thread::sleep(
+            Duration::from_millis(20).min(deadline.saturating_duration_since(Instant::now())),
+        );
     }
-    Err(format!("no etcd endpoint answered: {}", errors.join("; ")))
+    let from = errors.len().saturating_sub(endpoints.len());
+    Err(format!(
+        "no etcd endpoint answered within {timeout:?} ({} attempts; last: {})",
+        errors.len(),
+        errors[from..].join("; ")
+    ))
 }
 
 /// `http://127.0.0.1:2379` -> a socket address (IP addresses only, no resolution).
