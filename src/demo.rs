@@ -79,6 +79,17 @@ pub fn run(keep: bool) -> Result<(), String> {
         ));
     }
 
+    std::thread::sleep(Duration::from_millis(300));
+    for i in 0..c.node_count() {
+        if let Some(st) = c.agent_exited(i) {
+            return Err(format!(
+                "the agent of {} exited at once ({st}):{}",
+                c.name(i),
+                c.logs_tail(20)
+            ));
+        }
+    }
+
     say("waiting for a primary (the first node to win the leader key runs initdb) ...");
     let p = c
         .wait_primary(Duration::from_secs(90))

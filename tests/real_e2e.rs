@@ -21,10 +21,23 @@ fn bed(tag: &str) -> TestCluster {
 }
 
 /// Wait for the first primary and for every other node to be a streaming replica.
-fn settled(c: &TestCluster) -> usize {
-    let p = c
-        .wait_primary(BOOT)
-        .unwrap_or_else(|| panic!("no primary within {BOOT:?}{}", c.logs_tail(40)));
+/// Fails at once if an agent exits.
+fn settled(c: &mut TestCluster) -> usize {
+    let t0 = Instant::now();
+    let p = loop {
+        if let Err(e) = c.check_agents() {
+            panic!("{e}");
+        }
+        if let Some(p) = c.primary() {
+            break p;
+        }
+        assert!(
+            t0.elapsed() < BOOT,
+            "no primary within {BOOT:?}{}",
+            c.logs_tail(40)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
     wait_replicas(c, p, BOOT);
     p
 }
@@ -66,8 +79,8 @@ fn wait_rows(c: &TestCluster, i: usize, n: i64, limit: Duration) {
 
 #[test]
 fn real_bootstrap_from_empty() {
-    let c = bed("boot");
-    let p = settled(&c);
+    let mut c = bed("boot");
+    let p = settled(&mut c);
 
     // Exactly one primary, sampled a few times.
     for _ in 0..5 {
@@ -147,7 +160,7 @@ fn real_bootstrap_from_empty() {
 #[test]
 fn real_host_crash_of_the_primary() {
     let mut c = bed("crash");
-    let p = settled(&c);
+    let p = settled(&mut c);
     let (_, epoch) = c.leader_key().expect("leader key");
     for n in 1..=50 {
         c.write_row(p, n).expect("write on the primary");
@@ -215,7 +228,7 @@ fn real_host_crash_of_the_primary() {
 #[test]
 fn real_agent_restart_on_a_healthy_primary() {
     let mut c = bed("restart");
-    let p = settled(&c);
+    let p = settled(&mut c);
     let (leader, epoch) = c.leader_key().expect("leader key");
     let postmaster = c.postmaster_pid(p).expect("postmaster pid");
 
@@ -294,7 +307,7 @@ fn real_agent_restart_on_a_healthy_primary() {
 #[test]
 fn real_clean_shutdown_releases_the_key() {
     let mut c = bed("term");
-    let p = settled(&c);
+    let p = settled(&mut c);
     let (_, epoch) = c.leader_key().expect("leader key");
     let mut probe = c.write_probe(p, Duration::from_millis(20)).expect("probe");
     std::thread::sleep(Duration::from_millis(300));

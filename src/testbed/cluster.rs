@@ -342,6 +342,26 @@ impl TestCluster {
         st
     }
 
+    /// Fails naming every agent that exited on its own (with its status and log
+    /// tail); agents the bed stopped are not counted.
+    pub fn check_agents(&mut self) -> Result<(), String> {
+        let dead: Vec<String> = (0..self.nodes.len())
+            .filter_map(|i| {
+                self.agent_exited(i)
+                    .map(|st| format!("{} ({st})", self.name(i)))
+            })
+            .collect();
+        if dead.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "agent exited: {}{}",
+                dead.join(", "),
+                self.logs_tail(20)
+            ))
+        }
+    }
+
     /// Start node `i`'s agent (again, after a kill): `<binary> run --config FILE`,
     /// stdout and stderr appended to `pgN.agent.log`, inside the node's freezer
     /// cgroup when there is one (its children inherit it).
@@ -390,17 +410,35 @@ impl TestCluster {
         let pid = child.id();
         n.agent = Some(child);
         if let Some(cg) = &cgroup {
-            // Confirm the move happened (the shell exits 121 if it could not).
+            // Confirm the move happened: the shell exits 121 if it could not. An
+            // agent that already exited (bad config, say) has left the cgroup; that
+            // is not a join failure: the caller sees it through `agent_exited`.
+            let name = n.spec.name.clone();
+            let Some(child) = n.agent.as_mut() else {
+                return Err(format!("agent of {name} vanished"));
+            };
             let joined = wait_for(Duration::from_secs(2), Duration::from_millis(5), || {
-                cgroup_pids(cg).contains(&(pid as i32)).then_some(())
+                if cgroup_pids(cg).contains(&(pid as i32)) {
+                    return Some(Ok(()));
+                }
+                match child.try_wait() {
+                    Ok(Some(st)) if st.code() == Some(121) => Some(Err(format!(
+                        "agent of {name}: could not join freezer cgroup {}",
+                        cg.display()
+                    ))),
+                    Ok(Some(st)) => {
+                        log_note(&format!("agent of {name} (pid {pid}) exited at once: {st}"));
+                        Some(Ok(()))
+                    }
+                    _ => None,
+                }
             });
-            if joined.is_none() {
-                return Err(format!(
-                    "agent of {} (pid {pid}) did not join freezer cgroup {}",
-                    n.spec.name,
+            return joined.unwrap_or_else(|| {
+                Err(format!(
+                    "agent of {name} (pid {pid}) did not join freezer cgroup {} within 2 s",
                     cg.display()
-                ));
-            }
+                ))
+            });
         }
         Ok(())
     }
@@ -577,6 +615,17 @@ impl TestCluster {
     pub fn leader_key(&self) -> Option<(String, i64)> {
         self.get_kv("leader")
             .map(|kv| (kv.value, kv.create_revision))
+    }
+
+    /// Like `leader_key`, but tells "absent" (`Ok(None)`) from "etcd did not
+    /// answer" (`Err`).
+    pub fn try_leader_key(&self) -> Result<Option<(String, i64)>, String> {
+        let key = format!("{}leader", self.prefix());
+        let kvs = etcdkv::range(&self.endpoints, &key, false, ETCD_TIMEOUT)?;
+        Ok(kvs
+            .into_iter()
+            .next()
+            .map(|kv| (kv.value, kv.create_revision)))
     }
 
     /// The value of `/service/<scope>/<suffix>`.
