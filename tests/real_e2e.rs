@@ -239,13 +239,15 @@ fn real_agent_restart_on_a_healthy_primary() {
     let watch = Duration::from_secs(u64::from(c.opts.ttl) + 3);
     let t0 = Instant::now();
     while t0.elapsed() < watch {
-        let now = c.leader_key();
-        assert_eq!(
-            now,
-            Some((leader.clone(), epoch)),
-            "leader key changed after an agent restart{}",
-            c.logs_tail(40)
-        );
+        // An etcd read that fails proves nothing either way: skip it.
+        if let Ok(now) = c.try_leader_key() {
+            assert_eq!(
+                now,
+                Some((leader.clone(), epoch)),
+                "leader key changed after an agent restart{}",
+                c.logs_tail(40)
+            );
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(
