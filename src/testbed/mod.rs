@@ -5,7 +5,10 @@
 //! Must never: touch a process it did not start, or send traffic anywhere but
 //! 127.0.0.0/8 and namespaces it created.
 
+pub mod cluster;
 pub mod etcd;
+pub mod etcdkv;
+pub mod probe;
 
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,49 @@
+# tenure: build, demo and test on a Debian 12 machine (as root).
+#
+# One build profile everywhere: `dev` (its dependencies are opt-level 2, see
+# Cargo.toml). `make build`, `make demo` and `make test` share target/debug, so
+# nothing is compiled twice.
+
+CARGO     ?= cargo
+TENURE    := target/debug/tenure
+# Debian packages the demo and the tests need. etcd-server/-client: the DCS;
+# postgresql-15: the database; protobuf-compiler: etcd-client's build; iproute2,
+# nftables: partition tests; haproxy: routing tests; fuse3: the watchdog stand-in.
+DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler iproute2 nftables haproxy fuse3
+
+.PHONY: all deps build demo test lint clean
+
+all: build
+
+# Install only what is missing; `apt-get update` once, and only if needed.
+deps:
+	@missing=""; \
+	for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q '^install ok installed$$' || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then \
+	  echo "deps: all present ($(DEB_PACKAGES))"; \
+	elif [ "$$(id -u)" != 0 ]; then \
+	  echo "deps: missing:$$missing - run \`make deps\` as root" >&2; exit 1; \
+	else \
+	  echo "deps: installing$$missing"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	fi
+
+build:
+	$(CARGO) build --bins
+
+demo: deps build
+	$(TENURE) demo
+
+# `cargo nextest run` builds the test binaries (and the `tenure` binary they run)
+# with the same dev profile as `make build`.
+test: deps
+	$(CARGO) nextest run --profile ci
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,1046 @@
+//! A whole test cluster (DESIGN §6): three etcd members and N tenure agents, each
+//! agent managing its own PostgreSQL 15 on loopback, data on tmpfs.
+//!
+//! Owns: the scratch directory, every config file it writes, the agents it spawns
+//! (and, through them, their PostgreSQL processes, found by their working
+//! directory or their freezer cgroup), one freezer cgroup per node, the etcd
+//! members. Must never: signal a process it did not start (an agent it spawned, or
+//! a process whose cwd is one of its own data directories, or a member of its own
+//! cgroup), or send traffic outside 127.0.0.0/8.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::etcd::{EtcdCluster, http_get_local};
+use super::etcdkv::{self, Kv};
+use super::probe::{PROBE_TABLE, ProbeTarget, WriteProbe};
+use super::{free_port, scratch_dir, wait_for};
+
+/// Where cgroup v1's freezer is mounted on this machine (DESIGN §6).
+const FREEZER_ROOT: &str = "/sys/fs/cgroup/freezer";
+/// The test table `write_row`/`count_rows` use.
+pub const ROW_TABLE: &str = "tenure_rows";
+/// Every etcd read the bed makes is bounded by this.
+const ETCD_TIMEOUT: Duration = Duration::from_secs(2);
+/// Every SQL call the bed makes is bounded by this (connect + query).
+const SQL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How to build the cluster. `ClusterOptions::new(binary)` gives DESIGN §6's
+/// values (ttl 7, loop 0.5, retry 0.25, margin 0.5, budget 1.0).
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    pub nodes: usize,
+    pub scope: String,
+    pub ttl: u32,
+    pub loop_wait: Duration,
+    pub retry_timeout: Duration,
+    pub safety_margin: Duration,
+    pub demote_budget: Duration,
+    pub maximum_lag_on_failover: u64,
+    /// Whole seconds.
+    pub primary_start_timeout: u32,
+    /// The agent binary; run as `<binary> run --config FILE`.
+    pub binary: PathBuf,
+    pub pg_bin_dir: PathBuf,
+    /// Scratch directory tag (`/dev/shm/tenure-<tag>-...`).
+    pub tag: String,
+    /// Start every agent in `start()` (else call `start_agent(i)` yourself).
+    pub start_agents: bool,
+    /// Put each agent in its own freezer cgroup when the freezer exists.
+    pub use_freezer: bool,
+    /// `TENURE_LOG` for the agents (`None`: inherit ours).
+    pub log_level: Option<String>,
+}
+
+impl ClusterOptions {
+    pub fn new(binary: impl Into<PathBuf>) -> ClusterOptions {
+        ClusterOptions {
+            nodes: 3,
+            scope: "demo".into(),
+            ttl: 7,
+            loop_wait: Duration::from_millis(500),
+            retry_timeout: Duration::from_millis(250),
+            safety_margin: Duration::from_millis(500),
+            demote_budget: Duration::from_secs(1),
+            maximum_lag_on_failover: 1_048_576,
+            primary_start_timeout: 30,
+            binary: binary.into(),
+            pg_bin_dir: PathBuf::from("/usr/lib/postgresql/15/bin"),
+            tag: "bed".into(),
+            start_agents: true,
+            use_freezer: true,
+            log_level: None,
+        }
+    }
+}
+
+/// Passwords the bed generates per cluster (alphanumeric, so TOML-safe).
+#[derive(Clone, Debug)]
+pub struct Passwords {
+    pub superuser: String,
+    pub replication: String,
+    pub rewind: String,
+}
+
+/// One node's fixed identity: paths and ports stay the same across agent restarts.
+#[derive(Debug)]
+pub struct NodeSpec {
+    pub name: String,
+    pub dir: PathBuf,
+    pub data_dir: PathBuf,
+    pub socket_dir: PathBuf,
+    pub config_path: PathBuf,
+    pub log_path: PathBuf,
+    pub pg_port: u16,
+    pub api_port: u16,
+}
+
+struct Node {
+    spec: NodeSpec,
+    agent: Option<Child>,
+    /// This node's freezer cgroup directory, once created.
+    cgroup: Option<PathBuf>,
+}
+
+pub struct TestCluster {
+    pub opts: ClusterOptions,
+    dir: PathBuf,
+    etcd: Option<EtcdCluster>,
+    endpoints: Vec<String>,
+    nodes: Vec<Node>,
+    pub passwords: Passwords,
+    /// Set by `leave_running`: Drop then stops nothing and removes nothing.
+    leave_running: bool,
+}
+
+/// The TOML config file the agent reads (the format the agent work defines).
+pub fn agent_config_toml(
+    opts: &ClusterOptions,
+    spec: &NodeSpec,
+    endpoints: &[String],
+    pw: &Passwords,
+) -> String {
+    let eps = endpoints
+        .iter()
+        .map(|e| format!("{e:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // `{:?}` on f64 always prints a decimal point (1.0, 0.5), so TOML reads a float.
+    format!(
+        r#"scope = "{scope}"
+name = "{name}"
+
+[etcd]
+endpoints = [{eps}]
+
+[timing]
+ttl = {ttl}
+loop_wait = {loop_wait:?}
+retry_timeout = {retry:?}
+safety_margin = {margin:?}
+demote_budget = {budget:?}
+
+[dynamic]
+maximum_lag_on_failover = {lag}
+primary_start_timeout = {pst}
+
+[postgresql]
+bin_dir = "{bin}"
+data_dir = "{data}"
+listen = "127.0.0.1:{pg_port}"
+socket_dir = "{socket}"
+user = "postgres"
+
+[postgresql.authentication.superuser]
+username = "postgres"
+password = "{su}"
+
+[postgresql.authentication.replication]
+username = "replicator"
+password = "{repl}"
+
+[postgresql.authentication.rewind]
+username = "rewind_user"
+password = "{rewind}"
+
+[api]
+listen = "127.0.0.1:{api_port}"
+
+[watchdog]
+mode = "off"
+"#,
+        scope = opts.scope,
+        name = spec.name,
+        ttl = opts.ttl,
+        loop_wait = opts.loop_wait.as_secs_f64(),
+        retry = opts.retry_timeout.as_secs_f64(),
+        margin = opts.safety_margin.as_secs_f64(),
+        budget = opts.demote_budget.as_secs_f64(),
+        lag = opts.maximum_lag_on_failover,
+        pst = opts.primary_start_timeout,
+        bin = opts.pg_bin_dir.display(),
+        data = spec.data_dir.display(),
+        pg_port = spec.pg_port,
+        socket = spec.socket_dir.display(),
+        su = pw.superuser,
+        repl = pw.replication,
+        rewind = pw.rewind,
+        api_port = spec.api_port,
+    )
+}
+
+impl TestCluster {
+    /// Scratch dir, 3 etcd members, per node a config file and directories owned
+    /// by `postgres`, and (with `opts.start_agents`) every agent started.
+    pub fn start(opts: ClusterOptions) -> Result<TestCluster, String> {
+        if !nix::unistd::geteuid().is_root() {
+            return Err(
+                "the test bed must run as root (the agent runs PostgreSQL as `postgres`)".into(),
+            );
+        }
+        if !opts.binary.is_file() {
+            return Err(format!("agent binary {} not found", opts.binary.display()));
+        }
+        let postgres_bin = opts.pg_bin_dir.join("postgres");
+        if !postgres_bin.is_file() {
+            return Err(format!(
+                "{} not found: install PostgreSQL 15 (run `make deps`)",
+                postgres_bin.display()
+            ));
+        }
+        let pg_user = nix::unistd::User::from_name("postgres")
+            .map_err(|e| format!("look up user postgres: {e}"))?
+            .ok_or("no `postgres` OS user: install PostgreSQL 15 (run `make deps`)")?;
+        let dir = scratch_dir(&opts.tag).map_err(|e| format!("create scratch dir: {e}"))?;
+        let stamp = format!("{}{}", std::process::id(), dir.display().to_string().len());
+        let salt = nanos_now();
+        let passwords = Passwords {
+            superuser: format!("su{stamp}x{salt}"),
+            replication: format!("repl{stamp}x{salt}"),
+            rewind: format!("rw{stamp}x{salt}"),
+        };
+        // Build the struct first so Drop cleans up whatever a later step fails on.
+        let mut c = TestCluster {
+            opts,
+            dir: dir.clone(),
+            etcd: None,
+            endpoints: Vec::new(),
+            nodes: Vec::new(),
+            passwords,
+            leave_running: false,
+        };
+        let etcd = EtcdCluster::start(&dir, 3)?;
+        c.endpoints = etcd.endpoints();
+        c.etcd = Some(etcd);
+        for i in 0..c.opts.nodes {
+            let name = format!("pg{}", i + 1);
+            let ndir = dir.join(&name);
+            let spec = NodeSpec {
+                data_dir: ndir.join("data"),
+                socket_dir: ndir.join("socket"),
+                config_path: dir.join(format!("{name}.toml")),
+                log_path: dir.join(format!("{name}.agent.log")),
+                dir: ndir,
+                name,
+                pg_port: free_port(),
+                api_port: free_port(),
+            };
+            for d in [&spec.dir, &spec.socket_dir] {
+                fs::create_dir_all(d).map_err(|e| format!("create {}: {e}", d.display()))?;
+                std::os::unix::fs::chown(d, Some(pg_user.uid.as_raw()), Some(pg_user.gid.as_raw()))
+                    .map_err(|e| format!("chown postgres {}: {e}", d.display()))?;
+                fs::set_permissions(d, fs::Permissions::from_mode(0o700))
+                    .map_err(|e| format!("chmod {}: {e}", d.display()))?;
+            }
+            let toml = agent_config_toml(&c.opts, &spec, &c.endpoints, &c.passwords);
+            write_file(&spec.config_path, &toml, 0o600)?;
+            c.nodes.push(Node {
+                spec,
+                agent: None,
+                cgroup: None,
+            });
+        }
+        if c.opts.start_agents {
+            for i in 0..c.nodes.len() {
+                c.start_agent(i)?;
+            }
+        }
+        Ok(c)
+    }
+
+    // ----- identity -------------------------------------------------------------
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn endpoints(&self) -> Vec<String> {
+        self.endpoints.clone()
+    }
+    pub fn etcd(&mut self) -> Option<&mut EtcdCluster> {
+        self.etcd.as_mut()
+    }
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+    pub fn spec(&self, i: usize) -> &NodeSpec {
+        &self.nodes[i].spec
+    }
+    pub fn name(&self, i: usize) -> &str {
+        &self.nodes[i].spec.name
+    }
+    /// The node index of member `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.spec.name == name)
+    }
+    pub fn config_path(&self, i: usize) -> &Path {
+        &self.nodes[i].spec.config_path
+    }
+    pub fn data_dir(&self, i: usize) -> &Path {
+        &self.nodes[i].spec.data_dir
+    }
+    pub fn log_path(&self, i: usize) -> &Path {
+        &self.nodes[i].spec.log_path
+    }
+    pub fn pg_port(&self, i: usize) -> u16 {
+        self.nodes[i].spec.pg_port
+    }
+    pub fn api_port(&self, i: usize) -> u16 {
+        self.nodes[i].spec.api_port
+    }
+    /// `/service/<scope>/`
+    pub fn prefix(&self) -> String {
+        format!("/service/{}/", self.opts.scope)
+    }
+
+    // ----- processes ------------------------------------------------------------
+
+    /// Node `i`'s freezer cgroup directory, once its agent was started in one.
+    pub fn cgroup(&self, i: usize) -> Option<&Path> {
+        self.nodes[i].cgroup.as_deref()
+    }
+
+    /// Pid of node `i`'s agent, if the bed started it and it has not been reaped.
+    pub fn agent_pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].agent.as_ref().map(|c| c.id())
+    }
+
+    /// Has node `i`'s agent exited? (reaps it; `None` while it runs or if none).
+    pub fn agent_exited(&mut self, i: usize) -> Option<ExitStatus> {
+        let n = &mut self.nodes[i];
+        let st = n.agent.as_mut().and_then(|c| c.try_wait().ok().flatten());
+        if st.is_some() {
+            n.agent = None;
+        }
+        st
+    }
+
+    /// Fails naming every agent that exited on its own (with its status and log
+    /// tail); agents the bed stopped are not counted.
+    pub fn check_agents(&mut self) -> Result<(), String> {
+        let dead: Vec<String> = (0..self.nodes.len())
+            .filter_map(|i| {
+                self.agent_exited(i)
+                    .map(|st| format!("{} ({st})", self.name(i)))
+            })
+            .collect();
+        if dead.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "agent exited: {}{}",
+                dead.join(", "),
+                self.logs_tail(20)
+            ))
+        }
+    }
+
+    /// Start node `i`'s agent (again, after a kill): `<binary> run --config FILE`,
+    /// stdout and stderr appended to `pgN.agent.log`, inside the node's freezer
+    /// cgroup when there is one (its children inherit it).
+    pub fn start_agent(&mut self, i: usize) -> Result<(), String> {
+        if let Some(st) = self.agent_exited(i) {
+            log_note(&format!("agent of {} had exited: {st}", self.name(i)));
+        }
+        if self.nodes[i].agent.is_some() {
+            return Err(format!("agent of {} is already running", self.name(i)));
+        }
+        let cgroup = self.ensure_cgroup(i)?;
+        let n = &mut self.nodes[i];
+        let log = fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&n.spec.log_path)
+            .map_err(|e| format!("open {}: {e}", n.spec.log_path.display()))?;
+        let log2 = log.try_clone().map_err(|e| format!("dup agent log: {e}"))?;
+        let mut cmd = match &cgroup {
+            // A shell joins the cgroup, then execs the agent: the agent's pid is the
+            // shell's, and it is in the cgroup before it runs a single instruction,
+            // with no `unsafe` pre_exec hook.
+            Some(cg) => {
+                let mut c = Command::new("/bin/sh");
+                c.arg("-c")
+                    .arg("echo $$ > \"$1\" || exit 121; shift; exec \"$@\"")
+                    .arg("tenure-bed")
+                    .arg(cg.join("cgroup.procs"))
+                    .arg(&self.opts.binary);
+                c
+            }
+            None => Command::new(&self.opts.binary),
+        };
+        cmd.arg("run")
+            .arg("--config")
+            .arg(&n.spec.config_path)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        if let Some(level) = &self.opts.log_level {
+            cmd.env("TENURE_LOG", level);
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("spawn agent {}: {e}", self.opts.binary.display()))?;
+        let pid = child.id();
+        n.agent = Some(child);
+        if let Some(cg) = &cgroup {
+            // Confirm the move happened: the shell exits 121 if it could not. An
+            // agent that already exited (bad config, say) has left the cgroup; that
+            // is not a join failure: the caller sees it through `agent_exited`.
+            let name = n.spec.name.clone();
+            let Some(child) = n.agent.as_mut() else {
+                return Err(format!("agent of {name} vanished"));
+            };
+            let joined = wait_for(Duration::from_secs(2), Duration::from_millis(5), || {
+                if cgroup_pids(cg).contains(&(pid as i32)) {
+                    return Some(Ok(()));
+                }
+                match child.try_wait() {
+                    Ok(Some(st)) if st.code() == Some(121) => Some(Err(format!(
+                        "agent of {name}: could not join freezer cgroup {}",
+                        cg.display()
+                    ))),
+                    Ok(Some(st)) => {
+                        log_note(&format!("agent of {name} (pid {pid}) exited at once: {st}"));
+                        Some(Ok(()))
+                    }
+                    _ => None,
+                }
+            });
+            return joined.unwrap_or_else(|| {
+                Err(format!(
+                    "agent of {name} (pid {pid}) did not join freezer cgroup {} within 2 s",
+                    cg.display()
+                ))
+            });
+        }
+        Ok(())
+    }
+
+    /// SIGKILL node `i`'s agent only (its PostgreSQL keeps running), and reap it.
+    pub fn kill_agent(&mut self, i: usize) {
+        if let Some(mut c) = self.nodes[i].agent.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM node `i`'s agent and wait at most `limit` for it to exit.
+    /// Err if it did not (it is left running; Drop kills it).
+    pub fn term_agent(&mut self, i: usize, limit: Duration) -> Result<ExitStatus, String> {
+        let name = self.name(i).to_string();
+        let n = &mut self.nodes[i];
+        let Some(c) = n.agent.as_mut() else {
+            return Err(format!("agent of {name} is not running"));
+        };
+        let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGTERM);
+        let t0 = Instant::now();
+        loop {
+            match c.try_wait() {
+                Ok(Some(st)) => {
+                    n.agent = None;
+                    return Ok(st);
+                }
+                Ok(None) => {}
+                Err(e) => return Err(format!("wait for agent of {name}: {e}")),
+            }
+            if t0.elapsed() >= limit {
+                return Err(format!(
+                    "agent of {name} did not exit within {limit:?} of SIGTERM"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Pids of node `i`'s PostgreSQL: every process whose cwd is its data dir.
+    pub fn pg_pids(&self, i: usize) -> Vec<i32> {
+        pids_with_cwd(&self.nodes[i].spec.data_dir)
+    }
+
+    /// The running postmaster's pid (from `postmaster.pid`, checked against /proc).
+    pub fn postmaster_pid(&self, i: usize) -> Option<i32> {
+        let text = fs::read_to_string(self.data_dir(i).join("postmaster.pid")).ok()?;
+        let pid: i32 = text.lines().next()?.trim().parse().ok()?;
+        self.pg_pids(i).contains(&pid).then_some(pid)
+    }
+
+    /// DESIGN §6 "host crash": every process of node `i` dies at once — agent,
+    /// postmaster, all backends. With the freezer: FROZEN, SIGKILL every pid in
+    /// the cgroup, THAWED. Without: SIGSTOP the agent, its descendants and every
+    /// process in the data dir (until no new one appears), then SIGKILL them all.
+    /// Returns the crash instant: the moment before the first process was stopped
+    /// (so a failover time measured from it is never too short).
+    pub fn host_crash(&mut self, i: usize) -> Result<Instant, String> {
+        let at = Instant::now();
+        match self.nodes[i].cgroup.clone() {
+            Some(cg) => {
+                freezer_set(&cg, "FROZEN")?;
+                for pid in cgroup_pids(&cg) {
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                }
+                // Frozen tasks die when thawed; SIGKILL is already pending.
+                freezer_set(&cg, "THAWED")?;
+                let gone = wait_for(Duration::from_secs(5), Duration::from_millis(5), || {
+                    cgroup_pids(&cg).is_empty().then_some(())
+                });
+                if gone.is_none() {
+                    return Err(format!(
+                        "{} survived SIGKILL in {}: {:?}",
+                        self.name(i),
+                        cg.display(),
+                        cgroup_pids(&cg)
+                    ));
+                }
+            }
+            None => {
+                let agent = self.agent_pid(i).map(|p| p as i32);
+                let data_dir = self.nodes[i].spec.data_dir.clone();
+                let mut stopped: Vec<i32> = Vec::new();
+                // Keep stopping until a scan finds nothing new: a process forked
+                // between two scans is caught by the next one.
+                for _ in 0..50 {
+                    let mut found = pids_with_cwd(&data_dir);
+                    if let Some(a) = agent {
+                        found.push(a);
+                        found.extend(descendants(a));
+                    }
+                    found.retain(|p| !stopped.contains(p));
+                    if found.is_empty() {
+                        break;
+                    }
+                    for p in found {
+                        let _ = kill(Pid::from_raw(p), Signal::SIGSTOP);
+                        stopped.push(p);
+                    }
+                }
+                for &p in &stopped {
+                    let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+                }
+            }
+        }
+        if let Some(mut c) = self.nodes[i].agent.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let data_dir = self.nodes[i].spec.data_dir.clone();
+        let gone = wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
+            pids_with_cwd(&data_dir).is_empty().then_some(())
+        });
+        if gone.is_none() {
+            return Err(format!("PostgreSQL of {} survived the crash", self.name(i)));
+        }
+        Ok(at)
+    }
+
+    /// Freeze every process of node `i` (a paused host). Needs the freezer.
+    pub fn pause_host(&self, i: usize) -> Result<(), String> {
+        let cg = self.nodes[i]
+            .cgroup
+            .as_ref()
+            .ok_or("no freezer cgroup on this machine")?;
+        freezer_set(cg, "FROZEN")
+    }
+
+    /// Thaw node `i` after `pause_host`.
+    pub fn resume_host(&self, i: usize) -> Result<(), String> {
+        let cg = self.nodes[i]
+            .cgroup
+            .as_ref()
+            .ok_or("no freezer cgroup on this machine")?;
+        freezer_set(cg, "THAWED")
+    }
+
+    fn ensure_cgroup(&mut self, i: usize) -> Result<Option<PathBuf>, String> {
+        if !self.opts.use_freezer || !Path::new(FREEZER_ROOT).join("cgroup.procs").exists() {
+            return Ok(None);
+        }
+        if let Some(cg) = &self.nodes[i].cgroup {
+            return Ok(Some(cg.clone()));
+        }
+        let base = self
+            .dir
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let cg = Path::new(FREEZER_ROOT).join(format!("{base}-{}", self.nodes[i].spec.name));
+        fs::create_dir_all(&cg)
+            .map_err(|e| format!("create freezer cgroup {}: {e}", cg.display()))?;
+        self.nodes[i].cgroup = Some(cg.clone());
+        Ok(Some(cg))
+    }
+
+    /// Leave everything running (for `tenure demo --keep`): Drop stops nothing.
+    pub fn leave_running(&mut self) {
+        self.leave_running = true;
+    }
+
+    /// Pids of the etcd members.
+    pub fn etcd_pids(&self) -> Vec<u32> {
+        self.etcd
+            .as_ref()
+            .map(|e| (0..e.members.len()).filter_map(|i| e.pid(i)).collect())
+            .unwrap_or_default()
+    }
+
+    // ----- etcd -----------------------------------------------------------------
+
+    /// `leader`'s value and epoch (its create_revision), read linearizably.
+    pub fn leader_key(&self) -> Option<(String, i64)> {
+        self.get_kv("leader")
+            .map(|kv| (kv.value, kv.create_revision))
+    }
+
+    /// Like `leader_key`, but tells "absent" (`Ok(None)`) from "etcd did not
+    /// answer" (`Err`).
+    pub fn try_leader_key(&self) -> Result<Option<(String, i64)>, String> {
+        let key = format!("{}leader", self.prefix());
+        let kvs = etcdkv::range(&self.endpoints, &key, false, ETCD_TIMEOUT)?;
+        Ok(kvs
+            .into_iter()
+            .next()
+            .map(|kv| (kv.value, kv.create_revision)))
+    }
+
+    /// The value of `/service/<scope>/<suffix>`.
+    pub fn get_key(&self, suffix: &str) -> Option<String> {
+        self.get_kv(suffix).map(|kv| kv.value)
+    }
+
+    /// The whole key `/service/<scope>/<suffix>`; `None` if absent or etcd did
+    /// not answer within 2 s.
+    pub fn get_kv(&self, suffix: &str) -> Option<Kv> {
+        let key = format!("{}{suffix}", self.prefix());
+        etcdkv::range(&self.endpoints, &key, false, ETCD_TIMEOUT)
+            .ok()?
+            .into_iter()
+            .next()
+    }
+
+    /// Every key under `/service/<scope>/<suffix>`.
+    pub fn get_prefix(&self, suffix: &str) -> Result<Vec<Kv>, String> {
+        let key = format!("{}{suffix}", self.prefix());
+        etcdkv::range(&self.endpoints, &key, true, ETCD_TIMEOUT)
+    }
+
+    /// `members/<name>` parsed as JSON.
+    pub fn member(&self, name: &str) -> Option<serde_json::Value> {
+        serde_json::from_str(&self.get_key(&format!("members/{name}"))?).ok()
+    }
+
+    /// Delete `/service/<scope>/<suffix>` (an operator's `etcdctl del`).
+    pub fn delete_key(&self, suffix: &str) -> Result<i64, String> {
+        etcdkv::delete(
+            &self.endpoints,
+            &format!("{}{suffix}", self.prefix()),
+            ETCD_TIMEOUT,
+        )
+    }
+
+    // ----- HTTP API ---------------------------------------------------------------
+
+    /// Status code of `GET path` on node `i`'s API; `None` if it did not answer.
+    pub fn api_get(&self, i: usize, path: &str) -> Option<u16> {
+        etcdkv::http_status(&http_get_local(self.api_port(i), path)?)
+    }
+
+    /// Status and body of `GET path` on node `i`'s API.
+    pub fn api_body(&self, i: usize, path: &str) -> Option<(u16, String)> {
+        let text = http_get_local(self.api_port(i), path)?;
+        let status = etcdkv::http_status(&text)?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Some((status, body))
+    }
+
+    /// The node whose `/primary` answers 200 (the first, if several would).
+    pub fn primary(&self) -> Option<usize> {
+        (0..self.nodes.len()).find(|&i| self.api_get(i, "/primary") == Some(200))
+    }
+
+    /// Nodes whose `/primary` answers 200 (a test asserts this has length <= 1).
+    pub fn primaries(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.api_get(i, "/primary") == Some(200))
+            .collect()
+    }
+
+    pub fn wait_primary(&self, limit: Duration) -> Option<usize> {
+        wait_for(limit, Duration::from_millis(50), || self.primary())
+    }
+
+    /// Wait until `/primary` answers 200 on a node other than `not`.
+    pub fn wait_new_primary(&self, not: usize, limit: Duration) -> Option<usize> {
+        wait_for(limit, Duration::from_millis(20), || {
+            self.primary().filter(|&p| p != not)
+        })
+    }
+
+    // ----- SQL ------------------------------------------------------------------
+
+    /// Run `query` (simple protocol, may hold several statements) on node `i` as
+    /// the superuser over TCP; every row as text. Bounded by 5 s overall: the call
+    /// runs on a helper thread that is abandoned if the server hangs (a frozen
+    /// postmaster accepts TCP connections in the kernel and never answers).
+    pub fn sql(&self, i: usize, query: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+        let (port, pw, q) = (
+            self.pg_port(i),
+            self.passwords.superuser.clone(),
+            query.to_string(),
+        );
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(sql_blocking(port, &pw, &q));
+        });
+        match rx.recv_timeout(SQL_TIMEOUT) {
+            Ok(r) => r.map_err(|e| format!("{} (127.0.0.1:{port}): {e}", self.name(i))),
+            Err(_) => Err(format!(
+                "{} (127.0.0.1:{port}): no answer within {SQL_TIMEOUT:?}",
+                self.name(i)
+            )),
+        }
+    }
+
+    /// The first column of the first row of `query`.
+    pub fn sql_one(&self, i: usize, query: &str) -> Result<String, String> {
+        self.sql(i, query)?
+            .into_iter()
+            .next()
+            .and_then(|r| r.into_iter().next().flatten())
+            .ok_or_else(|| format!("{}: `{query}` returned no value", self.name(i)))
+    }
+
+    /// Insert row `n` into the test table (created if missing) on node `i`.
+    pub fn write_row(&self, i: usize, n: i64) -> Result<(), String> {
+        self.sql(
+            i,
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {ROW_TABLE}(n bigint PRIMARY KEY, at timestamptz DEFAULT now()); \
+                 INSERT INTO {ROW_TABLE}(n) VALUES ({n})"
+            ),
+        )
+        .map(|_| ())
+    }
+
+    /// Rows in the test table on node `i`.
+    pub fn count_rows(&self, i: usize) -> Result<i64, String> {
+        let v = self.sql_one(i, &format!("SELECT count(*) FROM {ROW_TABLE}"))?;
+        v.parse().map_err(|e| format!("count(*) = {v:?}: {e}"))
+    }
+
+    pub fn is_in_recovery(&self, i: usize) -> Result<bool, String> {
+        Ok(self.sql_one(i, "SELECT pg_is_in_recovery()")? == "t")
+    }
+
+    /// True when node `i`'s WAL receiver is streaming.
+    pub fn is_streaming(&self, i: usize) -> Result<bool, String> {
+        let rows = self.sql(i, "SELECT status FROM pg_stat_wal_receiver")?;
+        Ok(rows
+            .iter()
+            .any(|r| r.first().and_then(|v| v.as_deref()) == Some("streaming")))
+    }
+
+    /// `SELECT system_identifier FROM pg_control_system()` on node `i`.
+    pub fn system_identifier(&self, i: usize) -> Result<String, String> {
+        self.sql_one(i, "SELECT system_identifier FROM pg_control_system()")
+    }
+
+    /// Create the probe table on `primary` and start a `WriteProbe` over every
+    /// node (target index == node index), writing every `every`.
+    pub fn write_probe(&self, primary: usize, every: Duration) -> Result<WriteProbe, String> {
+        self.sql(
+            primary,
+            &format!("CREATE TABLE IF NOT EXISTS {PROBE_TABLE}(node int, seq bigint, at timestamptz DEFAULT now())"),
+        )?;
+        let targets: Vec<ProbeTarget> = (0..self.nodes.len())
+            .map(|i| ProbeTarget {
+                node: i,
+                port: self.pg_port(i),
+                user: "postgres".into(),
+                password: self.passwords.superuser.clone(),
+            })
+            .collect();
+        Ok(WriteProbe::start(&targets, every))
+    }
+
+    // ----- logs -----------------------------------------------------------------
+
+    /// Everything node `i`'s agents wrote so far (all restarts).
+    pub fn agent_log(&self, i: usize) -> String {
+        fs::read(self.log_path(i))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// A failure message with every agent log's tail, for assertion messages.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for i in 0..self.nodes.len() {
+            let log = self.agent_log(i);
+            let all: Vec<&str> = log.lines().collect();
+            let from = all.len().saturating_sub(lines);
+            out.push_str(&format!(
+                "\n----- {} ({}) -----\n",
+                self.name(i),
+                self.log_path(i).display()
+            ));
+            out.push_str(&all[from..].join("\n"));
+        }
+        out
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if self.leave_running {
+            return;
+        }
+        // Thaw first: a frozen task does not die from SIGKILL until thawed.
+        for n in &self.nodes {
+            if let Some(cg) = &n.cgroup {
+                let _ = freezer_set(cg, "THAWED");
+            }
+        }
+        for n in &mut self.nodes {
+            if let Some(mut c) = n.agent.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        for n in &self.nodes {
+            let mut pids = pids_with_cwd(&n.spec.data_dir);
+            if let Some(cg) = &n.cgroup {
+                pids.extend(cgroup_pids(cg));
+            }
+            for p in pids {
+                let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+            }
+            let dd = n.spec.data_dir.clone();
+            let _ = wait_for(Duration::from_secs(5), Duration::from_millis(20), || {
+                pids_with_cwd(&dd).is_empty().then_some(())
+            });
+            if let Some(cg) = &n.cgroup {
+                let _ = wait_for(Duration::from_secs(2), Duration::from_millis(20), || {
+                    fs::remove_dir(cg).ok()
+                });
+            }
+        }
+        if let Some(mut e) = self.etcd.take() {
+            e.stop();
+        }
+        if std::env::var("TENURE_KEEP").is_ok_and(|v| v == "1") {
+            log_note(&format!(
+                "TENURE_KEEP=1: scratch dir kept at {}",
+                self.dir.display()
+            ));
+        } else {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn log_note(s: &str) {
+    let _ = writeln!(std::io::stderr(), "testbed: {s}");
+}
+
+fn nanos_now() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos()
+}
+
+fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), String> {
+    fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))
+}
+
+fn sql_blocking(
+    port: u16,
+    password: &str,
+    query: &str,
+) -> Result<Vec<Vec<Option<String>>>, String> {
+    let mut client = postgres::Config::new()
+        .host("127.0.0.1")
+        .port(port)
+        .user("postgres")
+        .password(password)
+        .dbname("postgres")
+        .application_name("tenure-bed")
+        .connect_timeout(Duration::from_secs(2))
+        .options("-c statement_timeout=3000")
+        .connect(postgres::NoTls)
+        .map_err(|e| format!("connect: {e}"))?;
+    let msgs = client.simple_query(query).map_err(|e| e.to_string())?;
+    Ok(msgs
+        .into_iter()
+        .filter_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|c| r.get(c).map(str::to_string)).collect())
+            }
+            _ => None,
+        })
+        .collect())
+}
+
+/// Number of threads of `pid` (entries in `/proc/<pid>/task`).
+pub fn thread_count(pid: u32) -> Option<usize> {
+    Some(fs::read_dir(format!("/proc/{pid}/task")).ok()?.count())
+}
+
+/// Every live process whose working directory is `dir`.
+pub fn pids_with_cwd(dir: &Path) -> Vec<i32> {
+    let Ok(want) = fs::canonicalize(dir) else {
+        return Vec::new();
+    };
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == want))
+        .collect()
+}
+
+/// Every descendant of `root` (children, grandchildren...), from /proc's ppid.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let pairs: Vec<(i32, i32)> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| Some((pid, ppid_of(pid)?)))
+        .collect();
+    let mut out = vec![];
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for &(c, pp) in &pairs {
+            if pp == p && !out.contains(&c) {
+                out.push(c);
+                frontier.push(c);
+            }
+        }
+    }
+    out
+}
+
+fn ppid_of(pid: i32) -> Option<i32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces: parse after ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn cgroup_pids(cg: &Path) -> Vec<i32> {
+    fs::read_to_string(cg.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Write `state` to the freezer and wait (at most 5 s) until it reads back.
+fn freezer_set(cg: &Path, state: &str) -> Result<(), String> {
+    let f = cg.join("freezer.state");
+    fs::write(&f, state).map_err(|e| format!("write {state} to {}: {e}", f.display()))?;
+    wait_for(Duration::from_secs(5), Duration::from_millis(2), || {
+        (fs::read_to_string(&f).ok()?.trim() == state).then_some(())
+    })
+    .ok_or_else(|| format!("{} did not reach {state} within 5 s", f.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> NodeSpec {
+        NodeSpec {
+            name: "pg1".into(),
+            dir: "/dev/shm/x/pg1".into(),
+            data_dir: "/dev/shm/x/pg1/data".into(),
+            socket_dir: "/dev/shm/x/pg1/socket".into(),
+            config_path: "/dev/shm/x/pg1.toml".into(),
+            log_path: "/dev/shm/x/pg1.agent.log".into(),
+            pg_port: 20001,
+            api_port: 20002,
+        }
+    }
+
+    #[test]
+    fn config_file_has_the_agreed_layout() {
+        let opts = ClusterOptions::new("/bin/true");
+        let pw = Passwords {
+            superuser: "a".into(),
+            replication: "b".into(),
+            rewind: "c".into(),
+        };
+        let eps = vec![
+            "http://127.0.0.1:1".to_string(),
+            "http://127.0.0.1:2".to_string(),
+        ];
+        let text = agent_config_toml(&opts, &spec(), &eps, &pw);
+        let v: toml::Value = toml::from_str(&text).expect("the bed writes valid TOML");
+        assert_eq!(v["scope"].as_str(), Some("demo"));
+        assert_eq!(v["name"].as_str(), Some("pg1"));
+        assert_eq!(v["etcd"]["endpoints"].as_array().map(|a| a.len()), Some(2));
+        assert_eq!(v["timing"]["ttl"].as_integer(), Some(7));
+        assert_eq!(v["timing"]["loop_wait"].as_float(), Some(0.5));
+        assert_eq!(v["timing"]["retry_timeout"].as_float(), Some(0.25));
+        assert_eq!(v["timing"]["safety_margin"].as_float(), Some(0.5));
+        assert_eq!(v["timing"]["demote_budget"].as_float(), Some(1.0));
+        assert_eq!(
+            v["dynamic"]["maximum_lag_on_failover"].as_integer(),
+            Some(1_048_576)
+        );
+        assert_eq!(v["dynamic"]["primary_start_timeout"].as_integer(), Some(30));
+        assert_eq!(v["postgresql"]["listen"].as_str(), Some("127.0.0.1:20001"));
+        assert_eq!(
+            v["postgresql"]["data_dir"].as_str(),
+            Some("/dev/shm/x/pg1/data")
+        );
+        assert_eq!(v["postgresql"]["user"].as_str(), Some("postgres"));
+        let auth = &v["postgresql"]["authentication"];
+        assert_eq!(auth["superuser"]["username"].as_str(), Some("postgres"));
+        assert_eq!(auth["replication"]["username"].as_str(), Some("replicator"));
+        assert_eq!(auth["rewind"]["password"].as_str(), Some("c"));
+        assert_eq!(v["api"]["listen"].as_str(), Some("127.0.0.1:20002"));
+        assert_eq!(v["watchdog"]["mode"].as_str(), Some("off"));
+    }
+
+    #[test]
+    fn ppid_parse_handles_spaces_in_comm() {
+        let me = std::process::id() as i32;
+        assert!(ppid_of(me).is_some_and(|p| p > 0));
+        assert!(thread_count(std::process::id()).is_some_and(|n| n >= 1));
+    }
+}

@@ -1,0 +1,355 @@
+//! End-to-end tests: three real tenure agents, each with its own PostgreSQL 15,
+//! on a real three-member etcd (DESIGN §6). They run one at a time (nextest group
+//! `real`) and need root, etcd-server and postgresql-15 (`make deps`).
+//!
+//! Tests assert behaviour, not timings; where a time is interesting it is printed.
+
+use std::time::{Duration, Instant};
+
+use tenure::testbed::cluster::{ClusterOptions, TestCluster, thread_count};
+use tenure::testbed::wait_for;
+
+const BOOT: Duration = Duration::from_secs(120);
+const FAILOVER: Duration = Duration::from_secs(60);
+const REJOIN: Duration = Duration::from_secs(120);
+
+fn bed(tag: &str) -> TestCluster {
+    let mut opts = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
+    opts.tag = tag.into();
+    opts.scope = format!("e2e-{tag}");
+    TestCluster::start(opts).unwrap_or_else(|e| panic!("test bed: {e}"))
+}
+
+/// Wait for the first primary and for every other node to be a streaming replica.
+/// Fails at once if an agent exits.
+fn settled(c: &mut TestCluster) -> usize {
+    let t0 = Instant::now();
+    let p = loop {
+        if let Err(e) = c.check_agents() {
+            panic!("{e}");
+        }
+        if let Some(p) = c.primary() {
+            break p;
+        }
+        assert!(
+            t0.elapsed() < BOOT,
+            "no primary within {BOOT:?}{}",
+            c.logs_tail(40)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    wait_replicas(c, p, BOOT);
+    p
+}
+
+fn wait_replicas(c: &TestCluster, p: usize, limit: Duration) {
+    let ok = wait_for(limit, Duration::from_millis(100), || {
+        (0..c.node_count())
+            .filter(|&i| i != p)
+            .all(|i| is_streaming_replica(c, i))
+            .then_some(())
+    });
+    assert!(
+        ok.is_some(),
+        "replicas of {} not streaming within {limit:?}{}",
+        c.name(p),
+        c.logs_tail(40)
+    );
+}
+
+fn is_streaming_replica(c: &TestCluster, i: usize) -> bool {
+    c.api_get(i, "/replica") == Some(200)
+        && c.is_in_recovery(i) == Ok(true)
+        && c.is_streaming(i) == Ok(true)
+}
+
+/// Wait until node `i` has exactly `n` rows in the test table.
+fn wait_rows(c: &TestCluster, i: usize, n: i64, limit: Duration) {
+    let ok = wait_for(limit, Duration::from_millis(50), || {
+        (c.count_rows(i) == Ok(n)).then_some(())
+    });
+    assert!(
+        ok.is_some(),
+        "{} has {:?} rows, expected {n}{}",
+        c.name(i),
+        c.count_rows(i),
+        c.logs_tail(30)
+    );
+}
+
+#[test]
+fn real_bootstrap_from_empty() {
+    let mut c = bed("boot");
+    let p = settled(&mut c);
+
+    // Exactly one primary, sampled a few times.
+    for _ in 0..5 {
+        assert_eq!(
+            c.primaries(),
+            vec![p],
+            "exactly one /primary 200{}",
+            c.logs_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (leader, epoch) = c.leader_key().expect("leader key present");
+    assert_eq!(leader, c.name(p));
+    assert!(epoch > 0);
+    assert_eq!(c.is_in_recovery(p), Ok(false));
+
+    // `initialize` is the primary's system identifier.
+    let sysid = c.system_identifier(p).expect("system identifier");
+    assert_eq!(c.get_key("initialize").as_deref(), Some(sysid.as_str()));
+    for i in 0..c.node_count() {
+        assert_eq!(
+            c.system_identifier(i).as_deref(),
+            Ok(sysid.as_str()),
+            "{}",
+            c.name(i)
+        );
+    }
+
+    // Member keys carry the Patroni-compatible fields.
+    for i in 0..c.node_count() {
+        let m = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+            c.member(c.name(i))
+        })
+        .unwrap_or_else(|| panic!("no members/{} key", c.name(i)));
+        for field in [
+            "conn_url",
+            "api_url",
+            "state",
+            "role",
+            "xlog_location",
+            "timeline",
+        ] {
+            assert!(
+                m.get(field).is_some(),
+                "members/{} lacks {field}: {m}",
+                c.name(i)
+            );
+        }
+        let role = m["role"].as_str().unwrap_or_default();
+        let want = if i == p { "primary" } else { "replica" };
+        // Allow for a member key one loop old.
+        let fresh = wait_for(Duration::from_secs(5), Duration::from_millis(100), || {
+            (c.member(c.name(i))?["role"].as_str()? == want).then_some(())
+        });
+        assert!(
+            fresh.is_some(),
+            "members/{} role {role:?}, expected {want}",
+            c.name(i)
+        );
+    }
+
+    // One OS thread per agent in steady state (DESIGN §5).
+    for _ in 0..10 {
+        for i in 0..c.node_count() {
+            let pid = c.agent_pid(i).expect("agent running");
+            assert_eq!(
+                thread_count(pid),
+                Some(1),
+                "agent of {} (pid {pid}) threads",
+                c.name(i)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn real_host_crash_of_the_primary() {
+    let mut c = bed("crash");
+    let p = settled(&mut c);
+    let (_, epoch) = c.leader_key().expect("leader key");
+    for n in 1..=50 {
+        c.write_row(p, n).expect("write on the primary");
+    }
+    let witness = (0..c.node_count()).find(|&i| i != p).expect("a replica");
+    wait_rows(&c, witness, 50, Duration::from_secs(30));
+
+    let mut probe = c.write_probe(p, Duration::from_millis(20)).expect("probe");
+    std::thread::sleep(Duration::from_millis(300));
+    let crash = c.host_crash(p).expect("host crash");
+    let np = c
+        .wait_new_primary(p, FAILOVER)
+        .unwrap_or_else(|| panic!("no new primary within {FAILOVER:?}{}", c.logs_tail(40)));
+    wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+        probe.first_ack_after(np, crash)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "new primary {} acknowledged no write{}",
+            c.name(np),
+            c.logs_tail(30)
+        )
+    });
+    probe.stop(Duration::from_secs(2));
+    probe.check_no_overlap(p, np, crash).unwrap();
+    if let Some(first) = probe.first_ack_after(np, crash) {
+        println!(
+            "failover: crash -> first acknowledged write on {}: {:.2} s",
+            c.name(np),
+            first
+                .acked
+                .unwrap_or(crash)
+                .duration_since(crash)
+                .as_secs_f64()
+        );
+    }
+
+    // Rows replicated before the crash survive; the epoch moved on.
+    assert_eq!(
+        c.count_rows(np),
+        Ok(50),
+        "rows on the new primary{}",
+        c.logs_tail(30)
+    );
+    let (leader, new_epoch) = c.leader_key().expect("leader key after failover");
+    assert_eq!(leader, c.name(np));
+    assert!(new_epoch > epoch, "epoch {new_epoch} after {epoch}");
+
+    // The dead node comes back as a streaming replica of the new primary.
+    c.start_agent(p).expect("restart the crashed node's agent");
+    let back = wait_for(REJOIN, Duration::from_millis(200), || {
+        is_streaming_replica(&c, p).then_some(())
+    });
+    assert!(
+        back.is_some(),
+        "{} did not rejoin as a replica{}",
+        c.name(p),
+        c.logs_tail(40)
+    );
+    c.write_row(np, 1000).expect("write on the new primary");
+    wait_rows(&c, p, 51, Duration::from_secs(30));
+    assert_eq!(c.primaries(), vec![np]);
+}
+
+#[test]
+fn real_agent_restart_on_a_healthy_primary() {
+    let mut c = bed("restart");
+    let p = settled(&mut c);
+    let (leader, epoch) = c.leader_key().expect("leader key");
+    let postmaster = c.postmaster_pid(p).expect("postmaster pid");
+
+    // (a) SIGKILL only the agent and start it again at once: it adopts.
+    c.kill_agent(p);
+    c.start_agent(p).expect("restart agent");
+    // Watch for longer than the TTL: had the key expired, someone would have taken it.
+    let watch = Duration::from_secs(u64::from(c.opts.ttl) + 3);
+    let t0 = Instant::now();
+    while t0.elapsed() < watch {
+        // An etcd read that fails proves nothing either way: skip it.
+        if let Ok(now) = c.try_leader_key() {
+            assert_eq!(
+                now,
+                Some((leader.clone(), epoch)),
+                "leader key changed after an agent restart{}",
+                c.logs_tail(40)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        c.postmaster_pid(p),
+        Some(postmaster),
+        "postmaster restarted"
+    );
+    assert_eq!(c.wait_primary(Duration::from_secs(5)), Some(p));
+    assert!(
+        c.agent_log(p).to_lowercase().contains("adopt"),
+        "log of {} does not mention adopting{}",
+        c.name(p),
+        c.logs_tail(40)
+    );
+
+    // (b) SIGKILL the agent and keep it down: another node takes over while the
+    // old PostgreSQL still runs as primary (no watchdog in this bed).
+    c.kill_agent(p);
+    let np = c
+        .wait_new_primary(p, FAILOVER)
+        .unwrap_or_else(|| panic!("no new primary after the agent died{}", c.logs_tail(40)));
+    let (_, new_epoch) = c.leader_key().expect("leader key");
+    assert!(new_epoch > epoch);
+    assert!(
+        c.postmaster_pid(p).is_some(),
+        "old postmaster should still run"
+    );
+    assert_eq!(
+        c.is_in_recovery(p),
+        Ok(false),
+        "old PostgreSQL still a primary before the agent returns"
+    );
+
+    // The old agent returns: it must fence its primary first, then rejoin.
+    c.start_agent(p).expect("restart agent");
+    let back = wait_for(REJOIN, Duration::from_millis(200), || {
+        is_streaming_replica(&c, p).then_some(())
+    });
+    assert!(
+        back.is_some(),
+        "{} did not rejoin as a replica{}",
+        c.name(p),
+        c.logs_tail(40)
+    );
+    assert_ne!(
+        c.postmaster_pid(p),
+        Some(postmaster),
+        "the old postmaster was not fenced"
+    );
+    assert!(
+        c.agent_log(p).to_lowercase().contains("fenc"),
+        "log of {} does not mention the fence{}",
+        c.name(p),
+        c.logs_tail(40)
+    );
+    assert_eq!(c.primaries(), vec![np]);
+}
+
+#[test]
+fn real_clean_shutdown_releases_the_key() {
+    let mut c = bed("term");
+    let p = settled(&mut c);
+    let (_, epoch) = c.leader_key().expect("leader key");
+    let mut probe = c.write_probe(p, Duration::from_millis(20)).expect("probe");
+    std::thread::sleep(Duration::from_millis(300));
+
+    let t0 = Instant::now();
+    let status = c
+        .term_agent(p, Duration::from_secs(30))
+        .expect("agent exits after SIGTERM");
+    let exited = t0.elapsed();
+    assert!(
+        status.success(),
+        "agent of {} exited {status}{}",
+        c.name(p),
+        c.logs_tail(30)
+    );
+    let np = c
+        .wait_new_primary(p, FAILOVER)
+        .unwrap_or_else(|| panic!("no new primary after a clean shutdown{}", c.logs_tail(40)));
+    let took = t0.elapsed();
+    wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+        probe.first_ack_after(np, t0)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "new primary {} acknowledged no write{}",
+            c.name(np),
+            c.logs_tail(30)
+        )
+    });
+    probe.stop(Duration::from_secs(2));
+    probe.check_no_overlap(p, np, t0).unwrap();
+
+    let (leader, new_epoch) = c.leader_key().expect("leader key after switchover");
+    assert_eq!(leader, c.name(np), "the key changed hands");
+    assert!(new_epoch > epoch);
+    println!(
+        "clean shutdown: agent exited after {:.2} s, {} primary after {:.2} s (ttl {} s)",
+        exited.as_secs_f64(),
+        c.name(np),
+        took.as_secs_f64(),
+        c.opts.ttl
+    );
+}
