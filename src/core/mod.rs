@@ -697,7 +697,6 @@ impl Core {
 
     /// Replica-side lease tracking: `E_max`, the holder, and the vacancy record.
     fn track_leader(&mut self, now: Instant, obs: &Observation) {
-        let me = self.cfg.name.clone();
         if let Some(poll) = &obs.lease_poll {
             if self.track.lease == Some(poll.lease)
                 && let Some(ttl) = poll.ttl
@@ -709,13 +708,20 @@ impl Core {
                 self.track.e_max = Some(self.track.e_max.map_or(e, |m| m.max(e)));
                 self.track.last_poll = Some(poll.sent_at);
             }
-            if let Some(v) = &mut self.vacancy
-                && v.old_lease == Some(poll.lease)
-                && poll.ttl.is_none()
-            {
-                v.lease_gone = true;
-            }
         }
+        self.track_vacancy(now, obs);
+        // After the vacancy is known: this iteration's poll may already show the old
+        // lease gone (the poll runs after the read that showed the key absent).
+        if let (Some(poll), Some(v)) = (&obs.lease_poll, &mut self.vacancy)
+            && v.old_lease == Some(poll.lease)
+            && poll.ttl.is_none()
+        {
+            v.lease_gone = true;
+        }
+    }
+
+    fn track_vacancy(&mut self, now: Instant, obs: &Observation) {
+        let me = self.cfg.name.clone();
         let Ok(view) = &obs.cluster else { return };
         match &view.leader {
             Some(k) => {
@@ -1029,7 +1035,7 @@ impl Core {
                 }
             }
             (_, PgRole::Unresponsive) => Reason::Waiting("PostgreSQL is not answering yet".into()),
-            (_, PgRole::Primary) => unreachable!("handled above"),
+            (_, PgRole::Primary) => Reason::Other("local primary: fencing first (S4)".into()),
         }
     }
 
@@ -1087,7 +1093,7 @@ impl Core {
                         "lease {:x} expired (TTL {t}); its revoke is in flight",
                         lp.lease
                     ),
-                    None => unreachable!("a gone lease sets lease_gone"),
+                    None => format!("lease {:x} is gone; re-checking", lp.lease),
                 },
                 _ => "waiting for an answer about the old leader's lease".into(),
             };
