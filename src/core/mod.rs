@@ -752,7 +752,13 @@ impl Core {
                         early,
                         old_watchdog: self.track.holder_watchdog,
                         old_xlog: self.track.holder_xlog,
-                        lease_gone: old_lease.is_none(),
+                        // This observation's poll may already have answered TTL -1
+                        // for that lease (polled before the read showed the key gone).
+                        lease_gone: old_lease.is_none()
+                            || obs
+                                .lease_poll
+                                .as_ref()
+                                .is_some_and(|lp| Some(lp.lease) == old_lease && lp.ttl.is_none()),
                     });
                 }
             }
