@@ -725,7 +725,17 @@ impl Core {
                         self.track.holder_xlog = self.track.holder_xlog.max(m.info.xlog_location);
                     }
                 }
-                self.vacancy = None;
+                // The read that follows our own winning acquire shows our new key:
+                // the vacancy it ends must survive until `won` has taken its promote
+                // delay from it (DESIGN §1 step 4).
+                let won_now = k.name == me
+                    && matches!(
+                        &obs.acquire,
+                        Some(AcquireOutcome::Won { lease, .. }) if *lease == k.lease
+                    );
+                if !won_now {
+                    self.vacancy = None;
+                }
             }
             None => {
                 if self.vacancy.is_none() {
