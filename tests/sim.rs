@@ -35,15 +35,16 @@ pub struct Outcome {
     pub overlap: Duration,
     pub time_to_primary: Option<Duration>,
     pub events: u64,
+    pub timeline_regressions: u64,
 }
 
 fn poll(w: &Rc<RefCell<World>>, agents: &mut [Option<Task>], n: usize) {
     let mut cx = Context::from_waker(Waker::noop());
-    if let Some(f) = agents[n].as_mut() {
-        if f.as_mut().poll(&mut cx).is_ready() {
-            agents[n] = None;
-            w.borrow_mut().agent_exited(n);
-        }
+    if let Some(f) = agents[n].as_mut()
+        && f.as_mut().poll(&mut cx).is_ready()
+    {
+        agents[n] = None;
+        w.borrow_mut().agent_exited(n);
     }
 }
 
@@ -123,6 +124,7 @@ pub fn run(seed: u64) -> Outcome {
         overlap,
         time_to_primary: wb.time_to_primary,
         events: wb.events,
+        timeline_regressions: wb.timeline_regressions,
     }
 }
 
@@ -194,6 +196,7 @@ fn sim_schedules() {
     let mut failures = Vec::new();
     let (mut measured, mut overlapping, mut worst) = (0u64, 0u64, (Duration::ZERO, 0u64));
     let mut worst_live = (Duration::ZERO, 0u64);
+    let mut regressions = Vec::new();
     for seed in 0..n {
         let o = run(seed);
         if !o.sched.fence_asserted() {
@@ -205,10 +208,13 @@ fn sim_schedules() {
                 worst = (o.overlap, seed);
             }
         }
-        if let Some(t) = o.time_to_primary {
-            if t > worst_live.0 {
-                worst_live = (t, seed);
-            }
+        if o.timeline_regressions > 0 {
+            regressions.push(seed);
+        }
+        if let Some(t) = o.time_to_primary
+            && t > worst_live.0
+        {
+            worst_live = (t, seed);
         }
         if !o.violations.is_empty() {
             failures.push(o);
@@ -217,13 +223,16 @@ fn sim_schedules() {
     println!(
         "sim: {n} schedules in {:.1} s; {} failed; no-watchdog schedules with a frozen/killed agent: {measured}, \
          {overlapping} with two writable primaries, longest overlap {:.3} s (seed {}); \
-         longest time to a primary after the faults stopped {:.3} s (seed {})",
+         longest time to a primary after the faults stopped {:.3} s (seed {}); \
+         {} schedules where a primary started on a lower timeline than one that had written (seeds {:?})",
         started.elapsed().as_secs_f64(),
         failures.len(),
         worst.0.as_secs_f64(),
         worst.1,
         worst_live.0.as_secs_f64(),
         worst_live.1,
+        regressions.len(),
+        &regressions[..regressions.len().min(10)],
     );
     let _ = std::panic::take_hook();
     if !failures.is_empty() {

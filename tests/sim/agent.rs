@@ -139,37 +139,37 @@ pub async fn run(cx: Cx) {
 
         // The confirmed renewal (DESIGN §1 step 2).
         let mut renewal = None;
-        if let Some((lease, epoch)) = core.lease_to_renew() {
-            if tick || core.renew_now() {
-                let s = cx.now();
-                let deadline = cap(&core, s);
-                let outcome = match cx.call(Op::KeepAlive { lease }, deadline).await {
+        if let Some((lease, epoch)) = core.lease_to_renew()
+            && (tick || core.renew_now())
+        {
+            let s = cx.now();
+            let deadline = cap(&core, s);
+            let outcome = match cx.call(Op::KeepAlive { lease }, deadline).await {
+                Err(e) => RenewalOutcome::Failed(e),
+                Ok(Resp::Ttl(t)) if t <= 0 => RenewalOutcome::LeaseGone,
+                Ok(Resp::Ttl(t)) => match cx.call(Op::ReadLeader, deadline).await {
                     Err(e) => RenewalOutcome::Failed(e),
-                    Ok(Resp::Ttl(t)) if t <= 0 => RenewalOutcome::LeaseGone,
-                    Ok(Resp::Ttl(t)) => match cx.call(Op::ReadLeader, deadline).await {
-                        Err(e) => RenewalOutcome::Failed(e),
-                        Ok(Resp::Leader(k)) => match k {
-                            Some(k) if k.name == name && k.epoch == epoch && k.lease == lease => {
-                                RenewalOutcome::Counted { ttl: t }
-                            }
-                            found => RenewalOutcome::KeyLost { found },
-                        },
-                        Ok(other) => RenewalOutcome::Failed(format!("{other:?}")),
+                    Ok(Resp::Leader(k)) => match k {
+                        Some(k) if k.name == name && k.epoch == epoch && k.lease == lease => {
+                            RenewalOutcome::Counted { ttl: t }
+                        }
+                        found => RenewalOutcome::KeyLost { found },
                     },
                     Ok(other) => RenewalOutcome::Failed(format!("{other:?}")),
-                };
-                renewal = Some(Renewal {
-                    lease,
-                    sent_at: s,
-                    outcome,
-                });
-            }
+                },
+                Ok(other) => RenewalOutcome::Failed(format!("{other:?}")),
+            };
+            renewal = Some(Renewal {
+                lease,
+                sent_at: s,
+                outcome,
+            });
         }
-        if let Some(lease) = core.lease_to_keep_alive() {
-            if tick {
-                let d = cap(&core, cx.now());
-                let _ = cx.call(Op::KeepAlive { lease }, d).await;
-            }
+        if let Some(lease) = core.lease_to_keep_alive()
+            && tick
+        {
+            let d = cap(&core, cx.now());
+            let _ = cx.call(Op::KeepAlive { lease }, d).await;
         }
         let d = cap(&core, cx.now());
         let cluster = match cx.call(Op::ReadScope, d).await {
@@ -246,6 +246,25 @@ pub async fn run(cx: Cx) {
             job,
             shutdown,
         };
+        let members_seen = if let Ok(v) = &obs.cluster {
+            v.members
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{}@{} {} tl{} {} {}",
+                        m.name,
+                        m.mod_revision,
+                        m.info.role,
+                        m.info.timeline,
+                        m.info.xlog_location,
+                        if m.info.pg_healthy { "up" } else { "down" }
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        } else {
+            String::new()
+        };
         let now = cx.now();
         let before = core.leadership().map(|l| (l.lease, l.epoch));
         let f_before = core.fence_deadline();
@@ -256,17 +275,24 @@ pub async fn run(cx: Cx) {
                 Some(cx.node),
                 LogWhat::Step(plan.reason.clone(), plan.actions.clone()),
             );
-            if let (Some(b), None) = (before, core.leadership()) {
-                if plan.actions.contains(&Action::Fence) {
-                    fenced.push(b);
-                }
+            if plan.actions.contains(&Action::Acquire) {
+                let rev = obs.cluster.as_ref().map_or(0, |v| v.revision);
+                w.text(
+                    Some(cx.node),
+                    format!("acquire decided on scope rev {rev}: [{members_seen}]"),
+                );
             }
-            if let Some((lease, epoch)) = core.lease_to_renew() {
-                if fenced.contains(&(lease, epoch)) {
-                    w.violation(format!(
-                        "(4) {name} resumes on lease {lease:x} epoch {epoch} after fencing on it"
-                    ));
-                }
+            if let (Some(b), None) = (before, core.leadership())
+                && plan.actions.contains(&Action::Fence)
+            {
+                fenced.push(b);
+            }
+            if let Some((lease, epoch)) = core.lease_to_renew()
+                && fenced.contains(&(lease, epoch))
+            {
+                w.violation(format!(
+                    "(4) {name} resumes on lease {lease:x} epoch {epoch} after fencing on it"
+                ));
             }
             if iterations > 2_000_000 {
                 w.violation(format!("{name}: runaway loop"));
@@ -439,13 +465,13 @@ pub async fn run(cx: Cx) {
                     let mut w = cx.w.borrow_mut();
                     let now = w.now;
                     // S2: a deliberate pet only at t with t + 2W <= H.
-                    if let (Some(wt), Some(h)) = (wd, core.horizon()) {
-                        if now.add(wt).add(wt) > h {
-                            w.violation(format!(
-                                "S2: {name} pets at {now} but t + 2W = {} > H = {h}",
-                                now.add(wt).add(wt)
-                            ));
-                        }
+                    if let (Some(wt), Some(h)) = (wd, core.horizon())
+                        && now.add(wt).add(wt) > h
+                    {
+                        w.violation(format!(
+                            "S2: {name} pets at {now} but t + 2W = {} > H = {h}",
+                            now.add(wt).add(wt)
+                        ));
                     }
                     w.pet(cx.node);
                 }

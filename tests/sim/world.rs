@@ -328,12 +328,15 @@ pub struct World {
     pub live_ok: Option<bool>,
     pub time_to_primary: Option<Duration>,
     pub events: u64,
+    pub timeline_regressions: u64,
+    last_step: Vec<Option<(std::mem::Discriminant<Reason>, Vec<Action>)>>,
 }
 
 const LOG_KEEP: usize = 60;
 
 impl World {
     pub fn new(sched: Schedule) -> World {
+        let sched_nodes = sched.nodes;
         let rng = Rng::new(sched.seed.wrapping_mul(31).wrapping_add(7));
         let nodes = (0..sched.nodes)
             .map(|i| Node {
@@ -386,6 +389,8 @@ impl World {
             live_ok: None,
             time_to_primary: None,
             events: 0,
+            timeline_regressions: 0,
+            last_step: vec![None; sched_nodes],
         };
         let phase = w.rng.ms(1, 500);
         w.push(Instant::ZERO.add(phase), Ev::Sweep);
@@ -417,6 +422,15 @@ impl World {
     }
 
     pub fn note(&mut self, node: Option<usize>, what: LogWhat) {
+        // Steady state repeats itself: keep a step only when it differs in kind or
+        // actions from the node's previous one.
+        if let (Some(n), LogWhat::Step(r, a)) = (node, &what) {
+            let key = (std::mem::discriminant(r), a.clone());
+            if self.last_step[n].as_ref() == Some(&key) {
+                return;
+            }
+            self.last_step[n] = Some(key);
+        }
         if self.log.len() >= LOG_KEEP {
             self.log.pop_front();
         }
@@ -586,10 +600,6 @@ impl World {
         pg.run = Run::Primary;
         pg.was_primary = true;
         pg.lsn_at = now;
-        if self.live_ok.is_none() && self.end.is_some() && now >= self.quiet_from {
-            self.live_ok = Some(true);
-            self.time_to_primary = Some(now.since(self.quiet_from));
-        }
     }
 
     /// All processes of the node's PostgreSQL are gone now.
@@ -902,10 +912,6 @@ impl World {
         let bound = self.sched.liveness_bound();
         let check = self.quiet_from.add(bound);
         self.end = Some(check.add(secs(5.0)));
-        if (0..self.nodes.len()).any(|i| self.writable(i)) {
-            self.live_ok = Some(true);
-            self.time_to_primary = Some(Duration::ZERO);
-        }
         self.push(check, Ev::LivenessCheck);
     }
 
@@ -971,6 +977,7 @@ impl World {
                 }
             }
         }
+        self.watch_events();
         // Restarts may follow their fault by up to its duration (+ a watchdog reboot).
         self.quiet_from = self.quiet_from.max(end);
         self.faults_fired += 1;
@@ -1070,11 +1077,11 @@ impl World {
                 if n.inc != inc || !n.agent_alive {
                     return cmds;
                 }
-                if let Some(t) = n.frozen_until {
-                    if t > at {
-                        self.push(t, Ev::Watch { node, inc });
-                        return cmds;
-                    }
+                if let Some(t) = n.frozen_until
+                    && t > at
+                {
+                    self.push(t, Ev::Watch { node, inc });
+                    return cmds;
                 }
                 n.watch_deleted_at.get_or_insert(at);
                 self.wake(node);
@@ -1092,12 +1099,14 @@ impl World {
             }
             Ev::WdCheck { node } => {
                 let n = &self.nodes[node];
-                if let Some(w) = n.wd_timeout {
-                    if n.host_up && n.wd.armed && at >= n.wd.last_ping.add(w) {
-                        self.host_down(node, "watchdog reset", &mut cmds);
-                        let d = self.rng.ms(1000, 5000);
-                        self.push(at.add(d), Ev::Restart { node });
-                    }
+                if let Some(w) = n.wd_timeout
+                    && n.host_up
+                    && n.wd.armed
+                    && at >= n.wd.last_ping.add(w)
+                {
+                    self.host_down(node, "watchdog reset", &mut cmds);
+                    let d = self.rng.ms(1000, 5000);
+                    self.push(at.add(d), Ev::Restart { node });
                 }
             }
             Ev::JobDone { node, id } => {
@@ -1147,7 +1156,17 @@ impl World {
                 cmds.push(Cmd::Spawn(node));
             }
             Ev::LivenessCheck => {
-                if self.live_ok.is_none() {
+                let q = self.quiet_from;
+                let first = self
+                    .reigns
+                    .iter()
+                    .filter(|r| r.start <= at && r.end.is_none_or(|e| e >= q))
+                    .map(|r| r.start.max(q))
+                    .min();
+                if let Some(t) = first {
+                    self.live_ok = Some(true);
+                    self.time_to_primary = Some(t.since(q));
+                } else {
                     self.live_ok = Some(false);
                     let b = self.sched.liveness_bound().as_secs_f64();
                     self.violation(format!(
@@ -1166,8 +1185,9 @@ impl World {
         let end = self.now;
         let mut worst = Duration::ZERO;
         let mut found = Vec::new();
-        for (i, a) in self.reigns.iter().enumerate() {
-            for b in &self.reigns[i + 1..] {
+        let reigns = self.reigns.clone();
+        for (i, a) in reigns.iter().enumerate() {
+            for b in &reigns[i + 1..] {
                 if a.node == b.node {
                     continue;
                 }
@@ -1182,19 +1202,23 @@ impl World {
                         hi.since(lo).as_secs_f64()
                     ));
                 }
-                // (2) no write on an older timeline after the first write on a newer one.
-                let (old, old_end, new) = if a.timeline < b.timeline {
+                // (2) no write accepted by an old primary after its successor's
+                // first write (the successor: the reign that started later).
+                let (old, old_end, new) = if a.start <= b.start {
                     (a, ae, b)
-                } else if b.timeline < a.timeline {
-                    (b, be, a)
                 } else {
-                    continue;
+                    (b, be, a)
                 };
                 if old_end > new.start {
                     found.push(format!(
-                        "(2) pg{} accepted writes on timeline {} until {} after pg{}'s first write on timeline {} at {}",
+                        "(2) pg{} (timeline {}) accepted writes until {} after its successor pg{}'s first write (timeline {}) at {}",
                         old.node, old.timeline, old_end, new.node, new.timeline, new.start
                     ));
+                }
+                // Not a split brain but measured: a primary on a lower timeline than
+                // one that already accepted writes discards that timeline's writes.
+                if new.timeline < old.timeline {
+                    self.timeline_regressions += 1;
                 }
             }
         }
