@@ -739,7 +739,17 @@ impl Core {
                         self.track.holder_xlog = self.track.holder_xlog.max(m.info.xlog_location);
                     }
                 }
-                self.vacancy = None;
+                // The read that follows our own winning acquire shows our new key:
+                // the vacancy it ends must survive until `won` has taken its promote
+                // delay from it (DESIGN §1 step 4).
+                let won_now = k.name == me
+                    && matches!(
+                        &obs.acquire,
+                        Some(AcquireOutcome::Won { lease, .. }) if *lease == k.lease
+                    );
+                if !won_now {
+                    self.vacancy = None;
+                }
             }
             None => {
                 if self.vacancy.is_none() {
@@ -775,7 +785,13 @@ impl Core {
                         early,
                         old_watchdog: self.track.holder_watchdog,
                         old_xlog: self.track.holder_xlog,
-                        lease_gone: old_lease.is_none(),
+                        // This observation's poll may already have answered TTL -1
+                        // for that lease (polled before the read showed the key gone).
+                        lease_gone: old_lease.is_none()
+                            || obs
+                                .lease_poll
+                                .as_ref()
+                                .is_some_and(|lp| Some(lp.lease) == old_lease && lp.ttl.is_none()),
                     });
                 }
             }

@@ -1,0 +1,401 @@
+//! Readable scenarios of the HA core: given this state and this observation, the plan
+//! is X and the `Reason` says Y. Pure: no clock, no etcd, no PostgreSQL.
+
+use std::time::Duration;
+
+use tenure::core::model::*;
+use tenure::core::time::Instant;
+use tenure::core::{Core, CoreConfig};
+
+const SYSID: u64 = 7_000_000_000_000_000_042;
+
+fn t(s: f64) -> Instant {
+    Instant::from_nanos((s * 1e9) as u64)
+}
+
+/// ttl 30, loop 2, retry 1, margin 2, budget 1 (DESIGN S6's first worked example).
+fn timing30() -> Timing {
+    Timing {
+        ttl: 30,
+        loop_wait: Duration::from_secs(2),
+        retry_timeout: Duration::from_secs(1),
+        safety_margin: Duration::from_secs(2),
+        demote_budget: Duration::from_secs(1),
+        promote_delay: None,
+        maximum_lag_on_failover: 1 << 20,
+        primary_start_timeout: Duration::from_secs(30),
+    }
+}
+
+fn core(name: &str, watchdog: Option<u64>) -> Core {
+    Core::new(
+        CoreConfig {
+            name: name.into(),
+            nofailover: false,
+            watchdog: watchdog.map(Duration::from_secs),
+            move_aside_unusable: false,
+        },
+        timing30(),
+    )
+}
+
+fn pg(role: PgRole, lsn: Lsn, following: Option<&str>) -> PgStatus {
+    PgStatus {
+        data: DataDir::Present {
+            sysid: SYSID,
+            was_primary: role == PgRole::Primary,
+        },
+        role,
+        timeline: 1,
+        lsn,
+        following: following.map(String::from),
+        streaming: following.is_some(),
+    }
+}
+
+fn member(name: &str, rev: i64, role: &str, xlog: Lsn, wd: Option<u32>) -> Member {
+    Member {
+        name: name.into(),
+        mod_revision: rev,
+        lease: 0,
+        info: MemberInfo {
+            conn_url: format!("postgres://{name}:5432/postgres"),
+            role: role.into(),
+            xlog_location: xlog,
+            timeline: 1,
+            watchdog_timeout: wd,
+            pg_healthy: true,
+            ..MemberInfo::default()
+        },
+    }
+}
+
+fn key(name: &str, epoch: Epoch, lease: LeaseId) -> LeaderKey {
+    LeaderKey {
+        name: name.into(),
+        epoch,
+        mod_revision: epoch,
+        lease,
+    }
+}
+
+fn view(revision: i64, leader: Option<LeaderKey>, members: Vec<Member>) -> ClusterView {
+    ClusterView {
+        revision,
+        leader,
+        members,
+        initialize: Some(Initialize::Done { sysid: SYSID }),
+        ..ClusterView::default()
+    }
+}
+
+fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
+    Observation {
+        cluster: Ok(cluster),
+        renewal: None,
+        acquire: None,
+        claim: None,
+        recorded_initialize: None,
+        fence: None,
+        promoted: None,
+        released: None,
+        lease_poll: None,
+        leader_deleted_at: None,
+        pg,
+        job: Job::Idle,
+        shutdown: false,
+    }
+}
+
+fn counted(lease: LeaseId, at: f64) -> Option<Renewal> {
+    Some(Renewal {
+        lease,
+        sent_at: t(at),
+        outcome: RenewalOutcome::Counted { ttl: 30 },
+    })
+}
+
+/// pg1 starts with its primary running and the key naming it (lease 0xA, epoch 5),
+/// and adopts it through a counted renewal sent at `s`.
+fn adopted_leader(s: f64) -> Core {
+    let mut c = core("pg1", None);
+    let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+    let p = c.step(t(s), &obs(v.clone(), pg(PgRole::Primary, 500, None)));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    let mut o = obs(v, pg(PgRole::Primary, 500, None));
+    o.renewal = counted(0xA, s);
+    c.step(t(s + 0.01), &o);
+    assert!(c.leadership().is_some());
+    c
+}
+
+/// pg2 follows pg1 (lease 0xA, whose member JSON publishes watchdog `old_wd`) and
+/// polls its lease at 102 s: TTL 1 s, so E_max = 103 s.
+fn follower_with_poll(old_wd: Option<u32>) -> Core {
+    let mut c = core("pg2", None);
+    let members = vec![
+        member("pg1", 8, "primary", 1000, old_wd),
+        member("pg2", 9, "replica", 1000, None),
+    ];
+    let v = view(10, Some(key("pg1", 5, 0xA)), members);
+    let p = c.step(
+        t(100.0),
+        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+    );
+    assert!(matches!(p.reason, Reason::Following { .. }), "{}", p.reason);
+    assert_eq!(c.lease_to_poll(), Some(0xA));
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(102.0),
+        ttl: Some(1),
+        has_keys: true,
+    });
+    c.step(t(102.01), &o);
+    c
+}
+
+/// The key is seen deleted at `deleted`; the next poll says the lease is gone; pg2
+/// acquires and wins (epoch 21). Returns the plan of the step after the win.
+fn take_over(c: &mut Core, deleted: f64) -> Plan {
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+    ];
+    let mut o = obs(
+        view(20, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.leader_deleted_at = Some(t(deleted));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(deleted + 0.05),
+        ttl: None,
+        has_keys: false,
+    });
+    let p = c.step(t(deleted + 0.1), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(deleted + 0.15),
+        epoch: 21,
+    });
+    let p = c.step(t(deleted + 0.2), &o);
+    assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
+    let o = obs(
+        view(22, Some(key("pg2", 21, 0xB)), members),
+        pg(PgRole::Replica, 1000, None),
+    );
+    c.step(t(deleted + 0.3), &o)
+}
+
+#[test]
+fn bootstrap_race_winner_runs_initdb() {
+    let mut c = core("pg1", None);
+    let mut empty = pg(PgRole::Stopped, 0, None);
+    empty.data = DataDir::Empty;
+    let v = ClusterView::default();
+    let p = c.step(t(1.0), &obs(v.clone(), empty.clone()));
+    assert_eq!(p.actions, vec![Action::ClaimInitialize]);
+    assert!(matches!(p.reason, Reason::Bootstrapping(_)), "{}", p.reason);
+
+    let mut o = obs(v, empty);
+    o.claim = Some(ClaimOutcome::Won { lease: 0x1 });
+    let p = c.step(t(1.1), &o);
+    assert_eq!(p.actions, vec![Action::StartJob(JobKind::InitDb)]);
+    assert_eq!(c.lease_to_keep_alive(), Some(0x1));
+}
+
+#[test]
+fn delete_observed_on_time_promotes_at_once() {
+    let mut c = follower_with_poll(None);
+    // 103.5 >= E_max (103) and the last poll (102) is within L_w + R = 3 s.
+    let p = take_over(&mut c, 103.5);
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 21 }],
+        "{}",
+        p.reason
+    );
+}
+
+#[test]
+fn early_delete_delays_promotion_by_ttl_plus_r_without_a_watchdog() {
+    let mut c = follower_with_poll(None);
+    // 102.5 < E_max (103): early. The delay is ttl + R = 31 s from the DELETE.
+    let p = take_over(&mut c, 102.5);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    match p.reason {
+        Reason::PromoteDelayed { remaining, .. } => {
+            // 102.5 + 31 - 102.8
+            assert!(
+                (remaining.as_secs_f64() - 30.7).abs() < 1e-6,
+                "{remaining:?}"
+            )
+        }
+        other => panic!("expected PromoteDelayed, got {other}"),
+    }
+}
+
+#[test]
+fn early_delete_delays_promotion_by_2w_r_m_with_the_old_leaders_watchdog() {
+    // The old leader publishes W = 13: delay 2W + R + M = 26 + 1 + 2 = 29 s.
+    let mut c = follower_with_poll(Some(13));
+    let p = take_over(&mut c, 102.5);
+    match p.reason {
+        Reason::PromoteDelayed { remaining, .. } => {
+            assert!(
+                (remaining.as_secs_f64() - 28.7).abs() < 1e-6,
+                "{remaining:?}"
+            )
+        }
+        other => panic!("expected PromoteDelayed, got {other}"),
+    }
+}
+
+#[test]
+fn renewal_key_lost_fences() {
+    let mut c = adopted_leader(100.0);
+    let mut o = obs(
+        view(30, Some(key("pg3", 29, 0xC)), vec![]),
+        pg(PgRole::Primary, 600, None),
+    );
+    o.renewal = Some(Renewal {
+        lease: 0xA,
+        sent_at: t(102.0),
+        outcome: RenewalOutcome::KeyLost {
+            found: Some(key("pg3", 29, 0xC)),
+        },
+    });
+    let p = c.step(t(102.01), &o);
+    assert_eq!(p.actions, vec![Action::Fence]);
+    assert!(matches!(p.reason, Reason::Fencing(_)), "{}", p.reason);
+    assert!(c.leadership().is_none());
+}
+
+#[test]
+fn no_renewal_until_f_minus_b_fences() {
+    // Adopted at s = 100: H = F = 100 + 30 - 2 = 128 (no watchdog), F - B = 127.
+    let mut c = adopted_leader(100.0);
+    assert_eq!(c.fence_deadline(), Some(t(128.0)));
+    let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+    let p = c.step(t(126.9), &obs(v.clone(), pg(PgRole::Primary, 600, None)));
+    assert!(matches!(p.reason, Reason::Leading { .. }), "{}", p.reason);
+    let p = c.step(t(127.0), &obs(v, pg(PgRole::Primary, 600, None)));
+    assert_eq!(p.actions, vec![Action::Fence]);
+    assert!(matches!(p.reason, Reason::Fencing(_)), "{}", p.reason);
+}
+
+#[test]
+fn local_primary_at_start_up_with_a_key_naming_another_fences() {
+    let mut c = core("pg1", None);
+    let v = view(
+        10,
+        Some(key("pg2", 7, 0xB)),
+        vec![member("pg2", 9, "primary", 900, None)],
+    );
+    let p = c.step(t(5.0), &obs(v, pg(PgRole::Primary, 1000, None)));
+    assert_eq!(p.actions, vec![Action::Fence]);
+    match p.reason {
+        Reason::Fencing(why) => assert!(why.contains("S4"), "{why}"),
+        other => panic!("expected Fencing, got {other}"),
+    }
+}
+
+#[test]
+fn key_naming_me_at_start_up_is_adopted_after_a_counted_renewal() {
+    let mut c = core("pg1", None);
+    let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+    let p = c.step(t(5.0), &obs(v.clone(), pg(PgRole::Primary, 500, None)));
+    assert!(p.actions.is_empty());
+    assert!(
+        matches!(p.reason, Reason::Waiting(ref s) if s.contains("S4")),
+        "{}",
+        p.reason
+    );
+    assert!(c.renew_now());
+    assert_eq!(c.lease_to_renew(), Some((0xA, 5)));
+    assert!(c.leadership().is_none());
+
+    let mut o = obs(v, pg(PgRole::Primary, 500, None));
+    o.renewal = counted(0xA, 5.01);
+    let p = c.step(t(5.02), &o);
+    assert!(
+        matches!(p.reason, Reason::Other(ref s) if s.contains("adopted")),
+        "{}",
+        p.reason
+    );
+    let l = c.leadership().expect("leader after adopting");
+    assert_eq!((l.lease, l.epoch, l.renewed_at), (0xA, 5, t(5.01)));
+}
+
+#[test]
+fn a_better_fresh_candidate_makes_me_wait() {
+    let mut c = follower_with_poll(None);
+    let stale = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+        member("pg3", 9, "replica", 900, None),
+    ];
+    let mut o = obs(view(20, None, stale), pg(PgRole::Replica, 1000, None));
+    o.leader_deleted_at = Some(t(103.5));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(103.55),
+        ttl: None,
+        has_keys: false,
+    });
+    let p = c.step(t(103.6), &o);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    // pg3 publishes a fresher, better position after the vacancy was seen.
+    let fresh = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 21, "replica", 1000, None),
+        member("pg3", 22, "replica", 1200, None),
+    ];
+    let p = c.step(
+        t(104.0),
+        &obs(view(22, None, fresh), pg(PgRole::Replica, 1000, None)),
+    );
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(
+        matches!(p.reason, Reason::Waiting(ref s) if s.contains("pg3 is a better candidate")),
+        "{}",
+        p.reason
+    );
+}
+
+#[test]
+fn sigterm_on_a_leader_stops_then_releases_and_exits() {
+    let mut c = adopted_leader(100.0);
+    let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+    let mut o = obs(v.clone(), pg(PgRole::Primary, 600, None));
+    o.shutdown = true;
+    let p = c.step(t(101.0), &o);
+    assert_eq!(p.actions, vec![Action::StartJob(JobKind::Stop)]);
+    assert!(matches!(p.reason, Reason::ShuttingDown(_)), "{}", p.reason);
+
+    let mut o = obs(v, pg(PgRole::Stopped, 600, None));
+    o.shutdown = true;
+    o.job = Job::Finished {
+        kind: JobKind::Stop,
+        ok: true,
+        detail: String::new(),
+    };
+    let p = c.step(t(101.5), &o);
+    assert_eq!(
+        p.actions,
+        vec![
+            Action::Release {
+                lease: 0xA,
+                epoch: 5
+            },
+            Action::Exit
+        ]
+    );
+}

@@ -1,0 +1,483 @@
+//! The simulated shell around a real `Core`: the loop the lead's `src/agent.rs`
+//! runs, written as an `async fn` so that every blocking call is a point where the
+//! world's other events interleave. Per iteration: at fixed-rate ticks a confirmed
+//! renewal (keepalive, then a linearizable read of `leader`), a read of the scope,
+//! `LeaseTimeToLive`, a probe of PostgreSQL, publish the member key, `step`, then
+//! carry out the actions in order, feeding outcomes into the next observation.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tenure::core::model::*;
+use tenure::core::time::Instant;
+use tenure::core::{Core, CoreConfig};
+
+use super::etcd::{Op, Resp};
+use super::world::{LogWhat, Payload, World};
+
+pub struct Cx {
+    pub w: Rc<RefCell<World>>,
+    pub node: usize,
+}
+
+struct Park {
+    w: Rc<RefCell<World>>,
+    node: usize,
+    token: u64,
+}
+
+impl Future for Park {
+    type Output = Payload;
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Payload> {
+        let mut w = self.w.borrow_mut();
+        let n = &mut w.nodes[self.node];
+        match n.mailbox.take() {
+            Some((t, p)) if t == self.token => Poll::Ready(p),
+            other => {
+                n.mailbox = other;
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Cx {
+    fn now(&self) -> Instant {
+        self.w.borrow().now
+    }
+
+    fn park(&self, token: u64) -> Park {
+        Park {
+            w: self.w.clone(),
+            node: self.node,
+            token,
+        }
+    }
+
+    async fn call(&self, op: Op, deadline: Instant) -> Result<Resp, String> {
+        let token = self.w.borrow_mut().send(self.node, op, deadline);
+        match self.park(token).await {
+            // An answer read after the deadline (the agent was frozen) is a timeout.
+            Payload::Etcd(Ok(_)) if self.now() > deadline => {
+                Err("answer arrived after the deadline".into())
+            }
+            Payload::Etcd(r) => r,
+            other => Err(format!("unexpected wake-up {other:?}")),
+        }
+    }
+
+    async fn sleep_until(&self, t: Instant) {
+        let token = self.w.borrow_mut().sleep(self.node, t);
+        self.park(token).await;
+    }
+
+    async fn idle_until(&self, t: Instant) {
+        let token = self.w.borrow_mut().idle(self.node, t);
+        self.park(token).await;
+    }
+}
+
+#[derive(Default)]
+struct Outcomes {
+    acquire: Option<AcquireOutcome>,
+    claim: Option<ClaimOutcome>,
+    recorded_initialize: Option<bool>,
+    fence: Option<FenceOutcome>,
+    promoted: Option<bool>,
+    released: Option<bool>,
+}
+
+pub async fn run(cx: Cx) {
+    let (name, wd, timing) = {
+        let w = cx.w.borrow();
+        let n = &w.nodes[cx.node];
+        (n.name.clone(), n.wd_timeout, w.sched.profile.timing.clone())
+    };
+    let mut core = Core::new(
+        CoreConfig {
+            name: name.clone(),
+            nofailover: false,
+            watchdog: wd,
+            move_aside_unusable: true,
+        },
+        timing.clone(),
+    );
+    let r = timing.retry_timeout;
+    let lw = timing.loop_wait;
+    let mut next_tick = cx.now();
+    let mut out = Outcomes::default();
+    let mut again = false;
+    // (4): leases/epochs this incarnation fenced on.
+    let mut fenced: Vec<(LeaseId, Epoch)> = Vec::new();
+    let mut iterations: u64 = 0;
+
+    loop {
+        if again {
+            // Re-running at once still costs a little time.
+            let t = cx.now().add(Duration::from_micros(200));
+            cx.sleep_until(t).await;
+        } else if !core.renew_now() {
+            cx.idle_until(next_tick).await;
+        }
+        iterations += 1;
+        let now = cx.now();
+        let tick = now >= next_tick;
+        if tick {
+            // Fixed rate: the next multiple of loop_wait not yet past.
+            while next_tick <= now {
+                next_tick = next_tick.add(lw);
+            }
+        }
+        let cap = |core: &Core, t: Instant| -> Instant {
+            let d = t.add(r);
+            core.call_cap().map_or(d, |c| d.min(c))
+        };
+
+        // The confirmed renewal (DESIGN §1 step 2).
+        let mut renewal = None;
+        if let Some((lease, epoch)) = core.lease_to_renew()
+            && (tick || core.renew_now())
+        {
+            let s = cx.now();
+            let deadline = cap(&core, s);
+            let outcome = match cx.call(Op::KeepAlive { lease }, deadline).await {
+                Err(e) => RenewalOutcome::Failed(e),
+                Ok(Resp::Ttl(t)) if t <= 0 => RenewalOutcome::LeaseGone,
+                Ok(Resp::Ttl(t)) => match cx.call(Op::ReadLeader, deadline).await {
+                    Err(e) => RenewalOutcome::Failed(e),
+                    Ok(Resp::Leader(k)) => match k {
+                        Some(k) if k.name == name && k.epoch == epoch && k.lease == lease => {
+                            RenewalOutcome::Counted { ttl: t }
+                        }
+                        found => RenewalOutcome::KeyLost { found },
+                    },
+                    Ok(other) => RenewalOutcome::Failed(format!("{other:?}")),
+                },
+                Ok(other) => RenewalOutcome::Failed(format!("{other:?}")),
+            };
+            renewal = Some(Renewal {
+                lease,
+                sent_at: s,
+                outcome,
+            });
+        }
+        if let Some(lease) = core.lease_to_keep_alive()
+            && tick
+        {
+            let d = cap(&core, cx.now());
+            let _ = cx.call(Op::KeepAlive { lease }, d).await;
+        }
+        let d = cap(&core, cx.now());
+        let cluster = match cx.call(Op::ReadScope, d).await {
+            Ok(Resp::Scope(v)) => Ok(v),
+            Ok(other) => Err(format!("{other:?}")),
+            Err(e) => Err(e),
+        };
+        let mut lease_poll = None;
+        if let Some(lease) = core.lease_to_poll() {
+            let sent_at = cx.now();
+            let d = cap(&core, sent_at);
+            if let Ok(Resp::TimeToLive { ttl, has_keys }) =
+                cx.call(Op::TimeToLive { lease }, d).await
+            {
+                lease_poll = Some(LeasePoll {
+                    lease,
+                    sent_at,
+                    ttl,
+                    has_keys,
+                });
+            }
+        }
+        let (pg, job, leader_deleted_at, shutdown) = {
+            let mut w = cx.w.borrow_mut();
+            let pg = w.probe(cx.node);
+            let job = w.job_obs(cx.node);
+            let n = &mut w.nodes[cx.node];
+            (pg, job, n.watch_deleted_at.take(), n.shutdown)
+        };
+        if cluster.is_ok() {
+            let l = core.leadership();
+            let info = MemberInfo {
+                conn_url: format!("postgres://{name}:5432/postgres"),
+                api_url: format!("http://{name}:8008"),
+                state: "running".into(),
+                role: match pg.role {
+                    PgRole::Primary => "primary".into(),
+                    PgRole::Replica => "replica".into(),
+                    _ => String::new(),
+                },
+                version: "15".into(),
+                xlog_location: pg.lsn,
+                timeline: pg.timeline,
+                tags: Tags::default(),
+                epoch: l.map(|l| l.epoch),
+                watchdog_timeout: wd.map(|w| w.as_secs() as u32),
+                leader_lease: l.map(|l| l.lease),
+                pg_healthy: matches!(pg.role, PgRole::Primary | PgRole::Replica),
+                parse_error: None,
+            };
+            let d = cap(&core, cx.now());
+            let _ = cx
+                .call(
+                    Op::PutMember {
+                        name: name.clone(),
+                        info,
+                    },
+                    d,
+                )
+                .await;
+        }
+        let obs = Observation {
+            cluster,
+            renewal,
+            acquire: out.acquire.take(),
+            claim: out.claim.take(),
+            recorded_initialize: out.recorded_initialize.take(),
+            fence: out.fence.take(),
+            promoted: out.promoted.take(),
+            released: out.released.take(),
+            lease_poll,
+            leader_deleted_at,
+            pg,
+            job,
+            shutdown,
+        };
+        let members_seen = if let Ok(v) = &obs.cluster {
+            v.members
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{}@{} {} tl{} {} {}",
+                        m.name,
+                        m.mod_revision,
+                        m.info.role,
+                        m.info.timeline,
+                        m.info.xlog_location,
+                        if m.info.pg_healthy { "up" } else { "down" }
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        } else {
+            String::new()
+        };
+        let now = cx.now();
+        let before = core.leadership().map(|l| (l.lease, l.epoch));
+        let f_before = core.fence_deadline();
+        let plan = core.step(now, &obs);
+        {
+            let mut w = cx.w.borrow_mut();
+            w.note(
+                Some(cx.node),
+                LogWhat::Step(plan.reason.clone(), plan.actions.clone()),
+            );
+            if plan.actions.contains(&Action::Acquire) {
+                let rev = obs.cluster.as_ref().map_or(0, |v| v.revision);
+                w.text(
+                    Some(cx.node),
+                    format!("acquire decided on scope rev {rev}: [{members_seen}]"),
+                );
+            }
+            if let (Some(b), None) = (before, core.leadership())
+                && plan.actions.contains(&Action::Fence)
+            {
+                fenced.push(b);
+            }
+            if let Some((lease, epoch)) = core.lease_to_renew()
+                && fenced.contains(&(lease, epoch))
+            {
+                w.violation(format!(
+                    "(4) {name} resumes on lease {lease:x} epoch {epoch} after fencing on it"
+                ));
+            }
+            if iterations > 2_000_000 {
+                w.violation(format!("{name}: runaway loop"));
+                return;
+            }
+        }
+        again = plan.again;
+
+        for a in plan.actions {
+            match a {
+                Action::ClaimInitialize => {
+                    let d = cx.now().add(r);
+                    out.claim = Some(match cx.call(Op::Grant { ttl: timing.ttl }, d).await {
+                        Ok(Resp::Granted { id, .. }) => {
+                            let d = cx.now().add(r);
+                            let op = Op::ClaimInit {
+                                me: name.clone(),
+                                lease: id,
+                            };
+                            match cx.call(op, d).await {
+                                Ok(Resp::Created(Some(_))) => ClaimOutcome::Won { lease: id },
+                                Ok(_) => {
+                                    let d = cx.now().add(r);
+                                    let _ = cx.call(Op::Revoke { lease: id }, d).await;
+                                    ClaimOutcome::Lost
+                                }
+                                Err(e) => ClaimOutcome::Failed(e),
+                            }
+                        }
+                        Ok(other) => ClaimOutcome::Failed(format!("{other:?}")),
+                        Err(e) => ClaimOutcome::Failed(e),
+                    });
+                }
+                Action::RecordInitialize { sysid, lease } => {
+                    let d = cx.now().add(r);
+                    match cx.call(Op::RecordInit { lease, sysid }, d).await {
+                        Ok(Resp::Done(b)) => {
+                            out.recorded_initialize = Some(b);
+                            if b {
+                                let d = cx.now().add(r);
+                                let _ = cx.call(Op::Revoke { lease }, d).await;
+                            }
+                        }
+                        _ => out.recorded_initialize = None,
+                    }
+                }
+                Action::CreateInitialize { sysid } => {
+                    let d = cx.now().add(r);
+                    if let Ok(Resp::Done(b)) = cx.call(Op::CreateInit { sysid }, d).await {
+                        out.recorded_initialize = Some(b);
+                    }
+                }
+                Action::Acquire => {
+                    let g = cx.now();
+                    let d = g.add(r);
+                    out.acquire = Some(match cx.call(Op::Grant { ttl: timing.ttl }, d).await {
+                        Ok(Resp::Granted { id, ttl }) => {
+                            let d = cx.now().add(r);
+                            let op = Op::CreateLeader {
+                                me: name.clone(),
+                                lease: id,
+                            };
+                            match cx.call(op, d).await {
+                                Ok(Resp::Created(Some(epoch))) => AcquireOutcome::Won {
+                                    lease: id,
+                                    granted_ttl: ttl as u32,
+                                    granted_at: g,
+                                    epoch,
+                                },
+                                Ok(_) => {
+                                    let d = cx.now().add(r);
+                                    let _ = cx.call(Op::Revoke { lease: id }, d).await;
+                                    AcquireOutcome::Lost
+                                }
+                                Err(e) => AcquireOutcome::Failed(e),
+                            }
+                        }
+                        Ok(other) => AcquireOutcome::Failed(format!("{other:?}")),
+                        Err(e) => AcquireOutcome::Failed(e),
+                    });
+                }
+                Action::StartJob(kind) => {
+                    let mut w = cx.w.borrow_mut();
+                    if w.nodes[cx.node].job.is_none() {
+                        w.start_job(cx.node, kind);
+                    }
+                }
+                Action::Promote { epoch } => {
+                    let (done, old_tl, lsn) = {
+                        let mut w = cx.w.borrow_mut();
+                        let now = w.now;
+                        let pg = &w.nodes[cx.node].pg;
+                        let (tl, lsn) = (pg.timeline, w.lsn_of(cx.node, now));
+                        (w.promote(cx.node), tl, lsn)
+                    };
+                    // pg_promote() waits; the call is still capped at F - B.
+                    let until = core.call_cap().unwrap_or(done).min(done).max(cx.now());
+                    cx.sleep_until(until).await;
+                    let ok = {
+                        let w = cx.w.borrow();
+                        w.nodes[cx.node].pg.run == super::world::Run::Primary
+                    };
+                    out.promoted = Some(ok);
+                    if ok {
+                        let entry = HistoryEntry {
+                            timeline: old_tl,
+                            lsn,
+                            reason: "no recovery target specified".into(),
+                            timestamp: format!("{}", cx.now()),
+                            new_leader: name.clone(),
+                        };
+                        let d = cap(&core, cx.now());
+                        let op = Op::AppendHistory {
+                            me: name.clone(),
+                            epoch,
+                            entry,
+                        };
+                        let _ = cx.call(op, d).await;
+                    }
+                }
+                Action::Retarget { leader } => {
+                    cx.w.borrow_mut().retarget(cx.node, &leader);
+                }
+                Action::Fence => {
+                    let now = cx.now();
+                    let deadline = f_before.unwrap_or(now.add(timing.demote_budget)).max(now);
+                    let gone = cx.w.borrow_mut().fence(cx.node);
+                    cx.sleep_until(gone.min(deadline)).await;
+                    out.fence = Some(if gone <= deadline {
+                        FenceOutcome::Complete
+                    } else {
+                        FenceOutcome::Incomplete
+                    });
+                }
+                Action::Release { lease, epoch } => {
+                    let d = cx.now().add(r);
+                    let op = Op::DeleteLeader {
+                        me: name.clone(),
+                        epoch,
+                    };
+                    out.released = Some(matches!(cx.call(op, d).await, Ok(Resp::Done(true))));
+                    let d = cx.now().add(r);
+                    let _ = cx.call(Op::Revoke { lease }, d).await;
+                }
+                Action::Revoke { lease } => {
+                    let d = cx.now().add(r);
+                    let _ = cx.call(Op::Revoke { lease }, d).await;
+                }
+                Action::AppendHistory { epoch, entry } => {
+                    let d = cap(&core, cx.now());
+                    let op = Op::AppendHistory {
+                        me: name.clone(),
+                        epoch,
+                        entry,
+                    };
+                    let _ = cx.call(op, d).await;
+                }
+                Action::SyncSlots { .. } => {}
+                Action::MoveDataAside => {
+                    let mut w = cx.w.borrow_mut();
+                    if w.nodes[cx.node].pg.run == super::world::Run::Stopped {
+                        let pg = &mut w.nodes[cx.node].pg;
+                        pg.sysid = None;
+                        pg.was_primary = false;
+                        pg.timeline = 1;
+                        pg.lsn = 0;
+                    }
+                }
+                Action::PetWatchdog => {
+                    let mut w = cx.w.borrow_mut();
+                    let now = w.now;
+                    // S2: a deliberate pet only at t with t + 2W <= H.
+                    if let (Some(wt), Some(h)) = (wd, core.horizon())
+                        && now.add(wt).add(wt) > h
+                    {
+                        w.violation(format!(
+                            "S2: {name} pets at {now} but t + 2W = {} > H = {h}",
+                            now.add(wt).add(wt)
+                        ));
+                    }
+                    w.pet(cx.node);
+                }
+                Action::DisarmWatchdog => cx.w.borrow_mut().disarm(cx.node),
+                Action::Exit => return,
+            }
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! A simulated etcd that behaves like etcd, not better: one linearizable KV with
+//! revisions and `create_revision`, leases with a granted TTL >= the minimum, expiry
+//! swept late by a 500 ms lessor tick, every lease reset to its full TTL plus an
+//! election timeout when a new etcd leader takes over, and `LeaseTimeToLive`
+//! truncating to whole seconds. Requests are applied at one instant chosen by the
+//! world (between their send and their answer).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tenure::core::model::*;
+use tenure::core::time::Instant;
+
+#[derive(Clone, Debug)]
+pub enum Val {
+    Name(String),
+    InitLocked(String),
+    InitDone(u64),
+    History(Vec<HistoryEntry>),
+    Member(MemberInfo),
+}
+
+#[derive(Clone, Debug)]
+pub struct Kv {
+    pub val: Val,
+    pub create_rev: i64,
+    pub mod_rev: i64,
+    pub lease: LeaseId,
+}
+
+#[derive(Clone, Debug)]
+pub struct Lease {
+    pub ttl: i64,
+    pub expiry: Instant,
+}
+
+#[derive(Clone, Debug)]
+pub enum Op {
+    Grant {
+        ttl: u32,
+    },
+    KeepAlive {
+        lease: LeaseId,
+    },
+    TimeToLive {
+        lease: LeaseId,
+    },
+    Revoke {
+        lease: LeaseId,
+    },
+    ReadLeader,
+    ReadScope,
+    /// `If(version(leader) == 0) Then(put(leader, me, lease))`.
+    CreateLeader {
+        me: String,
+        lease: LeaseId,
+    },
+    ClaimInit {
+        me: String,
+        lease: LeaseId,
+    },
+    /// `If(lease(initialize) == lease) Then(put(initialize, sysid))`.
+    RecordInit {
+        lease: LeaseId,
+        sysid: u64,
+    },
+    CreateInit {
+        sysid: u64,
+    },
+    PutMember {
+        name: String,
+        info: MemberInfo,
+    },
+    /// Guarded by `create_revision(leader) == epoch && value(leader) == me`.
+    DeleteLeader {
+        me: String,
+        epoch: Epoch,
+    },
+    AppendHistory {
+        me: String,
+        epoch: Epoch,
+        entry: HistoryEntry,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub enum Resp {
+    Granted {
+        id: LeaseId,
+        ttl: i64,
+    },
+    /// Keepalive answer: the TTL, <= 0 when the lease is gone or expired.
+    Ttl(i64),
+    TimeToLive {
+        ttl: Option<i64>,
+        has_keys: bool,
+    },
+    Done(bool),
+    Leader(Option<LeaderKey>),
+    Scope(ClusterView),
+    Created(Option<i64>),
+}
+
+pub struct Etcd {
+    pub rev: i64,
+    pub kv: BTreeMap<String, Kv>,
+    pub leases: BTreeMap<LeaseId, Lease>,
+    next_lease: LeaseId,
+    pub min_ttl: i64,
+    pub election_timeout: Duration,
+    /// Set when `leader` was deleted (the world turns it into watch events).
+    pub leader_deleted: bool,
+}
+
+impl Etcd {
+    pub fn new() -> Etcd {
+        Etcd {
+            rev: 1,
+            kv: BTreeMap::new(),
+            leases: BTreeMap::new(),
+            next_lease: 0x7a00,
+            // ceil(1.5 x election timeout 500 ms)
+            min_ttl: 1,
+            election_timeout: Duration::from_millis(500),
+            leader_deleted: false,
+        }
+    }
+
+    fn expired(&self, id: LeaseId, now: Instant) -> bool {
+        self.leases.get(&id).is_none_or(|l| l.expiry <= now)
+    }
+
+    pub fn leader_key(&self) -> Option<LeaderKey> {
+        self.kv.get("leader").and_then(|kv| match &kv.val {
+            Val::Name(n) => Some(LeaderKey {
+                name: n.clone(),
+                epoch: kv.create_rev,
+                mod_revision: kv.mod_rev,
+                lease: kv.lease,
+            }),
+            _ => None,
+        })
+    }
+
+    fn put(&mut self, key: &str, val: Val, lease: LeaseId) -> i64 {
+        self.rev += 1;
+        let rev = self.rev;
+        let create_rev = self.kv.get(key).map_or(rev, |k| k.create_rev);
+        self.kv.insert(
+            key.to_string(),
+            Kv {
+                val,
+                create_rev,
+                mod_rev: rev,
+                lease,
+            },
+        );
+        create_rev
+    }
+
+    pub fn delete(&mut self, key: &str) -> bool {
+        if self.kv.remove(key).is_some() {
+            self.rev += 1;
+            if key == "leader" {
+                self.leader_deleted = true;
+            }
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Revoke a lease and delete its keys (one revision for all, like etcd).
+    pub fn revoke(&mut self, id: LeaseId) -> bool {
+        if self.leases.remove(&id).is_none() {
+            return false;
+        }
+        let keys: Vec<String> = self
+            .kv
+            .iter()
+            .filter(|(_, v)| v.lease == id)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            self.delete(&k);
+        }
+        true
+    }
+
+    /// The lessor's periodic check: revoke every lease past its expiry.
+    pub fn sweep(&mut self, now: Instant) {
+        let due: Vec<LeaseId> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.expiry <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            self.revoke(id);
+        }
+    }
+
+    /// A new etcd leader: every lease gets its full TTL plus an election timeout,
+    /// counted from now (no lease checkpointing in 3.4).
+    pub fn leader_changed(&mut self, now: Instant) {
+        let et = self.election_timeout;
+        for l in self.leases.values_mut() {
+            l.expiry = now.add(Duration::from_secs(l.ttl.unsigned_abs())).add(et);
+        }
+    }
+
+    pub fn apply(&mut self, now: Instant, op: &Op) -> Resp {
+        match op {
+            Op::Grant { ttl } => {
+                self.next_lease += 1;
+                let id = self.next_lease;
+                let ttl = i64::from(*ttl).max(self.min_ttl);
+                self.leases.insert(
+                    id,
+                    Lease {
+                        ttl,
+                        expiry: now.add(Duration::from_secs(ttl.unsigned_abs())),
+                    },
+                );
+                Resp::Granted { id, ttl }
+            }
+            Op::KeepAlive { lease } => {
+                // An expired lease awaiting its revoke answers "not found".
+                if self.expired(*lease, now) {
+                    return Resp::Ttl(0);
+                }
+                let l = self.leases.get_mut(lease).expect("checked above");
+                l.expiry = now.add(Duration::from_secs(l.ttl.unsigned_abs()));
+                Resp::Ttl(l.ttl)
+            }
+            Op::TimeToLive { lease } => match self.leases.get(lease) {
+                None => Resp::TimeToLive {
+                    ttl: None,
+                    has_keys: false,
+                },
+                Some(l) => {
+                    // Truncated toward zero, negative once expired.
+                    let rem = if l.expiry >= now {
+                        (l.expiry.since(now).as_secs()) as i64
+                    } else {
+                        -(now.since(l.expiry).as_secs() as i64)
+                    };
+                    Resp::TimeToLive {
+                        ttl: Some(rem),
+                        has_keys: self.kv.values().any(|v| v.lease == *lease),
+                    }
+                }
+            },
+            Op::Revoke { lease } => Resp::Done(self.revoke(*lease)),
+            Op::ReadLeader => Resp::Leader(self.leader_key()),
+            Op::ReadScope => Resp::Scope(self.scope()),
+            Op::CreateLeader { me, lease } => {
+                if self.kv.contains_key("leader") || self.expired(*lease, now) {
+                    return Resp::Created(None);
+                }
+                Resp::Created(Some(self.put("leader", Val::Name(me.clone()), *lease)))
+            }
+            Op::ClaimInit { me, lease } => {
+                if self.kv.contains_key("initialize") || self.expired(*lease, now) {
+                    return Resp::Created(None);
+                }
+                Resp::Created(Some(self.put(
+                    "initialize",
+                    Val::InitLocked(me.clone()),
+                    *lease,
+                )))
+            }
+            Op::RecordInit { lease, sysid } => {
+                let ok = self.kv.get("initialize").is_some_and(|k| k.lease == *lease);
+                if ok {
+                    self.put("initialize", Val::InitDone(*sysid), 0);
+                }
+                Resp::Done(ok)
+            }
+            Op::CreateInit { sysid } => {
+                if self.kv.contains_key("initialize") {
+                    return Resp::Done(false);
+                }
+                self.put("initialize", Val::InitDone(*sysid), 0);
+                Resp::Done(true)
+            }
+            Op::PutMember { name, info } => {
+                self.put(&format!("members/{name}"), Val::Member(info.clone()), 0);
+                Resp::Done(true)
+            }
+            Op::DeleteLeader { me, epoch } => {
+                let ok = self.guard(me, *epoch);
+                if ok {
+                    self.delete("leader");
+                }
+                Resp::Done(ok)
+            }
+            Op::AppendHistory { me, epoch, entry } => {
+                if !self.guard(me, *epoch) {
+                    return Resp::Done(false);
+                }
+                let mut h = match self.kv.get("history").map(|k| &k.val) {
+                    Some(Val::History(h)) => h.clone(),
+                    _ => Vec::new(),
+                };
+                h.push(entry.clone());
+                self.put("history", Val::History(h), 0);
+                Resp::Done(true)
+            }
+        }
+    }
+
+    fn guard(&self, me: &str, epoch: Epoch) -> bool {
+        self.leader_key()
+            .is_some_and(|k| k.name == me && k.epoch == epoch)
+    }
+
+    fn scope(&self) -> ClusterView {
+        let mut v = ClusterView {
+            revision: self.rev,
+            leader: self.leader_key(),
+            ..ClusterView::default()
+        };
+        for (k, kv) in &self.kv {
+            match (&kv.val, k.strip_prefix("members/")) {
+                (Val::Member(info), Some(name)) => v.members.push(Member {
+                    name: name.to_string(),
+                    mod_revision: kv.mod_rev,
+                    lease: kv.lease,
+                    info: info.clone(),
+                }),
+                (Val::InitLocked(holder), _) => {
+                    v.initialize = Some(Initialize::Locked {
+                        lease: kv.lease,
+                        holder: holder.clone(),
+                    })
+                }
+                (Val::InitDone(sysid), _) => {
+                    v.initialize = Some(Initialize::Done { sysid: *sysid })
+                }
+                (Val::History(h), _) => v.history = h.clone(),
+                _ => {}
+            }
+        }
+        v
+    }
+}

@@ -1,0 +1,1250 @@
+//! The simulated world: a virtual clock and event queue, the etcd cluster, and per
+//! node a host (simulated PostgreSQL, watchdog device, supervised jobs) plus the
+//! mailbox through which the node's agent (see `agent.rs`) awaits its answers.
+//!
+//! Faults are chosen by the seed; invariants are checked from the recorded history
+//! of writable primaries ("reigns") and from the agents' own checks.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Duration;
+
+use tenure::core::model::*;
+use tenure::core::time::Instant;
+
+use super::etcd::{Etcd, Op, Resp};
+use super::rng::Rng;
+
+pub fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+/// Timing profile of a run.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    pub name: &'static str,
+    pub timing: Timing,
+    pub w: Duration,
+}
+
+pub fn profiles() -> [Profile; 2] {
+    let t = |ttl, lw, r, m, b| Timing {
+        ttl,
+        loop_wait: secs(lw),
+        retry_timeout: secs(r),
+        safety_margin: secs(m),
+        demote_budget: secs(b),
+        promote_delay: None,
+        // Replicas that were down lag a lot in this model; lag is not what is tested.
+        maximum_lag_on_failover: u64::MAX / 4,
+        primary_start_timeout: Duration::from_secs(u64::from(ttl)),
+    };
+    [
+        Profile {
+            name: "ttl7",
+            timing: t(7, 0.5, 0.25, 0.5, 1.0),
+            w: secs(3.0),
+        },
+        Profile {
+            name: "ttl30",
+            timing: t(30, 2.0, 1.0, 2.0, 1.0),
+            w: secs(13.0),
+        },
+    ]
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    HostCrash,
+    AgentCrash,
+    Stall,
+    Partition,
+    Delay,
+    EtcdLeaderChange,
+    EarlyDelete,
+    EarlyRevoke,
+    Shutdown,
+}
+
+#[derive(Clone, Debug)]
+pub struct Fault {
+    pub at: Instant,
+    pub kind: FaultKind,
+    /// Aim at the current leader (else a random node).
+    pub at_leader: bool,
+    pub pick: u64,
+    pub dur: Duration,
+}
+
+/// Everything a run is, derived from its seed.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    pub seed: u64,
+    pub nodes: usize,
+    pub profile: Profile,
+    /// Per node: does it run a watchdog.
+    pub watchdog: Vec<bool>,
+    pub faults: Vec<Fault>,
+}
+
+impl Schedule {
+    pub fn from_seed(seed: u64) -> Schedule {
+        let mut r = Rng::new(seed);
+        let nodes = 3 + r.below(3) as usize;
+        let profile = profiles()[usize::from(r.chance(0.2))].clone();
+        let watchdog = match r.below(3) {
+            0 => vec![true; nodes],
+            1 => vec![false; nodes],
+            _ => (0..nodes).map(|_| r.chance(0.5)).collect(),
+        };
+        let ttl = f64::from(profile.timing.ttl);
+        let lw = profile.timing.loop_wait.as_secs_f64();
+        // Faults start once the bootstrap is surely over.
+        let start = 12.0 + 3.0 * lw;
+        let span = ttl * (1.0 + 5.0 * r.unit());
+        let n_faults = 1 + r.below(8);
+        let mut faults = Vec::new();
+        for _ in 0..n_faults {
+            let kind = match r.below(100) {
+                0..=14 => FaultKind::HostCrash,
+                15..=27 => FaultKind::AgentCrash,
+                28..=42 => FaultKind::Stall,
+                43..=57 => FaultKind::Partition,
+                58..=67 => FaultKind::Delay,
+                68..=77 => FaultKind::EtcdLeaderChange,
+                78..=85 => FaultKind::EarlyDelete,
+                86..=93 => FaultKind::EarlyRevoke,
+                _ => FaultKind::Shutdown,
+            };
+            let dur = match kind {
+                // Restart delay.
+                FaultKind::HostCrash => r.dur(secs(0.5), secs(ttl)),
+                FaultKind::AgentCrash | FaultKind::Shutdown => r.dur(secs(0.1), secs(ttl)),
+                FaultKind::Stall | FaultKind::Partition => r.dur(secs(0.2), secs(2.0 * ttl)),
+                FaultKind::Delay => r.dur(secs(0.5), secs(ttl)),
+                FaultKind::EtcdLeaderChange => r.dur(secs(0.3), secs(1.5)),
+                FaultKind::EarlyDelete | FaultKind::EarlyRevoke => Duration::ZERO,
+            };
+            faults.push(Fault {
+                at: Instant::ZERO.add(secs(start + span * r.unit())),
+                kind,
+                at_leader: r.chance(0.6),
+                pick: r.next_u64(),
+                dur,
+            });
+        }
+        faults.sort_by_key(|f| f.at);
+        Schedule {
+            seed,
+            nodes,
+            profile,
+            watchdog,
+            faults,
+        }
+    }
+
+    /// Schedules in which a primary's agent can stop without its PostgreSQL
+    /// (SIGSTOP, or SIGKILL with no systemd cgroup kill modelled): without a
+    /// watchdog the design admits an overlap there, so it is measured, not asserted.
+    pub fn frozen_agent_possible(&self) -> bool {
+        self.faults.iter().any(|f| {
+            matches!(
+                f.kind,
+                FaultKind::Stall | FaultKind::AgentCrash | FaultKind::Shutdown
+            )
+        })
+    }
+
+    pub fn fence_asserted(&self) -> bool {
+        !self.frozen_agent_possible() || self.watchdog.iter().all(|w| *w)
+    }
+
+    /// Liveness bound after the faults stop (DESIGN §2's worst-case failover, made
+    /// generous): ttl + election timeout + 0.5 s sweep + promote delay after an early
+    /// expiry (max of ttl + R and 2W + R + M) + a few loops + jobs + a reboot.
+    pub fn liveness_bound(&self) -> Duration {
+        let t = &self.profile.timing;
+        let ttl = secs(f64::from(t.ttl));
+        let delay =
+            (ttl + t.retry_timeout).max(2 * self.profile.w + t.retry_timeout + t.safety_margin);
+        ttl + secs(1.0) + delay + 6 * (t.loop_wait + t.retry_timeout) + secs(10.0)
+    }
+}
+
+/// A PostgreSQL data directory and server.
+#[derive(Clone, Debug)]
+pub struct Pg {
+    /// `None` = empty data directory.
+    pub sysid: Option<u64>,
+    pub was_primary: bool,
+    pub run: Run,
+    pub timeline: u32,
+    pub lsn: u64,
+    pub lsn_at: Instant,
+    /// Processes are being killed by a fence; all gone at this instant.
+    pub dying: Option<Instant>,
+    pub pgen: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Run {
+    Stopped,
+    Primary,
+    Replica { following: String },
+}
+
+/// One interval during which a node's PostgreSQL ran as a writable primary.
+#[derive(Clone, Debug)]
+pub struct Reign {
+    pub node: usize,
+    pub timeline: u32,
+    pub start: Instant,
+    pub end: Option<Instant>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Wd {
+    pub armed: bool,
+    pub last_ping: Instant,
+}
+
+#[derive(Clone, Debug)]
+pub struct JobSlot {
+    pub id: u64,
+    pub kind: JobKind,
+    pub since: Instant,
+}
+
+#[derive(Debug)]
+pub enum Payload {
+    Etcd(Result<Resp, String>),
+    Timer,
+    Wake,
+}
+
+pub struct Node {
+    pub name: String,
+    pub wd_timeout: Option<Duration>,
+    pub host_up: bool,
+    pub agent_alive: bool,
+    pub inc: u32,
+    pub frozen_until: Option<Instant>,
+    pub partitioned_until: Instant,
+    pub delay_until: Instant,
+    pub pg: Pg,
+    pub wd: Wd,
+    pub job: Option<JobSlot>,
+    pub job_done: Option<Job>,
+    pub next_job: u64,
+    pub waiting: Option<u64>,
+    /// The token of an idle wait that a watch event or a job exit may cut short.
+    pub idle: Option<u64>,
+    pub mailbox: Option<(u64, Payload)>,
+    pub watch_deleted_at: Option<Instant>,
+    pub shutdown: bool,
+    pub reign: Option<usize>,
+}
+
+#[derive(Debug)]
+pub enum Ev {
+    Deliver {
+        node: usize,
+        inc: u32,
+        token: u64,
+        payload: Payload,
+    },
+    Apply {
+        node: usize,
+        token: u64,
+        inc: u32,
+        op: Op,
+        resp_at: Instant,
+        deadline: Instant,
+    },
+    Watch {
+        node: usize,
+        inc: u32,
+    },
+    Sweep,
+    EtcdUp,
+    WdCheck {
+        node: usize,
+    },
+    JobDone {
+        node: usize,
+        id: u64,
+    },
+    PgGone {
+        node: usize,
+        pgen: u64,
+    },
+    PromoteDone {
+        node: usize,
+        pgen: u64,
+    },
+    Fault(usize),
+    Restart {
+        node: usize,
+    },
+    LivenessCheck,
+}
+
+/// What the driver must do with the agents' futures.
+pub enum Cmd {
+    Spawn(usize),
+    Kill(usize),
+    Poll(usize),
+}
+
+#[derive(Clone, Debug)]
+pub struct LogLine {
+    pub at: Instant,
+    pub node: Option<usize>,
+    pub what: LogWhat,
+}
+
+#[derive(Clone, Debug)]
+pub enum LogWhat {
+    Step(Reason, Vec<Action>),
+    Text(String),
+}
+
+pub struct World {
+    pub sched: Schedule,
+    pub now: Instant,
+    pub rng: Rng,
+    queue: BinaryHeap<Reverse<(Instant, u64)>>,
+    evs: std::collections::HashMap<u64, Ev>,
+    seq: u64,
+    pub etcd: Etcd,
+    pub etcd_down_until: Instant,
+    pub nodes: Vec<Node>,
+    pub reigns: Vec<Reign>,
+    pub log: VecDeque<LogLine>,
+    pub violations: Vec<String>,
+    pub faults_fired: usize,
+    pub quiet_from: Instant,
+    pub end: Option<Instant>,
+    pub live_ok: Option<bool>,
+    pub time_to_primary: Option<Duration>,
+    pub events: u64,
+    pub timeline_regressions: u64,
+    last_step: Vec<Option<(std::mem::Discriminant<Reason>, Vec<Action>)>>,
+}
+
+const LOG_KEEP: usize = 60;
+
+impl World {
+    pub fn new(sched: Schedule) -> World {
+        let sched_nodes = sched.nodes;
+        let rng = Rng::new(sched.seed.wrapping_mul(31).wrapping_add(7));
+        let nodes = (0..sched.nodes)
+            .map(|i| Node {
+                name: format!("pg{i}"),
+                wd_timeout: sched.watchdog[i].then_some(sched.profile.w),
+                host_up: true,
+                agent_alive: false,
+                inc: 0,
+                frozen_until: None,
+                partitioned_until: Instant::ZERO,
+                delay_until: Instant::ZERO,
+                pg: Pg {
+                    sysid: None,
+                    was_primary: false,
+                    run: Run::Stopped,
+                    timeline: 1,
+                    lsn: 0,
+                    lsn_at: Instant::ZERO,
+                    dying: None,
+                    pgen: 0,
+                },
+                wd: Wd::default(),
+                job: None,
+                job_done: None,
+                next_job: 0,
+                waiting: None,
+                idle: None,
+                mailbox: None,
+                watch_deleted_at: None,
+                shutdown: false,
+                reign: None,
+            })
+            .collect();
+        let mut w = World {
+            sched,
+            now: Instant::ZERO,
+            rng,
+            queue: BinaryHeap::new(),
+            evs: Default::default(),
+            seq: 0,
+            etcd: Etcd::new(),
+            etcd_down_until: Instant::ZERO,
+            nodes,
+            reigns: Vec::new(),
+            log: VecDeque::new(),
+            violations: Vec::new(),
+            faults_fired: 0,
+            quiet_from: Instant::ZERO,
+            end: None,
+            live_ok: None,
+            time_to_primary: None,
+            events: 0,
+            timeline_regressions: 0,
+            last_step: vec![None; sched_nodes],
+        };
+        let phase = w.rng.ms(1, 500);
+        w.push(Instant::ZERO.add(phase), Ev::Sweep);
+        for n in 0..w.nodes.len() {
+            let d = w.rng.ms(1, 300);
+            w.push(Instant::ZERO.add(d), Ev::Restart { node: n });
+        }
+        for i in 0..w.sched.faults.len() {
+            let at = w.sched.faults[i].at;
+            w.push(at, Ev::Fault(i));
+        }
+        if w.sched.faults.is_empty() {
+            w.quiet_from = Instant::ZERO;
+            w.arm_liveness();
+        }
+        w
+    }
+
+    pub fn push(&mut self, at: Instant, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((at.max(self.now), self.seq)));
+        self.evs.insert(self.seq, ev);
+    }
+
+    pub fn pop(&mut self) -> Option<(Instant, Ev)> {
+        let Reverse((at, seq)) = self.queue.pop()?;
+        let ev = self.evs.remove(&seq).expect("queued event");
+        Some((at, ev))
+    }
+
+    pub fn note(&mut self, node: Option<usize>, what: LogWhat) {
+        // Steady state repeats itself: keep a step only when it differs in kind or
+        // actions from the node's previous one.
+        if let (Some(n), LogWhat::Step(r, a)) = (node, &what) {
+            let key = (std::mem::discriminant(r), a.clone());
+            if self.last_step[n].as_ref() == Some(&key) {
+                return;
+            }
+            self.last_step[n] = Some(key);
+        }
+        if self.log.len() >= LOG_KEEP {
+            self.log.pop_front();
+        }
+        self.log.push_back(LogLine {
+            at: self.now,
+            node,
+            what,
+        });
+    }
+
+    pub fn text(&mut self, node: Option<usize>, s: String) {
+        self.note(node, LogWhat::Text(s));
+    }
+
+    pub fn violation(&mut self, s: String) {
+        let line = format!("at {}: {s}", self.now);
+        self.text(None, format!("VIOLATION {s}"));
+        self.violations.push(line);
+    }
+
+    pub fn node_by_name(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.name == name)
+    }
+
+    // ----- the agent's side: calls, timers, waits -----
+
+    fn token(&mut self, node: usize) -> u64 {
+        self.seq += 1;
+        let t = self.seq;
+        self.nodes[node].waiting = Some(t);
+        t
+    }
+
+    /// Send an etcd request; its answer (or the timeout) arrives in the mailbox.
+    pub fn send(&mut self, node: usize, op: Op, deadline: Instant) -> u64 {
+        let token = self.token(node);
+        let inc = self.nodes[node].inc;
+        let now = self.now;
+        let timeout = |tok| Ev::Deliver {
+            node,
+            inc,
+            token: tok,
+            payload: Payload::Etcd(Err("timed out".into())),
+        };
+        if deadline <= now {
+            self.push(now, timeout(token));
+            return token;
+        }
+        self.push(deadline, timeout(token));
+        if self.nodes[node].partitioned_until > now {
+            return token;
+        }
+        // Latencies: usually sub-millisecond, sometimes tens of milliseconds.
+        let slow = self.rng.chance(0.03);
+        let a = if slow {
+            self.rng.ms(5, 120)
+        } else {
+            self.rng.dur(secs(0.0001), secs(0.002))
+        };
+        let mut b = if self.rng.chance(0.03) {
+            self.rng.ms(5, 120)
+        } else {
+            self.rng.dur(secs(0.0001), secs(0.002))
+        };
+        if self.nodes[node].delay_until > now {
+            // Answers held back beyond retry_timeout.
+            let r = self.sched.profile.timing.retry_timeout;
+            b += self.rng.dur(r, 3 * r);
+        }
+        let apply_at = now.add(a);
+        self.push(
+            apply_at,
+            Ev::Apply {
+                node,
+                token,
+                inc,
+                op,
+                resp_at: apply_at.add(b),
+                deadline,
+            },
+        );
+        token
+    }
+
+    pub fn sleep(&mut self, node: usize, until: Instant) -> u64 {
+        let token = self.token(node);
+        let inc = self.nodes[node].inc;
+        self.push(
+            until,
+            Ev::Deliver {
+                node,
+                inc,
+                token,
+                payload: Payload::Timer,
+            },
+        );
+        token
+    }
+
+    /// Wait for the tick, cut short by a watch event or a job exit.
+    pub fn idle(&mut self, node: usize, until: Instant) -> u64 {
+        let t = self.sleep(node, until);
+        let n = &mut self.nodes[node];
+        n.idle = Some(t);
+        if n.watch_deleted_at.is_some() || n.job_done.is_some() || n.shutdown {
+            self.wake(node);
+        }
+        t
+    }
+
+    fn wake(&mut self, node: usize) {
+        if let Some(t) = self.nodes[node].idle.take() {
+            let inc = self.nodes[node].inc;
+            let now = self.now;
+            self.push(
+                now,
+                Ev::Deliver {
+                    node,
+                    inc,
+                    token: t,
+                    payload: Payload::Wake,
+                },
+            );
+        }
+    }
+
+    // ----- PostgreSQL -----
+
+    pub fn lsn_of(&self, node: usize, at: Instant) -> u64 {
+        let pg = &self.nodes[node].pg;
+        match pg.run {
+            // One byte per microsecond while writable.
+            Run::Primary if pg.dying.is_none() => pg.lsn + at.since(pg.lsn_at).as_micros() as u64,
+            _ => pg.lsn,
+        }
+    }
+
+    fn writable(&self, node: usize) -> bool {
+        self.nodes[node].pg.run == Run::Primary
+    }
+
+    fn begin_reign(&mut self, node: usize) {
+        let now = self.now;
+        let tl = self.nodes[node].pg.timeline;
+        let others: Vec<String> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, n)| *i != node && n.pg.run == Run::Primary)
+            .map(|(_, n)| format!("{} (timeline {})", n.name, n.pg.timeline))
+            .collect();
+        if !others.is_empty() {
+            let msg = format!(
+                "OVERLAP {} becomes a writable primary (timeline {tl}) while {others:?} still are",
+                self.nodes[node].name
+            );
+            self.text(None, msg);
+        }
+        self.reigns.push(Reign {
+            node,
+            timeline: tl,
+            start: now,
+            end: None,
+        });
+        self.nodes[node].reign = Some(self.reigns.len() - 1);
+        let pg = &mut self.nodes[node].pg;
+        pg.run = Run::Primary;
+        pg.was_primary = true;
+        pg.lsn_at = now;
+    }
+
+    /// All processes of the node's PostgreSQL are gone now.
+    pub fn pg_down(&mut self, node: usize) {
+        let now = self.now;
+        let lsn = self.lsn_of(node, now);
+        if let Some(r) = self.nodes[node].reign.take() {
+            self.reigns[r].end = Some(now);
+        }
+        let pg = &mut self.nodes[node].pg;
+        pg.lsn = lsn;
+        pg.lsn_at = now;
+        pg.run = Run::Stopped;
+        pg.dying = None;
+        pg.pgen += 1;
+    }
+
+    /// Refresh a streaming replica's position and timeline from its upstream.
+    fn follow_upstream(&mut self, node: usize) {
+        let Run::Replica { following } = self.nodes[node].pg.run.clone() else {
+            return;
+        };
+        let Some(up) = self.node_by_name(&following) else {
+            return;
+        };
+        if !self.writable(up) || self.nodes[up].pg.sysid != self.nodes[node].pg.sysid {
+            return;
+        }
+        let me = &self.nodes[node].pg;
+        // A former primary's WAL may have forked: it streams only on its own timeline.
+        if me.was_primary && me.timeline != self.nodes[up].pg.timeline {
+            return;
+        }
+        let lag = self.rng.ms(1, 20);
+        let up_lsn = self.lsn_of(up, self.now.sub(lag));
+        let tl = self.nodes[up].pg.timeline;
+        let pg = &mut self.nodes[node].pg;
+        pg.lsn = pg.lsn.max(up_lsn);
+        pg.timeline = tl;
+    }
+
+    fn streaming(&self, node: usize) -> bool {
+        let Run::Replica { following } = &self.nodes[node].pg.run else {
+            return false;
+        };
+        let Some(up) = self.node_by_name(following) else {
+            return false;
+        };
+        let me = &self.nodes[node].pg;
+        self.writable(up)
+            && self.nodes[up].pg.sysid == me.sysid
+            && !(me.was_primary && me.timeline != self.nodes[up].pg.timeline)
+    }
+
+    pub fn probe(&mut self, node: usize) -> PgStatus {
+        self.follow_upstream(node);
+        let now = self.now;
+        let lsn = self.lsn_of(node, now);
+        let streaming = self.streaming(node);
+        let pg = &self.nodes[node].pg;
+        let data = match pg.sysid {
+            None => DataDir::Empty,
+            Some(sysid) => DataDir::Present {
+                sysid,
+                was_primary: pg.was_primary,
+            },
+        };
+        let role = match (&pg.run, pg.dying) {
+            (Run::Stopped, _) => PgRole::Stopped,
+            (_, Some(_)) => PgRole::Unresponsive,
+            (Run::Primary, None) => PgRole::Primary,
+            (Run::Replica { .. }, None) => PgRole::Replica,
+        };
+        let following = match &pg.run {
+            Run::Replica { following } if !following.is_empty() => Some(following.clone()),
+            _ => None,
+        };
+        PgStatus {
+            data,
+            role,
+            timeline: pg.timeline,
+            lsn,
+            following,
+            streaming,
+        }
+    }
+
+    pub fn job_obs(&mut self, node: usize) -> Job {
+        let n = &mut self.nodes[node];
+        if let Some(j) = &n.job {
+            return Job::Running {
+                kind: j.kind.clone(),
+                since: j.since,
+            };
+        }
+        n.job_done.take().unwrap_or(Job::Idle)
+    }
+
+    pub fn start_job(&mut self, node: usize, kind: JobKind) {
+        let ms = match &kind {
+            JobKind::InitDb => 1500,
+            JobKind::Basebackup { .. } => 600,
+            JobKind::Rewind { .. } => 1500,
+            JobKind::StartPrimary | JobKind::StartReplica { .. } => 140,
+            JobKind::Stop => 120,
+        };
+        let d = self.rng.ms(ms / 2, ms * 3 / 2);
+        let n = &mut self.nodes[node];
+        n.next_job += 1;
+        let id = n.next_job;
+        n.job = Some(JobSlot {
+            id,
+            kind,
+            since: self.now,
+        });
+        let at = self.now.add(d);
+        self.push(at, Ev::JobDone { node, id });
+    }
+
+    fn finish_job(&mut self, node: usize, kind: JobKind) -> Result<(), String> {
+        let now = self.now;
+        let src_of = |w: &World, from: &str| -> Result<usize, String> {
+            let s = w
+                .node_by_name(from)
+                .ok_or_else(|| format!("no such node {from}"))?;
+            if !w.writable(s) {
+                return Err(format!("{from} is not a running primary"));
+            }
+            Ok(s)
+        };
+        match kind {
+            JobKind::InitDb => {
+                if self.nodes[node].pg.sysid.is_some() {
+                    return Err("data directory not empty".into());
+                }
+                let sysid = self.rng.next_u64() | 1;
+                let pg = &mut self.nodes[node].pg;
+                pg.sysid = Some(sysid);
+                pg.timeline = 1;
+                pg.lsn = 100;
+                pg.was_primary = false;
+            }
+            JobKind::Basebackup { from } | JobKind::Rewind { from } => {
+                let s = src_of(self, &from)?;
+                if self.nodes[node].pg.run != Run::Stopped {
+                    return Err("target is running".into());
+                }
+                let (sysid, tl, lsn) = (
+                    self.nodes[s].pg.sysid,
+                    self.nodes[s].pg.timeline,
+                    self.lsn_of(s, now),
+                );
+                if self.nodes[node].pg.sysid.is_some() && self.nodes[node].pg.sysid != sysid {
+                    return Err("system identifier differs".into());
+                }
+                let pg = &mut self.nodes[node].pg;
+                pg.sysid = sysid;
+                pg.timeline = tl;
+                pg.lsn = lsn;
+                pg.was_primary = false;
+            }
+            JobKind::StartPrimary => {
+                if self.nodes[node].pg.sysid.is_none() {
+                    return Err("no data".into());
+                }
+                if self.nodes[node].pg.run != Run::Stopped {
+                    return Err("already running".into());
+                }
+                self.text(Some(node), "PostgreSQL started as primary".into());
+                self.begin_reign(node);
+            }
+            JobKind::StartReplica { leader } => {
+                if self.nodes[node].pg.sysid.is_none() {
+                    return Err("no data".into());
+                }
+                if self.nodes[node].pg.run != Run::Stopped {
+                    return Err("already running".into());
+                }
+                self.nodes[node].pg.run = Run::Replica { following: leader };
+            }
+            JobKind::Stop => {
+                if self.nodes[node].pg.run != Run::Stopped {
+                    self.text(Some(node), "PostgreSQL stopped (fast)".into());
+                    self.pg_down(node);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGQUIT the postmaster: every process is gone at the returned instant.
+    pub fn fence(&mut self, node: usize) -> Instant {
+        let now = self.now;
+        let b = self.sched.profile.timing.demote_budget;
+        let pg = &self.nodes[node].pg;
+        if pg.run == Run::Stopped {
+            return now;
+        }
+        if let Some(d) = pg.dying {
+            return d;
+        }
+        let d = self.rng.dur(secs(0.005), b.mul_f64(0.6));
+        let at = now.add(d);
+        let pgen = pg.pgen;
+        self.nodes[node].pg.dying = Some(at);
+        self.push(at, Ev::PgGone { node, pgen });
+        at
+    }
+
+    /// `pg_promote()`: done at the returned instant (if still a replica).
+    pub fn promote(&mut self, node: usize) -> Instant {
+        let d = self.rng.ms(50, 300);
+        let at = self.now.add(d);
+        let pgen = self.nodes[node].pg.pgen;
+        self.push(at, Ev::PromoteDone { node, pgen });
+        at
+    }
+
+    pub fn retarget(&mut self, node: usize, leader: &str) {
+        if let Run::Replica { following } = &mut self.nodes[node].pg.run {
+            *following = leader.to_string();
+        }
+    }
+
+    // ----- watchdog -----
+
+    pub fn pet(&mut self, node: usize) {
+        let Some(w) = self.nodes[node].wd_timeout else {
+            return;
+        };
+        let now = self.now;
+        self.nodes[node].wd = Wd {
+            armed: true,
+            last_ping: now,
+        };
+        self.push(now.add(w), Ev::WdCheck { node });
+    }
+
+    pub fn disarm(&mut self, node: usize) {
+        self.nodes[node].wd.armed = false;
+    }
+
+    // ----- deaths and restarts -----
+
+    fn kill_agent(&mut self, node: usize, cmds: &mut Vec<Cmd>) {
+        let now = self.now;
+        let n = &mut self.nodes[node];
+        if !n.agent_alive {
+            return;
+        }
+        n.agent_alive = false;
+        n.inc += 1;
+        n.waiting = None;
+        n.idle = None;
+        n.mailbox = None;
+        n.frozen_until = None;
+        n.watch_deleted_at = None;
+        n.job = None;
+        n.job_done = None;
+        n.shutdown = false;
+        // S2: the kernel pings a device closed without the magic character.
+        if n.wd.armed {
+            n.wd.last_ping = now;
+            if let Some(w) = n.wd_timeout {
+                self.push(now.add(w), Ev::WdCheck { node });
+            }
+        }
+        cmds.push(Cmd::Kill(node));
+    }
+
+    fn host_down(&mut self, node: usize, why: &str, cmds: &mut Vec<Cmd>) {
+        self.text(Some(node), format!("host down: {why}"));
+        self.kill_agent(node, cmds);
+        self.pg_down(node);
+        let n = &mut self.nodes[node];
+        n.wd.armed = false;
+        n.host_up = false;
+        n.frozen_until = None;
+    }
+
+    pub fn agent_exited(&mut self, node: usize) {
+        let n = &mut self.nodes[node];
+        n.agent_alive = false;
+        n.inc += 1;
+        n.waiting = None;
+        n.idle = None;
+        n.job = None;
+        n.shutdown = false;
+        if n.wd.armed {
+            // An exit without the magic close: the kernel pings on close.
+            n.wd.last_ping = self.now;
+            if let Some(w) = n.wd_timeout {
+                let at = self.now.add(w);
+                self.push(at, Ev::WdCheck { node });
+            }
+        }
+        self.text(Some(node), "agent exited".into());
+    }
+
+    fn leader_node(&self) -> Option<usize> {
+        if let Some(i) = (0..self.nodes.len()).find(|&i| self.writable(i)) {
+            return Some(i);
+        }
+        self.etcd
+            .leader_key()
+            .and_then(|k| self.node_by_name(&k.name))
+    }
+
+    fn arm_liveness(&mut self) {
+        let bound = self.sched.liveness_bound();
+        let check = self.quiet_from.add(bound);
+        self.end = Some(check.add(secs(5.0)));
+        self.push(check, Ev::LivenessCheck);
+    }
+
+    fn fire(&mut self, i: usize, cmds: &mut Vec<Cmd>) {
+        let f = self.sched.faults[i].clone();
+        let now = self.now;
+        let n = if f.at_leader {
+            self.leader_node()
+                .unwrap_or((f.pick % self.nodes.len() as u64) as usize)
+        } else {
+            (f.pick % self.nodes.len() as u64) as usize
+        };
+        let end = now.add(f.dur);
+        self.text(
+            Some(n),
+            format!("FAULT {:?} for {:.2} s", f.kind, f.dur.as_secs_f64()),
+        );
+        match f.kind {
+            FaultKind::HostCrash => {
+                if self.nodes[n].host_up {
+                    self.host_down(n, "crash", cmds);
+                    self.push(end, Ev::Restart { node: n });
+                }
+            }
+            FaultKind::AgentCrash => {
+                if self.nodes[n].agent_alive {
+                    self.kill_agent(n, cmds);
+                    self.push(end, Ev::Restart { node: n });
+                }
+            }
+            FaultKind::Shutdown => {
+                if self.nodes[n].agent_alive {
+                    self.nodes[n].shutdown = true;
+                    self.wake(n);
+                    self.push(end, Ev::Restart { node: n });
+                }
+            }
+            FaultKind::Stall => {
+                if self.nodes[n].agent_alive {
+                    self.nodes[n].frozen_until = Some(end);
+                }
+            }
+            FaultKind::Partition => {
+                let p = &mut self.nodes[n].partitioned_until;
+                *p = (*p).max(end);
+            }
+            FaultKind::Delay => {
+                let p = &mut self.nodes[n].delay_until;
+                *p = (*p).max(end);
+            }
+            FaultKind::EtcdLeaderChange => {
+                if self.etcd_down_until <= now {
+                    self.etcd_down_until = end;
+                    self.push(end, Ev::EtcdUp);
+                }
+            }
+            FaultKind::EarlyDelete => {
+                self.etcd.delete("leader");
+            }
+            FaultKind::EarlyRevoke => {
+                if let Some(k) = self.etcd.leader_key() {
+                    self.etcd.revoke(k.lease);
+                }
+            }
+        }
+        self.watch_events();
+        // Restarts may follow their fault by up to its duration (+ a watchdog reboot).
+        self.quiet_from = self.quiet_from.max(end);
+        self.faults_fired += 1;
+        if self.faults_fired == self.sched.faults.len() {
+            self.arm_liveness();
+        }
+    }
+
+    fn watch_events(&mut self) {
+        if !std::mem::take(&mut self.etcd.leader_deleted) {
+            return;
+        }
+        self.text(None, "etcd: leader key deleted".into());
+        for node in 0..self.nodes.len() {
+            let n = &self.nodes[node];
+            if n.agent_alive && n.partitioned_until <= self.now {
+                let inc = n.inc;
+                let d = self.rng.dur(secs(0.0002), secs(0.005));
+                let at = self.now.add(d);
+                self.push(at, Ev::Watch { node, inc });
+            }
+        }
+    }
+
+    /// Handle one event; return what the driver must do with the agents.
+    pub fn handle(&mut self, at: Instant, ev: Ev) -> Vec<Cmd> {
+        self.now = at;
+        self.events += 1;
+        let mut cmds = Vec::new();
+        match ev {
+            Ev::Deliver {
+                node,
+                inc,
+                token,
+                payload,
+            } => {
+                let n = &mut self.nodes[node];
+                if n.inc != inc || !n.agent_alive || n.waiting != Some(token) {
+                    return cmds;
+                }
+                if let Some(t) = n.frozen_until {
+                    if t > at {
+                        // SIGSTOP: nothing reaches the agent until it thaws.
+                        self.push(
+                            t,
+                            Ev::Deliver {
+                                node,
+                                inc,
+                                token,
+                                payload,
+                            },
+                        );
+                        return cmds;
+                    }
+                    n.frozen_until = None;
+                }
+                n.waiting = None;
+                if n.idle == Some(token) {
+                    n.idle = None;
+                }
+                n.mailbox = Some((token, payload));
+                cmds.push(Cmd::Poll(node));
+            }
+            Ev::Apply {
+                node,
+                token,
+                inc,
+                op,
+                resp_at,
+                deadline,
+            } => {
+                if self.nodes[node].partitioned_until > at {
+                    return cmds;
+                }
+                let r = if self.etcd_down_until > at {
+                    Err("etcdserver: no leader".to_string())
+                } else {
+                    let r = self.etcd.apply(at, &op);
+                    self.watch_events();
+                    Ok(r)
+                };
+                let resp_at = if r.is_err() { at } else { resp_at };
+                if resp_at < deadline {
+                    self.push(
+                        resp_at,
+                        Ev::Deliver {
+                            node,
+                            inc,
+                            token,
+                            payload: Payload::Etcd(r),
+                        },
+                    );
+                }
+            }
+            Ev::Watch { node, inc } => {
+                let n = &mut self.nodes[node];
+                if n.inc != inc || !n.agent_alive {
+                    return cmds;
+                }
+                if let Some(t) = n.frozen_until
+                    && t > at
+                {
+                    self.push(t, Ev::Watch { node, inc });
+                    return cmds;
+                }
+                n.watch_deleted_at.get_or_insert(at);
+                self.wake(node);
+            }
+            Ev::Sweep => {
+                if self.etcd_down_until <= at {
+                    self.etcd.sweep(at);
+                    self.watch_events();
+                }
+                self.push(at.add(secs(0.5)), Ev::Sweep);
+            }
+            Ev::EtcdUp => {
+                self.text(None, "etcd: new leader; leases extended".into());
+                self.etcd.leader_changed(at);
+            }
+            Ev::WdCheck { node } => {
+                let n = &self.nodes[node];
+                if let Some(w) = n.wd_timeout
+                    && n.host_up
+                    && n.wd.armed
+                    && at >= n.wd.last_ping.add(w)
+                {
+                    self.host_down(node, "watchdog reset", &mut cmds);
+                    let d = self.rng.ms(1000, 5000);
+                    self.push(at.add(d), Ev::Restart { node });
+                }
+            }
+            Ev::JobDone { node, id } => {
+                let Some(j) = self.nodes[node].job.clone() else {
+                    return cmds;
+                };
+                if j.id != id {
+                    return cmds;
+                }
+                self.nodes[node].job = None;
+                let r = self.finish_job(node, j.kind.clone());
+                self.nodes[node].job_done = Some(Job::Finished {
+                    kind: j.kind,
+                    ok: r.is_ok(),
+                    detail: r.err().unwrap_or_default(),
+                });
+                self.wake(node);
+            }
+            Ev::PgGone { node, pgen } => {
+                if self.nodes[node].pg.pgen == pgen {
+                    self.text(Some(node), "PostgreSQL fenced: no process left".into());
+                    self.pg_down(node);
+                }
+            }
+            Ev::PromoteDone { node, pgen } => {
+                let pg = &self.nodes[node].pg;
+                if pg.pgen == pgen && pg.dying.is_none() && matches!(pg.run, Run::Replica { .. }) {
+                    self.follow_upstream(node);
+                    self.nodes[node].pg.timeline += 1;
+                    self.text(Some(node), "PostgreSQL promoted".into());
+                    self.begin_reign(node);
+                }
+            }
+            Ev::Fault(i) => self.fire(i, &mut cmds),
+            Ev::Restart { node } => {
+                if self.nodes[node].agent_alive {
+                    // A shutdown that never finished: systemd's SIGKILL.
+                    self.kill_agent(node, &mut cmds);
+                }
+                let n = &mut self.nodes[node];
+                n.host_up = true;
+                n.agent_alive = true;
+                n.inc += 1;
+                n.shutdown = false;
+                n.frozen_until = None;
+                self.text(Some(node), "agent starts".into());
+                cmds.push(Cmd::Spawn(node));
+            }
+            Ev::LivenessCheck => {
+                let q = self.quiet_from;
+                let first = self
+                    .reigns
+                    .iter()
+                    .filter(|r| r.start <= at && r.end.is_none_or(|e| e >= q))
+                    .map(|r| r.start.max(q))
+                    .min();
+                if let Some(t) = first {
+                    self.live_ok = Some(true);
+                    self.time_to_primary = Some(t.since(q));
+                } else {
+                    self.live_ok = Some(false);
+                    let b = self.sched.liveness_bound().as_secs_f64();
+                    self.violation(format!(
+                        "liveness: no writable primary within {b:.1} s of the faults stopping at {}",
+                        self.quiet_from
+                    ));
+                }
+            }
+        }
+        cmds
+    }
+
+    /// End-of-run checks on the recorded history. Returns the longest overlap of two
+    /// writable primaries (whether or not it was asserted).
+    pub fn finish(&mut self) -> Duration {
+        let end = self.now;
+        let mut worst = Duration::ZERO;
+        let mut found = Vec::new();
+        let reigns = self.reigns.clone();
+        for (i, a) in reigns.iter().enumerate() {
+            for b in &reigns[i + 1..] {
+                if a.node == b.node {
+                    continue;
+                }
+                let (ae, be) = (a.end.unwrap_or(end), b.end.unwrap_or(end));
+                let lo = a.start.max(b.start);
+                let hi = ae.min(be);
+                if lo < hi {
+                    worst = worst.max(hi.since(lo));
+                    found.push(format!(
+                        "(1) two writable primaries: pg{} (timeline {}, {}..{}) and pg{} (timeline {}, {}..{}), overlap {:.3} s",
+                        a.node, a.timeline, a.start, ae, b.node, b.timeline, b.start, be,
+                        hi.since(lo).as_secs_f64()
+                    ));
+                }
+                // (2) no write accepted by an old primary after its successor's
+                // first write (the successor: the reign that started later).
+                let (old, old_end, new) = if a.start <= b.start {
+                    (a, ae, b)
+                } else {
+                    (b, be, a)
+                };
+                if old_end > new.start {
+                    found.push(format!(
+                        "(2) pg{} (timeline {}) accepted writes until {} after its successor pg{}'s first write (timeline {}) at {}",
+                        old.node, old.timeline, old_end, new.node, new.timeline, new.start
+                    ));
+                }
+                // Not a split brain but measured: a primary on a lower timeline than
+                // one that already accepted writes discards that timeline's writes.
+                if new.timeline < old.timeline {
+                    self.timeline_regressions += 1;
+                }
+            }
+        }
+        if self.sched.fence_asserted() {
+            for f in found {
+                self.violation(f);
+            }
+        }
+        // Liveness, end state: exactly one writable primary, named by the key.
+        if self.live_ok == Some(true) {
+            let writers: Vec<usize> = (0..self.nodes.len())
+                .filter(|&i| self.writable(i))
+                .collect();
+            let key = self.etcd.leader_key().map(|k| k.name);
+            let ok =
+                writers.len() == 1 && key.as_deref() == Some(self.nodes[writers[0]].name.as_str());
+            if !ok {
+                let names: Vec<&str> = writers
+                    .iter()
+                    .map(|&i| self.nodes[i].name.as_str())
+                    .collect();
+                self.violation(format!(
+                    "(3) liveness: at the end the writable primaries are {names:?} and the key names {key:?}"
+                ));
+            }
+        }
+        worst
+    }
+}
