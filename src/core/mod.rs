@@ -646,6 +646,8 @@ impl Core {
         if let Some(written) = obs.recorded_initialize {
             if written {
                 self.bootstrapped_here = true;
+                // Any vacancy seen so far predates the cluster: nobody led before us.
+                self.vacancy = None;
                 self.state = State::Follower;
                 p.again = true;
                 return Reason::Bootstrapping(
@@ -700,11 +702,16 @@ impl Core {
         if let Some(poll) = &obs.lease_poll {
             if self.track.lease == Some(poll.lease)
                 && let Some(ttl) = poll.ttl
-                && ttl > 0
             {
                 // A lower bound on the expiry: etcd truncates the TTL to whole
-                // seconds and cannot expire the lease before poll + ttl.
-                let e = poll.sent_at.add(Duration::from_secs(ttl.unsigned_abs()));
+                // seconds and cannot expire the lease before poll + ttl. An answer of
+                // 0 or less (expired, revoke in flight) is still a successful poll
+                // (DESIGN §1 step 4): it keeps the prediction fresh. Counting only
+                // TTL >= 1 would leave the last poll >= 1 s before expiry, older than
+                // L_w + R with short loops, and make every expiry look early.
+                let e = poll
+                    .sent_at
+                    .add(Duration::from_secs(ttl.max(0).unsigned_abs()));
                 self.track.e_max = Some(self.track.e_max.map_or(e, |m| m.max(e)));
                 self.track.last_poll = Some(poll.sent_at);
             }
@@ -1225,6 +1232,9 @@ impl Core {
             }
         }
         self.vacancy = None;
+        // INVARIANT: the bootstrap shortcut is one-shot: once this node has led, a
+        // later vacancy is judged like any other (it may be the fenced old primary).
+        self.bootstrapped_here = false;
         self.state = State::Leader(l);
         p.again = true;
         Reason::Promoting { epoch }

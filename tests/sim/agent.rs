@@ -114,6 +114,7 @@ pub async fn run(cx: Cx) {
     // (4): leases/epochs this incarnation fenced on.
     let mut fenced: Vec<(LeaseId, Epoch)> = Vec::new();
     let mut iterations: u64 = 0;
+    let mut last_info: Option<MemberInfo> = None;
 
     loop {
         if again {
@@ -218,8 +219,10 @@ pub async fn run(cx: Cx) {
                 watchdog_timeout: wd.map(|w| w.as_secs() as u32),
                 leader_lease: l.map(|l| l.lease),
                 pg_healthy: matches!(pg.role, PgRole::Primary | PgRole::Replica),
+                released: core.released_epoch(),
                 parse_error: None,
             };
+            last_info = Some(info.clone());
             let d = cap(&core, cx.now());
             let _ = cx
                 .call(
@@ -269,6 +272,27 @@ pub async fn run(cx: Cx) {
         let before = core.leadership().map(|l| (l.lease, l.epoch));
         let f_before = core.fence_deadline();
         let plan = core.step(now, &obs);
+        // Like the real agent: the member key is published after the step and before
+        // the actions, so a clean release's marker precedes the key's deletion.
+        if let (Some(epoch), Some(mut info)) = (core.released_epoch(), last_info.take())
+            && plan
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::Release { .. }))
+        {
+            info.released = Some(epoch);
+            info.pg_healthy = matches!(obs.pg.role, PgRole::Primary | PgRole::Replica);
+            let d = cap(&core, cx.now());
+            let _ = cx
+                .call(
+                    Op::PutMember {
+                        name: name.clone(),
+                        info,
+                    },
+                    d,
+                )
+                .await;
+        }
         {
             let mut w = cx.w.borrow_mut();
             w.note(
