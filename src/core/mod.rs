@@ -699,22 +699,21 @@ impl Core {
 
     /// Replica-side lease tracking: `E_max`, the holder, and the vacancy record.
     fn track_leader(&mut self, now: Instant, obs: &Observation) {
-        if let Some(poll) = &obs.lease_poll {
-            if self.track.lease == Some(poll.lease)
-                && let Some(ttl) = poll.ttl
-            {
-                // A lower bound on the expiry: etcd truncates the TTL to whole
-                // seconds and cannot expire the lease before poll + ttl. An answer of
-                // 0 or less (expired, revoke in flight) is still a successful poll
-                // (DESIGN §1 step 4): it keeps the prediction fresh. Counting only
-                // TTL >= 1 would leave the last poll >= 1 s before expiry, older than
-                // L_w + R with short loops, and make every expiry look early.
-                let e = poll
-                    .sent_at
-                    .add(Duration::from_secs(ttl.max(0).unsigned_abs()));
-                self.track.e_max = Some(self.track.e_max.map_or(e, |m| m.max(e)));
-                self.track.last_poll = Some(poll.sent_at);
-            }
+        if let Some(poll) = &obs.lease_poll
+            && self.track.lease == Some(poll.lease)
+            && let Some(ttl) = poll.ttl
+        {
+            // A lower bound on the expiry: etcd truncates the TTL to whole
+            // seconds and cannot expire the lease before poll + ttl. An answer of
+            // 0 or less (expired, revoke in flight) is still a successful poll
+            // (DESIGN §1 step 4): it keeps the prediction fresh. Counting only
+            // TTL >= 1 would leave the last poll >= 1 s before expiry, older than
+            // L_w + R with short loops, and make every expiry look early.
+            let e = poll
+                .sent_at
+                .add(Duration::from_secs(ttl.max(0).unsigned_abs()));
+            self.track.e_max = Some(self.track.e_max.map_or(e, |m| m.max(e)));
+            self.track.last_poll = Some(poll.sent_at);
         }
         self.track_vacancy(now, obs);
         // After the vacancy is known: this iteration's poll may already show the old
