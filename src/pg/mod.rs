@@ -447,6 +447,9 @@ impl PgCtl {
                 .user(&self.cfg.superuser)
                 .dbname("postgres")
                 .application_name("tenure")
+                // The postgres crate logs NOTICEs at info level: keep the agent's log
+                // for the agent's own sentences.
+                .options("-c client_min_messages=warning")
                 .connect_timeout(left)
                 .connect(postgres::NoTls)
                 .map_err(|e| {

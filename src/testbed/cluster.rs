@@ -897,7 +897,7 @@ fn sql_blocking(
         .dbname("postgres")
         .application_name("tenure-bed")
         .connect_timeout(Duration::from_secs(2))
-        .options("-c statement_timeout=3000")
+        .options("-c statement_timeout=3000 -c client_min_messages=warning")
         .connect(postgres::NoTls)
         .map_err(|e| format!("connect: {e}"))?;
     let msgs = client.simple_query(query).map_err(|e| e.to_string())?;
