@@ -810,6 +810,11 @@ impl Agent {
                     match self.pg.promote(pg_deadline) {
                         Ok(()) => {
                             info!("promoted PostgreSQL at epoch {epoch}");
+                            // No watchdog in this build: say what that costs, every time.
+                            warn!(
+                                "promoted without a watchdog: if this agent freezes (SIGSTOP, swap \
+                                 storm, paused VM) its primary stays writable until it thaws"
+                            );
                             self.pending.promoted = Some(true);
                             self.append_history(obs, epoch);
                         }
