@@ -1,7 +1,8 @@
 //! The only place that reads clocks.
 //!
 //! Owns: `CLOCK_BOOTTIME` (all lease arithmetic, DESIGN S5) and `CLOCK_REALTIME`
-//! (stall cross-check and timestamps in `history`). Must never: be called from
+//! (stall cross-check and timestamps in `history`), and `CLOCK_MONOTONIC` for
+//! systemd's `MONOTONIC_USEC=` only. Must never: be called from
 //! `core` (the core gets `now` passed in).
 
 use std::time::Duration;
@@ -16,6 +17,14 @@ pub fn now() -> Instant {
         .saturating_mul(1_000_000_000)
         .saturating_add(ts.tv_nsec() as u64);
     Instant::from_nanos(ns)
+}
+
+/// Now on `CLOCK_MONOTONIC`, since its (unspecified) origin: only for systemd's
+/// `MONOTONIC_USEC=` (sd_notify's reload protocol compares it with its own clock).
+pub fn monotonic() -> Duration {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is available on every Linux");
+    Duration::new(ts.tv_sec() as u64, ts.tv_nsec() as u32)
 }
 
 /// Now on `CLOCK_REALTIME`, since the Unix epoch.

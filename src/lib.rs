@@ -9,3 +9,4 @@ pub mod demo;
 pub mod logging;
 pub mod pg;
 pub mod testbed;
+pub mod watchdog;

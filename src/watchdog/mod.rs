@@ -1,0 +1,306 @@
+//! The watchdog shell: the `/dev/watchdog` driver ([`device`]), systemd's notify
+//! protocol ([`notify`]), and the small policy helpers the agent and the tests share.
+//!
+//! Owns: whether an opened device is fit for use under DESIGN S2/S6 ([`check_usable`]),
+//! and S2's pet rule and S1's fence deadline as pure functions ([`pet_allowed`],
+//! [`fence_deadline`]).
+//! Must never: decide anything about leadership, or pet on its own: the core says when
+//! to pet (`Action::PetWatchdog`) and when to disarm (`Action::DisarmWatchdog`); this
+//! module only carries that out and says whether a device can be trusted with it.
+
+pub mod device;
+pub mod notify;
+
+use std::time::Duration;
+
+use crate::config::{TimingConfig, WatchdogMode, validate_timing};
+use crate::core::time::Instant;
+
+pub use device::{Device, Disarmed, WatchdogError};
+pub use notify::{Notifier, NotifyError};
+
+/// Whether `dev` may serve as this leader's watchdog (DESIGN S2, S6).
+///
+/// Refused (the message names the device and the numbers) when the read-back `W`
+/// breaks S6 with `granted_ttl` (checked by [`validate_timing`], the same rules as at
+/// start-up), or when a crash could disarm it: a driver without `WDIOF_MAGICCLOSE` is
+/// stopped by any close, a crashed agent's included, unless `nowayout` is set (unknown
+/// counts as not set: that is the side that keeps the check honest).
+///
+/// In `required` mode an `Err` means: do not lead with it (release the key, do not
+/// promote). In `automatic` the same `Err` means: run without a watchdog, and say so
+/// loudly. In `off` mode the device should not have been opened at all: always `Err`.
+pub fn check_usable(
+    dev: &Device,
+    timing: &TimingConfig,
+    granted_ttl: u32,
+    mode: &WatchdogMode,
+) -> Result<(), String> {
+    check(
+        &DeviceFacts {
+            path: &dev.path().display().to_string(),
+            identity: dev.identity(),
+            w: dev.timeout(),
+            magic_close: dev.magic_close_supported(),
+            nowayout: dev.nowayout(),
+        },
+        timing,
+        granted_ttl,
+        mode,
+    )
+}
+
+/// What [`check_usable`] looks at, separated from the device so the rule is testable
+/// on its own.
+struct DeviceFacts<'a> {
+    path: &'a str,
+    identity: &'a str,
+    w: u32,
+    magic_close: bool,
+    nowayout: Option<bool>,
+}
+
+fn check(
+    d: &DeviceFacts<'_>,
+    timing: &TimingConfig,
+    granted_ttl: u32,
+    mode: &WatchdogMode,
+) -> Result<(), String> {
+    let mode_name = match mode {
+        WatchdogMode::Off => {
+            return Err(format!(
+                "watchdog {} ({}): watchdog mode is \"off\"; the device must not be used",
+                d.path, d.identity
+            ));
+        }
+        WatchdogMode::Automatic => "automatic",
+        WatchdogMode::Required => "required",
+    };
+    if let Err(e) = validate_timing(timing, granted_ttl, Some(d.w)) {
+        return Err(format!(
+            "watchdog {} ({}), mode {mode_name}: the driver's read-back timeout W = {} s does \
+             not fit the timing with the granted ttl {} s: {e}",
+            d.path, d.identity, d.w, granted_ttl
+        ));
+    }
+    if !d.magic_close && d.nowayout != Some(true) {
+        return Err(format!(
+            "watchdog {} ({}), mode {mode_name}: the driver lacks WDIOF_MAGICCLOSE, so any \
+             close disarms it — a crashed agent's too — and nowayout is {} (DESIGN S2)",
+            d.path,
+            d.identity,
+            if d.nowayout.is_none() {
+                "unknown"
+            } else {
+                "not set"
+            }
+        ));
+    }
+    Ok(())
+}
+
+/// DESIGN S2: a deliberate pet at `now` is allowed only if `now + 2W <= H`, so that an
+/// agent dying right after it (whose close pings once more) still has its host reset
+/// by `H`.
+pub fn pet_allowed(now: Instant, w: Duration, horizon: Instant) -> bool {
+    now.add(w).add(w) <= horizon
+}
+
+/// DESIGN S1: the fence deadline with a watchdog, `F = last_pet + W` (S2 makes this
+/// `<= H - W`; the `min` with `H` only matters if a caller broke S2, and then `H` is
+/// the deadline that still holds).
+pub fn fence_deadline(last_pet: Instant, w: Duration, horizon: Instant) -> Instant {
+    last_pet.add(w).min(horizon)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::device::fake::{self, Fake};
+    use super::device::sys::*;
+    use super::*;
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    /// DESIGN S6's first worked example: ttl 30, loop 2, retry 1, margin 2, budget 1.
+    fn timing_30() -> TimingConfig {
+        TimingConfig {
+            ttl: 30,
+            loop_wait: secs(2.0),
+            retry_timeout: secs(1.0),
+            safety_margin: secs(2.0),
+            demote_budget: secs(1.0),
+            promote_delay: None,
+            iteration_budget: secs(1.0),
+        }
+    }
+
+    /// The second: ttl 7, loop 0.5, retry 0.25, margin 0.5, budget 0.3.
+    fn timing_7() -> TimingConfig {
+        TimingConfig {
+            ttl: 7,
+            loop_wait: secs(0.5),
+            retry_timeout: secs(0.25),
+            safety_margin: secs(0.5),
+            demote_budget: secs(0.3),
+            promote_delay: None,
+            iteration_budget: secs(0.25),
+        }
+    }
+
+    fn facts(w: u32, magic_close: bool, nowayout: Option<bool>) -> DeviceFacts<'static> {
+        DeviceFacts {
+            path: "/dev/watchdog0",
+            identity: "iTCO_wdt",
+            w,
+            magic_close,
+            nowayout,
+        }
+    }
+
+    #[test]
+    fn worked_example_one_allows_5_to_13() {
+        let t = timing_30();
+        for mode in [WatchdogMode::Automatic, WatchdogMode::Required] {
+            for w in 5..=13 {
+                check(&facts(w, true, None), &t, 30, &mode).expect("in range");
+            }
+            for w in [1, 4, 14, 60] {
+                let e = check(&facts(w, true, None), &t, 30, &mode).expect_err("out of range");
+                assert!(e.contains(&format!("W = {w} s")), "{e}");
+                assert!(e.contains("S6(b)"), "{e}");
+                assert!(e.contains("/dev/watchdog0"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn worked_example_two_allows_2_and_3() {
+        let t = timing_7();
+        let m = WatchdogMode::Required;
+        check(&facts(2, true, Some(false)), &t, 7, &m).expect("W = 2");
+        check(&facts(3, true, Some(false)), &t, 7, &m).expect("W = 3");
+        // W = 1: S6(b)'s left side (0.5 + 0.25 + 0.3 = 1.05 < W) already fails.
+        let e = check(&facts(1, true, Some(false)), &t, 7, &m).expect_err("W = 1");
+        assert!(e.contains("1.05"), "{e}");
+        let e = check(&facts(4, true, Some(false)), &t, 7, &m).expect_err("W = 4");
+        assert!(e.contains("3.125"), "{e}");
+    }
+
+    #[test]
+    fn the_granted_ttl_counts_not_the_configured_one() {
+        // Configured 30 but granted 20: W = 13 no longer fits ((20 - 2 - 1) / 2 = 8.5).
+        let e = check(
+            &facts(13, true, None),
+            &timing_30(),
+            20,
+            &WatchdogMode::Required,
+        )
+        .expect_err("granted ttl is smaller");
+        assert!(e.contains("granted ttl 20"), "{e}");
+    }
+
+    #[test]
+    fn e_rule_is_checked() {
+        // loop 1, retry 0.5, budget 0.1, margin 0.1: (b) needs W > 1.6, (e) W > 2.4.
+        let t = TimingConfig {
+            ttl: 20,
+            loop_wait: secs(1.0),
+            retry_timeout: secs(0.5),
+            safety_margin: secs(0.1),
+            demote_budget: secs(0.1),
+            promote_delay: None,
+            iteration_budget: secs(0.5),
+        };
+        let e = check(&facts(2, true, None), &t, 20, &WatchdogMode::Automatic).expect_err("(e)");
+        assert!(e.contains("S6(e)"), "{e}");
+        check(&facts(3, true, None), &t, 20, &WatchdogMode::Automatic).expect("W = 3");
+    }
+
+    #[test]
+    fn no_magic_close_needs_nowayout() {
+        let t = timing_30();
+        for mode in [WatchdogMode::Automatic, WatchdogMode::Required] {
+            for nwo in [None, Some(false)] {
+                let e = check(&facts(10, false, nwo), &t, 30, &mode).expect_err("crash disarms");
+                assert!(e.contains("WDIOF_MAGICCLOSE"), "{e}");
+            }
+            check(&facts(10, false, Some(true)), &t, 30, &mode).expect("nowayout holds it");
+        }
+    }
+
+    #[test]
+    fn off_mode_never_uses_a_device() {
+        let e = check(
+            &facts(10, true, Some(true)),
+            &timing_30(),
+            30,
+            &WatchdogMode::Off,
+        )
+        .expect_err("off");
+        assert!(e.contains("\"off\""), "{e}");
+    }
+
+    #[test]
+    fn check_usable_reads_the_device() {
+        let mut f = Fake::new(WDIOF_SETTIMEOUT | WDIOF_MAGICCLOSE);
+        f.max_timeout = 20; // asked 13, fine
+        let d = fake::open(f, 13, None).expect("opens");
+        check_usable(&d, &timing_30(), 30, &WatchdogMode::Required).expect("usable");
+
+        let mut f = Fake::new(WDIOF_MAGICCLOSE); // cannot set: runs its own 60 s
+        f.timeout = 60;
+        let d = fake::open(f, 13, None).expect("opens");
+        let e = check_usable(&d, &timing_30(), 30, &WatchdogMode::Required).expect_err("60 s");
+        assert!(e.contains("W = 60 s"), "{e}");
+    }
+
+    #[test]
+    fn pet_rule_boundaries() {
+        let h = Instant::from_nanos(100_000_000_000); // H = 100 s
+        let w = Duration::from_secs(13);
+        assert!(pet_allowed(Instant::from_nanos(74_000_000_000), w, h)); // 74 + 26 = 100
+        assert!(!pet_allowed(Instant::from_nanos(74_000_000_001), w, h));
+        assert!(pet_allowed(Instant::ZERO, w, h));
+        assert!(!pet_allowed(h, w, h));
+        // Saturation at the end of time never allows a pet by wrapping around.
+        assert!(!pet_allowed(
+            Instant::from_nanos(u64::MAX - 1),
+            w,
+            Instant::from_nanos(u64::MAX - 2)
+        ));
+    }
+
+    #[test]
+    fn fence_deadline_is_last_pet_plus_w_and_never_past_h() {
+        let h = Instant::from_nanos(100_000_000_000);
+        let w = Duration::from_secs(13);
+        let pet = Instant::from_nanos(70_000_000_000);
+        assert_eq!(
+            fence_deadline(pet, w, h),
+            Instant::from_nanos(83_000_000_000)
+        );
+        // Any allowed pet gives F <= H - W.
+        let last_allowed = Instant::from_nanos(74_000_000_000);
+        assert!(pet_allowed(last_allowed, w, h));
+        assert!(fence_deadline(last_allowed, w, h) <= h.sub(w));
+        // A pet that broke S2 is capped at H.
+        assert_eq!(fence_deadline(Instant::from_nanos(95_000_000_000), w, h), h);
+    }
+
+    #[test]
+    fn helpers_agree_with_s6_for_every_allowed_w() {
+        // S6(b) right side: for any W it allows, a pet right after a renewal that met
+        // its deadline (t <= s + R) is allowed.
+        let t = timing_30();
+        let (lo, hi) = crate::config::watchdog_range(&t, 30).expect("non-empty");
+        assert_eq!((lo, hi), (5, 13));
+        let s = Instant::from_nanos(1_000_000_000_000);
+        let h = s.add(Duration::from_secs(30)).sub(t.safety_margin);
+        for w in lo..=hi {
+            let w = Duration::from_secs(u64::from(w));
+            assert!(pet_allowed(s.add(t.retry_timeout), w, h));
+        }
+    }
+}
