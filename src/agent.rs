@@ -20,11 +20,13 @@ use tokio::runtime::Runtime;
 use crate::api;
 use crate::clock;
 use crate::config::Config;
+use crate::config::WatchdogMode;
 use crate::core::model::*;
 use crate::core::time::Instant;
 use crate::core::{Core, CoreConfig};
 use crate::dcs::{Etcd, WatchEvent};
 use crate::pg::{ConnTarget, PgCtl};
+use crate::watchdog::{Device, Notifier, WatchdogError};
 
 /// Why the wait returned.
 enum Wake {
@@ -39,6 +41,25 @@ struct Signals {
     term: Arc<AtomicBool>,
     hup: Arc<AtomicBool>,
     pipe: tokio::net::UnixStream,
+}
+
+/// The watchdogs leadership is tied to (DESIGN S1, S2): the device and systemd's.
+struct Watchdogs {
+    mode: WatchdogMode,
+    path: PathBuf,
+    /// `W` to request: the top of the range S6 allows for the configured ttl.
+    requested: u32,
+    /// The device is in use for this run (mode not off, present, not found unusable).
+    use_device: bool,
+    device: Option<Device>,
+    /// After a fence under `nowayout` the device cannot be disarmed: keep it open and
+    /// keep petting it (harmless once no primary runs, DESIGN S1).
+    keep_petting: bool,
+    notifier: Notifier,
+    /// `WATCHDOG_USEC`: systemd's watchdog, playing `W` on the leader (S2).
+    systemd_w: Option<Duration>,
+    ready_sent: bool,
+    last_status: String,
 }
 
 /// Outcomes of this iteration's actions, reported in the next observation.
@@ -75,6 +96,8 @@ struct Agent {
     last_reason: String,
     shutdown: bool,
     state_file: PathBuf,
+    wd: Watchdogs,
+    pending_watchdog_failed: Option<String>,
 }
 
 /// Run the agent until a clean shutdown. Errors are start-up failures; once the loop
@@ -152,13 +175,7 @@ impl Agent {
             },
             timing_of(&cfg),
         );
-        if cfg.watchdog.mode == crate::config::WatchdogMode::Required {
-            return Err(
-                "[watchdog] mode = \"required\" but this build has no watchdog driver yet; \
-                        use mode = \"off\" or \"automatic\""
-                    .into(),
-            );
-        }
+        let (wd, core) = Watchdogs::setup(&cfg, core)?;
         let prefix = format!("{}/{}/", cfg.namespace.trim_end_matches('/'), cfg.scope);
         let state_file = cfg.postgresql.socket_dir.join("tenure.member-lease");
         let status = api::ApiStatus {
@@ -198,6 +215,8 @@ impl Agent {
             last_reason: String::new(),
             shutdown: false,
             state_file,
+            wd,
+            pending_watchdog_failed: None,
             config_path: config_path.to_path_buf(),
             cfg,
         })
@@ -211,12 +230,6 @@ impl Agent {
             self.cfg.scope,
             std::process::id()
         );
-        if self.cfg.watchdog.mode == crate::config::WatchdogMode::Automatic {
-            warn!(
-                "watchdog mode automatic: no watchdog driver in this build, running without one; \
-                 a frozen agent would leave its primary writable until it thaws"
-            );
-        }
         self.startup_member_check()?;
         let mut again_budget = 0u32;
         let mut again = false;
@@ -247,6 +260,7 @@ impl Agent {
                     }
                     if self.signals.term.load(Ordering::SeqCst) && !self.shutdown {
                         info!("SIGTERM: shutting down cleanly");
+                        self.wd.notifier.stopping();
                         self.shutdown = true;
                     }
                 }
@@ -288,7 +302,10 @@ impl Agent {
             self.update_status(now, &obs, &plan.reason);
             self.publish_member(&obs);
             again = plan.again;
-            if self.act(plan, &obs) {
+            let exit = self.act(plan, &obs);
+            self.notify_after_iteration(&obs);
+            if exit {
+                self.wd.notifier.stopping();
                 info!("exiting");
                 return Ok(());
             }
@@ -535,6 +552,7 @@ impl Agent {
             pg,
             job,
             shutdown: self.shutdown,
+            watchdog_failed: self.pending_watchdog_failed.take(),
         };
         if let Ok(v) = &obs.cluster {
             self.last_view = Some(v.clone());
@@ -810,11 +828,13 @@ impl Agent {
                     match self.pg.promote(pg_deadline) {
                         Ok(()) => {
                             info!("promoted PostgreSQL at epoch {epoch}");
-                            // No watchdog in this build: say what that costs, every time.
-                            warn!(
-                                "promoted without a watchdog: if this agent freezes (SIGSTOP, swap \
-                                 storm, paused VM) its primary stays writable until it thaws"
-                            );
+                            // Without a watchdog, say what that costs, every time.
+                            if self.core.watchdog().is_none() {
+                                warn!(
+                                    "promoted without a watchdog: if this agent freezes (SIGSTOP, \
+                                     swap storm, paused VM) its primary stays writable until it thaws"
+                                );
+                            }
                             self.pending.promoted = Some(true);
                             self.append_history(obs, epoch);
                         }
@@ -886,9 +906,8 @@ impl Agent {
                     Ok(p) => warn!("moved the data directory aside to {}", p.display()),
                     Err(e) => error!("cannot move the data directory aside: {e}"),
                 },
-                Action::PetWatchdog | Action::DisarmWatchdog => {
-                    // No device driver in this build (mode off/automatic without one).
-                }
+                Action::PetWatchdog => self.pet_watchdog(),
+                Action::DisarmWatchdog => self.disarm_watchdog(),
                 Action::Exit => return true,
             }
         }
@@ -926,9 +945,229 @@ impl Agent {
         }
     }
 
+    /// `PetWatchdog` (the core issues it only right after a counted renewal with
+    /// `now + 2W <= H`, S2): systemd's `WATCHDOG=1`, and the device — opened now if it
+    /// is not yet (the open is the pet, and happens only after adopting, S4).
+    fn pet_watchdog(&mut self) {
+        if self.wd.systemd_w.is_some() {
+            self.wd.notifier.watchdog();
+        }
+        if !self.wd.use_device {
+            return;
+        }
+        let result = match self.wd.device.as_mut() {
+            Some(dev) => dev.keepalive().map_err(|e| e.to_string()),
+            None => self.open_watchdog(),
+        };
+        if let Err(why) = result {
+            self.watchdog_unusable(why);
+        }
+    }
+
+    /// Open the device, retrying EBUSY briefly (a crashed predecessor's release may
+    /// still be in flight), then check the read-back `W` against S6.
+    fn open_watchdog(&mut self) -> Result<(), String> {
+        let until = self.deadline(self.core.timing().retry_timeout);
+        let dev = loop {
+            match Device::open(&self.wd.path, self.wd.requested) {
+                Ok(d) => break d,
+                Err(WatchdogError::Busy { .. }) if clock::now() < until => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        };
+        if dev.boot_status_watchdog_reset() {
+            error!(
+                "ALERT: the last reset of this host was caused by the watchdog {}",
+                self.wd.path.display()
+            );
+        }
+        let ttl = self
+            .core
+            .leadership()
+            .map_or(self.core.timing().ttl, |l| l.ttl);
+        if let Err(why) = crate::watchdog::check_usable(&dev, &self.cfg.timing, ttl, &self.wd.mode)
+        {
+            // Hand the device back disarmed: it must not reset a host that runs without it.
+            if let Err(e) = dev.disarm() {
+                error!("could not disarm the refused watchdog: {e}");
+            }
+            return Err(why);
+        }
+        let w = Duration::from_secs(u64::from(dev.timeout()));
+        info!(
+            "watchdog {} ({}) armed: W = {} s (requested {} s), nowayout {:?}",
+            self.wd.path.display(),
+            dev.identity(),
+            dev.timeout(),
+            self.wd.requested,
+            dev.nowayout()
+        );
+        // INVARIANT: the core's W is the read-back, never the request.
+        self.core
+            .set_watchdog(Some(self.wd.systemd_w.map_or(w, |s| s.max(w))));
+        self.wd.device = Some(dev);
+        Ok(())
+    }
+
+    fn watchdog_unusable(&mut self, why: String) {
+        match self.wd.mode {
+            WatchdogMode::Required => {
+                error!("ALERT: required watchdog unusable: {why}; giving up leadership (S3)");
+                self.pending_watchdog_failed = Some(why);
+            }
+            _ => {
+                error!(
+                    "watchdog unusable ({why}); mode automatic: running WITHOUT a watchdog: a \
+                     frozen agent would leave its primary writable until it thaws"
+                );
+                self.wd.use_device = false;
+                self.core.set_watchdog(self.wd.systemd_w);
+            }
+        }
+    }
+
+    /// `DisarmWatchdog` (only after a complete fence or a clean stop, S1).
+    fn disarm_watchdog(&mut self) {
+        let Some(dev) = self.wd.device.take() else {
+            return;
+        };
+        match dev.disarm() {
+            Ok(d) => info!("watchdog {} disarmed", d.path.display()),
+            Err(WatchdogError::NoWayOut(dev)) => {
+                warn!(
+                    "watchdog has nowayout: it stays open and petted (no primary runs); \
+                     stopping this agent will reboot the host"
+                );
+                self.wd.device = Some(*dev);
+                self.wd.keep_petting = true;
+            }
+            Err(WatchdogError::DisarmWrite { device, errno }) => {
+                error!("watchdog magic close failed ({errno}); keeping it open and petted");
+                self.wd.device = Some(*device);
+                self.wd.keep_petting = true;
+            }
+            Err(e) => error!("watchdog disarm: {e}"),
+        }
+    }
+
+    /// systemd: READY=1 after the first loop, STATUS= on change, and WATCHDOG=1 at the
+    /// loop's pace on a node whose PostgreSQL cannot accept writes (a liveness proof
+    /// only: an etcd blip must never get replicas killed). A leader's WATCHDOG=1 is
+    /// sent only by `PetWatchdog` (S2).
+    fn notify_after_iteration(&mut self, obs: &Observation) {
+        if !self.wd.ready_sent {
+            self.wd.notifier.ready();
+            self.wd.ready_sent = true;
+        }
+        if self.wd.last_status != self.last_reason {
+            self.wd.notifier.status(&self.last_reason);
+            self.wd.last_status = self.last_reason.clone();
+        }
+        let free = !self.core.pets_need_proof() && obs.pg.role != PgRole::Primary;
+        if free {
+            self.wd.notifier.watchdog();
+            if self.wd.keep_petting
+                && let Some(dev) = self.wd.device.as_mut()
+                && let Err(e) = dev.keepalive()
+            {
+                error!("watchdog keepalive after fence: {e}");
+            }
+        }
+    }
+
     fn target(&self, name: &str) -> Option<ConnTarget> {
         let view = self.last_view.as_ref()?;
         let m = view.member(name)?;
         ConnTarget::from_conn_url(name, &m.info.conn_url).ok()
+    }
+}
+
+impl Watchdogs {
+    /// Decide at start-up which watchdogs leadership will use; nothing is opened here
+    /// (S4: the device is opened only after adopting or winning the key).
+    fn setup(cfg: &Config, mut core: Core) -> Result<(Watchdogs, Core), String> {
+        let notifier = match Notifier::from_env() {
+            Ok(n) => n,
+            Err(e) => {
+                warn!("systemd notify disabled: {e}");
+                Notifier::from_values(None, None, None, std::process::id())
+                    .map_err(|e| format!("systemd notify: {e}"))?
+            }
+        };
+        let systemd_w = notifier.watchdog_usec();
+        if let Some(w) = systemd_w {
+            // S6 is checked against WATCHDOG_USEC playing W (rounded up: the upper
+            // bound is the safety side).
+            let secs =
+                u32::try_from(w.as_secs() + u64::from(w.subsec_nanos() > 0)).unwrap_or(u32::MAX);
+            crate::config::validate_timing(&cfg.timing, cfg.timing.ttl, Some(secs)).map_err(
+                |e| {
+                    format!(
+                        "systemd WatchdogSec= ({} s) breaks the timing contract: {e}",
+                        w.as_secs_f64()
+                    )
+                },
+            )?;
+        }
+        let mode = cfg.watchdog.mode.clone();
+        let path = cfg.watchdog.device.clone();
+        let range = crate::config::watchdog_range(&cfg.timing, cfg.timing.ttl);
+        let mut use_device = false;
+        let mut requested = 0;
+        match (&mode, range) {
+            (WatchdogMode::Off, _) => {}
+            (_, None) => {
+                let why = format!(
+                    "no watchdog timeout W satisfies the timing contract for ttl {} s",
+                    cfg.timing.ttl
+                );
+                if mode == WatchdogMode::Required {
+                    core.refuse_leadership(why);
+                } else {
+                    warn!("watchdog: {why}; running without one");
+                }
+            }
+            (_, Some((_, hi))) if path.exists() => {
+                use_device = true;
+                requested = hi;
+            }
+            (_, Some(_)) => {
+                let why = format!("watchdog device {} does not exist", path.display());
+                if mode == WatchdogMode::Required {
+                    error!("ALERT: {why}; watchdog mode required: this node will never lead");
+                    core.refuse_leadership(why);
+                } else {
+                    warn!(
+                        "{why}; mode automatic: running WITHOUT a watchdog: a frozen agent \
+                         would leave its primary writable until it thaws"
+                    );
+                }
+            }
+        }
+        let w = match (use_device, systemd_w) {
+            (true, s) => {
+                let d = Duration::from_secs(u64::from(requested));
+                Some(s.map_or(d, |s| s.max(d)))
+            }
+            (false, s) => s,
+        };
+        core.set_watchdog(w);
+        Ok((
+            Watchdogs {
+                mode,
+                path,
+                requested,
+                use_device,
+                device: None,
+                keep_petting: false,
+                notifier,
+                systemd_w,
+                ready_sent: false,
+                last_status: String::new(),
+            },
+            core,
+        ))
     }
 }

@@ -104,6 +104,7 @@ fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
         pg,
         job: Job::Idle,
         shutdown: false,
+        watchdog_failed: None,
     }
 }
 

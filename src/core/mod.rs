@@ -131,6 +131,9 @@ pub struct Core {
     rewind_failures: u32,
     /// Epoch this node released after a clean stop (published in its member key).
     released: Option<Epoch>,
+    /// Why this node may not take leadership (a required watchdog is missing or
+    /// unusable). It still runs as a replica.
+    lead_refusal: Option<String>,
 }
 
 impl Core {
@@ -145,7 +148,23 @@ impl Core {
             bootstrapped_here: false,
             rewind_failures: 0,
             released: None,
+            lead_refusal: None,
         }
+    }
+
+    /// The watchdog `W` leadership uses from now on (a read-back that differs from
+    /// the request, or `None` when `automatic` mode found no usable device).
+    pub fn set_watchdog(&mut self, w: Option<Duration>) {
+        self.cfg.watchdog = w;
+    }
+
+    pub fn watchdog(&self) -> Option<Duration> {
+        self.cfg.watchdog
+    }
+
+    /// Never take leadership in this run (S3: a required watchdog cannot be armed).
+    pub fn refuse_leadership(&mut self, why: String) {
+        self.lead_refusal = Some(why);
     }
 
     /// The epoch this node gave up cleanly (PostgreSQL stopped first), if any.
@@ -202,6 +221,16 @@ impl Core {
             return None;
         }
         self.track.lease
+    }
+
+    /// True while this node leads, is adopting, or is fencing: its PostgreSQL may
+    /// accept writes, so no watchdog may be petted except right after a counted
+    /// renewal (S2). Otherwise a pet only proves the loop is alive.
+    pub fn pets_need_proof(&self) -> bool {
+        matches!(
+            self.state,
+            State::Leader(_) | State::Adopting { .. } | State::Fencing { .. }
+        )
     }
 
     /// The current leadership, if any.
@@ -342,6 +371,22 @@ impl Core {
                 }
                 _ => {}
             }
+        }
+        if lost.is_none()
+            && let Some(why) = &obs.watchdog_failed
+        {
+            // S3: a required watchdog could not be armed: give the key back.
+            self.lead_refusal = Some(format!("required watchdog unusable: {why}"));
+            let why = format!("required watchdog unusable ({why}); releasing the key");
+            let (lease, epoch) = (l.lease, l.epoch);
+            self.needs_rewind = self.needs_rewind || l.promoted;
+            self.state = State::Fencing {
+                lease: Some(lease),
+                epoch: Some(epoch),
+                release: true,
+                why: why.clone(),
+            };
+            return Some(self.fencing(obs, p, Some(lease), Some(epoch), true, why));
         }
         if lost.is_none() && obs.leader_deleted_at.is_some() && obs.released.is_none() {
             lost = Some("the watch saw the leader key deleted or overwritten".into());
@@ -866,6 +911,10 @@ impl Core {
         let sysid = match &view.initialize {
             None => {
                 return match &obs.pg.data {
+                    DataDir::Empty if self.lead_refusal.is_some() => Reason::Refusing(format!(
+                        "not bootstrapping: {}",
+                        self.lead_refusal.clone().unwrap_or_default()
+                    )),
                     DataDir::Empty => {
                         p.push(Action::ClaimInitialize);
                         p.again = true;
@@ -915,6 +964,15 @@ impl Core {
 
         match leader {
             Some(k) if k.name == me => {
+                if let Some(why) = self.lead_refusal.clone() {
+                    // Never become or stay leader without the required watchdog.
+                    self.state = State::Follower;
+                    if obs.pg.role == PgRole::Primary {
+                        return self.start_fence(p, format!("cannot adopt the leader key: {why}"));
+                    }
+                    p.push(Action::Revoke { lease: k.lease });
+                    return Reason::Refusing(format!("cannot adopt the leader key: {why}"));
+                }
                 if first {
                     // S4: adopt only through a confirmed renewal of the key's lease.
                     self.state = State::Adopting {
@@ -1072,6 +1130,7 @@ impl Core {
         let me = self.cfg.name.clone();
         // The node that just ran initdb: no other node has data, nobody led before.
         if self.bootstrapped_here
+            && self.lead_refusal.is_none()
             && obs.pg.role == PgRole::Stopped
             && matches!(obs.pg.data, DataDir::Present { .. })
             && view.history.is_empty()
@@ -1099,6 +1158,9 @@ impl Core {
         }
         if self.cfg.nofailover {
             return Reason::Waiting("no leader, and I am tagged nofailover".into());
+        }
+        if let Some(why) = &self.lead_refusal {
+            return Reason::Refusing(format!("not a candidate: {why}"));
         }
         let Some(v) = self.vacancy.clone() else {
             return Reason::Waiting("no leader".into());

@@ -318,6 +318,10 @@ pub struct Observation {
     pub job: Job,
     /// SIGTERM/SIGINT arrived: shut down cleanly.
     pub shutdown: bool,
+    /// The previous plan's `PetWatchdog` could not arm a usable watchdog and the
+    /// watchdog is required (S3: release the key, do not promote). In `automatic`
+    /// mode the shell runs without one instead and never reports this.
+    pub watchdog_failed: Option<String>,
 }
 
 /// What the core asks the shell to do, in order.

@@ -248,6 +248,7 @@ pub async fn run(cx: Cx) {
             pg,
             job,
             shutdown,
+            watchdog_failed: None,
         };
         let members_seen = if let Ok(v) = &obs.cluster {
             v.members
