@@ -269,8 +269,19 @@ impl Device {
     /// until the old release finishes). A failure after the open closes the device with
     /// the magic `'V'` ([`WatchdogError::Setup`]).
     pub fn open(path: &Path, requested_timeout: u32) -> Result<Device, WatchdogError> {
+        Device::open_with_sysfs(path, requested_timeout, Path::new(SYSFS_CLASS))
+    }
+
+    /// [`Device::open`], reading `nowayout` from `<sysfs_class>/<name>/nowayout`
+    /// instead of `/sys/class/watchdog`: for a stand-in device in tests, which can
+    /// then play either `nowayout` setting.
+    pub fn open_with_sysfs(
+        path: &Path,
+        requested_timeout: u32,
+        sysfs_class: &Path,
+    ) -> Result<Device, WatchdogError> {
         let requested = checked_request(path, requested_timeout)?;
-        let nowayout = sysfs_nowayout(Path::new(SYSFS_CLASS), path);
+        let nowayout = sysfs_nowayout(sysfs_class, path);
         let opened_at = clock::now();
         let fd = match nix::fcntl::open(
             path,
@@ -655,7 +666,7 @@ fn describe_options(options: u32) -> String {
 /// is itself, the legacy `/dev/watchdog` is the first device (`watchdog0`, which the
 /// kernel registers it for). Symlinks are resolved first. `None` when the name is not a
 /// watchdog device's or the attribute is missing or unreadable.
-pub(crate) fn sysfs_nowayout(class_dir: &Path, dev: &Path) -> Option<bool> {
+pub fn sysfs_nowayout(class_dir: &Path, dev: &Path) -> Option<bool> {
     let real = std::fs::canonicalize(dev).unwrap_or_else(|_| dev.to_path_buf());
     let name = real.file_name()?.to_str()?;
     let name = match name.strip_prefix("watchdog")? {
@@ -811,10 +822,9 @@ pub(crate) mod fake {
     //! A scripted driver: answers the ioctls from its fields and records every call,
     //! so the open sequence and the disarm rules can be tested without a device.
 
-    use std::cell::RefCell;
     use std::ffi::c_int;
     use std::path::Path;
-    use std::rc::Rc;
+    use std::sync::{Arc, Mutex};
 
     use nix::errno::Errno;
 
@@ -831,7 +841,8 @@ pub(crate) mod fake {
         pub max_timeout: c_int,
         /// Calls (by name, e.g. "GETSUPPORT") that fail with EIO.
         pub fail: Vec<&'static str>,
-        pub calls: Rc<RefCell<Vec<String>>>,
+        /// Shared with the test (Arc + Mutex so `Device` stays `Send` in test builds).
+        pub calls: Arc<Mutex<Vec<String>>>,
     }
 
     impl Fake {
@@ -844,12 +855,15 @@ pub(crate) mod fake {
                 pretimeout: 0,
                 max_timeout: 3600,
                 fail: Vec::new(),
-                calls: Rc::new(RefCell::new(Vec::new())),
+                calls: Arc::new(Mutex::new(Vec::new())),
             }
         }
 
         pub fn log(&self, s: &str) {
-            self.calls.borrow_mut().push(s.to_string());
+            self.calls
+                .lock()
+                .expect("test fake: no panics while holding the log")
+                .push(s.to_string());
         }
 
         fn check(&self, name: &'static str) -> nix::Result<()> {
@@ -980,7 +994,7 @@ mod tests {
     }
 
     fn calls(f: &Fake) -> Vec<String> {
-        f.calls.borrow().clone()
+        f.calls.lock().expect("test fake log").clone()
     }
 
     const FULL: u32 = WDIOF_SETTIMEOUT | WDIOF_MAGICCLOSE | WDIOF_KEEPALIVEPING | WDIOF_PRETIMEOUT;
@@ -1283,6 +1297,31 @@ mod tests {
             "{e}"
         );
         assert_eq!(std::fs::read(&file).expect("read"), b"V");
+
+        // open_with_sysfs reads nowayout for the device's name from the given class dir.
+        let class = dir.join("class");
+        std::fs::create_dir_all(class.join("watchdog7")).expect("mkdir");
+        std::fs::write(class.join("watchdog7").join("nowayout"), "1\n").expect("write");
+        let file = dir.join("watchdog7");
+        std::fs::write(&file, "").expect("touch");
+        let e = Device::open_with_sysfs(&file, 13, &class).expect_err("not a watchdog");
+        assert!(
+            matches!(
+                e,
+                WatchdogError::Setup {
+                    nowayout: Some(true),
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn device_and_errors_are_send() {
+        fn send<T: Send>() {}
+        send::<Device>();
+        send::<WatchdogError>();
     }
 }
