@@ -949,6 +949,15 @@ impl Agent {
     /// `now + 2W <= H`, S2): systemd's `WATCHDOG=1`, and the device — opened now if it
     /// is not yet (the open is the pet, and happens only after adopting, S4).
     fn pet_watchdog(&mut self) {
+        // S2 at the instant of the real ping, not the observation's: an iteration
+        // slower than the margin skips the pet (the device then fires early, which is
+        // the safe side) rather than pet past `t + 2W <= H`.
+        if let (Some(w), Some(h)) = (self.core.watchdog(), self.core.horizon())
+            && !crate::watchdog::pet_allowed(clock::now(), w, h)
+        {
+            warn!("watchdog pet skipped: now + 2W would pass the horizon H = {h}");
+            return;
+        }
         if self.wd.systemd_w.is_some() {
             self.wd.notifier.watchdog();
         }
