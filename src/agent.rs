@@ -85,7 +85,8 @@ struct Agent {
     signals: Signals,
     member_lease: Option<LeaseId>,
     next_tick: Instant,
-    last_iteration: Option<Instant>,
+    /// Boottime and realtime at the start of the last iteration (S5).
+    last_iteration: Option<(Instant, Duration)>,
     pending: Pending,
     leader_deleted_at: Option<Instant>,
     last_view: Option<ClusterView>,
@@ -281,17 +282,48 @@ impl Agent {
                     self.next_tick = now.add(lw);
                 }
             }
-            if let Some(last) = self.last_iteration {
+            // S5: stalls are lease loss. CLOCK_BOOTTIME counts through suspend; a
+            // hypervisor pause freezes it too and shows only as CLOCK_REALTIME moving
+            // further than CLOCK_BOOTTIME did: that excess is lease time lost.
+            let real = clock::realtime();
+            let mut clock_jump = Duration::ZERO;
+            if let Some((last, last_real)) = self.last_iteration {
                 let gap = now.since(last);
-                let limit = self.core.timing().loop_wait * 3;
-                if gap > limit {
-                    // S5: a stall is lease loss; the core re-checks F before anything else.
-                    warn!("stall: {:.3} s since the last iteration", gap.as_secs_f64());
+                let real_gap = real.saturating_sub(last_real);
+                let excess = real_gap.saturating_sub(gap);
+                if excess > Duration::from_millis(50) {
+                    clock_jump = excess;
+                    error!(
+                        "ALERT: wall clock moved {:.3} s more than CLOCK_BOOTTIME since the last \
+                         iteration (a paused VM?): counting it as lease time lost",
+                        excess.as_secs_f64()
+                    );
+                }
+                let limit = self.core.timing().loop_wait + self.cfg.timing.iteration_budget;
+                if gap > limit + self.core.timing().loop_wait {
+                    warn!(
+                        "stall: {:.3} s since the last iteration (budget {:.3} s)",
+                        gap.as_secs_f64(),
+                        limit.as_secs_f64()
+                    );
                 }
             }
-            self.last_iteration = Some(now);
+            self.last_iteration = Some((now, real));
 
-            let obs = self.observe(now, tick);
+            // S5: past `F - B` nothing else may come first: skip every call and let the
+            // core fence on what it already knows.
+            let late = self
+                .core
+                .call_cap()
+                .is_some_and(|cap| now.add(clock_jump) >= cap);
+            let obs = if late {
+                warn!("woke past the fence start F - B: fencing before anything else (S5)");
+                self.stalled_observation(clock_jump)
+            } else {
+                let mut o = self.observe(now, tick);
+                o.clock_jump = clock_jump;
+                o
+            };
             let now = clock::now();
             let plan = self.core.step(now, &obs);
             let reason = plan.reason.to_string();
@@ -553,12 +585,43 @@ impl Agent {
             job,
             shutdown: self.shutdown,
             watchdog_failed: self.pending_watchdog_failed.take(),
+            clock_jump: Duration::ZERO,
         };
         if let Ok(v) = &obs.cluster {
             self.last_view = Some(v.clone());
         }
         self.last_pg = Some(obs.pg.clone());
         obs
+    }
+
+    /// What the core needs to fence at once after a stall: no calls at all (each
+    /// would only delay the fence), the last known PostgreSQL state.
+    fn stalled_observation(&mut self, clock_jump: Duration) -> Observation {
+        let pending = std::mem::take(&mut self.pending);
+        Observation {
+            cluster: Err("not read: the loop woke past F - B".into()),
+            renewal: None,
+            acquire: pending.acquire,
+            claim: pending.claim,
+            recorded_initialize: pending.recorded_initialize,
+            fence: pending.fence,
+            promoted: pending.promoted,
+            released: pending.released,
+            lease_poll: None,
+            leader_deleted_at: self.leader_deleted_at.take(),
+            pg: self.last_pg.clone().unwrap_or(PgStatus {
+                data: DataDir::Empty,
+                role: PgRole::Unresponsive,
+                timeline: 0,
+                lsn: 0,
+                following: None,
+                streaming: false,
+            }),
+            job: Job::Idle,
+            shutdown: self.shutdown,
+            watchdog_failed: self.pending_watchdog_failed.take(),
+            clock_jump,
+        }
     }
 
     /// The member lease and the bootstrap lock: kept alive at every tick.

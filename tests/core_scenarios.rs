@@ -105,6 +105,7 @@ fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
         job: Job::Idle,
         shutdown: false,
         watchdog_failed: None,
+        clock_jump: std::time::Duration::ZERO,
     }
 }
 

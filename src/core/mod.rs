@@ -296,6 +296,15 @@ impl Core {
         self.track_leader(now, obs);
 
         // S1/S5 first: whatever else happened, a leader past `F - B` fences now.
+        // S5: time the wall clock saw pass but CLOCK_BOOTTIME did not (a paused VM) is
+        // lease time lost: move the last renewal and pet back by it, so `H` and `F`
+        // come earlier, never later.
+        if !obs.clock_jump.is_zero()
+            && let State::Leader(l) = &mut self.state
+        {
+            l.renewed_at = l.renewed_at.sub(obs.clock_jump);
+            l.last_pet = l.last_pet.map(|p| p.sub(obs.clock_jump));
+        }
         if let State::Leader(l) = &mut self.state
             && let Some(r) = &obs.renewal
             && r.lease == l.lease

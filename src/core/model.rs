@@ -322,6 +322,9 @@ pub struct Observation {
     /// watchdog is required (S3: release the key, do not promote). In `automatic`
     /// mode the shell runs without one instead and never reports this.
     pub watchdog_failed: Option<String>,
+    /// How much further `CLOCK_REALTIME` moved than `CLOCK_BOOTTIME` since the last
+    /// iteration (a hypervisor pause, S5): lease time lost without `now` showing it.
+    pub clock_jump: Duration,
 }
 
 /// What the core asks the shell to do, in order.

@@ -249,6 +249,7 @@ pub async fn run(cx: Cx) {
             job,
             shutdown,
             watchdog_failed: None,
+            clock_jump: std::time::Duration::ZERO,
         };
         let members_seen = if let Ok(v) = &obs.cluster {
             v.members
