@@ -724,14 +724,18 @@ fn run(o: Opts) -> Result<(), String> {
     // SIGTERM/SIGINT: unmount, then exit (the test's Drop or a human).
     {
         let session = session.clone();
+        let (shared, path) = (shared.clone(), o.mount.clone());
         let mut signals = signal_hook::iterator::Signals::new([
             signal_hook::consts::SIGTERM,
             signal_hook::consts::SIGINT,
         ])
         .map_err(|e| format!("install signal handlers: {e}"))?;
         std::thread::spawn(move || {
-            if signals.forever().next().is_some() {
-                unmount(&session);
+            if let Some(sig) = signals.forever().next() {
+                shared
+                    .lock()
+                    .event("stop", &format!("signal {sig}: unmounting"));
+                unmount(&session, &path);
                 std::process::exit(0);
             }
         });
@@ -749,14 +753,28 @@ fn run(o: Opts) -> Result<(), String> {
         let _ = std::io::stdout().flush();
     }
     shared.lock().event("stop", "stdin closed: unmounting");
-    unmount(&session);
+    unmount(&session, &o.mount);
     Ok(())
 }
 
-fn unmount(session: &Mutex<Option<fuser::BackgroundSession>>) {
+/// Unmount; if someone still holds the file open (EBUSY), detach it lazily so
+/// no stale mount outlives us (their fd then reads ENOTCONN, a dead device).
+fn unmount(session: &Mutex<Option<fuser::BackgroundSession>>, path: &std::path::Path) {
     let taken = session.lock().unwrap_or_else(|p| p.into_inner()).take();
     if let Some(Err(e)) = taken.map(fuser::BackgroundSession::umount_and_join) {
-        eprintln!("wdt_standin: unmount: {e}");
+        eprintln!("wdt_standin: unmount: {e}; detaching lazily");
+        let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+            return;
+        };
+        // SAFETY: `c` is a valid NUL-terminated path that outlives the call;
+        // umount2 only reads it.
+        if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+            eprintln!(
+                "wdt_standin: umount2({}, MNT_DETACH): {}",
+                path.display(),
+                std::io::Error::last_os_error()
+            );
+        }
     }
 }
 

@@ -257,9 +257,11 @@ fn keepalive_holds_it_off_then_it_fires_and_kills_the_node() {
     let host = node.host(None);
     let (dir, mut wd) = standin("fire", |o| o.host = host);
     let f = open_dev(wd.path()).expect("open");
-    let w = Duration::from_secs(1);
-    assert_eq!(ioctl_int(&f, WDIOC_SETTIMEOUT, 1), Ok(1));
-    // Pet for 2.5 W: it must not fire.
+    // W = 2 s: a test thread starved for a second on two busy cores must not
+    // let it fire early.
+    let w = Duration::from_secs(2);
+    assert_eq!(ioctl_int(&f, WDIOC_SETTIMEOUT, 2), Ok(2));
+    // Pet for 2.5 W (every 0.1 W): it must not fire.
     let until = clock::now().add(w * 5 / 2);
     while clock::now() < until {
         ioctl_int(&f, WDIOC_KEEPALIVE, 0).expect("KEEPALIVE");
@@ -307,8 +309,10 @@ fn close_without_magic_pings_once_and_fires_w_later() {
     };
     let (sdir, wd) = standin("nomagic", |o| o.host = host);
     let f = open_dev(wd.path()).expect("open");
-    let w = Duration::from_secs(1);
-    assert_eq!(ioctl_int(&f, WDIOC_SETTIMEOUT, 1), Ok(1));
+    // W = 2 s: a test thread starved for a second on two busy cores must not
+    // let it fire early.
+    let w = Duration::from_secs(2);
+    assert_eq!(ioctl_int(&f, WDIOC_SETTIMEOUT, 2), Ok(2));
     std::thread::sleep(Duration::from_millis(500));
     let closed_at = clock::now();
     drop(f); // an agent that dies: no 'V'
@@ -334,8 +338,10 @@ fn nowayout_turns_a_magic_close_into_a_ping() {
     let (dir, mut wd) = standin("nowayout", |o| o.host = host);
     wd.set_nowayout(true).expect("nowayout on");
     let f = open_dev(wd.path()).expect("open");
-    let w = Duration::from_secs(1);
-    assert_eq!(ioctl_int(&f, WDIOC_SETTIMEOUT, 1), Ok(1));
+    // W = 2 s: a test thread starved for a second on two busy cores must not
+    // let it fire early.
+    let w = Duration::from_secs(2);
+    assert_eq!(ioctl_int(&f, WDIOC_SETTIMEOUT, 2), Ok(2));
     (&f).write_all_v();
     drop(f);
     let (_, why) = assert_fired_after(&wd, w, Duration::from_secs(5));
@@ -351,10 +357,10 @@ fn magic_close_with_nowayout_off_again_disarms() {
     let (dir, mut wd) = standin("nowayout-off", |o| o.nowayout = true);
     wd.set_nowayout(false).expect("nowayout off");
     let f = open_dev(wd.path()).expect("open");
-    assert_eq!(ioctl_int(&f, WDIOC_SETTIMEOUT, 1), Ok(1));
+    assert_eq!(ioctl_int(&f, WDIOC_SETTIMEOUT, 2), Ok(2));
     (&f).write_all_v();
     drop(f);
-    std::thread::sleep(Duration::from_millis(1600));
+    std::thread::sleep(Duration::from_millis(2600));
     assert_eq!(wd.fired(), None, "{}", wd.events());
     drop(wd);
     let _ = std::fs::remove_dir_all(dir);
