@@ -37,7 +37,9 @@ demo: deps build
 	$(TENURE) demo
 
 # `cargo nextest run` builds the test binaries (and the `tenure` binary they run)
-# with the same dev profile as `make build`.
+# with the same dev profile as `make build`. It also builds the examples, among
+# them the watchdog stand-in (target/debug/examples/wdt_standin) that
+# tests/real_watchdog_standin.rs and the agent tests run.
 test: deps
 	$(CARGO) nextest run --profile ci
 

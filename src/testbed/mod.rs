@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod etcd;
 pub mod etcdkv;
 pub mod probe;
+pub mod watchdog;
 
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::path::{Path, PathBuf};
