@@ -240,10 +240,14 @@ impl Agent {
                 Wake::Tick
             } else {
                 again_budget = 0;
+                // S1: while leading, also wake at `F - B`, not at the next tick after it.
                 let until = if self.core.renew_now() {
                     clock::now()
                 } else {
-                    self.next_tick
+                    match self.core.call_cap() {
+                        Some(cap) => self.next_tick.min(cap),
+                        None => self.next_tick,
+                    }
                 };
                 self.wait(until)
             };

@@ -435,8 +435,10 @@ impl Core {
         match obs.fence {
             Some(FenceOutcome::Complete) => {}
             Some(FenceOutcome::Incomplete) => {
-                // S1: stay armed; try again. The host resets at F if it never completes.
+                // S1: stay armed; try again at once. The host resets at F if it never
+                // completes.
                 p.push(Action::Fence);
+                p.again = true;
                 return Reason::Fencing(format!("{why}; the fence is not complete yet, retrying"));
             }
             None => {
