@@ -573,8 +573,42 @@ impl Agent {
             // A job that changed the data directory: probe again for the new state.
             pg = self.pg.probe(pg_deadline);
         }
+        let obs = self.assemble(cluster, renewal, lease_poll, pg, job, Duration::ZERO);
+        if let Ok(v) = &obs.cluster {
+            self.last_view = Some(v.clone());
+        }
+        self.last_pg = Some(obs.pg.clone());
+        obs
+    }
+
+    /// What the core needs to fence at once after a stall: no calls at all (each
+    /// would only delay the fence), the last known PostgreSQL state.
+    fn stalled_observation(&mut self, clock_jump: Duration) -> Observation {
+        let pg = self.last_pg.clone().unwrap_or(PgStatus {
+            data: DataDir::Empty,
+            role: PgRole::Unresponsive,
+            timeline: 0,
+            lsn: 0,
+            following: None,
+            streaming: false,
+        });
+        let cluster = Err("not read: the loop woke past F - B".into());
+        self.assemble(cluster, None, None, pg, Job::Idle, clock_jump)
+    }
+
+    /// An observation from this iteration's readings plus the outcomes of the last
+    /// plan's actions (each reported exactly once).
+    fn assemble(
+        &mut self,
+        cluster: Result<ClusterView, String>,
+        renewal: Option<Renewal>,
+        lease_poll: Option<LeasePoll>,
+        pg: PgStatus,
+        job: Job,
+        clock_jump: Duration,
+    ) -> Observation {
         let pending = std::mem::take(&mut self.pending);
-        let obs = Observation {
+        Observation {
             cluster,
             renewal,
             acquire: pending.acquire,
@@ -587,41 +621,6 @@ impl Agent {
             leader_deleted_at: self.leader_deleted_at.take(),
             pg,
             job,
-            shutdown: self.shutdown,
-            watchdog_failed: self.pending_watchdog_failed.take(),
-            clock_jump: Duration::ZERO,
-        };
-        if let Ok(v) = &obs.cluster {
-            self.last_view = Some(v.clone());
-        }
-        self.last_pg = Some(obs.pg.clone());
-        obs
-    }
-
-    /// What the core needs to fence at once after a stall: no calls at all (each
-    /// would only delay the fence), the last known PostgreSQL state.
-    fn stalled_observation(&mut self, clock_jump: Duration) -> Observation {
-        let pending = std::mem::take(&mut self.pending);
-        Observation {
-            cluster: Err("not read: the loop woke past F - B".into()),
-            renewal: None,
-            acquire: pending.acquire,
-            claim: pending.claim,
-            recorded_initialize: pending.recorded_initialize,
-            fence: pending.fence,
-            promoted: pending.promoted,
-            released: pending.released,
-            lease_poll: None,
-            leader_deleted_at: self.leader_deleted_at.take(),
-            pg: self.last_pg.clone().unwrap_or(PgStatus {
-                data: DataDir::Empty,
-                role: PgRole::Unresponsive,
-                timeline: 0,
-                lsn: 0,
-                following: None,
-                streaming: false,
-            }),
-            job: Job::Idle,
             shutdown: self.shutdown,
             watchdog_failed: self.pending_watchdog_failed.take(),
             clock_jump,

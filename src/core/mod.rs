@@ -685,15 +685,7 @@ impl Core {
             _ => {
                 // Not ours after all: fence any local primary, never resume on it.
                 let why = format!("could not adopt the leader key ({:?})", r.outcome);
-                self.needs_rewind = obs.pg.role == PgRole::Primary || self.needs_rewind;
-                self.state = State::Fencing {
-                    lease: None,
-                    epoch: None,
-                    release: false,
-                    why: why.clone(),
-                };
-                p.push(Action::Fence);
-                Reason::Fencing(why)
+                self.start_fence(p, why)
             }
         }
     }
