@@ -231,6 +231,7 @@ impl Agent {
             self.cfg.scope,
             std::process::id()
         );
+        tune_process(&self.cfg.agent);
         self.startup_member_check()?;
         let mut again_budget = 0u32;
         let mut again = false;
@@ -720,7 +721,9 @@ impl Agent {
                 nofailover: self.cfg.nofailover,
             },
             epoch,
-            watchdog_timeout: None,
+            // Only an armed device counts: candidates size the early-expiry delay
+            // from it (2W + R + M), and systemd's watchdog is no host reset.
+            watchdog_timeout: self.wd.device.as_ref().map(|d| d.timeout()),
             leader_lease: leadership.map(|l| l.lease),
             pg_healthy: matches!(pg.role, PgRole::Primary | PgRole::Replica),
             released: self.core.released_epoch(),
@@ -1244,5 +1247,46 @@ impl Watchdogs {
             },
             core,
         ))
+    }
+}
+
+/// `[agent] lock_memory` and `realtime_priority`, reported at start-up either way
+/// (DESIGN S5: a swap storm or a starved CPU is a stall, and stalls are lease loss).
+fn tune_process(cfg: &crate::config::AgentConfig) {
+    use nix::sys::mman::{MlockAllFlags, mlockall};
+    if cfg.lock_memory {
+        match mlockall(MlockAllFlags::MCL_CURRENT | MlockAllFlags::MCL_FUTURE) {
+            Ok(()) => info!("memory locked (mlockall): the loop cannot be swapped out"),
+            Err(e) => error!(
+                "ALERT: [agent] lock_memory: mlockall failed ({e}); running with swappable \
+                 memory (raise LimitMEMLOCK= in the unit)"
+            ),
+        }
+    } else {
+        info!("memory not locked ([agent] lock_memory = false)");
+    }
+    match cfg.realtime_priority {
+        Some(prio) => {
+            let param = libc::sched_param {
+                sched_priority: i32::from(prio),
+            };
+            // SCHED_RESET_ON_FORK: PostgreSQL and every other child we start must run
+            // under the normal scheduler, never at our real-time priority.
+            // SAFETY: `param` is a valid, initialised sched_param that outlives the
+            // call; pid 0 names this process only.
+            let rc = unsafe {
+                libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
+            };
+            if rc == 0 {
+                info!("scheduling: SCHED_FIFO priority {prio} (children reset on fork)");
+            } else {
+                error!(
+                    "ALERT: [agent] realtime_priority {prio}: sched_setscheduler failed ({}); \
+                     running under the normal scheduler",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+        None => info!("scheduling: normal (no [agent] realtime_priority)"),
     }
 }

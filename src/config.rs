@@ -87,6 +87,16 @@ pub struct WatchdogConfig {
     pub device: PathBuf,
 }
 
+/// `[agent]`: how the agent's own process runs.
+#[derive(Clone, Debug, Default)]
+pub struct AgentConfig {
+    /// `mlockall(MCL_CURRENT | MCL_FUTURE)` at start-up, so a swap storm cannot stall
+    /// the loop past its deadlines (DESIGN S5).
+    pub lock_memory: bool,
+    /// `SCHED_FIFO` at this priority (1..=99); `None` keeps the normal scheduler.
+    pub realtime_priority: Option<u8>,
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     pub scope: String,
@@ -102,6 +112,7 @@ pub struct Config {
     pub nofailover: bool,
     /// `[log] syslog_socket`; `None` = log to stderr only.
     pub syslog_socket: Option<PathBuf>,
+    pub agent: AgentConfig,
 }
 
 // ---------------------------------------------------------------------------
@@ -908,6 +919,7 @@ impl Config {
             "api",
             "watchdog",
             "log",
+            "agent",
         ])?;
         let scope = root.required("scope", root.string("scope")?)?;
         if !valid_name(&scope) {
@@ -1131,6 +1143,22 @@ impl Config {
             .path("device")?
             .unwrap_or_else(|| PathBuf::from("/dev/watchdog"));
 
+        // [agent]
+        let ag = root.sub("agent")?;
+        ag.only(&["lock_memory", "realtime_priority"])?;
+        let lock_memory = ag.boolean("lock_memory")?.unwrap_or(false);
+        let realtime_priority = match ag.table.get("realtime_priority") {
+            None => None,
+            Some(Value::Integer(i)) if (1..=99).contains(i) => Some(*i as u8),
+            Some(Value::Integer(i)) => {
+                return Err(ag.err(
+                    "realtime_priority",
+                    format!("must be a SCHED_FIFO priority 1..=99, found {i}"),
+                ));
+            }
+            Some(v) => return Err(ag.wrong("realtime_priority", "an integer 1..=99", v)),
+        };
+
         // [log]
         let lg = root.sub("log")?;
         lg.only(&["syslog_socket"])?;
@@ -1175,6 +1203,10 @@ impl Config {
             watchdog: WatchdogConfig { mode, device },
             nofailover,
             syslog_socket,
+            agent: AgentConfig {
+                lock_memory,
+                realtime_priority,
+            },
         })
     }
 

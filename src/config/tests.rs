@@ -490,3 +490,25 @@ fn example_file_is_accepted() {
     assert_eq!(c.watchdog.mode, WatchdogMode::Automatic);
     assert_eq!(watchdog_range(&c.timing, 30), Some((5, 13)));
 }
+
+#[test]
+fn agent_section_defaults_values_and_errors() {
+    let c = parse(GOOD).expect("valid");
+    assert!(!c.agent.lock_memory);
+    assert_eq!(c.agent.realtime_priority, None);
+    let c = parse(&format!(
+        "{GOOD}\n[agent]\nlock_memory = true\nrealtime_priority = 10\n"
+    ))
+    .expect("valid");
+    assert!(c.agent.lock_memory);
+    assert_eq!(c.agent.realtime_priority, Some(10));
+    let e = err(&format!("{GOOD}\n[agent]\nrealtime_priority = 100\n"));
+    assert!(
+        e.contains("agent.realtime_priority") && e.contains("1..=99"),
+        "{e}"
+    );
+    let e = err(&format!("{GOOD}\n[agent]\nlock_memory = \"yes\"\n"));
+    assert!(e.contains("agent.lock_memory"), "{e}");
+    let e = err(&format!("{GOOD}\n[agent]\nlock_mem = true\n"));
+    assert!(e.contains("agent.lock_mem") && e.contains("unknown"), "{e}");
+}
