@@ -518,3 +518,61 @@ fn basebackup_failure_leaves_nothing_behind() {
     assert!(aside.to_string_lossy().contains("x-data.aside-"));
     assert_eq!(n.data_dir_state(), DataDir::Empty);
 }
+
+/// Non-negotiable 2: a deadline on every blocking call. A backend that stops
+/// answering (SIGSTOP here; stuck I/O in life) must not hold the probe past its
+/// deadline: the client-side timeout ends the wait, the connection is dropped and a
+/// fresh one serves the next probe once the backend is gone.
+#[test]
+fn probe_keeps_its_deadline_when_the_backend_stops_answering() {
+    become_subreaper();
+    let dir = testbed::scratch_dir("pg-wedge").unwrap();
+    let pg = nix::unistd::User::from_name("postgres").unwrap().unwrap();
+    nix::unistd::chown(&dir, Some(pg.uid), Some(pg.gid)).unwrap();
+    let c = node_cfg(&dir, "w");
+    let mut g = Guard {
+        dir: dir.clone(),
+        nodes: vec![PgCtl::new(&c, "w").unwrap()],
+    };
+    run_job(&mut g.nodes[0], JobKind::InitDb, None, secs(60));
+    run_job(&mut g.nodes[0], JobKind::StartPrimary, None, secs(60));
+    let n = &mut g.nodes[0];
+    let st = n.probe(clock::now().add(secs(5)));
+    assert_eq!(st.role, PgRole::Primary);
+    // The backend serving the probe's connection: PostgreSQL titles client backends
+    // "postgres: <user> <db> [local] <state>", and the probe's is the only one.
+    let pm = n.postmaster_pid().unwrap();
+    let backend = n
+        .pids()
+        .into_iter()
+        .filter(|&p| p != pm)
+        .filter(|&p| {
+            std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|s| s.contains("postgres postgres [local]"))
+        })
+        .max()
+        .expect("the probe's backend");
+    let bpid = nix::unistd::Pid::from_raw(backend as i32);
+    nix::sys::signal::kill(bpid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let t0 = clock::now();
+    let st = n.probe(t0.add(Duration::from_millis(300)));
+    let took = clock::now().since(t0);
+    nix::sys::signal::kill(bpid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    eprintln!(
+        "probe against a stopped backend returned after {took:?}: {:?}",
+        st.role
+    );
+    assert_eq!(
+        st.role,
+        PgRole::Unresponsive,
+        "a wedged backend is not a healthy primary"
+    );
+    // The deadline held (scheduling slack on two busy cores aside).
+    assert!(
+        took < Duration::from_millis(300 + 700),
+        "probe took {took:?}"
+    );
+    // And the next probe, on a fresh connection, sees the primary again.
+    let st = n.probe(clock::now().add(secs(5)));
+    assert_eq!(st.role, PgRole::Primary);
+}

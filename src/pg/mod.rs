@@ -176,7 +176,10 @@ pub struct PgCtl {
     /// `pg_ctl -t` for start and stop.
     ctl_timeout: Duration,
     /// The agent's connection, with the postmaster pid it was made to.
-    client: Option<(postgres::Client, u32)>,
+    client: Option<(tokio_postgres::Client, u32)>,
+    /// Drives `client`'s connection task: it runs only inside this runtime's
+    /// `block_on`, i.e. inside a call with a deadline (one thread, DESIGN §5).
+    rt: tokio::runtime::Runtime,
     /// The member the standby config we last wrote follows.
     following: Option<String>,
     job: Option<job::RunningJob>,
@@ -208,6 +211,11 @@ impl PgCtl {
             port,
             ctl_timeout: Duration::from_secs(60),
             client: None,
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .enable_time()
+                .build()
+                .map_err(|e| PgError::Config(format!("cannot build the query runtime: {e}")))?,
             following: None,
             job: None,
         };
@@ -425,13 +433,17 @@ impl PgCtl {
 
     /// The agent's connection to the postmaster `pm`, (re)connected as needed,
     /// within the deadline.
-    fn client(&mut self, pm: u32, deadline: Instant) -> Result<&mut postgres::Client, PgError> {
+    fn client(
+        &mut self,
+        pm: u32,
+        deadline: Instant,
+    ) -> Result<&mut tokio_postgres::Client, PgError> {
         if self.client.as_ref().is_some_and(|(_, p)| *p != pm) {
             self.client = None;
         }
         if self.client.is_none() {
-            // A stopped postmaster would accept the socket connect and then never
-            // answer the startup packet, which the postgres crate does not bound.
+            // Cheap early answer for the common wedge (SIGSTOP); the timeout below
+            // covers every other.
             if procs::is_stopped(pm) {
                 return Err(PgError::Sql(format!(
                     "postmaster {pm} is stopped (SIGSTOP)"
@@ -441,25 +453,38 @@ impl PgCtl {
             if left.is_zero() {
                 return Err(PgError::Timeout("no time left to connect".into()));
             }
-            let c = postgres::Config::new()
+            let mut config = tokio_postgres::Config::new();
+            config
                 .host_path(&self.cfg.socket_dir)
                 .port(self.port)
                 .user(&self.cfg.superuser)
                 .dbname("postgres")
                 .application_name("tenure")
-                // The postgres crate logs NOTICEs at info level: keep the agent's log
-                // for the agent's own sentences.
+                // Keep the agent's log for the agent's own sentences.
                 .options("-c client_min_messages=warning")
-                .connect_timeout(left)
-                .connect(postgres::NoTls)
-                .map_err(|e| {
-                    PgError::Sql(format!(
-                        "connect to {}/.s.PGSQL.{}: {e}",
-                        self.cfg.socket_dir.display(),
-                        self.port
-                    ))
-                })?;
-            self.client = Some((c, pm));
+                .connect_timeout(left);
+            // The whole handshake is bounded, not just the socket connect: a stopped
+            // or wedged postmaster accepts the connection and never answers.
+            let connected = self.rt.block_on(async {
+                tokio::time::timeout(left, config.connect(tokio_postgres::NoTls)).await
+            });
+            let target = || format!("{}/.s.PGSQL.{}", self.cfg.socket_dir.display(), self.port);
+            let (client, connection) = match connected {
+                Ok(Ok(pair)) => pair,
+                Ok(Err(e)) => return Err(PgError::Sql(format!("connect to {}: {e}", target()))),
+                Err(_) => {
+                    return Err(PgError::Timeout(format!(
+                        "connect to {}: no answer within {:.3} s",
+                        target(),
+                        left.as_secs_f64()
+                    )));
+                }
+            };
+            // Polled only inside `self.rt.block_on`, which every query goes through.
+            self.rt.spawn(async move {
+                let _ = connection.await;
+            });
+            self.client = Some((client, pm));
         }
         match self.client.as_mut() {
             Some((c, _)) => Ok(c),
@@ -488,22 +513,44 @@ impl PgCtl {
         sql: &str,
         deadline: Instant,
     ) -> Result<Vec<Vec<Option<String>>>, PgError> {
-        let c = self.client(pm, deadline)?;
-        // A backend that stopped answering: bounded here (the query below is
-        // bounded only server-side, by statement_timeout).
+        self.client(pm, deadline)?;
+        let Some((c, _)) = self.client.as_ref() else {
+            return Err(PgError::Sql("no connection".into()));
+        };
         let left = clock::now().until(deadline);
         if left.is_zero() {
             return Err(PgError::Timeout("no time left for the query".into()));
         }
-        c.is_valid(left)
-            .map_err(|e| PgError::Sql(format!("connection check: {e}")))?;
-        let ms = clock::now().until(deadline).as_millis().max(1);
-        let msgs = c
-            .simple_query(&format!("SET statement_timeout = {ms}; {sql}"))
-            .map_err(|e| PgError::Sql(format!("{}: {e}", first_words(sql))))?;
+        // Server side, statement_timeout ends the statement; client side, the timeout
+        // below ends the wait even if the backend never answers (stopped, stuck in
+        // I/O). Then the cancel path: a cancel request, itself bounded.
+        let ms = left.as_millis().max(1);
+        let text = format!("SET statement_timeout = {ms}; {sql}");
+        let answer = self
+            .rt
+            .block_on(async { tokio::time::timeout(left, c.simple_query(&text)).await });
+        let msgs = match answer {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => return Err(PgError::Sql(format!("{}: {e}", first_words(sql)))),
+            Err(_) => {
+                let token = c.cancel_token();
+                let _ = self.rt.block_on(async {
+                    tokio::time::timeout(
+                        Duration::from_millis(100),
+                        token.cancel_query(tokio_postgres::NoTls),
+                    )
+                    .await
+                });
+                return Err(PgError::Timeout(format!(
+                    "{}: no answer within {:.3} s (cancel sent)",
+                    first_words(sql),
+                    left.as_secs_f64()
+                )));
+            }
+        };
         let mut rows = Vec::new();
         for m in msgs {
-            if let postgres::SimpleQueryMessage::Row(r) = m {
+            if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
                 rows.push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect());
             }
         }
