@@ -232,6 +232,7 @@ impl Agent {
             std::process::id()
         );
         tune_process(&self.cfg.agent);
+        nonblocking_log_pipe();
         self.startup_member_check()?;
         let mut again_budget = 0u32;
         let mut again = false;
@@ -1288,5 +1289,26 @@ fn tune_process(cfg: &crate::config::AgentConfig) {
             }
         }
         None => info!("scheduling: normal (no [agent] realtime_priority)"),
+    }
+}
+
+/// A log line must never stall the loop: when stderr is a pipe or a socket (journald,
+/// a supervisor), make it non-blocking so a reader that stops reading costs lines,
+/// not deadlines. A terminal or a file is left alone (a write to a file does not
+/// block on a reader, and a terminal shared with a shell must stay blocking).
+fn nonblocking_log_pipe() {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    use nix::sys::stat::{SFlag, fstat};
+    let fd = std::io::stderr();
+    let Ok(st) = fstat(&fd) else { return };
+    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+    if kind != SFlag::S_IFIFO && kind != SFlag::S_IFSOCK {
+        return;
+    }
+    if let Ok(flags) = fcntl(&fd, FcntlArg::F_GETFL) {
+        let flags = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
+        if let Err(e) = fcntl(&fd, FcntlArg::F_SETFL(flags)) {
+            warn!("cannot make the stderr pipe non-blocking: {e}");
+        }
     }
 }
