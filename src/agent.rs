@@ -1041,7 +1041,7 @@ impl Agent {
     fn open_watchdog(&mut self) -> Result<(), String> {
         let until = self.deadline(self.core.timing().retry_timeout);
         let dev = loop {
-            match Device::open(&self.wd.path, self.wd.requested) {
+            match Device::open_with_sysfs(&self.wd.path, self.wd.requested, &self.cfg.watchdog.sysfs_dir) {
                 Ok(d) => break d,
                 Err(WatchdogError::Busy { .. }) if clock::now() < until => {
                     std::thread::sleep(Duration::from_millis(20));
