@@ -714,7 +714,10 @@ impl Agent {
             xlog_location: pg.lsn,
             timeline: pg.timeline,
             tags: Tags {
-                nofailover: self.cfg.nofailover,
+                // S3: a node that refuses leadership (required watchdog missing or
+                // unusable) must not be waited for as "a better candidate": that
+                // would block every failover behind it.
+                nofailover: self.cfg.nofailover || self.core.refuses_leadership(),
             },
             epoch,
             watchdog_timeout: None,
@@ -1041,7 +1044,11 @@ impl Agent {
     fn open_watchdog(&mut self) -> Result<(), String> {
         let until = self.deadline(self.core.timing().retry_timeout);
         let dev = loop {
-            match Device::open_with_sysfs(&self.wd.path, self.wd.requested, &self.cfg.watchdog.sysfs_dir) {
+            match Device::open_with_sysfs(
+                &self.wd.path,
+                self.wd.requested,
+                &self.cfg.watchdog.sysfs_dir,
+            ) {
                 Ok(d) => break d,
                 Err(WatchdogError::Busy { .. }) if clock::now() < until => {
                     std::thread::sleep(Duration::from_millis(20));
