@@ -303,7 +303,12 @@ fn real_wd_clean_stop_disarms_and_replicas_never_open() {
     let p = settled(&mut c);
     wait_armed(&c, p);
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(opens(&c, p), 1, "the leader opened once: {}", c.standin(p).unwrap().events());
+    assert_eq!(
+        opens(&c, p),
+        1,
+        "the leader opened once: {}",
+        c.standin(p).unwrap().events()
+    );
     for i in (0..3).filter(|&i| i != p) {
         assert_eq!(
             opens(&c, i),
@@ -321,7 +326,12 @@ fn real_wd_clean_stop_disarms_and_replicas_never_open() {
         .iter()
         .find(|(_, e, _)| e == "disarm")
         .map(|(t, _, _)| *t)
-        .unwrap_or_else(|| panic!("no disarm on a clean stop: {}", c.standin(p).unwrap().events()));
+        .unwrap_or_else(|| {
+            panic!(
+                "no disarm on a clean stop: {}",
+                c.standin(p).unwrap().events()
+            )
+        });
     let np = c
         .wait_new_primary(p, FAILOVER)
         .unwrap_or_else(|| panic!("no new primary{}", c.logs_tail(40)));
@@ -502,7 +512,21 @@ fn real_wd_refusals() {
         c.logs_tail(30)
     );
     for i in [2, 3] {
-        assert_eq!(c.is_in_recovery(i), Ok(true), "{} promoted", c.name(i));
+        assert!(
+            c.agent_log(i).contains("acquired the leader key"),
+            "{} never won the key{}",
+            c.name(i),
+            c.logs_tail(30)
+        );
+        // It fenced (it held the key) and may be restarting as a replica: "not
+        // promoted" is what counts.
+        assert_ne!(c.is_in_recovery(i), Ok(false), "{} promoted", c.name(i));
+        assert!(
+            !c.agent_log(i).contains("promoted PostgreSQL"),
+            "{} promoted{}",
+            c.name(i),
+            c.logs_tail(30)
+        );
         assert!(opens(&c, i) >= 1, "{} never opened its device", c.name(i));
         let ev = events(&c, i);
         assert!(
@@ -553,7 +577,11 @@ fn real_wd_systemd_notify() {
             c.name(i),
             wds.len()
         );
-        assert!(wds.len() >= 3, "{}: WATCHDOG=1 not at the loop's pace", c.name(i));
+        assert!(
+            wds.len() >= 3,
+            "{}: WATCHDOG=1 not at the loop's pace",
+            c.name(i)
+        );
         assert!(max_gap < secs(W), "{}: a gap of W or more", c.name(i));
     }
 
@@ -635,9 +663,7 @@ fn real_wd_short_stall_fences_before_f() {
     let cont_at = clock::now();
     drop(stopped);
     assert!(
-        !pings_after(&c, p, ping)
-            .iter()
-            .any(|(t, _)| *t < stop_at),
+        !pings_after(&c, p, ping).iter().any(|(t, _)| *t < stop_at),
         "a ping slipped in before the stop: the stall is not measured from it"
     );
     let disarm = wait_for(Duration::from_secs(5), Duration::from_millis(5), || {
@@ -670,14 +696,12 @@ fn real_wd_short_stall_fences_before_f() {
             c.logs_tail(30)
         )
     });
-    assert!(
-        disarm < f,
-        "S1: disarmed {:.3} s after F",
-        gap(f, disarm)
-    );
+    assert!(disarm < f, "S1: disarmed {:.3} s after F", gap(f, disarm));
     assert!(fired.is_none(), "the device fired: {fired:?}");
     assert!(
-        pings_after(&c, p, ping).iter().all(|(t, d)| *t >= disarm || d.starts_with("write")),
+        pings_after(&c, p, ping)
+            .iter()
+            .all(|(t, d)| *t >= disarm || d.starts_with("write")),
         "a pet between the stall and the disarm: {}",
         c.standin(p).unwrap().events()
     );
@@ -778,7 +802,10 @@ fn real_wd_kill_and_restart_adopts() {
         "restart: reopened {:.3} s after the kill ({busy} EBUSY refusals)",
         gap(killed, reopened)
     );
-    assert!(fired.is_none(), "the device fired across the restart: {fired:?}");
+    assert!(
+        fired.is_none(),
+        "the device fired across the restart: {fired:?}"
+    );
     let log = c.agent_log(p)[log_before..].to_string();
     assert!(
         log.to_lowercase().contains("adopt"),

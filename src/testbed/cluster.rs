@@ -599,7 +599,8 @@ impl TestCluster {
                 if st.nowayout { "1\n" } else { "0\n" },
                 0o644,
             )?;
-            let mut o = StandinOptions::new(n.spec.dir.join("watchdog"), n.spec.dir.join("standin"));
+            let mut o =
+                StandinOptions::new(n.spec.dir.join("watchdog"), n.spec.dir.join("standin"));
             o.host = match cgroup {
                 Some(cg) => HostKill::Freezer(cg.to_path_buf()),
                 None => HostKill::Pids {
