@@ -719,7 +719,10 @@ impl Agent {
             xlog_location: pg.lsn,
             timeline: pg.timeline,
             tags: Tags {
-                nofailover: self.cfg.nofailover,
+                // S3: a node that refuses leadership (required watchdog missing or
+                // unusable) must not be waited for as "a better candidate": that
+                // would block every failover behind it.
+                nofailover: self.cfg.nofailover || self.core.refuses_leadership(),
             },
             epoch,
             // Only an armed device counts: candidates size the early-expiry delay
@@ -1048,7 +1051,11 @@ impl Agent {
     fn open_watchdog(&mut self) -> Result<(), String> {
         let until = self.deadline(self.core.timing().retry_timeout);
         let dev = loop {
-            match Device::open(&self.wd.path, self.wd.requested) {
+            match Device::open_with_sysfs(
+                &self.wd.path,
+                self.wd.requested,
+                &self.cfg.watchdog.sysfs_dir,
+            ) {
                 Ok(d) => break d,
                 Err(WatchdogError::Busy { .. }) if clock::now() < until => {
                     std::thread::sleep(Duration::from_millis(20));

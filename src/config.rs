@@ -85,6 +85,9 @@ pub struct ApiConfig {
 pub struct WatchdogConfig {
     pub mode: WatchdogMode,
     pub device: PathBuf,
+    /// Where the device's `nowayout` attribute is read (`<sysfs_dir>/<name>/nowayout`):
+    /// `/sys/class/watchdog`, or a test's directory for a device outside `/dev`.
+    pub sysfs_dir: PathBuf,
 }
 
 /// `[agent]`: how the agent's own process runs.
@@ -1127,7 +1130,7 @@ impl Config {
 
         // [watchdog]
         let wd = root.sub("watchdog")?;
-        wd.only(&["mode", "device"])?;
+        wd.only(&["mode", "device", "sysfs_dir"])?;
         let mode = match wd.string("mode")?.as_deref() {
             None | Some("automatic") => WatchdogMode::Automatic,
             Some("off") => WatchdogMode::Off,
@@ -1142,6 +1145,9 @@ impl Config {
         let device = wd
             .path("device")?
             .unwrap_or_else(|| PathBuf::from("/dev/watchdog"));
+        let sysfs_dir = wd
+            .path("sysfs_dir")?
+            .unwrap_or_else(|| PathBuf::from("/sys/class/watchdog"));
 
         // [agent]
         let ag = root.sub("agent")?;
@@ -1200,7 +1206,11 @@ impl Config {
                 listen: api_listen,
                 connect_url,
             },
-            watchdog: WatchdogConfig { mode, device },
+            watchdog: WatchdogConfig {
+                mode,
+                device,
+                sysfs_dir,
+            },
             nofailover,
             syslog_socket,
             agent: AgentConfig {

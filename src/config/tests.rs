@@ -82,7 +82,19 @@ fn good_file_and_defaults() {
     assert_eq!(c.api.connect_url, "http://127.0.0.1:8008");
     assert_eq!(c.watchdog.mode, WatchdogMode::Automatic);
     assert_eq!(c.watchdog.device, PathBuf::from("/dev/watchdog"));
+    assert_eq!(c.watchdog.sysfs_dir, PathBuf::from("/sys/class/watchdog"));
     assert_eq!(c.syslog_socket, None);
+}
+
+#[test]
+fn watchdog_sysfs_dir_for_a_device_outside_dev() {
+    let text = GOOD.replace(
+        "[api]",
+        "[watchdog]\ndevice = \"/dev/shm/t/watchdog\"\nsysfs_dir = \"/dev/shm/t/sysfs\"\n[api]",
+    );
+    let c = parse(&text).expect("valid");
+    assert_eq!(c.watchdog.sysfs_dir, PathBuf::from("/dev/shm/t/sysfs"));
+    assert_eq!(c.watchdog.device, PathBuf::from("/dev/shm/t/watchdog"));
 }
 
 #[test]

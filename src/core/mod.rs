@@ -167,6 +167,11 @@ impl Core {
         self.lead_refusal = Some(why);
     }
 
+    /// Whether this run refuses leadership (S3), so the member key can say so.
+    pub fn refuses_leadership(&self) -> bool {
+        self.lead_refusal.is_some()
+    }
+
     /// The epoch this node gave up cleanly (PostgreSQL stopped first), if any.
     pub fn released_epoch(&self) -> Option<Epoch> {
         self.released

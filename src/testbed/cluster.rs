@@ -22,6 +22,7 @@ use nix::unistd::Pid;
 use super::etcd::{EtcdCluster, http_get_local};
 use super::etcdkv::{self, Kv};
 use super::probe::{PROBE_TABLE, ProbeTarget, WriteProbe};
+use super::watchdog::{HostKill, StandinOptions, WatchdogStandin};
 use super::{free_port, scratch_dir, wait_for};
 
 /// Where cgroup v1's freezer is mounted on this machine (DESIGN §6).
@@ -58,7 +59,58 @@ pub struct ClusterOptions {
     pub use_freezer: bool,
     /// `TENURE_LOG` for the agents (`None`: inherit ours).
     pub log_level: Option<String>,
+    /// Per-node watchdog settings, by node index; a node without an entry gets
+    /// [`NodeWatchdog::default`] (mode off, no stand-in, no notify socket).
+    pub watchdog: Vec<NodeWatchdog>,
 }
+
+/// One node's watchdog settings in the bed (DESIGN §6 "Watchdog:", "systemd notify").
+#[derive(Clone, Debug, Default)]
+pub struct NodeWatchdog {
+    /// `[watchdog] mode`: "off", "automatic" or "required" (`None`: "off").
+    pub mode: Option<String>,
+    /// Start a stand-in device at `<node dir>/watchdog` (before the agent), which
+    /// "resets the host" through the node's freezer cgroup.
+    pub standin: Option<StandinSettings>,
+    /// A test-owned `NOTIFY_SOCKET` at `<node dir>/notify.sock`.
+    pub notify: bool,
+    /// `WATCHDOG_USEC` for the agent (only with `notify`).
+    pub watchdog_usec: Option<u64>,
+}
+
+/// The stand-in's options a test chooses (the rest follow the node).
+#[derive(Clone, Debug)]
+pub struct StandinSettings {
+    /// `nowayout` (also written to `<node dir>/sysfs/watchdog0/nowayout`, where the
+    /// agent reads it).
+    pub nowayout: bool,
+    pub max_timeout_s: u32,
+    pub magic_close: bool,
+}
+
+impl Default for StandinSettings {
+    fn default() -> StandinSettings {
+        StandinSettings {
+            nowayout: false,
+            max_timeout_s: 600,
+            magic_close: true,
+        }
+    }
+}
+
+impl NodeWatchdog {
+    /// Mode `mode` with a default stand-in.
+    pub fn with_standin(mode: &str) -> NodeWatchdog {
+        NodeWatchdog {
+            mode: Some(mode.into()),
+            standin: Some(StandinSettings::default()),
+            ..NodeWatchdog::default()
+        }
+    }
+}
+
+/// Messages a node's agent sent to its notify socket: `(CLOCK_BOOTTIME, text)`.
+type NotifyLog = std::sync::Arc<std::sync::Mutex<Vec<(crate::core::time::Instant, String)>>>;
 
 impl ClusterOptions {
     pub fn new(binary: impl Into<PathBuf>) -> ClusterOptions {
@@ -78,6 +130,7 @@ impl ClusterOptions {
             start_agents: true,
             use_freezer: true,
             log_level: None,
+            watchdog: Vec::new(),
         }
     }
 }
@@ -108,6 +161,57 @@ struct Node {
     agent: Option<Child>,
     /// This node's freezer cgroup directory, once created.
     cgroup: Option<PathBuf>,
+    wd: NodeWatchdog,
+    standin: Option<WatchdogStandin>,
+    notify: Option<NotifyReader>,
+}
+
+/// The test-owned end of a node's `NOTIFY_SOCKET` and the thread reading it.
+struct NotifyReader {
+    path: PathBuf,
+    log: NotifyLog,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl NotifyReader {
+    fn start(path: &Path) -> Result<NotifyReader, String> {
+        let _ = fs::remove_file(path);
+        let sock = std::os::unix::net::UnixDatagram::bind(path)
+            .map_err(|e| format!("bind notify socket {}: {e}", path.display()))?;
+        // Bounded reads, so the thread sees `stop` within 100 ms.
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .map_err(|e| format!("notify socket timeout: {e}"))?;
+        let log: NotifyLog = Default::default();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (log2, stop2) = (log.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 4096];
+            while !stop2.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Ok(n) = sock.recv(&mut buf) {
+                    let at = crate::clock::now();
+                    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    if let Ok(mut l) = log2.lock() {
+                        // One datagram may carry several lines (KEY=VALUE each).
+                        for line in text.lines().filter(|l| !l.is_empty()) {
+                            l.push((at, line.to_string()));
+                        }
+                    }
+                }
+            }
+        });
+        Ok(NotifyReader {
+            path: path.to_path_buf(),
+            log,
+            stop,
+        })
+    }
+}
+
+impl Drop for NotifyReader {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = fs::remove_file(&self.path);
+    }
 }
 
 pub struct TestCluster {
@@ -174,9 +278,8 @@ password = "{rewind}"
 [api]
 listen = "127.0.0.1:{api_port}"
 
-[watchdog]
-mode = "off"
-"#,
+{watchdog}"#,
+        watchdog = watchdog_section(&node_watchdog(opts, spec), spec),
         scope = opts.scope,
         name = spec.name,
         ttl = opts.ttl,
@@ -195,6 +298,29 @@ mode = "off"
         rewind = pw.rewind,
         api_port = spec.api_port,
     )
+}
+
+/// The bed names node `i` `pg<i+1>`: its watchdog settings.
+fn node_watchdog(opts: &ClusterOptions, spec: &NodeSpec) -> NodeWatchdog {
+    spec.name
+        .strip_prefix("pg")
+        .and_then(|n| n.parse::<usize>().ok())
+        .and_then(|n| opts.watchdog.get(n.wrapping_sub(1)))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// `[watchdog]`: mode off by default; with settings, the stand-in's path and the
+/// directory its `nowayout` file is in.
+fn watchdog_section(wd: &NodeWatchdog, spec: &NodeSpec) -> String {
+    match &wd.mode {
+        None => "[watchdog]\nmode = \"off\"\n".into(),
+        Some(mode) => format!(
+            "[watchdog]\nmode = \"{mode}\"\ndevice = \"{}\"\nsysfs_dir = \"{}\"\n",
+            spec.dir.join("watchdog").display(),
+            spec.dir.join("sysfs").display()
+        ),
+    }
 }
 
 impl TestCluster {
@@ -262,10 +388,14 @@ impl TestCluster {
             }
             let toml = agent_config_toml(&c.opts, &spec, &c.endpoints, &c.passwords);
             write_file(&spec.config_path, &toml, 0o600)?;
+            let wd = node_watchdog(&c.opts, &spec);
             c.nodes.push(Node {
                 spec,
                 agent: None,
                 cgroup: None,
+                wd,
+                standin: None,
+                notify: None,
             });
         }
         if c.opts.start_agents {
@@ -373,6 +503,7 @@ impl TestCluster {
             return Err(format!("agent of {} is already running", self.name(i)));
         }
         let cgroup = self.ensure_cgroup(i)?;
+        self.ensure_watchdog_parts(i, cgroup.as_deref())?;
         let n = &mut self.nodes[i];
         let log = fs::File::options()
             .create(true)
@@ -403,6 +534,14 @@ impl TestCluster {
             .stderr(log2);
         if let Some(level) = &self.opts.log_level {
             cmd.env("TENURE_LOG", level);
+        }
+        if let Some(nr) = &n.notify {
+            cmd.env("NOTIFY_SOCKET", &nr.path);
+            match n.wd.watchdog_usec {
+                Some(u) => cmd.env("WATCHDOG_USEC", u.to_string()),
+                None => cmd.env_remove("WATCHDOG_USEC"),
+            };
+            cmd.env_remove("WATCHDOG_PID");
         }
         let child = cmd
             .spawn()
@@ -441,6 +580,66 @@ impl TestCluster {
             });
         }
         Ok(())
+    }
+
+    /// Node `i`'s stand-in and notify socket, started once (before its first agent)
+    /// and kept across agent restarts, like a host's device.
+    fn ensure_watchdog_parts(&mut self, i: usize, cgroup: Option<&Path>) -> Result<(), String> {
+        let n = &mut self.nodes[i];
+        if let Some(st) = n.wd.standin.clone()
+            && n.standin.is_none()
+        {
+            // The agent reads nowayout where the driver would publish it: the device
+            // is `<dir>/watchdog`, which `sysfs_nowayout` maps to `watchdog0`.
+            let attr_dir = n.spec.dir.join("sysfs").join("watchdog0");
+            fs::create_dir_all(&attr_dir)
+                .map_err(|e| format!("create {}: {e}", attr_dir.display()))?;
+            write_file(
+                &attr_dir.join("nowayout"),
+                if st.nowayout { "1\n" } else { "0\n" },
+                0o644,
+            )?;
+            let mut o =
+                StandinOptions::new(n.spec.dir.join("watchdog"), n.spec.dir.join("standin"));
+            o.host = match cgroup {
+                Some(cg) => HostKill::Freezer(cg.to_path_buf()),
+                None => HostKill::Pids {
+                    pids: Vec::new(),
+                    data_dir: Some(n.spec.data_dir.clone()),
+                },
+            };
+            o.nowayout = st.nowayout;
+            o.max_timeout_s = st.max_timeout_s;
+            o.timeout_s = o.timeout_s.min(st.max_timeout_s);
+            o.magic_close = st.magic_close;
+            n.standin = Some(
+                WatchdogStandin::start(&o, Duration::from_secs(10))
+                    .map_err(|e| format!("watchdog stand-in of {}: {e}", n.spec.name))?,
+            );
+        }
+        if n.wd.notify && n.notify.is_none() {
+            n.notify = Some(NotifyReader::start(&n.spec.dir.join("notify.sock"))?);
+        }
+        Ok(())
+    }
+
+    /// Node `i`'s watchdog stand-in, once its agent was first started.
+    pub fn standin(&self, i: usize) -> Option<&WatchdogStandin> {
+        self.nodes[i].standin.as_ref()
+    }
+
+    pub fn standin_mut(&mut self, i: usize) -> Option<&mut WatchdogStandin> {
+        self.nodes[i].standin.as_mut()
+    }
+
+    /// Every line node `i`'s agents sent to its notify socket so far, with the
+    /// `CLOCK_BOOTTIME` instant it arrived.
+    pub fn notify_messages(&self, i: usize) -> Vec<(crate::core::time::Instant, String)> {
+        self.nodes[i]
+            .notify
+            .as_ref()
+            .and_then(|n| n.log.lock().ok().map(|l| l.clone()))
+            .unwrap_or_default()
     }
 
     /// SIGKILL node `i`'s agent only (its PostgreSQL keeps running), and reap it.
@@ -822,6 +1021,12 @@ impl Drop for TestCluster {
     fn drop(&mut self) {
         if self.leave_running {
             return;
+        }
+        // Stand-ins first: one must not fire and "reset" a node while the bed is
+        // already taking it down.
+        for n in &mut self.nodes {
+            drop(n.standin.take());
+            drop(n.notify.take());
         }
         // Thaw first: a frozen task does not die from SIGKILL until thawed.
         for n in &self.nodes {
