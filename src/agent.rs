@@ -935,6 +935,12 @@ impl Agent {
                     );
                     let out = self.pg.fence(fence_deadline);
                     info!("fence: {out:?}");
+                    if out == FenceOutcome::Complete {
+                        // S2: once no process of the primary remains, a pet proves
+                        // nothing and harms nothing; systemd must not wait for the next
+                        // (possibly slow, etcd-less) iteration, or it would kill us.
+                        self.wd.notifier.watchdog();
+                    }
                     self.pending.fence = Some(out);
                 }
                 Action::Release { lease, epoch } => {

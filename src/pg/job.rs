@@ -582,13 +582,17 @@ fn plan(
             job.steps.push_back(start);
         }
         JobKind::StartReplica { leader } => {
-            let src = source_for(source, leader)?.clone();
+            // An empty leader: a standby with no upstream (no leader exists yet), which
+            // replays its own WAL so it can publish a live position as a candidate.
+            let src = if leader.is_empty() {
+                None
+            } else {
+                Some(source_for(source, leader)?.clone())
+            };
             require_state(ctl, false)?;
             require_stopped(ctl)?;
-            job.steps.push_back(Step::Local(
-                "write tenure.conf",
-                Local::WriteConfig(Some(src)),
-            ));
+            job.steps
+                .push_back(Step::Local("write tenure.conf", Local::WriteConfig(src)));
             job.steps
                 .push_back(Step::Local("write standby.signal", Local::TouchStandby));
             let start = pg_ctl_start(ctl)?;
