@@ -1224,6 +1224,15 @@ impl Watchdogs {
             (_, Some((_, hi))) if path.exists() => {
                 use_device = true;
                 requested = hi;
+                // Say it at start-up, not only when leadership opens the device.
+                if crate::watchdog::device::sysfs_boot_reset(&cfg.watchdog.sysfs_dir, &path)
+                    == Some(true)
+                {
+                    error!(
+                        "ALERT: the last reset of this host was caused by the watchdog {}",
+                        path.display()
+                    );
+                }
             }
             (_, Some(_)) => {
                 let why = format!("watchdog device {} does not exist", path.display());

@@ -667,6 +667,17 @@ fn describe_options(options: u32) -> String {
 /// kernel registers it for). Symlinks are resolved first. `None` when the name is not a
 /// watchdog device's or the attribute is missing or unreadable.
 pub fn sysfs_nowayout(class_dir: &Path, dev: &Path) -> Option<bool> {
+    let text = std::fs::read_to_string(sysfs_attr(class_dir, dev, "nowayout")?).ok()?;
+    match text.trim() {
+        "0" => Some(false),
+        "1" => Some(true),
+        _ => None,
+    }
+}
+
+/// `<class_dir>/<watchdogN>/<attr>` for the device node `dev` (`/dev/watchdog` is
+/// the first device, `watchdog0`); `None` for a name that is not a watchdog's.
+fn sysfs_attr(class_dir: &Path, dev: &Path, attr: &str) -> Option<PathBuf> {
     let real = std::fs::canonicalize(dev).unwrap_or_else(|_| dev.to_path_buf());
     let name = real.file_name()?.to_str()?;
     let name = match name.strip_prefix("watchdog")? {
@@ -674,12 +685,16 @@ pub fn sysfs_nowayout(class_dir: &Path, dev: &Path) -> Option<bool> {
         n if n.bytes().all(|b| b.is_ascii_digit()) => name.to_string(),
         _ => return None,
     };
-    let text = std::fs::read_to_string(class_dir.join(name).join("nowayout")).ok()?;
-    match text.trim() {
-        "0" => Some(false),
-        "1" => Some(true),
-        _ => None,
-    }
+    Some(class_dir.join(name).join(attr))
+}
+
+/// Whether sysfs says the last reset of this host was the watchdog's
+/// (`bootstatus` has `WDIOF_CARDRESET`), read without opening the device: the
+/// agent alerts at start-up, before it may open it (S4). `None` when unknown.
+pub fn sysfs_boot_reset(class_dir: &Path, dev: &Path) -> Option<bool> {
+    let text = std::fs::read_to_string(sysfs_attr(class_dir, dev, "bootstatus")?).ok()?;
+    let v: u32 = text.trim().parse().ok()?;
+    Some(v & sys::WDIOF_CARDRESET != 0)
 }
 
 /// The descriptor the device's calls go to: the real device, or (in unit tests) a
@@ -1323,5 +1338,28 @@ mod tests {
         fn send<T: Send>() {}
         send::<Device>();
         send::<WatchdogError>();
+    }
+}
+
+#[cfg(test)]
+mod sysfs_boot_tests {
+    use super::*;
+
+    #[test]
+    fn boot_reset_is_read_from_bootstatus() {
+        let dir = std::env::temp_dir().join(format!("tenure-bootstatus-{}", std::process::id()));
+        let class = dir.join("class");
+        std::fs::create_dir_all(class.join("watchdog0")).unwrap();
+        let dev = dir.join("watchdog");
+        std::fs::write(&dev, b"").unwrap();
+        assert_eq!(sysfs_boot_reset(&class, &dev), None, "no bootstatus file");
+        std::fs::write(class.join("watchdog0/bootstatus"), "32\n").unwrap();
+        assert_eq!(sysfs_boot_reset(&class, &dev), Some(true));
+        std::fs::write(class.join("watchdog0/bootstatus"), "0\n").unwrap();
+        assert_eq!(sysfs_boot_reset(&class, &dev), Some(false));
+        std::fs::write(class.join("watchdog0/bootstatus"), "garbage").unwrap();
+        assert_eq!(sysfs_boot_reset(&class, &dev), None);
+        assert_eq!(sysfs_boot_reset(&class, &dir.join("not-a-watchdog")), None);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
