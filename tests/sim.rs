@@ -215,6 +215,7 @@ fn sim_schedules() {
     // closest to its bound: (took, bound, seed).
     let (mut checked, mut skipped, mut early) = (0u64, 0u64, 0u64);
     let mut closest: Option<(Duration, Duration, u64)> = None;
+    let mut base_from_count = [0u64; 5];
     let mut regressions = Vec::new();
     // Overlaps in schedules with a stall / with only agent kills: (count, longest, seed).
     let mut by_cause = [(0u64, Duration::ZERO, 0u64); 2];
@@ -245,9 +246,11 @@ fn sim_schedules() {
                 took,
                 bound,
                 early: e,
+                base_from,
                 ..
             }) => {
                 checked += 1;
+                base_from_count[*base_from] += 1;
                 early += u64::from(*e);
                 let margin = |x: &(Duration, Duration, u64)| x.1.as_secs_f64() - x.0.as_secs_f64();
                 let cand = (*took, *bound, seed);
@@ -267,7 +270,7 @@ fn sim_schedules() {
     println!(
         "sim: {n} schedules in {:.1} s, {} failed; no-watchdog schedules with a frozen/killed agent {measured}, \
          {overlapping} overlapping (stall {} longest {:.3} s seed {}, kills only {} longest {:.3} s seed {}); \
-         liveness checked {checked} ({early} early-expiry), skipped {skipped}, closest {:.3} s of bound {:.3} s \
+         liveness checked {checked} ({early} early-expiry; counted from keepalive/etcd change/majority/winner healthy/elected at once {base_from_count:?}), skipped {skipped}, closest {:.3} s of bound {:.3} s \
          (seed {c_seed}); timeline regressions {} {:?}",
         started.elapsed().as_secs_f64(),
         failures.len(),

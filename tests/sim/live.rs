@@ -113,6 +113,9 @@ pub enum Verdict {
         took: Duration,
         bound: Duration,
         early: bool,
+        /// Which term set `base`: 0 keepalive, 1 etcd change, 2 healthy majority,
+        /// 3 the winner becoming healthy (4: elected at `C`, no base).
+        base_from: usize,
         /// `Some(text)` if the bound was missed.
         late: Option<String>,
     },
@@ -134,6 +137,7 @@ pub fn check(
             took: Duration::ZERO,
             bound: Duration::ZERO,
             early: false,
+            base_from: 4,
             late: None,
         };
     }
@@ -194,7 +198,9 @@ pub fn check(
             .map_or(Instant::ZERO, |x| x.0),
         _ => Instant::ZERO,
     };
-    let base = t_ka.max(t_ch).max(s).max(winner_since);
+    let terms = [t_ka, t_ch, s, winner_since];
+    let base = terms.iter().copied().fold(Instant::ZERO, Instant::max);
+    let base_from = terms.iter().position(|t| *t == base).unwrap_or(0);
     let stale = match (winner, &removal) {
         (Some(w), Some(r)) => rec
             .polls
@@ -253,6 +259,7 @@ pub fn check(
         took: elected_at.map_or(bound, |e| e.since(base)),
         bound,
         early,
+        base_from,
         late,
     }
 }
