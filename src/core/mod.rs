@@ -114,6 +114,8 @@ struct Vacancy {
     old_xlog: Lsn,
     /// The old lease was confirmed gone (TTL -1).
     lease_gone: bool,
+    /// Newest leadership epoch a member published when this vacancy was judged.
+    seen_epoch: Epoch,
 }
 
 /// The HA core of one node.
@@ -758,6 +760,32 @@ impl Core {
                 }
             }
             None => {
+                // A member publishing a newer leadership epoch held the key after this
+                // vacancy began, unseen by us (it came and went between two reads): its
+                // DELETE is a new vacancy, judged early (DESIGN §1 step 4; seed 16393:
+                // else we promote at once beside it).
+                let newest = view
+                    .members
+                    .iter()
+                    .filter(|m| m.name != me)
+                    .filter_map(|m| m.info.epoch.map(|e| (e, m)))
+                    .max_by_key(|(e, _)| *e);
+                if let (Some(v), Some((e, m))) = (&self.vacancy, newest)
+                    && e > v.seen_epoch
+                    && Some(e) > self.track.epoch
+                {
+                    self.vacancy = Some(Vacancy {
+                        at: now,
+                        seen_revision: view.revision,
+                        old_lease: m.info.leader_lease,
+                        old_holder: Some(m.name.clone()),
+                        early: true,
+                        old_watchdog: m.info.watchdog_timeout,
+                        old_xlog: v.old_xlog.max(m.info.xlog_location),
+                        lease_gone: m.info.leader_lease.is_none(),
+                        seen_epoch: e,
+                    });
+                }
                 if self.vacancy.is_none() {
                     let at = obs.leader_deleted_at.map_or(now, |d| d.min(now));
                     let l_w_r = self.timing.loop_wait + self.timing.retry_timeout;
@@ -783,9 +811,17 @@ impl Core {
                             .filter(|m| m.info.role == "primary")
                             .find_map(|m| m.info.leader_lease)
                     });
+                    let seen_epoch = view
+                        .members
+                        .iter()
+                        .filter_map(|m| m.info.epoch)
+                        .chain(self.track.epoch)
+                        .max()
+                        .unwrap_or(0);
                     self.vacancy = Some(Vacancy {
                         at,
                         seen_revision: view.revision,
+                        seen_epoch,
                         old_lease,
                         old_holder: self.track.holder.clone(),
                         early,
