@@ -133,6 +133,11 @@ pub struct Core {
     rewind_failures: u32,
     /// Epoch this node released after a clean stop (published in its member key).
     released: Option<Epoch>,
+    /// The watch's DELETE of the key that this iteration's read (sent before it)
+    /// still showed: the vacancy the next read finds began then, not at that read.
+    late_delete: Option<Instant>,
+    /// Instant of the previous step.
+    last_step: Option<Instant>,
 }
 
 impl Core {
@@ -147,6 +152,8 @@ impl Core {
             bootstrapped_here: false,
             rewind_failures: 0,
             released: None,
+            late_delete: None,
+            last_step: None,
         }
     }
 
@@ -257,6 +264,7 @@ impl Core {
     pub fn step(&mut self, now: Instant, obs: &Observation) -> Plan {
         let mut p = Planner::default();
         let reason = self.decide(now, obs, &mut p);
+        self.last_step = Some(now);
         Plan {
             actions: p.actions,
             reason,
@@ -733,6 +741,15 @@ impl Core {
         let Ok(view) = &obs.cluster else { return };
         match &view.leader {
             Some(k) => {
+                // A DELETE the watch reported after the previous step, of a key our
+                // reads showed before too, is this key's: keep its instant for the
+                // vacancy the next read shows (else the DELETE is dated a loop late,
+                // the last poll looks stale and the expiry early: seed 11713).
+                let known = self.track.lease == Some(k.lease);
+                self.late_delete = match (obs.leader_deleted_at, self.last_step) {
+                    (Some(d), Some(prev)) if known && d > prev => Some(d),
+                    _ => None,
+                };
                 if k.name != me || !matches!(self.state, State::Leader(_)) {
                     if self.track.lease != Some(k.lease) {
                         self.track = LeaseTrack {
@@ -787,7 +804,10 @@ impl Core {
                     });
                 }
                 if self.vacancy.is_none() {
-                    let at = obs.leader_deleted_at.map_or(now, |d| d.min(now));
+                    let at = obs
+                        .leader_deleted_at
+                        .or(self.late_delete.take())
+                        .map_or(now, |d| d.min(now));
                     let l_w_r = self.timing.loop_wait + self.timing.retry_timeout;
                     // DESIGN §1 step 4: early if before E_max, or if our last poll is too
                     // old to predict anything, or if we never knew the lease at all.
