@@ -216,6 +216,7 @@ fn sim_schedules() {
     let (mut checked, mut skipped, mut early) = (0u64, 0u64, 0u64);
     let mut closest: Option<(Duration, Duration, u64)> = None;
     let mut base_from_count = [0u64; 5];
+    let mut longest = (Duration::ZERO, Duration::ZERO, 0u64);
     let mut regressions = Vec::new();
     // Overlaps in schedules with a stall / with only agent kills: (count, longest, seed).
     let mut by_cause = [(0u64, Duration::ZERO, 0u64); 2];
@@ -254,6 +255,9 @@ fn sim_schedules() {
                 early += u64::from(*e);
                 let margin = |x: &(Duration, Duration, u64)| x.1.as_secs_f64() - x.0.as_secs_f64();
                 let cand = (*took, *bound, seed);
+                if *took > longest.0 {
+                    longest = cand;
+                }
                 if *bound > Duration::ZERO
                     && closest.as_ref().is_none_or(|c| margin(&cand) < margin(c))
                 {
@@ -270,8 +274,8 @@ fn sim_schedules() {
     println!(
         "sim: {n} schedules in {:.1} s, {} failed; no-watchdog schedules with a frozen/killed agent {measured}, \
          {overlapping} overlapping (stall {} longest {:.3} s seed {}, kills only {} longest {:.3} s seed {}); \
-         liveness checked {checked} ({early} early-expiry; counted from keepalive/etcd change/majority/winner healthy/elected at once {base_from_count:?}), skipped {skipped}, closest {:.3} s of bound {:.3} s \
-         (seed {c_seed}); timeline regressions {} {:?}",
+         liveness checked {checked} ({early} early-expiry; counted from keepalive/etcd change/majority/winner healthy/elected at once {base_from_count:?}), skipped {skipped}; time to leader: longest {:.3} s (bound {:.3} s, seed {}), \
+         closest to its bound {:.3} s of {:.3} s (seed {c_seed}); timeline regressions {} {:?}",
         started.elapsed().as_secs_f64(),
         failures.len(),
         by_cause[0].0,
@@ -280,6 +284,9 @@ fn sim_schedules() {
         by_cause[1].0,
         by_cause[1].1.as_secs_f64(),
         by_cause[1].2,
+        longest.0.as_secs_f64(),
+        longest.1.as_secs_f64(),
+        longest.2,
         c_took.as_secs_f64(),
         c_bound.as_secs_f64(),
         regressions.len(),
