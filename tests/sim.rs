@@ -217,6 +217,9 @@ fn sim_schedules() {
     let mut closest: Option<(Duration, Duration, u64)> = None;
     let mut base_from_count = [0u64; 5];
     let mut longest = (Duration::ZERO, Duration::ZERO, 0u64);
+    // Largest excess of a time to leader over the printed number alone (no
+    // allowance, no slack): (seconds, seed).
+    let mut excess = (f64::MIN, 0u64);
     let mut regressions = Vec::new();
     // Overlaps in schedules with a stall / with only agent kills: (count, longest, seed).
     let mut by_cause = [(0u64, Duration::ZERO, 0u64); 2];
@@ -248,8 +251,13 @@ fn sim_schedules() {
                 bound,
                 early: e,
                 base_from,
+                printed,
                 ..
             }) => {
+                let over = took.as_secs_f64() - printed.as_secs_f64();
+                if *printed > Duration::ZERO && over > excess.0 {
+                    excess = (over, seed);
+                }
                 checked += 1;
                 base_from_count[*base_from] += 1;
                 early += u64::from(*e);
@@ -275,7 +283,8 @@ fn sim_schedules() {
         "sim: {n} schedules in {:.1} s, {} failed; no-watchdog schedules with a frozen/killed agent {measured}, \
          {overlapping} overlapping (stall {} longest {:.3} s seed {}, kills only {} longest {:.3} s seed {}); \
          liveness checked {checked} ({early} early-expiry; counted from keepalive/etcd change/majority/winner healthy/elected at once {base_from_count:?}), skipped {skipped}; time to leader: longest {:.3} s (bound {:.3} s, seed {}), \
-         closest to its bound {:.3} s of {:.3} s (seed {c_seed}); timeline regressions {} {:?}",
+         closest to its bound {:.3} s of {:.3} s (seed {c_seed}), largest excess over the printed number \
+         {:.3} s (seed {}); timeline regressions {} {:?}",
         started.elapsed().as_secs_f64(),
         failures.len(),
         by_cause[0].0,
@@ -289,6 +298,8 @@ fn sim_schedules() {
         longest.2,
         c_took.as_secs_f64(),
         c_bound.as_secs_f64(),
+        excess.0,
+        excess.1,
         regressions.len(),
         &regressions[..regressions.len().min(10)],
     );

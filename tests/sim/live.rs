@@ -112,6 +112,8 @@ pub enum Verdict {
         /// From `base` to the election (zero if elected at `C`).
         took: Duration,
         bound: Duration,
+        /// The printed part of `bound`: `failover_worst` (+ `early_expiry_delay`).
+        printed: Duration,
         early: bool,
         /// Which term set `base`: 0 keepalive, 1 etcd change, 2 healthy majority,
         /// 3 the winner becoming healthy (4: elected at `C`, no base).
@@ -136,6 +138,7 @@ pub fn check(
         return Verdict::Checked {
             took: Duration::ZERO,
             bound: Duration::ZERO,
+            printed: Duration::ZERO,
             early: false,
             base_from: 4,
             late: None,
@@ -220,14 +223,13 @@ pub fn check(
         .copied()
         .unwrap_or(false);
     let b = sched.budget(holder_wd);
-    let bound = b.failover_worst
-        + fresh_allowance(sched)
+    let printed = b.failover_worst
         + if early {
             b.early_expiry_delay
         } else {
             Duration::ZERO
-        }
-        + SLACK;
+        };
+    let bound = printed + fresh_allowance(sched) + SLACK;
     let deadline = base.add(bound);
     let late = match elected_at {
         Some(e) if e <= deadline => None,
@@ -258,6 +260,7 @@ pub fn check(
     Verdict::Checked {
         took: elected_at.map_or(bound, |e| e.since(base)),
         bound,
+        printed,
         early,
         base_from,
         late,
