@@ -201,6 +201,13 @@ pub fn check(
             .map_or(Instant::ZERO, |x| x.0),
         _ => Instant::ZERO,
     };
+    // `TENURE_SIM_STRICT_BASE=1`: never count from the winner's recovery (shows
+    // the schedules where a late-healthy winner is what makes the bound hold).
+    let winner_since = if std::env::var_os("TENURE_SIM_STRICT_BASE").is_some() {
+        Instant::ZERO
+    } else {
+        winner_since
+    };
     let terms = [t_ka, t_ch, s, winner_since];
     let base = terms.iter().copied().fold(Instant::ZERO, Instant::max);
     let base_from = terms.iter().position(|t| *t == base).unwrap_or(0);
