@@ -114,6 +114,8 @@ struct Vacancy {
     old_xlog: Lsn,
     /// The old lease was confirmed gone (TTL -1).
     lease_gone: bool,
+    /// Newest leadership epoch a member published when this vacancy was judged.
+    seen_epoch: Epoch,
 }
 
 /// The HA core of one node.
@@ -134,6 +136,11 @@ pub struct Core {
     /// Why this node may not take leadership (a required watchdog is missing or
     /// unusable). It still runs as a replica.
     lead_refusal: Option<String>,
+    /// The watch's DELETE of the key that this iteration's read (sent before it)
+    /// still showed: the vacancy the next read finds began then, not at that read.
+    late_delete: Option<Instant>,
+    /// Instant of the previous step.
+    last_step: Option<Instant>,
 }
 
 impl Core {
@@ -149,6 +156,8 @@ impl Core {
             rewind_failures: 0,
             released: None,
             lead_refusal: None,
+            late_delete: None,
+            last_step: None,
         }
     }
 
@@ -289,6 +298,7 @@ impl Core {
     pub fn step(&mut self, now: Instant, obs: &Observation) -> Plan {
         let mut p = Planner::default();
         let reason = self.decide(now, obs, &mut p);
+        self.last_step = Some(now);
         Plan {
             actions: p.actions,
             reason,
@@ -784,6 +794,15 @@ impl Core {
         let Ok(view) = &obs.cluster else { return };
         match &view.leader {
             Some(k) => {
+                // A DELETE the watch reported after the previous step, of a key our
+                // reads showed before too, is this key's: keep its instant for the
+                // vacancy the next read shows (else the DELETE is dated a loop late,
+                // the last poll looks stale and the expiry early: seed 11713).
+                let known = self.track.lease == Some(k.lease);
+                self.late_delete = match (obs.leader_deleted_at, self.last_step) {
+                    (Some(d), Some(prev)) if known && d > prev => Some(d),
+                    _ => None,
+                };
                 if k.name != me || !matches!(self.state, State::Leader(_)) {
                     if self.track.lease != Some(k.lease) {
                         self.track = LeaseTrack {
@@ -811,8 +830,37 @@ impl Core {
                 }
             }
             None => {
+                // A member publishing a newer leadership epoch held the key after this
+                // vacancy began, unseen by us (it came and went between two reads): its
+                // DELETE is a new vacancy, judged early (DESIGN §1 step 4; seed 16393:
+                // else we promote at once beside it).
+                let newest = view
+                    .members
+                    .iter()
+                    .filter(|m| m.name != me)
+                    .filter_map(|m| m.info.epoch.map(|e| (e, m)))
+                    .max_by_key(|(e, _)| *e);
+                if let (Some(v), Some((e, m))) = (&self.vacancy, newest)
+                    && e > v.seen_epoch
+                    && Some(e) > self.track.epoch
+                {
+                    self.vacancy = Some(Vacancy {
+                        at: now,
+                        seen_revision: view.revision,
+                        old_lease: m.info.leader_lease,
+                        old_holder: Some(m.name.clone()),
+                        early: true,
+                        old_watchdog: m.info.watchdog_timeout,
+                        old_xlog: v.old_xlog.max(m.info.xlog_location),
+                        lease_gone: m.info.leader_lease.is_none(),
+                        seen_epoch: e,
+                    });
+                }
                 if self.vacancy.is_none() {
-                    let at = obs.leader_deleted_at.map_or(now, |d| d.min(now));
+                    let at = obs
+                        .leader_deleted_at
+                        .or(self.late_delete.take())
+                        .map_or(now, |d| d.min(now));
                     let l_w_r = self.timing.loop_wait + self.timing.retry_timeout;
                     // DESIGN §1 step 4: early if before E_max, or if our last poll is too
                     // old to predict anything, or if we never knew the lease at all.
@@ -836,9 +884,17 @@ impl Core {
                             .filter(|m| m.info.role == "primary")
                             .find_map(|m| m.info.leader_lease)
                     });
+                    let seen_epoch = view
+                        .members
+                        .iter()
+                        .filter_map(|m| m.info.epoch)
+                        .chain(self.track.epoch)
+                        .max()
+                        .unwrap_or(0);
                     self.vacancy = Some(Vacancy {
                         at,
                         seen_revision: view.revision,
+                        seen_epoch,
                         old_lease,
                         old_holder: self.track.holder.clone(),
                         early,

@@ -13,6 +13,7 @@ use tenure::core::model::*;
 use tenure::core::time::Instant;
 
 use super::etcd::{Etcd, Op, Resp};
+use super::live::{LiveRec, Removal, Verdict, push_transition};
 use super::rng::Rng;
 
 pub fn secs(s: f64) -> Duration {
@@ -159,15 +160,35 @@ impl Schedule {
         !self.frozen_agent_possible() || self.watchdog.iter().all(|w| *w)
     }
 
-    /// Liveness bound after the faults stop (DESIGN §2's worst-case failover, made
-    /// generous): ttl + election timeout + 0.5 s sweep + promote delay after an early
-    /// expiry (max of ttl + R and 2W + R + M) + a few loops + jobs + a reboot.
-    pub fn liveness_bound(&self) -> Duration {
+    /// How long the run goes on after the faults stop: long enough for any bound
+    /// check (3) can apply (it is evaluated on the recorded history at the end).
+    pub fn run_length(&self) -> Duration {
         let t = &self.profile.timing;
         let ttl = secs(f64::from(t.ttl));
         let delay =
             (ttl + t.retry_timeout).max(2 * self.profile.w + t.retry_timeout + t.safety_margin);
-        ttl + secs(1.0) + delay + 6 * (t.loop_wait + t.retry_timeout) + secs(10.0)
+        // The longest check (3) bound is `ttl + 0.5 + L_w + R` + the early delay +
+        // `L_w` + slack from a base at most a little after the quiet point; runs
+        // that end before their deadline are counted as skipped, not passed.
+        ttl + secs(1.0) + delay + 6 * (t.loop_wait + t.retry_timeout) + secs(15.0)
+    }
+
+    /// The budget table `tenure check-config` prints for this profile, with the
+    /// old leader's watchdog (`Some(W)`) or none.
+    pub fn budget(&self, watchdog: bool) -> tenure::config::Budget {
+        let t = &self.profile.timing;
+        let tc = tenure::config::TimingConfig {
+            ttl: t.ttl,
+            loop_wait: t.loop_wait,
+            retry_timeout: t.retry_timeout,
+            safety_margin: t.safety_margin,
+            demote_budget: t.demote_budget,
+            promote_delay: t.promote_delay,
+            iteration_budget: t.loop_wait.saturating_sub(t.retry_timeout),
+        };
+        // The simulated etcd grants what is asked (min TTL 1 s).
+        let w = watchdog.then_some(self.profile.w.as_secs() as u32);
+        tenure::config::budget(&tc, t.ttl, w)
     }
 }
 
@@ -286,7 +307,6 @@ pub enum Ev {
     Restart {
         node: usize,
     },
-    LivenessCheck,
 }
 
 /// What the driver must do with the agents' futures.
@@ -325,10 +345,12 @@ pub struct World {
     pub faults_fired: usize,
     pub quiet_from: Instant,
     pub end: Option<Instant>,
-    pub live_ok: Option<bool>,
-    pub time_to_primary: Option<Duration>,
+    pub live: LiveRec,
+    pub verdict: Option<Verdict>,
     pub events: u64,
     pub timeline_regressions: u64,
+    /// `TENURE_SIM_FULL_LOG=1` with one seed: every step, the whole run.
+    pub full_log: bool,
     last_step: Vec<Option<(std::mem::Discriminant<Reason>, Vec<Action>)>>,
 }
 
@@ -386,10 +408,11 @@ impl World {
             faults_fired: 0,
             quiet_from: Instant::ZERO,
             end: None,
-            live_ok: None,
-            time_to_primary: None,
+            live: LiveRec::default(),
+            verdict: None,
             events: 0,
             timeline_regressions: 0,
+            full_log: std::env::var_os("TENURE_SIM_FULL_LOG").is_some(),
             last_step: vec![None; sched_nodes],
         };
         let phase = w.rng.ms(1, 500);
@@ -424,14 +447,14 @@ impl World {
     pub fn note(&mut self, node: Option<usize>, what: LogWhat) {
         // Steady state repeats itself: keep a step only when it differs in kind or
         // actions from the node's previous one.
-        if let (Some(n), LogWhat::Step(r, a)) = (node, &what) {
+        if let (Some(n), LogWhat::Step(r, a), false) = (node, &what, self.full_log) {
             let key = (std::mem::discriminant(r), a.clone());
             if self.last_step[n].as_ref() == Some(&key) {
                 return;
             }
             self.last_step[n] = Some(key);
         }
-        if self.log.len() >= LOG_KEEP {
+        if self.log.len() >= LOG_KEEP && !self.full_log {
             self.log.pop_front();
         }
         self.log.push_back(LogLine {
@@ -909,10 +932,70 @@ impl World {
     }
 
     fn arm_liveness(&mut self) {
-        let bound = self.sched.liveness_bound();
-        let check = self.quiet_from.add(bound);
-        self.end = Some(check.add(secs(5.0)));
-        self.push(check, Ev::LivenessCheck);
+        // Check (3) is evaluated on the recorded history in `finish`.
+        self.end = Some(self.quiet_from.add(self.sched.run_length()));
+    }
+
+    /// Record what check (3) needs; the driver calls this after every event (and
+    /// after the agents it woke have run).
+    pub fn observe(&mut self) {
+        let now = self.now;
+        // The key is only ever created or deleted: its create revision identifies it.
+        let rev = self.etcd.kv.get("leader").map(|k| k.create_rev);
+        let prev_rev = self
+            .live
+            .keys
+            .last()
+            .and_then(|x| x.1.as_ref().map(|k| k.epoch));
+        if rev != prev_rev {
+            if let Some(old) = self.live.keys.last().and_then(|x| x.1.clone()) {
+                let early = self.live.prev_expiry.is_some_and(|e| e > now);
+                let clean = match self.etcd.kv.get(&format!("members/{}", old.name)) {
+                    Some(super::etcd::Kv {
+                        val: super::etcd::Val::Member(m),
+                        ..
+                    }) => m.released == Some(old.epoch) && !m.pg_healthy,
+                    _ => false,
+                };
+                self.live.removals.push(Removal {
+                    at: now,
+                    key: old,
+                    early,
+                    clean,
+                });
+            }
+            let key = self.etcd.leader_key();
+            self.live.holder = key.as_ref().and_then(|k| self.node_by_name(&k.name));
+            self.live.keys.push((now, key));
+        }
+        self.live.prev_expiry = self
+            .live
+            .keys
+            .last()
+            .and_then(|x| x.1.as_ref())
+            .and_then(|k| self.etcd.leases.get(&k.lease).map(|l| l.expiry));
+        let elected = self
+            .live
+            .holder
+            .is_some_and(|n| self.writable(n) && self.nodes[n].pg.dying.is_none());
+        push_transition(&mut self.live.elected, now, elected);
+        let mut healthy = 0;
+        for i in 0..self.nodes.len() {
+            let n = &self.nodes[i];
+            let h = n.host_up
+                && n.agent_alive
+                && n.frozen_until.is_none_or(|t| t <= now)
+                && n.partitioned_until <= now
+                && n.delay_until <= now
+                && n.pg.sysid.is_some();
+            healthy += usize::from(h);
+            if self.live.healthy.len() <= i {
+                self.live.healthy.push(Vec::new());
+            }
+            push_transition(&mut self.live.healthy[i], now, h);
+        }
+        let majority = self.etcd_down_until <= now && 2 * healthy > self.nodes.len();
+        push_transition(&mut self.live.majority, now, majority);
     }
 
     fn fire(&mut self, i: usize, cmds: &mut Vec<Cmd>) {
@@ -1056,6 +1139,21 @@ impl World {
                     Err("etcdserver: no leader".to_string())
                 } else {
                     let r = self.etcd.apply(at, &op);
+                    match (&op, &r) {
+                        (Op::KeepAlive { lease }, Resp::Ttl(t)) if *t > 0 => {
+                            self.live.ka.entry(*lease).or_default().push(at)
+                        }
+                        (Op::Grant { .. }, Resp::Granted { id, .. }) => {
+                            self.live.ka.entry(*id).or_default().push(at)
+                        }
+                        // A poll answered in time: the node's `E_max` is fresh.
+                        (Op::TimeToLive { lease }, Resp::TimeToLive { .. })
+                            if resp_at < deadline =>
+                        {
+                            self.live.polls.insert((node, *lease), at);
+                        }
+                        _ => {}
+                    }
                     self.watch_events();
                     Ok(r)
                 };
@@ -1096,6 +1194,7 @@ impl World {
             Ev::EtcdUp => {
                 self.text(None, "etcd: new leader; leases extended".into());
                 self.etcd.leader_changed(at);
+                self.live.etcd_changes.push(at);
             }
             Ev::WdCheck { node } => {
                 let n = &self.nodes[node];
@@ -1155,26 +1254,6 @@ impl World {
                 self.text(Some(node), "agent starts".into());
                 cmds.push(Cmd::Spawn(node));
             }
-            Ev::LivenessCheck => {
-                let q = self.quiet_from;
-                let first = self
-                    .reigns
-                    .iter()
-                    .filter(|r| r.start <= at && r.end.is_none_or(|e| e >= q))
-                    .map(|r| r.start.max(q))
-                    .min();
-                if let Some(t) = first {
-                    self.live_ok = Some(true);
-                    self.time_to_primary = Some(t.since(q));
-                } else {
-                    self.live_ok = Some(false);
-                    let b = self.sched.liveness_bound().as_secs_f64();
-                    self.violation(format!(
-                        "liveness: no writable primary within {b:.1} s of the faults stopping at {}",
-                        self.quiet_from
-                    ));
-                }
-            }
         }
         cmds
     }
@@ -1227,8 +1306,21 @@ impl World {
                 self.violation(f);
             }
         }
-        // Liveness, end state: exactly one writable primary, named by the key.
-        if self.live_ok == Some(true) {
+        // (3) on the recorded history; then the end state: exactly one writable
+        // primary, named by the key.
+        let v = super::live::check(
+            &self.live,
+            &self.sched,
+            self.quiet_from,
+            self.end.unwrap_or(end),
+            self.etcd.election_timeout,
+        );
+        let checked = matches!(v, Verdict::Checked { late: None, .. });
+        if let Verdict::Checked { late: Some(l), .. } = &v {
+            self.violation(l.clone());
+        }
+        self.verdict = Some(v);
+        if checked {
             let writers: Vec<usize> = (0..self.nodes.len())
                 .filter(|&i| self.writable(i))
                 .collect();

@@ -1,0 +1,275 @@
+//! Liveness check (3): "a healthy majority elects a leader within the worst-case
+//! failover `tenure check-config` prints, counted from the later of the last
+//! processed keepalive and the last DCS leader change".
+//!
+//! The world records, after every event, the facts the bound depends on (every
+//! keepalive etcd processed per lease, etcd leader changes, every change of the
+//! `leader` key and why it went, whether a leader is elected, whether a healthy
+//! majority exists); [`check`] evaluates the bound on that history at the end.
+//!
+//! - **Elected**: the key names a node whose PostgreSQL runs as a writable primary
+//!   (not being fenced).
+//! - **Healthy**: host up, agent running and not frozen, reachable from etcd (no
+//!   partition, no held-back answers), PostgreSQL data present; etcd has a leader.
+//! - **Where it applies**: from `C = max(end of the last fault, start of the final
+//!   healthy-majority interval)`; the majority must hold from then to the end.
+//! - **The bound** (`Schedule::budget`, i.e. `tenure::config::budget`):
+//!   `failover_worst = ttl + 0.5 s sweep + L_w + R`, plus `early_expiry_delay`
+//!   (`2W + R + M` if the old leader ran a watchdog, `ttl + R` if not) when the
+//!   expiry was early, plus one `L_w` for fresh positions ([`fresh_allowance`]),
+//!   plus [`SLACK`], counted from
+//!   `base = max(last keepalive etcd processed for the old lease, last etcd leader
+//!   change + election timeout, start of the healthy majority)`.
+//!   The `+ election timeout`: after a leader change etcd resets every lease to its
+//!   full TTL **plus one election timeout** (DESIGN §1 step 3), so counted from the
+//!   change the printed number is short by that much; the world's etcd models it.
+//! - **Early**: etcd removed the key before the lease's own expiry (a revoke, an
+//!   operator delete, a release) and not as a clean release (published marker), or
+//!   the node that wins had no `LeaseTimeToLive` answer for the old lease in the
+//!   `L_w + R` before the removal: DESIGN §1 step 4 ("a stale prediction proves
+//!   nothing") makes it wait the early-expiry delay too. Such a winner (typically
+//!   restarted, or cut off until just before) also counts only from when it became
+//!   healthy: `base` takes the start of its last healthy interval.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tenure::core::model::*;
+use tenure::core::time::Instant;
+
+use super::world::Schedule;
+
+/// Fixed slack for the simulated PostgreSQL actions on the takeover path: a
+/// promote (`pg_promote()`, at most 0.3 s here) or a start (at most 0.21 s), plus
+/// 0.09 s for slow etcd answers (the world delays 3 % of them by up to 0.12 s).
+pub const SLACK: Duration = Duration::from_millis(600);
+
+/// The documented allowance on top of the printed takeover `L_w + R`: one more
+/// `L_w`. A candidate compares only positions written after the first read that
+/// showed the key absent (DESIGN §3a, "bounded wait" of `L_w + R`), and the loop
+/// re-evaluates only at its ticks. Replicas woken by the same watch event publish
+/// before that read as often as after it, so their fresh positions count only from
+/// their next tick, or the wait runs out at `L_w + R` and is noticed at the tick after:
+/// the takeover takes up to `2 L_w + R` after the DELETE (seed 1978: 3.77 s with
+/// `L_w` 2 s, `R` 1 s).
+pub fn fresh_allowance(sched: &Schedule) -> Duration {
+    sched.profile.timing.loop_wait
+}
+
+/// One removal of the `leader` key.
+#[derive(Clone, Debug)]
+pub struct Removal {
+    pub at: Instant,
+    pub key: LeaderKey,
+    /// Before the lease's expiry by etcd's own clock.
+    pub early: bool,
+    /// The holder published a clean release of this epoch first.
+    pub clean: bool,
+}
+
+#[derive(Default)]
+pub struct LiveRec {
+    /// Per lease: the grant and every keepalive etcd processed (TTL > 0).
+    pub ka: HashMap<LeaseId, Vec<Instant>>,
+    /// Instants a new etcd leader took over (leases extended).
+    pub etcd_changes: Vec<Instant>,
+    /// Every change of the `leader` key.
+    pub keys: Vec<(Instant, Option<LeaderKey>)>,
+    pub removals: Vec<Removal>,
+    /// Transitions of "a leader is elected".
+    pub elected: Vec<(Instant, bool)>,
+    /// Transitions of "a healthy majority exists".
+    pub majority: Vec<(Instant, bool)>,
+    /// The node the key names now.
+    pub holder: Option<usize>,
+    /// Per node: transitions of "healthy".
+    pub healthy: Vec<Vec<(Instant, bool)>>,
+    /// (node, lease) -> last instant etcd answered the node's `LeaseTimeToLive` in time.
+    pub polls: HashMap<(usize, LeaseId), Instant>,
+    /// Expiry (etcd's clock) of the lease of the key as last observed.
+    pub prev_expiry: Option<Instant>,
+}
+
+fn state_at(tr: &[(Instant, bool)], t: Instant) -> bool {
+    tr.iter()
+        .rev()
+        .find(|(at, _)| *at <= t)
+        .is_some_and(|x| x.1)
+}
+
+pub fn push_transition(tr: &mut Vec<(Instant, bool)>, at: Instant, v: bool) {
+    if tr.last().map(|x| x.1) != Some(v) {
+        tr.push((at, v));
+    }
+}
+
+/// What check (3) found.
+#[derive(Clone, Debug)]
+pub enum Verdict {
+    /// Not applicable (why).
+    Skipped(String),
+    Checked {
+        /// From `base` to the election (zero if elected at `C`).
+        took: Duration,
+        bound: Duration,
+        /// The printed part of `bound`: `failover_worst` (+ `early_expiry_delay`).
+        printed: Duration,
+        early: bool,
+        /// Which term set `base`: 0 keepalive, 1 etcd change, 2 healthy majority,
+        /// 3 the winner becoming healthy (4: elected at `C`, no base).
+        base_from: usize,
+        /// `Some(text)` if the bound was missed.
+        late: Option<String>,
+    },
+}
+
+pub fn check(
+    rec: &LiveRec,
+    sched: &Schedule,
+    quiet: Instant,
+    end: Instant,
+    election_timeout: Duration,
+) -> Verdict {
+    let Some(&(s, true)) = rec.majority.last() else {
+        return Verdict::Skipped("no healthy majority at the end of the run".into());
+    };
+    let c = s.max(quiet);
+    if state_at(&rec.elected, c) {
+        return Verdict::Checked {
+            took: Duration::ZERO,
+            bound: Duration::ZERO,
+            printed: Duration::ZERO,
+            early: false,
+            base_from: 4,
+            late: None,
+        };
+    }
+    let elected_at = rec
+        .elected
+        .iter()
+        .find(|(at, v)| *v && *at > c)
+        .map(|x| x.0);
+    // The old leader: the key's holder at C, or the last key removed before C.
+    let key_at_c = rec
+        .keys
+        .iter()
+        .rev()
+        .find(|(at, _)| *at <= c)
+        .and_then(|x| x.1.clone());
+    let (key, removal) = match key_at_c {
+        Some(k) => {
+            let r = rec
+                .removals
+                .iter()
+                .find(|r| r.at > c && r.key == k)
+                .cloned();
+            (k, r)
+        }
+        None => match rec.removals.iter().rev().find(|r| r.at <= c) {
+            Some(r) => (r.key.clone(), Some(r.clone())),
+            None => return Verdict::Skipped("no leader key before the check".into()),
+        },
+    };
+    let cut = removal.as_ref().map_or(c, |r| r.at.min(c));
+    let t_ka = rec
+        .ka
+        .get(&key.lease)
+        .and_then(|v| v.iter().rev().find(|t| **t <= cut).copied())
+        .unwrap_or(Instant::ZERO);
+    let t_ch = rec
+        .etcd_changes
+        .iter()
+        .rev()
+        .find(|t| **t <= cut)
+        .map(|t| t.add(election_timeout))
+        .unwrap_or(Instant::ZERO);
+    let t = &sched.profile.timing;
+    // The node elected at the end (its name is the key's then).
+    let winner = elected_at.and_then(|e| {
+        rec.keys
+            .iter()
+            .rev()
+            .find(|(at, _)| *at <= e)
+            .and_then(|x| x.1.as_ref())
+            .and_then(|k| k.name.trim_start_matches("pg").parse::<usize>().ok())
+    });
+    let winner_since = match (winner, elected_at) {
+        (Some(w), Some(e)) => rec.healthy[w]
+            .iter()
+            .rev()
+            .find(|(at, v)| *v && *at <= e)
+            .map_or(Instant::ZERO, |x| x.0),
+        _ => Instant::ZERO,
+    };
+    // `TENURE_SIM_STRICT_BASE=1`: never count from the winner's recovery (shows
+    // the schedules where a late-healthy winner is what makes the bound hold).
+    let winner_since = if std::env::var_os("TENURE_SIM_STRICT_BASE").is_some() {
+        Instant::ZERO
+    } else {
+        winner_since
+    };
+    let terms = [t_ka, t_ch, s, winner_since];
+    let base = terms.iter().copied().fold(Instant::ZERO, Instant::max);
+    let base_from = terms.iter().position(|t| *t == base).unwrap_or(0);
+    let stale = match (winner, &removal) {
+        (Some(w), Some(r)) => rec
+            .polls
+            .get(&(w, key.lease))
+            .is_none_or(|p| p.add(t.loop_wait + t.retry_timeout) < r.at),
+        _ => false,
+    };
+    let early = stale || removal.as_ref().is_some_and(|r| r.early && !r.clean);
+    let holder_wd = sched
+        .watchdog
+        .get(
+            key.name
+                .trim_start_matches("pg")
+                .parse::<usize>()
+                .unwrap_or(usize::MAX),
+        )
+        .copied()
+        .unwrap_or(false);
+    let b = sched.budget(holder_wd);
+    let printed = b.failover_worst
+        + if early {
+            b.early_expiry_delay
+        } else {
+            Duration::ZERO
+        };
+    let bound = printed + fresh_allowance(sched) + SLACK;
+    let deadline = base.add(bound);
+    let late = match elected_at {
+        Some(e) if e <= deadline => None,
+        _ if end < deadline => {
+            return Verdict::Skipped(format!("run ended at {end} before the deadline {deadline}"));
+        }
+        e => Some(format!(
+            "(3) liveness: no leader elected (key + writable primary) by {deadline} = base {base} + bound {:.3} s \
+             (failover_worst {:.3} s + fresh-position allowance {:.3} s{} + slack {:.1} s); elected at {e:?}; base = max(last keepalive {t_ka}, \
+             etcd change + ET {t_ch}, healthy majority from {s}, winner {winner:?} healthy from {winner_since}, \
+             winner's prediction stale {stale}); old leader {} lease {:x}, removal {removal:?}",
+            bound.as_secs_f64(),
+            b.failover_worst.as_secs_f64(),
+            fresh_allowance(sched).as_secs_f64(),
+            if early {
+                format!(
+                    " + early_expiry_delay {:.3} s",
+                    b.early_expiry_delay.as_secs_f64()
+                )
+            } else {
+                String::new()
+            },
+            SLACK.as_secs_f64(),
+            key.name,
+            key.lease,
+        )),
+    };
+    Verdict::Checked {
+        took: elected_at.map_or(bound, |e| e.since(base)),
+        bound,
+        printed,
+        early,
+        base_from,
+        late,
+    }
+}
