@@ -552,7 +552,10 @@ pub fn budget(t: &TimingConfig, ttl: u32, watchdog: Option<u32>) -> Budget {
         outage_tolerated: outage,
         iteration_budget: t.iteration_budget,
         iteration_budget_max: lw - r,
-        failover_worst: from_ns(ttl_ns + 500_000_000 + lw + r + pd),
+        // Takeover 2 L_w + R: candidates compare only positions published after the
+        // vacancy was seen (DESIGN §3a), which can take one more loop than the
+        // acquire itself (found by the simulation: seed 1978).
+        failover_worst: from_ns(ttl_ns + 500_000_000 + 2 * lw + r + pd),
         early_expiry_delay: from_ns(early.max(pd)),
         promote_delay: t.promote_delay,
     }
@@ -650,7 +653,7 @@ impl fmt::Display for Budget {
         };
         writeln!(
             f,
-            "  worst-case failover      {} s   (ttl + 0.5 s expiry sweep + takeover L_w + R{pd})",
+            "  worst-case failover      {} s   (ttl + 0.5 s expiry sweep + takeover 2 L_w + R{pd})",
             sd(self.failover_worst)
         )?;
         let early = if self.watchdog.is_some() {
