@@ -20,47 +20,12 @@ fn bed(tag: &str) -> TestCluster {
     TestCluster::start(opts).unwrap_or_else(|e| panic!("test bed: {e}"))
 }
 
-/// Wait for the first primary and for every other node to be a streaming replica.
-/// Fails at once if an agent exits.
 fn settled(c: &mut TestCluster) -> usize {
-    let t0 = Instant::now();
-    let p = loop {
-        if let Err(e) = c.check_agents() {
-            panic!("{e}");
-        }
-        if let Some(p) = c.primary() {
-            break p;
-        }
-        assert!(
-            t0.elapsed() < BOOT,
-            "no primary within {BOOT:?}{}",
-            c.logs_tail(40)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    wait_replicas(c, p, BOOT);
-    p
-}
-
-fn wait_replicas(c: &TestCluster, p: usize, limit: Duration) {
-    let ok = wait_for(limit, Duration::from_millis(100), || {
-        (0..c.node_count())
-            .filter(|&i| i != p)
-            .all(|i| is_streaming_replica(c, i))
-            .then_some(())
-    });
-    assert!(
-        ok.is_some(),
-        "replicas of {} not streaming within {limit:?}{}",
-        c.name(p),
-        c.logs_tail(40)
-    );
+    c.settled(BOOT).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn is_streaming_replica(c: &TestCluster, i: usize) -> bool {
-    c.api_get(i, "/replica") == Some(200)
-        && c.is_in_recovery(i) == Ok(true)
-        && c.is_streaming(i) == Ok(true)
+    c.is_streaming_replica(i)
 }
 
 /// Wait until node `i` has exactly `n` rows in the test table.

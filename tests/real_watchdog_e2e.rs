@@ -92,45 +92,13 @@ impl Clocks {
     }
 }
 
-/// Wait for the first primary and for every other node to be a streaming replica.
 fn settled(c: &mut TestCluster) -> usize {
-    let t0 = std::time::Instant::now();
-    let p = loop {
-        if let Err(e) = c.check_agents() {
-            panic!("{e}");
-        }
-        if let Some(p) = c.primary() {
-            break p;
-        }
-        assert!(
-            t0.elapsed() < BOOT,
-            "no primary within {BOOT:?}{}",
-            c.logs_tail(40)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    wait_replicas(c, p, &[]);
-    p
+    c.settled(BOOT).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Every node but `p` and `skip` is a streaming replica (within `BOOT`).
 fn wait_replicas(c: &TestCluster, p: usize, skip: &[usize]) {
-    let ok = wait_for(BOOT, Duration::from_millis(100), || {
-        (0..c.node_count())
-            .filter(|&i| i != p && !skip.contains(&i))
-            .all(|i| {
-                c.api_get(i, "/replica") == Some(200)
-                    && c.is_in_recovery(i) == Ok(true)
-                    && c.is_streaming(i) == Ok(true)
-            })
-            .then_some(())
-    });
-    assert!(
-        ok.is_some(),
-        "replicas of {} not streaming within {BOOT:?}{}",
-        c.name(p),
-        c.logs_tail(40)
-    );
+    c.wait_replicas(p, skip, BOOT)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn signal(pid: u32, s: Signal) {

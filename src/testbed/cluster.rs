@@ -881,6 +881,49 @@ impl TestCluster {
     }
 
     /// The node whose `/primary` answers 200 (the first, if several would).
+    /// Node `i` runs as a streaming replica: `/replica` answers 200, PostgreSQL is
+    /// in recovery and its WAL receiver streams.
+    pub fn is_streaming_replica(&self, i: usize) -> bool {
+        self.api_get(i, "/replica") == Some(200)
+            && self.is_in_recovery(i) == Ok(true)
+            && self.is_streaming(i) == Ok(true)
+    }
+
+    /// Wait until every node but `p` and `skip` is a streaming replica.
+    pub fn wait_replicas(&self, p: usize, skip: &[usize], limit: Duration) -> Result<(), String> {
+        wait_for(limit, Duration::from_millis(100), || {
+            (0..self.node_count())
+                .filter(|&i| i != p && !skip.contains(&i))
+                .all(|i| self.is_streaming_replica(i))
+                .then_some(())
+        })
+        .ok_or_else(|| {
+            format!(
+                "replicas of {} not streaming within {limit:?}{}",
+                self.name(p),
+                self.logs_tail(40)
+            )
+        })
+    }
+
+    /// Wait for the first primary and for every other node to stream from it;
+    /// fails at once if an agent exits.
+    pub fn settled(&mut self, limit: Duration) -> Result<usize, String> {
+        let t0 = std::time::Instant::now();
+        let p = loop {
+            self.check_agents()?;
+            if let Some(p) = self.primary() {
+                break p;
+            }
+            if t0.elapsed() >= limit {
+                return Err(format!("no primary within {limit:?}{}", self.logs_tail(40)));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        self.wait_replicas(p, &[], limit)?;
+        Ok(p)
+    }
+
     pub fn primary(&self) -> Option<usize> {
         (0..self.nodes.len()).find(|&i| self.api_get(i, "/primary") == Some(200))
     }
