@@ -72,6 +72,9 @@ pub struct PgConfig {
     pub parameters: Vec<(String, String)>,
     /// Move an unusable data directory aside instead of refusing to start.
     pub move_aside_unusable: bool,
+    /// libpq `sslmode` for replication, pg_rewind and pg_basebackup connections
+    /// (default `prefer`).
+    pub sslmode: String,
 }
 
 #[derive(Clone, Debug)]
@@ -1037,6 +1040,7 @@ impl Config {
             "socket_dir",
             "user",
             "move_aside_unusable",
+            "sslmode",
             "authentication",
             "parameters",
         ])?;
@@ -1066,6 +1070,21 @@ impl Config {
             .unwrap_or_else(|| data_parent.join(format!("{name}-socket")));
         let user = pg.nonempty("user")?;
         let move_aside_unusable = pg.boolean("move_aside_unusable")?.unwrap_or(false);
+        let sslmode = match pg.string("sslmode")?.as_deref() {
+            None => "prefer".to_string(),
+            Some(
+                m @ ("disable" | "allow" | "prefer" | "require" | "verify-ca" | "verify-full"),
+            ) => m.to_string(),
+            Some(other) => {
+                return Err(pg.err(
+                    "sslmode",
+                    format!(
+                        "expected disable, allow, prefer, require, verify-ca or verify-full, \
+                         found \"{other}\""
+                    ),
+                ));
+            }
+        };
 
         let auth = pg.sub("authentication")?;
         auth.only(&["superuser", "replication", "rewind"])?;
@@ -1204,6 +1223,7 @@ impl Config {
                 rewind_password,
                 parameters,
                 move_aside_unusable,
+                sslmode,
             },
             api: ApiConfig {
                 listen: api_listen,

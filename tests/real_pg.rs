@@ -38,6 +38,7 @@ fn node_cfg(dir: &Path, name: &str) -> PgConfig {
             ("fsync".into(), "off".into()),
         ],
         move_aside_unusable: false,
+        sslmode: "prefer".into(),
     }
 }
 

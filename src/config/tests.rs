@@ -524,3 +524,26 @@ fn agent_section_defaults_values_and_errors() {
     let e = err(&format!("{GOOD}\n[agent]\nlock_mem = true\n"));
     assert!(e.contains("agent.lock_mem") && e.contains("unknown"), "{e}");
 }
+
+#[test]
+fn sslmode_default_values_and_errors() {
+    assert_eq!(parse(GOOD).expect("valid").postgresql.sslmode, "prefer");
+    let with = |m: &str| {
+        GOOD.replace(
+            "[postgresql]\n",
+            &format!("[postgresql]\nsslmode = \"{m}\"\n"),
+        )
+    };
+    assert_eq!(
+        parse(&with("verify-full"))
+            .expect("valid")
+            .postgresql
+            .sslmode,
+        "verify-full"
+    );
+    let e = err(&with("sometimes"));
+    assert!(
+        e.contains("postgresql.sslmode") && e.contains("sometimes"),
+        "{e}"
+    );
+}

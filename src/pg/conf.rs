@@ -179,23 +179,25 @@ pub fn tenure_conf(cfg: &PgConfig, standby: Option<&Standby<'_>>) -> Result<Stri
 /// passfile (DESIGN §3a).
 pub fn primary_conninfo(cfg: &PgConfig, sb: &Standby<'_>) -> String {
     format!(
-        "host={} port={} user={} passfile={} application_name={} sslmode=prefer",
+        "host={} port={} user={} passfile={} application_name={} sslmode={}",
         conninfo_value(&sb.leader.host),
         sb.leader.port,
         conninfo_value(&cfg.replication_user),
         conninfo_value(sb.passfile),
         conninfo_value(sb.me),
+        conninfo_value(&cfg.sslmode),
     )
 }
 
 /// `--source-server` for pg_rewind.
 pub fn rewind_conninfo(cfg: &PgConfig, source: &ConnTarget, passfile: &str) -> String {
     format!(
-        "host={} port={} user={} dbname=postgres passfile={} connect_timeout=10 application_name=tenure-rewind",
+        "host={} port={} user={} dbname=postgres passfile={} connect_timeout=10 application_name=tenure-rewind sslmode={}",
         conninfo_value(&source.host),
         source.port,
         conninfo_value(&cfg.rewind_user),
         conninfo_value(passfile),
+        conninfo_value(&cfg.sslmode),
     )
 }
 
@@ -307,6 +309,7 @@ mod tests {
             rewind_password: "rw".into(),
             parameters: vec![("shared_buffers".into(), "32MB".into())],
             move_aside_unusable: false,
+            sslmode: "prefer".into(),
         }
     }
 

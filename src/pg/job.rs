@@ -506,6 +506,7 @@ fn plan(
                     ("PGPASSFILE", passfile),
                     ("PGCONNECT_TIMEOUT", os("10")),
                     ("PGAPPNAME", os("tenure-basebackup")),
+                    ("PGSSLMODE", os(&ctl.cfg.sslmode)),
                 ],
                 stdin: None,
             }));
