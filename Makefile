@@ -41,6 +41,7 @@ demo: deps build
 # them the watchdog stand-in (target/debug/examples/wdt_standin) that
 # tests/real_watchdog_standin.rs and the agent tests run.
 test: deps
+	@$(CARGO) nextest --version >/dev/null 2>&1 || $(CARGO) install cargo-nextest --locked
 	$(CARGO) nextest run --profile ci
 
 lint:
