@@ -11,7 +11,7 @@ TENURE    := target/debug/tenure
 # nftables: partition tests; haproxy: routing tests; fuse3: the watchdog stand-in.
 DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler iproute2 nftables haproxy fuse3
 
-.PHONY: all deps build demo test lint clean
+.PHONY: all deps build demo test soak lint clean
 
 all: build
 
@@ -43,6 +43,11 @@ demo: deps build
 test: deps
 	@$(CARGO) nextest --version >/dev/null 2>&1 || $(CARGO) install cargo-nextest --locked
 	$(CARGO) nextest run --profile ci
+
+# A longer seeded simulation of the core (20,000 schedules, ~6 min); a failing seed
+# prints itself and how to replay it (TENURE_SIM_SEED=N).
+soak:
+	TENURE_SIM_SEEDS=$${TENURE_SIM_SEEDS:-20000} $(CARGO) test --test sim -- --nocapture
 
 lint:
 	$(CARGO) fmt --check
