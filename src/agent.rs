@@ -108,6 +108,46 @@ pub fn run(cfg: Config, config_path: &Path) -> Result<(), String> {
     agent.run()
 }
 
+/// `tenure confirm-epoch`: after an operator checked that etcd was wiped or
+/// restored (DESIGN §3), write `confirm_epoch` = `{"up_to": N, "by": ..., "at": ...}`
+/// so a leader whose data carries an epoch `<= N` may promote under the smaller
+/// epoch of the new leader key. `N` is `epoch`, or else the local `tenure.epoch` row
+/// (PostgreSQL must be running). Returns the `N` written. Bounded (10 s).
+pub fn confirm_epoch(cfg: &Config, epoch: Option<Epoch>, by: &str) -> Result<Epoch, String> {
+    let deadline = clock::now().add(Duration::from_secs(10));
+    let up_to = match epoch {
+        Some(e) if e > 0 => e,
+        Some(e) => return Err(format!("--epoch {e}: an epoch is a positive integer")),
+        None => {
+            let mut pg = PgCtl::new(&cfg.postgresql, &cfg.name).map_err(|e| e.to_string())?;
+            let st = pg.probe(clock::now().add(Duration::from_secs(5)));
+            st.epoch.ok_or_else(|| {
+                format!(
+                    "cannot read the epoch row of the local PostgreSQL (role {:?}): is it \
+                     running? Pass --epoch N with the number the agent's refusal names",
+                    st.role
+                )
+            })?
+        }
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| format!("cannot build the event loop: {e}"))?;
+    let prefix = format!("{}/{}/", cfg.namespace.trim_end_matches('/'), cfg.scope);
+    let mut etcd =
+        Etcd::connect(&rt, &cfg.etcd.endpoints, &prefix, deadline).map_err(|e| e.to_string())?;
+    let c = ConfirmEpoch {
+        up_to,
+        by: by.to_string(),
+        at: clock::rfc3339_utc(clock::realtime()),
+    };
+    etcd.put_confirm_epoch(&rt, &c, deadline)
+        .map_err(|e| e.to_string())?;
+    Ok(up_to)
+}
+
 fn timing_of(cfg: &Config) -> Timing {
     Config::core_timing(&cfg.timing, &cfg.dynamic)
 }
@@ -341,6 +381,11 @@ impl Agent {
             self.publish_member(&obs);
             again = plan.again;
             let exit = self.act(plan, &obs);
+            if !exit && let Some(epoch) = self.core.epoch_to_write(&obs.pg) {
+                // A primary under this leadership whose row does not say so yet
+                // (bootstrap start, adoption, or a failed write earlier).
+                self.write_epoch(epoch);
+            }
             self.notify_after_iteration(&obs);
             if exit {
                 self.wd.notifier.stopping();
@@ -593,6 +638,7 @@ impl Agent {
             lsn: 0,
             following: None,
             streaming: false,
+            epoch: None,
         });
         let cluster = Err("not read: the loop woke past F - B".into());
         self.assemble(cluster, None, None, pg, Job::Idle, clock_jump)
@@ -909,6 +955,7 @@ impl Agent {
                                 );
                             }
                             self.pending.promoted = Some(true);
+                            self.write_epoch(epoch);
                             self.append_history(obs, epoch);
                         }
                         Err(e) => {
@@ -1001,6 +1048,20 @@ impl Agent {
                 Ok(true) => info!("seeded the cluster's dynamic configuration: {json}"),
                 Ok(false) => {}
                 Err(e) => debug!("seeding config: {e}"),
+            }
+        }
+    }
+
+    /// Record the leadership's epoch in the local `tenure.epoch` row (DESIGN §1 step
+    /// 5, §3). Bounded; a failure is logged and retried next iteration (the core asks
+    /// again while the row differs), never blocks the loop.
+    fn write_epoch(&mut self, epoch: Epoch) {
+        let deadline = self.deadline(Duration::from_secs(2));
+        let me = self.cfg.name.clone();
+        match self.pg.write_epoch(epoch, &me, deadline) {
+            Ok(()) => info!("recorded epoch {epoch} in tenure.epoch"),
+            Err(e) => {
+                warn!("recording epoch {epoch} in tenure.epoch: {e}; retrying next iteration")
             }
         }
     }

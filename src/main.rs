@@ -24,6 +24,10 @@ tenure: lease-based automatic failover for PostgreSQL with no split brain
 Usage:
   tenure run --config FILE      run the agent for this host
   tenure check-config FILE      validate FILE and print the timing budget table
+  tenure confirm-epoch --config FILE [--epoch N] [--by NAME]
+                                after etcd was wiped or restored: allow leading under
+                                a smaller epoch than this node's data carries (N
+                                defaults to the local PostgreSQL's tenure.epoch row)
   tenure demo [--keep]          run a local demo cluster (--keep: keep its files)
   tenure --version              print the version
   tenure --help                 print this help
@@ -83,9 +87,20 @@ impl fmt::Display for MainError {
 /// What the command line asks for.
 #[derive(Debug, PartialEq, Eq)]
 enum Command {
-    Run { config: PathBuf },
-    CheckConfig { config: PathBuf },
-    Demo { keep: bool },
+    Run {
+        config: PathBuf,
+    },
+    CheckConfig {
+        config: PathBuf,
+    },
+    ConfirmEpoch {
+        config: PathBuf,
+        epoch: Option<i64>,
+        by: Option<String>,
+    },
+    Demo {
+        keep: bool,
+    },
     Version,
     Help,
 }
@@ -133,6 +148,39 @@ fn parse_args(args: &[String]) -> Result<Command, MainError> {
             }
             let config = config.ok_or_else(|| usage("run needs --config FILE"))?;
             Ok(Command::Run { config })
+        }
+        "confirm-epoch" => {
+            let (mut config, mut epoch, mut by) = (None, None, None);
+            let mut i = 0;
+            while i < rest.len() {
+                let a = rest[i].as_str();
+                let v = || {
+                    rest.get(i + 1)
+                        .cloned()
+                        .ok_or_else(|| usage(format!("{a} needs a value")))
+                };
+                match a {
+                    "--config" | "-c" => config = Some(PathBuf::from(v()?)),
+                    "--epoch" => {
+                        let t = v()?;
+                        epoch = Some(t.parse::<i64>().ok().filter(|e| *e > 0).ok_or_else(|| {
+                            usage(format!("--epoch {t:?}: expected a positive integer"))
+                        })?)
+                    }
+                    "--by" => by = Some(v()?),
+                    a if a.starts_with('-') => {
+                        return Err(usage(format!("unknown flag {a:?} for confirm-epoch")));
+                    }
+                    a => {
+                        return Err(usage(format!(
+                            "unexpected argument {a:?} for confirm-epoch"
+                        )));
+                    }
+                }
+                i += 2;
+            }
+            let config = config.ok_or_else(|| usage("confirm-epoch needs --config FILE"))?;
+            Ok(Command::ConfirmEpoch { config, epoch, by })
         }
         "check-config" => match rest {
             [] => Err(usage("check-config needs a FILE")),
@@ -227,6 +275,20 @@ fn main_exec() -> Result<(), MainError> {
             );
             tenure::agent::run(c, &config).map_err(|e| MainError::Runtime(format!("agent: {e}")))
         }
+        Command::ConfirmEpoch { config, epoch, by } => {
+            let c = Config::load(&config)?;
+            let by = by
+                .or_else(|| std::env::var("SUDO_USER").ok())
+                .or_else(|| std::env::var("USER").ok())
+                .unwrap_or_else(|| "operator".into());
+            let n = tenure::agent::confirm_epoch(&c, epoch, &by)
+                .map_err(|e| MainError::Runtime(format!("confirm-epoch: {e}")))?;
+            println!(
+                "confirm_epoch written: nodes whose data carries an epoch up to {n} may now lead \
+                 under the current (smaller) epoch"
+            );
+            Ok(())
+        }
         Command::Demo { keep } => {
             let level = tenure::logging::level_from_env().map_err(MainError::Usage)?;
             tenure::logging::init(level, None).map_err(MainError::Runtime)?;
@@ -287,6 +349,26 @@ mod tests {
             Some(Command::Demo { keep: true })
         );
         assert_eq!(p(&["--version"]).ok(), Some(Command::Version));
+        assert_eq!(
+            p(&[
+                "confirm-epoch",
+                "--config",
+                "a.toml",
+                "--epoch",
+                "9",
+                "--by",
+                "al"
+            ])
+            .ok(),
+            Some(Command::ConfirmEpoch {
+                config: "a.toml".into(),
+                epoch: Some(9),
+                by: Some("al".into())
+            })
+        );
+        assert!(usage_text(&["confirm-epoch"]).contains("--config"));
+        assert!(usage_text(&["confirm-epoch", "-c", "a", "--epoch", "x"]).contains("\"x\""));
+        assert!(usage_text(&["confirm-epoch", "-c", "a", "--epoch"]).contains("needs a value"));
         assert_eq!(p(&["--help"]).ok(), Some(Command::Help));
     }
 

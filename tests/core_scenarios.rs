@@ -50,6 +50,7 @@ fn pg(role: PgRole, lsn: Lsn, following: Option<&str>) -> PgStatus {
         lsn,
         following: following.map(String::from),
         streaming: following.is_some(),
+        epoch: None,
     }
 }
 
@@ -400,4 +401,145 @@ fn sigterm_on_a_leader_stops_then_releases_and_exits() {
             Action::Exit
         ]
     );
+}
+
+/// A replica whose data carries epoch `local` wins the key at epoch `key_epoch`
+/// after etcd was wiped (DESIGN §3): returns the core, now leader, and the view.
+/// An observation with a counted renewal of the wipe winner's lease (0xB) sent at `at`.
+fn renewed(v: ClusterView, pg: PgStatus, at: f64) -> Observation {
+    let mut o = obs(v, pg);
+    o.renewal = counted(0xB, at);
+    o
+}
+
+fn won_after_wipe(local: Epoch, key_epoch: Epoch) -> (Core, ClusterView) {
+    let mut c = core("pg2", None);
+    let mut rep = pg(PgRole::Replica, 900, None);
+    rep.epoch = Some(local);
+    let empty = view(4, None, vec![]);
+    let _ = c.step(t(100.0), &obs(empty.clone(), rep.clone()));
+    let mut o = obs(view(5, Some(key("pg2", key_epoch, 0xB)), vec![]), rep);
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(101.0),
+        epoch: key_epoch,
+    });
+    let p = c.step(t(101.0), &o);
+    assert_eq!(p.reason, Reason::Promoting { epoch: key_epoch });
+    (c, view(6, Some(key("pg2", key_epoch, 0xB)), vec![]))
+}
+
+#[test]
+fn a_node_with_data_recreates_initialize_and_never_claims_the_bootstrap() {
+    let mut c = core("pg2", None);
+    let mut v = view(4, None, vec![]);
+    v.initialize = None;
+    let p = c.step(t(100.0), &obs(v, pg(PgRole::Replica, 900, None)));
+    assert_eq!(p.actions, vec![Action::CreateInitialize { sysid: SYSID }]);
+}
+
+#[test]
+fn epoch_regression_refuses_to_promote_and_keeps_the_key() {
+    let (mut c, v) = won_after_wipe(50, 3);
+    let mut rep = pg(PgRole::Replica, 900, None);
+    rep.epoch = Some(50);
+    for i in 0..5 {
+        let at = 102.0 + 10.0 * f64::from(i);
+        let p = c.step(t(at), &renewed(v.clone(), rep.clone(), at));
+        assert!(
+            !p.actions.iter().any(|a| matches!(
+                a,
+                Action::Promote { .. } | Action::Release { .. } | Action::Revoke { .. }
+            )),
+            "{:?}",
+            p.actions
+        );
+        match &p.reason {
+            Reason::Refusing(s) => {
+                assert!(s.contains("epoch 50") && s.contains("is 3") && s.contains("confirm-epoch"))
+            }
+            r => panic!("{r:?}"),
+        }
+        assert!(c.leadership().is_some(), "keeps the key");
+    }
+    assert_eq!(c.epoch_to_write(&rep), None);
+}
+
+#[test]
+fn a_confirmation_below_the_local_epoch_does_not_lift_the_refusal() {
+    let (mut c, mut v) = won_after_wipe(50, 3);
+    v.confirm_epoch = Some(ConfirmEpoch {
+        up_to: 49,
+        by: "op".into(),
+        at: String::new(),
+    });
+    let mut rep = pg(PgRole::Replica, 900, None);
+    rep.epoch = Some(50);
+    let p = c.step(t(140.0), &renewed(v, rep, 140.0));
+    assert!(matches!(p.reason, Reason::Refusing(_)), "{:?}", p.reason);
+}
+
+#[test]
+fn confirmed_regression_promotes_and_the_smaller_epoch_is_written() {
+    let (mut c, mut v) = won_after_wipe(50, 3);
+    v.confirm_epoch = Some(ConfirmEpoch {
+        up_to: 50,
+        by: "op".into(),
+        at: String::new(),
+    });
+    let mut rep = pg(PgRole::Replica, 900, None);
+    rep.epoch = Some(50);
+    let p = c.step(t(140.0), &renewed(v.clone(), rep, 140.0));
+    assert_eq!(p.actions, vec![Action::Promote { epoch: 3 }]);
+    let mut prim = pg(PgRole::Primary, 1000, None);
+    prim.epoch = Some(50);
+    let mut o = renewed(v.clone(), prim.clone(), 141.0);
+    o.promoted = Some(true);
+    let p = c.step(t(141.0), &o);
+    assert!(matches!(p.reason, Reason::Leading { .. }), "{:?}", p.reason);
+    assert_eq!(c.epoch_to_write(&prim), Some(3));
+    // Once the row says 3 the regression is gone, confirmation or not.
+    prim.epoch = Some(3);
+    v.confirm_epoch = None;
+    let p = c.step(t(142.0), &renewed(v, prim.clone(), 142.0));
+    assert!(matches!(p.reason, Reason::Leading { .. }), "{:?}", p.reason);
+    assert_eq!(c.epoch_to_write(&prim), None);
+}
+
+#[test]
+fn no_regression_when_the_key_epoch_is_higher() {
+    let (mut c, v) = won_after_wipe(50, 60);
+    let mut rep = pg(PgRole::Replica, 900, None);
+    rep.epoch = Some(50);
+    let p = c.step(t(140.0), &renewed(v, rep, 140.0));
+    assert_eq!(p.actions, vec![Action::Promote { epoch: 60 }]);
+}
+
+#[test]
+fn an_adopted_primary_whose_data_is_ahead_of_the_key_is_fenced_but_keeps_the_key() {
+    let mut c = core("pg1", None);
+    let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+    let mut prim = pg(PgRole::Primary, 500, None);
+    prim.epoch = Some(50);
+    c.step(t(100.0), &obs(v.clone(), prim.clone()));
+    let mut o = obs(v.clone(), prim.clone());
+    o.renewal = counted(0xA, 100.0);
+    c.step(t(100.01), &o);
+    assert!(c.leadership().is_some());
+    assert_eq!(c.epoch_to_write(&prim), None);
+    let p = c.step(t(100.02), &obs(v.clone(), prim));
+    assert_eq!(p.actions, vec![Action::Fence]);
+    assert!(matches!(p.reason, Reason::Refusing(_)), "{:?}", p.reason);
+    // Stopped now: restarted as a standby (never as primary), still holding the key.
+    let mut stopped = pg(PgRole::Stopped, 500, None);
+    stopped.epoch = None;
+    let p = c.step(t(100.03), &obs(v, stopped));
+    assert_eq!(
+        p.actions,
+        vec![Action::StartJob(JobKind::StartReplica {
+            leader: String::new()
+        })]
+    );
+    assert!(c.leadership().is_some());
 }

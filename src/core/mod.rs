@@ -141,6 +141,17 @@ pub struct Core {
     late_delete: Option<Instant>,
     /// Instant of the previous step.
     last_step: Option<Instant>,
+    /// The epoch in the local data's `tenure.epoch` row, as last read while
+    /// PostgreSQL answered (`None`: no row). DESIGN §3: the last epoch, remembered
+    /// locally, so a wiped or restored etcd cannot make it go backwards unnoticed.
+    local_epoch: Option<Epoch>,
+    /// `local_epoch` was read in this run (or the data directory is empty).
+    local_epoch_known: bool,
+    /// The operator's last `confirm_epoch` seen in etcd.
+    confirm: Option<ConfirmEpoch>,
+    /// The leadership held was won right after this node's own initdb (its data
+    /// carries no epoch yet: it may start as primary without reading it first).
+    led_from_bootstrap: bool,
 }
 
 impl Core {
@@ -158,6 +169,10 @@ impl Core {
             lead_refusal: None,
             late_delete: None,
             last_step: None,
+            local_epoch: None,
+            local_epoch_known: false,
+            confirm: None,
+            led_from_bootstrap: false,
         }
     }
 
@@ -294,6 +309,42 @@ impl Core {
         }
     }
 
+    /// DESIGN §3: the local data was written under a higher epoch than `key_epoch`
+    /// (etcd wiped or restored) and no operator confirmed it: the refusal text.
+    fn epoch_regression(&self, key_epoch: Epoch) -> Option<String> {
+        let local = self.local_epoch?;
+        if local <= key_epoch || self.confirm.as_ref().is_some_and(|c| c.up_to >= local) {
+            return None;
+        }
+        Some(format!(
+            "epoch regression: my data was written under epoch {local}, the leader key's epoch \
+             is {key_epoch}: etcd was wiped or restored; after checking, confirm with \
+             `tenure confirm-epoch --config FILE` (accepts data epochs up to {local})"
+        ))
+    }
+
+    /// The epoch the shell should record in the local `tenure.epoch` row now: the
+    /// leadership's, once PostgreSQL runs as primary under it, unless the row already
+    /// holds it or holds a higher epoch nobody confirmed (never paper over a
+    /// regression). Idempotent: a failed write is retried on the next iteration.
+    pub fn epoch_to_write(&self, pg: &PgStatus) -> Option<Epoch> {
+        let State::Leader(l) = &self.state else {
+            return None;
+        };
+        if pg.role != PgRole::Primary || pg.epoch == Some(l.epoch) {
+            return None;
+        }
+        if self.epoch_regression(l.epoch).is_some() {
+            return None;
+        }
+        Some(l.epoch)
+    }
+
+    /// The epoch of the local data (the `tenure.epoch` row), if read in this run.
+    pub fn local_epoch(&self) -> Option<Epoch> {
+        self.local_epoch
+    }
+
     /// One decision. Pure: same state + same inputs = same plan.
     pub fn step(&mut self, now: Instant, obs: &Observation) -> Plan {
         let mut p = Planner::default();
@@ -309,6 +360,22 @@ impl Core {
     fn decide(&mut self, now: Instant, obs: &Observation, p: &mut Planner) -> Reason {
         // Keep our view of the leader's lease current (replica side, §1 step 4).
         self.track_leader(now, obs);
+        // The local epoch row: only an answering PostgreSQL can tell (a stopped one
+        // keeps what we last read); an empty data directory carries none.
+        match (&obs.pg.data, obs.pg.role) {
+            (_, PgRole::Primary | PgRole::Replica) => {
+                self.local_epoch = obs.pg.epoch;
+                self.local_epoch_known = true;
+            }
+            (DataDir::Empty, _) => {
+                self.local_epoch = None;
+                self.local_epoch_known = true;
+            }
+            _ => {}
+        }
+        if let Ok(view) = &obs.cluster {
+            self.confirm = view.confirm_epoch.clone();
+        }
 
         // S1/S5 first: whatever else happened, a leader past `F - B` fences now.
         // S5: time the wall clock saw pass but CLOCK_BOOTTIME did not (a paused VM) is
@@ -538,6 +605,15 @@ impl Core {
             (_, Job::Running { kind, .. }) => {
                 Reason::Waiting(format!("leader with the lock; {kind:?} running"))
             }
+            (PgRole::Primary, _) if self.epoch_regression(l.epoch).is_some() => {
+                // A primary (adopted, or started before its row could be read) whose
+                // data is ahead of the key's epoch: stop it, keep the key (DESIGN §3).
+                let why = self.epoch_regression(l.epoch).unwrap_or_default();
+                l.promoted = false;
+                p.push(Action::Fence);
+                p.again = true;
+                Reason::Refusing(format!("{why}; fencing the local primary"))
+            }
             (PgRole::Primary, _) => {
                 l.promoted = true;
                 l.down_since = None;
@@ -553,6 +629,13 @@ impl Core {
                 Reason::Leading { me, valid_for }
             }
             (PgRole::Replica, _) => {
+                if let Some(why) = self.epoch_regression(l.epoch) {
+                    // Keep the key, so nobody else promotes either, and wait for the
+                    // operator (DESIGN §3).
+                    l.down_since = None;
+                    self.state = State::Leader(l);
+                    return Reason::Refusing(why);
+                }
                 if now < l.promote_after {
                     Reason::PromoteDelayed {
                         remaining: now.until(l.promote_after),
@@ -587,7 +670,20 @@ impl Core {
                     return Reason::Fencing(why);
                 }
                 if obs.pg.role == PgRole::Stopped {
-                    if matches!(obs.pg.data, DataDir::Present { .. }) && now >= l.promote_after {
+                    let data = matches!(obs.pg.data, DataDir::Present { .. });
+                    let unread = !self.local_epoch_known && !self.led_from_bootstrap;
+                    if data && (unread || self.epoch_regression(l.epoch).is_some()) {
+                        // Read the epoch row (or keep the data readable while refusing)
+                        // as a standby: a primary could write before we know (DESIGN §3).
+                        l.down_since = None;
+                        p.push(Action::StartJob(JobKind::StartReplica {
+                            leader: String::new(),
+                        }));
+                        Reason::Waiting(
+                            "leader with the lock; starting PostgreSQL as a standby first to read its epoch"
+                                .into(),
+                        )
+                    } else if data && now >= l.promote_after {
                         p.push(Action::StartJob(JobKind::StartPrimary));
                         Reason::Waiting(
                             "leader with the lock; starting PostgreSQL as primary".into(),
@@ -691,6 +787,7 @@ impl Core {
                         l.last_pet = Some(now);
                     }
                 }
+                self.led_from_bootstrap = false;
                 self.state = State::Leader(l);
                 p.again = true;
                 Reason::Other(format!(
@@ -1357,6 +1454,7 @@ impl Core {
             }
         }
         self.vacancy = None;
+        self.led_from_bootstrap = self.bootstrapped_here;
         // INVARIANT: the bootstrap shortcut is one-shot: once this node has led, a
         // later vacancy is judged like any other (it may be the fenced old primary).
         self.bootstrapped_here = false;

@@ -127,6 +127,18 @@ pub struct ClusterView {
     pub history: Vec<HistoryEntry>,
     /// The raw `config` key (parsed and validated by the shell, not the core).
     pub config: Option<String>,
+    /// An operator's `confirm_epoch` (garbage is logged by the shell and left out).
+    pub confirm_epoch: Option<ConfirmEpoch>,
+}
+
+/// The `confirm_epoch` key, written by `tenure confirm-epoch` after an operator
+/// checked that etcd was wiped or restored (DESIGN §3): a node whose data carries an
+/// epoch `<= up_to` may lead under a smaller leader-key epoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfirmEpoch {
+    pub up_to: Epoch,
+    pub by: String,
+    pub at: String,
 }
 
 impl ClusterView {
@@ -242,6 +254,9 @@ pub struct PgStatus {
     pub following: Option<String>,
     /// Replica: the WAL receiver is streaming.
     pub streaming: bool,
+    /// The epoch in the data's `tenure.epoch` row (on a replica: its primary's,
+    /// replicated). `None`: PostgreSQL not answering, or no row yet.
+    pub epoch: Option<Epoch>,
 }
 
 /// A long PostgreSQL action that runs as a supervised child process.

@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::core::model::{HistoryEntry, Initialize, LeaseId, Lsn, MemberInfo};
+use crate::core::model::{ConfirmEpoch, HistoryEntry, Initialize, LeaseId, Lsn, MemberInfo};
 
 /// Longest excerpt of a bad value quoted in a problem text (logs stay readable).
 const EXCERPT: usize = 64;
@@ -197,6 +197,34 @@ pub fn parse_initialize(raw: &[u8], lease: LeaseId) -> Initialize {
     }
 }
 
+/// The `confirm_epoch` value: `{"up_to": <epoch>, "by": "<operator>", "at": "<time>"}`.
+pub fn encode_confirm_epoch(c: &ConfirmEpoch) -> String {
+    json!({"up_to": c.up_to, "by": c.by, "at": c.at}).to_string()
+}
+
+/// Parse `confirm_epoch`. Anything but an object with a positive integer `up_to` is
+/// an error text (the caller logs it and ignores the key: no confirmation).
+pub fn parse_confirm_epoch(raw: &[u8]) -> Result<ConfirmEpoch, String> {
+    let v: Value =
+        serde_json::from_slice(raw).map_err(|e| format!("not JSON ({e}): {}", excerpt(raw)))?;
+    let Value::Object(o) = v else {
+        return Err(format!("expected an object, got {}", short(&v)));
+    };
+    let up_to = match o.get("up_to") {
+        Some(x) => x
+            .as_i64()
+            .filter(|e| *e > 0)
+            .ok_or_else(|| format!("up_to: expected a positive epoch, got {}", short(x)))?,
+        None => return Err("up_to is missing".into()),
+    };
+    let text = |k: &str| o.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    Ok(ConfirmEpoch {
+        up_to,
+        by: text("by"),
+        at: text("at"),
+    })
+}
+
 /// One history entry as Patroni writes it: `[timeline, lsn, reason, timestamp, new_leader]`.
 pub fn history_entry_json(e: &HistoryEntry) -> Value {
     json!([e.timeline, e.lsn, e.reason, e.timestamp, e.new_leader])
@@ -357,6 +385,29 @@ fn short(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn confirm_epoch_round_trip_and_garbage() {
+        let c = ConfirmEpoch {
+            up_to: 17,
+            by: "alice".into(),
+            at: "2026-01-01T00:00:00Z".into(),
+        };
+        assert_eq!(
+            parse_confirm_epoch(encode_confirm_epoch(&c).as_bytes()),
+            Ok(c)
+        );
+        for bad in [
+            &b"x"[..],
+            b"[]",
+            b"{}",
+            b"{\"up_to\": \"7\"}",
+            b"{\"up_to\": -1}",
+            b"\xff",
+        ] {
+            assert!(parse_confirm_epoch(bad).is_err(), "{bad:?}");
+        }
+    }
     use crate::core::model::Tags;
 
     fn full() -> MemberInfo {

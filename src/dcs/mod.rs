@@ -267,6 +267,10 @@ impl Etcd {
                     }
                     view.history = h;
                 }
+                b"confirm_epoch" => match keys::parse_confirm_epoch(item.value()) {
+                    Ok(c) => view.confirm_epoch = Some(c),
+                    Err(why) => self.warn_once("confirm_epoch", &format!("{why}; ignored")),
+                },
                 b"config" => {
                     if std::str::from_utf8(item.value()).is_err() {
                         self.warn_once("config", "value is not UTF-8");
@@ -506,6 +510,25 @@ impl Etcd {
         deadline: Instant,
     ) -> Result<bool, DcsError> {
         self.create_if_absent(rt, "initialize", &sysid.to_string(), deadline)
+    }
+
+    /// Put `confirm_epoch` (an operator's `tenure confirm-epoch`, DESIGN §3); not
+    /// guarded: it only lifts an epoch-regression refusal, it elects nobody.
+    pub fn put_confirm_epoch(
+        &mut self,
+        rt: &Runtime,
+        c: &crate::core::model::ConfirmEpoch,
+        deadline: Instant,
+    ) -> Result<(), DcsError> {
+        let key = self.key("confirm_epoch");
+        let mut kv = self.client.kv_client();
+        bounded(
+            rt,
+            deadline,
+            "put confirm_epoch",
+            kv.put(key, keys::encode_confirm_epoch(c), None),
+        )
+        .map(|_| ())
     }
 
     /// Create `config` only if absent (bootstrap seeding). `Ok(true)` = created.

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use crate::clock;
 use crate::config::PgConfig;
-use crate::core::model::{DataDir, FenceOutcome, Job, JobKind, Lsn, PgRole, PgStatus};
+use crate::core::model::{DataDir, Epoch, FenceOutcome, Job, JobKind, Lsn, PgRole, PgStatus};
 use crate::core::time::Instant;
 
 /// An error from a PostgreSQL action; the message names what went wrong.
@@ -383,6 +383,7 @@ impl PgCtl {
             lsn: 0,
             following: None,
             streaming: false,
+            epoch: None,
         }
     }
 
@@ -399,7 +400,8 @@ impl PgCtl {
              pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn(), \
              (SELECT received_tli FROM pg_stat_wal_receiver), \
              (SELECT status FROM pg_stat_wal_receiver), \
-             (SELECT timeline_id FROM pg_control_checkpoint())";
+             (SELECT timeline_id FROM pg_control_checkpoint()), \
+             to_regclass('tenure.epoch') IS NOT NULL";
         let row = match self.query_row(pm, sql, deadline) {
             Ok(r) => r,
             Err(e) => {
@@ -428,7 +430,58 @@ impl PgCtl {
             st.streaming = col(6).as_deref() == Some("streaming");
             st.following = self.following.clone();
         }
+        if col(8).as_deref() == Some("t") {
+            // A missing row or a failed read is "no epoch known", never an error: the
+            // role found above stands.
+            match self.query_rows(pm, "SELECT epoch FROM tenure.epoch WHERE id = 1", deadline) {
+                Ok(rows) => {
+                    st.epoch = rows
+                        .first()
+                        .and_then(|r| r.first().cloned().flatten())
+                        .and_then(|e| e.parse().ok());
+                }
+                Err(e) => log::debug!("reading tenure.epoch on {}: {e}", self.me),
+            }
+        }
         st
+    }
+
+    /// Record `epoch` (and the member that leads under it) in the one-row table
+    /// `tenure.epoch`, in one transaction. `synchronous_commit = local` so the write
+    /// never waits for a standby (DESIGN §3a): it must not hang a promotion.
+    pub fn write_epoch(
+        &mut self,
+        epoch: Epoch,
+        member: &str,
+        deadline: Instant,
+    ) -> Result<(), PgError> {
+        let pm = self.live_postmaster()?;
+        let sql = format!(
+            "BEGIN; \
+             CREATE SCHEMA IF NOT EXISTS tenure; \
+             CREATE TABLE IF NOT EXISTS tenure.epoch (id int PRIMARY KEY CHECK (id = 1), \
+               epoch bigint NOT NULL, member text NOT NULL, \
+               at timestamptz NOT NULL DEFAULT now()); \
+             SET LOCAL synchronous_commit = local; \
+             INSERT INTO tenure.epoch (id, epoch, member) VALUES (1, {epoch}, {m}) \
+               ON CONFLICT (id) DO UPDATE SET epoch = EXCLUDED.epoch, \
+               member = EXCLUDED.member, at = now(); \
+             COMMIT;",
+            // Quoted as a literal; control characters (a NUL would fail the query)
+            // dropped: the name is informational.
+            m = conf::sql_literal(
+                &member
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .collect::<String>()
+            )
+        );
+        let r = self.query_rows(pm, &sql, deadline).map(|_| ());
+        if r.is_err() {
+            // The connection was dropped with the error: an open transaction dies with it.
+            log::debug!("write_epoch {epoch} failed; connection dropped");
+        }
+        r
     }
 
     /// The agent's connection to the postmaster `pm`, (re)connected as needed,

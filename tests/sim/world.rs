@@ -237,6 +237,8 @@ pub struct JobSlot {
 }
 
 #[derive(Debug)]
+// The simulation moves these by value; boxing would only add noise to a test harness.
+#[allow(clippy::large_enum_variant)]
 pub enum Payload {
     Etcd(Result<Resp, String>),
     Timer,
@@ -707,6 +709,7 @@ impl World {
             lsn,
             following,
             streaming,
+            epoch: None,
         }
     }
 
