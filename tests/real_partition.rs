@@ -51,7 +51,14 @@ fn namespaces_left(names: &[String]) -> Vec<String> {
 /// primary; the old primary must fence (its log says so, its PostgreSQL takes no
 /// writes), another node must take over after the lease expired, and after
 /// `heal` the old primary must come back as a streaming replica of the new one.
-fn primary_partition(tag: &str, cut: impl Fn(&TestCluster, usize) -> Result<(), String>) {
+///
+/// `replicas_reach_it`: the cut leaves the replicas' links to the primary up, so a
+/// row written on it after the cut still reaches them; otherwise it must not.
+fn primary_partition(
+    tag: &str,
+    replicas_reach_it: bool,
+    cut: impl Fn(&TestCluster, usize) -> Result<(), String>,
+) {
     let mut c = bed(tag);
     let p = settled(&mut c);
     let (old_leader, old_epoch) = c.leader_key().expect("leader key");
@@ -68,6 +75,27 @@ fn primary_partition(tag: &str, cut: impl Fn(&TestCluster, usize) -> Result<(), 
 
     let t_cut = Instant::now();
     cut(&c, p).unwrap_or_else(|e| panic!("cut: {e}"));
+
+    // The cut is what it claims to be: the observer still writes through the old
+    // primary, and its replicas get that row only if their links are up.
+    c.write_row(p, 1)
+        .unwrap_or_else(|e| panic!("write on the cut primary: {e}"));
+    let r = (p + 1) % c.node_count();
+    let arrived = wait_for(Duration::from_secs(2), Duration::from_millis(50), || {
+        (c.count_rows(r) == Ok(1)).then_some(())
+    });
+    assert_eq!(
+        arrived.is_some(),
+        replicas_reach_it,
+        "row written on {} after the cut {} {}",
+        c.name(p),
+        if arrived.is_some() {
+            "reached"
+        } else {
+            "did not reach"
+        },
+        c.name(r)
+    );
 
     // The old primary fences by its own deadline (it cannot renew).
     let fenced = wait_for(FAILOVER, Duration::from_millis(50), || {
@@ -88,7 +116,7 @@ fn primary_partition(tag: &str, cut: impl Fn(&TestCluster, usize) -> Result<(), 
     let failover = t_cut.elapsed();
     // Its PostgreSQL no longer takes writes (stopped, or back in recovery).
     assert!(
-        c.write_row(p, 1).is_err(),
+        c.write_row(p, 2).is_err(),
         "old primary {} still accepts writes after its fence",
         c.name(p)
     );
@@ -112,6 +140,10 @@ fn primary_partition(tag: &str, cut: impl Fn(&TestCluster, usize) -> Result<(), 
     let rejoin = t_heal.elapsed();
 
     probe.stop(Duration::from_secs(2));
+    assert!(
+        probe.first_ack_after(p, t_cut).is_some(),
+        "the probe saw no write acknowledged by the cut primary: the check below would be empty"
+    );
     probe.check_no_overlap(p, np, t_cut).unwrap();
     for _ in 0..5 {
         assert_eq!(
@@ -124,7 +156,7 @@ fn primary_partition(tag: &str, cut: impl Fn(&TestCluster, usize) -> Result<(), 
     }
     assert_eq!(c.is_in_recovery(p), Ok(true));
     eprintln!(
-        "{tag}: {} -> {}: new primary {failover:?} after the cut; old primary streaming {rejoin:?} after the heal; rewound: {}",
+        "{tag}: {} -> {}: new primary {failover:?} after the cut; old primary streaming {rejoin:?} after the heal; its log mentions rewind: {}",
         c.name(p),
         c.name(np),
         c.agent_log(p).contains("rewind")
@@ -141,12 +173,12 @@ fn primary_partition(tag: &str, cut: impl Fn(&TestCluster, usize) -> Result<(), 
 
 #[test]
 fn real_primary_cut_off_from_everyone() {
-    primary_partition("cutall", |c, p| c.cut(p));
+    primary_partition("cutall", false, |c, p| c.cut(p));
 }
 
 #[test]
 fn real_primary_cut_off_from_etcd_only() {
-    primary_partition("cutetcd", |c, p| c.cut_from_etcd(p));
+    primary_partition("cutetcd", true, |c, p| c.cut_from_etcd(p));
 }
 
 /// The leader key, its epoch and the primary's postmaster stay as they were for
