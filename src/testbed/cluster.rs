@@ -1,12 +1,14 @@
 //! A whole test cluster (DESIGN §6): three etcd members and N tenure agents, each
-//! agent managing its own PostgreSQL 15 on loopback, data on tmpfs.
+//! agent managing its own PostgreSQL 15 on loopback (or, with `opts.netns`, each
+//! node and each etcd member in its own network namespace), data on tmpfs.
 //!
 //! Owns: the scratch directory, every config file it writes, the agents it spawns
 //! (and, through them, their PostgreSQL processes, found by their working
 //! directory or their freezer cgroup), one freezer cgroup per node, the etcd
 //! members. Must never: signal a process it did not start (an agent it spawned, or
 //! a process whose cwd is one of its own data directories, or a member of its own
-//! cgroup), or send traffic outside 127.0.0.0/8.
+//! cgroup), or send traffic outside 127.0.0.0/8 and, with `ClusterOptions::netns`,
+//! the namespaces its `NetTopology` created (see `testbed::netns`).
 
 use std::fs;
 use std::io::Write;
