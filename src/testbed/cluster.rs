@@ -1,12 +1,14 @@
 //! A whole test cluster (DESIGN §6): three etcd members and N tenure agents, each
-//! agent managing its own PostgreSQL 15 on loopback, data on tmpfs.
+//! agent managing its own PostgreSQL 15 on loopback (or, with `opts.netns`, each
+//! node and each etcd member in its own network namespace), data on tmpfs.
 //!
 //! Owns: the scratch directory, every config file it writes, the agents it spawns
 //! (and, through them, their PostgreSQL processes, found by their working
 //! directory or their freezer cgroup), one freezer cgroup per node, the etcd
 //! members. Must never: signal a process it did not start (an agent it spawned, or
 //! a process whose cwd is one of its own data directories, or a member of its own
-//! cgroup), or send traffic outside 127.0.0.0/8.
+//! cgroup), or send traffic outside 127.0.0.0/8 and, with `ClusterOptions::netns`,
+//! the namespaces its `NetTopology` created (see `testbed::netns`).
 
 use std::fs;
 use std::io::Write;
@@ -19,8 +21,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::etcd::{EtcdCluster, http_get_local};
+use super::etcd::{EtcdCluster, http_get};
 use super::etcdkv::{self, Kv};
+use super::netns::NetTopology;
 use super::probe::{PROBE_TABLE, ProbeTarget, WriteProbe};
 use super::watchdog::{HostKill, StandinOptions, WatchdogStandin};
 use super::{free_port, scratch_dir, wait_for};
@@ -59,6 +62,9 @@ pub struct ClusterOptions {
     pub use_freezer: bool,
     /// `TENURE_LOG` for the agents (`None`: inherit ours).
     pub log_level: Option<String>,
+    /// Run every node and every etcd member in its own network namespace (see
+    /// `testbed::netns`), so a test can cut them apart; `false`: loopback.
+    pub netns: bool,
     /// Per-node watchdog settings, by node index; a node without an entry gets
     /// [`NodeWatchdog::default`] (mode off, no stand-in, no notify socket).
     pub watchdog: Vec<NodeWatchdog>,
@@ -130,6 +136,7 @@ impl ClusterOptions {
             start_agents: true,
             use_freezer: true,
             log_level: None,
+            netns: false,
             watchdog: Vec::new(),
         }
     }
@@ -152,6 +159,10 @@ pub struct NodeSpec {
     pub socket_dir: PathBuf,
     pub config_path: PathBuf,
     pub log_path: PathBuf,
+    /// The address PostgreSQL and the API listen on (127.0.0.1 on loopback).
+    pub addr: std::net::Ipv4Addr,
+    /// The node's network namespace (`None`: ours).
+    pub netns: Option<String>,
     pub pg_port: u16,
     pub api_port: u16,
 }
@@ -223,6 +234,9 @@ pub struct TestCluster {
     pub passwords: Passwords,
     /// Set by `leave_running`: Drop then stops nothing and removes nothing.
     leave_running: bool,
+    /// With `opts.netns`: hosts `0..nodes` are the nodes, then the etcd members.
+    /// Declared last: dropped after `Drop::drop` stopped every process.
+    net: Option<NetTopology>,
 }
 
 /// The TOML config file the agent reads (the format the agent work defines).
@@ -259,7 +273,7 @@ primary_start_timeout = {pst}
 [postgresql]
 bin_dir = "{bin}"
 data_dir = "{data}"
-listen = "127.0.0.1:{pg_port}"
+listen = "{addr}:{pg_port}"
 socket_dir = "{socket}"
 user = "postgres"
 
@@ -276,7 +290,7 @@ username = "rewind_user"
 password = "{rewind}"
 
 [api]
-listen = "127.0.0.1:{api_port}"
+listen = "{addr}:{api_port}"
 
 {watchdog}"#,
         watchdog = watchdog_section(&node_watchdog(opts, spec), spec),
@@ -292,6 +306,7 @@ listen = "127.0.0.1:{api_port}"
         bin = opts.pg_bin_dir.display(),
         data = spec.data_dir.display(),
         pg_port = spec.pg_port,
+        addr = spec.addr,
         socket = spec.socket_dir.display(),
         su = pw.superuser,
         repl = pw.replication,
@@ -362,8 +377,19 @@ impl TestCluster {
             nodes: Vec::new(),
             passwords,
             leave_running: false,
+            net: None,
         };
-        let etcd = EtcdCluster::start(&dir, 3)?;
+        let nodes = c.opts.nodes;
+        let etcd = if c.opts.netns {
+            let net = NetTopology::create(nodes + 3)?;
+            let placement: Vec<_> = (nodes..nodes + 3)
+                .map(|h| (net.addr(h), Some(net.ns(h).to_string())))
+                .collect();
+            c.net = Some(net);
+            EtcdCluster::start_placed(&dir, &placement)?
+        } else {
+            EtcdCluster::start(&dir, 3)?
+        };
         c.endpoints = etcd.endpoints();
         c.etcd = Some(etcd);
         for i in 0..c.opts.nodes {
@@ -376,6 +402,11 @@ impl TestCluster {
                 log_path: dir.join(format!("{name}.agent.log")),
                 dir: ndir,
                 name,
+                addr: c
+                    .net
+                    .as_ref()
+                    .map_or(std::net::Ipv4Addr::LOCALHOST, |n| n.addr(i)),
+                netns: c.net.as_ref().map(|n| n.ns(i).to_string()),
                 pg_port: free_port(),
                 api_port: free_port(),
             };
@@ -444,6 +475,50 @@ impl TestCluster {
     }
     pub fn api_port(&self, i: usize) -> u16 {
         self.nodes[i].spec.api_port
+    }
+    /// Node `i`'s address (127.0.0.1 unless `opts.netns`).
+    pub fn addr(&self, i: usize) -> std::net::Ipv4Addr {
+        self.nodes[i].spec.addr
+    }
+
+    // ----- partitions (with `opts.netns`) ----------------------------------------
+
+    /// The namespace topology: hosts `0..node_count()` are the nodes, then the
+    /// etcd members (see `etcd_host`). `None` on loopback.
+    pub fn net(&self) -> Option<&NetTopology> {
+        self.net.as_ref()
+    }
+
+    fn need_net(&self) -> Result<&NetTopology, String> {
+        self.net
+            .as_ref()
+            .ok_or_else(|| "this cluster runs on loopback: set ClusterOptions::netns".into())
+    }
+
+    /// The topology's host index of etcd member `j`.
+    pub fn etcd_host(&self, j: usize) -> usize {
+        self.nodes.len() + j
+    }
+
+    /// Cut node `i` off from every other node and every etcd member.
+    pub fn cut(&self, i: usize) -> Result<(), String> {
+        self.need_net()?.cut(i)
+    }
+
+    /// Cut node `i` off from the etcd members only (other nodes still reach it).
+    pub fn cut_from_etcd(&self, i: usize) -> Result<(), String> {
+        let net = self.need_net()?;
+        (0..3).try_for_each(|j| net.cut_between(i, self.etcd_host(j)))
+    }
+
+    /// Drop traffic between nodes (or hosts) `a` and `b`.
+    pub fn cut_between(&self, a: usize, b: usize) -> Result<(), String> {
+        self.need_net()?.cut_between(a, b)
+    }
+
+    /// Remove every cut made in node `i`'s namespace.
+    pub fn heal(&self, i: usize) -> Result<(), String> {
+        self.need_net()?.heal(i)
     }
     /// `/service/<scope>/`
     pub fn prefix(&self) -> String {
@@ -520,11 +595,24 @@ impl TestCluster {
                 c.arg("-c")
                     .arg("echo $$ > \"$1\" || exit 121; shift; exec \"$@\"")
                     .arg("tenure-bed")
-                    .arg(cg.join("cgroup.procs"))
-                    .arg(&self.opts.binary);
+                    .arg(cg.join("cgroup.procs"));
+                // Join the cgroup before `ip netns exec`: it remounts /sys in a new
+                // mount namespace, hiding the freezer hierarchy.
+                if let Some(ns) = &n.spec.netns {
+                    c.args(["ip", "netns", "exec", ns.as_str()]);
+                }
+                c.arg(&self.opts.binary);
                 c
             }
-            None => Command::new(&self.opts.binary),
+            None => match &n.spec.netns {
+                Some(ns) => {
+                    let mut c = Command::new("ip");
+                    c.args(["netns", "exec", ns.as_str()])
+                        .arg(&self.opts.binary);
+                    c
+                }
+                None => Command::new(&self.opts.binary),
+            },
         };
         cmd.arg("run")
             .arg("--config")
@@ -866,12 +954,12 @@ impl TestCluster {
 
     /// Status code of `GET path` on node `i`'s API; `None` if it did not answer.
     pub fn api_get(&self, i: usize, path: &str) -> Option<u16> {
-        etcdkv::http_status(&http_get_local(self.api_port(i), path)?)
+        etcdkv::http_status(&http_get(self.addr(i).into(), self.api_port(i), path)?)
     }
 
     /// Status and body of `GET path` on node `i`'s API.
     pub fn api_body(&self, i: usize, path: &str) -> Option<(u16, String)> {
-        let text = http_get_local(self.api_port(i), path)?;
+        let text = http_get(self.addr(i).into(), self.api_port(i), path)?;
         let status = etcdkv::http_status(&text)?;
         let body = text
             .split_once("\r\n\r\n")
@@ -953,19 +1041,20 @@ impl TestCluster {
     /// runs on a helper thread that is abandoned if the server hangs (a frozen
     /// postmaster accepts TCP connections in the kernel and never answers).
     pub fn sql(&self, i: usize, query: &str) -> Result<Vec<Vec<Option<String>>>, String> {
-        let (port, pw, q) = (
+        let (addr, port, pw, q) = (
+            self.addr(i),
             self.pg_port(i),
             self.passwords.superuser.clone(),
             query.to_string(),
         );
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            let _ = tx.send(sql_blocking(port, &pw, &q));
+            let _ = tx.send(sql_blocking(addr, port, &pw, &q));
         });
         match rx.recv_timeout(SQL_TIMEOUT) {
-            Ok(r) => r.map_err(|e| format!("{} (127.0.0.1:{port}): {e}", self.name(i))),
+            Ok(r) => r.map_err(|e| format!("{} ({addr}:{port}): {e}", self.name(i))),
             Err(_) => Err(format!(
-                "{} (127.0.0.1:{port}): no answer within {SQL_TIMEOUT:?}",
+                "{} ({addr}:{port}): no answer within {SQL_TIMEOUT:?}",
                 self.name(i)
             )),
         }
@@ -1025,6 +1114,7 @@ impl TestCluster {
         let targets: Vec<ProbeTarget> = (0..self.nodes.len())
             .map(|i| ProbeTarget {
                 node: i,
+                host: std::net::IpAddr::V4(self.addr(i)),
                 port: self.pg_port(i),
                 user: "postgres".into(),
                 password: self.passwords.superuser.clone(),
@@ -1133,12 +1223,13 @@ fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), String> {
 }
 
 fn sql_blocking(
+    addr: std::net::Ipv4Addr,
     port: u16,
     password: &str,
     query: &str,
 ) -> Result<Vec<Vec<Option<String>>>, String> {
     let mut client = postgres::Config::new()
-        .host("127.0.0.1")
+        .host(&addr.to_string())
         .port(port)
         .user("postgres")
         .password(password)
@@ -1239,6 +1330,8 @@ mod tests {
             socket_dir: "/dev/shm/x/pg1/socket".into(),
             config_path: "/dev/shm/x/pg1.toml".into(),
             log_path: "/dev/shm/x/pg1.agent.log".into(),
+            addr: std::net::Ipv4Addr::LOCALHOST,
+            netns: None,
             pg_port: 20001,
             api_port: 20002,
         }

@@ -2,6 +2,7 @@
 //! `--heartbeat-interval=50 --election-timeout=500`, data on tmpfs.
 
 use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -16,6 +17,10 @@ pub struct EtcdMember {
     pub data_dir: PathBuf,
     pub log: PathBuf,
     pub child: Option<Child>,
+    /// The address it listens on (127.0.0.1 on loopback).
+    pub addr: Ipv4Addr,
+    /// The network namespace it runs in (`None`: ours).
+    pub netns: Option<String>,
 }
 
 pub struct EtcdCluster {
@@ -26,13 +31,28 @@ pub struct EtcdCluster {
 }
 
 impl EtcdCluster {
-    /// Start `n` members under `dir` and wait until the cluster answers.
+    /// Start `n` members under `dir` on loopback and wait until the cluster answers.
     pub fn start(dir: &Path, n: usize) -> Result<EtcdCluster, String> {
+        EtcdCluster::start_placed(dir, &vec![(Ipv4Addr::LOCALHOST, None); n])
+    }
+
+    /// Start one member per entry of `placement` — its address and the network
+    /// namespace to run it in (`None`: ours) — and wait until the cluster answers.
+    pub fn start_placed(
+        dir: &Path,
+        placement: &[(Ipv4Addr, Option<String>)],
+    ) -> Result<EtcdCluster, String> {
         let binary = which_etcd()?;
+        let n = placement.len();
+        if n == 0 {
+            return Err("an etcd cluster needs at least one member".into());
+        }
         let mut members = Vec::new();
-        for i in 0..n {
+        for (i, (addr, netns)) in placement.iter().enumerate() {
             let name = format!("etcd{i}");
             members.push(EtcdMember {
+                addr: *addr,
+                netns: netns.clone(),
                 data_dir: dir.join(format!("{name}.data")),
                 log: dir.join(format!("{name}.log")),
                 name,
@@ -43,7 +63,7 @@ impl EtcdCluster {
         }
         let initial_cluster = members
             .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .map(|m| format!("{}=http://{}:{}", m.name, m.addr, m.peer_port))
             .collect::<Vec<_>>()
             .join(",");
         let token = format!("tenure-{}-{}", std::process::id(), members[0].client_port);
@@ -69,7 +89,7 @@ impl EtcdCluster {
     pub fn endpoints(&self) -> Vec<String> {
         self.members
             .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client_port))
+            .map(|m| format!("http://{}:{}", m.addr, m.client_port))
             .collect()
     }
 
@@ -82,23 +102,27 @@ impl EtcdCluster {
             .open(&m.log)
             .map_err(|e| format!("open {}: {e}", m.log.display()))?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
-        let child = Command::new(&self.binary)
+        let mut cmd = match &m.netns {
+            // `ip netns exec` execs etcd itself: the child's pid is etcd's.
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.arg("netns").arg("exec").arg(ns).arg(&self.binary);
+                c
+            }
+            None => Command::new(&self.binary),
+        };
+        let a = m.addr;
+        let child = cmd
             .arg(format!("--name={}", m.name))
             .arg(format!("--data-dir={}", m.data_dir.display()))
+            .arg(format!("--listen-client-urls=http://{a}:{}", m.client_port))
             .arg(format!(
-                "--listen-client-urls=http://127.0.0.1:{}",
+                "--advertise-client-urls=http://{a}:{}",
                 m.client_port
             ))
+            .arg(format!("--listen-peer-urls=http://{a}:{}", m.peer_port))
             .arg(format!(
-                "--advertise-client-urls=http://127.0.0.1:{}",
-                m.client_port
-            ))
-            .arg(format!(
-                "--listen-peer-urls=http://127.0.0.1:{}",
-                m.peer_port
-            ))
-            .arg(format!(
-                "--initial-advertise-peer-urls=http://127.0.0.1:{}",
+                "--initial-advertise-peer-urls=http://{a}:{}",
                 m.peer_port
             ))
             .arg(format!("--initial-cluster={}", self.initial_cluster))
@@ -129,11 +153,25 @@ impl EtcdCluster {
         self.members[i].child.as_ref().map(|c| c.id())
     }
 
+    /// The running member that reports itself raft leader (`etcd_server_is_leader 1`
+    /// on `/metrics`), if exactly one does.
+    pub fn leader(&self) -> Option<usize> {
+        let leaders: Vec<usize> = (0..self.members.len())
+            .filter(|&i| {
+                let m = &self.members[i];
+                m.child.is_some()
+                    && http_get(IpAddr::V4(m.addr), m.client_port, "/metrics")
+                        .is_some_and(|b| b.lines().any(|l| l.trim() == "etcd_server_is_leader 1"))
+            })
+            .collect();
+        (leaders.len() == 1).then(|| leaders[0])
+    }
+
     /// True when every running member answers `/health` with `"health":"true"`.
     pub fn wait_healthy(&self, limit: Duration) -> bool {
         wait_for(limit, Duration::from_millis(100), || {
             let all = self.members.iter().filter(|m| m.child.is_some()).all(|m| {
-                http_get_local(m.client_port, "/health")
+                http_get(IpAddr::V4(m.addr), m.client_port, "/health")
                     .is_some_and(|b| b.contains("\"health\":\"true\""))
             });
             all.then_some(())
@@ -168,12 +206,17 @@ fn which_etcd() -> Result<PathBuf, String> {
 /// A tiny HTTP/1.0 GET against 127.0.0.1:`port`, for health checks. Bounded by a
 /// one-second timeout on every step.
 pub fn http_get_local(port: u16, path: &str) -> Option<String> {
+    http_get(IpAddr::V4(Ipv4Addr::LOCALHOST), port, path)
+}
+
+/// Like [`http_get_local`], against `ip:port` (a test namespace's address).
+pub fn http_get(ip: IpAddr, port: u16, path: &str) -> Option<String> {
     use std::io::{Read, Write};
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let addr = std::net::SocketAddr::new(ip, port);
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
     s.set_write_timeout(Some(Duration::from_secs(1))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").ok()?;
     let mut buf = Vec::new();
     let _ = s.take(1 << 20).read_to_end(&mut buf);
     let text = String::from_utf8_lossy(&buf).into_owned();

@@ -8,6 +8,7 @@
 pub mod cluster;
 pub mod etcd;
 pub mod etcdkv;
+pub mod netns;
 pub mod probe;
 pub mod watchdog;
 

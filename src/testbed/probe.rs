@@ -29,6 +29,9 @@ pub struct Attempt {
 #[derive(Clone, Debug)]
 pub struct ProbeTarget {
     pub node: usize,
+    /// The server's address (127.0.0.1 on loopback, a namespace's address in a
+    /// partition test).
+    pub host: std::net::IpAddr,
     pub port: u16,
     pub user: String,
     pub password: String,
@@ -145,7 +148,7 @@ impl Drop for WriteProbe {
 
 fn connect(t: &ProbeTarget) -> Result<postgres::Client, postgres::Error> {
     postgres::Config::new()
-        .host("127.0.0.1")
+        .host(&t.host.to_string())
         .port(t.port)
         .user(&t.user)
         .password(&t.password)
