@@ -148,6 +148,48 @@ impl EtcdCluster {
         }
     }
 
+    /// etcd wiped and restarted empty (DESIGN §3): SIGKILL every member, move each
+    /// data directory aside (renamed to `<data dir>.wiped-<k>`, never deleted, so a
+    /// failed test can still be examined), start every member again as a new cluster
+    /// with the same names, URLs and token (so the same cluster id) and wait until
+    /// it is healthy. All keys and revisions are gone; revisions restart at 1.
+    pub fn wipe_and_restart(&mut self) -> Result<(), String> {
+        for i in 0..self.members.len() {
+            self.kill_member(i);
+        }
+        for m in &self.members {
+            if !m.data_dir.exists() {
+                continue;
+            }
+            // The first free suffix: a test may wipe more than once.
+            let aside = (0..1000)
+                .map(|k| PathBuf::from(format!("{}.wiped-{k}", m.data_dir.display())))
+                .find(|p| !p.exists())
+                .ok_or_else(|| format!("no free name to move {} aside", m.data_dir.display()))?;
+            std::fs::rename(&m.data_dir, &aside).map_err(|e| {
+                format!(
+                    "move {} aside to {}: {e}",
+                    m.data_dir.display(),
+                    aside.display()
+                )
+            })?;
+        }
+        for i in 0..self.members.len() {
+            self.start_member(i, "new")?;
+        }
+        if !self.wait_healthy(Duration::from_secs(30)) {
+            return Err(format!(
+                "wiped etcd cluster did not become healthy in 30 s; logs: {}",
+                self.members
+                    .iter()
+                    .map(|m| m.log.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        Ok(())
+    }
+
     /// Pid of member `i`, if running.
     pub fn pid(&self, i: usize) -> Option<u32> {
         self.members[i].child.as_ref().map(|c| c.id())
