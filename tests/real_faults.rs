@@ -74,6 +74,14 @@ fn acks_between(
         .count()
 }
 
+/// The CLOCK_BOOTTIME instant (seconds) of the first line of `log` that says
+/// the agent is fencing: the agent stamps every line `[<secs>s]` on that clock.
+fn fence_logged_at(log: &str) -> Option<f64> {
+    let line = log.lines().find(|l| l.contains("fencing PostgreSQL"))?;
+    let stamp = line.strip_prefix('[')?.split_once("s]")?.0;
+    stamp.trim().parse().ok()
+}
+
 /// SIGCONTs the pids it holds when dropped, so a failed assertion never leaves
 /// etcd members stopped.
 struct Stopped(Vec<u32>);
@@ -145,6 +153,7 @@ fn real_etcd_loses_quorum() {
         (pids, victims)
     };
     let t_stop = Instant::now();
+    let t_stop_boot = tenure::clock::now().secs_f64();
     for &pid in &pids {
         kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).expect("SIGSTOP an etcd member");
     }
@@ -153,30 +162,27 @@ fn real_etcd_loses_quorum() {
     // primary's horizon is at most this.
     let h = t_stop + ttl - margin;
 
-    // The primary fences: its log says so.
-    let fenced = wait_for(
-        ttl + Duration::from_secs(5),
-        Duration::from_millis(20),
-        || {
-            c.agent_log(p)
-                .contains("fencing PostgreSQL")
-                .then(Instant::now)
-        },
-    );
-    let fenced =
-        fenced.unwrap_or_else(|| panic!("{} never logged a fence{}", c.name(p), c.logs_tail(40)));
-    // Nobody answers /primary 200 while the quorum is gone: the old primary not
-    // after its horizon, the others never.
+    // Until ttl + 2 s after the stop: the primary fences (its log says so), and
+    // nobody answers /primary 200 — the old primary not after its horizon, the
+    // others never.
     let watch_end = t_stop + ttl + Duration::from_secs(2);
     let (mut samples, mut codes) = (0, std::collections::BTreeMap::new());
-    while Instant::now() < watch_end {
+    let mut fenced: Option<Instant> = None;
+    while Instant::now() < watch_end || fenced.is_none() {
+        assert!(
+            t_stop.elapsed() < ttl + Duration::from_secs(5),
+            "{} never logged a fence{}",
+            c.name(p),
+            c.logs_tail(40)
+        );
+        if fenced.is_none() && c.agent_log(p).contains("fencing PostgreSQL") {
+            fenced = Some(Instant::now());
+        }
         for i in 0..c.node_count() {
             let at = Instant::now();
             let code = c.api_get(i, "/primary");
-            if at >= h || i != p {
-                *codes.entry(format!("{code:?}")).or_insert(0) += 1;
-            }
             if i != p || at >= h {
+                *codes.entry(format!("{code:?}")).or_insert(0) += 1;
                 assert_ne!(
                     code,
                     Some(200),
@@ -190,6 +196,18 @@ fn real_etcd_loses_quorum() {
         samples += 1;
         std::thread::sleep(Duration::from_millis(50));
     }
+    let fenced = fenced.expect("fence seen");
+    // S1 without a watchdog: F = H, and the agent's own H is at most ours (its
+    // last counted renewal was sent before the stop). The log stamp is rounded
+    // to the millisecond.
+    let fence_at = fence_logged_at(&c.agent_log(p)).expect("fence line has a stamp") - t_stop_boot;
+    let h_secs = h.duration_since(t_stop).as_secs_f64();
+    assert!(
+        fence_at <= h_secs + 0.001,
+        "{} began fencing {fence_at:.3} s after the stop, past H = {h_secs:.3} s{}",
+        c.name(p),
+        c.logs_tail(30)
+    );
     // A write to it fails now, and the probe saw no acknowledgement at or after H.
     assert!(
         c.write_row(p, 1).is_err(),
@@ -244,7 +262,7 @@ fn real_etcd_loses_quorum() {
     assert_eq!(leader, c.name(np));
     assert!(epoch > old_epoch, "epoch {epoch} after {old_epoch}");
     println!(
-        "quorum loss: fence logged {:.2} s after the stop (bound H = {:.2} s), last old ack {:.2} s; \
+        "quorum loss: fence began {fence_at:.3} s after the stop (log stamp; seen {:.2} s), bound H = {:.2} s, last old ack {:.2} s; \
          {} /primary sample rounds {:?}; new primary {} ({}) {:.2} s after the members resumed, \
          first write acked {:.2} s after",
         fenced.duration_since(t_stop).as_secs_f64(),
@@ -385,7 +403,19 @@ fn real_leader_lease_revoked_early() {
 
 #[test]
 fn real_postgres_crash_on_the_primary() {
-    let mut c = bed("pgcrash");
+    postgres_crash("pgcrash", true);
+}
+
+/// Only the postmaster is SIGKILLed: its backends live on, orphaned, and the
+/// restart must get rid of them first (a backend that outlives its postmaster can
+/// still commit, and blocks a new postmaster on the shared memory).
+#[test]
+fn real_postmaster_crash_leaves_backends() {
+    postgres_crash("pmcrash", false);
+}
+
+fn postgres_crash(tag: &str, backends_too: bool) {
+    let mut c = bed(tag);
     let p = settled(&mut c);
     let key = c.leader_key().expect("leader key");
     let pm = c.postmaster_pid(p).expect("postmaster pid");
@@ -394,10 +424,12 @@ fn real_postgres_crash_on_the_primary() {
     let t0 = Instant::now();
     let pids = c.pg_pids(p);
     assert!(pids.contains(&pm), "postmaster {pm} among {pids:?}");
-    // The postmaster first, then every backend it leaves behind.
+    // The postmaster first, then (if asked) every backend it leaves behind.
     let _ = kill(Pid::from_raw(pm), Signal::SIGKILL);
-    for &pid in &pids {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    if backends_too {
+        for &pid in &pids {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
     }
     let start_timeout = Duration::from_secs(u64::from(c.opts.primary_start_timeout));
     let back = wait_for(
@@ -417,6 +449,18 @@ fn real_postgres_crash_on_the_primary() {
             c.logs_tail(40)
         )
     });
+    // No process of the crashed PostgreSQL survives the restart.
+    let now_pids = c.pg_pids(p);
+    let survivors: Vec<i32> = pids
+        .iter()
+        .copied()
+        .filter(|x| now_pids.contains(x))
+        .collect();
+    assert!(
+        survivors.is_empty(),
+        "processes of the crashed PostgreSQL still run: {survivors:?}{}",
+        c.logs_tail(30)
+    );
     assert!(
         took <= start_timeout,
         "restart took {took:?} > primary_start_timeout"
@@ -443,7 +487,7 @@ fn real_postgres_crash_on_the_primary() {
     }
     assert_eq!(c.leader_key().as_ref(), Some(&key));
     println!(
-        "pg crash: postmaster {pm} -> {new_pm}; primary again {:.2} s after the kill, \
+        "{tag}: postmaster {pm} -> {new_pm}; primary again {:.2} s after the kill, \
          first write acked {:.2} s after",
         took.as_secs_f64(),
         first.acked.unwrap_or(t0).duration_since(t0).as_secs_f64()
