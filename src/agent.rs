@@ -71,6 +71,8 @@ struct Pending {
     fence: Option<FenceOutcome>,
     promoted: Option<bool>,
     released: Option<bool>,
+    /// A required watchdog could not be armed (S3).
+    watchdog_failed: Option<String>,
 }
 
 struct Agent {
@@ -98,7 +100,6 @@ struct Agent {
     shutdown: bool,
     state_file: PathBuf,
     wd: Watchdogs,
-    pending_watchdog_failed: Option<String>,
 }
 
 /// Run the agent until a clean shutdown. Errors are start-up failures; once the loop
@@ -257,7 +258,6 @@ impl Agent {
             shutdown: false,
             state_file,
             wd,
-            pending_watchdog_failed: None,
             config_path: config_path.to_path_buf(),
             cfg,
         })
@@ -376,8 +376,8 @@ impl Agent {
             if reason != self.last_reason || tick {
                 info!("{reason}");
             }
+            self.update_status(now, &obs, &reason);
             self.last_reason = reason;
-            self.update_status(now, &obs, &plan.reason);
             self.publish_member(&obs);
             again = plan.again;
             let exit = self.act(plan, &obs);
@@ -392,6 +392,12 @@ impl Agent {
                 info!("exiting");
                 return Ok(());
             }
+            // Kept for the next iteration (a stalled one reads nothing): moved, not
+            // copied, once this iteration is done with them.
+            if let Ok(v) = obs.cluster {
+                self.last_view = Some(v);
+            }
+            self.last_pg = Some(obs.pg);
         }
     }
 
@@ -593,7 +599,11 @@ impl Agent {
         }
 
         let mut lease_poll = None;
-        if let Some(lease) = self.core.lease_to_poll() {
+        // After a failed read the poll would only wait out another timeout: etcd is
+        // not answering this iteration (and an unanswered poll proves nothing).
+        if cluster.is_ok()
+            && let Some(lease) = self.core.lease_to_poll()
+        {
             let deadline = self.deadline(r);
             if let Some((etcd, rt)) = self.connect(deadline) {
                 match etcd.lease_ttl(rt, lease, deadline) {
@@ -620,12 +630,7 @@ impl Agent {
             // A job that changed the data directory: probe again for the new state.
             pg = self.pg.probe(pg_deadline);
         }
-        let obs = self.assemble(cluster, renewal, lease_poll, pg, job, Duration::ZERO);
-        if let Ok(v) = &obs.cluster {
-            self.last_view = Some(v.clone());
-        }
-        self.last_pg = Some(obs.pg.clone());
-        obs
+        self.assemble(cluster, renewal, lease_poll, pg, job, Duration::ZERO)
     }
 
     /// What the core needs to fence at once after a stall: no calls at all (each
@@ -670,7 +675,7 @@ impl Agent {
             pg,
             job,
             shutdown: self.shutdown,
-            watchdog_failed: self.pending_watchdog_failed.take(),
+            watchdog_failed: pending.watchdog_failed,
             clock_jump,
         }
     }
@@ -741,12 +746,8 @@ impl Agent {
         };
         let pg = &obs.pg;
         let leadership = self.core.leadership();
-        let epoch = leadership.map(|l| l.epoch).or_else(|| {
-            obs.cluster
-                .as_ref()
-                .ok()
-                .and_then(|v| v.leader.as_ref().map(|k| k.epoch))
-        });
+        // Derived once per iteration by `update_status`, which runs just before.
+        let epoch = self.status.epoch;
         let info = MemberInfo {
             conn_url: crate::pg::conn_url(&self.cfg.postgresql.connect_address),
             api_url: format!("{}/patroni", self.cfg.api.connect_url.trim_end_matches('/')),
@@ -792,7 +793,7 @@ impl Agent {
         }
     }
 
-    fn update_status(&mut self, now: Instant, obs: &Observation, reason: &Reason) {
+    fn update_status(&mut self, now: Instant, obs: &Observation, reason: &str) {
         let leadership = self.core.leadership();
         let s = &mut self.status;
         s.holds_leader_key = leadership.is_some();
@@ -824,7 +825,8 @@ impl Agent {
             _ => "running",
         }
         .into();
-        s.reason = reason.to_string();
+        s.reason.clear();
+        s.reason.push_str(reason);
     }
 
     fn serve_api(&mut self, conn: std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)>) {
@@ -930,10 +932,10 @@ impl Agent {
                 Action::StartJob(kind) => {
                     let source = match &kind {
                         JobKind::Basebackup { from } | JobKind::Rewind { from } => {
-                            self.target(from)
+                            self.target(obs, from)
                         }
                         JobKind::StartReplica { leader } if !leader.is_empty() => {
-                            self.target(leader)
+                            self.target(obs, leader)
                         }
                         _ => None,
                     };
@@ -964,7 +966,7 @@ impl Agent {
                         }
                     }
                 }
-                Action::Retarget { leader } => match self.target(&leader) {
+                Action::Retarget { leader } => match self.target(obs, &leader) {
                     Some(t) => {
                         if let Err(e) = self.pg.retarget(&t, self.deadline(Duration::from_secs(2)))
                         {
@@ -1168,7 +1170,7 @@ impl Agent {
         match self.wd.mode {
             WatchdogMode::Required => {
                 error!("ALERT: required watchdog unusable: {why}; giving up leadership (S3)");
-                self.pending_watchdog_failed = Some(why);
+                self.pending.watchdog_failed = Some(why);
             }
             _ => {
                 error!(
@@ -1230,8 +1232,10 @@ impl Agent {
         }
     }
 
-    fn target(&self, name: &str) -> Option<ConnTarget> {
-        let view = self.last_view.as_ref()?;
+    /// Where member `name`'s PostgreSQL listens, from this iteration's read (or the
+    /// last one that succeeded).
+    fn target(&self, obs: &Observation, name: &str) -> Option<ConnTarget> {
+        let view = obs.cluster.as_ref().ok().or(self.last_view.as_ref())?;
         let m = view.member(name)?;
         ConnTarget::from_conn_url(name, &m.info.conn_url).ok()
     }

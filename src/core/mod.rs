@@ -471,12 +471,7 @@ impl Core {
             let why = format!("required watchdog unusable ({why}); releasing the key");
             let (lease, epoch) = (l.lease, l.epoch);
             self.needs_rewind = self.needs_rewind || l.promoted;
-            self.state = State::Fencing {
-                lease: Some(lease),
-                epoch: Some(epoch),
-                release: true,
-                why: why.clone(),
-            };
+            self.enter_fencing(Some(lease), Some(epoch), true, why.clone());
             return Some(self.fencing(obs, p, Some(lease), Some(epoch), true, why));
         }
         if lost.is_none() && obs.leader_deleted_at.is_some() && obs.released.is_none() {
@@ -495,12 +490,7 @@ impl Core {
         if must_fence {
             self.needs_rewind = true;
         }
-        self.state = State::Fencing {
-            lease: Some(lease),
-            epoch: Some(epoch),
-            release: false,
-            why: why.clone(),
-        };
+        self.enter_fencing(Some(lease), Some(epoch), false, why.clone());
         Some(self.fencing(obs, p, Some(lease), Some(epoch), false, why))
     }
 
@@ -543,6 +533,23 @@ impl Core {
         self.state = State::Follower;
         p.again = true;
         Reason::Fencing(format!("{why}; fence complete, leadership dropped"))
+    }
+
+    /// INVARIANT: the only way into `Fencing`: the lease (if any) is never renewed
+    /// again, and the next steps drive the fence to completion before revoking it.
+    fn enter_fencing(
+        &mut self,
+        lease: Option<LeaseId>,
+        epoch: Option<Epoch>,
+        release: bool,
+        why: String,
+    ) {
+        self.state = State::Fencing {
+            lease,
+            epoch,
+            release,
+            why,
+        };
     }
 
     fn stopping(&mut self, obs: &Observation, p: &mut Planner) -> Reason {
@@ -659,12 +666,7 @@ impl Core {
                         "PostgreSQL not running as primary for {:.1} s > primary_start_timeout",
                         now.since(since).as_secs_f64()
                     );
-                    self.state = State::Fencing {
-                        lease: Some(l.lease),
-                        epoch: Some(l.epoch),
-                        release: true,
-                        why: why.clone(),
-                    };
+                    self.enter_fencing(Some(l.lease), Some(l.epoch), true, why.clone());
                     self.needs_rewind = true;
                     p.push(Action::Fence);
                     return Reason::Fencing(why);
@@ -754,15 +756,15 @@ impl Core {
                     .unwrap_or(1);
                 let tl_ok = obs.pg.role != PgRole::Primary || obs.pg.timeline >= newest;
                 if !tl_ok {
-                    self.state = State::Fencing {
-                        lease: Some(lease),
-                        epoch: Some(epoch),
-                        release: true,
-                        why: format!(
+                    self.enter_fencing(
+                        Some(lease),
+                        Some(epoch),
+                        true,
+                        format!(
                             "local primary on timeline {} but history is at {newest}",
                             obs.pg.timeline
                         ),
-                    };
+                    );
                     self.needs_rewind = true;
                     p.push(Action::Fence);
                     return Reason::Fencing("refusing to adopt: timeline behind history".into());
@@ -1182,12 +1184,7 @@ impl Core {
 
     fn start_fence(&mut self, p: &mut Planner, why: String) -> Reason {
         self.needs_rewind = true;
-        self.state = State::Fencing {
-            lease: None,
-            epoch: None,
-            release: false,
-            why: why.clone(),
-        };
+        self.enter_fencing(None, None, false, why.clone());
         p.push(Action::Fence);
         p.again = true;
         Reason::Fencing(why)
