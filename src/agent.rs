@@ -73,6 +73,8 @@ struct Pending {
     released: Option<bool>,
     /// A required watchdog could not be armed (S3).
     watchdog_failed: Option<String>,
+    /// A guarded write the epoch guard refused (DESIGN §1 step 5): which one.
+    guard_refused: Option<String>,
 }
 
 struct Agent {
@@ -379,8 +381,9 @@ impl Agent {
             self.update_status(now, &obs, &reason);
             self.last_reason = reason;
             self.publish_member(&obs);
-            again = plan.again;
-            let exit = self.act(plan, &obs);
+            let exit = self.act(plan.actions, &obs);
+            // A refused guard is lost leadership: fence in the very next step.
+            again = plan.again || self.pending.guard_refused.is_some();
             if !exit && let Some(epoch) = self.core.epoch_to_write(&obs.pg) {
                 // A primary under this leadership whose row does not say so yet
                 // (bootstrap start, adoption, or a failed write earlier).
@@ -644,6 +647,8 @@ impl Agent {
             following: None,
             streaming: false,
             epoch: None,
+            sync_names: None,
+            standbys: Vec::new(),
         });
         let cluster = Err("not read: the loop woke past F - B".into());
         self.assemble(cluster, None, None, pg, Job::Idle, clock_jump)
@@ -677,6 +682,7 @@ impl Agent {
             shutdown: self.shutdown,
             watchdog_failed: pending.watchdog_failed,
             clock_jump,
+            guard_refused: pending.guard_refused,
         }
     }
 
@@ -871,11 +877,17 @@ impl Agent {
     }
 
     /// Carry out a plan in order. Returns true when the agent must exit.
-    fn act(&mut self, plan: Plan, obs: &Observation) -> bool {
+    fn act(&mut self, actions: Vec<Action>, obs: &Observation) -> bool {
         let r = self.core.timing().retry_timeout;
         let ttl = self.core.timing().ttl;
         let me = self.cfg.name.clone();
-        for action in plan.actions {
+        for action in actions {
+            if let Some(what) = &self.pending.guard_refused {
+                // Leadership is lost: nothing planned under it may run; the core
+                // fences at the next step (at once, see below).
+                warn!("skipping {action:?}: the epoch guard refused {what}");
+                continue;
+            }
             debug!("action: {action:?}");
             let deadline = self.deadline(r);
             match action {
@@ -1012,8 +1024,55 @@ impl Agent {
                     }
                 }
                 Action::AppendHistory { epoch, entry } => {
+                    if let Some((etcd, rt)) = self.connect(deadline)
+                        && let Ok(false) = etcd.append_history(rt, &entry, &me, epoch, deadline)
+                    {
+                        self.pending.guard_refused = Some("the history append".into());
+                    }
+                }
+                Action::WriteSync {
+                    epoch,
+                    leader,
+                    sync_standby,
+                } => {
+                    let value = crate::dcs::encode_sync(&SyncKey {
+                        leader,
+                        sync_standby,
+                    });
+                    match self.connect(deadline) {
+                        Some((etcd, rt)) => {
+                            match etcd.guarded_put(rt, "sync", &value, &me, epoch, deadline) {
+                                Ok(true) => info!("sync key: {value}"),
+                                Ok(false) => {
+                                    self.pending.guard_refused =
+                                        Some(format!("the sync key write {value}"))
+                                }
+                                // DESIGN §3a: a failed write changes nothing else; the
+                                // core retries from the key it reads next.
+                                Err(e) => warn!("sync key write {value}: {e}"),
+                            }
+                        }
+                        None => warn!("sync key write {value}: etcd unreachable"),
+                    }
+                }
+                Action::DeleteSync { epoch } => {
                     if let Some((etcd, rt)) = self.connect(deadline) {
-                        let _ = etcd.append_history(rt, &entry, &me, epoch, deadline);
+                        match etcd.guarded_delete(rt, "sync", &me, epoch, deadline) {
+                            Ok(true) => info!("sync key deleted (synchronous mode is off)"),
+                            Ok(false) => {
+                                self.pending.guard_refused = Some("the sync key delete".into())
+                            }
+                            Err(e) => warn!("sync key delete: {e}"),
+                        }
+                    }
+                }
+                Action::SetSyncNames { names } => {
+                    match self
+                        .pg
+                        .set_sync_names(&names, self.deadline(Duration::from_secs(1)))
+                    {
+                        Ok(()) => info!("synchronous_standby_names = {names:?}"),
+                        Err(e) => warn!("setting synchronous_standby_names to {names:?}: {e}"),
                     }
                 }
                 Action::SyncSlots { members } => {
@@ -1081,7 +1140,10 @@ impl Agent {
         if let Some((etcd, rt)) = self.connect(deadline) {
             match etcd.append_history(rt, &entry, &me, epoch, deadline) {
                 Ok(true) => {}
-                Ok(false) => warn!("history append refused by the epoch guard"),
+                Ok(false) => {
+                    warn!("history append refused by the epoch guard");
+                    self.pending.guard_refused = Some("the history append".into());
+                }
                 Err(e) => warn!("history append failed: {e}"),
             }
         }

@@ -40,6 +40,22 @@ pub struct TimingConfig {
 pub struct DynamicConfig {
     pub maximum_lag_on_failover: u64,
     pub primary_start_timeout: Duration,
+    /// `synchronous_mode` (DESIGN §3a).
+    pub synchronous_mode: bool,
+    /// `synchronous_mode_strict`: with no standby left, commits wait instead of the
+    /// primary degrading to asynchronous. Meaningful only with `synchronous_mode`.
+    pub synchronous_mode_strict: bool,
+}
+
+impl DynamicConfig {
+    pub fn sync_mode(&self) -> crate::core::model::SyncMode {
+        use crate::core::model::SyncMode;
+        match (self.synchronous_mode, self.synchronous_mode_strict) {
+            (false, _) => SyncMode::Off,
+            (true, false) => SyncMode::On,
+            (true, true) => SyncMode::Strict,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -1017,12 +1033,19 @@ impl Config {
 
         // [dynamic]
         let dy = root.sub("dynamic")?;
-        dy.only(&["maximum_lag_on_failover", "primary_start_timeout"])?;
+        dy.only(&[
+            "maximum_lag_on_failover",
+            "primary_start_timeout",
+            "synchronous_mode",
+            "synchronous_mode_strict",
+        ])?;
         let dynamic = DynamicConfig {
             maximum_lag_on_failover: dy.bytes("maximum_lag_on_failover")?.unwrap_or(1_048_576),
             primary_start_timeout: dy
                 .secs("primary_start_timeout")?
                 .unwrap_or(Duration::from_secs(30)),
+            synchronous_mode: dy.boolean("synchronous_mode")?.unwrap_or(false),
+            synchronous_mode_strict: dy.boolean("synchronous_mode_strict")?.unwrap_or(false),
         };
 
         // [tags]
@@ -1267,6 +1290,8 @@ impl Config {
             "maximum_lag_on_failover": self.dynamic.maximum_lag_on_failover,
             "primary_start_timeout": secs_json(self.dynamic.primary_start_timeout),
             "promote_delay": t.promote_delay.map(secs_json),
+            "synchronous_mode": self.dynamic.synchronous_mode,
+            "synchronous_mode_strict": self.dynamic.synchronous_mode_strict,
         });
         v.to_string()
     }
@@ -1301,7 +1326,7 @@ impl Config {
     }
 
     /// Parse defensively: another writer may have left anything there. Unknown
-    /// keys are ignored (Patroni keeps `postgresql`, `synchronous_mode`, ... here);
+    /// keys are ignored (Patroni keeps `postgresql`, `tags`, ... here);
     /// a known key with a bad value is an error; a missing key keeps this node's
     /// file value. `iteration_budget` left at its default (`loop_wait -
     /// retry_timeout` of the file) follows the new `loop_wait - retry_timeout`.
@@ -1369,6 +1394,24 @@ impl Config {
         if let Some(p) = secs("primary_start_timeout")? {
             d.primary_start_timeout = p;
         }
+        // Booleans; absent keeps ours. Patroni 3's `"quorum"` is not supported:
+        // refuse it by name rather than run a weaker mode than the operator asked.
+        for (k, slot) in [
+            ("synchronous_mode", &mut d.synchronous_mode),
+            ("synchronous_mode_strict", &mut d.synchronous_mode_strict),
+        ] {
+            match obj.get(k) {
+                None | Some(serde_json::Value::Null) => {}
+                Some(serde_json::Value::Bool(b)) => *slot = *b,
+                Some(other) => {
+                    return Err(format!(
+                        "config key: {k}: expected true or false, found {} ({other}); \
+                         tenure supports one synchronous standby, not quorum commit",
+                        json_kind(other)
+                    ));
+                }
+            }
+        }
         Ok((t, d))
     }
 
@@ -1383,6 +1426,7 @@ impl Config {
             promote_delay: t.promote_delay,
             maximum_lag_on_failover: d.maximum_lag_on_failover,
             primary_start_timeout: d.primary_start_timeout,
+            synchronous: d.sync_mode(),
         }
     }
 }

@@ -24,6 +24,7 @@ fn timing30() -> Timing {
         promote_delay: None,
         maximum_lag_on_failover: 1 << 20,
         primary_start_timeout: Duration::from_secs(30),
+        synchronous: SyncMode::Off,
     }
 }
 
@@ -51,6 +52,8 @@ fn pg(role: PgRole, lsn: Lsn, following: Option<&str>) -> PgStatus {
         following: following.map(String::from),
         streaming: following.is_some(),
         epoch: None,
+        sync_names: Some(String::new()),
+        standbys: Vec::new(),
     }
 }
 
@@ -107,6 +110,7 @@ fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
         shutdown: false,
         watchdog_failed: None,
         clock_jump: std::time::Duration::ZERO,
+        guard_refused: None,
     }
 }
 
@@ -542,4 +546,392 @@ fn an_adopted_primary_whose_data_is_ahead_of_the_key_is_fenced_but_keeps_the_key
         })]
     );
     assert!(c.leadership().is_some());
+}
+
+// ---------------------------------------------------------------------------
+// Synchronous mode (DESIGN §3a): the order of the `sync` key and the names.
+// ---------------------------------------------------------------------------
+
+fn sync_timing(mode: SyncMode) -> Timing {
+    Timing {
+        synchronous: mode,
+        ..timing30()
+    }
+}
+
+fn sync_key(leader: &str, standby: Option<&str>) -> Option<Result<SyncKey, String>> {
+    Some(Ok(SyncKey {
+        leader: leader.into(),
+        sync_standby: standby.map(String::from),
+    }))
+}
+
+fn standby(name: &str, streaming: bool, sync: bool, flush: Lsn) -> StandbyStat {
+    StandbyStat {
+        name: name.into(),
+        streaming,
+        sync,
+        flush,
+    }
+}
+
+/// pg1 leads (adopted, epoch 5) with replicas pg2 and pg3 as members; `mode` is on.
+fn sync_leader(mode: SyncMode) -> Core {
+    let mut c = adopted_leader(5.0);
+    c.set_timing(sync_timing(mode));
+    c
+}
+
+/// A leader observation: the key still ours, a counted renewal, the sync key, the
+/// names in effect and `pg_stat_replication`.
+fn leader_obs(
+    sync: Option<Result<SyncKey, String>>,
+    names: &str,
+    standbys: Vec<StandbyStat>,
+    at: f64,
+) -> Observation {
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+        member("pg3", 9, "replica", 1000, None),
+    ];
+    let mut v = view(30, Some(key("pg1", 5, 0xA)), members);
+    v.sync = sync;
+    let mut p = pg(PgRole::Primary, 1000, None);
+    p.sync_names = Some(names.into());
+    p.standbys = standbys;
+    let mut o = obs(v, p);
+    o.renewal = counted(0xA, at);
+    o
+}
+
+fn sync_actions(p: &Plan) -> Vec<Action> {
+    p.actions
+        .iter()
+        .filter(|a| {
+            matches!(
+                a,
+                Action::WriteSync { .. } | Action::DeleteSync { .. } | Action::SetSyncNames { .. }
+            )
+        })
+        .cloned()
+        .collect()
+}
+
+fn write_sync(standby: Option<&str>) -> Action {
+    Action::WriteSync {
+        epoch: 5,
+        leader: "pg1".into(),
+        sync_standby: standby.map(String::from),
+    }
+}
+
+fn names(n: &str) -> Action {
+    Action::SetSyncNames { names: n.into() }
+}
+
+#[test]
+fn sync_mode_leader_writes_the_key_naming_itself_before_anything_else() {
+    let mut c = sync_leader(SyncMode::On);
+    let o = leader_obs(None, "", vec![standby("pg2", true, false, 900)], 6.0);
+    let p = c.step(t(6.0), &o);
+    assert_eq!(sync_actions(&p), vec![write_sync(None)], "{}", p.reason);
+    // A key another writer garbled is rewritten the same way.
+    let o = leader_obs(Some(Err("not JSON".into())), "", vec![], 7.0);
+    let p = c.step(t(7.0), &o);
+    assert_eq!(sync_actions(&p), vec![write_sync(None)], "{}", p.reason);
+}
+
+#[test]
+fn a_standby_is_listed_only_after_the_names_hold_it_and_it_is_sync() {
+    let mut c = sync_leader(SyncMode::On);
+    // Listed nobody; pg2 streams (flushed more than pg3): the names come first.
+    let st = vec![
+        standby("pg2", true, false, 900),
+        standby("pg3", true, false, 800),
+    ];
+    let p = c.step(t(6.0), &leader_obs(sync_key("pg1", None), "", st, 6.0));
+    assert_eq!(sync_actions(&p), vec![names("\"pg2\"")], "{}", p.reason);
+    // Names in effect but pg2 not yet reported sync: wait, never list it.
+    let st = vec![standby("pg2", true, false, 900)];
+    let o = leader_obs(sync_key("pg1", None), "\"pg2\"", st, 8.0);
+    let p = c.step(t(8.0), &o);
+    assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
+    // Reported sync, but the names were seen for less than a loop: still wait.
+    let st = vec![standby("pg2", true, true, 900)];
+    let o = leader_obs(sync_key("pg1", None), "\"pg2\"", st.clone(), 9.0);
+    let p = c.step(t(9.0), &o);
+    assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
+    // A loop later: list it.
+    let o = leader_obs(sync_key("pg1", None), "\"pg2\"", st.clone(), 10.5);
+    let p = c.step(t(10.5), &o);
+    assert_eq!(
+        sync_actions(&p),
+        vec![write_sync(Some("pg2"))],
+        "{}",
+        p.reason
+    );
+    // Listed and in effect: steady, nothing to do.
+    let o = leader_obs(sync_key("pg1", Some("pg2")), "\"pg2\"", st, 11.0);
+    let p = c.step(t(11.0), &o);
+    assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
+    assert!(
+        p.reason.to_string().contains("synchronous standby pg2"),
+        "{}",
+        p.reason
+    );
+}
+
+#[test]
+fn a_lost_standby_is_unlisted_before_the_names_drop_it_and_a_failed_write_never_degrades() {
+    for (mode, empty) in [(SyncMode::On, ""), (SyncMode::Strict, "*")] {
+        let mut c = sync_leader(mode);
+        // pg2 is listed but no longer streams: the key changes first, the names not.
+        let o = leader_obs(sync_key("pg1", Some("pg2")), "\"pg2\"", vec![], 6.0);
+        let p = c.step(t(6.0), &o);
+        assert_eq!(
+            sync_actions(&p),
+            vec![write_sync(None)],
+            "{mode:?}: {}",
+            p.reason
+        );
+        // The write failed (the key still lists pg2): try again, keep the names.
+        let o = leader_obs(sync_key("pg1", Some("pg2")), "\"pg2\"", vec![], 7.0);
+        let p = c.step(t(7.0), &o);
+        assert_eq!(
+            sync_actions(&p),
+            vec![write_sync(None)],
+            "{mode:?}: {}",
+            p.reason
+        );
+        // The key lists nobody now: the names follow.
+        let o = leader_obs(sync_key("pg1", None), "\"pg2\"", vec![], 8.0);
+        let p = c.step(t(8.0), &o);
+        assert_eq!(
+            sync_actions(&p),
+            vec![names(empty)],
+            "{mode:?}: {}",
+            p.reason
+        );
+        let o = leader_obs(sync_key("pg1", None), empty, vec![], 9.0);
+        let p = c.step(t(9.0), &o);
+        assert_eq!(sync_actions(&p), vec![], "{mode:?}: {}", p.reason);
+        let said = p.reason.to_string();
+        match mode {
+            SyncMode::Strict => assert!(said.contains("commits wait"), "{said}"),
+            _ => assert!(said.contains("degraded to asynchronous"), "{said}"),
+        }
+    }
+}
+
+#[test]
+fn a_standby_tagged_nofailover_or_unknown_is_never_made_synchronous() {
+    let mut c = sync_leader(SyncMode::On);
+    let mut o = leader_obs(
+        sync_key("pg1", None),
+        "",
+        vec![
+            standby("pg2", true, false, 900),
+            standby("pg_basebackup", true, false, 950),
+        ],
+        6.0,
+    );
+    if let Ok(v) = &mut o.cluster {
+        for m in &mut v.members {
+            if m.name == "pg2" {
+                m.info.tags.nofailover = true;
+            }
+        }
+    }
+    let p = c.step(t(6.0), &o);
+    assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
+}
+
+#[test]
+fn turning_synchronous_mode_off_deletes_the_key_then_clears_the_names() {
+    let mut c = sync_leader(SyncMode::Off);
+    let o = leader_obs(sync_key("pg1", Some("pg2")), "\"pg2\"", vec![], 6.0);
+    let p = c.step(t(6.0), &o);
+    assert_eq!(
+        sync_actions(&p),
+        vec![Action::DeleteSync { epoch: 5 }],
+        "{}",
+        p.reason
+    );
+    let o = leader_obs(None, "\"pg2\"", vec![], 7.0);
+    let p = c.step(t(7.0), &o);
+    assert_eq!(sync_actions(&p), vec![names("")], "{}", p.reason);
+    let o = leader_obs(None, "", vec![], 8.0);
+    let p = c.step(t(8.0), &o);
+    assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
+    assert!(matches!(p.reason, Reason::Leading { .. }), "{}", p.reason);
+}
+
+#[test]
+fn a_refused_guard_fences_at_once() {
+    let mut c = sync_leader(SyncMode::On);
+    let mut o = leader_obs(sync_key("pg1", None), "", vec![], 6.0);
+    o.guard_refused = Some("the sync key write".into());
+    let p = c.step(t(6.0), &o);
+    assert!(p.actions.contains(&Action::Fence), "{:?}", p.actions);
+    assert!(
+        matches!(p.reason, Reason::Fencing(ref s) if s.contains("epoch guard refused")),
+        "{}",
+        p.reason
+    );
+}
+
+/// A follower of pg1 (sync mode `mode`) sees the key deleted and the lease gone,
+/// with members pg1 (old primary), pg2 and pg3 at the given positions, all fresh.
+fn vacancy_step(
+    me: &str,
+    my_lsn: Lsn,
+    sync: Option<Result<SyncKey, String>>,
+    pg3_lsn: Lsn,
+) -> Plan {
+    let mut c = core(me, None);
+    c.set_timing(sync_timing(SyncMode::On));
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+        member("pg3", 9, "replica", pg3_lsn, None),
+    ];
+    let mut v = view(10, Some(key("pg1", 5, 0xA)), members);
+    v.sync = sync.clone();
+    let _ = c.step(
+        t(100.0),
+        &obs(v.clone(), pg(PgRole::Replica, my_lsn, Some("pg1"))),
+    );
+    let mut o = obs(v, pg(PgRole::Replica, my_lsn, Some("pg1")));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(102.0),
+        ttl: Some(1),
+        has_keys: true,
+    });
+    c.step(t(102.01), &o);
+    // Fresh positions, published after the vacancy (revision 20) was seen.
+    let fresh = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 21, "replica", 1000, None),
+        member("pg3", 22, "replica", pg3_lsn, None),
+    ];
+    let mut v = view(20, None, fresh);
+    v.sync = sync;
+    let mut o = obs(v, pg(PgRole::Replica, my_lsn, None));
+    o.leader_deleted_at = Some(t(103.5));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(103.55),
+        ttl: None,
+        has_keys: false,
+    });
+    let _ = c.step(t(103.6), &o);
+    let mut v2 = o.cluster.clone().expect("view");
+    v2.revision = 23;
+    let o2 = obs(v2, pg(PgRole::Replica, my_lsn, None));
+    c.step(t(106.0), &o2)
+}
+
+#[test]
+fn in_synchronous_mode_only_the_listed_standby_or_the_old_leader_may_take_the_key() {
+    // pg3 is further ahead but asynchronous: it may not take the key ...
+    let p = vacancy_step("pg3", 1200, sync_key("pg1", Some("pg2")), 1200);
+    assert!(!p.actions.contains(&Action::Acquire), "{}", p.reason);
+    assert!(
+        p.reason.to_string().contains("synchronous mode"),
+        "{}",
+        p.reason
+    );
+    // ... and it is no rival to the synchronous standby, which takes it.
+    let p = vacancy_step("pg2", 1000, sync_key("pg1", Some("pg2")), 1200);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    // A degraded key (no standby listed) allows only the old leader.
+    let p = vacancy_step("pg2", 1000, sync_key("pg1", None), 900);
+    assert!(!p.actions.contains(&Action::Acquire), "{}", p.reason);
+    // A garbled key allows nobody.
+    let p = vacancy_step("pg2", 1000, Some(Err("not JSON".into())), 900);
+    assert!(!p.actions.contains(&Action::Acquire), "{}", p.reason);
+    // No key at all: no leader ever listed a standby; asynchronous rules.
+    let p = vacancy_step("pg2", 1000, None, 900);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+}
+
+#[test]
+fn a_synchronous_winner_names_itself_in_the_key_and_sets_the_names_before_promoting() {
+    for (mode, want) in [(SyncMode::On, ""), (SyncMode::Strict, "*")] {
+        let mut c = follower_with_poll(None);
+        c.set_timing(sync_timing(mode));
+        let members = vec![
+            member("pg1", 8, "primary", 1000, None),
+            member("pg2", 9, "replica", 1000, None),
+        ];
+        let with_sync = |rev: i64, leader: Option<LeaderKey>, s| {
+            let mut v = view(rev, leader, members.clone());
+            v.sync = s;
+            v
+        };
+        let old = sync_key("pg1", Some("pg2"));
+        let mut rep = pg(PgRole::Replica, 1000, None);
+        rep.sync_names = Some("\"pg2\"".into());
+        let mut o = obs(with_sync(20, None, old.clone()), rep.clone());
+        o.leader_deleted_at = Some(t(103.5));
+        o.lease_poll = Some(LeasePoll {
+            lease: 0xA,
+            sent_at: t(103.55),
+            ttl: None,
+            has_keys: false,
+        });
+        let p = c.step(t(103.6), &o);
+        assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+        let mut o = obs(
+            with_sync(21, Some(key("pg2", 21, 0xB)), old.clone()),
+            rep.clone(),
+        );
+        o.acquire = Some(AcquireOutcome::Won {
+            lease: 0xB,
+            granted_ttl: 30,
+            granted_at: t(103.7),
+            epoch: 21,
+        });
+        c.step(t(103.8), &o);
+        // The old key names pg1: rewrite it naming me, no promotion yet.
+        let mine = Some(key("pg2", 21, 0xB));
+        let p = c.step(
+            t(104.0),
+            &obs(with_sync(22, mine.clone(), old.clone()), rep.clone()),
+        );
+        let w = Action::WriteSync {
+            epoch: 21,
+            leader: "pg2".into(),
+            sync_standby: None,
+        };
+        assert_eq!(p.actions, vec![w], "{mode:?}: {}", p.reason);
+        // Key names me: the names next (stale "pg2" from following).
+        let me_key = sync_key("pg2", None);
+        let p = c.step(
+            t(104.1),
+            &obs(with_sync(23, mine.clone(), me_key.clone()), rep.clone()),
+        );
+        assert_eq!(p.actions, vec![names(want)], "{mode:?}: {}", p.reason);
+        // Names in effect, but not yet for a loop.
+        rep.sync_names = Some(want.into());
+        let p = c.step(
+            t(104.2),
+            &obs(with_sync(24, mine.clone(), me_key.clone()), rep.clone()),
+        );
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| matches!(a, Action::Promote { .. })),
+            "{}",
+            p.reason
+        );
+        let p = c.step(t(106.5), &obs(with_sync(25, mine, me_key), rep.clone()));
+        assert!(
+            p.actions.contains(&Action::Promote { epoch: 21 }),
+            "{mode:?}: {}",
+            p.reason
+        );
+    }
 }

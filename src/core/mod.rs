@@ -152,6 +152,10 @@ pub struct Core {
     /// The leadership held was won right after this node's own initdb (its data
     /// carries no epoch yet: it may start as primary without reading it first).
     led_from_bootstrap: bool,
+    /// `synchronous_standby_names` as last observed, and since when unchanged: a
+    /// reload reaches every PostgreSQL process a little after our own session, so
+    /// the `sync` key trusts a value only once it held for a loop (DESIGN §3a).
+    names_seen: Option<(String, Instant)>,
 }
 
 impl Core {
@@ -173,6 +177,7 @@ impl Core {
             local_epoch_known: false,
             confirm: None,
             led_from_bootstrap: false,
+            names_seen: None,
         }
     }
 
@@ -376,6 +381,11 @@ impl Core {
         if let Ok(view) = &obs.cluster {
             self.confirm = view.confirm_epoch.clone();
         }
+        match &obs.pg.sync_names {
+            Some(n) if self.names_seen.as_ref().is_some_and(|(seen, _)| seen == n) => {}
+            Some(n) => self.names_seen = Some((n.clone(), now)),
+            None => self.names_seen = None,
+        }
 
         // S1/S5 first: whatever else happened, a leader past `F - B` fences now.
         // S5: time the wall clock saw pass but CLOCK_BOOTTIME did not (a paused VM) is
@@ -473,6 +483,15 @@ impl Core {
             self.needs_rewind = self.needs_rewind || l.promoted;
             self.enter_fencing(Some(lease), Some(epoch), true, why.clone());
             return Some(self.fencing(obs, p, Some(lease), Some(epoch), true, why));
+        }
+        if lost.is_none()
+            && let Some(what) = &obs.guard_refused
+        {
+            // DESIGN §1 step 5: the guard compares the key's create revision and value
+            // with ours; a refusal is proof the key is no longer this leadership's.
+            lost = Some(format!(
+                "the epoch guard refused {what}: leadership is lost"
+            ));
         }
         if lost.is_none() && obs.leader_deleted_at.is_some() && obs.released.is_none() {
             lost = Some("the watch saw the leader key deleted or overwritten".into());
@@ -624,6 +643,7 @@ impl Core {
             (PgRole::Primary, _) => {
                 l.promoted = true;
                 l.down_since = None;
+                let mut sync_note = None;
                 if let Ok(view) = &obs.cluster {
                     let others: Vec<String> = view
                         .members
@@ -632,8 +652,15 @@ impl Core {
                         .map(|m| m.name.clone())
                         .collect();
                     p.push(Action::SyncSlots { members: others });
+                    sync_note = self.manage_sync(now, view, &obs.pg, l.epoch, p);
                 }
-                Reason::Leading { me, valid_for }
+                match sync_note {
+                    Some(note) => Reason::Other(format!(
+                        "I am {me}, leader with the lock, lease valid {:.1} s; {note}",
+                        valid_for.as_secs_f64()
+                    )),
+                    None => Reason::Leading { me, valid_for },
+                }
             }
             (PgRole::Replica, _) => {
                 if let Some(why) = self.epoch_regression(l.epoch) {
@@ -651,6 +678,8 @@ impl Core {
                 } else if self.cfg.watchdog.is_some() && l.last_pet.is_none() {
                     // S3: the watchdog is armed before promotion.
                     Reason::Waiting("leader with the lock; waiting to arm the watchdog".into())
+                } else if let Err(why) = self.sync_before_writes(now, obs, l.epoch, p, true) {
+                    Reason::Waiting(format!("leader with the lock, not promoting yet: {why}"))
                 } else {
                     p.push(Action::Promote { epoch: l.epoch });
                     p.again = true;
@@ -686,10 +715,17 @@ impl Core {
                                 .into(),
                         )
                     } else if data && now >= l.promote_after {
-                        p.push(Action::StartJob(JobKind::StartPrimary));
-                        Reason::Waiting(
-                            "leader with the lock; starting PostgreSQL as primary".into(),
-                        )
+                        match self.sync_before_writes(now, obs, l.epoch, p, false) {
+                            Ok(()) => {
+                                p.push(Action::StartJob(JobKind::StartPrimary));
+                                Reason::Waiting(
+                                    "leader with the lock; starting PostgreSQL as primary".into(),
+                                )
+                            }
+                            Err(why) => Reason::Waiting(format!(
+                                "leader with the lock, not starting PostgreSQL yet: {why}"
+                            )),
+                        }
                     } else {
                         Reason::Waiting("leader with the lock; PostgreSQL is stopped".into())
                     }
@@ -1320,6 +1356,9 @@ impl Core {
         if let Some(why) = &self.lead_refusal {
             return Reason::Refusing(format!("not a candidate: {why}"));
         }
+        if let Err(why) = self.sync_allows(view, &me) {
+            return Reason::Waiting(format!("not a candidate: {why}"));
+        }
         let Some(v) = self.vacancy.clone() else {
             return Reason::Waiting("no leader".into());
         };
@@ -1363,10 +1402,14 @@ impl Core {
                 continue;
             }
             let i = &m.info;
+            // In synchronous mode a member the `sync` key does not allow is no rival
+            // (else the sync standby would defer to a better-placed async one that
+            // may not take the key, and nobody would).
             let eligible = i.pg_healthy
                 && i.role == "replica"
                 && !i.tags.nofailover
-                && i.parse_error.is_none();
+                && i.parse_error.is_none()
+                && self.sync_allows(view, &m.name).is_ok();
             if !eligible {
                 continue;
             }
@@ -1393,6 +1436,234 @@ impl Core {
             "best candidate at timeline {}, position {}",
             mine.0, mine.1
         ))
+    }
+
+    /// Synchronous mode (DESIGN §3a): only the leader that wrote the `sync` key or
+    /// the standby it lists may take the leader key. `Err` says why `name` may not.
+    /// No key at all: no leader ever listed a standby (a leader writes the key
+    /// before its PostgreSQL accepts a write in synchronous mode), so asynchronous
+    /// rules apply.
+    fn sync_allows(&self, view: &ClusterView, name: &str) -> Result<(), String> {
+        if self.timing.synchronous == SyncMode::Off {
+            return Ok(());
+        }
+        match &view.sync {
+            None => Ok(()),
+            Some(Err(e)) => Err(format!(
+                "synchronous mode, and the sync key is unreadable ({e}): nobody may take over \
+                 until a leader rewrites it"
+            )),
+            Some(Ok(k)) if k.allows(name) => Ok(()),
+            Some(Ok(k)) => Err(format!(
+                "synchronous mode: the sync key allows only {}{}",
+                k.leader,
+                k.sync_standby
+                    .as_ref()
+                    .map(|s| format!(" and {s}"))
+                    .unwrap_or_default()
+            )),
+        }
+    }
+
+    /// `synchronous_standby_names` while the `sync` key lists `standby` (or none).
+    fn sync_names_wanted(&self, standby: Option<&str>) -> String {
+        match (self.timing.synchronous, standby) {
+            (SyncMode::Off, _) | (SyncMode::On, None) => String::new(),
+            (_, Some(s)) => sync_names_for(s),
+            (SyncMode::Strict, None) => "*".into(),
+        }
+    }
+
+    /// Has `synchronous_standby_names` read `want` for at least a loop?
+    fn names_settled(&self, now: Instant, want: &str) -> bool {
+        self.names_seen
+            .as_ref()
+            .is_some_and(|(n, since)| n == want && now.since(*since) >= self.timing.loop_wait)
+    }
+
+    /// Before this leadership's PostgreSQL may accept a write (a promotion, or a
+    /// start as primary): in synchronous mode the `sync` key names this node as the
+    /// leader (so no former leader or its standby can take over behind writes it
+    /// acknowledges), and `synchronous_standby_names` is what that key allows: `*`
+    /// in strict mode, empty otherwise (Patroni's order). `running`: PostgreSQL runs
+    /// (the names must be seen in effect); else the value is set for the start.
+    /// `Err` says what is awaited; the actions that advance it are pushed.
+    fn sync_before_writes(
+        &mut self,
+        now: Instant,
+        obs: &Observation,
+        epoch: Epoch,
+        p: &mut Planner,
+        running: bool,
+    ) -> Result<(), String> {
+        let me = self.cfg.name.clone();
+        let standby = if self.timing.synchronous == SyncMode::Off {
+            None
+        } else {
+            let Ok(view) = &obs.cluster else {
+                return Err(
+                    "synchronous mode: the sync key must name me first, etcd unreadable".into(),
+                );
+            };
+            match &view.sync {
+                Some(Ok(k)) if k.leader == me => k.sync_standby.clone(),
+                _ => {
+                    p.push(Action::WriteSync {
+                        epoch,
+                        leader: me,
+                        sync_standby: None,
+                    });
+                    p.again = true;
+                    return Err("synchronous mode: writing the sync key that names me".into());
+                }
+            }
+        };
+        let want = self.sync_names_wanted(standby.as_deref());
+        if !running {
+            p.push(Action::SetSyncNames { names: want });
+            return Ok(());
+        }
+        if self.timing.synchronous == SyncMode::Off {
+            // Only a stale non-empty value (from an earlier synchronous leadership)
+            // would hold commits back; an unknown one is not waited for.
+            if obs.pg.sync_names.as_deref().is_some_and(|n| !n.is_empty()) {
+                p.push(Action::SetSyncNames { names: want });
+                return Err("clearing synchronous_standby_names (synchronous mode is off)".into());
+            }
+            return Ok(());
+        }
+        if obs.pg.sync_names.as_deref() != Some(want.as_str()) {
+            p.push(Action::SetSyncNames {
+                names: want.clone(),
+            });
+            return Err(format!("setting synchronous_standby_names to {want:?}"));
+        }
+        if !self.names_settled(now, &want) {
+            return Err(format!(
+                "synchronous_standby_names {want:?} takes effect in every process"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The running primary's synchronous replication, one step per iteration in
+    /// DESIGN §3a's order: a standby is listed in the `sync` key only after
+    /// `synchronous_standby_names` names it and PostgreSQL reports it `sync`; it is
+    /// unlisted (guarded write) before the names stop naming it. A failed write
+    /// changes nothing: the names keep what the key promises. Returns a note for the
+    /// log line, `None` when synchronous mode is off and nothing is left to undo.
+    fn manage_sync(
+        &mut self,
+        now: Instant,
+        view: &ClusterView,
+        pg: &PgStatus,
+        epoch: Epoch,
+        p: &mut Planner,
+    ) -> Option<String> {
+        let me = self.cfg.name.clone();
+        let names = pg.sync_names.as_deref();
+        if self.timing.synchronous == SyncMode::Off {
+            if view.sync.is_some() {
+                p.push(Action::DeleteSync { epoch });
+                return Some("synchronous mode is off: deleting the sync key".into());
+            }
+            if names.is_some_and(|n| !n.is_empty()) {
+                p.push(Action::SetSyncNames {
+                    names: String::new(),
+                });
+                return Some("synchronous mode is off: clearing synchronous_standby_names".into());
+            }
+            return None;
+        }
+        let listed = match &view.sync {
+            Some(Ok(k)) if k.leader == me => k.sync_standby.clone(),
+            other => {
+                p.push(Action::WriteSync {
+                    epoch,
+                    leader: me,
+                    sync_standby: None,
+                });
+                p.again = true;
+                return Some(match other {
+                    Some(Err(e)) => format!("the sync key is unreadable ({e}); rewriting it"),
+                    _ => "writing the sync key that names me".into(),
+                });
+            }
+        };
+        // A standby fit to be synchronous: streaming from us, a live member that may
+        // take over (so listing it keeps a failover possible).
+        let fit = |name: &str| {
+            pg.standbys.iter().any(|s| s.name == name && s.streaming)
+                && view.member(name).is_some_and(|m| {
+                    m.name != me && !m.info.tags.nofailover && m.info.parse_error.is_none()
+                })
+        };
+        if let Some(s) = listed {
+            if fit(&s) {
+                let want = sync_names_for(&s);
+                if names != Some(want.as_str()) {
+                    // Stricter than needed is safe: the key already lists it.
+                    p.push(Action::SetSyncNames { names: want });
+                    return Some(format!(
+                        "synchronous standby {s}: restoring synchronous_standby_names"
+                    ));
+                }
+                return Some(format!("synchronous standby {s}"));
+            }
+            // Unlist first (guarded); the names change only once the key says so.
+            p.push(Action::WriteSync {
+                epoch,
+                leader: me,
+                sync_standby: None,
+            });
+            p.again = true;
+            return Some(format!(
+                "synchronous standby {s} is not streaming; unlisting it before changing synchronous_standby_names"
+            ));
+        }
+        // None listed: pick one (the one the names already name first, then the most
+        // WAL flushed, then the name).
+        let best = pg.standbys.iter().filter(|s| fit(&s.name)).max_by(|a, b| {
+            let pending = |s: &StandbyStat| names == Some(sync_names_for(&s.name).as_str());
+            (pending(a), a.flush, std::cmp::Reverse(&a.name)).cmp(&(
+                pending(b),
+                b.flush,
+                std::cmp::Reverse(&b.name),
+            ))
+        });
+        match best {
+            Some(c) => {
+                let want = sync_names_for(&c.name);
+                if names != Some(want.as_str()) {
+                    p.push(Action::SetSyncNames { names: want });
+                    Some(format!("adding {} as synchronous standby", c.name))
+                } else if c.sync && self.names_settled(now, &want) {
+                    p.push(Action::WriteSync {
+                        epoch,
+                        leader: me,
+                        sync_standby: Some(c.name.clone()),
+                    });
+                    p.again = true;
+                    Some(format!(
+                        "{} is synchronous; listing it in the sync key",
+                        c.name
+                    ))
+                } else {
+                    Some(format!("waiting for {} to become synchronous", c.name))
+                }
+            }
+            None => {
+                let want = self.sync_names_wanted(None);
+                if names != Some(want.as_str()) {
+                    p.push(Action::SetSyncNames { names: want });
+                }
+                Some(if self.timing.synchronous == SyncMode::Strict {
+                    "no synchronous standby: commits wait (synchronous_mode_strict)".into()
+                } else {
+                    "no synchronous standby: degraded to asynchronous replication".into()
+                })
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1459,6 +1730,12 @@ impl Core {
         p.again = true;
         Reason::Promoting { epoch }
     }
+}
+
+/// `synchronous_standby_names` that makes `standby` the one synchronous standby
+/// (a quoted name: member names may hold characters the list syntax reserves).
+pub fn sync_names_for(standby: &str) -> String {
+    format!("\"{}\"", standby.replace('"', "\"\""))
 }
 
 /// Collects a plan's actions.

@@ -114,6 +114,52 @@ pub struct Timing {
     pub promote_delay: Option<Duration>,
     pub maximum_lag_on_failover: u64,
     pub primary_start_timeout: Duration,
+    /// `synchronous_mode` / `synchronous_mode_strict` of the `config` key.
+    pub synchronous: SyncMode,
+}
+
+/// Synchronous replication (DESIGN §3a, `config` key `synchronous_mode` and
+/// `synchronous_mode_strict`, Patroni's names).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncMode {
+    /// Asynchronous replication: any healthy, fresh-enough replica may take over.
+    #[default]
+    Off,
+    /// One synchronous standby when one is available; with none left the primary
+    /// degrades to asynchronous and the `sync` key says so (no standby listed).
+    On,
+    /// As `On`, but with no standby left commits wait (`synchronous_standby_names =
+    /// '*'`): no write is acknowledged by the primary alone.
+    Strict,
+}
+
+/// The `sync` key: who may take the leader key in synchronous mode (the leader
+/// that wrote it, or the standby it lists).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SyncKey {
+    pub leader: String,
+    /// `None`: no synchronous standby (strict: commits wait; otherwise degraded to
+    /// asynchronous). Only `leader` may take over then.
+    pub sync_standby: Option<String>,
+}
+
+impl SyncKey {
+    /// May `name` take the leader key under this sync state?
+    pub fn allows(&self, name: &str) -> bool {
+        self.leader == name || self.sync_standby.as_deref() == Some(name)
+    }
+}
+
+/// One row of `pg_stat_replication` on the primary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StandbyStat {
+    /// `application_name`: the member name (tenure's replicas set it so).
+    pub name: String,
+    /// `state = 'streaming'`.
+    pub streaming: bool,
+    /// `sync_state = 'sync'`: commits wait for this standby's flush.
+    pub sync: bool,
+    pub flush: Lsn,
 }
 
 /// A linearizable read of the whole scope (one range request).
@@ -129,6 +175,9 @@ pub struct ClusterView {
     pub config: Option<String>,
     /// An operator's `confirm_epoch` (garbage is logged by the shell and left out).
     pub confirm_epoch: Option<ConfirmEpoch>,
+    /// The `sync` key: `Err` names what is wrong with a value another writer left
+    /// (in synchronous mode that allows nobody but a leader to rewrite it).
+    pub sync: Option<Result<SyncKey, String>>,
 }
 
 /// The `confirm_epoch` key, written by `tenure confirm-epoch` after an operator
@@ -257,6 +306,10 @@ pub struct PgStatus {
     /// The epoch in the data's `tenure.epoch` row (on a replica: its primary's,
     /// replicated). `None`: PostgreSQL not answering, or no row yet.
     pub epoch: Option<Epoch>,
+    /// `synchronous_standby_names` in effect (`None`: not answering).
+    pub sync_names: Option<String>,
+    /// Primary: `pg_stat_replication`.
+    pub standbys: Vec<StandbyStat>,
 }
 
 /// A long PostgreSQL action that runs as a supervised child process.
@@ -340,6 +393,10 @@ pub struct Observation {
     /// How much further `CLOCK_REALTIME` moved than `CLOCK_BOOTTIME` since the last
     /// iteration (a hypervisor pause, S5): lease time lost without `now` showing it.
     pub clock_jump: Duration,
+    /// A guarded write of the previous plan (or the history append after a promote)
+    /// was refused by the epoch guard: leadership is lost, fence at once (DESIGN §1
+    /// step 5). Names the write.
+    pub guard_refused: Option<String>,
 }
 
 /// What the core asks the shell to do, in order.
@@ -369,6 +426,18 @@ pub enum Action {
     Revoke { lease: LeaseId },
     /// Append to `history` (guarded by epoch).
     AppendHistory { epoch: Epoch, entry: HistoryEntry },
+    /// Write the `sync` key (guarded by epoch). DESIGN §3a's order: a standby is
+    /// listed only after it is `sync`; it is unlisted before the names drop it.
+    WriteSync {
+        epoch: Epoch,
+        leader: String,
+        sync_standby: Option<String>,
+    },
+    /// Delete the `sync` key (guarded by epoch; synchronous mode turned off).
+    DeleteSync { epoch: Epoch },
+    /// Set `synchronous_standby_names` (the agent's own config file, then reload;
+    /// while stopped, the value the next start uses).
+    SetSyncNames { names: String },
     /// Create a physical replication slot per listed member, drop other tenure slots.
     SyncSlots { members: Vec<String> },
     /// Move an unusable data directory aside (never delete) — only when configured.

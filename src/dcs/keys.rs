@@ -6,7 +6,9 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::core::model::{ConfirmEpoch, HistoryEntry, Initialize, LeaseId, Lsn, MemberInfo};
+use crate::core::model::{
+    ConfirmEpoch, HistoryEntry, Initialize, LeaseId, Lsn, MemberInfo, SyncKey,
+};
 
 /// Longest excerpt of a bad value quoted in a problem text (logs stay readable).
 const EXCERPT: usize = 64;
@@ -225,6 +227,49 @@ pub fn parse_confirm_epoch(raw: &[u8]) -> Result<ConfirmEpoch, String> {
     })
 }
 
+/// The `sync` key (Patroni's form): `{"leader": "<member>", "sync_standby":
+/// "<member>" | null}`.
+pub fn encode_sync(k: &SyncKey) -> String {
+    json!({"leader": k.leader, "sync_standby": k.sync_standby}).to_string()
+}
+
+/// Parse `sync`. `Err` names what is wrong; in synchronous mode the core then lets
+/// nobody take over until a leader rewrites it (never an unsafe promotion).
+/// Patroni also accepts a comma-separated `sync_standby` list; tenure lists one
+/// standby and refuses a list rather than guess which one is synchronous.
+pub fn parse_sync(raw: &[u8]) -> Result<SyncKey, String> {
+    let v: Value =
+        serde_json::from_slice(raw).map_err(|e| format!("not JSON ({e}): {}", excerpt(raw)))?;
+    let Value::Object(o) = v else {
+        return Err(format!("expected an object, got {}", short(&v)));
+    };
+    let leader = match o.get("leader") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(x) => return Err(format!("leader: expected a member name, got {}", short(x))),
+        None => return Err("leader is missing".into()),
+    };
+    let sync_standby = match o.get("sync_standby") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(Value::String(s)) if s.contains(',') => {
+            return Err(format!(
+                "sync_standby: {s:?} lists several standbys; tenure keeps one"
+            ));
+        }
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(x) => {
+            return Err(format!(
+                "sync_standby: expected a member name or null, got {}",
+                short(x)
+            ));
+        }
+    };
+    Ok(SyncKey {
+        leader,
+        sync_standby,
+    })
+}
+
 /// One history entry as Patroni writes it: `[timeline, lsn, reason, timestamp, new_leader]`.
 pub fn history_entry_json(e: &HistoryEntry) -> Value {
     json!([e.timeline, e.lsn, e.reason, e.timestamp, e.new_leader])
@@ -409,6 +454,40 @@ mod tests {
         }
     }
     use crate::core::model::Tags;
+
+    #[test]
+    fn sync_key_round_trip_and_garbage() {
+        let k = SyncKey {
+            leader: "pg1".into(),
+            sync_standby: Some("pg-2".into()),
+        };
+        assert_eq!(parse_sync(encode_sync(&k).as_bytes()), Ok(k));
+        let none = SyncKey {
+            leader: "pg1".into(),
+            sync_standby: None,
+        };
+        assert_eq!(parse_sync(encode_sync(&none).as_bytes()), Ok(none.clone()));
+        // Patroni writes null; an empty string means the same.
+        assert_eq!(
+            parse_sync(br#"{"leader":"pg1","sync_standby":""}"#),
+            Ok(none)
+        );
+        for (raw, names) in [
+            (&b"\xff"[..], "not JSON"),
+            (b"[1]", "expected an object"),
+            (br#"{"sync_standby":"pg2"}"#, "leader is missing"),
+            (br#"{"leader":7}"#, "leader"),
+            (br#"{"leader":""}"#, "leader"),
+            (
+                br#"{"leader":"pg1","sync_standby":["pg2"]}"#,
+                "sync_standby",
+            ),
+            (br#"{"leader":"pg1","sync_standby":"pg2,pg3"}"#, "several"),
+        ] {
+            let e = parse_sync(raw).expect_err(&String::from_utf8_lossy(raw));
+            assert!(e.contains(names), "{e} should name {names}");
+        }
+    }
 
     fn full() -> MemberInfo {
         MemberInfo {

@@ -15,6 +15,8 @@
 
 mod keys;
 
+pub use keys::encode_sync;
+
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -266,6 +268,13 @@ impl Etcd {
                         self.warn_once("history", &p);
                     }
                     view.history = h;
+                }
+                b"sync" => {
+                    let k = keys::parse_sync(item.value());
+                    if let Err(why) = &k {
+                        self.warn_once("sync", why);
+                    }
+                    view.sync = Some(k);
                 }
                 b"confirm_epoch" => match keys::parse_confirm_epoch(item.value()) {
                     Ok(c) => view.confirm_epoch = Some(c),
@@ -738,6 +747,29 @@ impl Etcd {
             rt,
             deadline,
             &format!("guarded put of {key_suffix}"),
+            kv.txn(txn),
+        )
+        .map(|r| r.succeeded())
+    }
+
+    /// DESIGN §1 step 5 for a delete: txn `If(guard) Then(delete(key_suffix))`.
+    /// `Ok(false)` = guard refused.
+    pub fn guarded_delete(
+        &mut self,
+        rt: &Runtime,
+        key_suffix: &str,
+        me: &str,
+        epoch: Epoch,
+        deadline: Instant,
+    ) -> Result<bool, DcsError> {
+        let txn = Txn::new()
+            .when(self.guard(me, epoch))
+            .and_then(vec![TxnOp::delete(self.key(key_suffix), None)]);
+        let mut kv = self.client.kv_client();
+        bounded(
+            rt,
+            deadline,
+            &format!("guarded delete of {key_suffix}"),
             kv.txn(txn),
         )
         .map(|r| r.succeeded())

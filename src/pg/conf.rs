@@ -19,8 +19,24 @@ pub const AGENT_OWNED: &[&str] = &[
     "primary_conninfo",
     "primary_slot_name",
     "recovery_target_timeline",
+    "synchronous_standby_names",
     "include",
+    "include_if_exists",
 ];
+
+/// The file, next to `tenure.conf`, that holds `synchronous_standby_names` alone:
+/// the core changes it at run time (DESIGN §3a) without touching the standby
+/// settings, and a start reads the value last set.
+pub const SYNC_CONF: &str = "tenure.sync.conf";
+
+/// The text of [`SYNC_CONF`].
+pub fn sync_conf(names: &str) -> String {
+    format!(
+        "# Written by tenure (synchronous mode, DESIGN §3a). Do not edit.\n\
+         synchronous_standby_names = {}\n",
+        conf_quote(names)
+    )
+}
 
 /// The marker line that records which member a standby config follows, so a
 /// restarted agent still knows (`PgStatus.following`).
@@ -172,6 +188,8 @@ pub fn tenure_conf(cfg: &PgConfig, standby: Option<&Standby<'_>>) -> Result<Stri
         set("primary_slot_name", conf_quote(&super::slot_name(sb.me)));
         set("recovery_target_timeline", conf_quote("latest"));
     }
+    // Last, so the free-form parameters cannot override it either.
+    set("include_if_exists", conf_quote(SYNC_CONF));
     Ok(s)
 }
 

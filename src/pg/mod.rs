@@ -27,7 +27,9 @@ use std::time::Duration;
 
 use crate::clock;
 use crate::config::PgConfig;
-use crate::core::model::{DataDir, Epoch, FenceOutcome, Job, JobKind, Lsn, PgRole, PgStatus};
+use crate::core::model::{
+    DataDir, Epoch, FenceOutcome, Job, JobKind, Lsn, PgRole, PgStatus, StandbyStat,
+};
 use crate::core::time::Instant;
 
 /// An error from a PostgreSQL action; the message names what went wrong.
@@ -384,6 +386,8 @@ impl PgCtl {
             following: None,
             streaming: false,
             epoch: None,
+            sync_names: None,
+            standbys: Vec::new(),
         }
     }
 
@@ -401,7 +405,10 @@ impl PgCtl {
              (SELECT received_tli FROM pg_stat_wal_receiver), \
              (SELECT status FROM pg_stat_wal_receiver), \
              (SELECT timeline_id FROM pg_control_checkpoint()), \
-             to_regclass('tenure.epoch') IS NOT NULL";
+             to_regclass('tenure.epoch') IS NOT NULL, \
+             current_setting('synchronous_standby_names'), \
+             (SELECT json_agg(json_build_array(application_name, state, sync_state, \
+                 flush_lsn::text)) FROM pg_stat_replication)";
         let row = match self.query_row(pm, sql, deadline) {
             Ok(r) => r,
             Err(e) => {
@@ -429,6 +436,10 @@ impl PgCtl {
                 .unwrap_or(0);
             st.streaming = col(6).as_deref() == Some("streaming");
             st.following = self.following.clone();
+        }
+        st.sync_names = col(9);
+        if st.role == PgRole::Primary {
+            st.standbys = col(10).map(|j| parse_standbys(&j)).unwrap_or_default();
         }
         if col(8).as_deref() == Some("t") {
             // A missing row or a failed read is "no epoch known", never an error: the
@@ -647,6 +658,27 @@ impl PgCtl {
         }
     }
 
+    /// Set `synchronous_standby_names` (DESIGN §3a): rewrite [`conf::SYNC_CONF`] and,
+    /// if PostgreSQL runs, reload. While stopped the next start reads it.
+    pub fn set_sync_names(&mut self, names: &str, deadline: Instant) -> Result<(), PgError> {
+        if names.contains(['\n', '\r', '\0']) {
+            return Err(PgError::Config(format!(
+                "synchronous_standby_names {names:?} has a line break"
+            )));
+        }
+        if !matches!(self.data_dir_state(), DataDir::Present { .. }) {
+            return Err(PgError::Refused(
+                "no data directory to set synchronous_standby_names in".into(),
+            ));
+        }
+        let path = self.cfg.data_dir.join(conf::SYNC_CONF);
+        self.write_owned(&path, &conf::sync_conf(names))?;
+        if let Some(pm) = self.postmaster_pid() {
+            self.query_row(pm, "SELECT pg_reload_conf()", deadline)?;
+        }
+        Ok(())
+    }
+
     /// Rewrite `tenure.conf` to follow `leader` and reload (`primary_conninfo`
     /// is reloadable since PostgreSQL 13).
     pub fn retarget(&mut self, leader: &ConnTarget, deadline: Instant) -> Result<(), PgError> {
@@ -810,6 +842,27 @@ impl PgCtl {
 }
 
 /// The first few words of a statement, for error messages (never the values).
+/// `pg_stat_replication` as the probe's `json_agg` of
+/// `[application_name, state, sync_state, flush_lsn]` rows. A row that does not
+/// parse is skipped (it cannot be a standby we would list).
+fn parse_standbys(json: &str) -> Vec<StandbyStat> {
+    let Ok(serde_json::Value::Array(rows)) = serde_json::from_str::<serde_json::Value>(json) else {
+        return Vec::new();
+    };
+    rows.iter()
+        .filter_map(|r| {
+            let r = r.as_array()?;
+            let text = |i: usize| r.get(i).and_then(|v| v.as_str());
+            Some(StandbyStat {
+                name: text(0)?.to_string(),
+                streaming: text(1) == Some("streaming"),
+                sync: text(2) == Some("sync"),
+                flush: text(3).and_then(parse_lsn).unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
 fn first_words(sql: &str) -> String {
     sql.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }

@@ -68,6 +68,10 @@ pub struct ClusterOptions {
     /// Per-node watchdog settings, by node index; a node without an entry gets
     /// [`NodeWatchdog::default`] (mode off, no stand-in, no notify socket).
     pub watchdog: Vec<NodeWatchdog>,
+    /// `[dynamic] synchronous_mode` / `synchronous_mode_strict` (seeded into the
+    /// `config` key by the bootstrapping node).
+    pub synchronous_mode: bool,
+    pub synchronous_mode_strict: bool,
 }
 
 /// One node's watchdog settings in the bed (DESIGN §6 "Watchdog:", "systemd notify").
@@ -138,6 +142,8 @@ impl ClusterOptions {
             log_level: None,
             netns: false,
             watchdog: Vec::new(),
+            synchronous_mode: false,
+            synchronous_mode_strict: false,
         }
     }
 }
@@ -269,6 +275,8 @@ demote_budget = {budget:?}
 [dynamic]
 maximum_lag_on_failover = {lag}
 primary_start_timeout = {pst}
+synchronous_mode = {sync}
+synchronous_mode_strict = {strict}
 
 [postgresql]
 bin_dir = "{bin}"
@@ -303,6 +311,8 @@ listen = "{addr}:{api_port}"
         budget = opts.demote_budget.as_secs_f64(),
         lag = opts.maximum_lag_on_failover,
         pst = opts.primary_start_timeout,
+        sync = opts.synchronous_mode,
+        strict = opts.synchronous_mode_strict,
         bin = opts.pg_bin_dir.display(),
         data = spec.data_dir.display(),
         pg_port = spec.pg_port,

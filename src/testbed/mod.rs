@@ -95,3 +95,38 @@ pub fn wait_for<T>(
         std::thread::sleep(every);
     }
 }
+
+/// SIGSTOPs processes the bed started and SIGCONTs them when dropped (or at
+/// `resume`), so a failing test never leaves a process stopped.
+pub struct Stopped(Vec<u32>);
+
+impl Stopped {
+    /// SIGSTOP every pid. Err names the pid that could not be stopped (those
+    /// already stopped are resumed on drop).
+    pub fn stop(pids: Vec<u32>) -> Result<Stopped, String> {
+        let mut s = Stopped(Vec::new());
+        for p in pids {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p as i32),
+                nix::sys::signal::Signal::SIGSTOP,
+            )
+            .map_err(|e| format!("SIGSTOP to {p}: {e}"))?;
+            s.0.push(p);
+        }
+        Ok(s)
+    }
+
+    /// SIGCONT everything now.
+    pub fn resume(self) {}
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        for &p in &self.0 {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p as i32),
+                nix::sys::signal::Signal::SIGCONT,
+            );
+        }
+    }
+}

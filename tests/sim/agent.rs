@@ -174,7 +174,7 @@ pub async fn run(cx: Cx) {
         }
         let d = cap(&core, cx.now());
         let cluster = match cx.call(Op::ReadScope, d).await {
-            Ok(Resp::Scope(v)) => Ok(v),
+            Ok(Resp::Scope(v)) => Ok(*v),
             Ok(other) => Err(format!("{other:?}")),
             Err(e) => Err(e),
         };
@@ -250,6 +250,7 @@ pub async fn run(cx: Cx) {
             shutdown,
             watchdog_failed: None,
             clock_jump: std::time::Duration::ZERO,
+            guard_refused: None,
         };
         let members_seen = if let Ok(v) = &obs.cluster {
             v.members
@@ -477,6 +478,10 @@ pub async fn run(cx: Cx) {
                     let _ = cx.call(op, d).await;
                 }
                 Action::SyncSlots { .. } => {}
+                // Asynchronous replication only in this model.
+                Action::WriteSync { .. }
+                | Action::DeleteSync { .. }
+                | Action::SetSyncNames { .. } => {}
                 Action::MoveDataAside => {
                     let mut w = cx.w.borrow_mut();
                     if w.nodes[cx.node].pg.run == super::world::Run::Stopped {

@@ -97,7 +97,7 @@ pub enum Resp {
     },
     Done(bool),
     Leader(Option<LeaderKey>),
-    Scope(ClusterView),
+    Scope(Box<ClusterView>),
     Created(Option<i64>),
 }
 
@@ -253,7 +253,7 @@ impl Etcd {
             },
             Op::Revoke { lease } => Resp::Done(self.revoke(*lease)),
             Op::ReadLeader => Resp::Leader(self.leader_key()),
-            Op::ReadScope => Resp::Scope(self.scope()),
+            Op::ReadScope => Resp::Scope(Box::new(self.scope())),
             Op::CreateLeader { me, lease } => {
                 if self.kv.contains_key("leader") || self.expired(*lease, now) {
                     return Resp::Created(None);

@@ -39,6 +39,7 @@ pub fn profiles() -> [Profile; 2] {
         // Replicas that were down lag a lot in this model; lag is not what is tested.
         maximum_lag_on_failover: u64::MAX / 4,
         primary_start_timeout: Duration::from_secs(u64::from(ttl)),
+        synchronous: SyncMode::Off,
     };
     [
         Profile {
@@ -268,6 +269,9 @@ pub struct Node {
     pub reign: Option<usize>,
 }
 
+// Test code: events sit in one heap and are moved a few times each; boxing the
+// op would only add noise.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Ev {
     Deliver {
@@ -710,6 +714,9 @@ impl World {
             following,
             streaming,
             epoch: None,
+            // Asynchronous replication only in this model: nothing sets the names.
+            sync_names: matches!(role, PgRole::Primary | PgRole::Replica).then(String::new),
+            standbys: Vec::new(),
         }
     }
 
