@@ -237,6 +237,7 @@ impl Agent {
             state: "starting".into(),
             reason: "starting".into(),
             watchdog: None,
+            sync_standby: false,
         };
         Ok(Agent {
             prefix,
@@ -825,6 +826,11 @@ impl Agent {
             .as_ref()
             .ok()
             .and_then(|v| v.leader.as_ref().map(|k| k.name.clone()));
+        // Kept while etcd is unreadable: the last key seen still decides.
+        if let Ok(v) = &obs.cluster {
+            s.sync_standby = self.core.timing().synchronous != SyncMode::Off
+                && matches!(&v.sync, Some(Ok(k)) if k.sync_standby.as_deref() == Some(self.cfg.name.as_str()));
+        }
         s.state = match obs.pg.role {
             PgRole::Stopped => "stopped",
             PgRole::Unresponsive => "starting",

@@ -190,6 +190,18 @@ fn real_sync_standby_lost_and_replaced_in_order() {
     let s = wait_listed(&c, p, &[], RESYNC);
     let mut probe = probe_on(&c, p);
     let r = (0..3).find(|&i| i != p && i != s).expect("a third node");
+    // Patroni's routes for load balancers follow the key.
+    let routed = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        (c.api_get(s, "/sync") == Some(200)
+            && c.api_get(r, "/async") == Some(200)
+            && c.api_get(r, "/sync") == Some(503)
+            && c.api_get(p, "/sync") == Some(503))
+        .then_some(())
+    });
+    assert!(
+        routed.is_some(),
+        "/sync and /async do not follow the sync key"
+    );
 
     let crash = c.host_crash(s).unwrap_or_else(|e| panic!("{e}"));
     println!("crashed the synchronous standby {}", c.name(s));

@@ -54,6 +54,8 @@ pub struct ApiStatus {
     pub reason: String,
     /// Read-back watchdog timeout `W`, if armed.
     pub watchdog: Option<u32>,
+    /// The `sync` key lists this node as the synchronous standby (DESIGN §3a).
+    pub sync_standby: bool,
 }
 
 fn is_tchar(c: u8) -> bool {
@@ -231,6 +233,7 @@ pub fn status_json(s: &ApiStatus) -> String {
             "lease_valid": s.lease_valid,
             "pg_running": s.pg_running,
             "streaming": s.streaming,
+            "sync_standby": s.sync_standby,
         },
     })
     .to_string()
@@ -247,6 +250,9 @@ fn route(path: &str, s: &ApiStatus) -> Option<u16> {
         "/read-only" => primary || streaming_replica,
         "/health" => s.pg_running,
         "/leader" => s.holds_leader_key,
+        // Patroni's: the synchronous standby the `sync` key lists, and the others.
+        "/sync" | "/synchronous" => streaming_replica && !s.holds_leader_key && s.sync_standby,
+        "/async" | "/asynchronous" => streaming_replica && !s.holds_leader_key && !s.sync_standby,
         _ => return None,
     };
     Some(if ok { 200 } else { 503 })

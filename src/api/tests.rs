@@ -18,6 +18,7 @@ fn primary() -> ApiStatus {
         state: "running".into(),
         reason: "no action: I am pg1, leader with the lock".into(),
         watchdog: Some(13),
+        sync_standby: false,
     }
 }
 
@@ -37,6 +38,7 @@ fn replica() -> ApiStatus {
         state: "running".into(),
         reason: "following pg1".into(),
         watchdog: None,
+        sync_standby: false,
     }
 }
 
@@ -377,5 +379,26 @@ fn fuzz_never_panics() {
         let mut out = Vec::new();
         respond(&Method::Get, p, &primary(), &mut out);
         assert!(out.starts_with(b"HTTP/1.1 404"));
+    }
+}
+
+#[test]
+fn sync_and_async_follow_the_sync_key() {
+    let mut s = replica();
+    assert_eq!(get("/sync", &s).0, 503);
+    assert_eq!(get("/async", &s).0, 200);
+    s.sync_standby = true;
+    for p in ["/sync", "/synchronous"] {
+        assert_eq!(get(p, &s).0, 200, "{p}");
+    }
+    for p in ["/async", "/asynchronous"] {
+        assert_eq!(get(p, &s).0, 503, "{p}");
+    }
+    let v: serde_json::Value = serde_json::from_str(&get("/sync", &s).2).expect("json");
+    assert_eq!(v["tenure"]["sync_standby"], true);
+    // A primary is neither; a stopped replica neither.
+    for st in [primary(), stopped()] {
+        assert_eq!(get("/sync", &st).0, 503);
+        assert_eq!(get("/async", &st).0, 503);
     }
 }
