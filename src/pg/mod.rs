@@ -128,11 +128,22 @@ pub fn conn_url(connect_address: &str) -> String {
     format!("postgres://{connect_address}/postgres")
 }
 
-/// A replication slot name for a member: lower case, every character outside
-/// `[a-z0-9_]` replaced by `_`, at most 63 bytes (PostgreSQL's limit), never empty.
-/// Distinct names can collide (`pg-1` and `pg_1`); member names should avoid that.
+/// A replication slot name for a member. A name already made of `[a-z0-9_]` (at
+/// most 63 bytes, PostgreSQL's limit) is used as it is. Any other is lowered,
+/// every character outside `[a-z0-9_]` becomes `_`, and `_` plus eight hex digits
+/// of a hash of the original name are appended (within 63 bytes), so `pg-1` and
+/// `pg_1` get distinct slots: two members sharing a slot would each hold the other's
+/// WAL position hostage or drop it.
 pub fn slot_name(member: &str) -> String {
-    let mut s: String = member
+    let clean = !member.is_empty()
+        && member.len() <= 63
+        && member
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if clean {
+        return member.to_string();
+    }
+    let base: String = member
         .chars()
         .map(|c| {
             let c = c.to_ascii_lowercase();
@@ -142,12 +153,13 @@ pub fn slot_name(member: &str) -> String {
                 '_'
             }
         })
-        .take(63)
+        .take(63 - 9)
         .collect();
-    if s.is_empty() {
-        s.push('_');
-    }
-    s
+    // FNV-1a, 32 bits: stable across versions and machines (std's hasher is not).
+    let hash = member.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    format!("{base}_{hash:08x}")
 }
 
 /// Parse a `pg_lsn` text (`16/B374D848`).
@@ -961,11 +973,34 @@ mod tests {
 
     #[test]
     fn slot_names() {
-        assert_eq!(slot_name("pg-1"), "pg_1");
-        assert_eq!(slot_name("Node.Äb"), "node__b");
-        assert_eq!(slot_name(""), "_");
-        assert_eq!(slot_name(&"x".repeat(100)).len(), 63);
-        assert_eq!(slot_name(&"é".repeat(100)), "_".repeat(63));
+        assert_eq!(slot_name("pg_1"), "pg_1");
+        assert_eq!(slot_name("node3"), "node3");
+        let dashed = slot_name("pg-1");
+        assert!(
+            dashed.starts_with("pg_1_") && dashed.len() == 13,
+            "{dashed}"
+        );
+        assert_ne!(
+            dashed,
+            slot_name("pg_1"),
+            "pg-1 and pg_1 must not share a slot"
+        );
+        assert_ne!(slot_name("PG1"), slot_name("pg1"));
+        assert_ne!(slot_name("a.b"), slot_name("a-b"));
+        assert!(slot_name("Node.Äb").starts_with("node__b_"));
+        assert!(slot_name("").starts_with('_'));
+        for long in ["x".repeat(100), "é".repeat(100), "X".repeat(63)] {
+            let s = slot_name(&long);
+            assert!(s.len() <= 63, "{s}");
+            assert!(
+                s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            );
+        }
+        assert_eq!(slot_name(&"x".repeat(63)), "x".repeat(63));
+        assert_ne!(slot_name(&"x".repeat(64)), slot_name(&"x".repeat(65)));
+        // Stable: the same member always gets the same slot.
+        assert_eq!(slot_name("pg-1"), slot_name("pg-1"));
     }
 
     #[test]
