@@ -390,6 +390,9 @@ impl Agent {
                 // (bootstrap start, adoption, or a failed write earlier).
                 self.write_epoch(epoch);
             }
+            if let Ok(view) = &obs.cluster {
+                self.maintain_hba(view);
+            }
             self.notify_after_iteration(&obs);
             if exit {
                 self.wd.notifier.stopping();
@@ -1105,6 +1108,28 @@ impl Agent {
             }
         }
         false
+    }
+
+    /// DESIGN §3a: `pg_hba.conf` admits the replication and admin roles from each
+    /// member's address (its `conn_url` host) and this node's, nothing wider. Only
+    /// a change rewrites the file; a failure is logged and retried next iteration.
+    fn maintain_hba(&mut self, view: &ClusterView) {
+        let mut hosts: Vec<String> = view
+            .members
+            .iter()
+            .filter_map(|m| ConnTarget::from_conn_url(&m.name, &m.info.conn_url).ok())
+            .map(|t| t.host)
+            .collect();
+        if let Ok((own, _)) = crate::pg::conf::split_host_port(&self.cfg.postgresql.connect_address)
+        {
+            hosts.push(own);
+        }
+        let deadline = self.deadline(Duration::from_secs(1));
+        match self.pg.set_hba_hosts(hosts, deadline) {
+            Ok(true) => info!("pg_hba.conf rewritten for the members' addresses"),
+            Ok(false) => {}
+            Err(e) => warn!("pg_hba.conf: {e}"),
+        }
     }
 
     /// The bootstrapping leader seeds `config` from its `[timing]`/`[dynamic]` values.

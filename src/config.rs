@@ -91,6 +91,9 @@ pub struct PgConfig {
     /// libpq `sslmode` for replication, pg_rewind and pg_basebackup connections
     /// (default `prefer`).
     pub sslmode: String,
+    /// Extra `pg_hba.conf` lines (applications, monitoring), after the entries
+    /// tenure writes per member.
+    pub pg_hba: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -1066,6 +1069,7 @@ impl Config {
             "sslmode",
             "authentication",
             "parameters",
+            "pg_hba",
         ])?;
         let bin_dir = pg
             .path("bin_dir")?
@@ -1107,6 +1111,23 @@ impl Config {
                     ),
                 ));
             }
+        };
+
+        let pg_hba = match pg.table.get("pg_hba") {
+            None => Vec::new(),
+            Some(Value::Array(a)) => {
+                let mut out = Vec::with_capacity(a.len());
+                for (i, v) in a.iter().enumerate() {
+                    let k = format!("pg_hba[{i}]");
+                    let Value::String(line) = v else {
+                        return Err(pg.wrong(&k, "a string", v));
+                    };
+                    check_hba_line(line).map_err(|p| pg.err(&k, p))?;
+                    out.push(line.clone());
+                }
+                out
+            }
+            Some(v) => return Err(pg.wrong("pg_hba", "an array of pg_hba.conf lines", v)),
         };
 
         let auth = pg.sub("authentication")?;
@@ -1247,6 +1268,7 @@ impl Config {
                 parameters,
                 move_aside_unusable,
                 sslmode,
+                pg_hba,
             },
             api: ApiConfig {
                 listen: api_listen,
@@ -1429,6 +1451,29 @@ impl Config {
             synchronous: d.sync_mode(),
         }
     }
+}
+
+/// One `pg_hba.conf` line: a single line that starts with a connection type.
+fn check_hba_line(line: &str) -> Result<(), String> {
+    if line.contains(['\n', '\r', '\0']) {
+        return Err("must be a single line (no line break or NUL)".into());
+    }
+    let first = line.split_whitespace().next().unwrap_or("");
+    const TYPES: &[&str] = &[
+        "local",
+        "host",
+        "hostssl",
+        "hostnossl",
+        "hostgssenc",
+        "hostnogssenc",
+    ];
+    if !TYPES.contains(&first) {
+        return Err(format!(
+            "{line:?}: expected a line starting with local, host, hostssl, hostnossl, \
+             hostgssenc or hostnogssenc"
+        ));
+    }
+    Ok(())
 }
 
 fn json_kind(v: &serde_json::Value) -> &'static str {

@@ -39,6 +39,7 @@ fn node_cfg(dir: &Path, name: &str) -> PgConfig {
         ],
         move_aside_unusable: false,
         sslmode: "prefer".into(),
+        pg_hba: Vec::new(),
     }
 }
 
@@ -190,6 +191,12 @@ fn bootstrap_replicate_fence_promote_rewind() {
     };
     let t1 = target("n1", &c1);
     let t2 = target("n2", &c2);
+    // The members' addresses, as the agent passes them (DESIGN §3a): initdb and
+    // later rewrites admit exactly these.
+    for n in &mut g.nodes {
+        n.set_hba_hosts(vec!["127.0.0.1".into()], clock::now().add(secs(1)))
+            .unwrap();
+    }
 
     // initdb
     assert_eq!(g.nodes[0].data_dir_state(), DataDir::Empty);

@@ -221,20 +221,50 @@ pub fn rewind_conninfo(cfg: &PgConfig, source: &ConnTarget, passfile: &str) -> S
 
 /// `pg_hba.conf`: trust on the socket (its directory is 0700, only the PostgreSQL
 /// OS user and root reach it), passwords over TCP.
-pub fn pg_hba(cfg: &PgConfig) -> String {
+pub fn pg_hba(cfg: &PgConfig, hosts: &[String]) -> String {
     let repl = hba_role(&cfg.replication_user);
     let admins = format!(
         "{},{}",
         hba_role(&cfg.superuser),
         hba_role(&cfg.rewind_user)
     );
-    let mut s = String::from("# Written by tenure at bootstrap.\n");
+    let mut s = String::from(
+        "# Written by tenure: one entry per member address (DESIGN §3a), rewritten when\n\
+         # the members change. Do not edit: add lines with postgresql.pg_hba instead.\n",
+    );
     s.push_str("local all all trust\n");
-    for net in ["0.0.0.0/0", "::/0"] {
-        s.push_str(&format!("host replication {repl} {net} scram-sha-256\n"));
-        s.push_str(&format!("host all {admins} {net} scram-sha-256\n"));
+    for h in hosts {
+        let Some(addr) = hba_address(h) else {
+            continue;
+        };
+        s.push_str(&format!("host replication {repl} {addr} scram-sha-256\n"));
+        s.push_str(&format!("host all {admins} {addr} scram-sha-256\n"));
+    }
+    if !cfg.pg_hba.is_empty() {
+        s.push_str("# postgresql.pg_hba\n");
+        for line in &cfg.pg_hba {
+            s.push_str(line);
+            s.push('\n');
+        }
     }
     s
+}
+
+/// A member's host as a `pg_hba.conf` address field: an IP literal as a host
+/// route (`/32`, `/128`), a host name as it is (PostgreSQL resolves it). `None`
+/// for anything that could break the line (the caller skips it).
+fn hba_address(host: &str) -> Option<String> {
+    match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(a)) => Some(format!("{a}/32")),
+        Ok(std::net::IpAddr::V6(a)) => Some(format!("{a}/128")),
+        Err(_) => {
+            let ok = !host.is_empty()
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+            ok.then(|| host.to_string())
+        }
+    }
 }
 
 /// The passfile: replication and rewind passwords for any host.
@@ -328,6 +358,7 @@ mod tests {
             parameters: vec![("shared_buffers".into(), "32MB".into())],
             move_aside_unusable: false,
             sslmode: "prefer".into(),
+            pg_hba: vec!["hostssl all app 10.0.0.0/8 scram-sha-256".into()],
         }
     }
 
@@ -378,7 +409,19 @@ mod tests {
             "primary_conninfo = 'host=10.0.0.1 port=5432 user=replicator \
              passfile=''/d/my pass'' application_name=Pg-2 sslmode=prefer'\n"
         ));
-        assert!(t.contains("primary_slot_name = 'pg_2'\n"));
+        assert!(t.contains(&format!(
+            "primary_slot_name = '{}'\n",
+            super::super::slot_name("Pg-2")
+        )));
+        // synchronous_standby_names comes from tenure.sync.conf, included last.
+        assert!(
+            t.ends_with("include_if_exists = 'tenure.sync.conf'\n"),
+            "{t}"
+        );
+        assert_eq!(
+            sync_conf("\"pg-2\""),
+            "# Written by tenure (synchronous mode, DESIGN §3a). Do not edit.\nsynchronous_standby_names = '\"pg-2\"'\n"
+        );
         assert!(t.contains("recovery_target_timeline = 'latest'\n"));
         assert!(!t.contains("re:pl"), "no password in the config: {t}");
         assert_eq!(parse_following(&t), Some("pg-1".into()));
@@ -406,11 +449,31 @@ mod tests {
 
     #[test]
     fn hba_and_pgpass() {
-        let h = pg_hba(&cfg());
+        let hosts: Vec<String> = ["10.1.2.3", "fd00::7", "db-2.example", "bad host"]
+            .iter()
+            .map(|h| h.to_string())
+            .collect();
+        let h = pg_hba(&cfg(), &hosts);
         assert!(h.contains("local all all trust\n"));
-        assert!(h.contains("host replication \"replicator\" 0.0.0.0/0 scram-sha-256\n"));
-        assert!(h.contains("host all \"postgres\",\"rewinder\" ::/0 scram-sha-256\n"));
-        assert!(!h.contains("trust\nhost all all"));
+        // One entry per member address, never the whole world.
+        assert!(h.contains("host replication \"replicator\" 10.1.2.3/32 scram-sha-256\n"));
+        assert!(h.contains("host all \"postgres\",\"rewinder\" 10.1.2.3/32 scram-sha-256\n"));
+        assert!(h.contains("host replication \"replicator\" fd00::7/128 scram-sha-256\n"));
+        assert!(h.contains("host replication \"replicator\" db-2.example scram-sha-256\n"));
+        assert!(!h.contains("bad host"), "{h}");
+        assert!(!h.contains("0.0.0.0/0") && !h.contains("::/0"), "{h}");
+        // The operator's lines come last.
+        assert!(
+            h.ends_with("hostssl all app 10.0.0.0/8 scram-sha-256\n"),
+            "{h}"
+        );
+        assert_eq!(
+            pg_hba(&cfg(), &[])
+                .lines()
+                .filter(|l| l.starts_with("host "))
+                .count(),
+            0
+        );
         let p = pgpass(&cfg());
         assert_eq!(p, "*:*:*:replicator:re\\:pl\\\\pw\n*:*:*:rewinder:rw\n");
     }

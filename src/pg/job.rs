@@ -106,6 +106,14 @@ pub(super) fn start(
     if let Some(j) = &ctl.job {
         return Err(PgError::Busy(format!("{:?} since {}", j.kind, j.since)));
     }
+    if matches!(
+        kind,
+        JobKind::InitDb | JobKind::Basebackup { .. } | JobKind::Rewind { .. }
+    ) {
+        // The data directory's pg_hba.conf is about to be the source's (or
+        // initdb's): write ours again afterwards (`PgCtl::set_hba_hosts`).
+        ctl.hba_written = false;
+    }
     let mut job = RunningJob {
         kind: kind.clone(),
         since: now,
@@ -209,7 +217,7 @@ fn run_local(ctl: &mut PgCtl, op: Local) -> Result<(), PgError> {
         Local::WriteConfig(leader) => ctl.write_agent_config(leader.as_ref()),
         Local::WriteHba => {
             let p = ctl.cfg.data_dir.join("pg_hba.conf");
-            ctl.write_owned(&p, &conf::pg_hba(&ctl.cfg))
+            ctl.write_owned(&p, &conf::pg_hba(&ctl.cfg, &ctl.hba_hosts))
         }
         Local::RemoveSignals => ctl.remove_signals(),
         Local::TouchStandby => ctl.touch_standby_signal(),

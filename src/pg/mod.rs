@@ -197,6 +197,10 @@ pub struct PgCtl {
     /// The member the standby config we last wrote follows.
     following: Option<String>,
     job: Option<job::RunningJob>,
+    /// Member hosts `pg_hba.conf` admits (sorted, deduplicated), and whether the
+    /// file in the data directory says so.
+    hba_hosts: Vec<String>,
+    hba_written: bool,
 }
 
 impl PgCtl {
@@ -232,6 +236,8 @@ impl PgCtl {
                 .map_err(|e| PgError::Config(format!("cannot build the query runtime: {e}")))?,
             following: None,
             job: None,
+            hba_hosts: Vec::new(),
+            hba_written: false,
         };
         fs::create_dir_all(&cfg.socket_dir)
             .map_err(|e| io_err("create socket_dir", &cfg.socket_dir, e))?;
@@ -668,6 +674,41 @@ impl PgCtl {
                 "pg_promote answered {other:?}: not promoted within {secs} s (requested, may still complete)"
             ))),
         }
+    }
+
+    /// DESIGN §3a: one `pg_hba.conf` entry per member address. Rewrites the file
+    /// (and reloads a running PostgreSQL) only when a host is new or the file was
+    /// not written by this run yet; jobs that replace the data directory write it
+    /// again with the same hosts. Existing connections are not affected by a reload.
+    ///
+    /// Grow-only within a run: a member whose key expired (partitioned, agent
+    /// restarting) keeps its entry, or its rewind on rejoining would race the
+    /// re-publication of its key and fail. A removed member's address goes with the
+    /// next agent restart.
+    pub fn set_hba_hosts(
+        &mut self,
+        mut hosts: Vec<String>,
+        deadline: Instant,
+    ) -> Result<bool, PgError> {
+        hosts.extend(self.hba_hosts.iter().cloned());
+        hosts.sort();
+        hosts.dedup();
+        if hosts == self.hba_hosts && self.hba_written {
+            return Ok(false);
+        }
+        self.hba_hosts = hosts;
+        self.hba_written = false;
+        if self.job.is_some() || !matches!(self.data_dir_state(), DataDir::Present { .. }) {
+            // The job (or the bootstrap) writes it with these hosts.
+            return Ok(false);
+        }
+        let p = self.cfg.data_dir.join("pg_hba.conf");
+        self.write_owned(&p, &conf::pg_hba(&self.cfg, &self.hba_hosts))?;
+        self.hba_written = true;
+        if let Some(pm) = self.postmaster_pid() {
+            self.query_row(pm, "SELECT pg_reload_conf()", deadline)?;
+        }
+        Ok(true)
     }
 
     /// Set `synchronous_standby_names` (DESIGN §3a): rewrite [`conf::SYNC_CONF`] and,

@@ -284,6 +284,7 @@ data_dir = "{data}"
 listen = "{addr}:{pg_port}"
 socket_dir = "{socket}"
 user = "postgres"
+{hba}
 
 [postgresql.authentication.superuser]
 username = "postgres"
@@ -302,6 +303,7 @@ listen = "{addr}:{api_port}"
 
 {watchdog}"#,
         watchdog = watchdog_section(&node_watchdog(opts, spec), spec),
+        hba = observer_hba(spec),
         scope = opts.scope,
         name = spec.name,
         ttl = opts.ttl,
@@ -323,6 +325,17 @@ listen = "{addr}:{api_port}"
         rewind = pw.rewind,
         api_port = spec.api_port,
     )
+}
+
+/// `pg_hba.conf` admits members' addresses only (DESIGN §3a). On loopback the
+/// test process shares 127.0.0.1 with the members; in namespaces it is the
+/// observer (`.254` of the node's /24, see `netns.rs`) and needs its own line.
+fn observer_hba(spec: &NodeSpec) -> String {
+    if spec.netns.is_none() {
+        return String::new();
+    }
+    let [a, b, c, _] = spec.addr.octets();
+    format!("pg_hba = [\"host all all {a}.{b}.{c}.254/32 scram-sha-256\"]")
 }
 
 /// The bed names node `i` `pg<i+1>`: its watchdog settings.
