@@ -931,7 +931,11 @@ impl Agent {
                                  no node leads until `tenure confirm-epoch`",
                                 seen.reason
                             ),
-                            Ok(false) => debug!("rollback marker exists already"),
+                            Ok(false) => error!(
+                                "ALERT: etcd went back in time ({}); the rollback marker was \
+                                 already written; no node leads until `tenure confirm-epoch`",
+                                seen.reason
+                            ),
                             Err(e) => warn!("writing the rollback marker: {e}"),
                         }
                     }

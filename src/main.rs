@@ -299,7 +299,7 @@ fn main_exec() -> Result<(), MainError> {
             }
             println!(
                 "confirm_epoch written: nodes whose data carries an epoch up to {n} may now lead \
-                 under the current (smaller) epoch"
+                 under a smaller leader-key epoch"
             );
             Ok(())
         }

@@ -531,6 +531,10 @@ fn revision_going_back_writes_the_marker_and_refuses_the_key_until_confirmed() {
     // The marker is in etcd: it governs (and is not written again).
     let mut v = view(6, None, members.clone());
     v.rollback = Some(marker("/service/s/rollback"));
+    let p = c.step(t(111.0), &obs(v.clone(), pg(PgRole::Replica, 1000, None)));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    let mut v = view(6, None, members.clone());
+    v.rollback = Some(marker("/service/s/rollback"));
     for at in [112.0, 140.0, 400.0] {
         let p = c.step(t(at), &obs(v.clone(), pg(PgRole::Replica, 1000, None)));
         no_acquire_nor_promote(&p);
@@ -571,6 +575,20 @@ fn a_member_key_going_back_is_a_rollback_even_when_the_revision_passed() {
         }
         a => panic!("{a:?}"),
     }
+}
+
+/// A rollback seen in the read that also shows another node's marker is still
+/// reported once (the shell logs it), then the marker governs.
+#[test]
+fn a_rollback_seen_next_to_a_marker_is_reported_once() {
+    let mut c = follower_with_poll(None);
+    let mut v = view(4, None, vec![]);
+    v.rollback = Some(marker("/service/s/rollback"));
+    let p = c.step(t(103.0), &obs(v.clone(), pg(PgRole::Replica, 1000, None)));
+    assert!(matches!(p.actions.last(), Some(Action::MarkRollback(s)) if s.seen_revision == 10));
+    refusing_with(&p, &["/service/s/rollback"]);
+    let p = c.step(t(104.0), &obs(v, pg(PgRole::Replica, 1000, None)));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
 }
 
 /// No false alarms: a read without a header revision (0) says nothing, and a

@@ -112,6 +112,13 @@ fn real_etcd_wiped_no_promotion_until_confirmed() {
         );
         assert_eq!(c.system_identifier(i).as_deref(), Ok(sysid.as_str()));
     }
+    // Revisions spent after the epoch was fixed: the running agents' remembered
+    // revision ends up far above what the wiped store reaches below, so their next
+    // read shows etcd going back (the revision check; the missing `initialize`
+    // would catch a wipe on its own). The epoch stays small.
+    let remembered = push_revision_past(&c, epoch0 + 4 * PAST_EPOCH);
+    // Each agent reads the scope every loop_wait: a few loops, and all have read it.
+    std::thread::sleep(4 * c.opts.loop_wait);
     // One replica is down during the wipe (it will remember no revision).
     let late = (0..n).find(|&i| i != p).expect("a replica");
     let running: Vec<usize> = all.iter().copied().filter(|&i| i != late).collect();
@@ -128,6 +135,10 @@ fn real_etcd_wiped_no_promotion_until_confirmed() {
         .unwrap_or_else(|e| panic!("wipe etcd: {e}"));
     let wiped = Instant::now();
     let pushed = push_revision_past(&c, epoch0 + PAST_EPOCH);
+    assert!(
+        pushed < remembered,
+        "pushed {pushed} >= remembered {remembered}"
+    );
     eprintln!(
         "etcd wiped; old primary {}, epoch before {epoch0}; revision pushed to {pushed} in {:?}; \
          {} is down",
@@ -250,6 +261,20 @@ fn real_etcd_wiped_no_promotion_until_confirmed() {
         m["found_revision"].as_i64().is_some() && m["at"].is_string(),
         "{m}"
     );
+    // The running agents saw their reads go back (below `remembered`).
+    let saw: Vec<&str> = running
+        .iter()
+        .filter(|&&i| {
+            new_log(&c, i).contains("ALERT: etcd went back in time (a read's revision went from")
+        })
+        .map(|&i| c.name(i))
+        .collect();
+    assert!(
+        !saw.is_empty(),
+        "no running agent saw a read go back below revision {remembered}{}",
+        c.logs_tail(60)
+    );
+    eprintln!("saw the revision go back: {saw:?}");
     // Nobody took the key: the marker holds every candidate (the epoch comparison
     // would not have: the revision is past the old epoch).
     assert_eq!(

@@ -396,6 +396,7 @@ impl Core {
                 ));
             }
         }
+        let detected = back.is_some();
         if let Some(reason) = back {
             self.rollback_seen = Some(RollbackSeen {
                 seen_revision: self.max_revision,
@@ -414,8 +415,10 @@ impl Core {
             let r = self.member_revisions.entry(m.name.clone()).or_insert(0);
             *r = (*r).max(m.mod_revision);
         }
-        if view.rollback.is_some() {
+        if view.rollback.is_some() && !detected {
             // The marker is in etcd now: it governs, and only the operator clears it.
+            // (A rollback seen in this very read is still reported once: the shell
+            // logs it even when another node's marker was first.)
             self.rollback_seen = None;
         }
     }
