@@ -112,11 +112,17 @@ pub fn run(cfg: Config, config_path: &Path) -> Result<(), String> {
 }
 
 /// `tenure confirm-epoch`: after an operator checked that etcd was wiped or
-/// restored (DESIGN §3), write `confirm_epoch` = `{"up_to": N, "by": ..., "at": ...}`
-/// so a leader whose data carries an epoch `<= N` may promote under the smaller
-/// epoch of the new leader key. `N` is `epoch`, or else the local `tenure.epoch` row
-/// (PostgreSQL must be running). Returns the `N` written. Bounded (10 s).
-pub fn confirm_epoch(cfg: &Config, epoch: Option<Epoch>, by: &str) -> Result<Epoch, String> {
+/// restored (DESIGN §3), in one txn write `confirm_epoch` = `{"up_to": N, "by": ...,
+/// "at": ...}` (a leader whose data carries an epoch `<= N` may promote under the
+/// smaller epoch of the new leader key) and delete the `rollback` marker (no node
+/// leads while it exists). `N` is `epoch`, or else the local `tenure.epoch` row
+/// (PostgreSQL must be running). Returns `N` and the marker cleared, if any.
+/// Bounded (10 s).
+pub fn confirm_epoch(
+    cfg: &Config,
+    epoch: Option<Epoch>,
+    by: &str,
+) -> Result<(Epoch, Option<RollbackMarker>), String> {
     let deadline = clock::now().add(Duration::from_secs(10));
     let up_to = match epoch {
         Some(e) if e > 0 => e,
@@ -146,9 +152,10 @@ pub fn confirm_epoch(cfg: &Config, epoch: Option<Epoch>, by: &str) -> Result<Epo
         by: by.to_string(),
         at: clock::rfc3339_utc(clock::realtime()),
     };
-    etcd.put_confirm_epoch(&rt, &c, deadline)
+    let cleared = etcd
+        .confirm_epoch(&rt, &c, deadline)
         .map_err(|e| e.to_string())?;
-    Ok(up_to)
+    Ok((up_to, cleared))
 }
 
 fn timing_of(cfg: &Config) -> Timing {
@@ -922,13 +929,35 @@ impl Agent {
                         self.seed_config(deadline);
                     }
                 }
-                Action::CreateInitialize { sysid } => {
+                Action::CreateInitialize { sysid, rollback } => {
+                    let at = clock::rfc3339_utc(clock::realtime());
                     if let Some((etcd, rt)) = self.connect(deadline) {
-                        match etcd.create_initialize(rt, sysid, deadline) {
-                            Ok(created) => {
-                                info!("initialize re-created from local data: {created}")
-                            }
+                        match etcd.create_initialize(rt, sysid, &rollback, &me, &at, deadline) {
+                            Ok(true) => error!(
+                                "ALERT: initialize was missing: re-created it from local data \
+                                 (system identifier {sysid}) with the rollback marker: etcd lost \
+                                 its memory; no node leads until `tenure confirm-epoch`"
+                            ),
+                            Ok(false) => info!("initialize exists already; not re-created"),
                             Err(e) => warn!("re-creating initialize: {e}"),
+                        }
+                    }
+                }
+                Action::MarkRollback(seen) => {
+                    let at = clock::rfc3339_utc(clock::realtime());
+                    if let Some((etcd, rt)) = self.connect(deadline) {
+                        match etcd.mark_rollback(rt, &seen, &me, &at, deadline) {
+                            Ok(true) => error!(
+                                "ALERT: etcd went back in time ({}): wrote the rollback marker; \
+                                 no node leads until `tenure confirm-epoch`",
+                                seen.reason
+                            ),
+                            Ok(false) => error!(
+                                "ALERT: etcd went back in time ({}); the rollback marker was \
+                                 already written; no node leads until `tenure confirm-epoch`",
+                                seen.reason
+                            ),
+                            Err(e) => warn!("writing the rollback marker: {e}"),
                         }
                     }
                 }

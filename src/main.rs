@@ -25,9 +25,10 @@ Usage:
   tenure run --config FILE      run the agent for this host
   tenure check-config FILE      validate FILE and print the timing budget table
   tenure confirm-epoch --config FILE [--epoch N] [--by NAME]
-                                after etcd was wiped or restored: allow leading under
-                                a smaller epoch than this node's data carries (N
-                                defaults to the local PostgreSQL's tenure.epoch row)
+                                after etcd was wiped or restored: delete the rollback
+                                marker and allow leading under a smaller epoch than
+                                this node's data carries (N defaults to the local
+                                PostgreSQL's tenure.epoch row)
   tenure demo [--keep]          run a local demo cluster (--keep: keep its files)
   tenure --version              print the version
   tenure --help                 print this help
@@ -281,11 +282,24 @@ fn main_exec() -> Result<(), MainError> {
                 .or_else(|| std::env::var("SUDO_USER").ok())
                 .or_else(|| std::env::var("USER").ok())
                 .unwrap_or_else(|| "operator".into());
-            let n = tenure::agent::confirm_epoch(&c, epoch, &by)
+            let (n, cleared) = tenure::agent::confirm_epoch(&c, epoch, &by)
                 .map_err(|e| MainError::Runtime(format!("confirm-epoch: {e}")))?;
+            match cleared {
+                Some(m) => match &m.parse_error {
+                    None => println!(
+                        "rollback marker {} deleted (written by {} at {}: {}; revision {} seen, \
+                         {} found)",
+                        m.key, m.by, m.at, m.reason, m.seen_revision, m.found_revision
+                    ),
+                    Some(e) => {
+                        println!("rollback marker {} deleted (it did not parse: {e})", m.key)
+                    }
+                },
+                None => println!("no rollback marker was set"),
+            }
             println!(
                 "confirm_epoch written: nodes whose data carries an epoch up to {n} may now lead \
-                 under the current (smaller) epoch"
+                 under a smaller leader-key epoch"
             );
             Ok(())
         }

@@ -440,7 +440,265 @@ fn a_node_with_data_recreates_initialize_and_never_claims_the_bootstrap() {
     let mut v = view(4, None, vec![]);
     v.initialize = None;
     let p = c.step(t(100.0), &obs(v, pg(PgRole::Replica, 900, None)));
-    assert_eq!(p.actions, vec![Action::CreateInitialize { sysid: SYSID }]);
+    // The rollback marker goes in the same txn: `initialize` is never deleted.
+    match &p.actions[..] {
+        [Action::CreateInitialize { sysid, rollback }] => {
+            assert_eq!(*sysid, SYSID);
+            assert_eq!(rollback.found_revision, 4);
+            assert!(
+                rollback.reason.contains("initialize was missing"),
+                "{rollback:?}"
+            );
+        }
+        a => panic!("{a:?}"),
+    }
+}
+
+fn marker(key: &str) -> RollbackMarker {
+    RollbackMarker {
+        key: key.into(),
+        seen_revision: 300,
+        found_revision: 4,
+        by: "pg1".into(),
+        at: "2026-01-01T00:00:00Z".into(),
+        reason: "a read's revision went from 300 back to 4".into(),
+        parse_error: None,
+    }
+}
+
+fn no_acquire_nor_promote(p: &Plan) {
+    assert!(
+        !p.actions.iter().any(|a| matches!(
+            a,
+            Action::Acquire | Action::Promote { .. } | Action::StartJob(JobKind::StartPrimary)
+        )),
+        "{:?} ({})",
+        p.actions,
+        p.reason
+    );
+}
+
+fn refusing_with(p: &Plan, words: &[&str]) {
+    match &p.reason {
+        Reason::Refusing(s) => {
+            for w in words {
+                assert!(s.contains(w), "{w:?} not in {s}");
+            }
+        }
+        r => panic!("not refusing: {r:?}"),
+    }
+}
+
+/// The vacancy `take_over` sets up, read from a store whose revision (4) is below
+/// the 10 pg2 had seen: etcd went back in time. pg2 writes the marker and never
+/// acquires, until the marker has been read and then deleted by the operator.
+#[test]
+fn revision_going_back_writes_the_marker_and_refuses_the_key_until_confirmed() {
+    let mut c = follower_with_poll(None);
+    let members = vec![
+        member("pg1", 3, "replica", 1000, None),
+        member("pg2", 4, "replica", 1000, None),
+    ];
+    let mut o = obs(
+        view(4, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.leader_deleted_at = Some(t(103.5));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(103.55),
+        ttl: None,
+        has_keys: false,
+    });
+    let p = c.step(t(103.6), &o);
+    no_acquire_nor_promote(&p);
+    refusing_with(&p, &["went from 10 back to 4", "confirm-epoch"]);
+    assert_eq!(
+        p.actions.last(),
+        Some(&Action::MarkRollback(RollbackSeen {
+            seen_revision: 10,
+            found_revision: 4,
+            reason: "a read's revision went from 10 back to 4".into(),
+        }))
+    );
+    // Not read back yet (the write failed): written again, still refusing. The new
+    // store's revisions are the reference now: 5 is no second rollback.
+    let p = c.step(
+        t(110.0),
+        &obs(
+            view(5, None, members.clone()),
+            pg(PgRole::Replica, 1000, None),
+        ),
+    );
+    no_acquire_nor_promote(&p);
+    assert!(matches!(p.actions.last(), Some(Action::MarkRollback(s)) if s.found_revision == 4));
+    // The marker is in etcd: it governs (and is not written again).
+    let mut v = view(6, None, members.clone());
+    v.rollback = Some(marker("/service/s/rollback"));
+    let p = c.step(t(111.0), &obs(v.clone(), pg(PgRole::Replica, 1000, None)));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    let mut v = view(6, None, members.clone());
+    v.rollback = Some(marker("/service/s/rollback"));
+    for at in [112.0, 140.0, 400.0] {
+        let p = c.step(t(at), &obs(v.clone(), pg(PgRole::Replica, 1000, None)));
+        no_acquire_nor_promote(&p);
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+        refusing_with(
+            &p,
+            &["/service/s/rollback", "tenure confirm-epoch", "by pg1"],
+        );
+    }
+    // The operator confirmed: the marker is gone, pg2 is a candidate again.
+    let p = c.step(
+        t(401.0),
+        &obs(view(8, None, members), pg(PgRole::Replica, 1000, None)),
+    );
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+}
+
+/// A restore (even one that bumps revisions forward) brings back member keys older
+/// than what was read before: a rollback, though the read's revision is higher.
+#[test]
+fn a_member_key_going_back_is_a_rollback_even_when_the_revision_passed() {
+    let mut c = follower_with_poll(None);
+    let members = vec![
+        member("pg1", 5, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+    ];
+    let p = c.step(
+        t(103.0),
+        &obs(
+            view(500, Some(key("pg1", 5, 0xA)), members),
+            pg(PgRole::Replica, 1000, Some("pg1")),
+        ),
+    );
+    match p.actions.last() {
+        Some(Action::MarkRollback(s)) => {
+            assert!(s.reason.contains("members/pg1"), "{s:?}");
+            assert_eq!((s.seen_revision, s.found_revision), (10, 500));
+        }
+        a => panic!("{a:?}"),
+    }
+}
+
+/// A rollback seen in the read that also shows another node's marker is still
+/// reported once (the shell logs it), then the marker governs.
+#[test]
+fn a_rollback_seen_next_to_a_marker_is_reported_once() {
+    let mut c = follower_with_poll(None);
+    let mut v = view(4, None, vec![]);
+    v.rollback = Some(marker("/service/s/rollback"));
+    let p = c.step(t(103.0), &obs(v.clone(), pg(PgRole::Replica, 1000, None)));
+    assert!(matches!(p.actions.last(), Some(Action::MarkRollback(s)) if s.seen_revision == 10));
+    refusing_with(&p, &["/service/s/rollback"]);
+    let p = c.step(t(104.0), &obs(v, pg(PgRole::Replica, 1000, None)));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+}
+
+/// No false alarms: a read without a header revision (0) says nothing, and a
+/// member key re-created at a higher revision is not a rollback.
+#[test]
+fn no_rollback_without_a_revision_going_back() {
+    let mut c = follower_with_poll(None);
+    let members = vec![member("pg1", 11, "primary", 1000, None)];
+    for (at, rev) in [(103.0, 0), (104.0, 12), (105.0, 12)] {
+        let p = c.step(
+            t(at),
+            &obs(
+                view(rev, Some(key("pg1", 5, 0xA)), members.clone()),
+                pg(PgRole::Replica, 1000, Some("pg1")),
+            ),
+        );
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| matches!(a, Action::MarkRollback(_))),
+            "{:?}",
+            p.actions
+        );
+    }
+}
+
+/// A node that was not running when etcd went back (it remembers nothing) honours
+/// the marker others wrote, garbled or not.
+#[test]
+fn a_fresh_node_honours_a_marker_it_did_not_write() {
+    let mut garbled = marker("/service/s/rollback");
+    garbled.parse_error = Some("not JSON".into());
+    for m in [marker("/service/s/rollback"), garbled] {
+        let mut c = core("pg3", None);
+        let mut v = view(40, None, vec![member("pg3", 39, "replica", 1000, None)]);
+        v.rollback = Some(m.clone());
+        let mut rep = pg(PgRole::Replica, 1000, None);
+        rep.epoch = Some(7);
+        for at in [100.0, 110.0, 200.0] {
+            let p = c.step(t(at), &obs(v.clone(), rep.clone()));
+            no_acquire_nor_promote(&p);
+            refusing_with(
+                &p,
+                &[
+                    "/service/s/rollback",
+                    "confirm-epoch",
+                    "data carries epoch 7",
+                ],
+            );
+            if m.parse_error.is_some() {
+                refusing_with(&p, &["does not parse"]);
+            }
+        }
+        v.rollback = None;
+        let p = c.step(t(201.0), &obs(v, rep));
+        assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    }
+}
+
+/// The gap the marker closes: the key was taken after the new store's revisions
+/// passed the data's epoch (60 > 50), so the epoch comparison sees nothing; the
+/// marker alone keeps the holder from promoting until it is deleted.
+#[test]
+fn a_holder_under_the_marker_keeps_the_key_and_does_not_promote() {
+    let (mut c, mut v) = won_after_wipe(50, 60);
+    v.rollback = Some(marker("/service/s/rollback"));
+    let mut rep = pg(PgRole::Replica, 900, None);
+    rep.epoch = Some(50);
+    for i in 0..3 {
+        let at = 140.0 + 10.0 * f64::from(i);
+        let p = c.step(t(at), &renewed(v.clone(), rep.clone(), at));
+        no_acquire_nor_promote(&p);
+        refusing_with(&p, &["/service/s/rollback", "confirm-epoch"]);
+        assert!(c.leadership().is_some(), "keeps the key");
+    }
+    // Stopped meanwhile: restarted as a standby, never as primary.
+    let stopped = pg(PgRole::Stopped, 900, None);
+    let p = c.step(t(175.0), &renewed(v.clone(), stopped, 175.0));
+    assert_eq!(
+        p.actions,
+        vec![Action::StartJob(JobKind::StartReplica {
+            leader: String::new()
+        })]
+    );
+    v.rollback = None;
+    let p = c.step(t(180.0), &renewed(v, rep, 180.0));
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 60 }],
+        "{}",
+        p.reason
+    );
+}
+
+/// A primary already running under a key etcd still confirms (a restore that kept
+/// its key and lease) is not promoting: it keeps leading; the marker stops failovers.
+#[test]
+fn a_running_primary_keeps_leading_under_the_marker() {
+    let mut c = adopted_leader(100.0);
+    let mut v = view(11, Some(key("pg1", 5, 0xA)), vec![]);
+    v.rollback = Some(marker("/service/s/rollback"));
+    let mut o = obs(v, pg(PgRole::Primary, 500, None));
+    o.renewal = counted(0xA, 101.0);
+    let p = c.step(t(101.01), &o);
+    assert!(matches!(p.reason, Reason::Leading { .. }), "{}", p.reason);
+    assert!(!p.actions.contains(&Action::Fence));
 }
 
 #[test]

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use tenure::clock;
 use tenure::core::model::{
-    AcquireOutcome, ClaimOutcome, HistoryEntry, Initialize, MemberInfo, RenewalOutcome,
+    AcquireOutcome, ClaimOutcome, ConfirmEpoch, HistoryEntry, Initialize, MemberInfo,
+    RenewalOutcome, RollbackSeen,
 };
 use tenure::core::time::Instant;
 use tenure::dcs::{Etcd, WatchEvent, encode_member};
@@ -460,7 +461,15 @@ fn initialize_claim_race_and_record() {
             sysid: 7_298_031_012_345_678_901
         })
     );
-    assert!(!c.create_initialize(&b.rt, 1, in_ms(2000)).expect("create"));
+    assert!(
+        !c.create_initialize(&b.rt, 1, &seen(), "pg9", "t", in_ms(2000))
+            .expect("create")
+    );
+    // `initialize` existed: no marker either.
+    assert_eq!(
+        c.read_cluster(&b.rt, in_ms(2000)).expect("read").rollback,
+        None
+    );
     assert_eq!(
         c.claim_initialize(&b.rt, 5, in_ms(2000)),
         ClaimOutcome::Lost
@@ -501,8 +510,14 @@ fn initialize_claim_race_and_record() {
 
     // A node with data re-creating a lost key, create-only; and config seeding.
     let mut f = b.client("/service/t3/");
-    assert!(f.create_initialize(&b.rt, 42, in_ms(2000)).expect("create"));
-    assert!(!f.create_initialize(&b.rt, 43, in_ms(2000)).expect("create"));
+    assert!(
+        f.create_initialize(&b.rt, 42, &seen(), "pg1", "t1", in_ms(2000))
+            .expect("create")
+    );
+    assert!(
+        !f.create_initialize(&b.rt, 43, &seen(), "pg2", "t2", in_ms(2000))
+            .expect("create")
+    );
     assert!(
         f.put_config_if_absent(&b.rt, r#"{"ttl":7}"#, in_ms(2000))
             .expect("config")
@@ -514,6 +529,66 @@ fn initialize_claim_race_and_record() {
     let view = f.read_cluster(&b.rt, in_ms(2000)).expect("read");
     assert_eq!(view.initialize, Some(Initialize::Done { sysid: 42 }));
     assert_eq!(view.config.as_deref(), Some(r#"{"ttl":7}"#));
+    // The re-creation wrote the rollback marker in the same txn (a nested txn).
+    let m = view.rollback.expect("rollback marker");
+    assert_eq!(
+        (
+            m.key.as_str(),
+            m.seen_revision,
+            m.by.as_str(),
+            m.parse_error
+        ),
+        ("/service/t3/rollback", 316, "pg1", None)
+    );
+    // The marker is create-only: the first writer keeps its word.
+    assert!(
+        !f.mark_rollback(&b.rt, &seen(), "pg3", "t3", in_ms(2000))
+            .expect("mark")
+    );
+    // confirm-epoch deletes it and writes confirm_epoch in one txn.
+    let c = ConfirmEpoch {
+        up_to: 316,
+        by: "op".into(),
+        at: "t4".into(),
+    };
+    let cleared = f.confirm_epoch(&b.rt, &c, in_ms(2000)).expect("confirm");
+    assert_eq!(cleared.map(|m| m.by), Some("pg1".into()));
+    let view = f.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert_eq!((view.rollback, view.confirm_epoch), (None, Some(c.clone())));
+    // A marker by mark_rollback; garbage written over it is still a marker, and
+    // confirm-epoch clears that too.
+    assert!(
+        f.mark_rollback(&b.rt, &seen(), "pg3", "t5", in_ms(2000))
+            .expect("mark")
+    );
+    assert_eq!(
+        f.read_cluster(&b.rt, in_ms(2000))
+            .expect("read")
+            .rollback
+            .map(|m| m.by),
+        Some("pg3".into())
+    );
+    b.raw(async move |c| c.put("/service/t3/rollback", "{garbage", None).await);
+    let m = f
+        .read_cluster(&b.rt, in_ms(2000))
+        .expect("read")
+        .rollback
+        .expect("garbage is a marker");
+    assert!(m.parse_error.is_some(), "{m:?}");
+    let cleared = f.confirm_epoch(&b.rt, &c, in_ms(2000)).expect("confirm");
+    assert!(cleared.expect("cleared").parse_error.is_some());
+    assert_eq!(
+        f.read_cluster(&b.rt, in_ms(2000)).expect("read").rollback,
+        None
+    );
+}
+
+fn seen() -> RollbackSeen {
+    RollbackSeen {
+        seen_revision: 316,
+        found_revision: 4,
+        reason: "test".into(),
+    }
 }
 
 #[test]
@@ -749,7 +824,7 @@ fn every_call_by_its_deadline(
         format!("{:?}", e.record_initialize(rt, 1, lease, d))
     });
     check("create_initialize", &mut |d| {
-        format!("{:?}", e.create_initialize(rt, 1, d))
+        format!("{:?}", e.create_initialize(rt, 1, &seen(), "pg1", "t", d))
     });
     check("grant", &mut |d| format!("{:?}", e.grant(rt, 5, d)));
     check("keep_alive_once", &mut |d| {

@@ -1,7 +1,14 @@
 //! Test 11: etcd wiped and restarted empty (same peer URLs and token, so the same
 //! cluster id) while the cluster runs (DESIGN §3): no node runs initdb over data,
-//! nobody promotes on the epoch regression until the operator confirms, and after
-//! confirmation the cluster continues with its data. Real etcd + PostgreSQL.
+//! nobody promotes until the operator confirms, and after confirmation the cluster
+//! continues with its data. Real etcd + PostgreSQL.
+//!
+//! Right after the wipe the test pushes the new etcd's revision past the old epoch,
+//! so a key taken from then on has a *larger* epoch than the data's: the epoch
+//! comparison alone would let it promote silently. What stops it is the `rollback`
+//! marker the running agents write when their reads go back in time (and the one
+//! that re-creates `initialize`). One replica is down during the wipe and starts
+//! afterwards: it remembers no revision and must honour the marker others wrote.
 
 use std::time::{Duration, Instant};
 
@@ -16,33 +23,42 @@ const ROWS: i64 = 20;
 /// A table the test writes into on the old primary after the wipe, to see when it
 /// stops accepting writes (kept apart from `ROW_TABLE`).
 const PROBE: &str = "wipe_probe";
-/// etcd revisions spent before the agents start, so the leader key's epoch is far
-/// above what the wiped etcd reaches in the test: a young cluster's epoch is ~20,
-/// and the wiped etcd's member-key refreshes alone pass that within seconds, after
-/// which a regression can no longer be seen (the report names this limit).
-const REVISIONS_BEFORE: usize = 300;
+/// How far past the old epoch the test pushes the wiped etcd's revision.
+const PAST_EPOCH: i64 = 50;
+/// A scratch key outside the cluster's prefix, for spending revisions.
+const SCRATCH: &str = "/bed/revision-filler";
 
 fn bed(tag: &str) -> TestCluster {
     let mut opts = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
     opts.tag = tag.into();
     opts.scope = format!("wipe-{tag}");
-    opts.start_agents = false;
-    let mut c = TestCluster::start(opts).unwrap_or_else(|e| panic!("test bed: {e}"));
+    TestCluster::start(opts).unwrap_or_else(|e| panic!("test bed: {e}"))
+}
+
+/// Put `SCRATCH` until the store's revision is above `target`; returns it.
+fn push_revision_past(c: &TestCluster, target: i64) -> i64 {
     let eps = c.endpoints();
-    for k in 0..REVISIONS_BEFORE {
-        etcdkv::put(
-            &eps,
-            "/bed/revision-filler",
-            &k.to_string(),
-            Duration::from_secs(2),
-        )
-        .unwrap_or_else(|e| panic!("fill revisions: {e}"));
+    let mut k = 0u64;
+    loop {
+        etcdkv::put(&eps, SCRATCH, &k.to_string(), Duration::from_secs(2))
+            .unwrap_or_else(|e| panic!("push revisions: {e}"));
+        k += 1;
+        if k.is_multiple_of(16) {
+            let rev = etcdkv::range(&eps, SCRATCH, false, Duration::from_secs(2))
+                .unwrap_or_else(|e| panic!("read {SCRATCH}: {e}"))
+                .first()
+                .map_or(0, |kv| kv.mod_revision);
+            if rev > target {
+                return rev;
+            }
+        }
     }
-    for i in 0..c.node_count() {
-        c.start_agent(i)
-            .unwrap_or_else(|e| panic!("start agent: {e}"));
-    }
-    c
+}
+
+/// The `rollback` marker's JSON, if the key exists.
+fn marker(c: &TestCluster) -> Option<serde_json::Value> {
+    let raw = c.get_key("rollback")?;
+    Some(serde_json::from_str(&raw).unwrap_or_else(|e| panic!("rollback marker {raw:?}: {e}")))
 }
 
 fn rows_before_wipe(c: &TestCluster, i: usize) -> Result<i64, String> {
@@ -58,14 +74,10 @@ fn row_epoch(c: &TestCluster, i: usize) -> Result<i64, String> {
     v.parse().map_err(|e| format!("epoch = {v:?}: {e}"))
 }
 
-/// The data epoch named by the first epoch-regression refusal in `log`.
-fn refusal_epoch(log: &str) -> Option<i64> {
-    let line = log.lines().find(|l| l.contains("epoch regression"))?;
-    let rest = line.split("my data was written under epoch ").nth(1)?;
-    rest.split(|ch: char| !ch.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
+/// A refusal in `log` that names the rollback marker `key` and the command.
+fn marker_refusal<'a>(log: &'a str, key: &str) -> Option<&'a str> {
+    log.lines()
+        .find(|l| l.contains("refusing") && l.contains(key) && l.contains("tenure confirm-epoch"))
 }
 
 #[test]
@@ -100,18 +112,46 @@ fn real_etcd_wiped_no_promotion_until_confirmed() {
         );
         assert_eq!(c.system_identifier(i).as_deref(), Ok(sysid.as_str()));
     }
+    // Revisions spent after the epoch was fixed: the running agents' remembered
+    // revision ends up far above what the wiped store reaches below, so their next
+    // read shows etcd going back (the revision check; the missing `initialize`
+    // would catch a wipe on its own). The epoch stays small.
+    let remembered = push_revision_past(&c, epoch0 + 4 * PAST_EPOCH);
+    // Each agent reads the scope every loop_wait: a few loops, and all have read it.
+    std::thread::sleep(4 * c.opts.loop_wait);
+    // One replica is down during the wipe (it will remember no revision).
+    let late = (0..n).find(|&i| i != p).expect("a replica");
+    let running: Vec<usize> = all.iter().copied().filter(|&i| i != late).collect();
+    c.host_crash(late)
+        .unwrap_or_else(|e| panic!("stop {}: {e}", c.name(late)));
     let log_start: Vec<usize> = all.iter().map(|&i| c.agent_log(i).len()).collect();
     let new_log = |c: &TestCluster, i: usize| c.agent_log(i)[log_start[i]..].to_string();
 
-    // The wipe.
+    // The wipe, then at once the new store's revision past the old epoch: from here
+    // on a new leader key's epoch would be above the data's.
     c.etcd()
         .expect("etcd")
         .wipe_and_restart()
         .unwrap_or_else(|e| panic!("wipe etcd: {e}"));
     let wiped = Instant::now();
+    let pushed = push_revision_past(&c, epoch0 + PAST_EPOCH);
+    assert!(
+        pushed < remembered,
+        "pushed {pushed} >= remembered {remembered}"
+    );
     eprintln!(
-        "etcd wiped; old primary {}, epoch before {epoch0}",
-        c.name(p)
+        "etcd wiped; old primary {}, epoch before {epoch0}; revision pushed to {pushed} in {:?}; \
+         {} is down",
+        c.name(p),
+        wiped.elapsed(),
+        c.name(late)
+    );
+    let taken_early = c.leader_key();
+    assert!(
+        taken_early.as_ref().is_none_or(|(_, e)| *e > epoch0),
+        "the key was taken at {taken_early:?} before the revision passed {epoch0}: the test \
+         would not show the gap{}",
+        c.logs_tail(40)
     );
 
     // 3 x ttl: nobody but the old primary answers /primary; the old primary stops
@@ -142,7 +182,7 @@ fn real_etcd_wiped_no_promotion_until_confirmed() {
         {
             p_last_write = Some(at);
         }
-        for &i in &all {
+        for &i in &running {
             if let Ok(s) = c.system_identifier(i) {
                 assert_eq!(
                     s,
@@ -198,7 +238,7 @@ fn real_etcd_wiped_no_promotion_until_confirmed() {
         c.logs_tail(40)
     );
     // No initdb in any log since the wipe.
-    for &i in &all {
+    for &i in &running {
         let log = new_log(&c, i);
         assert!(
             !log.contains("running initdb") && !log.contains("initdb done"),
@@ -207,39 +247,119 @@ fn real_etcd_wiped_no_promotion_until_confirmed() {
         );
     }
 
-    // Somebody holds the new key, with a smaller epoch, and refuses to promote.
-    let (holder, epoch1) = c
-        .leader_key()
-        .unwrap_or_else(|| panic!("no leader key 3 x ttl after the wipe{}", c.logs_tail(40)));
-    assert!(epoch1 < epoch0, "new epoch {epoch1} not below {epoch0}");
-    let h = c.index_of(&holder).expect("holder is a node");
-    let refused = refusal_epoch(&new_log(&c, h)).unwrap_or_else(|| {
+    // The marker: written by a running node, naming a revision it had seen above
+    // the one it found (or, from the node that re-created `initialize`, why).
+    let key = format!("{}rollback", c.prefix());
+    let m = marker(&c).unwrap_or_else(|| panic!("no rollback marker{}", c.logs_tail(60)));
+    eprintln!("rollback marker: {m}");
+    let by = m["by"].as_str().unwrap_or_default().to_string();
+    assert!(
+        running.iter().any(|&i| c.name(i) == by),
+        "marker by {by:?}: {m}"
+    );
+    assert!(
+        m["found_revision"].as_i64().is_some() && m["at"].is_string(),
+        "{m}"
+    );
+    // The running agents saw their reads go back (below `remembered`).
+    let saw: Vec<&str> = running
+        .iter()
+        .filter(|&&i| {
+            new_log(&c, i).contains("ALERT: etcd went back in time (a read's revision went from")
+        })
+        .map(|&i| c.name(i))
+        .collect();
+    assert!(
+        !saw.is_empty(),
+        "no running agent saw a read go back below revision {remembered}{}",
+        c.logs_tail(60)
+    );
+    eprintln!("saw the revision go back: {saw:?}");
+    // Nobody took the key: the marker holds every candidate (the epoch comparison
+    // would not have: the revision is past the old epoch).
+    assert_eq!(
+        c.leader_key(),
+        None,
+        "a leader key under the marker{}",
+        c.logs_tail(60)
+    );
+    for &i in &running {
+        if i == p {
+            continue;
+        }
+        let log = new_log(&c, i);
+        assert!(
+            marker_refusal(&log, &key).is_some(),
+            "{} never refused naming {key}:\n{log}",
+            c.name(i)
+        );
+    }
+
+    // The node that was down starts now: it remembers nothing and must honour the
+    // marker the others wrote.
+    c.start_agent(late)
+        .unwrap_or_else(|e| panic!("start {}: {e}", c.name(late)));
+    let honoured = wait_for(FAILOVER, Duration::from_millis(200), || {
+        assert!(
+            c.primaries().is_empty(),
+            "a primary after {} started, before any confirmation{}",
+            c.name(late),
+            c.logs_tail(60)
+        );
+        marker_refusal(&new_log(&c, late), &key).map(str::to_string)
+    });
+    let line = honoured.unwrap_or_else(|| {
         panic!(
-            "{holder} holds the key (epoch {epoch1}) but never logged an epoch regression:\n{}",
-            new_log(&c, h)
+            "{} never refused naming {key}:\n{}",
+            c.name(late),
+            new_log(&c, late)
         )
     });
-    assert_eq!(refused, epoch0, "the refusal names the data's epoch");
-    eprintln!("{holder} holds the key under epoch {epoch1} and refuses: data epoch {refused}");
+    eprintln!("{}: {line}", c.name(late));
+    assert!(
+        !new_log(&c, late).contains("ALERT: etcd went back in time"),
+        "{} cannot have seen the rollback itself",
+        c.name(late)
+    );
+    // It keeps refusing for a while longer: never a primary, never the key.
+    let t0 = Instant::now();
+    while t0.elapsed() < ttl {
+        assert!(c.primaries().is_empty(), "a primary before confirmation");
+        assert_eq!(c.leader_key(), None, "a leader key under the marker");
+        c.check_agents().unwrap_or_else(|e| panic!("{e}"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        c.system_identifier(late).as_deref(),
+        Ok(sysid.as_str()),
+        "{} kept its data",
+        c.name(late)
+    );
 
-    // The operator confirms.
+    // The operator confirms on the late node, with the epoch from its own
+    // `tenure.epoch` row (its PostgreSQL runs as a standby).
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
         .arg("confirm-epoch")
         .arg("--config")
-        .arg(c.config_path(h))
-        .arg("--epoch")
-        .arg(refused.to_string())
+        .arg(c.config_path(late))
         .arg("--by")
         .arg("real_wipe")
         .output()
         .expect("run tenure confirm-epoch");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
-        "tenure confirm-epoch: {:?}\n{}{}",
+        "tenure confirm-epoch: {:?}\n{stdout}{}",
         out.status,
-        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    eprintln!("confirm-epoch said:\n{stdout}");
+    assert!(
+        stdout.contains(&format!("rollback marker {key} deleted"))
+            && stdout.contains(&format!("up to {epoch0}")),
+        "{stdout}"
+    );
+    assert!(marker(&c).is_none(), "marker still there after confirming");
 
     // One primary, the others stream from it, the data is there.
     let q = c
@@ -250,6 +370,10 @@ fn real_etcd_wiped_no_promotion_until_confirmed() {
     assert_eq!(c.primaries(), vec![q], "exactly one primary");
     let (leader, epoch2) = c.leader_key().expect("leader key after confirmation");
     assert_eq!(leader, c.name(q));
+    assert!(
+        epoch2 > epoch0,
+        "epoch {epoch2} after confirming, data epoch {epoch0}: the gap needs a larger one"
+    );
     for &i in &all {
         assert_eq!(
             c.system_identifier(i).as_deref(),

@@ -156,7 +156,27 @@ pub struct Core {
     /// reload reaches every PostgreSQL process a little after our own session, so
     /// the `sync` key trusts a value only once it held for a loop (DESIGN §3a).
     names_seen: Option<(String, Instant)>,
+    /// Highest cluster revision read in this run (DESIGN §3: revisions never go
+    /// backwards in one store; a read below it means etcd was wiped or restored).
+    max_revision: i64,
+    /// `max_revision` before the latest read (what a `CreateInitialize` marker says
+    /// was seen).
+    prior_max_revision: i64,
+    /// Highest `mod_revision` read per member key: a key's mod_revision never goes
+    /// down in one store either, and unlike the header revision it cannot be pushed
+    /// past by other writes (a restore, even with bumped revisions, brings back
+    /// older member keys).
+    member_revisions: std::collections::BTreeMap<String, i64>,
+    /// A rollback this node saw, until a read shows the `rollback` marker in etcd
+    /// (the shell writes it create-only meanwhile, every iteration).
+    rollback_seen: Option<RollbackSeen>,
+    /// The `rollback` marker as last read.
+    rollback_marker: Option<RollbackMarker>,
 }
+
+/// At most this many member keys are remembered for the rollback check (a scope full
+/// of garbage member keys must not grow memory without bound).
+const MEMBER_REVISIONS_CAP: usize = 1024;
 
 impl Core {
     pub fn new(cfg: CoreConfig, timing: Timing) -> Core {
@@ -178,6 +198,11 @@ impl Core {
             confirm: None,
             led_from_bootstrap: false,
             names_seen: None,
+            max_revision: 0,
+            prior_max_revision: 0,
+            member_revisions: std::collections::BTreeMap::new(),
+            rollback_seen: None,
+            rollback_marker: None,
         }
     }
 
@@ -350,10 +375,105 @@ impl Core {
         self.local_epoch
     }
 
+    /// DESIGN §3: remember the highest revision read (and each member key's), and
+    /// notice when a read goes below it: etcd went back in time. The numeric
+    /// comparison of the data's epoch with the leader key's misses a wipe once the
+    /// new store's revisions pass the old epoch; this one compares etcd with itself.
+    fn note_revisions(&mut self, view: &ClusterView) {
+        self.rollback_marker = view.rollback.clone();
+        self.prior_max_revision = self.max_revision;
+        // A missing header revision (0) says nothing.
+        let mut back = None;
+        if view.revision > 0 && view.revision < self.max_revision {
+            back = Some(format!(
+                "a read's revision went from {} back to {}",
+                self.max_revision, view.revision
+            ));
+        }
+        for m in &view.members {
+            if back.is_none()
+                && let Some(&old) = self.member_revisions.get(&m.name)
+                && m.mod_revision < old
+            {
+                back = Some(format!(
+                    "members/{} went from mod revision {old} back to {} (read at revision {})",
+                    m.name, m.mod_revision, view.revision
+                ));
+            }
+        }
+        let detected = back.is_some();
+        if let Some(reason) = back {
+            self.rollback_seen = Some(RollbackSeen {
+                seen_revision: self.max_revision,
+                found_revision: view.revision,
+                reason,
+            });
+            // The new store's history starts here.
+            self.max_revision = 0;
+            self.member_revisions.clear();
+        }
+        self.max_revision = self.max_revision.max(view.revision);
+        if self.member_revisions.len() > MEMBER_REVISIONS_CAP {
+            self.member_revisions.clear();
+        }
+        for m in &view.members {
+            let r = self.member_revisions.entry(m.name.clone()).or_insert(0);
+            *r = (*r).max(m.mod_revision);
+        }
+        if view.rollback.is_some() && !detected {
+            // The marker is in etcd now: it governs, and only the operator clears it.
+            // (A rollback seen in this very read is still reported once: the shell
+            // logs it even when another node's marker was first.)
+            self.rollback_seen = None;
+        }
+    }
+
+    /// Why no node may take the leader key or promote: the `rollback` marker exists
+    /// (garbage in it counts), or this node saw etcd go back in time and its marker is
+    /// not readable yet. The text names the key and the command that clears it.
+    fn rollback_refusal(&self) -> Option<String> {
+        let data = match self.local_epoch {
+            Some(e) => format!("; this node's data carries epoch {e}"),
+            None => String::new(),
+        };
+        if let Some(m) = &self.rollback_marker {
+            let what = match &m.parse_error {
+                Some(e) => {
+                    format!("holds a value that does not parse ({e}): it counts as a marker")
+                }
+                None => format!(
+                    "says etcd went back in time ({}: revision {} seen, {} found, by {} at {})",
+                    m.reason, m.seen_revision, m.found_revision, m.by, m.at
+                ),
+            };
+            return Some(format!(
+                "the rollback marker {} {what}; no node takes the leader key or promotes until \
+                 an operator checks that etcd was wiped or restored and no other primary runs, \
+                 then runs `tenure confirm-epoch --config FILE`, which deletes {}{data}",
+                m.key, m.key
+            ));
+        }
+        let s = self.rollback_seen.as_ref()?;
+        Some(format!(
+            "etcd went back in time ({}); writing the rollback marker (key `rollback` in the \
+             scope); no node takes the leader key or promotes until an operator runs \
+             `tenure confirm-epoch --config FILE`{data}",
+            s.reason
+        ))
+    }
+
     /// One decision. Pure: same state + same inputs = same plan.
     pub fn step(&mut self, now: Instant, obs: &Observation) -> Plan {
         let mut p = Planner::default();
         let reason = self.decide(now, obs, &mut p);
+        // Last in the plan, so it never delays a fence: write the marker until a read
+        // shows it (create-only; `CreateInitialize` may already have written it).
+        if let Some(s) = &self.rollback_seen
+            && obs.cluster.is_ok()
+            && !p.actions.contains(&Action::Exit)
+        {
+            p.push(Action::MarkRollback(s.clone()));
+        }
         self.last_step = Some(now);
         Plan {
             actions: p.actions,
@@ -380,6 +500,7 @@ impl Core {
         }
         if let Ok(view) = &obs.cluster {
             self.confirm = view.confirm_epoch.clone();
+            self.note_revisions(view);
         }
         match &obs.pg.sync_names {
             Some(n) if self.names_seen.as_ref().is_some_and(|(seen, _)| seen == n) => {}
@@ -663,7 +784,8 @@ impl Core {
                 }
             }
             (PgRole::Replica, _) => {
-                if let Some(why) = self.epoch_regression(l.epoch) {
+                let refusal = self.epoch_regression(l.epoch);
+                if let Some(why) = refusal.or_else(|| self.rollback_refusal()) {
                     // Keep the key, so nobody else promotes either, and wait for the
                     // operator (DESIGN §3).
                     l.down_since = None;
@@ -703,7 +825,9 @@ impl Core {
                 if obs.pg.role == PgRole::Stopped {
                     let data = matches!(obs.pg.data, DataDir::Present { .. });
                     let unread = !self.local_epoch_known && !self.led_from_bootstrap;
-                    if data && (unread || self.epoch_regression(l.epoch).is_some()) {
+                    let refused = self.epoch_regression(l.epoch).is_some()
+                        || self.rollback_refusal().is_some();
+                    if data && (unread || refused) {
                         // Read the epoch row (or keep the data readable while refusing)
                         // as a standby: a primary could write before we know (DESIGN §3).
                         l.down_since = None;
@@ -1122,7 +1246,19 @@ impl Core {
                         )
                     }
                     DataDir::Present { sysid, .. } => {
-                        p.push(Action::CreateInitialize { sysid: *sysid });
+                        // `initialize` is never deleted: missing next to data, etcd
+                        // lost its memory. The marker goes in the same txn.
+                        let rollback = self.rollback_seen.clone().unwrap_or(RollbackSeen {
+                            seen_revision: self.prior_max_revision,
+                            found_revision: view.revision,
+                            reason: format!(
+                                "initialize was missing while {me} has data (system identifier {sysid})"
+                            ),
+                        });
+                        p.push(Action::CreateInitialize {
+                            sysid: *sysid,
+                            rollback,
+                        });
                         p.again = true;
                         Reason::Bootstrapping(format!(
                             "initialize key missing; re-creating it from my data (system identifier {sysid})"
@@ -1325,6 +1461,7 @@ impl Core {
         // The node that just ran initdb: no other node has data, nobody led before.
         if self.bootstrapped_here
             && self.lead_refusal.is_none()
+            && self.rollback_refusal().is_none()
             && obs.pg.role == PgRole::Stopped
             && matches!(obs.pg.data, DataDir::Present { .. })
             && view.history.is_empty()
@@ -1354,6 +1491,9 @@ impl Core {
             return Reason::Waiting("no leader, and I am tagged nofailover".into());
         }
         if let Some(why) = &self.lead_refusal {
+            return Reason::Refusing(format!("not a candidate: {why}"));
+        }
+        if let Some(why) = self.rollback_refusal() {
             return Reason::Refusing(format!("not a candidate: {why}"));
         }
         if let Err(why) = self.sync_allows(view, &me) {

@@ -178,6 +178,9 @@ pub struct ClusterView {
     /// The `sync` key: `Err` names what is wrong with a value another writer left
     /// (in synchronous mode that allows nobody but a leader to rewrite it).
     pub sync: Option<Result<SyncKey, String>>,
+    /// The `rollback` marker: etcd went back in time (wiped or restored) and no
+    /// operator has confirmed it yet. Garbage in the key is still a marker.
+    pub rollback: Option<RollbackMarker>,
 }
 
 /// The `confirm_epoch` key, written by `tenure confirm-epoch` after an operator
@@ -188,6 +191,38 @@ pub struct ConfirmEpoch {
     pub up_to: Epoch,
     pub by: String,
     pub at: String,
+}
+
+/// The `rollback` key (DESIGN §3): written create-only by the first node that saw
+/// etcd go back in time (a read's revision below one it had seen, a member key older
+/// than one it had seen, or `initialize` missing while it has data); deleted only by
+/// `tenure confirm-epoch`. While it exists no node takes the leader key or promotes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RollbackMarker {
+    /// The full key, for messages (`<namespace>/<scope>/rollback`).
+    pub key: String,
+    /// The highest cluster revision the writer had seen before (0: none remembered).
+    pub seen_revision: i64,
+    /// The revision of the read that showed the rollback.
+    pub found_revision: i64,
+    /// The member that wrote it.
+    pub by: String,
+    /// When (RFC 3339, the writer's wall clock).
+    pub at: String,
+    /// What the writer saw, in words.
+    pub reason: String,
+    /// The value did not parse: it still counts as a marker (never an unsafe
+    /// promotion), and this says what was wrong.
+    pub parse_error: Option<String>,
+}
+
+/// What this node saw that shows etcd went back in time: the content of the
+/// `rollback` marker it asks the shell to write (the shell adds who and when).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RollbackSeen {
+    pub seen_revision: i64,
+    pub found_revision: i64,
+    pub reason: String,
 }
 
 impl ClusterView {
@@ -408,8 +443,12 @@ pub enum Action {
     /// drop the lock lease.
     RecordInitialize { sysid: u64, lease: LeaseId },
     /// Create-only `initialize` = sysid (a node with data re-creating a lost key;
-    /// never initdb because a key is missing, DESIGN §3).
-    CreateInitialize { sysid: u64 },
+    /// never initdb because a key is missing, DESIGN §3), and in the same txn the
+    /// `rollback` marker, create-only: `initialize` is never deleted, so its absence
+    /// next to data means etcd lost its memory.
+    CreateInitialize { sysid: u64, rollback: RollbackSeen },
+    /// Create-only `rollback` marker (the first writer wins): etcd went back in time.
+    MarkRollback(RollbackSeen),
     /// Grant a fresh lease and try the acquire txn.
     Acquire,
     /// Start a supervised job.

@@ -1,13 +1,15 @@
 //! Encoding and defensive parsing of the values under the scope (DESIGN §4).
 //!
-//! Owns: the byte format of `members/<name>`, `initialize` and `history`.
+//! Owns: the byte format of `members/<name>`, `initialize`, `history`,
+//! `confirm_epoch` and `rollback`.
 //! Must never: fail or panic on what another writer left in etcd. Every parser
 //! returns a usable value plus the problems it found; the caller logs them once.
 
 use serde_json::{Map, Value, json};
 
 use crate::core::model::{
-    ConfirmEpoch, HistoryEntry, Initialize, LeaseId, Lsn, MemberInfo, SyncKey,
+    ConfirmEpoch, HistoryEntry, Initialize, LeaseId, Lsn, MemberInfo, RollbackMarker, RollbackSeen,
+    SyncKey,
 };
 
 /// Longest excerpt of a bad value quoted in a problem text (logs stay readable).
@@ -270,6 +272,74 @@ pub fn parse_sync(raw: &[u8]) -> Result<SyncKey, String> {
     })
 }
 
+/// The `rollback` marker: `{"seen_revision": N, "found_revision": M, "by": "<member>",
+/// "at": "<RFC 3339>", "reason": "<what was seen>"}`.
+pub fn encode_rollback(seen: &RollbackSeen, by: &str, at: &str) -> String {
+    json!({
+        "seen_revision": seen.seen_revision,
+        "found_revision": seen.found_revision,
+        "by": by,
+        "at": at,
+        "reason": seen.reason,
+    })
+    .to_string()
+}
+
+/// Parse the `rollback` marker at `key`. Never fails: whatever the key holds, it is
+/// a marker (a garbled one must never allow a promotion); what did not parse is in
+/// `parse_error` for the caller to log.
+pub fn parse_rollback(key: &str, raw: &[u8]) -> RollbackMarker {
+    let mut m = RollbackMarker {
+        key: key.to_string(),
+        ..RollbackMarker::default()
+    };
+    let obj = match serde_json::from_slice::<Value>(raw) {
+        Ok(Value::Object(o)) => o,
+        Ok(other) => {
+            m.parse_error = Some(format!(
+                "expected a JSON object, got {}: {}",
+                type_name(&other),
+                excerpt(raw)
+            ));
+            return m;
+        }
+        Err(e) => {
+            m.parse_error = Some(format!("not JSON ({e}): {}", excerpt(raw)));
+            return m;
+        }
+    };
+    let mut problems = Vec::new();
+    for (name, slot) in [
+        ("seen_revision", &mut m.seen_revision),
+        ("found_revision", &mut m.found_revision),
+    ] {
+        match obj.get(name) {
+            Some(v) => match v.as_i64().filter(|r| *r >= 0) {
+                Some(r) => *slot = r,
+                None => problems.push(format!("{name}: expected a revision, got {}", short(v))),
+            },
+            None => problems.push(format!("{name} is missing")),
+        }
+    }
+    for (name, slot) in [
+        ("by", &mut m.by),
+        ("at", &mut m.at),
+        ("reason", &mut m.reason),
+    ] {
+        match obj.get(name) {
+            Some(Value::String(t)) => *slot = t.clone(),
+            // `reason` is ours, not in every writer's value.
+            None if name == "reason" => {}
+            None => problems.push(format!("{name} is missing")),
+            Some(v) => problems.push(format!("{name}: expected a string, got {}", short(v))),
+        }
+    }
+    if !problems.is_empty() {
+        m.parse_error = Some(problems.join("; "));
+    }
+    m
+}
+
 /// One history entry as Patroni writes it: `[timeline, lsn, reason, timestamp, new_leader]`.
 pub fn history_entry_json(e: &HistoryEntry) -> Value {
     json!([e.timeline, e.lsn, e.reason, e.timestamp, e.new_leader])
@@ -486,6 +556,55 @@ mod tests {
         ] {
             let e = parse_sync(raw).expect_err(&String::from_utf8_lossy(raw));
             assert!(e.contains(names), "{e} should name {names}");
+        }
+    }
+
+    #[test]
+    fn rollback_round_trip_and_garbage_is_still_a_marker() {
+        let seen = RollbackSeen {
+            seen_revision: 316,
+            found_revision: 4,
+            reason: "a read's revision went from 316 back to 4".into(),
+        };
+        let m = parse_rollback(
+            "/service/x/rollback",
+            encode_rollback(&seen, "pg2", "2026-01-01T00:00:00Z").as_bytes(),
+        );
+        assert_eq!(
+            m,
+            RollbackMarker {
+                key: "/service/x/rollback".into(),
+                seen_revision: 316,
+                found_revision: 4,
+                by: "pg2".into(),
+                at: "2026-01-01T00:00:00Z".into(),
+                reason: seen.reason.clone(),
+                parse_error: None,
+            }
+        );
+        // The brief's form, without `reason`, parses cleanly.
+        let m = parse_rollback(
+            "k",
+            br#"{"seen_revision":9,"found_revision":2,"by":"a","at":"t"}"#,
+        );
+        assert_eq!(
+            (m.seen_revision, m.found_revision, m.parse_error),
+            (9, 2, None)
+        );
+        for bad in [
+            &b""[..],
+            b"x",
+            b"[]",
+            b"{}",
+            b"null",
+            b"\xff",
+            br#"{"seen_revision":"9","found_revision":2,"by":"a","at":"t"}"#,
+            br#"{"seen_revision":-1,"found_revision":2,"by":"a","at":"t"}"#,
+            br#"{"seen_revision":9,"found_revision":2,"by":7,"at":"t"}"#,
+        ] {
+            let m = parse_rollback("/service/x/rollback", bad);
+            assert!(m.parse_error.is_some(), "{bad:?}");
+            assert_eq!(m.key, "/service/x/rollback");
         }
     }
 

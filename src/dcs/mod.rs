@@ -31,11 +31,11 @@ use tokio::runtime::Runtime;
 use crate::clock;
 use crate::core::model::{
     AcquireOutcome, ClaimOutcome, ClusterView, Epoch, HistoryEntry, LeaderKey, LeaseId, LeasePoll,
-    Member, Renewal, RenewalOutcome,
+    Member, Renewal, RenewalOutcome, RollbackMarker, RollbackSeen,
 };
 use crate::core::time::Instant;
 
-pub use keys::{encode_member, parse_member};
+pub use keys::{encode_member, encode_rollback, parse_member, parse_rollback};
 
 /// A failure talking to etcd (timeout, no leader, connection refused...). The text
 /// names what failed; the loop treats it as an observation.
@@ -276,6 +276,29 @@ impl Etcd {
                     }
                     view.sync = Some(k);
                 }
+                b"rollback" => {
+                    let key = format!("{prefix}rollback");
+                    let m = keys::parse_rollback(&key, item.value());
+                    match &m.parse_error {
+                        Some(why) => self.warn_once(
+                            "rollback",
+                            &format!(
+                                "{why}; it still counts as a rollback marker: no node takes the \
+                                 leader key or promotes until `tenure confirm-epoch` deletes it"
+                            ),
+                        ),
+                        None => self.warn_once(
+                            "rollback",
+                            &format!(
+                                "etcd went back in time ({}: revision {} seen, {} found, by {} at \
+                                 {}): no node takes the leader key or promotes until an operator \
+                                 runs `tenure confirm-epoch`",
+                                m.reason, m.seen_revision, m.found_revision, m.by, m.at
+                            ),
+                        ),
+                    }
+                    view.rollback = Some(m);
+                }
                 b"confirm_epoch" => match keys::parse_confirm_epoch(item.value()) {
                     Ok(c) => view.confirm_epoch = Some(c),
                     Err(why) => self.warn_once("confirm_epoch", &format!("{why}; ignored")),
@@ -511,33 +534,102 @@ impl Etcd {
     }
 
     /// Create-only `initialize` = sysid with no lease (a node with data re-creating a
-    /// lost key). `Ok(false)` = the key exists.
+    /// lost key), and in the same txn the `rollback` marker if none exists (a nested
+    /// txn: the first marker's writer keeps its word). `initialize` is never deleted,
+    /// so its absence next to data means etcd lost its memory (DESIGN §3).
+    /// `Ok(false)` = `initialize` exists (nothing written).
     pub fn create_initialize(
         &mut self,
         rt: &Runtime,
         sysid: u64,
+        rollback: &RollbackSeen,
+        me: &str,
+        at: &str,
         deadline: Instant,
     ) -> Result<bool, DcsError> {
-        self.create_if_absent(rt, "initialize", &sysid.to_string(), deadline)
+        let ikey = self.key("initialize");
+        let rkey = self.key("rollback");
+        let marker = Txn::new()
+            .when(vec![Compare::version(rkey.clone(), CompareOp::Equal, 0)])
+            .and_then(vec![TxnOp::put(
+                rkey,
+                keys::encode_rollback(rollback, me, at),
+                None,
+            )]);
+        let txn = Txn::new()
+            .when(vec![Compare::version(ikey.clone(), CompareOp::Equal, 0)])
+            .and_then(vec![
+                TxnOp::put(ikey, sysid.to_string(), None),
+                TxnOp::txn(marker),
+            ]);
+        let mut kv = self.client.kv_client();
+        bounded(rt, deadline, "create initialize", kv.txn(txn)).map(|r| r.succeeded())
     }
 
-    /// Put `confirm_epoch` (an operator's `tenure confirm-epoch`, DESIGN §3); not
-    /// guarded: it only lifts an epoch-regression refusal, it elects nobody.
-    pub fn put_confirm_epoch(
+    /// Create-only `rollback` marker (the first writer wins). `Ok(true)` = written
+    /// by us, `Ok(false)` = a marker exists.
+    pub fn mark_rollback(
+        &mut self,
+        rt: &Runtime,
+        seen: &RollbackSeen,
+        me: &str,
+        at: &str,
+        deadline: Instant,
+    ) -> Result<bool, DcsError> {
+        self.create_if_absent(
+            rt,
+            "rollback",
+            &keys::encode_rollback(seen, me, at),
+            deadline,
+        )
+    }
+
+    /// An operator's `tenure confirm-epoch` (DESIGN §3): in one txn, put
+    /// `confirm_epoch` and delete the `rollback` marker, guarded by the marker's
+    /// mod_revision as read just before (0: absent), so a marker written after the
+    /// operator looked is not cleared unseen. Not guarded by the leader key: it only
+    /// lifts refusals, it elects nobody. Returns the marker cleared (parsed; garbage
+    /// too), if any.
+    pub fn confirm_epoch(
         &mut self,
         rt: &Runtime,
         c: &crate::core::model::ConfirmEpoch,
         deadline: Instant,
-    ) -> Result<(), DcsError> {
-        let key = self.key("confirm_epoch");
+    ) -> Result<Option<RollbackMarker>, DcsError> {
+        let ckey = self.key("confirm_epoch");
+        let rkey = self.key("rollback");
         let mut kv = self.client.kv_client();
-        bounded(
+        let resp = bounded(rt, deadline, "read rollback", kv.get(rkey.clone(), None))?;
+        let (marker, mod_rev) = match resp.kvs().first() {
+            Some(item) => (
+                Some(keys::parse_rollback(&rkey, item.value())),
+                item.mod_revision(),
+            ),
+            None => (None, 0),
+        };
+        let txn = Txn::new()
+            .when(vec![Compare::mod_revision(
+                rkey.clone(),
+                CompareOp::Equal,
+                mod_rev,
+            )])
+            .and_then(vec![
+                TxnOp::put(ckey, keys::encode_confirm_epoch(c), None),
+                TxnOp::delete(rkey.clone(), None),
+            ]);
+        let resp = bounded(
             rt,
             deadline,
-            "put confirm_epoch",
-            kv.put(key, keys::encode_confirm_epoch(c), None),
-        )
-        .map(|_| ())
+            "put confirm_epoch and delete rollback",
+            kv.txn(txn),
+        )?;
+        if !resp.succeeded() {
+            return Err(DcsError(format!(
+                "{rkey} changed while confirming (another node wrote a new marker): nothing \
+                 written; check again and re-run confirm-epoch"
+            )));
+        }
+        Ok(marker)
     }
 
     /// Create `config` only if absent (bootstrap seeding). `Ok(true)` = created.

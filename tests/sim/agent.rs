@@ -366,11 +366,30 @@ pub async fn run(cx: Cx) {
                         _ => out.recorded_initialize = None,
                     }
                 }
-                Action::CreateInitialize { sysid } => {
+                Action::CreateInitialize { sysid, rollback } => {
                     let d = cx.now().add(r);
-                    if let Ok(Resp::Done(b)) = cx.call(Op::CreateInit { sysid }, d).await {
+                    let op = Op::CreateInit {
+                        sysid,
+                        by: name.clone(),
+                        rollback,
+                    };
+                    if let Ok(Resp::Done(b)) = cx.call(op, d).await {
                         out.recorded_initialize = Some(b);
                     }
+                }
+                Action::MarkRollback(seen) => {
+                    // The simulated etcd is never wiped or restored: a rollback seen
+                    // here is a false positive (it would stop every failover).
+                    cx.w.borrow_mut().violation(format!(
+                        "{name} saw etcd go back in time in a run without a wipe: {}",
+                        seen.reason
+                    ));
+                    let d = cx.now().add(r);
+                    let op = Op::MarkRollback {
+                        by: name.clone(),
+                        seen,
+                    };
+                    let _ = cx.call(op, d).await;
                 }
                 Action::Acquire => {
                     let g = cx.now();

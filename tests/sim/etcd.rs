@@ -18,6 +18,7 @@ pub enum Val {
     InitDone(u64),
     History(Vec<HistoryEntry>),
     Member(MemberInfo),
+    Rollback(RollbackMarker),
 }
 
 #[derive(Clone, Debug)]
@@ -64,8 +65,16 @@ pub enum Op {
         lease: LeaseId,
         sysid: u64,
     },
+    /// Create-only `initialize`, and the `rollback` marker if absent (one txn).
     CreateInit {
         sysid: u64,
+        by: String,
+        rollback: RollbackSeen,
+    },
+    /// Create-only `rollback` marker.
+    MarkRollback {
+        by: String,
+        seen: RollbackSeen,
     },
     PutMember {
         name: String,
@@ -277,11 +286,39 @@ impl Etcd {
                 }
                 Resp::Done(ok)
             }
-            Op::CreateInit { sysid } => {
+            Op::CreateInit {
+                sysid,
+                by,
+                rollback,
+            } => {
                 if self.kv.contains_key("initialize") {
                     return Resp::Done(false);
                 }
-                self.put("initialize", Val::InitDone(*sysid), 0);
+                // One txn, one revision, like etcd.
+                self.rev += 1;
+                let rev = self.rev;
+                let mut keys = vec![("initialize", Val::InitDone(*sysid))];
+                if !self.kv.contains_key("rollback") {
+                    keys.push(("rollback", Val::Rollback(marker(by, rollback))));
+                }
+                for (k, val) in keys {
+                    self.kv.insert(
+                        k.to_string(),
+                        Kv {
+                            val,
+                            create_rev: rev,
+                            mod_rev: rev,
+                            lease: 0,
+                        },
+                    );
+                }
+                Resp::Done(true)
+            }
+            Op::MarkRollback { by, seen } => {
+                if self.kv.contains_key("rollback") {
+                    return Resp::Done(false);
+                }
+                self.put("rollback", Val::Rollback(marker(by, seen)), 0);
                 Resp::Done(true)
             }
             Op::PutMember { name, info } => {
@@ -339,9 +376,22 @@ impl Etcd {
                     v.initialize = Some(Initialize::Done { sysid: *sysid })
                 }
                 (Val::History(h), _) => v.history = h.clone(),
+                (Val::Rollback(m), _) => v.rollback = Some(m.clone()),
                 _ => {}
             }
         }
         v
+    }
+}
+
+fn marker(by: &str, seen: &RollbackSeen) -> RollbackMarker {
+    RollbackMarker {
+        key: "rollback".into(),
+        seen_revision: seen.seen_revision,
+        found_revision: seen.found_revision,
+        by: by.to_string(),
+        at: String::new(),
+        reason: seen.reason.clone(),
+        parse_error: None,
     }
 }

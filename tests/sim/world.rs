@@ -284,7 +284,7 @@ pub enum Ev {
         node: usize,
         token: u64,
         inc: u32,
-        op: Op,
+        op: Box<Op>,
         resp_at: Instant,
         deadline: Instant,
     },
@@ -536,7 +536,7 @@ impl World {
                 node,
                 token,
                 inc,
-                op,
+                op: Box::new(op),
                 resp_at: apply_at.add(b),
                 deadline,
             },
@@ -1149,7 +1149,7 @@ impl World {
                     Err("etcdserver: no leader".to_string())
                 } else {
                     let r = self.etcd.apply(at, &op);
-                    match (&op, &r) {
+                    match (&*op, &r) {
                         (Op::KeepAlive { lease }, Resp::Ttl(t)) if *t > 0 => {
                             self.live.ka.entry(*lease).or_default().push(at)
                         }
