@@ -171,7 +171,13 @@ fn acquire_race_many_rounds_one_winner_each() {
     // TTL 5 when the coordinator revokes; 2 s when the lease is left to expire, so
     // an expiry round costs ~2.5 s, not 5 (and the winner's lease still lives
     // when the round's checks run).
-    let ttl_of = |round: usize| if round % EXPIRY_EVERY == 0 { 2 } else { 5 };
+    let ttl_of = |round: usize| {
+        if round.is_multiple_of(EXPIRY_EVERY) {
+            2
+        } else {
+            5
+        }
+    };
     let b = bed("dcs-race8");
     let eps = b.cluster.endpoints();
     let start = Arc::new(Barrier::new(CONTENDERS + 1));
