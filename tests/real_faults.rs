@@ -786,6 +786,7 @@ fn real_etcd_slow_for_the_leader_beyond_t() {
     let kv = c.get_kv("leader").expect("leader key");
     let (old_name, old_epoch) = (kv.value.clone(), kv.create_revision);
     let (t_tol, _lw, r, horizon) = contract(&c, p, granted_ttl(&c, kv.lease));
+    let budget_b = c.opts.demote_budget;
     let d = 2 * r;
     let mut probe = probe_on(&c, p);
     let log_from = c.agent_log(p).len();
@@ -839,12 +840,19 @@ fn real_etcd_slow_for_the_leader_beyond_t() {
         "fence began {fence_at:.3} s after the delay, past H <= {h_bound:.3} s{}",
         c.logs_tail(40)
     );
-    // The agent's own horizon, from its last "lease valid" line before the fence.
-    let fence_stamp = fence_logged_at(&log).unwrap_or(f64::MAX);
-    let f_own = lease_valid_lines(&log)
-        .into_iter()
-        .rfind(|(s, _)| *s <= fence_stamp)
-        .map(|(s, v)| s + v - t0_boot);
+    // The agent's own fence deadline F (= H without a watchdog), from its fence
+    // reason ("... fence deadline F = <secs>s ..."), on the same clock: the fence
+    // began by it.
+    let f_own = log
+        .split_once("fence deadline F = ")
+        .and_then(|(_, r)| r.split_once('s'))
+        .and_then(|(n, _)| n.parse::<f64>().ok())
+        .map(|f| f - t0_boot)
+        .unwrap_or_else(|| panic!("fence reason names no deadline F{}", c.logs_tail(40)));
+    assert!(
+        fence_at <= f_own + 0.001,
+        "fence began {fence_at:.3} s after the delay, past the agent's own F = {f_own:.3} s"
+    );
     // Exactly one new leader, from etcd's own history: one creation of `leader`
     // after the old epoch, by the new primary.
     let events = scope_events(&c, old_epoch + 1).unwrap_or_else(|e| panic!("etcd history: {e}"));
@@ -865,12 +873,12 @@ fn real_etcd_slow_for_the_leader_beyond_t() {
     assert_eq!((leader.as_str(), epoch), created[0]);
     println!(
         "slow etcd beyond T: T = {:.2} s, delay {:.2} s each way; fence began {fence_at:.3} s \
-         after the delay (own H ~ {:?} s, bound {h_bound:.2} s; seen {:.2} s); old primary's last \
+         after the delay (its F = {f_own:.3} s, F - B = {:.3} s, bound {h_bound:.2} s; seen {:.2} s); old primary's last \
          ack {:.2} s; new primary {} at {:.2} s (its first write acked at {:.2} s); \
          {} rejoined {:.2} s after the lift; old log mentions a promotion delay on the winner: {}",
         t_tol.as_secs_f64(),
         d.as_secs_f64(),
-        f_own.map(|f| (f * 1000.0).round() / 1000.0),
+        f_own - budget_b.as_secs_f64(),
         fenced.duration_since(t0).as_secs_f64(),
         last_old.duration_since(t0).as_secs_f64(),
         c.name(np),
