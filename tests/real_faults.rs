@@ -682,6 +682,65 @@ fn history_leaders(value: &str) -> Vec<String> {
 /// Cluster-state keys only the leader writes (members/* are each node's own).
 const CLUSTER_STATE: [&str; 4] = ["leader", "history", "sync", "status"];
 
+/// From etcd itself: every put or delete of the cluster-state keys after the new
+/// leader key was created (revision `new_epoch`), checked not to carry the old
+/// leadership (`old_name` at `old_epoch`): `leader` only ever names its new holder
+/// and is not deleted while it holds it, no `history` entry naming the old leader
+/// is added, `sync`/`status` never name it. Returns the changes seen, for the report.
+fn no_old_leadership_writes(
+    c: &TestCluster,
+    new_epoch: i64,
+    old_name: &str,
+    old_epoch: i64,
+    np: usize,
+) -> Vec<String> {
+    let events = scope_events(c, new_epoch).unwrap_or_else(|e| panic!("etcd history: {e}"));
+    let mut seen = Vec::new();
+    for e in events.iter().filter(|e| e.mod_revision > new_epoch) {
+        if !CLUSTER_STATE.contains(&e.key.as_str()) {
+            continue;
+        }
+        seen.push(format!(
+            "{}{} {}@{}",
+            if e.put { "put " } else { "delete " },
+            e.key,
+            e.value,
+            e.mod_revision
+        ));
+        match (e.key.as_str(), e.put) {
+            ("leader", true) => assert!(
+                e.value != old_name && e.create_revision != old_epoch,
+                "leader written by the old leadership after epoch {new_epoch}: {e:?}"
+            ),
+            ("leader", false) => panic!(
+                "leader deleted at revision {} while {} held it (epoch {new_epoch})",
+                e.mod_revision,
+                c.name(np)
+            ),
+            ("history", true) => {
+                let before = e.prev.as_deref().map(history_leaders).unwrap_or_default();
+                let now = history_leaders(&e.value);
+                let added = &now[before.len().min(now.len())..];
+                assert!(
+                    !added.iter().any(|n| n == old_name),
+                    "history entry naming {old_name} added after epoch {new_epoch}: {e:?}"
+                );
+            }
+            (_, true) => {
+                let v: serde_json::Value = serde_json::from_str(&e.value).unwrap_or_default();
+                assert_ne!(
+                    v.get("leader").and_then(|l| l.as_str()),
+                    Some(old_name),
+                    "{} written naming the old leader after epoch {new_epoch}: {e:?}",
+                    e.key
+                );
+            }
+            (_, false) => panic!("{} deleted after epoch {new_epoch}: {e:?}", e.key),
+        }
+    }
+    seen
+}
+
 /// Fault test 5, short: the leader's etcd traffic is slowed past `retry_timeout`
 /// for a span well inside the tolerated outage `T` (minus one `loop_wait`, the
 /// renewal that may have gone out just before it). No fence, no failover, the
@@ -955,6 +1014,21 @@ fn real_stalled_leader_wakes_and_fences() {
         c.write_row(p, 2).is_err(),
         "old primary takes writes after its fence"
     );
+    // Once the old agent has dropped its leadership (fence complete, lease given
+    // up), etcd's history: nothing of the old leadership landed after the new key.
+    wait_for(Duration::from_secs(10), Duration::from_millis(10), || {
+        c.agent_log(p)[log_from..]
+            .contains("leadership dropped")
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{} never dropped its leadership{}",
+            c.name(p),
+            c.logs_tail(40)
+        )
+    });
+    no_old_leadership_writes(&c, new_epoch, &old_name, old_epoch, np);
     // The old primary rewinds and streams from the new one. The third node is not
     // waited for: while the old agent was stopped its PostgreSQL kept streaming the
     // probe's writes to that replica, which may thus hold WAL past the new
@@ -1024,52 +1098,8 @@ fn real_stalled_leader_wakes_and_fences() {
         c.name(p)
     );
 
-    // From etcd itself: after the new key's creation, no put or delete of the
-    // cluster-state keys carries the old leadership.
-    let events = scope_events(&c, new_epoch).unwrap_or_else(|e| panic!("etcd history: {e}"));
-    let mut seen = Vec::new();
-    for e in events.iter().filter(|e| e.mod_revision > new_epoch) {
-        if !CLUSTER_STATE.contains(&e.key.as_str()) {
-            continue;
-        }
-        seen.push(format!(
-            "{}{} {}@{}",
-            if e.put { "put " } else { "delete " },
-            e.key,
-            e.value,
-            e.mod_revision
-        ));
-        match (e.key.as_str(), e.put) {
-            ("leader", true) => assert!(
-                e.value != old_name && e.create_revision != old_epoch,
-                "leader written by the old leadership after epoch {new_epoch}: {e:?}"
-            ),
-            ("leader", false) => panic!(
-                "leader deleted at revision {} while {} held it (epoch {new_epoch})",
-                e.mod_revision,
-                c.name(np)
-            ),
-            ("history", true) => {
-                let before = e.prev.as_deref().map(history_leaders).unwrap_or_default();
-                let now = history_leaders(&e.value);
-                let added = &now[before.len().min(now.len())..];
-                assert!(
-                    !added.contains(&old_name),
-                    "history entry naming {old_name} added after epoch {new_epoch}: {e:?}"
-                );
-            }
-            (_, true) => {
-                let v: serde_json::Value = serde_json::from_str(&e.value).unwrap_or_default();
-                assert_ne!(
-                    v.get("leader").and_then(|l| l.as_str()),
-                    Some(old_name.as_str()),
-                    "{} written naming the old leader after epoch {new_epoch}: {e:?}",
-                    e.key
-                );
-            }
-            (_, false) => panic!("{} deleted after epoch {new_epoch}: {e:?}", e.key),
-        }
-    }
+    // From etcd itself, again at the end (the old node has been a replica since).
+    let seen = no_old_leadership_writes(&c, new_epoch, &old_name, old_epoch, np);
     let refused: Vec<&str> = log.lines().filter(|l| l.contains("refused")).collect();
     let old_acks_after_new = probe
         .attempts(p)
