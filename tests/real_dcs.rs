@@ -155,6 +155,157 @@ fn acquire_race_has_one_winner_and_renewal_counts() {
     assert!(matches!(r.outcome, RenewalOutcome::KeyLost { .. }), "{r:?}");
 }
 
+/// Fault test 8 (issue 4): several candidates race for a vacant key in the same
+/// instant, many times over. Each round, four contenders (own thread, own etcd
+/// client, own runtime) are released together by a barrier right after the
+/// previous holder's lease was revoked (or, every `EXPIRY_EVERY`th round, after it
+/// expired and etcd deleted the key) and each runs the real acquire path (grant +
+/// the create-if-absent txn, a loser revoking its lease). Exactly one `Won` per
+/// round, the others `Lost`; the key names the winner with the winner's lease; no
+/// lease but the winner's survives the round; the epoch grows every round.
+#[test]
+fn acquire_race_many_rounds_one_winner_each() {
+    const ROUNDS: usize = 200;
+    const CONTENDERS: usize = 4;
+    const EXPIRY_EVERY: usize = 40;
+    const SCOPE: &str = "/service/race8/";
+    // TTL 5 when the coordinator revokes; 2 s when the lease is left to expire, so
+    // an expiry round costs ~2.5 s, not 5 (and the winner's lease still lives
+    // when the round's checks run).
+    let ttl_of = |round: usize| {
+        if round.is_multiple_of(EXPIRY_EVERY) {
+            2
+        } else {
+            5
+        }
+    };
+    let b = bed("dcs-race8");
+    let eps = b.cluster.endpoints();
+    let start = Arc::new(Barrier::new(CONTENDERS + 1));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t_begin = std::time::Instant::now();
+    let handles: Vec<_> = (0..CONTENDERS)
+        .map(|k| {
+            let (eps, start, tx) = (eps.clone(), start.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let me = format!("pg{}", k + 1);
+                let rt = runtime();
+                let mut e = Etcd::connect(&rt, &eps, SCOPE, in_ms(2000)).expect("connect");
+                // Warm the connections so the txns, not the handshakes, race.
+                e.read_cluster(&rt, in_ms(2000)).expect("read");
+                for round in 0..ROUNDS {
+                    start.wait();
+                    let out = e.acquire(&rt, &me, ttl_of(round), in_ms(2000));
+                    if tx.send((round, me.clone(), out)).is_err() {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+
+    let mut coord = b.client(SCOPE);
+    // One plain client for listing leases (the backend has no such call).
+    let mut lister =
+        b.rt.block_on(etcd_client::Client::connect(eps.clone(), None))
+            .expect("connect a plain client");
+    let mut last_epoch = 0i64;
+    let mut prev: Option<(i64, String)> = None;
+    let mut wins: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut expiry_rounds = 0;
+    for round in 0..ROUNDS {
+        // Vacate the key: revoke the holder's lease, or let it expire.
+        if let Some((lease, holder)) = prev.take() {
+            if ttl_of(round - 1) == 2 {
+                expiry_rounds += 1;
+                let gone = tenure::testbed::wait_for(
+                    Duration::from_secs(10),
+                    Duration::from_millis(5),
+                    || {
+                        let v = coord.read_cluster(&b.rt, in_ms(2000)).ok()?;
+                        v.leader.is_none().then_some(())
+                    },
+                );
+                assert!(
+                    gone.is_some(),
+                    "{holder}'s key did not expire (round {round})"
+                );
+                let poll = coord.lease_ttl(&b.rt, lease, in_ms(2000)).expect("ttl");
+                assert_eq!(poll.ttl, None, "expired lease still known: {poll:?}");
+            } else {
+                coord.revoke(&b.rt, lease, in_ms(2000)).expect("revoke");
+            }
+        }
+        start.wait();
+        let mut results: Vec<(String, AcquireOutcome)> = (0..CONTENDERS)
+            .map(|_| {
+                let (r, me, out) = rx
+                    .recv_timeout(Duration::from_secs(10))
+                    .expect("every contender answers");
+                assert_eq!(r, round);
+                (me, out)
+            })
+            .collect();
+        results.sort_by(|a, b| a.0.cmp(&b.0));
+        let winners: Vec<_> = results
+            .iter()
+            .filter(|(_, o)| matches!(o, AcquireOutcome::Won { .. }))
+            .collect();
+        assert_eq!(winners.len(), 1, "round {round}: {results:?}");
+        assert_eq!(
+            results
+                .iter()
+                .filter(|(_, o)| *o == AcquireOutcome::Lost)
+                .count(),
+            CONTENDERS - 1,
+            "round {round}: every other contender lost: {results:?}"
+        );
+        let (me, outcome) = winners[0].clone();
+        let (lease, _, epoch) = won(outcome);
+        assert!(
+            epoch > last_epoch,
+            "round {round}: epoch {epoch} after {last_epoch}"
+        );
+        last_epoch = epoch;
+        let view = coord.read_cluster(&b.rt, in_ms(2000)).expect("read");
+        let key = view.leader.expect("leader key after a win");
+        assert_eq!(
+            (key.name.as_str(), key.epoch, key.lease),
+            (me.as_str(), epoch, lease),
+            "round {round}"
+        );
+        // The losers revoked their leases: the winner's is the only one left (a
+        // member may apply the revokes a moment after the losers returned).
+        let mut left: Vec<i64> = Vec::new();
+        let only_winner =
+            tenure::testbed::wait_for(Duration::from_secs(5), Duration::from_millis(5), || {
+                let listed = b.rt.block_on(async {
+                    tokio::time::timeout(Duration::from_secs(2), lister.leases()).await
+                });
+                left = match listed {
+                    Ok(Ok(r)) => r.leases().iter().map(|l| l.id()).collect(),
+                    _ => return None,
+                };
+                (left == [lease]).then_some(())
+            });
+        assert!(
+            only_winner.is_some(),
+            "round {round}: leases alive {left:x?}, only the winner's {lease:x} may be"
+        );
+        *wins.entry(me.clone()).or_default() += 1;
+        prev = Some((lease, me));
+    }
+    for h in handles {
+        h.join().expect("contender thread");
+    }
+    println!(
+        "acquire race: {ROUNDS} rounds x {CONTENDERS} contenders ({expiry_rounds} after an expiry) \
+         in {:.1} s; wins per contender {wins:?}; last epoch {last_epoch}",
+        t_begin.elapsed().as_secs_f64()
+    );
+}
+
 #[test]
 fn renewal_sees_key_deleted_behind_its_back_then_lease_gone() {
     let b = bed("dcs-renew");

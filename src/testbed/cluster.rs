@@ -1,11 +1,12 @@
 //! A whole test cluster (DESIGN §6): three etcd members and N tenure agents, each
 //! agent managing its own PostgreSQL 15 on loopback (or, with `opts.netns`, each
-//! node and each etcd member in its own network namespace), data on tmpfs.
+//! node and each etcd member in its own network namespace; with `opts.etcd_relays`,
+//! each agent reaches etcd only through its own delaying relays), data on tmpfs.
 //!
 //! Owns: the scratch directory, every config file it writes, the agents it spawns
 //! (and, through them, their PostgreSQL processes, found by their working
 //! directory or their freezer cgroup), one freezer cgroup per node, the etcd
-//! members. Must never: signal a process it did not start (an agent it spawned, or
+//! members, the etcd relays. Must never: signal a process it did not start (an agent it spawned, or
 //! a process whose cwd is one of its own data directories, or a member of its own
 //! cgroup), or send traffic outside 127.0.0.0/8 and, with `ClusterOptions::netns`,
 //! the namespaces its `NetTopology` created (see `testbed::netns`).
@@ -25,6 +26,7 @@ use super::etcd::{EtcdCluster, http_get};
 use super::etcdkv::{self, Kv};
 use super::netns::NetTopology;
 use super::probe::{PROBE_TABLE, ProbeTarget, WriteProbe};
+use super::relay::Relay;
 use super::watchdog::{HostKill, StandinOptions, WatchdogStandin};
 use super::{free_port, scratch_dir, wait_for};
 
@@ -72,6 +74,10 @@ pub struct ClusterOptions {
     /// `config` key by the bootstrapping node).
     pub synchronous_mode: bool,
     pub synchronous_mode_strict: bool,
+    /// Give every node its own delaying relays (`testbed::relay`), one per etcd
+    /// member, and only their URLs as `[etcd] endpoints`, so a test can slow down
+    /// or hold one node's etcd traffic (`TestCluster::relays`). Loopback only.
+    pub etcd_relays: bool,
 }
 
 /// One node's watchdog settings in the bed (DESIGN §6 "Watchdog:", "systemd notify").
@@ -144,6 +150,7 @@ impl ClusterOptions {
             watchdog: Vec::new(),
             synchronous_mode: false,
             synchronous_mode_strict: false,
+            etcd_relays: false,
         }
     }
 }
@@ -181,6 +188,8 @@ struct Node {
     wd: NodeWatchdog,
     standin: Option<WatchdogStandin>,
     notify: Option<NotifyReader>,
+    /// With `opts.etcd_relays`: one relay per etcd member, the agent's only endpoints.
+    relays: Vec<Relay>,
 }
 
 /// The test-owned end of a node's `NOTIFY_SOCKET` and the thread reading it.
@@ -415,6 +424,11 @@ impl TestCluster {
         };
         c.endpoints = etcd.endpoints();
         c.etcd = Some(etcd);
+        if c.opts.etcd_relays && c.opts.netns {
+            return Err(
+                "etcd_relays listen on 127.0.0.1 in the test's namespace: not with netns".into(),
+            );
+        }
         for i in 0..c.opts.nodes {
             let name = format!("pg{}", i + 1);
             let ndir = dir.join(&name);
@@ -440,7 +454,21 @@ impl TestCluster {
                 fs::set_permissions(d, fs::Permissions::from_mode(0o700))
                     .map_err(|e| format!("chmod {}: {e}", d.display()))?;
             }
-            let toml = agent_config_toml(&c.opts, &spec, &c.endpoints, &c.passwords);
+            let relays = if c.opts.etcd_relays {
+                c.endpoints
+                    .iter()
+                    .map(|e| Relay::start(e))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("etcd relays of {}: {e}", spec.name))?
+            } else {
+                Vec::new()
+            };
+            let endpoints = if relays.is_empty() {
+                c.endpoints.clone()
+            } else {
+                relays.iter().map(Relay::url).collect()
+            };
+            let toml = agent_config_toml(&c.opts, &spec, &endpoints, &c.passwords);
             write_file(&spec.config_path, &toml, 0o600)?;
             let wd = node_watchdog(&c.opts, &spec);
             c.nodes.push(Node {
@@ -450,6 +478,7 @@ impl TestCluster {
                 wd,
                 standin: None,
                 notify: None,
+                relays,
             });
         }
         if c.opts.start_agents {
@@ -542,6 +571,45 @@ impl TestCluster {
     /// Remove every cut made in node `i`'s namespace.
     pub fn heal(&self, i: usize) -> Result<(), String> {
         self.need_net()?.heal(i)
+    }
+
+    // ----- etcd relays (with `opts.etcd_relays`) ----------------------------------
+
+    /// Node `i`'s etcd relays, one per etcd member, in member order (empty without
+    /// `opts.etcd_relays`). They are the agent's only endpoints.
+    pub fn relays(&self, i: usize) -> &[Relay] {
+        &self.nodes[i].relays
+    }
+
+    /// Delay node `i`'s etcd traffic by `d` each way on every relay (`ZERO` lifts
+    /// it; chunks already queued then go out at once, in order).
+    pub fn set_etcd_delay(&self, i: usize, d: Duration) -> Result<(), String> {
+        let relays = self.need_relays(i)?;
+        relays.iter().for_each(|r| r.set_delay(d));
+        Ok(())
+    }
+
+    /// Forward none of node `i`'s etcd traffic until `release_etcd(i)`.
+    pub fn hold_etcd(&self, i: usize) -> Result<(), String> {
+        self.need_relays(i)?.iter().for_each(Relay::hold);
+        Ok(())
+    }
+
+    /// Undo `hold_etcd(i)`.
+    pub fn release_etcd(&self, i: usize) -> Result<(), String> {
+        self.need_relays(i)?.iter().for_each(Relay::release);
+        Ok(())
+    }
+
+    fn need_relays(&self, i: usize) -> Result<&[Relay], String> {
+        let r = &self.nodes[i].relays;
+        if r.is_empty() {
+            return Err(format!(
+                "{} has no etcd relays: set ClusterOptions::etcd_relays",
+                self.name(i)
+            ));
+        }
+        Ok(r)
     }
     /// `/service/<scope>/`
     pub fn prefix(&self) -> String {

@@ -10,6 +10,7 @@ pub mod etcd;
 pub mod etcdkv;
 pub mod netns;
 pub mod probe;
+pub mod relay;
 pub mod watchdog;
 
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
