@@ -1193,3 +1193,78 @@ fn a_synchronous_winner_names_itself_in_the_key_and_sets_the_names_before_promot
         );
     }
 }
+
+/// pg3 follows pg2, the new leader on timeline 2 (history: timeline 1 ended at
+/// 1200). pg3 is still on timeline 1 at `lsn`, `streaming` or not, at `at`.
+fn third_node_obs(lsn: Lsn, streaming: bool) -> Observation {
+    let mut leader = member("pg2", 30, "primary", 2000, None);
+    leader.info.timeline = 2;
+    leader.info.pg_healthy = true;
+    let mut v = view(
+        31,
+        Some(key("pg2", 21, 0xB)),
+        vec![leader, member("pg3", 30, "replica", lsn, None)],
+    );
+    v.history = vec![HistoryEntry {
+        timeline: 1,
+        lsn: 1200,
+        reason: "no leader".into(),
+        timestamp: String::new(),
+        new_leader: "pg2".into(),
+    }];
+    let mut r = pg(PgRole::Replica, lsn, Some("pg2"));
+    r.streaming = streaming;
+    obs(v, r)
+}
+
+#[test]
+fn a_replica_whose_wal_forked_off_the_new_timeline_stops_and_rewinds() {
+    let mut c = core("pg3", None);
+    // Streaming: never judged diverged, whatever its position.
+    let p = c.step(t(100.0), &third_node_obs(1500, true));
+    assert!(matches!(p.reason, Reason::Following { .. }), "{}", p.reason);
+    // Not streaming and past the switch point: stop, then rewind.
+    let p = c.step(t(101.0), &third_node_obs(1500, false));
+    assert_eq!(
+        p.actions,
+        vec![Action::StartJob(JobKind::Stop)],
+        "{}",
+        p.reason
+    );
+    assert!(
+        p.reason.to_string().contains("switch point"),
+        "{}",
+        p.reason
+    );
+    let mut o = third_node_obs(1500, false);
+    o.pg.role = PgRole::Stopped;
+    let p = c.step(t(102.0), &o);
+    assert_eq!(
+        p.actions,
+        vec![Action::StartJob(JobKind::Rewind { from: "pg2".into() })],
+        "{}",
+        p.reason
+    );
+}
+
+#[test]
+fn a_replica_behind_the_switch_point_waits_a_ttl_before_rewinding() {
+    let mut c = core("pg3", None);
+    // Before the switch point and not streaming (reconnecting after a retarget):
+    // nothing for a lease TTL (30 s here), then a rewind.
+    let p = c.step(t(100.0), &third_node_obs(1100, false));
+    assert!(matches!(p.reason, Reason::Following { .. }), "{}", p.reason);
+    let p = c.step(t(120.0), &third_node_obs(1100, false));
+    assert!(matches!(p.reason, Reason::Following { .. }), "{}", p.reason);
+    // Streaming again resets the clock.
+    let _ = c.step(t(125.0), &third_node_obs(1100, true));
+    let p = c.step(t(140.0), &third_node_obs(1100, false));
+    assert!(matches!(p.reason, Reason::Following { .. }), "{}", p.reason);
+    let p = c.step(t(170.5), &third_node_obs(1100, false));
+    assert_eq!(
+        p.actions,
+        vec![Action::StartJob(JobKind::Stop)],
+        "{}",
+        p.reason
+    );
+}

@@ -156,6 +156,9 @@ pub struct Core {
     /// reload reaches every PostgreSQL process a little after our own session, so
     /// the `sync` key trusts a value only once it held for a loop (DESIGN §3a).
     names_seen: Option<(String, Instant)>,
+    /// Since when this replica, following the leader, has not streamed while the
+    /// leader runs a newer timeline (`diverged`).
+    stuck_since: Option<Instant>,
     /// Highest cluster revision read in this run (DESIGN §3: revisions never go
     /// backwards in one store; a read below it means etcd was wiped or restored).
     max_revision: i64,
@@ -198,6 +201,7 @@ impl Core {
             confirm: None,
             led_from_bootstrap: false,
             names_seen: None,
+            stuck_since: None,
             max_revision: 0,
             prior_max_revision: 0,
             member_revisions: std::collections::BTreeMap::new(),
@@ -1330,7 +1334,7 @@ impl Core {
             }
             Some(k) => {
                 self.state = State::Follower;
-                self.follow_leader(obs, p, view, &k)
+                self.follow_leader(now, obs, p, view, &k)
             }
             None => {
                 self.state = State::Follower;
@@ -1364,12 +1368,13 @@ impl Core {
 
     fn follow_leader(
         &mut self,
+        now: Instant,
         obs: &Observation,
         p: &mut Planner,
         view: &ClusterView,
         k: &LeaderKey,
     ) -> Reason {
-        let me = &self.cfg.name;
+        let me = self.cfg.name.clone();
         if obs.pg.role == PgRole::Primary {
             return self.start_fence(
                 p,
@@ -1431,6 +1436,7 @@ impl Core {
             }
             (_, PgRole::Replica) => {
                 if obs.pg.following.as_deref() != Some(k.name.as_str()) {
+                    self.stuck_since = None;
                     p.push(Action::Retarget {
                         leader: k.name.clone(),
                     });
@@ -1438,6 +1444,16 @@ impl Core {
                         "pointing replication at the new leader {}",
                         k.name
                     ));
+                }
+                if let Some(why) = self.diverged(now, obs, view, &lm.info) {
+                    // DESIGN §3a: rewind whenever the local WAL ran past the switch
+                    // point. A replica that kept streaming from a frozen old primary
+                    // can hold WAL the new timeline never had; it would never stream
+                    // again. Stop cleanly, then the Stopped arm rewinds.
+                    self.needs_rewind = true;
+                    self.stuck_since = None;
+                    p.push(Action::StartJob(JobKind::Stop));
+                    return Reason::Other(format!("{why}; stopping to rewind from {}", k.name));
                 }
                 Reason::Following {
                     me: me.clone(),
@@ -1447,6 +1463,47 @@ impl Core {
             (_, PgRole::Unresponsive) => Reason::Waiting("PostgreSQL is not answering yet".into()),
             (_, PgRole::Primary) => Reason::Other("local primary: fencing first (S4)".into()),
         }
+    }
+
+    /// A replica that follows the right leader but cannot stream from it because
+    /// its WAL forked off (DESIGN §3a): the leader runs a newer timeline, the WAL
+    /// receiver is not streaming, and either the local position is past the switch
+    /// point `history` recorded for the local timeline, or the receiver has not
+    /// streamed for a lease TTL (the recorded point is the promoted node's position
+    /// when it decided, which can be a little short of the real one). A streaming
+    /// replica is never judged diverged; a rewind that finds nothing to do is
+    /// harmless.
+    fn diverged(
+        &mut self,
+        now: Instant,
+        obs: &Observation,
+        view: &ClusterView,
+        leader: &MemberInfo,
+    ) -> Option<String> {
+        let mine = obs.pg.timeline;
+        if obs.pg.streaming || mine == 0 || leader.timeline <= mine {
+            self.stuck_since = None;
+            return None;
+        }
+        let since = *self.stuck_since.get_or_insert(now);
+        if let Some(h) = view.history.iter().find(|h| h.timeline == mine)
+            && obs.pg.lsn > h.lsn
+        {
+            return Some(format!(
+                "my WAL (position {}) runs past timeline {mine}'s switch point {} to timeline {}",
+                obs.pg.lsn,
+                h.lsn,
+                mine + 1
+            ));
+        }
+        let patience = Duration::from_secs(u64::from(self.timing.ttl));
+        (now.since(since) >= patience).then(|| {
+            format!(
+                "on timeline {mine} and not streaming for {:.1} s while the leader runs timeline {}",
+                now.since(since).as_secs_f64(),
+                leader.timeline
+            )
+        })
     }
 
     /// The key is absent: may this node take it? (§1 step 4, §3a)
