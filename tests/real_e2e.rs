@@ -4,24 +4,16 @@
 //!
 //! Tests assert behaviour, not timings; where a time is interesting it is printed.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
-use tenure::testbed::cluster::{ClusterOptions, TestCluster, thread_count};
+use common::{FAILOVER, REJOIN, settled};
+use tenure::testbed::cluster::{TestCluster, thread_count};
 use tenure::testbed::wait_for;
 
-const BOOT: Duration = Duration::from_secs(120);
-const FAILOVER: Duration = Duration::from_secs(60);
-const REJOIN: Duration = Duration::from_secs(120);
-
 fn bed(tag: &str) -> TestCluster {
-    let mut opts = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
-    opts.tag = tag.into();
-    opts.scope = format!("e2e-{tag}");
-    TestCluster::start(opts).unwrap_or_else(|e| panic!("test bed: {e}"))
-}
-
-fn settled(c: &mut TestCluster) -> usize {
-    c.settled(BOOT).unwrap_or_else(|e| panic!("{e}"))
+    common::bed("e2e", tag)
 }
 
 fn is_streaming_replica(c: &TestCluster, i: usize) -> bool {

@@ -2,19 +2,16 @@
 //! primary, replicated to every replica, equals the leader key's epoch — after the
 //! bootstrap and after a failover. Real etcd + PostgreSQL; one test at a time.
 
+mod common;
+
 use std::time::Duration;
 
-use tenure::testbed::cluster::{ClusterOptions, TestCluster};
+use common::{BOOT, FAILOVER};
+use tenure::testbed::cluster::TestCluster;
 use tenure::testbed::wait_for;
 
-const BOOT: Duration = Duration::from_secs(120);
-const FAILOVER: Duration = Duration::from_secs(60);
-
 fn bed(tag: &str) -> TestCluster {
-    let mut opts = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
-    opts.tag = tag.into();
-    opts.scope = format!("epoch-{tag}");
-    TestCluster::start(opts).unwrap_or_else(|e| panic!("test bed: {e}"))
+    common::bed("epoch", tag)
 }
 
 fn row_epoch(c: &TestCluster, i: usize) -> Result<String, String> {

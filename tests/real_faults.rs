@@ -10,56 +10,19 @@
 //! primary after the first write sent to the new one — and exactly one primary at
 //! the end. Times are printed; only ordering and the contract's bounds are asserted.
 
+mod common;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{FAILOVER, REJOIN, one_primary_at_the_end, probe_on, settled};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tenure::testbed::cluster::{ClusterOptions, TestCluster};
+use tenure::testbed::cluster::TestCluster;
 use tenure::testbed::wait_for;
 
-const BOOT: Duration = Duration::from_secs(120);
-const FAILOVER: Duration = Duration::from_secs(60);
-const REJOIN: Duration = Duration::from_secs(120);
-
 fn bed(tag: &str) -> TestCluster {
-    let mut opts = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
-    opts.tag = tag.into();
-    opts.scope = format!("faults-{tag}");
-    TestCluster::start(opts).unwrap_or_else(|e| panic!("test bed: {e}"))
-}
-
-fn settled(c: &mut TestCluster) -> usize {
-    c.settled(BOOT).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Start the probe on every node and wait until the primary `p` acked a write.
-fn probe_on(c: &TestCluster, p: usize) -> tenure::testbed::probe::WriteProbe {
-    let probe = c.write_probe(p, Duration::from_millis(20)).expect("probe");
-    let acked = wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
-        (probe.ack_count(p) > 0).then_some(())
-    });
-    assert!(
-        acked.is_some(),
-        "probe got no write through on {}",
-        c.name(p)
-    );
-    probe
-}
-
-/// Exactly one primary, `np`, sampled a few times; every other node streams.
-fn one_primary_at_the_end(c: &TestCluster, np: usize) {
-    c.wait_replicas(np, &[], REJOIN)
-        .unwrap_or_else(|e| panic!("at the end: {e}"));
-    for _ in 0..5 {
-        assert_eq!(
-            c.primaries(),
-            vec![np],
-            "exactly one primary at the end{}",
-            c.logs_tail(30)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    common::bed("faults", tag)
 }
 
 /// Writes node `k` acknowledged at an instant inside `[from, to)`.
@@ -503,11 +466,9 @@ fn postgres_crash(tag: &str, backends_too: bool) {
 
 /// A bed whose agents reach etcd only through their own delaying relays.
 fn bed_relayed(tag: &str) -> TestCluster {
-    let mut opts = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
-    opts.tag = tag.into();
-    opts.scope = format!("faults-{tag}");
+    let mut opts = common::options("faults", tag);
     opts.etcd_relays = true;
-    TestCluster::start(opts).unwrap_or_else(|e| panic!("test bed: {e}"))
+    common::start(opts)
 }
 
 /// The TTL etcd granted the leader's lease (`etcdctl lease timetolive`: "granted

@@ -8,25 +8,18 @@
 //! exactly one primary exists at the end. They run one at a time (nextest group
 //! `real`) and need root, iproute2, nftables, etcd-server and postgresql-15.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
-use tenure::testbed::cluster::{ClusterOptions, TestCluster};
+use common::{FAILOVER, REJOIN, settled};
+use tenure::testbed::cluster::TestCluster;
 use tenure::testbed::wait_for;
 
-const BOOT: Duration = Duration::from_secs(120);
-const FAILOVER: Duration = Duration::from_secs(60);
-const REJOIN: Duration = Duration::from_secs(120);
-
 fn bed(tag: &str) -> TestCluster {
-    let mut opts = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
-    opts.tag = tag.into();
-    opts.scope = format!("part-{tag}");
+    let mut opts = common::options("part", tag);
     opts.netns = true;
-    TestCluster::start(opts).unwrap_or_else(|e| panic!("test bed: {e}"))
-}
-
-fn settled(c: &mut TestCluster) -> usize {
-    c.settled(BOOT).unwrap_or_else(|e| panic!("{e}"))
+    common::start(opts)
 }
 
 /// Our namespaces that `ip netns list` still shows.

@@ -8,27 +8,25 @@
 //! Real etcd (three members), real PostgreSQL 15, real agents; run one at a time
 //! (nextest group `real`). Times are printed; ordering and data are asserted.
 
+mod common;
+
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use tenure::testbed::cluster::{ClusterOptions, TestCluster};
+use common::{BOOT, FAILOVER, REJOIN, one_primary_at_the_end, probe_on};
+use tenure::testbed::cluster::TestCluster;
 use tenure::testbed::probe::{PROBE_TABLE, WriteProbe};
 use tenure::testbed::{Stopped, wait_for};
 
-const BOOT: Duration = Duration::from_secs(120);
-const FAILOVER: Duration = Duration::from_secs(60);
-const REJOIN: Duration = Duration::from_secs(120);
 /// Finding a replacement standby takes a few loops (unlist, names, `sync`, list).
 const RESYNC: Duration = Duration::from_secs(30);
 
 fn bed(tag: &str, nodes: usize, sync: bool, strict: bool) -> TestCluster {
-    let mut opts = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
-    opts.tag = tag.into();
-    opts.scope = format!("sync-{tag}");
+    let mut opts = common::options("sync", tag);
     opts.nodes = nodes;
     opts.synchronous_mode = sync;
     opts.synchronous_mode_strict = strict;
-    TestCluster::start(opts).unwrap_or_else(|e| panic!("test bed: {e}"))
+    common::start(opts)
 }
 
 /// The `sync` key: `(leader, sync_standby, mod_revision)`.
@@ -124,19 +122,6 @@ fn check_order_until(
     );
 }
 
-fn probe_on(c: &TestCluster, p: usize) -> WriteProbe {
-    let probe = c.write_probe(p, Duration::from_millis(20)).expect("probe");
-    let acked = wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
-        (probe.ack_count(p) > 0).then_some(())
-    });
-    assert!(
-        acked.is_some(),
-        "probe got no write through on {}",
-        c.name(p)
-    );
-    probe
-}
-
 /// Invariant (b): every probe write acknowledged by any node is a row on `np`.
 /// Returns (acknowledged, missing) and the first few missing.
 fn acked_rows_on(c: &TestCluster, probe: &WriteProbe, np: usize) -> (usize, Vec<(usize, u64)>) {
@@ -164,21 +149,6 @@ fn acked_rows_on(c: &TestCluster, probe: &WriteProbe, np: usize) -> (usize, Vec<
         }
     }
     (acked, missing)
-}
-
-/// Exactly one primary, `np`, sampled a few times; every other node streams.
-fn one_primary_at_the_end(c: &TestCluster, np: usize) {
-    c.wait_replicas(np, &[], REJOIN)
-        .unwrap_or_else(|e| panic!("at the end: {e}"));
-    for _ in 0..5 {
-        assert_eq!(
-            c.primaries(),
-            vec![np],
-            "exactly one primary{}",
-            c.logs_tail(30)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// Non-strict: a standby is made synchronous; when it dies it is unlisted, the

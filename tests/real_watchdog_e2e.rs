@@ -14,8 +14,11 @@
 //! Needs root, etcd-server, postgresql-15, fuse3 and the stand-in example built
 //! (`cargo build --examples`).
 
+mod common;
+
 use std::time::Duration;
 
+use common::{BOOT, FAILOVER, settled};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tenure::clock;
@@ -23,8 +26,6 @@ use tenure::core::time::Instant;
 use tenure::testbed::cluster::{ClusterOptions, NodeWatchdog, StandinSettings, TestCluster};
 use tenure::testbed::wait_for;
 
-const BOOT: Duration = Duration::from_secs(120);
-const FAILOVER: Duration = Duration::from_secs(60);
 const W: Duration = Duration::from_secs(3);
 const TTL: Duration = Duration::from_secs(7);
 const M: Duration = Duration::from_millis(500);
@@ -32,16 +33,14 @@ const R: Duration = Duration::from_millis(250);
 const B: Duration = Duration::from_secs(1);
 
 fn opts(tag: &str, wd: Vec<NodeWatchdog>) -> ClusterOptions {
-    let mut o = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
-    o.tag = tag.into();
-    o.scope = format!("wde-{tag}");
+    let mut o = common::options("wde", tag);
     o.nodes = wd.len().max(3);
     o.watchdog = wd;
     o
 }
 
 fn bed(tag: &str, wd: Vec<NodeWatchdog>) -> TestCluster {
-    TestCluster::start(opts(tag, wd)).unwrap_or_else(|e| panic!("test bed: {e}"))
+    common::start(opts(tag, wd))
 }
 
 /// The conservative lower bound of `H` from a pet at `t` (module doc).
@@ -90,10 +89,6 @@ impl Clocks {
             self.mono - self.boot.since(b)
         }
     }
-}
-
-fn settled(c: &mut TestCluster) -> usize {
-    c.settled(BOOT).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn wait_replicas(c: &TestCluster, p: usize, skip: &[usize]) {

@@ -10,14 +10,14 @@
 //! that re-creates `initialize`). One replica is down during the wipe and starts
 //! afterwards: it remembers no revision and must honour the marker others wrote.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
-use tenure::testbed::cluster::{ClusterOptions, ROW_TABLE, TestCluster};
+use common::{BOOT, FAILOVER, REJOIN};
+use tenure::testbed::cluster::{ROW_TABLE, TestCluster};
 use tenure::testbed::{etcdkv, wait_for};
 
-const BOOT: Duration = Duration::from_secs(120);
-const FAILOVER: Duration = Duration::from_secs(60);
-const REJOIN: Duration = Duration::from_secs(120);
 /// Rows written (and replicated everywhere) before the wipe.
 const ROWS: i64 = 20;
 /// A table the test writes into on the old primary after the wipe, to see when it
@@ -29,10 +29,7 @@ const PAST_EPOCH: i64 = 50;
 const SCRATCH: &str = "/bed/revision-filler";
 
 fn bed(tag: &str) -> TestCluster {
-    let mut opts = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
-    opts.tag = tag.into();
-    opts.scope = format!("wipe-{tag}");
-    TestCluster::start(opts).unwrap_or_else(|e| panic!("test bed: {e}"))
+    common::bed("wipe", tag)
 }
 
 /// Put `SCRATCH` until the store's revision is above `target`; returns it.

@@ -1,0 +1,75 @@
+//! Helpers the real-part tests share (`mod common;` in each `tests/real_*.rs`): the
+//! time limits of a boot, a failover and a rejoin, a test bed per test, and the
+//! checks every fault test ends with.
+//!
+//! The limits are generous bounds on *waiting* (a test that exceeds one fails with
+//! the logs), never assertions about speed: what is asserted is behaviour and
+//! ordering (DESIGN §6, and the brief's non-negotiable 4).
+
+// Each test binary uses a different subset.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use tenure::testbed::cluster::{ClusterOptions, TestCluster};
+use tenure::testbed::probe::WriteProbe;
+use tenure::testbed::wait_for;
+
+/// A cluster boots (etcd, initdb, basebackups) well within this.
+pub const BOOT: Duration = Duration::from_secs(120);
+/// A new primary appears within this after a fault.
+pub const FAILOVER: Duration = Duration::from_secs(60);
+/// An old primary rewinds and streams again within this.
+pub const REJOIN: Duration = Duration::from_secs(120);
+
+/// Options for a bed named `<family>-<tag>` running this build's `tenure`.
+pub fn options(family: &str, tag: &str) -> ClusterOptions {
+    let mut opts = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
+    opts.tag = tag.into();
+    opts.scope = format!("{family}-{tag}");
+    opts
+}
+
+/// Start a bed; a bed that cannot start fails the test with the reason.
+pub fn start(opts: ClusterOptions) -> TestCluster {
+    TestCluster::start(opts).unwrap_or_else(|e| panic!("test bed: {e}"))
+}
+
+/// A default three-node bed named `<family>-<tag>`.
+pub fn bed(family: &str, tag: &str) -> TestCluster {
+    start(options(family, tag))
+}
+
+/// Wait until one primary runs and every other node streams from it.
+pub fn settled(c: &mut TestCluster) -> usize {
+    c.settled(BOOT).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Start the write probe on every node and wait until the primary `p` acked a write.
+pub fn probe_on(c: &TestCluster, p: usize) -> WriteProbe {
+    let probe = c.write_probe(p, Duration::from_millis(20)).expect("probe");
+    let acked = wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+        (probe.ack_count(p) > 0).then_some(())
+    });
+    assert!(
+        acked.is_some(),
+        "probe got no write through on {}",
+        c.name(p)
+    );
+    probe
+}
+
+/// Exactly one primary, `np`, sampled a few times; every other node streams.
+pub fn one_primary_at_the_end(c: &TestCluster, np: usize) {
+    c.wait_replicas(np, &[], REJOIN)
+        .unwrap_or_else(|e| panic!("at the end: {e}"));
+    for _ in 0..5 {
+        assert_eq!(
+            c.primaries(),
+            vec![np],
+            "exactly one primary at the end{}",
+            c.logs_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
