@@ -1161,11 +1161,15 @@ impl Agent {
         }
     }
 
-    /// The bootstrapping leader seeds `config` from its `[timing]`/`[dynamic]` values.
+    /// The bootstrapping node (or a leader finding the key missing) seeds `config`
+    /// from its `[timing]`/`[dynamic]` values; a leader's write is guarded by its
+    /// epoch.
     fn seed_config(&mut self, deadline: Instant) {
         let json = self.cfg.dynamic_json();
+        let me = self.cfg.name.clone();
+        let leader = self.core.leadership().map(|l| l.epoch);
         if let Some((etcd, rt)) = self.connect(deadline) {
-            match etcd.put_config_if_absent(rt, &json, deadline) {
+            match etcd.put_config_if_absent(rt, &json, leader.map(|e| (me.as_str(), e)), deadline) {
                 Ok(true) => info!("seeded the cluster's dynamic configuration: {json}"),
                 Ok(false) => {}
                 Err(e) => debug!("seeding config: {e}"),

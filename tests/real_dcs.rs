@@ -408,6 +408,29 @@ fn stale_epoch_writes_are_refused() {
     let key = format!("{PREFIX}sync");
     let sync = b.raw(async move |c| c.get(key, None).await);
     assert_eq!(sync.kvs()[0].value(), b"fresh");
+    // The guarded delete and the leader's config seed: refused on a stale epoch.
+    assert!(
+        !e.guarded_delete(&b.rt, "sync", "pg1", e1, in_ms(2000))
+            .expect("delete")
+    );
+    assert!(
+        !e.put_config_if_absent(&b.rt, "{}", Some(("pg1", e1)), in_ms(2000))
+            .expect("config")
+    );
+    assert!(
+        e.put_config_if_absent(&b.rt, r#"{"ttl":7}"#, Some(("pg1", e2)), in_ms(2000))
+            .expect("config")
+    );
+    assert!(
+        e.guarded_delete(&b.rt, "sync", "pg1", e2, in_ms(2000))
+            .expect("delete")
+    );
+    assert!(
+        e.read_cluster(&b.rt, in_ms(2000))
+            .expect("read")
+            .sync
+            .is_none()
+    );
     // A release with the stale epoch does not delete the new leadership's key
     // (and revokes only the lease it was given).
     assert!(
@@ -670,11 +693,11 @@ fn initialize_claim_race_and_record() {
             .expect("create")
     );
     assert!(
-        f.put_config_if_absent(&b.rt, r#"{"ttl":7}"#, in_ms(2000))
+        f.put_config_if_absent(&b.rt, r#"{"ttl":7}"#, None, in_ms(2000))
             .expect("config")
     );
     assert!(
-        !f.put_config_if_absent(&b.rt, r#"{"ttl":9}"#, in_ms(2000))
+        !f.put_config_if_absent(&b.rt, r#"{"ttl":9}"#, None, in_ms(2000))
             .expect("config")
     );
     let view = f.read_cluster(&b.rt, in_ms(2000)).expect("read");
@@ -1008,7 +1031,7 @@ fn every_call_by_its_deadline(
         format!("{:?}", e.release(rt, "pg1", epoch, lease, d))
     });
     check("put_config_if_absent", &mut |d| {
-        format!("{:?}", e.put_config_if_absent(rt, "{}", d))
+        format!("{:?}", e.put_config_if_absent(rt, "{}", None, d))
     });
     check("watch_leader", &mut |d| {
         format!("{:?}", e.watch_leader(rt, rev + 1, d))

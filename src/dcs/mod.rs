@@ -633,13 +633,28 @@ impl Etcd {
     }
 
     /// Create `config` only if absent (bootstrap seeding). `Ok(true)` = created.
+    /// Create `config` if absent. `leader`: the writer leads at this epoch, and the
+    /// write is guarded by it too (DESIGN §1 step 5); `None` only while
+    /// bootstrapping, before any leader key exists. `Ok(false)`: not written (the key
+    /// exists, or the guard refused).
     pub fn put_config_if_absent(
         &mut self,
         rt: &Runtime,
         json: &str,
+        leader: Option<(&str, Epoch)>,
         deadline: Instant,
     ) -> Result<bool, DcsError> {
-        self.create_if_absent(rt, "config", json, deadline)
+        let Some((me, epoch)) = leader else {
+            return self.create_if_absent(rt, "config", json, deadline);
+        };
+        let key = self.key("config");
+        let mut when = self.guard(me, epoch);
+        when.push(Compare::version(key.clone(), CompareOp::Equal, 0));
+        let txn = Txn::new()
+            .when(when)
+            .and_then(vec![TxnOp::put(key, json, None)]);
+        let mut kv = self.client.kv_client();
+        bounded(rt, deadline, "create config (guarded)", kv.txn(txn)).map(|r| r.succeeded())
     }
 
     fn create_if_absent(
