@@ -387,3 +387,59 @@ fn real_async_frozen_primary_agent_window_is_measured() {
         missing.len()
     );
 }
+
+/// The operator turns synchronous mode on and off at run time through the
+/// `config` key (the way Patroni's `patronictl edit-config` does): on, the leader
+/// writes the key naming itself and makes a standby synchronous; off, it deletes
+/// the key and clears the names.
+#[test]
+fn real_sync_mode_switched_on_and_off_through_the_config_key() {
+    let mut c = bed("toggle", 3, false, false);
+    let p = c.settled(BOOT).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sync_key(&c), None, "asynchronous: no sync key");
+    let set = |c: &TestCluster, on: bool| {
+        let raw = c.get_key("config").expect("config key");
+        let mut v: serde_json::Value = serde_json::from_str(&raw).expect("config JSON");
+        v["synchronous_mode"] = serde_json::Value::Bool(on);
+        tenure::testbed::etcdkv::put(
+            &c.endpoints(),
+            &format!("{}config", c.prefix()),
+            &v.to_string(),
+            Duration::from_secs(2),
+        )
+        .unwrap_or_else(|e| panic!("writing config: {e}"));
+    };
+    set(&c, true);
+    let s = wait_listed(&c, p, &[], RESYNC);
+    println!(
+        "synchronous mode on: {} is the synchronous standby",
+        c.name(s)
+    );
+    let mut probe = probe_on(&c, p);
+
+    set(&c, false);
+    let off = wait_for(RESYNC, Duration::from_millis(100), || {
+        (sync_key(&c).is_none() && names(&c, p).as_deref() == Some("")).then_some(())
+    });
+    assert!(
+        off.is_some(),
+        "synchronous mode off: sync key {:?}, names {:?}{}",
+        sync_key(&c),
+        names(&c, p),
+        c.logs_tail(20)
+    );
+    // Asynchronous again: a dead replica no longer holds commits.
+    let r = (0..3).find(|&i| i != p).expect("a replica");
+    c.host_crash(r).unwrap_or_else(|e| panic!("{e}"));
+    let after = Instant::now();
+    let acked = wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+        probe.first_ack_after(p, after)
+    });
+    assert!(
+        acked.is_some(),
+        "writes wait although synchronous mode is off"
+    );
+    c.start_agent(r).unwrap_or_else(|e| panic!("{e}"));
+    one_primary_at_the_end(&c, p);
+    probe.stop(Duration::from_secs(2));
+}
