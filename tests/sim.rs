@@ -40,6 +40,7 @@ use std::time::Duration;
 
 use sim::live::Verdict;
 use sim::world::{Cmd, LogWhat, Schedule, World};
+use tenure::core::model::SyncMode;
 
 type Task = Pin<Box<dyn Future<Output = ()>>>;
 
@@ -51,6 +52,9 @@ pub struct Outcome {
     pub verdict: Option<Verdict>,
     pub events: u64,
     pub timeline_regressions: u64,
+    /// (b): (new primaries missing acknowledged writes, most bytes missing).
+    pub lost: (u64, u64),
+    pub forked_replicas: u64,
 }
 
 fn poll(w: &Rc<RefCell<World>>, agents: &mut [Option<Task>], n: usize) {
@@ -141,16 +145,19 @@ pub fn run(seed: u64) -> Outcome {
         verdict: wb.verdict.clone(),
         events: wb.events,
         timeline_regressions: wb.timeline_regressions,
+        lost: wb.lost,
+        forked_replicas: wb.forked_replicas,
     }
 }
 
 fn describe(o: &Outcome) -> String {
     let s = &o.sched;
     format!(
-        "seed {}: {} nodes, profile {}, watchdog {:?}, faults {:?}",
+        "seed {}: {} nodes, profile {}, synchronous {:?}, watchdog {:?}, faults {:?}",
         s.seed,
         s.nodes,
         s.profile.name,
+        s.sync(),
         s.watchdog,
         s.faults
             .iter()
@@ -215,16 +222,43 @@ fn sim_schedules() {
     // closest to its bound: (took, bound, seed).
     let (mut checked, mut skipped, mut early) = (0u64, 0u64, 0u64);
     let mut closest: Option<(Duration, Duration, u64)> = None;
-    let mut base_from_count = [0u64; 5];
+    let mut base_from_count = [0u64; 6];
     let mut longest = (Duration::ZERO, Duration::ZERO, 0u64);
     // Largest excess of a time to leader over the printed number alone (no
     // allowance, no slack): (seconds, seed).
     let mut excess = (f64::MIN, 0u64);
+    // The same, synchronous schedules only (their takeover waits for the names).
+    let mut sync_excess = (f64::MIN, 0u64);
     let mut regressions = Vec::new();
     // Overlaps in schedules with a stall / with only agent kills: (count, longest, seed).
     let mut by_cause = [(0u64, Duration::ZERO, 0u64); 2];
+    // Per synchronous mode Off/On/Strict: schedules, schedules that lost an
+    // acknowledged write (asserted zero but Off), most bytes lost (seed), liveness
+    // skipped because the sync key allowed no healthy node.
+    let mut by_mode = [(0u64, 0u64, (0u64, 0u64), 0u64); 3];
+    let mut forked = (0u64, 0u64);
+    let mut events = [0u64; 3];
+    let mut secs_by_mode = [0f64; 3];
     for seed in 0..n {
+        let t0 = std::time::Instant::now();
         let o = run(seed);
+        secs_by_mode[o.sched.sync() as usize] += t0.elapsed().as_secs_f64();
+        let m = &mut by_mode[o.sched.sync() as usize];
+        m.0 += 1;
+        events[o.sched.sync() as usize] += o.events;
+        if o.lost.0 > 0 {
+            m.1 += 1;
+            if o.lost.1 > m.2.0 {
+                m.2 = (o.lost.1, seed);
+            }
+        }
+        if matches!(&o.verdict, Some(Verdict::Skipped(w)) if w.starts_with("synchronous mode")) {
+            m.3 += 1;
+        }
+        if o.forked_replicas > 0 {
+            forked.0 += 1;
+            forked.1 = seed;
+        }
         if !o.sched.fence_asserted() {
             measured += 1;
             if o.overlap > Duration::ZERO {
@@ -258,6 +292,12 @@ fn sim_schedules() {
                 if *printed > Duration::ZERO && over > excess.0 {
                     excess = (over, seed);
                 }
+                if *printed > Duration::ZERO
+                    && o.sched.sync() != SyncMode::Off
+                    && over > sync_excess.0
+                {
+                    sync_excess = (over, seed);
+                }
                 checked += 1;
                 base_from_count[*base_from] += 1;
                 early += u64::from(*e);
@@ -282,7 +322,7 @@ fn sim_schedules() {
     println!(
         "sim: {n} schedules in {:.1} s, {} failed; no-watchdog schedules with a frozen/killed agent {measured}, \
          {overlapping} overlapping (stall {} longest {:.3} s seed {}, kills only {} longest {:.3} s seed {}); \
-         liveness checked {checked} ({early} early-expiry; counted from keepalive/etcd change/majority/winner healthy/elected at once {base_from_count:?}), skipped {skipped}; time to leader: longest {:.3} s (bound {:.3} s, seed {}), \
+         liveness checked {checked} ({early} early-expiry; counted from keepalive/etcd change/majority/winner healthy/sync-allowed healthy/elected at once {base_from_count:?}), skipped {skipped}; time to leader: longest {:.3} s (bound {:.3} s, seed {}), \
          closest to its bound {:.3} s of {:.3} s (seed {c_seed}), largest excess over the printed number \
          {:.3} s (seed {}); timeline regressions {} {:?}",
         started.elapsed().as_secs_f64(),
@@ -302,6 +342,30 @@ fn sim_schedules() {
         excess.1,
         regressions.len(),
         &regressions[..regressions.len().min(10)],
+    );
+    for (mode, m) in ["off", "on", "strict"].iter().zip(&by_mode) {
+        println!(
+            "sim: synchronous {mode}: {} schedules, {} lost an acknowledged write (most {} bytes = {:.3} s of writes, seed {}), \
+             {} with failover impossible by the sync key (liveness skipped)",
+            m.0,
+            m.1,
+            m.2.0,
+            m.2.0 as f64 / 1e6,
+            m.2.1,
+            m.3
+        );
+    }
+    println!("sim: events per mode off/on/strict {events:?}, seconds {secs_by_mode:?}");
+    println!(
+        "sim: synchronous schedules: largest excess of a time to leader over the printed number {:.3} s \
+         (seed {}; allowed: sync allowance {} x loop_wait + slack)",
+        sync_excess.0,
+        sync_excess.1,
+        sim::live::SYNC_ALLOWANCE_LW
+    );
+    println!(
+        "sim: {} schedules end with a replica whose WAL forked from its leader's (never rewound; last seed {})",
+        forked.0, forked.1
     );
     for o in failures.iter().take(300) {
         println!(
