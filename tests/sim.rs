@@ -14,11 +14,26 @@
 //! while its PostgreSQL lives (no SIGSTOP, SIGKILL or unfinished shutdown in the
 //! schedule); otherwise the overlap is measured and printed (the design admits it).
 //!
+//! Synchronous mode (DESIGN §3a; a third of the schedules `On`, a sixth `Strict`):
+//! the etcd model keeps the `sync` key (guarded like `history`), each PostgreSQL
+//! keeps `synchronous_standby_names` in `tenure.sync.conf` and reports
+//! `pg_stat_replication`; clients write to whichever node is writable and a commit
+//! is acknowledged once the standby the names require has flushed it. (b) **no
+//! acknowledged write is lost**: whenever a node becomes a writable primary, and for
+//! the newest primary at the end, its WAL lineage holds every position any other
+//! reign of the cluster acknowledged. Asserted in every synchronous schedule (frozen
+//! agents without a watchdog included: that is what synchronous mode is for);
+//! measured and printed for the asynchronous ones. Check (3) counts only nodes the
+//! `sync` key allows; if none of them is healthy at the end, failover is impossible
+//! by design and the check is skipped (and counted).
+//!
 //! Not modelled: member keys' leases (they persist), PostgreSQL-level network faults
-//! (replication follows the primary whenever it is writable, sampled at each probe),
-//! synchronous replication, cascading replicas, garbage values in etcd, dynamic config
-//! changes, systemd's cgroup kill of PostgreSQL when the agent dies, hypervisor
-//! pauses and clock-rate drift, fences slower than `demote_budget`, lingering backends.
+//! (a replica streams whenever its upstream is writable and their WAL has not
+//! forked), cascading replicas, a replica's catch-up time (it streams at once),
+//! garbage values in etcd, dynamic config changes (so the mode never changes within
+//! a run, and `DeleteSync` never runs), quorum commit, systemd's cgroup kill of
+//! PostgreSQL when the agent dies, hypervisor pauses and clock-rate drift, fences
+//! slower than `demote_budget`, lingering backends, a reload slower than a loop.
 //!
 //! `TENURE_SIM_SEEDS=N` runs N schedules (default below); `TENURE_SIM_SEED=S` runs
 //! one schedule and prints its log (`TENURE_SIM_FULL_LOG=1`: every step of the run).
@@ -55,6 +70,7 @@ pub struct Outcome {
     /// (b): (new primaries missing acknowledged writes, most bytes missing).
     pub lost: (u64, u64),
     pub forked_replicas: u64,
+    pub sync_breaches: u64,
 }
 
 fn poll(w: &Rc<RefCell<World>>, agents: &mut [Option<Task>], n: usize) {
@@ -147,6 +163,7 @@ pub fn run(seed: u64) -> Outcome {
         timeline_regressions: wb.timeline_regressions,
         lost: wb.lost,
         forked_replicas: wb.forked_replicas,
+        sync_breaches: wb.sync_breaches,
     }
 }
 
@@ -235,9 +252,15 @@ fn sim_schedules() {
     // Per synchronous mode Off/On/Strict: schedules, schedules that lost an
     // acknowledged write (asserted zero but Off), most bytes lost (seed), liveness
     // skipped because the sync key allowed no healthy node.
-    let mut by_mode = [(0u64, 0u64, (0u64, 0u64), 0u64); 3];
-    let mut forked = (0u64, 0u64);
+    let mut by_mode = [(0u64, 0u64, (0u64, 0u64), 0u64, 0u64); 3];
+    // Schedules ending with a forked replica: a former primary's data / a replica's
+    // own; the last seed of each.
+    let mut forked = [(0u64, 0u64); 2];
     let mut events = [0u64; 3];
+    // Leader keys taken against the sync key: (schedules, last seed).
+    let mut breaches = (0u64, 0u64);
+    // Liveness skipped because no healthy node held the newest timeline.
+    let mut no_candidate = (0u64, 0u64);
     let mut secs_by_mode = [0f64; 3];
     for seed in 0..n {
         let t0 = std::time::Instant::now();
@@ -254,10 +277,20 @@ fn sim_schedules() {
         }
         if matches!(&o.verdict, Some(Verdict::Skipped(w)) if w.starts_with("synchronous mode")) {
             m.3 += 1;
+            m.4 = seed;
         }
-        if o.forked_replicas > 0 {
-            forked.0 += 1;
-            forked.1 = seed;
+        if matches!(&o.verdict, Some(Verdict::Skipped(w)) if w.starts_with("no healthy node holds"))
+        {
+            no_candidate = (no_candidate.0 + 1, seed);
+        }
+        if o.sync_breaches > 0 {
+            breaches = (breaches.0 + 1, seed);
+        }
+        for (k, f) in forked.iter_mut().enumerate() {
+            if (o.forked_replicas >> (32 * k)) & 0xffff_ffff > 0 {
+                f.0 += 1;
+                f.1 = seed;
+            }
         }
         if !o.sched.fence_asserted() {
             measured += 1;
@@ -346,15 +379,20 @@ fn sim_schedules() {
     for (mode, m) in ["off", "on", "strict"].iter().zip(&by_mode) {
         println!(
             "sim: synchronous {mode}: {} schedules, {} lost an acknowledged write (most {} bytes = {:.3} s of writes, seed {}), \
-             {} with failover impossible by the sync key (liveness skipped)",
+             {} with failover impossible by the sync key (liveness skipped; last seed {})",
             m.0,
             m.1,
             m.2.0,
             m.2.0 as f64 / 1e6,
             m.2.1,
-            m.3
+            m.3,
+            m.4
         );
     }
+    println!(
+        "sim: synchronous schedules where a node the sync key did not allow took the leader key: {} (last seed {})",
+        breaches.0, breaches.1
+    );
     println!("sim: events per mode off/on/strict {events:?}, seconds {secs_by_mode:?}");
     println!(
         "sim: synchronous schedules: largest excess of a time to leader over the printed number {:.3} s \
@@ -364,8 +402,10 @@ fn sim_schedules() {
         sim::live::SYNC_ALLOWANCE_LW
     );
     println!(
-        "sim: {} schedules end with a replica whose WAL forked from its leader's (never rewound; last seed {})",
-        forked.0, forked.1
+        "sim: schedules that end with a replica whose WAL forked from its leader's (it never streams again): \
+         {} a former primary's (last seed {}), {} a replica's own (last seed {}); liveness skipped \
+         because no healthy node held the newest timeline: {} (last seed {})",
+        forked[0].0, forked[0].1, forked[1].0, forked[1].1, no_candidate.0, no_candidate.1
     );
     for o in failures.iter().take(300) {
         println!(

@@ -30,6 +30,13 @@
 //!   nothing") makes it wait the early-expiry delay too. Such a winner (typically
 //!   restarted, or cut off until just before) also counts only from when it became
 //!   healthy: `base` takes the start of its last healthy interval.
+//! - **Synchronous mode**: only the leader the `sync` key names, or the standby it
+//!   lists, may take over (the key as it stood when the old leader's key went; no
+//!   key: anyone). None of them healthy at the end: skipped (failover impossible by
+//!   design: the listed standby lost, or strict/degraded with the leader lost).
+//!   Else `base` also takes the start of the first of them to be healthy to the
+//!   end, and the bound adds [`sync_allowance`] (the names must settle before a
+//!   promotion; `tenure check-config` does not print that part).
 
 use std::collections::HashMap;
 use std::time::Duration;

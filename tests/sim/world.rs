@@ -4,6 +4,12 @@
 //!
 //! Faults are chosen by the seed; invariants are checked from the recorded history
 //! of writable primaries ("reigns") and from the agents' own checks.
+//!
+//! WAL is a position per data directory plus its lineage (which reign wrote which
+//! positions); a writable primary's grows by a byte per microsecond. A replica
+//! streams continuously from the primary it follows while their lineages agree;
+//! each reign records the highest position a commit was acknowledged at
+//! (synchronous_standby_names decides which standby's flush that waits for).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -429,6 +435,10 @@ pub enum Ev {
         node: usize,
         pgen: u64,
     },
+    /// The member key of a host lost for good goes with its lease.
+    MemberExpired {
+        node: usize,
+    },
 }
 
 /// What the driver must do with the agents' futures.
@@ -475,6 +485,8 @@ pub struct World {
     pub lost: (u64, u64),
     /// Replicas at the end whose WAL forked from their leader's (never rewound).
     pub forked_replicas: u64,
+    /// Leader keys taken in synchronous mode by a node the `sync` key did not allow.
+    pub sync_breaches: u64,
     /// Per node, the primary it streams from (see `refresh_ups`); `None`: stale.
     ups: Option<Vec<Option<usize>>>,
     /// `TENURE_SIM_FULL_LOG=1` with one seed: every step, the whole run.
@@ -547,6 +559,7 @@ impl World {
             timeline_regressions: 0,
             lost: (0, 0),
             forked_replicas: 0,
+            sync_breaches: 0,
             ups: None,
             full_log: std::env::var_os("TENURE_SIM_FULL_LOG").is_some(),
             last_step: vec![None; sched_nodes],
@@ -1412,6 +1425,10 @@ impl World {
                     self.host_down(n, "lost for good", cmds);
                 }
                 self.nodes[n].lost = true;
+                // Member keys persist in this model, but a host lost for good must
+                // not stand as a fresh rival forever: its member lease expires.
+                let ttl = secs(f64::from(self.sched.profile.timing.ttl));
+                self.push(now.add(ttl), Ev::MemberExpired { node: n });
             }
             FaultKind::AgentCrash => {
                 if self.nodes[n].agent_alive {
@@ -1542,9 +1559,27 @@ impl World {
                         (Op::Grant { .. }, Resp::Granted { id, .. }) => {
                             self.live.ka.entry(*id).or_default().push(at)
                         }
-                        // A poll answered in time: the node's `E_max` is fresh.
+                        // DESIGN §3a: in synchronous mode only the sync key's leader
+                        // or listed standby may take the leader key (measured: a
+                        // breach loses nothing by itself, (b) judges what follows).
+                        (Op::CreateLeader { me, .. }, Resp::Created(Some(_)))
+                            if self.sched.sync() != SyncMode::Off
+                                && self.etcd.sync_key().is_some_and(|k| !k.allows(me)) =>
+                        {
+                            self.sync_breaches += 1;
+                            let k = self.etcd.sync_key();
+                            self.text(
+                                Some(node),
+                                format!("SYNC BREACH {me} took the leader key; sync key {k:?}"),
+                            );
+                        }
+                        // A poll answered in time: the node's `E_max` is fresh. Only
+                        // while the key still stands on that lease: a poll after its
+                        // removal predicts nothing about it (a thawed old holder is
+                        // the only winner the sync key may allow, seed 9228).
                         (Op::TimeToLive { lease }, Resp::TimeToLive { .. })
-                            if resp_at < deadline =>
+                            if resp_at < deadline
+                                && self.etcd.leader_key().is_some_and(|k| k.lease == *lease) =>
                         {
                             self.live.polls.insert((node, *lease), at);
                         }
@@ -1643,6 +1678,14 @@ impl World {
                     pg.names_eff = parse_names(&pg.sync_conf);
                 }
             }
+            Ev::MemberExpired { node } => {
+                let key = format!("members/{}", self.nodes[node].name);
+                if self.etcd_down_until <= at {
+                    self.etcd.delete(&key);
+                } else {
+                    self.push(self.etcd_down_until, Ev::MemberExpired { node });
+                }
+            }
             Ev::Fault(i) => self.fire(i, &mut cmds),
             Ev::Restart { node } if self.nodes[node].lost => {}
             Ev::Restart { node } => {
@@ -1693,10 +1736,19 @@ impl World {
                     && pg.sysid == self.nodes[l].pg.sysid
                     && self.upstream(i).is_none()
                 {
-                    self.forked_replicas += 1;
+                    // Counted apart: a former primary's data / a replica's own.
+                    self.forked_replicas += if pg.was_primary { 1 } else { 1 << 32 };
                     let msg = format!(
-                        "FORKED {} follows {} but its WAL (timeline {}, position {}) forked from it",
-                        self.nodes[i].name, k.name, pg.timeline, pg.lsn
+                        "FORKED {} follows {} but its WAL (timeline {}, position {}{}) forked from it",
+                        self.nodes[i].name,
+                        k.name,
+                        pg.timeline,
+                        pg.lsn,
+                        if pg.was_primary {
+                            ", a former primary's"
+                        } else {
+                            ""
+                        }
                     );
                     self.text(None, msg);
                 }
@@ -1748,13 +1800,26 @@ impl World {
         }
         // (3) on the recorded history; then the end state: exactly one writable
         // primary, named by the key.
-        let v = super::live::check(
-            &self.live,
-            &self.sched,
-            self.quiet_from,
-            self.end.unwrap_or(end),
-            self.etcd.election_timeout,
-        );
+        // Nobody healthy holds the newest timeline (their WAL forked from it and the
+        // core never rewound them, or they never streamed from it): no candidate can
+        // exist until an operator steps in. Skipped, and counted by the caller.
+        let newest = self.reigns.iter().map(|r| r.timeline).max().unwrap_or(1);
+        let healthy_on_newest = self.nodes.iter().any(|n| {
+            !n.lost && n.host_up && n.agent_alive && n.pg.sysid.is_some() && n.pg.timeline >= newest
+        });
+        let v = if !healthy_on_newest && !(0..self.nodes.len()).any(|i| self.writable(i)) {
+            Verdict::Skipped(format!(
+                "no healthy node holds the newest timeline {newest}: no candidate can exist"
+            ))
+        } else {
+            super::live::check(
+                &self.live,
+                &self.sched,
+                self.quiet_from,
+                self.end.unwrap_or(end),
+                self.etcd.election_timeout,
+            )
+        };
         let checked = matches!(v, Verdict::Checked { late: None, .. });
         if let Verdict::Checked { late: Some(l), .. } = &v {
             self.violation(l.clone());
