@@ -25,7 +25,10 @@
 //! agents without a watchdog included: that is what synchronous mode is for);
 //! measured and printed for the asynchronous ones. Check (3) counts only nodes the
 //! `sync` key allows; if none of them is healthy at the end, failover is impossible
-//! by design and the check is skipped (and counted).
+//! by design and the check is skipped (and counted). It is also skipped (and
+//! counted) when no healthy node holds the newest timeline: every survivor's WAL
+//! forked from it, which the core does not repair for a replica (see the forked
+//! replica count printed at the end).
 //!
 //! Not modelled: member keys' leases (they persist), PostgreSQL-level network faults
 //! (a replica streams whenever its upstream is writable and their WAL has not
