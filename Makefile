@@ -44,7 +44,8 @@ test: deps
 	@$(CARGO) nextest --version >/dev/null 2>&1 || $(CARGO) install cargo-nextest --locked
 	$(CARGO) nextest run --profile ci
 
-# A longer seeded simulation of the core (20,000 schedules, ~6 min); a failing seed
+# A longer seeded simulation of the core (20,000 schedules, ~7 min, half of them in
+# synchronous mode); a failing seed
 # prints itself and how to replay it (TENURE_SIM_SEED=N).
 soak:
 	TENURE_SIM_SEEDS=$${TENURE_SIM_SEEDS:-20000} $(CARGO) test --test sim -- --nocapture

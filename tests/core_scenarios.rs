@@ -1268,3 +1268,43 @@ fn a_replica_behind_the_switch_point_waits_a_ttl_before_rewinding() {
         p.reason
     );
 }
+
+#[test]
+fn an_unreachable_rewind_source_is_retried_but_a_failed_rewind_counts() {
+    let mut c = core("pg3", None);
+    let _ = c.step(t(100.0), &third_node_obs(1500, false));
+    let stopped = |job: Job| {
+        let mut o = third_node_obs(1500, false);
+        o.pg.role = PgRole::Stopped;
+        o.job = job;
+        o
+    };
+    let rewind = Action::StartJob(JobKind::Rewind { from: "pg2".into() });
+    let failed = |detail: String| Job::Finished {
+        kind: JobKind::Rewind { from: "pg2".into() },
+        ok: false,
+        detail,
+    };
+    // The source did not answer (a partition): retried, however often.
+    for i in 0..5 {
+        let detail = format!("{REWIND_SOURCE_STEP} failed (exit status: 2): timeout");
+        let p = c.step(t(101.0 + f64::from(i)), &stopped(failed(detail)));
+        assert_eq!(p.actions, vec![rewind.clone()], "{}", p.reason);
+    }
+    // pg_rewind itself failed twice: give up (no move_aside_unusable).
+    let p = c.step(
+        t(110.0),
+        &stopped(failed("pg_rewind failed (exit status: 1)".into())),
+    );
+    assert_eq!(p.actions, vec![rewind.clone()], "{}", p.reason);
+    let p = c.step(
+        t(111.0),
+        &stopped(failed("pg_rewind failed (exit status: 1)".into())),
+    );
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(
+        matches!(p.reason, Reason::Refusing(ref s) if s.contains("pg_rewind failed twice")),
+        "{}",
+        p.reason
+    );
+}

@@ -14,11 +14,31 @@
 //! while its PostgreSQL lives (no SIGSTOP, SIGKILL or unfinished shutdown in the
 //! schedule); otherwise the overlap is measured and printed (the design admits it).
 //!
+//! Synchronous mode (DESIGN §3a; a third of the schedules `On`, a sixth `Strict`):
+//! the etcd model keeps the `sync` key (guarded like `history`), each PostgreSQL
+//! keeps `synchronous_standby_names` in `tenure.sync.conf` and reports
+//! `pg_stat_replication`; clients write to whichever node is writable and a commit
+//! is acknowledged once the standby the names require has flushed it. (b) **no
+//! acknowledged write is lost**: whenever a node becomes a writable primary, and for
+//! the newest primary at the end, its WAL lineage holds every position any other
+//! reign of the cluster acknowledged. Asserted in every synchronous schedule (frozen
+//! agents without a watchdog included: that is what synchronous mode is for);
+//! measured and printed for the asynchronous ones. Check (3) counts only nodes the
+//! `sync` key allows; if none of them is healthy at the end, failover is impossible
+//! by design and the check is skipped (and counted). It is also skipped (and
+//! counted) when no healthy node holds the newest timeline: every survivor's WAL
+//! forked from it. The core rewinds a replica that is not streaming while its
+//! leader runs a newer timeline (`diverged`), but not one whose timeline *number*
+//! collides with the leader's (a promotion whose `history` append never landed);
+//! the forked-replica count printed at the end shows what is left.
+//!
 //! Not modelled: member keys' leases (they persist), PostgreSQL-level network faults
-//! (replication follows the primary whenever it is writable, sampled at each probe),
-//! synchronous replication, cascading replicas, garbage values in etcd, dynamic config
-//! changes, systemd's cgroup kill of PostgreSQL when the agent dies, hypervisor
-//! pauses and clock-rate drift, fences slower than `demote_budget`, lingering backends.
+//! (a replica streams whenever its upstream is writable and their WAL has not
+//! forked), cascading replicas, a replica's catch-up time (it streams at once),
+//! garbage values in etcd, dynamic config changes (so the mode never changes within
+//! a run, and `DeleteSync` never runs), quorum commit, systemd's cgroup kill of
+//! PostgreSQL when the agent dies, hypervisor pauses and clock-rate drift, fences
+//! slower than `demote_budget`, lingering backends, a reload slower than a loop.
 //!
 //! `TENURE_SIM_SEEDS=N` runs N schedules (default below); `TENURE_SIM_SEED=S` runs
 //! one schedule and prints its log (`TENURE_SIM_FULL_LOG=1`: every step of the run).
@@ -40,6 +60,7 @@ use std::time::Duration;
 
 use sim::live::Verdict;
 use sim::world::{Cmd, LogWhat, Schedule, World};
+use tenure::core::model::SyncMode;
 
 type Task = Pin<Box<dyn Future<Output = ()>>>;
 
@@ -51,6 +72,10 @@ pub struct Outcome {
     pub verdict: Option<Verdict>,
     pub events: u64,
     pub timeline_regressions: u64,
+    /// (b): (new primaries missing acknowledged writes, most bytes missing).
+    pub lost: (u64, u64),
+    pub forked_replicas: u64,
+    pub sync_breaches: u64,
 }
 
 fn poll(w: &Rc<RefCell<World>>, agents: &mut [Option<Task>], n: usize) {
@@ -141,16 +166,20 @@ pub fn run(seed: u64) -> Outcome {
         verdict: wb.verdict.clone(),
         events: wb.events,
         timeline_regressions: wb.timeline_regressions,
+        lost: wb.lost,
+        forked_replicas: wb.forked_replicas,
+        sync_breaches: wb.sync_breaches,
     }
 }
 
 fn describe(o: &Outcome) -> String {
     let s = &o.sched;
     format!(
-        "seed {}: {} nodes, profile {}, watchdog {:?}, faults {:?}",
+        "seed {}: {} nodes, profile {}, synchronous {:?}, watchdog {:?}, faults {:?}",
         s.seed,
         s.nodes,
         s.profile.name,
+        s.sync(),
         s.watchdog,
         s.faults
             .iter()
@@ -215,16 +244,59 @@ fn sim_schedules() {
     // closest to its bound: (took, bound, seed).
     let (mut checked, mut skipped, mut early) = (0u64, 0u64, 0u64);
     let mut closest: Option<(Duration, Duration, u64)> = None;
-    let mut base_from_count = [0u64; 5];
+    let mut base_from_count = [0u64; 6];
     let mut longest = (Duration::ZERO, Duration::ZERO, 0u64);
     // Largest excess of a time to leader over the printed number alone (no
     // allowance, no slack): (seconds, seed).
     let mut excess = (f64::MIN, 0u64);
+    // The same, synchronous schedules only (their takeover waits for the names).
+    let mut sync_excess = (f64::MIN, 0u64);
     let mut regressions = Vec::new();
     // Overlaps in schedules with a stall / with only agent kills: (count, longest, seed).
     let mut by_cause = [(0u64, Duration::ZERO, 0u64); 2];
+    // Per synchronous mode Off/On/Strict: schedules, schedules that lost an
+    // acknowledged write (asserted zero but Off), most bytes lost (seed), liveness
+    // skipped because the sync key allowed no healthy node.
+    let mut by_mode = [(0u64, 0u64, (0u64, 0u64), 0u64, 0u64); 3];
+    // Schedules ending with a forked replica: a former primary's data / a replica's
+    // own; the last seed of each.
+    let mut forked = [(0u64, 0u64); 2];
+    let mut events = [0u64; 3];
+    // Leader keys taken against the sync key: (schedules, last seed).
+    let mut breaches = (0u64, 0u64);
+    // Liveness skipped because no healthy node held the newest timeline.
+    let mut no_candidate = (0u64, 0u64);
+    let mut secs_by_mode = [0f64; 3];
     for seed in 0..n {
+        let t0 = std::time::Instant::now();
         let o = run(seed);
+        secs_by_mode[o.sched.sync() as usize] += t0.elapsed().as_secs_f64();
+        let m = &mut by_mode[o.sched.sync() as usize];
+        m.0 += 1;
+        events[o.sched.sync() as usize] += o.events;
+        if o.lost.0 > 0 {
+            m.1 += 1;
+            if o.lost.1 > m.2.0 {
+                m.2 = (o.lost.1, seed);
+            }
+        }
+        if matches!(&o.verdict, Some(Verdict::Skipped(w)) if w.starts_with("synchronous mode")) {
+            m.3 += 1;
+            m.4 = seed;
+        }
+        if matches!(&o.verdict, Some(Verdict::Skipped(w)) if w.starts_with("no healthy node holds"))
+        {
+            no_candidate = (no_candidate.0 + 1, seed);
+        }
+        if o.sync_breaches > 0 {
+            breaches = (breaches.0 + 1, seed);
+        }
+        for (k, f) in forked.iter_mut().enumerate() {
+            if (o.forked_replicas >> (32 * k)) & 0xffff_ffff > 0 {
+                f.0 += 1;
+                f.1 = seed;
+            }
+        }
         if !o.sched.fence_asserted() {
             measured += 1;
             if o.overlap > Duration::ZERO {
@@ -258,6 +330,12 @@ fn sim_schedules() {
                 if *printed > Duration::ZERO && over > excess.0 {
                     excess = (over, seed);
                 }
+                if *printed > Duration::ZERO
+                    && o.sched.sync() != SyncMode::Off
+                    && over > sync_excess.0
+                {
+                    sync_excess = (over, seed);
+                }
                 checked += 1;
                 base_from_count[*base_from] += 1;
                 early += u64::from(*e);
@@ -282,7 +360,7 @@ fn sim_schedules() {
     println!(
         "sim: {n} schedules in {:.1} s, {} failed; no-watchdog schedules with a frozen/killed agent {measured}, \
          {overlapping} overlapping (stall {} longest {:.3} s seed {}, kills only {} longest {:.3} s seed {}); \
-         liveness checked {checked} ({early} early-expiry; counted from keepalive/etcd change/majority/winner healthy/elected at once {base_from_count:?}), skipped {skipped}; time to leader: longest {:.3} s (bound {:.3} s, seed {}), \
+         liveness checked {checked} ({early} early-expiry; counted from keepalive/etcd change/majority/winner healthy/sync-allowed healthy/elected at once {base_from_count:?}), skipped {skipped}; time to leader: longest {:.3} s (bound {:.3} s, seed {}), \
          closest to its bound {:.3} s of {:.3} s (seed {c_seed}), largest excess over the printed number \
          {:.3} s (seed {}); timeline regressions {} {:?}",
         started.elapsed().as_secs_f64(),
@@ -302,6 +380,37 @@ fn sim_schedules() {
         excess.1,
         regressions.len(),
         &regressions[..regressions.len().min(10)],
+    );
+    for (mode, m) in ["off", "on", "strict"].iter().zip(&by_mode) {
+        println!(
+            "sim: synchronous {mode}: {} schedules, {} lost an acknowledged write (most {} bytes = {:.3} s of writes, seed {}), \
+             {} with failover impossible by the sync key (liveness skipped; last seed {})",
+            m.0,
+            m.1,
+            m.2.0,
+            m.2.0 as f64 / 1e6,
+            m.2.1,
+            m.3,
+            m.4
+        );
+    }
+    println!(
+        "sim: synchronous schedules where a node the sync key did not allow took the leader key: {} (last seed {})",
+        breaches.0, breaches.1
+    );
+    println!("sim: events per mode off/on/strict {events:?}, seconds {secs_by_mode:?}");
+    println!(
+        "sim: synchronous schedules: largest excess of a time to leader over the printed number {:.3} s \
+         (seed {}; allowed: sync allowance {} x loop_wait + slack)",
+        sync_excess.0,
+        sync_excess.1,
+        sim::live::SYNC_ALLOWANCE_LW
+    );
+    println!(
+        "sim: schedules that end with a replica whose WAL forked from its leader's (it never streams again): \
+         {} a former primary's (last seed {}), {} a replica's own (last seed {}); liveness skipped \
+         because no healthy node held the newest timeline: {} (last seed {})",
+        forked[0].0, forked[0].1, forked[1].0, forked[1].1, no_candidate.0, no_candidate.1
     );
     for o in failures.iter().take(300) {
         println!(

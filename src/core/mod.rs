@@ -1219,9 +1219,12 @@ impl Core {
         if let Job::Finished {
             kind: JobKind::Rewind { .. },
             ok: false,
-            ..
+            detail,
         } = &obs.job
+            && !detail.starts_with(REWIND_SOURCE_STEP)
         {
+            // Only a rewind that ran counts towards giving up; an unreachable source
+            // (a partition that heals) is retried for as long as it takes.
             self.rewind_failures += 1;
         }
         if let Job::Finished {

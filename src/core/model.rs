@@ -347,6 +347,11 @@ pub struct PgStatus {
     pub standbys: Vec<StandbyStat>,
 }
 
+/// The first step of a `Rewind` job (a `CHECKPOINT` on the source, see `pg::job`).
+/// A job that fails there never touched the data directory: the source was not
+/// reachable (a partition, the leader restarting), which is no failed rewind.
+pub const REWIND_SOURCE_STEP: &str = "CHECKPOINT on the rewind source (psql)";
+
 /// A long PostgreSQL action that runs as a supervised child process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobKind {

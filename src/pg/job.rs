@@ -545,7 +545,7 @@ fn plan(
             // after promotion: rewinding earlier answers "no rewind required" and
             // leaves a standby stuck on a forked timeline (seen in tests/real_pg.rs).
             job.steps.push_back(Step::Run(Cmd {
-                what: "CHECKPOINT on the rewind source (psql)",
+                what: crate::core::model::REWIND_SOURCE_STEP,
                 program: "psql",
                 args: vec![
                     os("-X"),

@@ -89,6 +89,8 @@ struct Outcomes {
     fence: Option<FenceOutcome>,
     promoted: Option<bool>,
     released: Option<bool>,
+    /// A guarded write refused by the epoch guard (names it).
+    guard_refused: Option<String>,
 }
 
 pub async fn run(cx: Cx) {
@@ -250,7 +252,7 @@ pub async fn run(cx: Cx) {
             shutdown,
             watchdog_failed: None,
             clock_jump: std::time::Duration::ZERO,
-            guard_refused: None,
+            guard_refused: out.guard_refused.take(),
         };
         let members_seen = if let Ok(v) = &obs.cluster {
             v.members
@@ -329,6 +331,12 @@ pub async fn run(cx: Cx) {
         again = plan.again;
 
         for a in plan.actions {
+            if out.guard_refused.is_some() {
+                // Like the agent: leadership is lost, nothing planned under it runs;
+                // the core fences at the next step, which comes at once.
+                again = true;
+                continue;
+            }
             match a {
                 Action::ClaimInitialize => {
                     let d = cx.now().add(r);
@@ -456,7 +464,9 @@ pub async fn run(cx: Cx) {
                             epoch,
                             entry,
                         };
-                        let _ = cx.call(op, d).await;
+                        if let Ok(Resp::Done(false)) = cx.call(op, d).await {
+                            out.guard_refused = Some("the history append".into());
+                        }
                     }
                 }
                 Action::Retarget { leader } => {
@@ -494,23 +504,50 @@ pub async fn run(cx: Cx) {
                         epoch,
                         entry,
                     };
-                    let _ = cx.call(op, d).await;
-                }
-                Action::SyncSlots { .. } => {}
-                // Asynchronous replication only in this model.
-                Action::WriteSync { .. }
-                | Action::DeleteSync { .. }
-                | Action::SetSyncNames { .. } => {}
-                Action::MoveDataAside => {
-                    let mut w = cx.w.borrow_mut();
-                    if w.nodes[cx.node].pg.run == super::world::Run::Stopped {
-                        let pg = &mut w.nodes[cx.node].pg;
-                        pg.sysid = None;
-                        pg.was_primary = false;
-                        pg.timeline = 1;
-                        pg.lsn = 0;
+                    if let Ok(Resp::Done(false)) = cx.call(op, d).await {
+                        out.guard_refused = Some("the history append".into());
                     }
                 }
+                Action::SyncSlots { .. } => {}
+                Action::WriteSync {
+                    epoch,
+                    leader,
+                    sync_standby,
+                } => {
+                    let d = cap(&core, cx.now());
+                    let key = SyncKey {
+                        leader,
+                        sync_standby,
+                    };
+                    let what = format!("the sync key write {key:?}");
+                    let op = Op::WriteSync {
+                        me: name.clone(),
+                        epoch,
+                        key,
+                    };
+                    // A timeout changes nothing here (the write may still have
+                    // landed): the core reads the key next iteration.
+                    if let Ok(Resp::Done(false)) = cx.call(op, d).await {
+                        out.guard_refused = Some(what);
+                    }
+                }
+                Action::DeleteSync { epoch } => {
+                    let d = cap(&core, cx.now());
+                    let op = Op::DeleteSync {
+                        me: name.clone(),
+                        epoch,
+                    };
+                    if let Ok(Resp::Done(false)) = cx.call(op, d).await {
+                        out.guard_refused = Some("the sync key delete".into());
+                    }
+                }
+                Action::SetSyncNames { names } => {
+                    let mut w = cx.w.borrow_mut();
+                    if let Err(e) = w.set_sync_names(cx.node, &names) {
+                        w.text(Some(cx.node), format!("SetSyncNames {names:?}: {e}"));
+                    }
+                }
+                Action::MoveDataAside => cx.w.borrow_mut().move_aside(cx.node),
                 Action::PetWatchdog => {
                     let mut w = cx.w.borrow_mut();
                     let now = w.now;

@@ -2,7 +2,8 @@
 //! revisions and `create_revision`, leases with a granted TTL >= the minimum, expiry
 //! swept late by a 500 ms lessor tick, every lease reset to its full TTL plus an
 //! election timeout when a new etcd leader takes over, and `LeaseTimeToLive`
-//! truncating to whole seconds. Requests are applied at one instant chosen by the
+//! truncating to whole seconds. The `sync` key (synchronous mode) is written and
+//! deleted only under the leader's epoch guard, like `history`. Requests are applied at one instant chosen by the
 //! world (between their send and their answer).
 
 use std::collections::BTreeMap;
@@ -19,6 +20,7 @@ pub enum Val {
     History(Vec<HistoryEntry>),
     Member(MemberInfo),
     Rollback(RollbackMarker),
+    Sync(SyncKey),
 }
 
 #[derive(Clone, Debug)]
@@ -89,6 +91,17 @@ pub enum Op {
         me: String,
         epoch: Epoch,
         entry: HistoryEntry,
+    },
+    /// `If(guard) Then(put(sync, key))` (DESIGN §3a; no lease: it outlives leaders).
+    WriteSync {
+        me: String,
+        epoch: Epoch,
+        key: SyncKey,
+    },
+    /// `If(guard) Then(delete(sync))`.
+    DeleteSync {
+        me: String,
+        epoch: Epoch,
     },
 }
 
@@ -344,6 +357,28 @@ impl Etcd {
                 self.put("history", Val::History(h), 0);
                 Resp::Done(true)
             }
+            Op::WriteSync { me, epoch, key } => {
+                let ok = self.guard(me, *epoch);
+                if ok {
+                    self.put("sync", Val::Sync(key.clone()), 0);
+                }
+                Resp::Done(ok)
+            }
+            Op::DeleteSync { me, epoch } => {
+                let ok = self.guard(me, *epoch);
+                if ok {
+                    self.delete("sync");
+                }
+                Resp::Done(ok)
+            }
+        }
+    }
+
+    /// The `sync` key as stored (garbage values are not modelled).
+    pub fn sync_key(&self) -> Option<SyncKey> {
+        match self.kv.get("sync").map(|k| &k.val) {
+            Some(Val::Sync(k)) => Some(k.clone()),
+            _ => None,
         }
     }
 
@@ -377,6 +412,7 @@ impl Etcd {
                 }
                 (Val::History(h), _) => v.history = h.clone(),
                 (Val::Rollback(m), _) => v.rollback = Some(m.clone()),
+                (Val::Sync(k), _) => v.sync = Some(Ok(k.clone())),
                 _ => {}
             }
         }

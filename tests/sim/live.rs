@@ -30,6 +30,13 @@
 //!   nothing") makes it wait the early-expiry delay too. Such a winner (typically
 //!   restarted, or cut off until just before) also counts only from when it became
 //!   healthy: `base` takes the start of its last healthy interval.
+//! - **Synchronous mode**: only the leader the `sync` key names, or the standby it
+//!   lists, may take over (the key as it stood when the old leader's key went; no
+//!   key: anyone). None of them healthy at the end: skipped (failover impossible by
+//!   design: the listed standby lost, or strict/degraded with the leader lost).
+//!   Else `base` also takes the start of the first of them to be healthy to the
+//!   end, and the bound adds [`sync_allowance`] (the names must settle before a
+//!   promotion; `tenure check-config` does not print that part).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -55,6 +62,19 @@ pub const SLACK: Duration = Duration::from_millis(600);
 pub fn fresh_allowance(_sched: &Schedule) -> Duration {
     Duration::ZERO
 }
+
+/// Synchronous mode's extra on the takeover path, not in the printed number: the
+/// winner writes the `sync` key naming itself, sets `synchronous_standby_names`
+/// and promotes only once the names held for a loop (`names_settled`).
+pub fn sync_allowance(sched: &Schedule) -> Duration {
+    match sched.sync() {
+        SyncMode::Off => Duration::ZERO,
+        _ => sched.profile.timing.loop_wait * SYNC_ALLOWANCE_LW,
+    }
+}
+
+/// Loops of [`sync_allowance`].
+pub const SYNC_ALLOWANCE_LW: u32 = 2;
 
 /// One removal of the `leader` key.
 #[derive(Clone, Debug)]
@@ -88,6 +108,10 @@ pub struct LiveRec {
     pub polls: HashMap<(usize, LeaseId), Instant>,
     /// Expiry (etcd's clock) of the lease of the key as last observed.
     pub prev_expiry: Option<Instant>,
+    /// Every change of the `sync` key.
+    pub sync: Vec<(Instant, Option<SyncKey>)>,
+    /// The `sync` key's mod revision as last observed.
+    pub sync_rev: Option<i64>,
 }
 
 fn state_at(tr: &[(Instant, bool)], t: Instant) -> bool {
@@ -116,7 +140,8 @@ pub enum Verdict {
         printed: Duration,
         early: bool,
         /// Which term set `base`: 0 keepalive, 1 etcd change, 2 healthy majority,
-        /// 3 the winner becoming healthy (4: elected at `C`, no base).
+        /// 3 the winner becoming healthy, 4 a node the `sync` key allows becoming
+        /// healthy (5: elected at `C`, no base).
         base_from: usize,
         /// `Some(text)` if the bound was missed.
         late: Option<String>,
@@ -140,7 +165,7 @@ pub fn check(
             bound: Duration::ZERO,
             printed: Duration::ZERO,
             early: false,
-            base_from: 4,
+            base_from: 5,
             late: None,
         };
     }
@@ -208,7 +233,47 @@ pub fn check(
     } else {
         winner_since
     };
-    let terms = [t_ka, t_ch, s, winner_since];
+    // Synchronous mode: only the leader the `sync` key names, or the standby it
+    // lists, may take over (no key: anyone). The key as it stood when the old
+    // leader's key went (nobody can change it until a new leader holds the key).
+    // If none of them is healthy to the end, failover is impossible by design;
+    // otherwise the bound counts from when the first of them became healthy.
+    let mut allowed_since = Instant::ZERO;
+    let mut sync_note = String::new();
+    if sched.sync() != SyncMode::Off {
+        let at = removal.as_ref().map_or(c, |r| r.at);
+        let k = rec
+            .sync
+            .iter()
+            .rev()
+            .find(|(t, _)| *t <= at)
+            .and_then(|x| x.1.clone());
+        let allowed: Vec<usize> = match &k {
+            None => (0..sched.nodes).collect(),
+            Some(k) => [Some(&k.leader), k.sync_standby.as_ref()]
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.trim_start_matches("pg").parse::<usize>().ok())
+                .collect(),
+        };
+        let since = allowed
+            .iter()
+            .filter_map(|&a| match rec.healthy.get(a).and_then(|h| h.last()) {
+                Some(&(t, true)) => Some(t),
+                _ => None,
+            })
+            .min();
+        match since {
+            Some(t) => allowed_since = t,
+            None => {
+                return Verdict::Skipped(format!(
+                    "synchronous mode: no node the sync key {k:?} allows is healthy at the end"
+                ));
+            }
+        }
+        sync_note = format!(", sync key {k:?} allows a healthy node from {allowed_since}");
+    }
+    let terms = [t_ka, t_ch, s, winner_since, allowed_since];
     let base = terms.iter().copied().fold(Instant::ZERO, Instant::max);
     let base_from = terms.iter().position(|t| *t == base).unwrap_or(0);
     let stale = match (winner, &removal) {
@@ -236,7 +301,7 @@ pub fn check(
         } else {
             Duration::ZERO
         };
-    let bound = printed + fresh_allowance(sched) + SLACK;
+    let bound = printed + fresh_allowance(sched) + sync_allowance(sched) + SLACK;
     let deadline = base.add(bound);
     let late = match elected_at {
         Some(e) if e <= deadline => None,
@@ -247,7 +312,7 @@ pub fn check(
             "(3) liveness: no leader elected (key + writable primary) by {deadline} = base {base} + bound {:.3} s \
              (failover_worst {:.3} s + fresh-position allowance {:.3} s{} + slack {:.1} s); elected at {e:?}; base = max(last keepalive {t_ka}, \
              etcd change + ET {t_ch}, healthy majority from {s}, winner {winner:?} healthy from {winner_since}, \
-             winner's prediction stale {stale}); old leader {} lease {:x}, removal {removal:?}",
+             winner's prediction stale {stale}{sync_note}); sync allowance {:.3} s; old leader {} lease {:x}, removal {removal:?}",
             bound.as_secs_f64(),
             b.failover_worst.as_secs_f64(),
             fresh_allowance(sched).as_secs_f64(),
@@ -260,6 +325,7 @@ pub fn check(
                 String::new()
             },
             SLACK.as_secs_f64(),
+            sync_allowance(sched).as_secs_f64(),
             key.name,
             key.lease,
         )),

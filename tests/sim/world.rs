@@ -4,6 +4,12 @@
 //!
 //! Faults are chosen by the seed; invariants are checked from the recorded history
 //! of writable primaries ("reigns") and from the agents' own checks.
+//!
+//! WAL is a position per data directory plus its lineage (which reign wrote which
+//! positions); a writable primary's grows by a byte per microsecond. A replica
+//! streams continuously from the primary it follows while their lineages agree;
+//! each reign records the highest position a commit was acknowledged at
+//! (synchronous_standby_names decides which standby's flush that waits for).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -66,6 +72,9 @@ pub enum FaultKind {
     EarlyDelete,
     EarlyRevoke,
     Shutdown,
+    /// The host is gone for good (never restarts). Aimed at the leader, or (when
+    /// not) at the standby the `sync` key lists if `pick` is even and there is one.
+    HostLost,
 }
 
 #[derive(Clone, Debug)]
@@ -125,7 +134,9 @@ impl Schedule {
                 FaultKind::Stall | FaultKind::Partition => r.dur(secs(0.2), secs(2.0 * ttl)),
                 FaultKind::Delay => r.dur(secs(0.5), secs(ttl)),
                 FaultKind::EtcdLeaderChange => r.dur(secs(0.3), secs(1.5)),
-                FaultKind::EarlyDelete | FaultKind::EarlyRevoke => Duration::ZERO,
+                FaultKind::EarlyDelete | FaultKind::EarlyRevoke | FaultKind::HostLost => {
+                    Duration::ZERO
+                }
             };
             faults.push(Fault {
                 at: Instant::ZERO.add(secs(start + span * r.unit())),
@@ -136,6 +147,31 @@ impl Schedule {
             });
         }
         faults.sort_by_key(|f| f.at);
+        // Synchronous mode from a stream of its own, so a seed keeps its faults
+        // whatever its mode. A third On (the setting in use, with the most
+        // transitions: standby listed, unlisted, degraded), a sixth Strict (differs
+        // only with no standby left), half Off (the asynchronous coverage, the
+        // overlap measurements and the lost-write count to compare with).
+        let mut rs = Rng::new(seed ^ 0x5e7c_4a11_d0d0_0b0e);
+        let mut profile = profile;
+        profile.timing.synchronous = match rs.below(6) {
+            0 | 1 => SyncMode::On,
+            2 => SyncMode::Strict,
+            _ => SyncMode::Off,
+        };
+        // A quarter of the schedules (any mode) lose one host for good: a lost
+        // synchronous standby (degrade, or strict commits waiting), a failover the
+        // sync key makes impossible.
+        if rs.chance(0.25) {
+            faults.push(Fault {
+                at: Instant::ZERO.add(secs(start + span * rs.unit())),
+                kind: FaultKind::HostLost,
+                at_leader: rs.chance(0.4),
+                pick: rs.next_u64(),
+                dur: Duration::ZERO,
+            });
+            faults.sort_by_key(|f| f.at);
+        }
         Schedule {
             seed,
             nodes,
@@ -143,6 +179,10 @@ impl Schedule {
             watchdog,
             faults,
         }
+    }
+
+    pub fn sync(&self) -> SyncMode {
+        self.profile.timing.synchronous
     }
 
     /// Schedules in which a primary's agent can stop without its PostgreSQL
@@ -206,6 +246,75 @@ pub struct Pg {
     /// Processes are being killed by a fence; all gone at this instant.
     pub dying: Option<Instant>,
     pub pgen: u64,
+    /// The data's WAL lineage: `(writer, end)` segments in order, the writer being
+    /// the reign (index into `World::reigns`) that wrote the positions up to `end`,
+    /// or [`INITDB`]. A writable primary's last segment is open: it ends at
+    /// `lsn_of`. A replica streams only while its lineage is a prefix of its
+    /// upstream's (else PostgreSQL refuses: "forked off ... before the current
+    /// recovery point").
+    pub hist: Vec<(usize, u64)>,
+    /// `tenure.sync.conf` in the data directory: `synchronous_standby_names` as
+    /// last set. Survives restarts; pg_basebackup and pg_rewind copy the source's.
+    pub sync_conf: String,
+    /// `synchronous_standby_names` the running server's commits obey: the file as
+    /// of the last reload processed (a reload lands a little after it is asked).
+    pub names_eff: Names,
+    /// How far the walreceiver trails its upstream (set per connection).
+    pub lag: Duration,
+}
+
+/// The writer of the WAL initdb made.
+pub const INITDB: usize = usize::MAX;
+
+/// `synchronous_standby_names` as PostgreSQL reads the forms the core writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Names {
+    /// Empty: commits wait for no standby.
+    Async,
+    /// `*`: one standby, any (the first streaming one).
+    Any,
+    /// One named standby (`"name"`, double quotes doubled inside).
+    One(String),
+}
+
+pub fn parse_names(s: &str) -> Names {
+    let s = s.trim();
+    if s.is_empty() {
+        Names::Async
+    } else if s == "*" {
+        Names::Any
+    } else if let Some(q) = s.strip_prefix('"').and_then(|q| q.strip_suffix('"')) {
+        Names::One(q.replace("\"\"", "\""))
+    } else {
+        Names::One(s.to_lowercase())
+    }
+}
+
+/// Is lineage `a` a prefix of lineage `b` whose last segment ends at `b_end`?
+fn is_prefix(a: &[(usize, u64)], b: &[(usize, u64)], b_end: u64) -> bool {
+    if a.len() > b.len() {
+        return false;
+    }
+    let last_a = a.len().saturating_sub(1);
+    a.iter().enumerate().all(|(k, &(wa, ea))| {
+        let (wb, eb) = b[k];
+        let eb = if k + 1 == b.len() { b_end } else { eb };
+        wa == wb && if k == last_a { ea <= eb } else { ea == eb }
+    })
+}
+
+/// Lineage `b` (last segment ending at `b_end`) cut at position `f <= b_end`.
+fn truncate(b: &[(usize, u64)], b_end: u64, f: u64) -> Vec<(usize, u64)> {
+    let mut out = Vec::with_capacity(b.len());
+    for (k, &(w, e)) in b.iter().enumerate() {
+        let e = if k + 1 == b.len() { b_end } else { e };
+        if e >= f {
+            out.push((w, f));
+            break;
+        }
+        out.push((w, e));
+    }
+    out
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -222,6 +331,11 @@ pub struct Reign {
     pub timeline: u32,
     pub start: Instant,
     pub end: Option<Instant>,
+    pub sysid: u64,
+    /// The position the reign's own WAL starts after.
+    pub start_lsn: u64,
+    /// The highest position a commit of this reign was acknowledged at.
+    pub acked: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -267,6 +381,8 @@ pub struct Node {
     pub watch_deleted_at: Option<Instant>,
     pub shutdown: bool,
     pub reign: Option<usize>,
+    /// `HostLost`: a pending restart never happens.
+    pub lost: bool,
 }
 
 // Test code: events sit in one heap and are moved a few times each; boxing the
@@ -313,6 +429,16 @@ pub enum Ev {
     Restart {
         node: usize,
     },
+    /// A reload of the node's configuration reaches the processes that decide
+    /// whether a commit waits.
+    Reload {
+        node: usize,
+        pgen: u64,
+    },
+    /// The member key of a host lost for good goes with its lease.
+    MemberExpired {
+        node: usize,
+    },
 }
 
 /// What the driver must do with the agents' futures.
@@ -355,6 +481,14 @@ pub struct World {
     pub verdict: Option<Verdict>,
     pub events: u64,
     pub timeline_regressions: u64,
+    /// (b): acknowledged writes a new primary does not hold: (count, most bytes).
+    pub lost: (u64, u64),
+    /// Replicas at the end whose WAL forked from their leader's (never rewound).
+    pub forked_replicas: u64,
+    /// Leader keys taken in synchronous mode by a node the `sync` key did not allow.
+    pub sync_breaches: u64,
+    /// Per node, the primary it streams from (see `refresh_ups`); `None`: stale.
+    ups: Option<Vec<Option<usize>>>,
     /// `TENURE_SIM_FULL_LOG=1` with one seed: every step, the whole run.
     pub full_log: bool,
     last_step: Vec<Option<(std::mem::Discriminant<Reason>, Vec<Action>)>>,
@@ -385,6 +519,10 @@ impl World {
                     lsn_at: Instant::ZERO,
                     dying: None,
                     pgen: 0,
+                    hist: Vec::new(),
+                    sync_conf: String::new(),
+                    names_eff: Names::Async,
+                    lag: Duration::ZERO,
                 },
                 wd: Wd::default(),
                 job: None,
@@ -396,6 +534,7 @@ impl World {
                 watch_deleted_at: None,
                 shutdown: false,
                 reign: None,
+                lost: false,
             })
             .collect();
         let mut w = World {
@@ -418,6 +557,10 @@ impl World {
             verdict: None,
             events: 0,
             timeline_regressions: 0,
+            lost: (0, 0),
+            forked_replicas: 0,
+            sync_breaches: 0,
+            ups: None,
             full_log: std::env::var_os("TENURE_SIM_FULL_LOG").is_some(),
             last_step: vec![None; sched_nodes],
         };
@@ -591,7 +734,7 @@ impl World {
     pub fn lsn_of(&self, node: usize, at: Instant) -> u64 {
         let pg = &self.nodes[node].pg;
         match pg.run {
-            // One byte per microsecond while writable.
+            // One byte per microsecond while writable: clients write to whoever is.
             Run::Primary if pg.dying.is_none() => pg.lsn + at.since(pg.lsn_at).as_micros() as u64,
             _ => pg.lsn,
         }
@@ -601,6 +744,130 @@ impl World {
         self.nodes[node].pg.run == Run::Primary
     }
 
+    /// The node's lineage as of `at` (a writable primary's last segment extended).
+    fn hist_at(&self, node: usize, at: Instant) -> Vec<(usize, u64)> {
+        let h = &self.nodes[node].pg.hist;
+        truncate(h, self.lsn_of(node, at), self.lsn_of(node, at))
+    }
+
+    /// The primary a running replica streams from now, if any: the one it follows
+    /// is writable, of the same system, and the replica's WAL has not forked from it.
+    pub fn upstream(&self, node: usize) -> Option<usize> {
+        match &self.ups {
+            Some(u) => u[node],
+            None => self.upstream_now(node),
+        }
+    }
+
+    /// Which replica streams from which primary changes only when a server starts,
+    /// stops, is fenced, promoted or retargeted, or data is replaced (every such
+    /// change clears the cache): WAL only ever extends a lineage, so a prefix stays
+    /// a prefix and a fork stays a fork.
+    fn refresh_ups(&mut self) {
+        if self.ups.is_none() {
+            let u = (0..self.nodes.len())
+                .map(|i| self.upstream_now(i))
+                .collect();
+            self.ups = Some(u);
+        }
+    }
+
+    fn upstream_now(&self, node: usize) -> Option<usize> {
+        let me = &self.nodes[node].pg;
+        let Run::Replica { following } = &me.run else {
+            return None;
+        };
+        if me.dying.is_some() {
+            return None;
+        }
+        let up = self.node_by_name(following).filter(|&u| u != node)?;
+        let upg = &self.nodes[up].pg;
+        let ok = self.writable(up)
+            && upg.sysid == me.sysid
+            && is_prefix(&me.hist, &upg.hist, self.lsn_of(up, self.now));
+        ok.then_some(up)
+    }
+
+    /// Bring every replica's received WAL and every primary's acknowledged position
+    /// up to `t`, under the state that held since the last call. The driver calls it
+    /// before each event changes anything, so between calls nothing changes but
+    /// time: a streaming replica's position is its upstream's `lag` ago, and a
+    /// commit's acknowledgement depends only on positions (both grow with time).
+    pub fn advance(&mut self, t: Instant) {
+        self.refresh_ups();
+        for i in 0..self.nodes.len() {
+            let Some(up) = self.upstream(i) else {
+                continue;
+            };
+            let f = self.lsn_of(up, t.sub(self.nodes[i].pg.lag));
+            let tl = self.nodes[up].pg.timeline;
+            if f > self.nodes[i].pg.lsn {
+                // Usually `f` lies in the segment the replica's lineage ends with:
+                // extend it in place (this runs at every event).
+                let uh = &self.nodes[up].pg.hist;
+                let k = self.nodes[i].pg.hist.len().wrapping_sub(1);
+                let same = k < uh.len() && (k + 1 == uh.len() || uh[k].1 >= f);
+                if same {
+                    self.nodes[i].pg.hist[k].1 = f;
+                } else {
+                    let hist = truncate(uh, self.lsn_of(up, t), f);
+                    self.nodes[i].pg.hist = hist;
+                }
+                let pg = &mut self.nodes[i].pg;
+                pg.lsn = f;
+                pg.lsn_at = t;
+            }
+            self.nodes[i].pg.timeline = tl;
+        }
+        for p in 0..self.nodes.len() {
+            let Some(r) = self.nodes[p].reign else {
+                continue;
+            };
+            if self.nodes[p].pg.dying.is_some() {
+                continue;
+            }
+            if let Some(a) = self.acknowledged(p, t) {
+                let reign = &mut self.reigns[r];
+                reign.acked = reign.acked.max(a);
+            }
+        }
+    }
+
+    /// The standby `synchronous_standby_names` (`names`) makes synchronous for
+    /// `primary`: `Ok(None)` none needed, `Ok(Some(i))` node `i`, `Err(())` one is
+    /// needed and none streams.
+    fn sync_standby(&self, primary: usize, names: &Names) -> Result<Option<usize>, ()> {
+        let streams = |i: usize| i != primary && self.upstream(i) == Some(primary);
+        match names {
+            Names::Async => Ok(None),
+            // PostgreSQL picks among equal priorities by walsender slot; node order
+            // stands in for it.
+            Names::Any => (0..self.nodes.len())
+                .find(|&i| streams(i))
+                .map(Some)
+                .ok_or(()),
+            Names::One(n) => self
+                .node_by_name(n)
+                .filter(|&i| streams(i))
+                .map(Some)
+                .ok_or(()),
+        }
+    }
+
+    /// The highest position a commit on `primary` is acknowledged at by `t`: its
+    /// own position with no standby required, else what the required standby has
+    /// flushed (`None`: a standby is required and none streams; commits wait).
+    fn acknowledged(&self, primary: usize, t: Instant) -> Option<u64> {
+        let own = self.lsn_of(primary, t);
+        match self.sync_standby(primary, &self.nodes[primary].pg.names_eff) {
+            Ok(None) => Some(own),
+            Ok(Some(s)) => Some(self.nodes[s].pg.lsn.min(own)),
+            Err(()) => None,
+        }
+    }
+
+    /// The caller has run `advance` at this instant (a promotion's timeline switch
+    /// must not be undone by a last sample of the upstream's).
     fn begin_reign(&mut self, node: usize) {
         let now = self.now;
         let tl = self.nodes[node].pg.timeline;
@@ -618,17 +885,68 @@ impl World {
             );
             self.text(None, msg);
         }
+        let (sysid, lsn) = (
+            self.nodes[node].pg.sysid.unwrap_or(0),
+            self.nodes[node].pg.lsn,
+        );
         self.reigns.push(Reign {
             node,
             timeline: tl,
             start: now,
             end: None,
+            sysid,
+            start_lsn: lsn,
+            acked: lsn,
         });
-        self.nodes[node].reign = Some(self.reigns.len() - 1);
+        let r = self.reigns.len() - 1;
+        self.nodes[node].reign = Some(r);
         let pg = &mut self.nodes[node].pg;
         pg.run = Run::Primary;
         pg.was_primary = true;
+        self.ups = None;
         pg.lsn_at = now;
+        pg.hist.push((r, lsn));
+        self.check_acked(node, "becomes writable");
+    }
+
+    /// (b): the node, a writable primary, holds every write any other reign of its
+    /// system acknowledged so far. Asserted in synchronous mode, counted otherwise.
+    fn check_acked(&mut self, node: usize, when: &str) {
+        let hist = self.hist_at(node, self.now);
+        let mine = self.nodes[node].reign;
+        let sysid = self.nodes[node].pg.sysid.unwrap_or(0);
+        let mut lost = Vec::new();
+        for (i, r) in self.reigns.iter().enumerate() {
+            if Some(i) == mine || r.sysid != sysid || r.acked <= r.start_lsn {
+                continue;
+            }
+            let held = hist.iter().find(|s| s.0 == i).map(|s| s.1);
+            if held.is_none_or(|h| h < r.acked) {
+                let from = held.unwrap_or(r.start_lsn).max(r.start_lsn);
+                lost.push((i, r.acked - from, held, r.acked));
+            }
+        }
+        for (i, bytes, held, acked) in lost {
+            self.lost.0 += 1;
+            self.lost.1 = self.lost.1.max(bytes);
+            let r = &self.reigns[i];
+            let msg = format!(
+                "(b) {} {when} (timeline {}, position {}) without {bytes} bytes pg{} acknowledged \
+                 on timeline {} (its reign from {}: acknowledged up to {acked}, held {})",
+                self.nodes[node].name,
+                self.nodes[node].pg.timeline,
+                self.lsn_of(node, self.now),
+                r.node,
+                r.timeline,
+                r.start,
+                held.map_or("none of it".to_string(), |h| format!("up to {h}")),
+            );
+            if self.sched.sync() == SyncMode::Off {
+                self.text(None, format!("LOST {msg}"));
+            } else {
+                self.violation(msg);
+            }
+        }
     }
 
     /// All processes of the node's PostgreSQL are gone now.
@@ -641,53 +959,21 @@ impl World {
         let pg = &mut self.nodes[node].pg;
         pg.lsn = lsn;
         pg.lsn_at = now;
+        if let Some(last) = pg.hist.last_mut() {
+            last.1 = last.1.max(lsn);
+        }
         pg.run = Run::Stopped;
         pg.dying = None;
         pg.pgen += 1;
-    }
-
-    /// Refresh a streaming replica's position and timeline from its upstream.
-    fn follow_upstream(&mut self, node: usize) {
-        let Run::Replica { following } = self.nodes[node].pg.run.clone() else {
-            return;
-        };
-        let Some(up) = self.node_by_name(&following) else {
-            return;
-        };
-        if !self.writable(up) || self.nodes[up].pg.sysid != self.nodes[node].pg.sysid {
-            return;
-        }
-        let me = &self.nodes[node].pg;
-        // A former primary's WAL may have forked: it streams only on its own timeline.
-        if me.was_primary && me.timeline != self.nodes[up].pg.timeline {
-            return;
-        }
-        let lag = self.rng.ms(1, 20);
-        let up_lsn = self.lsn_of(up, self.now.sub(lag));
-        let tl = self.nodes[up].pg.timeline;
-        let pg = &mut self.nodes[node].pg;
-        pg.lsn = pg.lsn.max(up_lsn);
-        pg.timeline = tl;
-    }
-
-    fn streaming(&self, node: usize) -> bool {
-        let Run::Replica { following } = &self.nodes[node].pg.run else {
-            return false;
-        };
-        let Some(up) = self.node_by_name(following) else {
-            return false;
-        };
-        let me = &self.nodes[node].pg;
-        self.writable(up)
-            && self.nodes[up].pg.sysid == me.sysid
-            && !(me.was_primary && me.timeline != self.nodes[up].pg.timeline)
+        self.ups = None;
     }
 
     pub fn probe(&mut self, node: usize) -> PgStatus {
-        self.follow_upstream(node);
         let now = self.now;
+        // Changes made at this instant (a retarget, a start) take effect at once.
+        self.advance(now);
         let lsn = self.lsn_of(node, now);
-        let streaming = self.streaming(node);
+        let streaming = self.upstream(node).is_some();
         let pg = &self.nodes[node].pg;
         let data = match pg.sysid {
             None => DataDir::Empty,
@@ -706,6 +992,33 @@ impl World {
             Run::Replica { following } if !following.is_empty() => Some(following.clone()),
             _ => None,
         };
+        // The probe's session has read the file already (the adversarial case: the
+        // processes that decide whether a commit waits follow a little later).
+        let names = pg.sync_conf.clone();
+        let mut standbys = Vec::new();
+        if role == PgRole::Primary {
+            // pg_stat_replication: every replica that follows this node, its
+            // `sync_state` as the session's own names make it.
+            let sync = self.sync_standby(node, &parse_names(&names)).ok().flatten();
+            for (i, n) in self.nodes.iter().enumerate() {
+                match &n.pg.run {
+                    Run::Replica { following }
+                        if i != node
+                            && *following == self.nodes[node].name
+                            && n.pg.dying.is_none() =>
+                    {
+                        let streaming = self.upstream(i) == Some(node);
+                        standbys.push(StandbyStat {
+                            name: n.name.clone(),
+                            streaming,
+                            sync: streaming && sync == Some(i),
+                            flush: n.pg.lsn,
+                        });
+                    }
+                    _ => {}
+                }
+            }
+        }
         PgStatus {
             data,
             role,
@@ -714,10 +1027,32 @@ impl World {
             following,
             streaming,
             epoch: None,
-            // Asynchronous replication only in this model: nothing sets the names.
-            sync_names: matches!(role, PgRole::Primary | PgRole::Replica).then(String::new),
-            standbys: Vec::new(),
+            sync_names: matches!(role, PgRole::Primary | PgRole::Replica).then_some(names),
+            standbys,
         }
+    }
+
+    /// `SetSyncNames`: rewrite `tenure.sync.conf`, then reload if running.
+    pub fn set_sync_names(&mut self, node: usize, names: &str) -> Result<(), String> {
+        let pg = &mut self.nodes[node].pg;
+        if pg.sysid.is_none() {
+            return Err("no data directory".into());
+        }
+        pg.sync_conf = names.to_string();
+        if pg.run != Run::Stopped && pg.dying.is_none() {
+            let pgen = pg.pgen;
+            // Usually milliseconds; now and then most of a loop (a busy checkpointer),
+            // never a whole one: the core trusts a value that held for a loop.
+            let lw = self.sched.profile.timing.loop_wait;
+            let d = if self.rng.chance(0.05) {
+                self.rng.dur(secs(0.001), lw.mul_f64(0.8))
+            } else {
+                self.rng.ms(1, 50)
+            };
+            let at = self.now.add(d);
+            self.push(at, Ev::Reload { node, pgen });
+        }
+        Ok(())
     }
 
     pub fn job_obs(&mut self, node: usize) -> Job {
@@ -754,6 +1089,7 @@ impl World {
 
     fn finish_job(&mut self, node: usize, kind: JobKind) -> Result<(), String> {
         let now = self.now;
+        self.ups = None;
         let src_of = |w: &World, from: &str| -> Result<usize, String> {
             let s = w
                 .node_by_name(from)
@@ -774,6 +1110,8 @@ impl World {
                 pg.timeline = 1;
                 pg.lsn = 100;
                 pg.was_primary = false;
+                pg.hist = vec![(INITDB, 100)];
+                pg.sync_conf = String::new();
             }
             JobKind::Basebackup { from } | JobKind::Rewind { from } => {
                 let s = src_of(self, &from)?;
@@ -788,11 +1126,16 @@ impl World {
                 if self.nodes[node].pg.sysid.is_some() && self.nodes[node].pg.sysid != sysid {
                     return Err("system identifier differs".into());
                 }
+                // Both copy the whole data directory, tenure.sync.conf included.
+                let hist = self.hist_at(s, now);
+                let conf = self.nodes[s].pg.sync_conf.clone();
                 let pg = &mut self.nodes[node].pg;
                 pg.sysid = sysid;
                 pg.timeline = tl;
                 pg.lsn = lsn;
                 pg.was_primary = false;
+                pg.hist = hist;
+                pg.sync_conf = conf;
             }
             JobKind::StartPrimary => {
                 if self.nodes[node].pg.sysid.is_none() {
@@ -802,6 +1145,9 @@ impl World {
                     return Err("already running".into());
                 }
                 self.text(Some(node), "PostgreSQL started as primary".into());
+                let pg = &mut self.nodes[node].pg;
+                pg.names_eff = parse_names(&pg.sync_conf);
+                self.ups = None;
                 self.begin_reign(node);
             }
             JobKind::StartReplica { leader } => {
@@ -811,7 +1157,11 @@ impl World {
                 if self.nodes[node].pg.run != Run::Stopped {
                     return Err("already running".into());
                 }
-                self.nodes[node].pg.run = Run::Replica { following: leader };
+                let lag = self.rng.ms(1, 20);
+                let pg = &mut self.nodes[node].pg;
+                pg.run = Run::Replica { following: leader };
+                pg.names_eff = parse_names(&pg.sync_conf);
+                pg.lag = lag;
             }
             JobKind::Stop => {
                 if self.nodes[node].pg.run != Run::Stopped {
@@ -837,7 +1187,16 @@ impl World {
         let d = self.rng.dur(secs(0.005), b.mul_f64(0.6));
         let at = now.add(d);
         let pgen = pg.pgen;
-        self.nodes[node].pg.dying = Some(at);
+        // SIGQUIT: no write commits from now on; the WAL written so far stays.
+        let lsn = self.lsn_of(node, now);
+        let pg = &mut self.nodes[node].pg;
+        pg.lsn = lsn;
+        pg.lsn_at = now;
+        if let Some(last) = pg.hist.last_mut() {
+            last.1 = last.1.max(lsn);
+        }
+        pg.dying = Some(at);
+        self.ups = None;
         self.push(at, Ev::PgGone { node, pgen });
         at
     }
@@ -852,9 +1211,28 @@ impl World {
     }
 
     pub fn retarget(&mut self, node: usize, leader: &str) {
-        if let Run::Replica { following } = &mut self.nodes[node].pg.run {
+        let lag = self.rng.ms(1, 20);
+        let pg = &mut self.nodes[node].pg;
+        if let Run::Replica { following } = &mut pg.run {
             *following = leader.to_string();
+            pg.lag = lag;
         }
+        self.ups = None;
+    }
+
+    /// `MoveDataAside`: an empty data directory (the old one, conf files and all,
+    /// moved away).
+    pub fn move_aside(&mut self, node: usize) {
+        let pg = &mut self.nodes[node].pg;
+        if pg.run == Run::Stopped {
+            pg.sysid = None;
+            pg.was_primary = false;
+            pg.timeline = 1;
+            pg.lsn = 0;
+            pg.hist.clear();
+            pg.sync_conf.clear();
+        }
+        self.ups = None;
     }
 
     // ----- watchdog -----
@@ -978,6 +1356,12 @@ impl World {
             self.live.holder = key.as_ref().and_then(|k| self.node_by_name(&k.name));
             self.live.keys.push((now, key));
         }
+        // Every write of `sync` gets a new revision (none is written twice at one).
+        let sync_rev = self.etcd.kv.get("sync").map(|k| k.mod_rev);
+        if self.live.sync_rev != sync_rev || self.live.sync.is_empty() {
+            self.live.sync_rev = sync_rev;
+            self.live.sync.push((now, self.etcd.sync_key()));
+        }
         self.live.prev_expiry = self
             .live
             .keys
@@ -1011,9 +1395,16 @@ impl World {
     fn fire(&mut self, i: usize, cmds: &mut Vec<Cmd>) {
         let f = self.sched.faults[i].clone();
         let now = self.now;
+        let listed = self
+            .etcd
+            .sync_key()
+            .and_then(|k| k.sync_standby)
+            .and_then(|s| self.node_by_name(&s));
         let n = if f.at_leader {
             self.leader_node()
                 .unwrap_or((f.pick % self.nodes.len() as u64) as usize)
+        } else if let (FaultKind::HostLost, Some(s), 0) = (f.kind, listed, f.pick % 2) {
+            s
         } else {
             (f.pick % self.nodes.len() as u64) as usize
         };
@@ -1028,6 +1419,16 @@ impl World {
                     self.host_down(n, "crash", cmds);
                     self.push(end, Ev::Restart { node: n });
                 }
+            }
+            FaultKind::HostLost => {
+                if self.nodes[n].host_up {
+                    self.host_down(n, "lost for good", cmds);
+                }
+                self.nodes[n].lost = true;
+                // Member keys persist in this model, but a host lost for good must
+                // not stand as a fresh rival forever: its member lease expires.
+                let ttl = secs(f64::from(self.sched.profile.timing.ttl));
+                self.push(now.add(ttl), Ev::MemberExpired { node: n });
             }
             FaultKind::AgentCrash => {
                 if self.nodes[n].agent_alive {
@@ -1098,6 +1499,8 @@ impl World {
     /// Handle one event; return what the driver must do with the agents.
     pub fn handle(&mut self, at: Instant, ev: Ev) -> Vec<Cmd> {
         self.now = at;
+        // Replication and acknowledgements up to now, under the state so far.
+        self.advance(at);
         self.events += 1;
         let mut cmds = Vec::new();
         match ev {
@@ -1156,9 +1559,27 @@ impl World {
                         (Op::Grant { .. }, Resp::Granted { id, .. }) => {
                             self.live.ka.entry(*id).or_default().push(at)
                         }
-                        // A poll answered in time: the node's `E_max` is fresh.
+                        // DESIGN §3a: in synchronous mode only the sync key's leader
+                        // or listed standby may take the leader key (measured: a
+                        // breach loses nothing by itself, (b) judges what follows).
+                        (Op::CreateLeader { me, .. }, Resp::Created(Some(_)))
+                            if self.sched.sync() != SyncMode::Off
+                                && self.etcd.sync_key().is_some_and(|k| !k.allows(me)) =>
+                        {
+                            self.sync_breaches += 1;
+                            let k = self.etcd.sync_key();
+                            self.text(
+                                Some(node),
+                                format!("SYNC BREACH {me} took the leader key; sync key {k:?}"),
+                            );
+                        }
+                        // A poll answered in time: the node's `E_max` is fresh. Only
+                        // while the key still stands on that lease: a poll after its
+                        // removal predicts nothing about it (a thawed old holder is
+                        // the only winner the sync key may allow, seed 9228).
                         (Op::TimeToLive { lease }, Resp::TimeToLive { .. })
-                            if resp_at < deadline =>
+                            if resp_at < deadline
+                                && self.etcd.leader_key().is_some_and(|k| k.lease == *lease) =>
                         {
                             self.live.polls.insert((node, *lease), at);
                         }
@@ -1243,13 +1664,30 @@ impl World {
             Ev::PromoteDone { node, pgen } => {
                 let pg = &self.nodes[node].pg;
                 if pg.pgen == pgen && pg.dying.is_none() && matches!(pg.run, Run::Replica { .. }) {
-                    self.follow_upstream(node);
+                    self.advance(at);
                     self.nodes[node].pg.timeline += 1;
                     self.text(Some(node), "PostgreSQL promoted".into());
                     self.begin_reign(node);
                 }
             }
+            Ev::Reload { node, pgen } => {
+                // The reload reads the file as it is now (a later set may be read
+                // by an earlier reload; the last one lands on the last value).
+                let pg = &mut self.nodes[node].pg;
+                if pg.pgen == pgen && pg.run != Run::Stopped {
+                    pg.names_eff = parse_names(&pg.sync_conf);
+                }
+            }
+            Ev::MemberExpired { node } => {
+                let key = format!("members/{}", self.nodes[node].name);
+                if self.etcd_down_until <= at {
+                    self.etcd.delete(&key);
+                } else {
+                    self.push(self.etcd_down_until, Ev::MemberExpired { node });
+                }
+            }
             Ev::Fault(i) => self.fire(i, &mut cmds),
+            Ev::Restart { node } if self.nodes[node].lost => {}
             Ev::Restart { node } => {
                 if self.nodes[node].agent_alive {
                     // A shutdown that never finished: systemd's SIGKILL.
@@ -1272,6 +1710,50 @@ impl World {
     /// writable primaries (whether or not it was asserted).
     pub fn finish(&mut self) -> Duration {
         let end = self.now;
+        self.advance(end);
+        // (b) at the end: the newest writable primary holds what every other reign
+        // acknowledged (an old primary that went on acknowledging after its
+        // successor began, a frozen agent's, is caught here).
+        if let Some(last) = self.reigns.iter().rposition(|r| r.end.is_none()) {
+            let node = self.reigns[last].node;
+            self.check_acked(node, "at the end of the run is the primary");
+        }
+        // Replicas following the key's holder that cannot stream from it because
+        // their WAL went past its switch point (the core rewinds only a former
+        // primary): they stay behind for good.
+        if let Some(k) = self.etcd.leader_key()
+            && let Some(l) = self.node_by_name(&k.name)
+            && self.writable(l)
+        {
+            for i in 0..self.nodes.len() {
+                let pg = &self.nodes[i].pg;
+                if i != l
+                    && pg.run
+                        == (Run::Replica {
+                            following: k.name.clone(),
+                        })
+                    && pg.dying.is_none()
+                    && pg.sysid == self.nodes[l].pg.sysid
+                    && self.upstream(i).is_none()
+                {
+                    // Counted apart: a former primary's data / a replica's own.
+                    self.forked_replicas += if pg.was_primary { 1 } else { 1 << 32 };
+                    let msg = format!(
+                        "FORKED {} follows {} but its WAL (timeline {}, position {}{}) forked from it",
+                        self.nodes[i].name,
+                        k.name,
+                        pg.timeline,
+                        pg.lsn,
+                        if pg.was_primary {
+                            ", a former primary's"
+                        } else {
+                            ""
+                        }
+                    );
+                    self.text(None, msg);
+                }
+            }
+        }
         let mut worst = Duration::ZERO;
         let mut found = Vec::new();
         let reigns = self.reigns.clone();
@@ -1318,13 +1800,26 @@ impl World {
         }
         // (3) on the recorded history; then the end state: exactly one writable
         // primary, named by the key.
-        let v = super::live::check(
-            &self.live,
-            &self.sched,
-            self.quiet_from,
-            self.end.unwrap_or(end),
-            self.etcd.election_timeout,
-        );
+        // Nobody healthy holds the newest timeline (their WAL forked from it and the
+        // core never rewound them, or they never streamed from it): no candidate can
+        // exist until an operator steps in. Skipped, and counted by the caller.
+        let newest = self.reigns.iter().map(|r| r.timeline).max().unwrap_or(1);
+        let healthy_on_newest = self.nodes.iter().any(|n| {
+            !n.lost && n.host_up && n.agent_alive && n.pg.sysid.is_some() && n.pg.timeline >= newest
+        });
+        let v = if !healthy_on_newest && !(0..self.nodes.len()).any(|i| self.writable(i)) {
+            Verdict::Skipped(format!(
+                "no healthy node holds the newest timeline {newest}: no candidate can exist"
+            ))
+        } else {
+            super::live::check(
+                &self.live,
+                &self.sched,
+                self.quiet_from,
+                self.end.unwrap_or(end),
+                self.etcd.election_timeout,
+            )
+        };
         let checked = matches!(v, Verdict::Checked { late: None, .. });
         if let Verdict::Checked { late: Some(l), .. } = &v {
             self.violation(l.clone());
