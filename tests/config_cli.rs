@@ -258,7 +258,35 @@ fn check_config_prints_budget_for_good_file() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("no watchdog"), "{out}");
     assert!(out.contains("FROZEN agent"), "{out}");
+    assert!(!out.contains("synchronous_mode"), "{out}");
     assert!(!dir.join("data").exists());
+    // Synchronous mode: the extra failover time is said, strict or not.
+    let sync = good(&dir).replace(
+        "[postgresql]\n",
+        "[dynamic]\nsynchronous_mode = true\nsynchronous_mode_strict = true\n[postgresql]\n",
+    );
+    std::fs::write(&file, sync).expect("write");
+    let o = run(&["check-config", file.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("synchronous_mode (strict): a failover takes up to 4 s more"),
+        "{out}"
+    );
+    // A wrong type for it is refused by name.
+    let bad = good(&dir).replace(
+        "[postgresql]\n",
+        "[dynamic]\nsynchronous_mode = \"quorum\"\n[postgresql]\n",
+    );
+    std::fs::write(&file, bad).expect("write");
+    let o = run(&["check-config", file.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("dynamic.synchronous_mode"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(&file, good(&dir)).expect("write");
     // A bad TENURE_LOG is a usage error, before anything starts.
     let o = run_env(
         &["run", "--config", file.to_str().expect("utf8")],

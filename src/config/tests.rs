@@ -439,6 +439,26 @@ fn dynamic_roundtrip_and_merge() {
     assert_eq!(t.promote_delay, Some(Duration::from_millis(4500)));
     assert_eq!(t.safety_margin, Duration::from_secs(2));
     assert_eq!(d.maximum_lag_on_failover, 5);
+    assert_eq!(d.sync_mode(), crate::core::model::SyncMode::Off);
+    assert_eq!(v["synchronous_mode"], false);
+    assert_eq!(v["synchronous_mode_strict"], false);
+
+    // Synchronous mode through the key; absent keeps ours; a string is refused.
+    let (_, d) = c
+        .apply_dynamic(r#"{"synchronous_mode": true}"#)
+        .expect("valid");
+    assert_eq!(d.sync_mode(), crate::core::model::SyncMode::On);
+    let (_, d) = c
+        .apply_dynamic(r#"{"synchronous_mode": true, "synchronous_mode_strict": true}"#)
+        .expect("valid");
+    assert_eq!(d.sync_mode(), crate::core::model::SyncMode::Strict);
+    let e = c
+        .apply_dynamic(r#"{"synchronous_mode": "quorum"}"#)
+        .unwrap_err();
+    assert!(
+        e.contains("synchronous_mode") && e.contains("quorum"),
+        "{e}"
+    );
 
     // Garbage and S6 violations: Err naming what is wrong.
     assert!(
