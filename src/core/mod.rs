@@ -1484,7 +1484,9 @@ impl Core {
         leader: &MemberInfo,
     ) -> Option<String> {
         let mine = obs.pg.timeline;
-        if obs.pg.streaming || mine == 0 || leader.timeline <= mine {
+        // Only a running primary can be rewound from (and only its timeline counts).
+        let leader_runs = leader.role == "primary" && leader.pg_healthy;
+        if obs.pg.streaming || mine == 0 || leader.timeline <= mine || !leader_runs {
             self.stuck_since = None;
             return None;
         }

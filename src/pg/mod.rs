@@ -447,11 +447,18 @@ impl PgCtl {
             let recv = col(3).and_then(|l| parse_lsn(&l)).unwrap_or(0);
             let replay = col(4).and_then(|l| parse_lsn(&l)).unwrap_or(0);
             st.lsn = recv.max(replay);
+            // The WAL receiver's timeline when it runs. Without one, the last
+            // restartpoint's timeline (pg_control) can still name the timeline before
+            // a switch the replica already replayed, so the newest timeline among the
+            // WAL segments in pg_wal counts too (a replica writes segments of a new
+            // timeline as soon as it follows it; a forked one never does).
             st.timeline = col(5)
                 .and_then(|t| t.parse::<u32>().ok())
                 .filter(|&t| t > 0)
-                .or_else(|| col(7).and_then(|t| t.parse().ok()))
-                .unwrap_or(0);
+                .unwrap_or_else(|| {
+                    let checkpoint = col(7).and_then(|t| t.parse().ok()).unwrap_or(0);
+                    checkpoint.max(newest_segment_timeline(&self.cfg.data_dir.join("pg_wal")))
+                });
             st.streaming = col(6).as_deref() == Some("streaming");
             st.following = self.following.clone();
         }
@@ -895,6 +902,24 @@ impl PgCtl {
 }
 
 /// The first few words of a statement, for error messages (never the values).
+/// The newest timeline among the WAL segment files (24 hex digits, the first 8 the
+/// timeline) in `pg_wal`; 0 when none can be read. Bounded: one directory read.
+fn newest_segment_timeline(pg_wal: &Path) -> u32 {
+    let Ok(dir) = fs::read_dir(pg_wal) else {
+        return 0;
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name();
+            let name = name.to_str()?;
+            (name.len() == 24 && name.bytes().all(|b| b.is_ascii_hexdigit()))
+                .then(|| u32::from_str_radix(&name[..8], 16).ok())
+                .flatten()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// `pg_stat_replication` as the probe's `json_agg` of
 /// `[application_name, state, sync_state, flush_lsn]` rows. A row that does not
 /// parse is skipped (it cannot be a standby we would list).
@@ -1042,6 +1067,31 @@ mod tests {
         assert_ne!(slot_name(&"x".repeat(64)), slot_name(&"x".repeat(65)));
         // Stable: the same member always gets the same slot.
         assert_eq!(slot_name("pg-1"), slot_name("pg-1"));
+    }
+
+    #[test]
+    fn segment_timeline() {
+        let dir = std::env::temp_dir().join(format!("tenure-segtl-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("archive_status")).unwrap();
+        assert_eq!(newest_segment_timeline(&dir), 0);
+        for f in [
+            "000000010000000000000003",
+            "00000001000000000000000A",
+            "00000002.history",
+            "00000003.history",
+            "000000020000000000000004.partial",
+            "0000000200000000000000zz",
+        ] {
+            fs::write(dir.join(f), b"").unwrap();
+        }
+        // Only whole segments count: a fetched history file or a partial segment
+        // does not mean the replica follows that timeline.
+        assert_eq!(newest_segment_timeline(&dir), 1);
+        fs::write(dir.join("000000020000000000000005"), b"").unwrap();
+        assert_eq!(newest_segment_timeline(&dir), 2);
+        assert_eq!(newest_segment_timeline(&dir.join("missing")), 0);
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
