@@ -11,7 +11,7 @@ TENURE    := target/debug/tenure
 # nftables: partition tests; haproxy: routing tests; fuse3: the watchdog stand-in.
 DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler iproute2 nftables haproxy fuse3
 
-.PHONY: all deps build demo test soak lint clean
+.PHONY: all deps build demo test soak soak-real lint clean
 
 all: build
 
@@ -49,6 +49,17 @@ test: deps
 # prints itself and how to replay it (TENURE_SIM_SEED=N).
 soak:
 	TENURE_SIM_SEEDS=$${TENURE_SIM_SEEDS:-20000} $(CARGO) test --test sim -- --nocapture
+	$(MAKE) soak-real
+
+# The real-parts half of the soak (tests/real_soak.rs, #[ignore]d so `make test`
+# skips it): one cluster in network namespaces, watchdog stand-ins required, a
+# random fault per round, the invariants checked every round (~1 min a round).
+# TENURE_SOAK_SEED (printed first; default from the clock) replays a run,
+# TENURE_SOAK_ROUNDS (default 12) sets its length; both pass through the
+# environment. --no-capture: one line per round as it happens.
+soak-real: deps
+	@$(CARGO) nextest --version >/dev/null 2>&1 || $(CARGO) install cargo-nextest --locked
+	$(CARGO) nextest run --profile ci --run-ignored only --test real_soak --no-capture
 
 lint:
 	$(CARGO) fmt --check
