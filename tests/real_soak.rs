@@ -807,13 +807,15 @@ fn no_overlapping_acks(c: &TestCluster, probe: &WriteProbe) -> Result<(), String
     Ok(())
 }
 
-/// Invariant (b): every probe write acknowledged by any node is a row on `np`.
-/// Returns (acknowledged, missing (node, seq)).
+/// Invariant (b): every probe write acknowledged by any node before the read began
+/// is a row on `np` (the probe keeps writing: a write acknowledged after the read's
+/// snapshot cannot be in it). Returns (acknowledged, missing (node, seq)).
 fn acked_rows_on(
     c: &TestCluster,
     probe: &WriteProbe,
     np: usize,
 ) -> Result<(usize, Vec<(usize, u64)>), String> {
+    let read_at = Instant::now();
     let rows = c
         .sql(np, &format!("SELECT node, seq FROM {PROBE_TABLE}"))
         .map_err(|e| format!("reading {PROBE_TABLE} on {}: {e}", c.name(np)))?;
@@ -829,7 +831,7 @@ fn acked_rows_on(
     let mut missing = Vec::new();
     for k in 0..c.node_count() {
         for a in probe.attempts(k) {
-            if a.acked.is_some() {
+            if a.acked.is_some_and(|t| t < read_at) {
                 acked += 1;
                 if !have.contains(&(k, a.seq)) {
                     missing.push((k, a.seq));
