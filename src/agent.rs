@@ -83,6 +83,8 @@ struct Agent {
     prefix: String,
     rt: Runtime,
     etcd: Option<Etcd>,
+    /// The one etcd endpoint `etcd` talks to (an index into `[etcd] endpoints`).
+    endpoint: usize,
     pg: PgCtl,
     core: Core,
     api: tokio::net::TcpListener,
@@ -250,6 +252,7 @@ impl Agent {
             prefix,
             rt,
             etcd: None,
+            endpoint: 0,
             pg,
             core,
             api,
@@ -448,18 +451,39 @@ impl Agent {
     }
 
     /// The etcd client (connecting first if needed) and the runtime that drives it.
+    /// The etcd client, connected to one endpoint at a time (Patroni's way). A
+    /// client over all endpoints balances requests across them, so with one member
+    /// dead a share of every iteration's calls went to it and failed, and a leader
+    /// could miss renewals until it fenced (seen in the real-parts soak). One
+    /// endpoint, and the next one after any failure (`switch_endpoint`), costs at
+    /// most one failed call per dead member.
     fn connect(&mut self, deadline: Instant) -> Option<(&mut Etcd, &Runtime)> {
         if self.etcd.is_none() {
-            match Etcd::connect(&self.rt, &self.cfg.etcd.endpoints, &self.prefix, deadline) {
+            let eps = &self.cfg.etcd.endpoints;
+            let i = self.endpoint % eps.len().max(1);
+            match Etcd::connect(&self.rt, &eps[i..=i], &self.prefix, deadline) {
                 Ok(e) => self.etcd = Some(e),
                 Err(e) => {
-                    debug!("etcd connect: {e}");
+                    debug!("etcd connect to {}: {e}", eps[i]);
+                    self.switch_endpoint();
                     return None;
                 }
             }
         }
         let Agent { etcd, rt, .. } = self;
         etcd.as_mut().map(|e| (e, &*rt))
+    }
+
+    /// Drop the client (and its watch) and use the next endpoint from the next call
+    /// on; the watch is reopened after the next successful read.
+    fn switch_endpoint(&mut self) {
+        self.etcd = None;
+        let n = self.cfg.etcd.endpoints.len().max(1);
+        self.endpoint = (self.endpoint + 1) % n;
+        debug!(
+            "etcd: switching to endpoint {}",
+            self.cfg.etcd.endpoints[self.endpoint]
+        );
     }
 
     /// Deadline for a call of at most `d`, capped at `F - B` while leading (S1).
@@ -579,14 +603,19 @@ impl Agent {
         if tick {
             if let Some((lease, epoch)) = self.core.lease_to_renew() {
                 let deadline = self.deadline(r);
-                renewal = Some(match self.connect(deadline) {
+                let r = match self.connect(deadline) {
                     Some((etcd, rt)) => etcd.confirmed_renew(rt, lease, epoch, &me, deadline),
                     None => Renewal {
                         lease,
                         sent_at: now,
                         outcome: RenewalOutcome::Failed("etcd unreachable".into()),
                     },
-                });
+                };
+                if matches!(r.outcome, RenewalOutcome::Failed(_)) {
+                    // The read below already tries the next member.
+                    self.switch_endpoint();
+                }
+                renewal = Some(r);
             }
             self.keep_alive_side_leases();
         }
@@ -597,9 +626,10 @@ impl Agent {
             None => Err("etcd unreachable".to_string()),
         };
         if let Err(e) = &cluster {
-            // A fresh connection next time: a broken channel may never recover.
+            // A fresh connection to the next member: this one may be dead, cut off
+            // from the quorum, or its channel broken for good.
             debug!("cluster read failed: {e}");
-            self.etcd = None;
+            self.switch_endpoint();
         }
         if let Ok(view) = &cluster {
             self.apply_cluster_config(view);
