@@ -11,7 +11,7 @@ TENURE    := target/debug/tenure
 # nftables: partition tests; haproxy: routing tests; fuse3: the watchdog stand-in.
 DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler iproute2 nftables haproxy fuse3
 
-.PHONY: all deps build demo test soak soak-real lint clean
+.PHONY: all deps build demo test soak soak-real bench lint clean
 
 all: build
 
@@ -60,6 +60,21 @@ soak:
 soak-real: deps
 	@$(CARGO) nextest --version >/dev/null 2>&1 || $(CARGO) install cargo-nextest --locked
 	$(CARGO) nextest run --profile ci --run-ignored only --test real_soak --no-capture
+
+# Benchmarks (bench/, results and method in docs/benchmarks.md). `cargo bench`
+# builds the release profile (target/release, once); `make test` never builds it
+# (bench targets are not test targets). The real-part ones skip with a message
+# without root, etcd or PostgreSQL; knobs: TENURE_BENCH_ROUNDS (host crashes, 5),
+# TENURE_BENCH_SWITCHOVERS (3), TENURE_BENCH_SECONDS (footprint window, 60),
+# TENURE_BENCH_RENEWALS (2000), TENURE_BENCH_READS (1000), TENURE_BENCH_PACED (100).
+BENCHES := core_step renewal agent_footprint failover
+
+bench: deps
+	$(CARGO) bench --no-run $(addprefix --bench ,$(BENCHES))
+	@for b in $(BENCHES); do \
+	  echo; echo "=== $$b ==="; \
+	  $(CARGO) bench -q --bench $$b || exit 1; \
+	done
 
 lint:
 	$(CARGO) fmt --check

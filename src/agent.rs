@@ -98,7 +98,11 @@ struct Agent {
     last_view: Option<ClusterView>,
     last_pg: Option<PgStatus>,
     applied_config: Option<String>,
-    slots: Option<Vec<String>>,
+    /// The slots last made on the running primary: (postmaster pid, members). Only
+    /// a change re-runs `sync_slots`; a new postmaster, a promotion, a fence or a
+    /// job forgets it (a replica has no slots: pg_rewind and basebackup leave
+    /// pg_replslot empty, so a node leading again must make them again).
+    slots: Option<(u32, Vec<String>)>,
     status: api::ApiStatus,
     last_reason: String,
     shutdown: bool,
@@ -1010,6 +1014,7 @@ impl Agent {
                     self.pending.acquire = Some(out);
                 }
                 Action::StartJob(kind) => {
+                    self.slots = None;
                     let source = match &kind {
                         JobKind::Basebackup { from } | JobKind::Rewind { from } => {
                             self.target(obs, from)
@@ -1025,6 +1030,7 @@ impl Agent {
                     }
                 }
                 Action::Promote { epoch } => {
+                    self.slots = None;
                     let pg_deadline = self.deadline(Duration::from_secs(5));
                     match self.pg.promote(pg_deadline) {
                         Ok(()) => {
@@ -1056,6 +1062,7 @@ impl Agent {
                     None => warn!("retarget: no conn_url for {leader}"),
                 },
                 Action::Fence => {
+                    self.slots = None;
                     let b = self.cfg.timing.demote_budget;
                     let fence_deadline = clock::now().add(b);
                     warn!(
@@ -1144,12 +1151,17 @@ impl Agent {
                     }
                 }
                 Action::SyncSlots { members } => {
-                    if self.slots.as_ref() != Some(&members) {
+                    let pm = self.pg.postmaster_pid().unwrap_or(0);
+                    if self
+                        .slots
+                        .as_ref()
+                        .is_none_or(|(pid, m)| *pid != pm || *m != members)
+                    {
                         match self
                             .pg
                             .sync_slots(&members, self.deadline(Duration::from_secs(1)))
                         {
-                            Ok(()) => self.slots = Some(members),
+                            Ok(()) => self.slots = Some((pm, members)),
                             Err(e) => warn!("replication slots: {e}"),
                         }
                     }

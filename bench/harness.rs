@@ -1,0 +1,212 @@
+//! A small timing harness shared by the benchmarks (`#[path = "harness.rs"] mod harness;`).
+//!
+//! Owns: warm-up, repeated timing, order statistics (min / median / p99 / max) and
+//! plain-text tables. Must never: assert a timing (benchmarks report; a benchmark
+//! fails only when something is broken, e.g. a cluster that never settles).
+//!
+//! Why no benchmark crate (criterion, divan, ...): the house rule is no new crates,
+//! and what we need is small: the pure core is timed in batches (one `Instant::now`
+//! pair per batch, so the ~25 ns of a vDSO clock read does not swamp a step that
+//! takes a few hundred ns), and the real-part benchmarks time single events of
+//! milliseconds to seconds, where a batch is not possible and the clock's cost is
+//! noise. Criterion's extra value (outlier classification, regression against a
+//! saved baseline, HTML plots) does not pay for a new dependency tree here; the
+//! numbers are recorded by hand in docs/benchmarks.md.
+
+// Each bench binary uses a different subset.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+/// Order statistics of a set of samples, in nanoseconds.
+#[derive(Clone, Debug)]
+pub struct Stats {
+    pub n: usize,
+    pub min: f64,
+    pub median: f64,
+    pub p99: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+impl Stats {
+    /// Statistics of `samples` (nanoseconds). `None` when there are none.
+    pub fn of(samples: &[f64]) -> Option<Stats> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut s = samples.to_vec();
+        s.sort_by(|a, b| a.total_cmp(b));
+        let n = s.len();
+        Some(Stats {
+            n,
+            min: s[0],
+            median: quantile(&s, 0.5),
+            p99: quantile(&s, 0.99),
+            max: s[n - 1],
+            mean: s.iter().sum::<f64>() / n as f64,
+        })
+    }
+
+    /// Statistics of durations.
+    pub fn of_durations(samples: &[Duration]) -> Option<Stats> {
+        let ns: Vec<f64> = samples.iter().map(|d| d.as_nanos() as f64).collect();
+        Stats::of(&ns)
+    }
+}
+
+/// Nearest-rank quantile of sorted samples (`q` in 0..=1).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let n = sorted.len();
+    let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
+    sorted[rank - 1]
+}
+
+/// Time `f` in batches: `warmup` untimed calls first, then `samples` batches of
+/// `batch` calls each, one clock pair per batch. Each sample is a batch's mean per
+/// call, in ns. `f` receives the call's index (so it can advance its own clock).
+pub fn time_batched(warmup: u64, samples: usize, batch: u64, mut f: impl FnMut(u64)) -> Vec<f64> {
+    let mut i = 0u64;
+    for _ in 0..warmup {
+        f(i);
+        i += 1;
+    }
+    let mut out = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t0 = Instant::now();
+        for _ in 0..batch {
+            f(i);
+            i += 1;
+        }
+        out.push(t0.elapsed().as_nanos() as f64 / batch as f64);
+    }
+    out
+}
+
+/// A duration in ns, printed with a unit that keeps 3-4 significant digits.
+pub fn fmt_ns(ns: f64) -> String {
+    if ns < 1e3 {
+        format!("{ns:.0} ns")
+    } else if ns < 1e6 {
+        format!("{:.2} µs", ns / 1e3)
+    } else if ns < 1e9 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.2} s", ns / 1e9)
+    }
+}
+
+/// A plain-text table: a header row, then rows; columns padded to their widest cell
+/// (right-aligned but for the first).
+pub struct Table {
+    head: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(head: &[&str]) -> Table {
+        Table {
+            head: head.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    pub fn render(&self) -> String {
+        let cols = self.head.len();
+        let mut w = vec![0usize; cols];
+        for r in std::iter::once(&self.head).chain(&self.rows) {
+            for (j, c) in r.iter().enumerate().take(cols) {
+                w[j] = w[j].max(c.chars().count());
+            }
+        }
+        let line = |r: &Vec<String>| {
+            let mut s = String::new();
+            for (j, width) in w.iter().enumerate() {
+                let c = r.get(j).map(String::as_str).unwrap_or("");
+                let pad = width - c.chars().count();
+                if j == 0 {
+                    s.push_str(c);
+                    s.push_str(&" ".repeat(pad));
+                } else {
+                    s.push_str("  ");
+                    s.push_str(&" ".repeat(pad));
+                    s.push_str(c);
+                }
+            }
+            s.trim_end().to_string()
+        };
+        let mut out = line(&self.head);
+        out.push('\n');
+        out.push_str(&"-".repeat(w.iter().sum::<usize>() + 2 * (cols - 1)));
+        out.push('\n');
+        for r in &self.rows {
+            out.push_str(&line(r));
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// The standard row of a timing table: name, n, min, median, p99, max.
+pub fn stats_row(name: &str, s: &Stats) -> Vec<String> {
+    vec![
+        name.to_string(),
+        s.n.to_string(),
+        fmt_ns(s.min),
+        fmt_ns(s.median),
+        fmt_ns(s.p99),
+        fmt_ns(s.max),
+    ]
+}
+
+pub const STATS_HEAD: [&str; 6] = ["what", "n", "min", "median", "p99", "max"];
+
+/// Why a real-part benchmark cannot run here, or `None` when it can: root, etcd,
+/// PostgreSQL 15. A missing part is a skip (exit 0 with a message), not a failure.
+pub fn real_parts_missing() -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some("needs root (PostgreSQL runs as the postgres user)".into());
+    }
+    for p in ["/usr/bin/etcd", "/usr/lib/postgresql/15/bin/postgres"] {
+        if !std::path::Path::new(p).is_file() {
+            return Some(format!("{p} not found (run `make deps`)"));
+        }
+    }
+    None
+}
+
+/// An environment variable as a number, or `default` (a value that does not parse
+/// is reported and ignored, never a panic).
+pub fn env_num(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            eprintln!("{name}={v:?} is not a whole number; using {default}");
+            default
+        }),
+        Err(_) => default,
+    }
+}
+
+/// The machine, for the header of every benchmark's output.
+pub fn machine_line() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown cpu".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
+    format!("{cpu}, {cores} cores, load average {load}")
+}
