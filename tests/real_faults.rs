@@ -12,10 +12,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{FAILOVER, REJOIN, one_primary_at_the_end, probe_on, settled};
+use common::{FAILOVER, REJOIN, etcdctl, one_primary_at_the_end, probe_on, settled};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tenure::testbed::cluster::TestCluster;
@@ -62,26 +61,6 @@ impl Stopped {
 impl Drop for Stopped {
     fn drop(&mut self) {
         self.resume();
-    }
-}
-
-/// `etcdctl <args>` against the bed's endpoints; stdout, or Err naming the failure.
-fn etcdctl(c: &TestCluster, args: &[&str]) -> Result<String, String> {
-    let out = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={}", c.endpoints().join(",")))
-        .arg("--command-timeout=2s")
-        .args(args)
-        .output()
-        .map_err(|e| format!("spawn etcdctl: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "etcdctl {args:?}: {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
     }
 }
 

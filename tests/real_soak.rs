@@ -36,10 +36,11 @@
 //! root, `make deps` (etcd-server, etcdctl, postgresql-15, iproute2, nftables,
 //! fuse3) and the stand-in example built (nextest builds the examples).
 
-use std::collections::HashSet;
-use std::process::Command;
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{acked_rows_on, etcdctl};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tenure::testbed::Stopped;
@@ -807,41 +808,6 @@ fn no_overlapping_acks(c: &TestCluster, probe: &WriteProbe) -> Result<(), String
     Ok(())
 }
 
-/// Invariant (b): every probe write acknowledged by any node before the read began
-/// is a row on `np` (the probe keeps writing: a write acknowledged after the read's
-/// snapshot cannot be in it). Returns (acknowledged, missing (node, seq)).
-fn acked_rows_on(
-    c: &TestCluster,
-    probe: &WriteProbe,
-    np: usize,
-) -> Result<(usize, Vec<(usize, u64)>), String> {
-    let read_at = Instant::now();
-    let rows = c
-        .sql(np, &format!("SELECT node, seq FROM {PROBE_TABLE}"))
-        .map_err(|e| format!("reading {PROBE_TABLE} on {}: {e}", c.name(np)))?;
-    let have: HashSet<(usize, u64)> = rows
-        .iter()
-        .filter_map(|r| {
-            let n = r.first()?.as_ref()?.parse().ok()?;
-            let s = r.get(1)?.as_ref()?.parse().ok()?;
-            Some((n, s))
-        })
-        .collect();
-    let mut acked = 0;
-    let mut missing = Vec::new();
-    for k in 0..c.node_count() {
-        for a in probe.attempts(k) {
-            if a.acked.is_some_and(|t| t < read_at) {
-                acked += 1;
-                if !have.contains(&(k, a.seq)) {
-                    missing.push((k, a.seq));
-                }
-            }
-        }
-    }
-    Ok((acked, missing))
-}
-
 /// Writes acknowledged since `from` (any node), and the longest span from `from`
 /// to now without an acknowledgement.
 fn acks_in(probe: &WriteProbe, nodes: usize, from: Instant) -> (usize, Duration) {
@@ -858,26 +824,6 @@ fn acks_in(probe: &WriteProbe, nodes: usize, from: Instant) -> (usize, Duration)
         prev = t;
     }
     (acks.len(), gap)
-}
-
-/// `etcdctl <args>` against the bed's endpoints; stdout, or Err naming the failure.
-fn etcdctl(c: &TestCluster, args: &[&str]) -> Result<String, String> {
-    let out = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={}", c.endpoints().join(",")))
-        .arg("--command-timeout=2s")
-        .args(args)
-        .output()
-        .map_err(|e| format!("spawn etcdctl: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "etcdctl {args:?}: {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
 }
 
 /// The last `lines` lines of every agent's log, a run of lines that differ only

@@ -10,12 +10,11 @@
 
 mod common;
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::{BOOT, FAILOVER, REJOIN, one_primary_at_the_end, probe_on};
+use common::{BOOT, FAILOVER, REJOIN, acked_rows_on, one_primary_at_the_end, probe_on};
 use tenure::testbed::cluster::TestCluster;
-use tenure::testbed::probe::{PROBE_TABLE, WriteProbe};
+use tenure::testbed::probe::WriteProbe;
 use tenure::testbed::{Stopped, wait_for};
 
 /// Finding a replacement standby takes a few loops (unlist, names, `sync`, list).
@@ -122,35 +121,6 @@ fn check_order_until(
     );
 }
 
-/// Invariant (b): every probe write acknowledged by any node is a row on `np`.
-/// Returns (acknowledged, missing) and the first few missing.
-fn acked_rows_on(c: &TestCluster, probe: &WriteProbe, np: usize) -> (usize, Vec<(usize, u64)>) {
-    let rows = c
-        .sql(np, &format!("SELECT node, seq FROM {PROBE_TABLE}"))
-        .unwrap_or_else(|e| panic!("reading {PROBE_TABLE} on {}: {e}", c.name(np)));
-    let have: HashSet<(usize, u64)> = rows
-        .iter()
-        .filter_map(|r| {
-            let n = r.first()?.as_ref()?.parse().ok()?;
-            let s = r.get(1)?.as_ref()?.parse().ok()?;
-            Some((n, s))
-        })
-        .collect();
-    let mut acked = 0;
-    let mut missing = Vec::new();
-    for k in 0..c.node_count() {
-        for a in probe.attempts(k) {
-            if a.acked.is_some() {
-                acked += 1;
-                if !have.contains(&(k, a.seq)) {
-                    missing.push((k, a.seq));
-                }
-            }
-        }
-    }
-    (acked, missing)
-}
-
 /// Non-strict: a standby is made synchronous; when it dies it is unlisted, the
 /// names follow, another standby replaces it, writes go on; it rejoins.
 #[test]
@@ -194,7 +164,7 @@ fn real_sync_standby_lost_and_replaced_in_order() {
     c.start_agent(s).unwrap_or_else(|e| panic!("{e}"));
     one_primary_at_the_end(&c, p);
     probe.stop(Duration::from_secs(2));
-    let (acked, missing) = acked_rows_on(&c, &probe, p);
+    let (acked, missing) = acked_rows_on(&c, &probe, p).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         missing.is_empty(),
         "{} of {acked} acknowledged rows missing: {:?}",
@@ -256,7 +226,7 @@ fn real_sync_strict_acknowledges_nothing_without_a_standby() {
         c.logs_tail(20)
     );
     probe.stop(Duration::from_secs(2));
-    let (acked, missing) = acked_rows_on(&c, &probe, p);
+    let (acked, missing) = acked_rows_on(&c, &probe, p).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         missing.is_empty(),
         "{} of {acked} acknowledged rows missing",
@@ -340,7 +310,7 @@ fn real_sync_frozen_primary_agent_loses_no_acknowledged_row() {
         "9a: the old primary acknowledged {} writes after the first write sent to the new one",
         late_acks(&f).len()
     );
-    let (acked, missing) = acked_rows_on(&c, &f.probe, f.new);
+    let (acked, missing) = acked_rows_on(&c, &f.probe, f.new).unwrap_or_else(|e| panic!("{e}"));
     println!(
         "9a: {acked} acknowledged writes, {} missing on the new primary",
         missing.len()
@@ -376,7 +346,7 @@ fn real_async_frozen_primary_agent_window_is_measured() {
         .filter_map(|a| a.acked)
         .max()
         .map(|t| t.duration_since(f.first_new));
-    let (acked, missing) = acked_rows_on(&c, &f.probe, f.new);
+    let (acked, missing) = acked_rows_on(&c, &f.probe, f.new).unwrap_or_else(|e| panic!("{e}"));
     println!(
         "9b (measured, not asserted): the old primary {} acknowledged {} writes during {:.3} s after \
          the first write sent to the new primary {}; {} of {acked} acknowledged rows are not on the new primary",

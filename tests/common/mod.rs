@@ -9,10 +9,12 @@
 // Each test binary uses a different subset.
 #![allow(dead_code)]
 
-use std::time::Duration;
+use std::collections::HashSet;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use tenure::testbed::cluster::{ClusterOptions, TestCluster};
-use tenure::testbed::probe::WriteProbe;
+use tenure::testbed::probe::{PROBE_TABLE, WriteProbe};
 use tenure::testbed::wait_for;
 
 /// A cluster boots (etcd, initdb, basebackups) well within this.
@@ -72,4 +74,59 @@ pub fn one_primary_at_the_end(c: &TestCluster, np: usize) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// `etcdctl <args>` against the bed's endpoints; stdout, or Err naming the failure.
+pub fn etcdctl(c: &TestCluster, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", c.endpoints().join(",")))
+        .arg("--command-timeout=2s")
+        .args(args)
+        .output()
+        .map_err(|e| format!("spawn etcdctl: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "etcdctl {args:?}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Invariant (b): every probe write acknowledged by any node before the read began
+/// is a row on `np` (a probe still writing may acknowledge more after the read's
+/// snapshot). Returns (acknowledged, missing (node, seq)).
+pub fn acked_rows_on(
+    c: &TestCluster,
+    probe: &WriteProbe,
+    np: usize,
+) -> Result<(usize, Vec<(usize, u64)>), String> {
+    let read_at = Instant::now();
+    let rows = c
+        .sql(np, &format!("SELECT node, seq FROM {PROBE_TABLE}"))
+        .map_err(|e| format!("reading {PROBE_TABLE} on {}: {e}", c.name(np)))?;
+    let have: HashSet<(usize, u64)> = rows
+        .iter()
+        .filter_map(|r| {
+            let n = r.first()?.as_ref()?.parse().ok()?;
+            let s = r.get(1)?.as_ref()?.parse().ok()?;
+            Some((n, s))
+        })
+        .collect();
+    let mut acked = 0;
+    let mut missing = Vec::new();
+    for k in 0..c.node_count() {
+        for a in probe.attempts(k) {
+            if a.acked.is_some_and(|t| t < read_at) {
+                acked += 1;
+                if !have.contains(&(k, a.seq)) {
+                    missing.push((k, a.seq));
+                }
+            }
+        }
+    }
+    Ok((acked, missing))
 }
