@@ -1138,3 +1138,65 @@ fn real_leadership_moves_around_one_cluster() {
         "no node led twice: {leaders:?}"
     );
 }
+
+/// Fault test 6, second half: PostgreSQL on the primary crashes and cannot start
+/// again (here a setting it refuses, put in `postgresql.auto.conf` as an operator's
+/// `ALTER SYSTEM` could). After `primary_start_timeout` the agent fences, releases
+/// the key and a replica takes over; once the setting is gone the old node rejoins
+/// as a replica.
+#[test]
+fn real_postgres_cannot_restart_on_the_primary() {
+    let mut opts = common::options("faults", "pgnostart");
+    opts.primary_start_timeout = 5;
+    let mut c = common::start(opts);
+    let p = settled(&mut c);
+    let (_, epoch) = c.leader_key().expect("leader key");
+    let mut probe = probe_on(&c, p);
+    let auto = c.data_dir(p).join("postgresql.auto.conf");
+    let before = std::fs::read_to_string(&auto).unwrap_or_default();
+    std::fs::write(&auto, format!("{before}shared_buffers = 'plenty'\n"))
+        .unwrap_or_else(|e| panic!("writing {}: {e}", auto.display()));
+
+    let t0 = Instant::now();
+    let pm = c.postmaster_pid(p).expect("postmaster pid");
+    for pid in c.pg_pids(p) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    let _ = kill(Pid::from_raw(pm), Signal::SIGKILL);
+    // The agent tries to start it in place, then gives up and fences.
+    wait_for(FAILOVER, Duration::from_millis(20), || {
+        c.agent_log(p)
+            .contains("s > primary_start_timeout")
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{} did not give up on primary_start_timeout{}",
+            c.name(p),
+            c.logs_tail(30)
+        )
+    });
+    // The operator removes the bad setting now, so the old node's rewind (which
+    // runs its crash recovery first) can succeed once it follows the new primary.
+    std::fs::write(&auto, &before).unwrap_or_else(|e| panic!("restoring: {e}"));
+    let np = c
+        .wait_new_primary(p, FAILOVER)
+        .unwrap_or_else(|| panic!("no replica took over{}", c.logs_tail(40)));
+    let took = t0.elapsed();
+    let (holder, new_epoch) = c.leader_key().expect("leader key");
+    assert_eq!(holder, c.name(np));
+    assert_ne!(new_epoch, epoch, "a new leadership");
+    probe
+        .check_no_overlap(p, np, t0)
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "{} could not restart; {} primary {:.2} s after the crash (primary_start_timeout 5 s)",
+        c.name(p),
+        c.name(np),
+        took.as_secs_f64()
+    );
+
+    // The old node rejoins as a replica.
+    one_primary_at_the_end(&c, np);
+    probe.stop(Duration::from_secs(2));
+}
