@@ -295,6 +295,12 @@ socket_dir = "{socket}"
 user = "postgres"
 {hba}
 
+# Dynamic shared memory in the data directory (pg_dynshmem), not /dev/shm: a
+# postmaster the tests SIGKILL leaves its segments behind, and the scratch
+# directory's removal then takes them along.
+[postgresql.parameters]
+dynamic_shared_memory_type = "mmap"
+
 [postgresql.authentication.superuser]
 username = "postgres"
 password = "{su}"
