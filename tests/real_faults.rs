@@ -1142,8 +1142,8 @@ fn real_leadership_moves_around_one_cluster() {
 /// Fault test 6, second half: PostgreSQL on the primary crashes and cannot start
 /// again (here a setting it refuses, put in `postgresql.auto.conf` as an operator's
 /// `ALTER SYSTEM` could). After `primary_start_timeout` the agent fences, releases
-/// the key and a replica takes over; once the setting is gone the old node rejoins
-/// as a replica.
+/// the key and a replica takes over; once the operator removed the setting and
+/// restarted the agent, the old node rejoins as a replica.
 #[test]
 fn real_postgres_cannot_restart_on_the_primary() {
     let mut opts = common::options("faults", "pgnostart");
@@ -1176,9 +1176,8 @@ fn real_postgres_cannot_restart_on_the_primary() {
             c.logs_tail(30)
         )
     });
-    // The operator removes the bad setting now, so the old node's rewind (which
-    // runs its crash recovery first) can succeed once it follows the new primary.
-    std::fs::write(&auto, &before).unwrap_or_else(|e| panic!("restoring: {e}"));
+    // The bad setting stays until a replica has taken over (else the old node,
+    // whose data is the newest, may well win the key back once it can start).
     let np = c
         .wait_new_primary(p, FAILOVER)
         .unwrap_or_else(|| panic!("no replica took over{}", c.logs_tail(40)));
@@ -1196,7 +1195,12 @@ fn real_postgres_cannot_restart_on_the_primary() {
         took.as_secs_f64()
     );
 
-    // The old node rejoins as a replica.
+    // The operator removes the bad setting and restarts the old node's agent (its
+    // rewinds failed meanwhile: pg_rewind runs the target's crash recovery first,
+    // which the setting broke); it rewinds and rejoins as a replica.
+    std::fs::write(&auto, &before).unwrap_or_else(|e| panic!("restoring: {e}"));
+    c.kill_agent(p);
+    c.start_agent(p).unwrap_or_else(|e| panic!("{e}"));
     one_primary_at_the_end(&c, np);
     probe.stop(Duration::from_secs(2));
 }
