@@ -684,17 +684,10 @@ impl Agent {
     /// What the core needs to fence at once after a stall: no calls at all (each
     /// would only delay the fence), the last known PostgreSQL state.
     fn stalled_observation(&mut self, clock_jump: Duration) -> Observation {
-        let pg = self.last_pg.clone().unwrap_or(PgStatus {
-            data: DataDir::Empty,
-            role: PgRole::Unresponsive,
-            timeline: 0,
-            lsn: 0,
-            following: None,
-            streaming: false,
-            epoch: None,
-            sync_names: None,
-            standbys: Vec::new(),
-        });
+        let pg = self
+            .last_pg
+            .clone()
+            .unwrap_or_else(|| PgStatus::unanswered(DataDir::Empty, PgRole::Unresponsive));
         let cluster = Err("not read: the loop woke past F - B".into());
         self.assemble(cluster, None, None, pg, Job::Idle, clock_jump)
     }

@@ -716,19 +716,7 @@ fn real_etcd_slow_for_the_leader_within_t() {
 
     // For ttl + 1 s after the lift: a lease lost during the delay would show.
     let window = Duration::from_secs(u64::from(c.opts.ttl) + 1);
-    let t_end = Instant::now() + window;
-    while Instant::now() < t_end {
-        if let Ok(Some(k)) = c.try_leader_key() {
-            assert_eq!(k, key, "leader key changed{}", c.logs_tail(30));
-        }
-        let prim = c.primaries();
-        assert!(
-            prim.is_empty() || prim == vec![p],
-            "primaries {prim:?}{}",
-            c.logs_tail(30)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    common::no_failover_for(&c, p, &key, None, window);
     c.check_agents().unwrap_or_else(|e| panic!("{e}"));
     let log = c.agent_log(p)[log_from..].to_string();
     assert!(

@@ -138,15 +138,7 @@ fn primary_partition(
         "the probe saw no write acknowledged by the cut primary: the check below would be empty"
     );
     probe.check_no_overlap(p, np, t_cut).unwrap();
-    for _ in 0..5 {
-        assert_eq!(
-            c.primaries(),
-            vec![np],
-            "exactly one primary at the end{}",
-            c.logs_tail(30)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    common::only_primary(&c, np);
     assert_eq!(c.is_in_recovery(p), Ok(true));
     eprintln!(
         "{tag}: {} -> {}: new primary {failover:?} after the cut; old primary streaming {rejoin:?} after the heal; its log mentions rewind: {}",
@@ -177,25 +169,7 @@ fn real_primary_cut_off_from_etcd_only() {
 /// The leader key, its epoch and the primary's postmaster stay as they were for
 /// `window` (sampled), and `p` stays the only primary.
 fn no_failover(c: &TestCluster, p: usize, key: &(String, i64), pm: i32, window: Duration) {
-    let t0 = Instant::now();
-    while t0.elapsed() < window {
-        if let Ok(Some(k)) = c.try_leader_key() {
-            assert_eq!(&k, key, "leader key changed{}", c.logs_tail(30));
-        }
-        assert_eq!(
-            c.postmaster_pid(p),
-            Some(pm),
-            "primary's postmaster changed{}",
-            c.logs_tail(30)
-        );
-        let prim = c.primaries();
-        assert!(
-            prim.is_empty() || prim == vec![p],
-            "primaries {prim:?}{}",
-            c.logs_tail(30)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    common::no_failover_for(c, p, key, Some(pm), window);
     assert_eq!(c.primaries(), vec![p]);
     assert_eq!(c.leader_key().as_ref(), Some(key));
     assert!(

@@ -1667,6 +1667,33 @@ impl Core {
         }
     }
 
+    /// The standby the `sync` key lists when it names this node as the leader. Any
+    /// other key (missing, another leader's, garbled) is rewritten to name this node
+    /// with no standby, and `Err` says so: nothing may go on until it is read back.
+    fn sync_key_for_me(
+        &self,
+        view: &ClusterView,
+        epoch: Epoch,
+        p: &mut Planner,
+    ) -> Result<Option<String>, String> {
+        let me = &self.cfg.name;
+        match &view.sync {
+            Some(Ok(k)) if k.leader == *me => Ok(k.sync_standby.clone()),
+            other => {
+                p.push(Action::WriteSync {
+                    epoch,
+                    leader: me.clone(),
+                    sync_standby: None,
+                });
+                p.again = true;
+                Err(match other {
+                    Some(Err(e)) => format!("the sync key is unreadable ({e}); rewriting it"),
+                    _ => "writing the sync key that names me".into(),
+                })
+            }
+        }
+    }
+
     /// `synchronous_standby_names` while the `sync` key lists `standby` (or none).
     fn sync_names_wanted(&self, standby: Option<&str>) -> String {
         match (self.timing.synchronous, standby) {
@@ -1698,7 +1725,6 @@ impl Core {
         p: &mut Planner,
         running: bool,
     ) -> Result<(), String> {
-        let me = self.cfg.name.clone();
         let standby = if self.timing.synchronous == SyncMode::Off {
             None
         } else {
@@ -1707,18 +1733,8 @@ impl Core {
                     "synchronous mode: the sync key must name me first, etcd unreadable".into(),
                 );
             };
-            match &view.sync {
-                Some(Ok(k)) if k.leader == me => k.sync_standby.clone(),
-                _ => {
-                    p.push(Action::WriteSync {
-                        epoch,
-                        leader: me,
-                        sync_standby: None,
-                    });
-                    p.again = true;
-                    return Err("synchronous mode: writing the sync key that names me".into());
-                }
-            }
+            self.sync_key_for_me(view, epoch, p)
+                .map_err(|why| format!("synchronous mode: {why}"))?
         };
         let want = self.sync_names_wanted(standby.as_deref());
         if !running {
@@ -1777,20 +1793,9 @@ impl Core {
             }
             return None;
         }
-        let listed = match &view.sync {
-            Some(Ok(k)) if k.leader == me => k.sync_standby.clone(),
-            other => {
-                p.push(Action::WriteSync {
-                    epoch,
-                    leader: me,
-                    sync_standby: None,
-                });
-                p.again = true;
-                return Some(match other {
-                    Some(Err(e)) => format!("the sync key is unreadable ({e}); rewriting it"),
-                    _ => "writing the sync key that names me".into(),
-                });
-            }
+        let listed = match self.sync_key_for_me(view, epoch, p) {
+            Ok(listed) => listed,
+            Err(why) => return Some(why),
         };
         // A standby fit to be synchronous: streaming from us, a live member that may
         // take over (so listing it keeps a failover possible).

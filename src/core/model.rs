@@ -347,6 +347,24 @@ pub struct PgStatus {
     pub standbys: Vec<StandbyStat>,
 }
 
+impl PgStatus {
+    /// What is known of a PostgreSQL that did not answer a query (stopped, not
+    /// answering, or not asked at all): its data directory and role, nothing else.
+    pub fn unanswered(data: DataDir, role: PgRole) -> PgStatus {
+        PgStatus {
+            data,
+            role,
+            timeline: 0,
+            lsn: 0,
+            following: None,
+            streaming: false,
+            epoch: None,
+            sync_names: None,
+            standbys: Vec::new(),
+        }
+    }
+}
+
 /// The first step of a `Rewind` job (a `CHECKPOINT` on the source, see `pg::job`).
 /// A job that fails there never touched the data directory: the source was not
 /// reachable (a partition, the leader restarting), which is no failed rewind.

@@ -836,7 +836,22 @@ impl Etcd {
     }
 
     /// DESIGN §1 step 5: txn `If(create_revision(leader)==epoch && value(leader)==me)
-    /// Then(put(key_suffix, value))`. `Ok(false)` = guard refused.
+    /// Then(op)`. `Ok(false)` = guard refused.
+    fn guarded(
+        &mut self,
+        rt: &Runtime,
+        op: TxnOp,
+        what: &str,
+        me: &str,
+        epoch: Epoch,
+        deadline: Instant,
+    ) -> Result<bool, DcsError> {
+        let txn = Txn::new().when(self.guard(me, epoch)).and_then(vec![op]);
+        let mut kv = self.client.kv_client();
+        bounded(rt, deadline, what, kv.txn(txn)).map(|r| r.succeeded())
+    }
+
+    /// The guarded put of `key_suffix`. `Ok(false)` = guard refused.
     pub fn guarded_put(
         &mut self,
         rt: &Runtime,
@@ -846,21 +861,12 @@ impl Etcd {
         epoch: Epoch,
         deadline: Instant,
     ) -> Result<bool, DcsError> {
-        let txn = Txn::new()
-            .when(self.guard(me, epoch))
-            .and_then(vec![TxnOp::put(self.key(key_suffix), value, None)]);
-        let mut kv = self.client.kv_client();
-        bounded(
-            rt,
-            deadline,
-            &format!("guarded put of {key_suffix}"),
-            kv.txn(txn),
-        )
-        .map(|r| r.succeeded())
+        let op = TxnOp::put(self.key(key_suffix), value, None);
+        let what = format!("guarded put of {key_suffix}");
+        self.guarded(rt, op, &what, me, epoch, deadline)
     }
 
-    /// DESIGN §1 step 5 for a delete: txn `If(guard) Then(delete(key_suffix))`.
-    /// `Ok(false)` = guard refused.
+    /// The guarded delete of `key_suffix`. `Ok(false)` = guard refused.
     pub fn guarded_delete(
         &mut self,
         rt: &Runtime,
@@ -869,17 +875,9 @@ impl Etcd {
         epoch: Epoch,
         deadline: Instant,
     ) -> Result<bool, DcsError> {
-        let txn = Txn::new()
-            .when(self.guard(me, epoch))
-            .and_then(vec![TxnOp::delete(self.key(key_suffix), None)]);
-        let mut kv = self.client.kv_client();
-        bounded(
-            rt,
-            deadline,
-            &format!("guarded delete of {key_suffix}"),
-            kv.txn(txn),
-        )
-        .map(|r| r.succeeded())
+        let op = TxnOp::delete(self.key(key_suffix), None);
+        let what = format!("guarded delete of {key_suffix}");
+        self.guarded(rt, op, &what, me, epoch, deadline)
     }
 
     /// Guarded read-modify-write of `history`: append `entry` (Patroni's list form),
@@ -946,11 +944,7 @@ impl Etcd {
         lease: LeaseId,
         deadline: Instant,
     ) -> Result<bool, DcsError> {
-        let txn = Txn::new()
-            .when(self.guard(me, epoch))
-            .and_then(vec![TxnOp::delete(self.key("leader"), None)]);
-        let mut kv = self.client.kv_client();
-        let deleted = bounded(rt, deadline, "release leader", kv.txn(txn)).map(|r| r.succeeded());
+        let deleted = self.guarded_delete(rt, "leader", me, epoch, deadline);
         self.revoke_best_effort(rt, lease, deadline);
         deleted
     }

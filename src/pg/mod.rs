@@ -395,26 +395,12 @@ impl PgCtl {
         procs::fence(&self.data_canon(), pm, deadline)
     }
 
-    fn status(&self, data: DataDir, role: PgRole) -> PgStatus {
-        PgStatus {
-            data,
-            role,
-            timeline: 0,
-            lsn: 0,
-            following: None,
-            streaming: false,
-            epoch: None,
-            sync_names: None,
-            standbys: Vec::new(),
-        }
-    }
-
     /// What the local PostgreSQL is doing. Never errors; see `PgStatus`.
     pub fn probe(&mut self, deadline: Instant) -> PgStatus {
         let data = self.data_dir_state();
         let Some(pm) = self.postmaster_pid() else {
             self.client = None;
-            return self.status(data, PgRole::Stopped);
+            return PgStatus::unanswered(data, PgRole::Stopped);
         };
         let sql = "SELECT pg_is_in_recovery(), \
              CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_walfile_name(pg_current_wal_lsn()) END, \
@@ -431,11 +417,11 @@ impl PgCtl {
             Ok(r) => r,
             Err(e) => {
                 log::debug!("probe of {}: {e}", self.me);
-                return self.status(data, PgRole::Unresponsive);
+                return PgStatus::unanswered(data, PgRole::Unresponsive);
             }
         };
         let col = |i: usize| row.get(i).cloned().flatten();
-        let mut st = self.status(data, PgRole::Unresponsive);
+        let mut st = PgStatus::unanswered(data, PgRole::Unresponsive);
         if col(0).as_deref() == Some("f") {
             st.role = PgRole::Primary;
             st.timeline = col(1)

@@ -61,10 +61,8 @@ pub fn probe_on(c: &TestCluster, p: usize) -> WriteProbe {
     probe
 }
 
-/// Exactly one primary, `np`, sampled a few times; every other node streams.
-pub fn one_primary_at_the_end(c: &TestCluster, np: usize) {
-    c.wait_replicas(np, &[], REJOIN)
-        .unwrap_or_else(|e| panic!("at the end: {e}"));
+/// Exactly one primary, `np`, sampled a few times.
+pub fn only_primary(c: &TestCluster, np: usize) {
     for _ in 0..5 {
         assert_eq!(
             c.primaries(),
@@ -73,6 +71,46 @@ pub fn one_primary_at_the_end(c: &TestCluster, np: usize) {
             c.logs_tail(30)
         );
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Every other node streams from `np`, which is the only primary.
+pub fn one_primary_at_the_end(c: &TestCluster, np: usize) {
+    c.wait_replicas(np, &[], REJOIN)
+        .unwrap_or_else(|e| panic!("at the end: {e}"));
+    only_primary(c, np);
+}
+
+/// For `window`: the leader key stays `key` whenever etcd answers, nobody but `p`
+/// is primary, and (with `pm`) `p`'s postmaster is still `pm` (no failover, no
+/// restart).
+pub fn no_failover_for(
+    c: &TestCluster,
+    p: usize,
+    key: &(String, i64),
+    pm: Option<i32>,
+    window: Duration,
+) {
+    let t0 = Instant::now();
+    while t0.elapsed() < window {
+        if let Ok(Some(k)) = c.try_leader_key() {
+            assert_eq!(&k, key, "leader key changed{}", c.logs_tail(30));
+        }
+        if let Some(pm) = pm {
+            assert_eq!(
+                c.postmaster_pid(p),
+                Some(pm),
+                "primary's postmaster changed{}",
+                c.logs_tail(30)
+            );
+        }
+        let prim = c.primaries();
+        assert!(
+            prim.is_empty() || prim == vec![p],
+            "primaries {prim:?}{}",
+            c.logs_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
