@@ -56,15 +56,7 @@ fn primary_partition(
     let p = settled(&mut c);
     let (old_leader, old_epoch) = c.leader_key().expect("leader key");
     assert_eq!(old_leader, c.name(p));
-    let mut probe = c.write_probe(p, Duration::from_millis(20)).expect("probe");
-    let acked = wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
-        (probe.ack_count(p) > 0).then_some(())
-    });
-    assert!(
-        acked.is_some(),
-        "probe got no write through on {}",
-        c.name(p)
-    );
+    let mut probe = common::probe_on(&c, p);
 
     let t_cut = Instant::now();
     cut(&c, p).unwrap_or_else(|e| panic!("cut: {e}"));
