@@ -7,11 +7,13 @@
 CARGO     ?= cargo
 TENURE    := target/debug/tenure
 # Debian packages the demo and the tests need. etcd-server/-client: the DCS;
-# postgresql-15: the database; protobuf-compiler: etcd-client's build; iproute2,
+# postgresql-15: the database; protobuf-compiler and libprotobuf-dev (the well-known
+# .proto files protoc imports; a recommend, so --no-install-recommends drops it):
+# etcd-client's build; iproute2,
 # nftables: partition tests; haproxy: routing tests; fuse3: the watchdog stand-in.
-DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler iproute2 nftables haproxy fuse3
+DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler libprotobuf-dev iproute2 nftables haproxy fuse3
 
-.PHONY: all deps build demo test soak soak-real bench lint clean
+.PHONY: all deps print-deps check-deps build demo test soak soak-real bench lint clean
 
 all: build
 
@@ -29,6 +31,15 @@ deps:
 	  echo "deps: installing$$missing"; \
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
 	fi
+
+# The list, for .ci/run (one list, not two).
+print-deps:
+	@echo $(DEB_PACKAGES)
+
+# Every system file the build and tests use must come from the list (or its hard
+# dependencies): a machine that already has everything cannot notice a gap.
+check-deps:
+	packaging/check-deps.sh "$(DEB_PACKAGES)"
 
 build:
 	$(CARGO) build --bins
