@@ -220,6 +220,7 @@ fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
         watchdog_failed: None,
         clock_jump: Duration::ZERO,
         guard_refused: None,
+        pet: None,
     }
 }
 
@@ -318,6 +319,7 @@ fn replica() -> Scenario {
         lease: 0xA,
         sent_at: t(10.0),
         ttl: Some(6),
+        granted_ttl: None,
         has_keys: true,
     });
     Scenario {
@@ -360,6 +362,7 @@ fn candidate() -> Scenario {
         lease: 0xA,
         sent_at: t(10.3),
         ttl: None,
+        granted_ttl: None,
         has_keys: false,
     });
     c.step(t(10.4), &o);

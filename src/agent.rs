@@ -30,10 +30,13 @@ use crate::watchdog::{Device, Notifier, WatchdogError};
 
 /// Why the wait returned.
 enum Wake {
+    /// The wait's own deadline: the next renewal tick or `F - B` (S1).
     Tick,
     Signal,
     Watch(WatchEvent),
-    Api(std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)>),
+    /// The API listener or a connection can make progress, or a connection's
+    /// deadline passed: `ApiServer::service`, which never blocks.
+    Api,
 }
 
 /// Signals, as flags set by signal-hook's handlers plus a self-pipe that wakes the wait.
@@ -75,6 +78,8 @@ struct Pending {
     watchdog_failed: Option<String>,
     /// A guarded write the epoch guard refused (DESIGN §1 step 5): which one.
     guard_refused: Option<String>,
+    /// The last pet made or skipped (DESIGN §5: a fact for the core).
+    pet: Option<PetReport>,
 }
 
 struct Agent {
@@ -87,7 +92,7 @@ struct Agent {
     endpoint: usize,
     pg: PgCtl,
     core: Core,
-    api: tokio::net::TcpListener,
+    api: api::server::ApiServer,
     signals: Signals,
     member_lease: Option<LeaseId>,
     next_tick: Instant,
@@ -106,6 +111,8 @@ struct Agent {
     status: api::ApiStatus,
     last_reason: String,
     shutdown: bool,
+    /// Iterations that took longer than `P` (+ `R` with a renewal), since start.
+    budget_overruns: u64,
     state_file: PathBuf,
     wd: Watchdogs,
 }
@@ -203,11 +210,7 @@ impl Agent {
                 tokio::net::UnixStream::from_std(rx).map_err(|e| format!("signal pipe: {e}"))?;
             let std_l = std::net::TcpListener::bind(&cfg.api.listen)
                 .map_err(|e| format!("cannot listen on [api] listen = {}: {e}", cfg.api.listen))?;
-            std_l
-                .set_nonblocking(true)
-                .map_err(|e| format!("api socket: {e}"))?;
-            let api =
-                tokio::net::TcpListener::from_std(std_l).map_err(|e| format!("api socket: {e}"))?;
+            let api = api::server::ApiServer::new(std_l).map_err(|e| format!("api socket: {e}"))?;
             (pipe, api)
         };
 
@@ -273,6 +276,7 @@ impl Agent {
             status,
             last_reason: String::new(),
             shutdown: false,
+            budget_overruns: 0,
             state_file,
             wd,
             config_path: config_path.to_path_buf(),
@@ -311,8 +315,11 @@ impl Agent {
                 self.wait(until)
             };
             match wake {
-                Wake::Api(conn) => {
-                    self.serve_api(conn);
+                Wake::Api => {
+                    // Non-blocking and bounded (issue 8 finding 1): the wait serves
+                    // every due deadline before any input, so no client can hold
+                    // the loop or starve the timer.
+                    self.serve_api();
                     continue;
                 }
                 Wake::Watch(ev) => self.on_watch(ev),
@@ -331,6 +338,7 @@ impl Agent {
                 Wake::Tick => {}
             }
             let now = clock::now();
+            let iteration_start = now;
             let tick = now >= self.next_tick || self.core.renew_now();
             if now >= self.next_tick {
                 let lw = self.core.timing().loop_wait;
@@ -382,6 +390,10 @@ impl Agent {
             let obs = if late {
                 warn!("woke past the fence start F - B: fencing before anything else (S5)");
                 self.stalled_observation(clock_jump)
+            } else if self.core.fence_in_progress() {
+                // Issue 8 finding 6: a fence under way (retrying) comes before any
+                // call: nothing is read or written until it is complete.
+                self.stalled_observation(clock_jump)
             } else {
                 let mut o = self.observe(now, tick);
                 o.clock_jump = clock_jump;
@@ -395,8 +407,17 @@ impl Agent {
             }
             self.update_status(now, &obs, &reason);
             self.last_reason = reason;
-            self.publish_member(&obs);
+            // A plan that fences runs the fence before any call (issue 8 finding
+            // 6): the member key is published after it. Otherwise before the
+            // actions, so a clean release's marker precedes the key's deletion.
+            let fences = plan.actions.contains(&Action::Fence);
+            if !fences {
+                self.publish_member(&obs);
+            }
             let exit = self.act(plan.actions, &obs);
+            if fences && !self.core.fence_in_progress() {
+                self.publish_member(&obs);
+            }
             // A refused guard is lost leadership: fence in the very next step.
             again = plan.again || self.pending.guard_refused.is_some();
             if !exit && let Some(epoch) = self.core.epoch_to_write(&obs.pg) {
@@ -408,6 +429,7 @@ impl Agent {
                 self.maintain_hba(view);
             }
             self.notify_after_iteration(&obs);
+            self.check_iteration_budget(iteration_start, tick);
             if exit {
                 self.wd.notifier.stopping();
                 info!("exiting");
@@ -490,17 +512,56 @@ impl Agent {
         );
     }
 
-    /// Deadline for a call of at most `d`, capped at `F - B` while leading (S1).
+    /// Deadline for a call of at most `d`, capped at `F - B` while leading (S1), and
+    /// at the next renewal tick while leading (S6 d: nothing an iteration does may
+    /// delay the next keepalive; issue 8 finding 5).
     fn deadline(&self, d: Duration) -> Instant {
         let t = clock::now().add(d);
-        match self.core.call_cap() {
+        let t = match self.core.call_cap() {
             Some(cap) => t.min(cap),
             None => t,
+        };
+        if self.core.leadership().is_some() {
+            t.min(self.next_tick)
+        } else {
+            t
         }
     }
 
+    /// `P` (S6 d): everything an iteration does besides the renewal must fit in it;
+    /// an iteration that took longer is said, so a slow disk or PostgreSQL shows in
+    /// the log before it shows as a late renewal.
+    fn check_iteration_budget(&mut self, start: Instant, tick: bool) {
+        let took = clock::now().since(start);
+        let budget = self.cfg.timing.iteration_budget
+            + if tick {
+                self.core.timing().retry_timeout
+            } else {
+                Duration::ZERO
+            };
+        if took > budget {
+            self.budget_overruns += 1;
+            warn!(
+                "iteration took {:.3} s, over its budget of {:.3} s (P{}; {} so far)",
+                took.as_secs_f64(),
+                budget.as_secs_f64(),
+                if tick { " + R" } else { "" },
+                self.budget_overruns
+            );
+        }
+    }
+
+    /// The loop's one blocking point. Order of service (DESIGN §5, issue 8 finding
+    /// 1): a due deadline first — if `until` has passed nothing else is even polled —
+    /// then signals, the watch, and the API last. The API branch only reports
+    /// readiness; the work happens in `serve_api`, which never blocks.
     fn wait(&mut self, until: Instant) -> Wake {
-        let d = clock::now().until(until);
+        let now = clock::now();
+        if now >= until {
+            return Wake::Tick;
+        }
+        let d = now.until(until);
+        let api_d = self.api.next_deadline().map(|t| now.until(t));
         let Agent {
             rt,
             etcd,
@@ -515,12 +576,19 @@ impl Agent {
                     None => std::future::pending().await,
                 }
             };
+            let api_deadline = async {
+                match api_d {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
+                _ = tokio::time::sleep(d) => Wake::Tick,
                 _ = signals.pipe.readable() => Wake::Signal,
                 ev = watch => Wake::Watch(ev),
-                c = api.accept() => Wake::Api(c),
-                _ = tokio::time::sleep(d) => Wake::Tick,
+                _ = api.ready() => Wake::Api,
+                _ = api_deadline => Wake::Api,
             }
         })
     }
@@ -585,13 +653,22 @@ impl Agent {
                     error!("SIGHUP: name and scope cannot change at runtime; reload refused");
                     return;
                 }
+                // S6 against what is armed (issue 8 finding 4): the new M, B, P with
+                // the timing in force and the watchdogs in use, before anything moves.
+                let mut t = self.cfg.timing.clone();
+                t.safety_margin = new.timing.safety_margin;
+                t.demote_budget = new.timing.demote_budget;
+                t.iteration_budget = new.timing.iteration_budget;
+                if let Err(e) = self.timing_fits_node(&t) {
+                    error!("SIGHUP: reload refused, keeping the running configuration: {e}");
+                    return;
+                }
                 info!(
                     "SIGHUP: configuration reloaded from {}",
                     self.config_path.display()
                 );
-                self.cfg.timing.safety_margin = new.timing.safety_margin;
-                self.cfg.timing.demote_budget = new.timing.demote_budget;
-                self.cfg.timing.iteration_budget = new.timing.iteration_budget;
+                self.cfg.timing = t;
+                self.core.set_timing(timing_of(&self.cfg));
                 self.applied_config = None; // re-apply the cluster's config with new local values
             }
             Err(e) => error!("SIGHUP: reload refused, keeping the running configuration: {e}"),
@@ -618,6 +695,13 @@ impl Agent {
                 if matches!(r.outcome, RenewalOutcome::Failed(_)) {
                     // The read below already tries the next member.
                     self.switch_endpoint();
+                }
+                // S2 "right after the renewal" (issue 8 finding 5): nothing comes
+                // between a counted renewal and its pet. The core decides whether
+                // and until when; the shell pets and reports what happened.
+                if let Some(not_after) = self.core.pet_on_renewal(clock::now(), &r) {
+                    let report = self.pet_watchdog(not_after);
+                    self.pending.pet = Some(PetReport::fold(self.pending.pet.take(), report));
                 }
                 renewal = Some(r);
             }
@@ -721,6 +805,7 @@ impl Agent {
             watchdog_failed: pending.watchdog_failed,
             clock_jump,
             guard_refused: pending.guard_refused,
+            pet: pending.pet,
         }
     }
 
@@ -770,18 +855,82 @@ impl Agent {
         if self.applied_config.as_deref() == Some(raw.as_str()) {
             return;
         }
-        match self.cfg.apply_dynamic(raw) {
+        let checked = self
+            .cfg
+            .apply_dynamic(raw)
+            .and_then(|(t, d)| self.timing_fits_node(&t).map(|()| (t, d)));
+        match checked {
             Ok((t, d)) => {
                 info!("applying the cluster's dynamic configuration: {raw}");
                 self.cfg.timing = t;
                 self.cfg.dynamic = d;
                 self.core.set_timing(timing_of(&self.cfg));
+                self.follow_ttl_with_w();
             }
             Err(e) => {
                 error!("refusing the cluster's dynamic configuration (keeping the old values): {e}")
             }
         }
         self.applied_config = Some(raw.clone());
+    }
+
+    /// S6 for this node as it runs (issue 8 finding 4; DESIGN §5 "every timing change
+    /// is checked against what is armed"): `t` against the TTL it asks for and the
+    /// TTL of the lease held, with the read-back `W` of an open device, systemd's
+    /// `WATCHDOG_USEC`, and — for a device not opened yet — some `W` it could arm.
+    /// The error names the inequality and the numbers.
+    fn timing_fits_node(&self, t: &crate::config::TimingConfig) -> Result<(), String> {
+        let mut ttls = vec![t.ttl];
+        if let Some(l) = self.core.leadership() {
+            ttls.push(l.ttl);
+        }
+        let mut ws: Vec<(String, u32)> = Vec::new();
+        if let Some(dev) = &self.wd.device {
+            ws.push((
+                format!("armed watchdog W = {} s", dev.timeout()),
+                dev.timeout(),
+            ));
+        }
+        if let Some(w) = self.wd.systemd_w {
+            let secs =
+                u32::try_from(w.as_secs() + u64::from(w.subsec_nanos() > 0)).unwrap_or(u32::MAX);
+            ws.push((format!("systemd WatchdogSec = {secs} s"), secs));
+        }
+        for &ttl in &ttls {
+            crate::config::validate_timing(t, ttl, None)
+                .map_err(|e| format!("refused for ttl {ttl} s: {e}"))?;
+            for (what, w) in &ws {
+                crate::config::validate_timing(t, ttl, Some(*w))
+                    .map_err(|e| format!("refused for the {what} and ttl {ttl} s: {e}"))?;
+            }
+            if self.wd.use_device
+                && self.wd.device.is_none()
+                && crate::config::watchdog_range(t, ttl).is_none()
+            {
+                return Err(format!(
+                    "refused: no watchdog timeout W satisfies S6 (b) and (e) for ttl {ttl} s \
+                     with these values, and this node arms {}",
+                    self.wd.path.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A device not opened yet will be asked for the top of the range the ttl in
+    /// force allows (issue 8 finding 4): the core's `W` follows, so every pet rule
+    /// and promote delay uses what will be armed.
+    fn follow_ttl_with_w(&mut self) {
+        if !self.wd.use_device || self.wd.device.is_some() {
+            return;
+        }
+        if let Some((_, hi)) = crate::config::watchdog_range(&self.cfg.timing, self.cfg.timing.ttl)
+        {
+            self.wd.requested = hi;
+            let d = Duration::from_secs(u64::from(hi));
+            self.core
+                .set_watchdog(Some(self.wd.systemd_w.map_or(d, |s| s.max(d))));
+        }
     }
 
     fn publish_member(&mut self, obs: &Observation) {
@@ -820,6 +969,7 @@ impl Agent {
             // from it (2W + R + M), and systemd's watchdog is no host reset.
             watchdog_timeout: self.wd.device.as_ref().map(|d| d.timeout()),
             leader_lease: leadership.map(|l| l.lease),
+            leader_ttl: leadership.map(|l| l.ttl),
             pg_healthy: matches!(pg.role, PgRole::Primary | PgRole::Replica),
             released: self.core.released_epoch(),
             parse_error: None,
@@ -878,45 +1028,21 @@ impl Agent {
         s.reason.push_str(reason);
     }
 
-    fn serve_api(&mut self, conn: std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)>) {
-        let Ok((mut stream, _peer)) = conn else {
-            return;
-        };
+    /// Make progress on the API's connections without blocking (issue 8 finding 1).
+    fn serve_api(&mut self) {
+        let now = clock::now();
         // The lease must stay valid to answer /primary with 200: recompute at request time.
-        self.status.lease_valid = self.core.leads_at(clock::now());
-        // Bounded: at most 200 ms, and never past the next renewal tick.
-        let budget = clock::now()
-            .until(self.next_tick)
-            .min(Duration::from_millis(200));
-        let status = &self.status;
-        self.rt.block_on(async {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let _ = tokio::time::timeout(budget, async {
-                let mut buf = Vec::with_capacity(1024);
-                let mut chunk = [0u8; 1024];
-                let mut out = Vec::with_capacity(1024);
-                loop {
-                    match api::parse_request(&buf) {
-                        api::Parsed::Incomplete => {}
-                        api::Parsed::Request { method, path } => {
-                            api::respond(&method, &path, status, &mut out);
-                            break;
-                        }
-                        api::Parsed::Bad(code, why) => {
-                            api::respond_error(code, &why, &mut out);
-                            break;
-                        }
-                    }
-                    match stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                let _ = stream.write_all(&out).await;
-                let _ = stream.shutdown().await;
-            })
-            .await;
-        });
+        self.status.lease_valid = self.core.leads_at(now);
+        let _g = self.rt.enter();
+        let served = self.api.service(now, &self.status);
+        if served.refused > 0 {
+            debug!(
+                "api: {} connection(s) over the cap of {} closed unanswered ({} in all)",
+                served.refused,
+                api::server::MAX_CONNS,
+                self.api.refused_total
+            );
+        }
     }
 
     /// Carry out a plan in order. Returns true when the agent must exit.
@@ -924,7 +1050,18 @@ impl Agent {
         let r = self.core.timing().retry_timeout;
         let ttl = self.core.timing().ttl;
         let me = self.cfg.name.clone();
+        // Issue 8 finding 9: writes must not start under names that did not land.
+        let mut sync_names_failed: Option<String> = None;
         for action in actions {
+            if let Some(why) = &sync_names_failed
+                && matches!(
+                    action,
+                    Action::Promote { .. } | Action::StartJob(JobKind::StartPrimary)
+                )
+            {
+                warn!("skipping {action:?}: synchronous_standby_names could not be set ({why})");
+                continue;
+            }
             if let Some(what) = &self.pending.guard_refused {
                 // Leadership is lost: nothing planned under it may run; the core
                 // fences at the next step (at once, see below).
@@ -1140,7 +1277,10 @@ impl Agent {
                         .set_sync_names(&names, self.deadline(Duration::from_secs(1)))
                     {
                         Ok(()) => info!("synchronous_standby_names = {names:?}"),
-                        Err(e) => warn!("setting synchronous_standby_names to {names:?}: {e}"),
+                        Err(e) => {
+                            warn!("setting synchronous_standby_names to {names:?}: {e}");
+                            sync_names_failed = Some(e.to_string());
+                        }
                     }
                 }
                 Action::SyncSlots { members } => {
@@ -1166,7 +1306,10 @@ impl Agent {
                     Ok(p) => warn!("moved the data directory aside to {}", p.display()),
                     Err(e) => error!("cannot move the data directory aside: {e}"),
                 },
-                Action::PetWatchdog => self.pet_watchdog(),
+                Action::PetWatchdog { not_after } => {
+                    let report = self.pet_watchdog(not_after);
+                    self.pending.pet = Some(PetReport::fold(self.pending.pet.take(), report));
+                }
                 Action::DisarmWatchdog => self.disarm_watchdog(),
                 Action::Exit => return true,
             }
@@ -1248,66 +1391,121 @@ impl Agent {
         }
     }
 
-    /// `PetWatchdog` (the core issues it only right after a counted renewal with
-    /// `now + 2W <= H`, S2): systemd's `WATCHDOG=1`, and the device — opened now if it
-    /// is not yet (the open is the pet, and happens only after adopting, S4).
-    fn pet_watchdog(&mut self) {
-        // S2 at the instant of the real ping, not the observation's: an iteration
-        // slower than the margin skips the pet (the device then fires early, which is
-        // the safe side) rather than pet past `t + 2W <= H`.
-        if let (Some(w), Some(h)) = (self.core.watchdog(), self.core.horizon())
-            && !crate::watchdog::pet_allowed(clock::now(), w, h)
-        {
-            warn!("watchdog pet skipped: now + 2W would pass the horizon H = {h}");
-            return;
+    /// Pet every watchdog leadership uses — systemd's `WATCHDOG=1` and the device,
+    /// opened now if it is not yet (the open is the pet, and happens only after
+    /// adopting or winning, S4) — at an instant no later than the core's `not_after`
+    /// (S2: `t + 2W <= H`), and report what happened (DESIGN §5). The report's
+    /// instant is read before the ping, so the core's `F` is never later than the
+    /// device's deadline.
+    fn pet_watchdog(&mut self, not_after: Instant) -> PetReport {
+        let at = clock::now();
+        if at > not_after {
+            // An iteration slower than the margin: skip (the device then fires early,
+            // the safe side) rather than pet past `t + 2W <= H`.
+            let why = format!("now {at} is past the last instant allowed, {not_after} (S2)");
+            warn!("watchdog pet skipped: {why}");
+            return PetReport {
+                at,
+                outcome: PetOutcome::Skipped(why),
+            };
         }
         if self.wd.systemd_w.is_some() {
             self.wd.notifier.watchdog();
         }
         if !self.wd.use_device {
-            return;
+            return PetReport {
+                at,
+                outcome: PetOutcome::Done,
+            };
         }
         let result = match self.wd.device.as_mut() {
-            Some(dev) => dev.keepalive().map_err(|e| e.to_string()),
-            None => self.open_watchdog(),
+            Some(dev) => dev.keepalive().map(|()| at).map_err(|e| e.to_string()),
+            None => self.open_watchdog(not_after),
         };
-        if let Err(why) = result {
-            self.watchdog_unusable(why);
+        match result {
+            Ok(at) => PetReport {
+                at,
+                outcome: PetOutcome::Done,
+            },
+            Err(why) => {
+                self.watchdog_unusable(why.clone());
+                PetReport {
+                    at,
+                    outcome: PetOutcome::Failed(why),
+                }
+            }
         }
     }
 
     /// Open the device, retrying EBUSY briefly (a crashed predecessor's release may
-    /// still be in flight), then check the read-back `W` against S6.
-    fn open_watchdog(&mut self) -> Result<(), String> {
-        let until = self.deadline(self.core.timing().retry_timeout);
-        let dev = loop {
-            match Device::open_with_sysfs(
-                &self.wd.path,
-                self.wd.requested,
-                &self.cfg.watchdog.sysfs_dir,
-            ) {
-                Ok(d) => break d,
-                Err(WatchdogError::Busy { .. }) if clock::now() < until => {
-                    std::thread::sleep(Duration::from_millis(20));
+    /// still be in flight) but never past `not_after` (each attempt is a pet if it
+    /// succeeds, S2; issue 8 finding 11), then check the read-back `W` against S6
+    /// for the TTL in force. Returns the instant read just before the open that
+    /// succeeded.
+    fn open_watchdog(&mut self, not_after: Instant) -> Result<Instant, String> {
+        let until = self
+            .deadline(self.core.timing().retry_timeout)
+            .min(not_after);
+        let ttl = self
+            .core
+            .leadership()
+            .map_or(self.core.timing().ttl, |l| l.ttl);
+        // The W requested follows the TTL in force (issue 8 finding 4), not the
+        // file's TTL at start-up.
+        let requested = match crate::config::watchdog_range(&self.cfg.timing, ttl) {
+            Some((_, hi)) => hi,
+            None => {
+                return Err(format!(
+                    "no watchdog timeout W satisfies the timing contract for ttl {ttl} s"
+                ));
+            }
+        };
+        let (dev, at) = loop {
+            let at = clock::now();
+            if at > until {
+                return Err(format!(
+                    "{} stayed busy until the last instant a pet was allowed",
+                    self.wd.path.display()
+                ));
+            }
+            match Device::open_with_sysfs(&self.wd.path, requested, &self.cfg.watchdog.sysfs_dir) {
+                Ok(d) => break (d, at),
+                Err(WatchdogError::Busy { .. }) => {
+                    std::thread::sleep(Duration::from_millis(20).min(clock::now().until(until)));
                 }
                 Err(e) => return Err(e.to_string()),
             }
         };
+        self.wd.requested = requested;
         if dev.boot_status_watchdog_reset() {
             error!(
                 "ALERT: the last reset of this host was caused by the watchdog {}",
                 self.wd.path.display()
             );
         }
-        let ttl = self
-            .core
-            .leadership()
-            .map_or(self.core.timing().ttl, |l| l.ttl);
         if let Err(why) = crate::watchdog::check_usable(&dev, &self.cfg.timing, ttl, &self.wd.mode)
         {
             // Hand the device back disarmed: it must not reset a host that runs without it.
-            if let Err(e) = dev.disarm() {
-                error!("could not disarm the refused watchdog: {e}");
+            match dev.disarm() {
+                Ok(_) => {}
+                Err(WatchdogError::NoWayOut(dev))
+                | Err(WatchdogError::DisarmWrite { device: dev, .. }) => {
+                    // Issue 8 finding 11: it cannot be disarmed, so it is armed with a
+                    // W we refused. Keep it (never drop an armed device) and give up
+                    // leadership for this run: the fence runs, then the device is
+                    // petted freely once no primary runs (DESIGN S1, `nowayout`).
+                    error!(
+                        "ALERT: the refused watchdog {} cannot be disarmed (nowayout): keeping \
+                         it open; this node gives up leadership for this run",
+                        self.wd.path.display()
+                    );
+                    self.wd.device = Some(*dev);
+                    self.wd.keep_petting = true;
+                    self.core
+                        .refuse_leadership(format!("watchdog refused and armed: {why}"));
+                    self.pending.watchdog_failed = Some(why.clone());
+                }
+                Err(e) => error!("could not disarm the refused watchdog: {e}"),
             }
             return Err(why);
         }
@@ -1324,7 +1522,7 @@ impl Agent {
         self.core
             .set_watchdog(Some(self.wd.systemd_w.map_or(w, |s| s.max(w))));
         self.wd.device = Some(dev);
-        Ok(())
+        Ok(at)
     }
 
     fn watchdog_unusable(&mut self, why: String) {
@@ -1381,7 +1579,9 @@ impl Agent {
             self.wd.notifier.status(&self.last_reason);
             self.wd.last_status = self.last_reason.clone();
         }
-        let free = !self.core.pets_need_proof() && obs.pg.role != PgRole::Primary;
+        // Not while a PostgreSQL that may accept writes runs (a wedged primary too,
+        // issue 8 finding 8): systemd must be free to kill an agent that cannot fence.
+        let free = !self.core.pets_need_proof() && !obs.pg.may_accept_writes();
         if free {
             self.wd.notifier.watchdog();
             if self.wd.keep_petting

@@ -111,6 +111,7 @@ fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
         watchdog_failed: None,
         clock_jump: std::time::Duration::ZERO,
         guard_refused: None,
+        pet: None,
     }
 }
 
@@ -156,6 +157,7 @@ fn follower_with_poll(old_wd: Option<u32>) -> Core {
         lease: 0xA,
         sent_at: t(102.0),
         ttl: Some(1),
+        granted_ttl: None,
         has_keys: true,
     });
     c.step(t(102.01), &o);
@@ -178,6 +180,7 @@ fn take_over(c: &mut Core, deleted: f64) -> Plan {
         lease: 0xA,
         sent_at: t(deleted + 0.05),
         ttl: None,
+        granted_ttl: None,
         has_keys: false,
     });
     let p = c.step(t(deleted + 0.1), &o);
@@ -355,6 +358,7 @@ fn a_better_fresh_candidate_makes_me_wait() {
         lease: 0xA,
         sent_at: t(103.55),
         ttl: None,
+        granted_ttl: None,
         has_keys: false,
     });
     let p = c.step(t(103.6), &o);
@@ -508,6 +512,7 @@ fn revision_going_back_writes_the_marker_and_refuses_the_key_until_confirmed() {
         lease: 0xA,
         sent_at: t(103.55),
         ttl: None,
+        granted_ttl: None,
         has_keys: false,
     });
     let p = c.step(t(103.6), &o);
@@ -1065,6 +1070,7 @@ fn vacancy_step(
         lease: 0xA,
         sent_at: t(102.0),
         ttl: Some(1),
+        granted_ttl: None,
         has_keys: true,
     });
     c.step(t(102.01), &o);
@@ -1082,6 +1088,7 @@ fn vacancy_step(
         lease: 0xA,
         sent_at: t(103.55),
         ttl: None,
+        granted_ttl: None,
         has_keys: false,
     });
     let _ = c.step(t(103.6), &o);
@@ -1138,6 +1145,7 @@ fn a_synchronous_winner_names_itself_in_the_key_and_sets_the_names_before_promot
             lease: 0xA,
             sent_at: t(103.55),
             ttl: None,
+            granted_ttl: None,
             has_keys: false,
         });
         let p = c.step(t(103.6), &o);

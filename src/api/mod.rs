@@ -9,6 +9,8 @@
 
 use std::fmt::Write as _;
 
+pub mod server;
+
 /// Longest request head accepted (request line + headers + CRLFCRLF).
 pub const MAX_HEAD: usize = 8 * 1024;
 

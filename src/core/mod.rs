@@ -43,8 +43,14 @@ pub struct Leadership {
     pub ttl: u32,
     /// Send instant of the last counted renewal (or of the grant).
     pub renewed_at: Instant,
-    /// Last deliberate pet of the watchdog in this leadership.
+    /// Last pet of the watchdog in this leadership that the shell reported done
+    /// (DESIGN §5: a fact, never a plan).
     pub last_pet: Option<Instant>,
+    /// A `PetWatchdog` planned at this instant whose report has not come back yet.
+    /// Until it does, `F` is measured from it when no pet was reported before: the
+    /// real pet (if any) comes no earlier, so `F` is never later than the device's
+    /// deadline.
+    pub pet_pending: Option<Instant>,
     /// Earliest instant promotion may start (DESIGN §1 step 4).
     pub promote_after: Instant,
     /// Why promotion waits, for the log.
@@ -93,6 +99,9 @@ struct LeaseTrack {
     last_poll: Option<Instant>,
     /// The holder's published watchdog timeout.
     holder_watchdog: Option<u32>,
+    /// The TTL the holder's lease was granted with (`grantedTTL` from a poll, or the
+    /// holder's published `leader_ttl`).
+    holder_ttl: Option<u32>,
     /// The holder's last published WAL position.
     holder_xlog: Lsn,
 }
@@ -111,6 +120,8 @@ struct Vacancy {
     /// The expiry came early (or we cannot tell): promotion waits.
     early: bool,
     old_watchdog: Option<u32>,
+    /// The granted TTL of the old lease, if known.
+    old_ttl: Option<u32>,
     old_xlog: Lsn,
     /// The old lease was confirmed gone (TTL -1).
     lease_gone: bool,
@@ -175,6 +186,10 @@ pub struct Core {
     rollback_seen: Option<RollbackSeen>,
     /// The `rollback` marker as last read.
     rollback_marker: Option<RollbackMarker>,
+    /// The largest granted TTL of a leader lease seen in this run (polls' `grantedTTL`,
+    /// members' `leader_ttl`): the early-expiry delay's fallback when the old lease's
+    /// own TTL is unknown.
+    max_leader_ttl_seen: u32,
 }
 
 /// At most this many member keys are remembered for the rollback check (a scope full
@@ -207,6 +222,7 @@ impl Core {
             member_revisions: std::collections::BTreeMap::new(),
             rollback_seen: None,
             rollback_marker: None,
+            max_leader_ttl_seen: 0,
         }
     }
 
@@ -322,10 +338,52 @@ impl Core {
 
     fn fence_deadline_of(&self, l: &Leadership) -> Instant {
         let h = self.horizon_of(l);
-        match (self.cfg.watchdog, l.last_pet) {
+        // A reported pet, else a planned one not reported yet (the real one is no
+        // earlier): either way `F` is never later than the device's deadline.
+        match (self.cfg.watchdog, l.last_pet.or(l.pet_pending)) {
             (Some(w), Some(p)) => p.add(w).min(h),
             _ => h,
         }
+    }
+
+    /// S1/S3: the fence the contract requires is in place: no watchdog is in use, or
+    /// the shell reported a pet (the open is one) in this leadership.
+    fn fence_armed(&self, l: &Leadership) -> bool {
+        self.cfg.watchdog.is_none() || l.last_pet.is_some()
+    }
+
+    /// S2, asked by the shell right after a renewal, before anything else in the
+    /// iteration: may it pet now, and until which instant (`H' - 2W`, with `H'` the
+    /// horizon this renewal gives)? `None`: no pet (no watchdog, not leading, the
+    /// renewal did not count for our lease, or `now + 2W > H'`). Pure: the pet
+    /// itself, and whether it happened, come back in `Observation::pet`.
+    pub fn pet_on_renewal(&self, now: Instant, r: &Renewal) -> Option<Instant> {
+        let (State::Leader(l), Some(w)) = (&self.state, self.cfg.watchdog) else {
+            return None;
+        };
+        let RenewalOutcome::Counted { ttl } = r.outcome else {
+            return None;
+        };
+        if r.lease != l.lease {
+            return None;
+        }
+        let ttl = if ttl > 0 {
+            u32::try_from(ttl).unwrap_or(u32::MAX)
+        } else {
+            l.ttl
+        };
+        let s = r.sent_at.max(l.renewed_at);
+        let h = s
+            .add(Duration::from_secs(u64::from(ttl)))
+            .sub(self.timing.safety_margin);
+        let not_after = h.sub(w).sub(w);
+        (now <= not_after).then_some(not_after)
+    }
+
+    /// True while a fence is under way: the shell makes no call before the fence
+    /// (each would only delay it, issue 8 finding 6).
+    pub fn fence_in_progress(&self) -> bool {
+        matches!(self.state, State::Fencing { .. })
     }
 
     /// Latest instant a blocking call may run to before a fence would be late:
@@ -534,6 +592,15 @@ impl Core {
                 l.ttl = u32::try_from(ttl).unwrap_or(u32::MAX);
             }
         }
+        // DESIGN §5: `last_pet` moves only on a pet the shell reports done.
+        if let State::Leader(l) = &mut self.state
+            && let Some(pet) = &obs.pet
+        {
+            l.pet_pending = None;
+            if pet.outcome == PetOutcome::Done {
+                l.last_pet = Some(l.last_pet.map_or(pet.at, |p| p.max(pet.at)));
+            }
+        }
         if let Some(reason) = self.check_leadership(now, obs, p) {
             return reason;
         }
@@ -730,18 +797,9 @@ impl Core {
         p: &mut Planner,
         mut l: Leadership,
     ) -> Reason {
-        let h = self.horizon_of(&l);
-        // S2: a deliberate pet only right after a counted renewal, and only if
-        // `t + 2W <= H` so that a crash right after it still resets the host by `H`.
-        if let (Some(w), Some(r)) = (self.cfg.watchdog, &obs.renewal)
-            && matches!(r.outcome, RenewalOutcome::Counted { .. })
-            && r.lease == l.lease
-            && now.add(w).add(w) <= h
-        {
-            p.push(Action::PetWatchdog);
-            l.last_pet = Some(now);
-        }
-
+        // S2: the pet that follows a counted renewal is no longer planned here: the
+        // shell asks `pet_on_renewal` right after the renewal (nothing in between) and
+        // reports it; `decide` took that report into `last_pet` already.
         if obs.shutdown {
             return self.lead_shutdown(obs, p, l);
         }
@@ -801,8 +859,8 @@ impl Core {
                         remaining: now.until(l.promote_after),
                         why: l.delay_reason.clone().unwrap_or_default(),
                     }
-                } else if self.cfg.watchdog.is_some() && l.last_pet.is_none() {
-                    // S3: the watchdog is armed before promotion.
+                } else if !self.fence_armed(&l) {
+                    // S3: the watchdog is armed (a pet reported done) before promotion.
                     Reason::Waiting("leader with the lock; waiting to arm the watchdog".into())
                 } else if let Err(why) = self.sync_before_writes(now, obs, l.epoch, p, true) {
                     Reason::Waiting(format!("leader with the lock, not promoting yet: {why}"))
@@ -840,6 +898,13 @@ impl Core {
                         }));
                         Reason::Waiting(
                             "leader with the lock; starting PostgreSQL as a standby first to read its epoch"
+                                .into(),
+                        )
+                    } else if data && now >= l.promote_after && !self.fence_armed(&l) {
+                        // S3 (issue 8 finding 9): a primary starts only with the fence
+                        // armed, exactly as a promotion does.
+                        Reason::Waiting(
+                            "leader with the lock; waiting to arm the watchdog before starting PostgreSQL as primary"
                                 .into(),
                         )
                     } else if data && now >= l.promote_after {
@@ -912,6 +977,22 @@ impl Core {
             return Reason::Waiting("confirming the leader key that names me (S4)".into());
         };
         match r.outcome {
+            RenewalOutcome::Counted { .. } if r.lease == lease && obs.cluster.is_err() => {
+                // S4 (issue 8 finding 11): adoption checks the local primary's timeline
+                // against `history`, which this iteration could not read. A node whose
+                // PostgreSQL cannot accept writes may wait; one that can is fenced
+                // rather than adopted on an unchecked timeline.
+                if obs.pg.may_accept_writes() {
+                    let why = "could not read history to check the local primary's timeline \
+                               before adopting (S4)"
+                        .to_string();
+                    return self.start_fence(p, why);
+                }
+                p.again = true;
+                Reason::Waiting(
+                    "confirming the leader key that names me (S4): the cluster read failed".into(),
+                )
+            }
             RenewalOutcome::Counted { ttl } if r.lease == lease => {
                 let newest = obs
                     .cluster
@@ -939,20 +1020,16 @@ impl Core {
                     ttl: u32::try_from(ttl).unwrap_or(u32::MAX),
                     renewed_at: r.sent_at,
                     last_pet: None,
+                    pet_pending: None,
                     promote_after: now,
                     delay_reason: None,
                     promoted: obs.pg.role == PgRole::Primary,
                     down_since: None,
                 };
                 let mut l = l;
-                if let Some(w) = self.cfg.watchdog {
-                    // S4 then S2: the device is opened only after adopting, and the open
-                    // is a pet, so it needs `now + 2W <= H` like any other.
-                    if now.add(w).add(w) <= self.horizon_of(&l) {
-                        p.push(Action::PetWatchdog);
-                        l.last_pet = Some(now);
-                    }
-                }
+                // S4 then S2: the device is opened only after adopting, and the open
+                // is a pet, so it needs `now + 2W <= H` like any other.
+                self.plan_arm(now, &mut l, p);
                 self.led_from_bootstrap = false;
                 self.state = State::Leader(l);
                 p.again = true;
@@ -1041,6 +1118,28 @@ impl Core {
             self.track.e_max = Some(self.track.e_max.map_or(e, |m| m.max(e)));
             self.track.last_poll = Some(poll.sent_at);
         }
+        // The old lease's own TTL (issue 8 finding 2): from `grantedTTL`, whichever
+        // lease was polled, and from every leader's published `leader_ttl`.
+        if let Some(poll) = &obs.lease_poll
+            && let Some(g) = poll.granted_ttl.and_then(|g| u32::try_from(g).ok())
+        {
+            self.max_leader_ttl_seen = self.max_leader_ttl_seen.max(g);
+            if self.track.lease == Some(poll.lease) {
+                self.track.holder_ttl = Some(self.track.holder_ttl.map_or(g, |t| t.max(g)));
+            }
+            if let Some(v) = &mut self.vacancy
+                && v.old_lease == Some(poll.lease)
+            {
+                v.old_ttl = Some(v.old_ttl.map_or(g, |t| t.max(g)));
+            }
+        }
+        if let Ok(view) = &obs.cluster {
+            for m in &view.members {
+                if let Some(t) = m.info.leader_ttl {
+                    self.max_leader_ttl_seen = self.max_leader_ttl_seen.max(t);
+                }
+            }
+        }
         self.track_vacancy(now, obs);
         // After the vacancy is known: this iteration's poll may already show the old
         // lease gone (the poll runs after the read that showed the key absent).
@@ -1077,6 +1176,12 @@ impl Core {
                     }
                     if let Some(m) = view.member(&k.name) {
                         self.track.holder_watchdog = m.info.watchdog_timeout;
+                        if m.info.leader_lease == Some(k.lease)
+                            && let Some(t) = m.info.leader_ttl
+                        {
+                            self.track.holder_ttl =
+                                Some(self.track.holder_ttl.map_or(t, |h| h.max(t)));
+                        }
                         self.track.holder_xlog = self.track.holder_xlog.max(m.info.xlog_location);
                     }
                 }
@@ -1114,6 +1219,7 @@ impl Core {
                         old_holder: Some(m.name.clone()),
                         early: true,
                         old_watchdog: m.info.watchdog_timeout,
+                        old_ttl: m.info.leader_ttl,
                         old_xlog: v.old_xlog.max(m.info.xlog_location),
                         lease_gone: m.info.leader_lease.is_none(),
                         seen_epoch: e,
@@ -1162,6 +1268,7 @@ impl Core {
                         old_holder: self.track.holder.clone(),
                         early,
                         old_watchdog: self.track.holder_watchdog,
+                        old_ttl: self.track.holder_ttl,
                         old_xlog: self.track.holder_xlog,
                         // This observation's poll may already have answered TTL -1
                         // for that lease (polled before the read showed the key gone).
@@ -1187,8 +1294,9 @@ impl Core {
         let view = match &obs.cluster {
             Ok(v) => v,
             Err(e) => {
-                // S4: without etcd we cannot adopt: a local primary is fenced.
-                if obs.pg.role == PgRole::Primary {
+                // S4: without etcd we cannot adopt: a local primary is fenced (a wedged
+                // one too: it may still take writes).
+                if obs.pg.may_accept_writes() {
                     return self
                         .start_fence(p, format!("local primary but etcd is unreachable ({e})"));
                 }
@@ -1211,6 +1319,27 @@ impl Core {
             self.state = State::Bootstrapping { lease: *lease };
             p.push(Action::StartJob(JobKind::InitDb));
             return Reason::Bootstrapping("won the initialize lock; running initdb".into());
+        }
+
+        // S4 (issue 8 finding 8) before anything that may return early (a running job,
+        // `initialize` missing, locked or garbage, a system-identifier mismatch, an
+        // unusable data directory): a local PostgreSQL that may accept writes while
+        // this node does not lead is fenced. The only exception is the key naming us
+        // at start-up, which `Adopting` confirms or fences.
+        let adoptable = first
+            && self.lead_refusal.is_none()
+            && view.leader.as_ref().is_some_and(|k| k.name == me);
+        if obs.pg.may_accept_writes() && !adoptable {
+            let why = match (&view.leader, obs.pg.role) {
+                (Some(k), PgRole::Primary) => {
+                    format!("local primary while {} holds the leader key (S4)", k.name)
+                }
+                (None, PgRole::Primary) => "local primary but nobody holds the leader key".into(),
+                (_, _) => "local PostgreSQL does not answer and its data directory says it runs \
+                           as a primary (S4)"
+                    .into(),
+            };
+            return self.start_fence(p, why);
         }
 
         if let Job::Running { kind, .. } = &obs.job {
@@ -1895,7 +2024,16 @@ impl Core {
                 Some(w) => {
                     Duration::from_secs(2 * u64::from(w)) + t.retry_timeout + t.safety_margin
                 }
-                None => Duration::from_secs(u64::from(t.ttl.max(granted_ttl))) + t.retry_timeout,
+                // The old leader fenced by its own horizon, `s + ttl_old - M`: its
+                // lease's granted TTL, not the config in force now (issue 8 finding
+                // 2: a ttl lowered in `config` then an early revoke gave ~15 s of two
+                // primaries). Unknown: the largest leader TTL seen in this run. The
+                // current ttl and ours only ever lengthen the wait.
+                None => {
+                    let old = v.old_ttl.unwrap_or(self.max_leader_ttl_seen);
+                    Duration::from_secs(u64::from(old.max(t.ttl).max(granted_ttl)))
+                        + t.retry_timeout
+                }
             };
             after = v.at.add(d);
             why = Some(format!(
@@ -1916,18 +2054,40 @@ impl Core {
             ttl: granted_ttl,
             renewed_at: granted_at,
             last_pet: None,
+            pet_pending: None,
             promote_after: after,
             delay_reason: why,
             promoted: obs.pg.role == PgRole::Primary,
             down_since: None,
         };
+        // S6(b) for the TTL etcd granted (issue 8 finding 4): with `2W > ttl - M - R` a
+        // renewal that took up to R leaves no instant with `t + 2W <= H`, so this
+        // leadership could never arm the watchdog, never promote and never fence:
+        // a cluster without a primary for good. Give the key back at once.
         if let Some(w) = self.cfg.watchdog {
-            // S3: arm before promotion; S2: only if now + 2W <= H.
-            if now.add(w).add(w) <= self.horizon_of(&l) {
-                p.push(Action::PetWatchdog);
-                l.last_pet = Some(now);
+            let room = Duration::from_secs(u64::from(granted_ttl))
+                .saturating_sub(t.safety_margin)
+                .saturating_sub(t.retry_timeout);
+            if w + w > room {
+                let why = format!(
+                    "watchdog W = {} s cannot be petted under the granted TTL {granted_ttl} s \
+                     (S6 b: 2W <= ttl - M - R = {:.3} s); releasing the key",
+                    w.as_secs(),
+                    room.as_secs_f64()
+                );
+                self.vacancy = None;
+                // Backstop: the shell sizes `W` from the ttl in force and refuses
+                // changes that break S6 for it, so this takes an etcd granting more
+                // than asked for by a wide margin. Winning again would loop.
+                self.lead_refusal = Some(why.clone());
+                self.enter_fencing(Some(lease), Some(epoch), true, why.clone());
+                p.push(Action::Fence);
+                p.again = true;
+                return Reason::Refusing(why);
             }
         }
+        // S3: arm before promotion; S2: only if now + 2W <= H.
+        self.plan_arm(now, &mut l, p);
         self.vacancy = None;
         self.led_from_bootstrap = self.bootstrapped_here;
         // INVARIANT: the bootstrap shortcut is one-shot: once this node has led, a
@@ -1936,6 +2096,21 @@ impl Core {
         self.state = State::Leader(l);
         p.again = true;
         Reason::Promoting { epoch }
+    }
+}
+
+impl Core {
+    /// Plan the watchdog's arming (the open is a pet, S2) for a leadership just
+    /// won or adopted, if `now + 2W <= H`; `F` counts from the planned instant until
+    /// the shell's report comes back.
+    fn plan_arm(&self, now: Instant, l: &mut Leadership, p: &mut Planner) {
+        if let Some(w) = self.cfg.watchdog {
+            let not_after = self.horizon_of(l).sub(w).sub(w);
+            if now <= not_after {
+                p.push(Action::PetWatchdog { not_after });
+                l.pet_pending = Some(now);
+            }
+        }
     }
 }
 

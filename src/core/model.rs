@@ -60,6 +60,10 @@ pub struct MemberInfo {
     /// The lease of the `leader` key when this member holds it (lets a candidate that
     /// never saw the key check the old lease is gone).
     pub leader_lease: Option<LeaseId>,
+    /// The TTL etcd granted for `leader_lease` (whole seconds): after an early expiry
+    /// a candidate without a watchdog figure waits the *old* lease's TTL, never the
+    /// current config's (DESIGN §5, issue 8 finding 2).
+    pub leader_ttl: Option<u32>,
     /// PostgreSQL running and answering queries.
     pub pg_healthy: bool,
     /// Set by a leader that stopped its PostgreSQL cleanly and is about to release the
@@ -298,6 +302,8 @@ pub struct LeasePoll {
     /// `None`: the lease does not exist (TTL -1). `Some(ttl)`: remaining TTL in whole
     /// seconds (truncated; may be <= 0 while a revoke is in flight).
     pub ttl: Option<i64>,
+    /// The TTL the lease was granted with (`grantedTTL`), when it exists.
+    pub granted_ttl: Option<i64>,
     /// Whether the lease still has keys attached.
     pub has_keys: bool,
 }
@@ -348,6 +354,24 @@ pub struct PgStatus {
 }
 
 impl PgStatus {
+    /// Whether this PostgreSQL may accept writes: it answers as a primary, or a
+    /// postmaster runs without answering while its data directory says it last ran
+    /// as a primary (`pg_control` in production or crash recovery, no
+    /// `standby.signal`): a wedged or recovering primary is one (S4).
+    pub fn may_accept_writes(&self) -> bool {
+        match self.role {
+            PgRole::Primary => true,
+            PgRole::Unresponsive => matches!(
+                self.data,
+                DataDir::Present {
+                    was_primary: true,
+                    ..
+                }
+            ),
+            PgRole::Replica | PgRole::Stopped => false,
+        }
+    }
+
     /// What is known of a PostgreSQL that did not answer a query (stopped, not
     /// answering, or not asked at all): its data directory and role, nothing else.
     pub fn unanswered(data: DataDir, role: PgRole) -> PgStatus {
@@ -414,6 +438,39 @@ pub enum FenceOutcome {
     Incomplete,
 }
 
+/// What became of a pet of the watchdog (DESIGN §5: the shell reports what really
+/// happened; the core's `last_pet` and `F` come only from these reports).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PetReport {
+    /// The instant read just before the ping (or the open) was sent to the device.
+    /// Never later than the ping itself, so `last_pet + W` is never later than the
+    /// device's own deadline.
+    pub at: Instant,
+    pub outcome: PetOutcome,
+}
+
+impl PetReport {
+    /// Fold a new report into the one not yet observed: the last pet that reached
+    /// the device is what its deadline counts from, so a later skipped or failed pet
+    /// never hides an earlier one that was done.
+    pub fn fold(prev: Option<PetReport>, new: PetReport) -> PetReport {
+        match prev {
+            Some(p) if p.outcome == PetOutcome::Done && new.outcome != PetOutcome::Done => p,
+            _ => new,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PetOutcome {
+    /// Every watchdog in use accepted the ping (or the open).
+    Done,
+    /// Not sent: the instant had passed the core's `not_after` (S2).
+    Skipped(String),
+    /// The device refused or failed: nothing is known to have been pinged.
+    Failed(String),
+}
+
 /// Everything the shell learned in one iteration.
 #[derive(Clone, Debug)]
 pub struct Observation {
@@ -455,6 +512,10 @@ pub struct Observation {
     /// was refused by the epoch guard: leadership is lost, fence at once (DESIGN §1
     /// step 5). Names the write.
     pub guard_refused: Option<String>,
+    /// The pet the shell made (or skipped) since the last step: right after this
+    /// iteration's counted renewal (`Core::pet_on_renewal`) or for the previous
+    /// plan's `PetWatchdog`.
+    pub pet: Option<PetReport>,
 }
 
 /// What the core asks the shell to do, in order.
@@ -504,8 +565,10 @@ pub enum Action {
     SyncSlots { members: Vec<String> },
     /// Move an unusable data directory aside (never delete) — only when configured.
     MoveDataAside,
-    /// Pet the watchdog (only right after a counted renewal, S2).
-    PetWatchdog,
+    /// Arm (open) or pet the watchdog, only at an instant `<= not_after` (S2: the core
+    /// computed `not_after = H - 2W`); the shell reports what happened in
+    /// `Observation::pet`. Pets after a renewal go through `Core::pet_on_renewal`.
+    PetWatchdog { not_after: Instant },
     /// Disarm the watchdog (only after a complete fence or clean stop, S1).
     DisarmWatchdog,
     /// Exit the process (clean shutdown finished).

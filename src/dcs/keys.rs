@@ -43,6 +43,9 @@ pub fn encode_member(info: &MemberInfo) -> String {
     if let Some(w) = info.watchdog_timeout {
         m.insert("watchdog_timeout".into(), json!(w));
     }
+    if let Some(t) = info.leader_ttl {
+        m.insert("leader_ttl".into(), json!(t));
+    }
     if let Some(l) = info.leader_lease {
         m.insert("leader_lease".into(), json!(l));
     }
@@ -145,6 +148,12 @@ pub fn parse_member(raw: &[u8]) -> MemberInfo {
                 "watchdog_timeout: expected a u32, got {}",
                 short(v)
             )),
+        }
+    }
+    if let Some(v) = field("leader_ttl") {
+        match v.as_u64().and_then(|t| u32::try_from(t).ok()) {
+            Some(t) => info.leader_ttl = Some(t),
+            None => problems.push(format!("leader_ttl: expected a u32, got {}", short(v))),
         }
     }
     if let Some(v) = field("leader_lease") {
@@ -621,6 +630,7 @@ mod tests {
             epoch: Some(42),
             watchdog_timeout: Some(13),
             leader_lease: Some(0x7a2b_0000_1234),
+            leader_ttl: Some(30),
             pg_healthy: true,
             released: Some(41),
             parse_error: None,

@@ -762,12 +762,16 @@ impl Etcd {
                 // etcd answers -1 for a lease it does not know; 0 or less while
                 // an expired lease's revoke is still in flight (DESIGN §1 step 4).
                 ttl: (r.ttl() != -1).then_some(r.ttl()),
+                // Kept, not dropped: after an early expiry a candidate without a
+                // watchdog figure waits the old lease's own TTL (issue 8 finding 2).
+                granted_ttl: (r.ttl() != -1 && r.granted_ttl() > 0).then_some(r.granted_ttl()),
                 has_keys: !r.keys().is_empty(),
             }),
             Ok(Err(e)) if is_lease_not_found(&e) => Ok(LeasePoll {
                 lease,
                 sent_at,
                 ttl: None,
+                granted_ttl: None,
                 has_keys: false,
             }),
             Ok(Err(e)) => Err(DcsError(format!("{what}: {e}"))),

@@ -91,6 +91,58 @@ struct Outcomes {
     released: Option<bool>,
     /// A guarded write refused by the epoch guard (names it).
     guard_refused: Option<String>,
+    /// The last pet made or skipped (DESIGN §5: reported, never assumed).
+    pet: Option<PetReport>,
+}
+
+/// What one pass of `ApiServer::service` costs the loop in this model: it never
+/// blocks, and its work is bounded (16 accepts, one read and one write per slot).
+const API_SERVICE_COST: Duration = Duration::from_micros(100);
+
+/// Pet (or open) the device at an instant no later than `not_after`, after the
+/// descheduling the schedule may impose, and report what happened. `h` is the
+/// horizon the pet is justified by: S2 is checked at the instant the ping really
+/// reaches the device.
+async fn do_pet(
+    cx: &Cx,
+    name: &str,
+    wd: Option<Duration>,
+    not_after: Instant,
+    h: Option<Instant>,
+) -> PetReport {
+    let (fails, delay) = cx.w.borrow_mut().pet_fault();
+    if !delay.is_zero() {
+        let t = cx.now().add(delay);
+        cx.sleep_until(t).await;
+    }
+    let at = cx.now();
+    if at > not_after {
+        return PetReport {
+            at,
+            outcome: PetOutcome::Skipped(format!("{at} past {not_after}")),
+        };
+    }
+    let mut w = cx.w.borrow_mut();
+    if fails {
+        w.text(Some(cx.node), "pet refused by the device".into());
+        return PetReport {
+            at,
+            outcome: PetOutcome::Failed("refused by the device (simulated)".into()),
+        };
+    }
+    if let (Some(wt), Some(h)) = (wd, h)
+        && at.add(wt).add(wt) > h
+    {
+        w.violation(format!(
+            "S2: {name} pets at {at} but t + 2W = {} > H = {h}",
+            at.add(wt).add(wt)
+        ));
+    }
+    w.pet(cx.node);
+    PetReport {
+        at,
+        outcome: PetOutcome::Done,
+    }
 }
 
 pub async fn run(cx: Cx) {
@@ -117,6 +169,13 @@ pub async fn run(cx: Cx) {
     let mut fenced: Vec<(LeaseId, Epoch)> = Vec::new();
     let mut iterations: u64 = 0;
     let mut last_info: Option<MemberInfo> = None;
+    // The loop before issue 8's fix (`LoopFaults::legacy_loop`,
+    // `TENURE_SIM_LEGACY_LOOP=1`): an API connection was served before the timer (a
+    // `biased` select with `accept` ahead of the sleep) and held the loop for up to
+    // `min(200 ms, next_tick - now)`, a bound that ignores `F - B`.
+    let legacy = cx.w.borrow().sched.loop_faults.legacy_loop;
+    // API connections up to this instant have been taken (accepted or served).
+    let mut api_cursor = Instant::ZERO;
 
     loop {
         if again {
@@ -124,7 +183,50 @@ pub async fn run(cx: Cx) {
             let t = cx.now().add(Duration::from_micros(200));
             cx.sleep_until(t).await;
         } else if !core.renew_now() {
-            cx.idle_until(next_tick).await;
+            // The agent's `wait` (src/agent.rs): until the next tick or `F - B`,
+            // whichever comes first (S1), woken early by a watch event or a job
+            // exit; API connections are served in between. Fixed order: a due
+            // deadline first, then input, each service non-blocking and bounded.
+            loop {
+                let until = core.call_cap().map_or(next_tick, |c| next_tick.min(c));
+                let now = cx.now();
+                let pending =
+                    cx.w.borrow()
+                        .next_api(cx.node, api_cursor)
+                        .filter(|&a| a <= now);
+                if legacy && let Some(a) = pending {
+                    // The old order: the connection first, held by an idle client
+                    // for min(200 ms, next_tick - now).
+                    api_cursor = a.add(Duration::from_nanos(1));
+                    let hold = Duration::from_millis(200)
+                        .min(now.until(next_tick))
+                        .max(Duration::from_micros(1));
+                    cx.sleep_until(now.add(hold)).await;
+                    continue;
+                }
+                if now >= until {
+                    break;
+                }
+                if !legacy && pending.is_some() {
+                    api_cursor = now.add(Duration::from_nanos(1));
+                    cx.sleep_until(now.add(API_SERVICE_COST)).await;
+                    continue;
+                }
+                let next_api = cx.w.borrow().next_api(cx.node, api_cursor);
+                match next_api {
+                    Some(a) if a < until => {
+                        cx.idle_until(a).await;
+                        if cx.now() < a {
+                            // A watch event or a job exit: run the iteration.
+                            break;
+                        }
+                    }
+                    _ => {
+                        cx.idle_until(until).await;
+                        break;
+                    }
+                }
+            }
         }
         iterations += 1;
         let now = cx.now();
@@ -162,11 +264,25 @@ pub async fn run(cx: Cx) {
                 },
                 Ok(other) => RenewalOutcome::Failed(format!("{other:?}")),
             };
-            renewal = Some(Renewal {
+            let r = Renewal {
                 lease,
                 sent_at: s,
                 outcome,
-            });
+            };
+            // S2 right after the renewal, as the agent does: the core decides, the
+            // shell pets and reports.
+            if let Some(not_after) = core.pet_on_renewal(cx.now(), &r) {
+                let h = match r.outcome {
+                    RenewalOutcome::Counted { ttl } => Some(
+                        s.add(Duration::from_secs(ttl.unsigned_abs()))
+                            .sub(timing.safety_margin),
+                    ),
+                    _ => None,
+                };
+                let report = do_pet(&cx, &name, wd, not_after, h).await;
+                out.pet = Some(PetReport::fold(out.pet.take(), report));
+            }
+            renewal = Some(r);
         }
         if let Some(lease) = core.lease_to_keep_alive()
             && tick
@@ -184,13 +300,17 @@ pub async fn run(cx: Cx) {
         if let Some(lease) = core.lease_to_poll() {
             let sent_at = cx.now();
             let d = cap(&core, sent_at);
-            if let Ok(Resp::TimeToLive { ttl, has_keys }) =
-                cx.call(Op::TimeToLive { lease }, d).await
+            if let Ok(Resp::TimeToLive {
+                ttl,
+                granted_ttl,
+                has_keys,
+            }) = cx.call(Op::TimeToLive { lease }, d).await
             {
                 lease_poll = Some(LeasePoll {
                     lease,
                     sent_at,
                     ttl,
+                    granted_ttl,
                     has_keys,
                 });
             }
@@ -220,6 +340,7 @@ pub async fn run(cx: Cx) {
                 epoch: l.map(|l| l.epoch),
                 watchdog_timeout: wd.map(|w| w.as_secs() as u32),
                 leader_lease: l.map(|l| l.lease),
+                leader_ttl: l.map(|l| l.ttl),
                 pg_healthy: matches!(pg.role, PgRole::Primary | PgRole::Replica),
                 released: core.released_epoch(),
                 parse_error: None,
@@ -253,6 +374,7 @@ pub async fn run(cx: Cx) {
             watchdog_failed: None,
             clock_jump: std::time::Duration::ZERO,
             guard_refused: out.guard_refused.take(),
+            pet: out.pet.take(),
         };
         let members_seen = if let Ok(v) = &obs.cluster {
             v.members
@@ -321,6 +443,15 @@ pub async fn run(cx: Cx) {
             {
                 w.violation(format!(
                     "(4) {name} resumes on lease {lease:x} epoch {epoch} after fencing on it"
+                ));
+            }
+            // DESIGN §5 / issue 8 finding 3: the core's `F` is never later than the
+            // device's own deadline (it counts only pets that reached the device).
+            if let (Some(f), Some(dev)) = (core.fence_deadline(), w.device_deadline(cx.node))
+                && f > dev
+            {
+                w.violation(format!(
+                    "{name}: the core's fence deadline F = {f} is after the device's {dev}"
                 ));
             }
             if iterations > 2_000_000 {
@@ -548,19 +679,10 @@ pub async fn run(cx: Cx) {
                     }
                 }
                 Action::MoveDataAside => cx.w.borrow_mut().move_aside(cx.node),
-                Action::PetWatchdog => {
-                    let mut w = cx.w.borrow_mut();
-                    let now = w.now;
-                    // S2: a deliberate pet only at t with t + 2W <= H.
-                    if let (Some(wt), Some(h)) = (wd, core.horizon())
-                        && now.add(wt).add(wt) > h
-                    {
-                        w.violation(format!(
-                            "S2: {name} pets at {now} but t + 2W = {} > H = {h}",
-                            now.add(wt).add(wt)
-                        ));
-                    }
-                    w.pet(cx.node);
+                Action::PetWatchdog { not_after } => {
+                    let h = core.horizon();
+                    let report = do_pet(&cx, &name, wd, not_after, h).await;
+                    out.pet = Some(PetReport::fold(out.pet.take(), report));
                 }
                 Action::DisarmWatchdog => cx.w.borrow_mut().disarm(cx.node),
                 Action::Exit => return,

@@ -115,6 +115,7 @@ pub enum Resp {
     Ttl(i64),
     TimeToLive {
         ttl: Option<i64>,
+        granted_ttl: Option<i64>,
         has_keys: bool,
     },
     Done(bool),
@@ -258,6 +259,7 @@ impl Etcd {
             Op::TimeToLive { lease } => match self.leases.get(lease) {
                 None => Resp::TimeToLive {
                     ttl: None,
+                    granted_ttl: None,
                     has_keys: false,
                 },
                 Some(l) => {
@@ -269,6 +271,7 @@ impl Etcd {
                     };
                     Resp::TimeToLive {
                         ttl: Some(rem),
+                        granted_ttl: Some(l.ttl),
                         has_keys: self.kv.values().any(|v| v.lease == *lease),
                     }
                 }

@@ -87,6 +87,33 @@ pub struct Fault {
     pub dur: Duration,
 }
 
+/// A flood of HTTP clients at one node's API that connect and send nothing
+/// (issue 8 finding 1): one connection every `gap` from `from` to `until`.
+#[derive(Clone, Debug)]
+pub struct ApiFlood {
+    pub from: Instant,
+    pub until: Instant,
+    pub gap: Duration,
+}
+
+/// Faults of the loop itself rather than of the world (issue 8: "the simulation
+/// drives the loop's schedule too"): API floods, pets the device refuses, and the
+/// agent descheduled between a renewal and its pet.
+#[derive(Clone, Debug, Default)]
+pub struct LoopFaults {
+    /// Per node.
+    pub api: Vec<Option<ApiFlood>>,
+    /// Chance that a pet (or the open) fails at the device.
+    pub pet_fail: f64,
+    /// Longest the agent may be descheduled right before a pet (uniform up to it).
+    pub pet_delay: Duration,
+    /// Pet faults stop here, with the other faults: liveness (3) is judged on the
+    /// quiet run after them (a device refusing pets for good is no failover case).
+    pub pet_until: Instant,
+    /// Model the loop as it was before issue 8's fix (see `agent::legacy_loop`).
+    pub legacy_loop: bool,
+}
+
 /// Everything a run is, derived from its seed.
 #[derive(Clone, Debug)]
 pub struct Schedule {
@@ -96,6 +123,7 @@ pub struct Schedule {
     /// Per node: does it run a watchdog.
     pub watchdog: Vec<bool>,
     pub faults: Vec<Fault>,
+    pub loop_faults: LoopFaults,
 }
 
 impl Schedule {
@@ -172,12 +200,47 @@ impl Schedule {
             });
             faults.sort_by_key(|f| f.at);
         }
+        // Loop faults from a stream of their own (a seed keeps its other faults).
+        // A third of the schedules flood one node's API (all nodes' in a sixth) for
+        // up to a few TTLs around the faults; a quarter make pets fail now and then
+        // and deschedule the agent for up to `R` before a pet.
+        let mut rl = Rng::new(seed ^ 0x00a1_f100_d5ee_d5ee);
+        let mut loop_faults = LoopFaults {
+            api: vec![None; nodes],
+            legacy_loop: std::env::var_os("TENURE_SIM_LEGACY_LOOP").is_some(),
+            ..LoopFaults::default()
+        };
+        if rl.chance(1.0 / 3.0) {
+            let all = rl.chance(0.5);
+            let one = rl.below(nodes as u64) as usize;
+            for (i, slot) in loop_faults.api.iter_mut().enumerate() {
+                if all || i == one {
+                    let from = start + span * rl.unit() - ttl * rl.unit();
+                    let len = ttl * (0.5 + 2.5 * rl.unit());
+                    *slot = Some(ApiFlood {
+                        from: Instant::ZERO.add(secs(from.max(1.0))),
+                        until: Instant::ZERO.add(secs(from.max(1.0) + len)),
+                        gap: rl.ms(5, 60),
+                    });
+                }
+            }
+        }
+        if rl.chance(0.25) {
+            loop_faults.pet_fail = [0.02, 0.1, 0.3][rl.below(3) as usize];
+            loop_faults.pet_delay = rl.dur(Duration::ZERO, profile.timing.retry_timeout);
+            loop_faults.pet_until = faults
+                .iter()
+                .map(|f| f.at.add(f.dur))
+                .max()
+                .unwrap_or(Instant::ZERO);
+        }
         Schedule {
             seed,
             nodes,
             profile,
             watchdog,
             faults,
+            loop_faults,
         }
     }
 
@@ -342,6 +405,10 @@ pub struct Reign {
 pub struct Wd {
     pub armed: bool,
     pub last_ping: Instant,
+    /// The agent incarnation whose pet was the last ping (`None`: the kernel's ping
+    /// when a crashed agent's descriptor closed). A new incarnation cannot know a
+    /// deadline the device took before it started.
+    pub pinged_by: Option<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -1237,14 +1304,59 @@ impl World {
 
     // ----- watchdog -----
 
+    /// Whether the device takes this pet (`LoopFaults::pet_fail`), and how long the
+    /// agent was descheduled right before it.
+    pub fn pet_fault(&mut self) -> (bool, Duration) {
+        let lf = &self.sched.loop_faults;
+        if self.now >= lf.pet_until {
+            return (false, Duration::ZERO);
+        }
+        let (p, d) = (lf.pet_fail, lf.pet_delay);
+        let fails = p > 0.0 && self.rng.chance(p);
+        let delay = if d.is_zero() {
+            Duration::ZERO
+        } else {
+            self.rng.dur(Duration::ZERO, d)
+        };
+        (fails, delay)
+    }
+
+    /// The next API connection to `node` at or after `t`, if a flood is on.
+    pub fn next_api(&self, node: usize, t: Instant) -> Option<Instant> {
+        let f = self.sched.loop_faults.api[node].as_ref()?;
+        if t >= f.until {
+            return None;
+        }
+        if t <= f.from {
+            return Some(f.from);
+        }
+        let n = t.since(f.from).as_nanos().div_ceil(f.gap.as_nanos().max(1));
+        let at = f.from.add(Duration::from_nanos(
+            u64::try_from(n * f.gap.as_nanos()).unwrap_or(u64::MAX),
+        ));
+        (at < f.until).then_some(at)
+    }
+
+    /// The device's own deadline (its last ping + W) while armed by a pet of the
+    /// agent incarnation running now.
+    pub fn device_deadline(&self, node: usize) -> Option<Instant> {
+        let n = &self.nodes[node];
+        match (n.wd.armed, n.wd_timeout) {
+            (true, Some(w)) if n.wd.pinged_by == Some(n.inc) => Some(n.wd.last_ping.add(w)),
+            _ => None,
+        }
+    }
+
     pub fn pet(&mut self, node: usize) {
         let Some(w) = self.nodes[node].wd_timeout else {
             return;
         };
         let now = self.now;
+        let inc = self.nodes[node].inc;
         self.nodes[node].wd = Wd {
             armed: true,
             last_ping: now,
+            pinged_by: Some(inc),
         };
         self.push(now.add(w), Ev::WdCheck { node });
     }
@@ -1274,6 +1386,7 @@ impl World {
         // S2: the kernel pings a device closed without the magic character.
         if n.wd.armed {
             n.wd.last_ping = now;
+            n.wd.pinged_by = None;
             if let Some(w) = n.wd_timeout {
                 self.push(now.add(w), Ev::WdCheck { node });
             }
@@ -1302,6 +1415,7 @@ impl World {
         if n.wd.armed {
             // An exit without the magic close: the kernel pings on close.
             n.wd.last_ping = self.now;
+            n.wd.pinged_by = None;
             if let Some(w) = n.wd_timeout {
                 let at = self.now.add(w);
                 self.push(at, Ev::WdCheck { node });

@@ -1,0 +1,261 @@
+//! The API's sockets: a listener and a fixed table of non-blocking connections,
+//! driven by readiness on the loop's own thread (Firecracker's event-manager
+//! subscribers are the model).
+//!
+//! Owns: accepting, per-connection buffers (fixed, allocated once at start-up),
+//! per-connection deadlines, and moving bytes in and out without ever blocking.
+//!
+//! Must never: block (every read and write is `try_*`: one that would block waits
+//! for the next readiness), hold a connection past its deadline, keep more than
+//! [`MAX_CONNS`] connections open (file descriptors stay in reserve for the fence,
+//! which reads `/proc`), or decide when it runs: the loop calls [`ApiServer::service`]
+//! only when no deadline is due (DESIGN §5 "Order of service", issue 8 finding 1), and
+//! one call does a bounded amount of work: at most [`ACCEPTS_PER_SERVICE`] accepts
+//! and one read and one write per open connection.
+//!
+//! Hand-written rather than an HTTP server crate: a server crate owns its own task
+//! scheduling and buffers; this one must stay on the loop's terms (fixed buffers,
+//! no task, no allocation per request beyond the response text the pure `api`
+//! functions render into a reused buffer). Parsing and answers stay in `api`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::unix::AsyncFd;
+use tokio::net::TcpStream;
+
+use super::{ApiStatus, MAX_HEAD, Parsed, parse_request, respond, respond_error};
+use crate::core::time::Instant;
+
+/// Connections open at once; more are accepted and closed at once (no answer).
+pub const MAX_CONNS: usize = 32;
+/// Accepts per service call: a connection flood cannot make one call long.
+pub const ACCEPTS_PER_SERVICE: usize = 16;
+/// How long one connection may take from accept to the last byte written: a slow or
+/// idle client loses its connection, never the loop's time.
+pub const CONN_DEADLINE: Duration = Duration::from_secs(2);
+
+enum Phase {
+    /// Reading the request head into `inbuf[..len]`.
+    Reading,
+    /// Writing `out[written..]`.
+    Writing,
+}
+
+struct Conn {
+    stream: TcpStream,
+    phase: Phase,
+    len: usize,
+    written: usize,
+    deadline: Instant,
+}
+
+/// One slot of the table: its buffers live as long as the server, whether a
+/// connection uses them or not.
+struct Slot {
+    conn: Option<Conn>,
+    inbuf: Box<[u8]>,
+    out: Vec<u8>,
+}
+
+/// What one service call did (for the log and the tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Served {
+    pub accepted: usize,
+    /// Accepted over the cap and closed at once.
+    pub refused: usize,
+    pub answered: usize,
+    /// Closed at their deadline without a complete exchange.
+    pub expired: usize,
+}
+
+pub struct ApiServer {
+    /// A std listener (non-blocking) under `AsyncFd`: readiness can be polled
+    /// without taking a connection, and accepting is a plain `accept(2)`.
+    listener: AsyncFd<std::net::TcpListener>,
+    slots: Vec<Slot>,
+    /// Total refused over the cap since start (reported now and then).
+    pub refused_total: u64,
+}
+
+impl ApiServer {
+    /// Takes a bound listener; must be called inside the loop's runtime context.
+    pub fn new(listener: std::net::TcpListener) -> std::io::Result<ApiServer> {
+        listener.set_nonblocking(true)?;
+        // SAFETY: the AsyncFd takes ownership of the listener, so its descriptor stays
+        // open and names the same socket until the AsyncFd is dropped, and
+        // `TcpListener::as_raw_fd` always returns that one descriptor.
+        let listener =
+            unsafe { AsyncFd::register_with_interest(listener, tokio::io::Interest::READABLE) }
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let slots = (0..MAX_CONNS)
+            .map(|_| Slot {
+                conn: None,
+                inbuf: vec![0u8; MAX_HEAD].into_boxed_slice(),
+                out: Vec::with_capacity(2048),
+            })
+            .collect();
+        Ok(ApiServer {
+            listener,
+            slots,
+            refused_total: 0,
+        })
+    }
+
+    /// Open connections.
+    pub fn open(&self) -> usize {
+        self.slots.iter().filter(|s| s.conn.is_some()).count()
+    }
+
+    /// A future that is ready when the listener or any open connection can make
+    /// progress (or a connection's deadline needs enforcing is left to `service`,
+    /// which the loop calls at least once per iteration). It never consumes
+    /// anything: `service` does the work.
+    pub fn ready(&self) -> Ready<'_> {
+        Ready { server: self }
+    }
+
+    /// Make progress on everything that can, without blocking: accept (bounded),
+    /// read what has arrived, answer complete requests, write what fits, close what
+    /// is done or past its deadline. `status` must be current (the caller refreshes
+    /// the lease-derived fields at `now`). Must be called inside the loop's runtime
+    /// context (accepted sockets are registered with its poller).
+    pub fn service(&mut self, now: Instant, status: &ApiStatus) -> Served {
+        let mut served = Served::default();
+        for _ in 0..ACCEPTS_PER_SERVICE {
+            let Some(stream) = self.try_accept() else {
+                break;
+            };
+            match self.slots.iter_mut().find(|s| s.conn.is_none()) {
+                Some(slot) => {
+                    slot.conn = Some(Conn {
+                        stream,
+                        phase: Phase::Reading,
+                        len: 0,
+                        written: 0,
+                        deadline: now.add(CONN_DEADLINE),
+                    });
+                    served.accepted += 1;
+                }
+                None => {
+                    // Over the cap: close at once (dropping the stream), so the
+                    // backlog drains and no descriptor is held for it.
+                    drop(stream);
+                    served.refused += 1;
+                    self.refused_total += 1;
+                }
+            }
+        }
+        for slot in &mut self.slots {
+            let Some(conn) = slot.conn.as_mut() else {
+                continue;
+            };
+            if now >= conn.deadline {
+                slot.conn = None;
+                served.expired += 1;
+                continue;
+            }
+            if let Phase::Reading = conn.phase {
+                match conn.stream.try_read(&mut slot.inbuf[conn.len..]) {
+                    Ok(0) => {
+                        // The client closed before a complete head.
+                        slot.conn = None;
+                        continue;
+                    }
+                    Ok(n) => conn.len += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => {
+                        slot.conn = None;
+                        continue;
+                    }
+                }
+                slot.out.clear();
+                match parse_request(&slot.inbuf[..conn.len]) {
+                    Parsed::Incomplete if conn.len < slot.inbuf.len() => continue,
+                    Parsed::Incomplete => respond_error(
+                        431,
+                        &format!("request head larger than {MAX_HEAD} bytes"),
+                        &mut slot.out,
+                    ),
+                    Parsed::Request { method, path } => {
+                        respond(&method, &path, status, &mut slot.out)
+                    }
+                    Parsed::Bad(code, why) => respond_error(code, &why, &mut slot.out),
+                }
+                conn.phase = Phase::Writing;
+                conn.written = 0;
+                served.answered += 1;
+            }
+            match conn.stream.try_write(&slot.out[conn.written..]) {
+                Ok(n) => {
+                    conn.written += n;
+                    if conn.written >= slot.out.len() {
+                        // `Connection: close`: dropping the stream closes it.
+                        slot.conn = None;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => slot.conn = None,
+            }
+        }
+        served
+    }
+
+    /// One non-blocking accept; `None` when nothing is waiting (readiness is then
+    /// cleared, so the wait sleeps until the next connection) or accept failed
+    /// (EMFILE and the like: tried again at the next service).
+    fn try_accept(&mut self) -> Option<TcpStream> {
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let Poll::Ready(Ok(mut guard)) = self.listener.poll_read_ready(&mut cx) else {
+            return None;
+        };
+        match guard.try_io(|fd| fd.get_ref().accept()) {
+            Ok(Ok((s, _))) => {
+                if s.set_nonblocking(true).is_err() {
+                    return None;
+                }
+                TcpStream::from_std(s).ok()
+            }
+            Ok(Err(_)) | Err(_) => None,
+        }
+    }
+
+    /// The earliest connection deadline, so the loop wakes to enforce it even when
+    /// the client sends nothing.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.slots
+            .iter()
+            .filter_map(|s| s.conn.as_ref().map(|c| c.deadline))
+            .min()
+    }
+}
+
+/// See [`ApiServer::ready`].
+pub struct Ready<'a> {
+    server: &'a ApiServer,
+}
+
+impl Future for Ready<'_> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let s = self.server;
+        if s.listener.poll_read_ready(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        for slot in &s.slots {
+            if let Some(c) = &slot.conn {
+                let ready = match c.phase {
+                    Phase::Reading => c.stream.poll_read_ready(cx).is_ready(),
+                    Phase::Writing => c.stream.poll_write_ready(cx).is_ready(),
+                };
+                if ready {
+                    return Poll::Ready(());
+                }
+            }
+        }
+        Poll::Pending
+    }
+}
