@@ -1316,3 +1316,461 @@ fn an_unreachable_rewind_source_is_retried_but_a_failed_rewind_counts() {
         p.reason
     );
 }
+
+// ----- Issue 8, the safety review: each test failed before its fix -----
+
+/// pg2 follows pg1 (lease 0xA) under a `config` whose ttl was lowered to 10; pg1's
+/// lease was granted 30 s and its member key says so (`leader_ttl`); the key
+/// vanishes early (a revoke) and pg2 wins. Returns the plan of the step after.
+fn early_takeover_after_ttl_lowered(published: Option<u32>, granted: Option<i64>) -> Plan {
+    let mut timing = timing30();
+    timing.ttl = 10;
+    let mut c = Core::new(
+        CoreConfig {
+            name: "pg2".into(),
+            nofailover: false,
+            watchdog: None,
+            move_aside_unusable: false,
+        },
+        timing,
+    );
+    let mut old = member("pg1", 8, "primary", 1000, None);
+    old.info.leader_lease = Some(0xA);
+    old.info.leader_ttl = published;
+    let members = vec![old, member("pg2", 9, "replica", 1000, None)];
+    let v = view(10, Some(key("pg1", 5, 0xA)), members.clone());
+    c.step(
+        t(100.0),
+        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+    );
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(102.0),
+        ttl: Some(20),
+        granted_ttl: granted,
+        has_keys: true,
+    });
+    c.step(t(102.01), &o);
+    // Revoked at 103: long before E_max (122).
+    let mut o = obs(
+        view(20, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.leader_deleted_at = Some(t(103.0));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(103.05),
+        ttl: None,
+        granted_ttl: None,
+        has_keys: false,
+    });
+    let p = c.step(t(103.1), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 10,
+        granted_at: t(103.15),
+        epoch: 21,
+    });
+    c.step(t(103.2), &o);
+    let o = obs(
+        view(22, Some(key("pg2", 21, 0xB)), members),
+        pg(PgRole::Replica, 1000, None),
+    );
+    c.step(t(103.3), &o)
+}
+
+fn delayed_by(p: &Plan) -> f64 {
+    match &p.reason {
+        Reason::PromoteDelayed { remaining, .. } => remaining.as_secs_f64(),
+        other => panic!("expected PromoteDelayed, got {other} ({:?})", p.actions),
+    }
+}
+
+#[test]
+fn early_expiry_waits_the_old_leases_granted_ttl_from_its_member_key() {
+    // Finding 2: 30 + R = 31 s from the DELETE at 103, not the config's 10 + R.
+    let p = early_takeover_after_ttl_lowered(Some(30), None);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!((delayed_by(&p) - (103.0 + 31.0 - 103.3)).abs() < 1e-6);
+}
+
+#[test]
+fn early_expiry_waits_the_old_leases_granted_ttl_from_the_poll() {
+    // The holder published nothing (an older agent); LeaseTimeToLive's grantedTTL.
+    let p = early_takeover_after_ttl_lowered(None, Some(30));
+    assert!((delayed_by(&p) - (103.0 + 31.0 - 103.3)).abs() < 1e-6);
+}
+
+#[test]
+fn early_expiry_without_the_old_ttl_waits_the_largest_leader_ttl_seen() {
+    // Neither known for the holder: another member published a leadership of 30 s
+    // earlier in the run, so 30 s is what an old lease may have had.
+    let mut timing = timing30();
+    timing.ttl = 10;
+    let mut c = Core::new(
+        CoreConfig {
+            name: "pg2".into(),
+            nofailover: false,
+            watchdog: None,
+            move_aside_unusable: false,
+        },
+        timing,
+    );
+    let mut earlier = member("pg3", 7, "replica", 1000, None);
+    earlier.info.leader_ttl = Some(30);
+    let v = view(
+        9,
+        Some(key("pg1", 5, 0xA)),
+        vec![
+            member("pg1", 8, "primary", 1000, None),
+            member("pg2", 9, "replica", 1000, None),
+            earlier,
+        ],
+    );
+    c.step(t(99.0), &obs(v, pg(PgRole::Replica, 1000, Some("pg1"))));
+    // pg3's key is gone now; pg1 publishes no TTL; the poll gives none.
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+    ];
+    let mut o = obs(
+        view(20, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.leader_deleted_at = Some(t(100.0));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(100.05),
+        ttl: None,
+        granted_ttl: None,
+        has_keys: false,
+    });
+    let p = c.step(t(100.1), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 10,
+        granted_at: t(100.15),
+        epoch: 21,
+    });
+    c.step(t(100.2), &o);
+    let p = c.step(
+        t(100.3),
+        &obs(
+            view(22, Some(key("pg2", 21, 0xB)), members),
+            pg(PgRole::Replica, 1000, None),
+        ),
+    );
+    assert!((delayed_by(&p) - (100.0 + 31.0 - 100.3)).abs() < 1e-6);
+}
+
+/// pg2 wins the key with a watchdog W = 13 (no early expiry): the plan arms it.
+fn won_with_watchdog() -> (Core, ClusterView) {
+    let mut c = core("pg2", Some(13));
+    let members = vec![member("pg2", 9, "replica", 1000, None)];
+    let v = view(20, None, members.clone());
+    c.step(t(50.0), &obs(v.clone(), pg(PgRole::Replica, 1000, None)));
+    let v2 = view(21, Some(key("pg2", 21, 0xB)), members);
+    let mut o = obs(v2.clone(), pg(PgRole::Replica, 1000, None));
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(100.0),
+        epoch: 21,
+    });
+    let p = c.step(t(100.1), &o);
+    // H = 100 + 30 - 2 = 128: the arm may happen until H - 2W = 102.
+    assert_eq!(
+        p.actions,
+        vec![Action::PetWatchdog {
+            not_after: t(102.0)
+        }],
+        "{}",
+        p.reason
+    );
+    // Until the report, F counts from the planned instant, never later.
+    assert_eq!(c.fence_deadline(), Some(t(113.1)));
+    (c, v2)
+}
+
+#[test]
+fn a_pet_skipped_at_its_real_instant_blocks_promotion_and_f_stays_at_h() {
+    // Finding 3: the arm never reached the device: no promotion (S3), F = H.
+    let (mut c, v) = won_with_watchdog();
+    let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, None));
+    o.pet = Some(PetReport {
+        at: t(102.5),
+        outcome: PetOutcome::Skipped("late".into()),
+    });
+    let p = c.step(t(102.6), &o);
+    assert!(
+        !p.actions.contains(&Action::Promote { epoch: 21 }),
+        "{:?}",
+        p.actions
+    );
+    assert!(
+        matches!(p.reason, Reason::Waiting(ref s) if s.contains("arm the watchdog")),
+        "{}",
+        p.reason
+    );
+    assert_eq!(c.fence_deadline(), Some(t(128.0)));
+    // The next counted renewal's pet (made by the shell right after it) arms it.
+    let r = Renewal {
+        lease: 0xB,
+        sent_at: t(102.7),
+        outcome: RenewalOutcome::Counted { ttl: 30 },
+    };
+    // H' = 102.7 + 28 = 130.7: a pet is allowed until H' - 2W = 104.7.
+    assert_eq!(c.pet_on_renewal(t(102.75), &r), Some(t(104.7)));
+    assert_eq!(c.pet_on_renewal(t(104.8), &r), None);
+    let mut o = obs(v, pg(PgRole::Replica, 1000, None));
+    o.renewal = Some(r);
+    o.pet = Some(PetReport {
+        at: t(102.76),
+        outcome: PetOutcome::Done,
+    });
+    let p = c.step(t(102.8), &o);
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 21 }],
+        "{}",
+        p.reason
+    );
+    // F from the real pet's instant.
+    assert_eq!(c.fence_deadline(), Some(t(115.76)));
+}
+
+#[test]
+fn a_failed_pet_keeps_f_at_the_last_pet_that_reached_the_device() {
+    let (mut c, v) = won_with_watchdog();
+    let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, None));
+    o.pet = Some(PetReport {
+        at: t(100.2),
+        outcome: PetOutcome::Done,
+    });
+    c.step(t(100.3), &o);
+    assert_eq!(c.fence_deadline(), Some(t(113.2)));
+    let mut o = obs(v, pg(PgRole::Primary, 1000, None));
+    o.renewal = counted(0xB, 102.0);
+    o.pet = Some(PetReport {
+        at: t(102.01),
+        outcome: PetOutcome::Failed("EIO".into()),
+    });
+    c.step(t(102.1), &o);
+    // The renewal moved H, but the device was last pinged at 100.2.
+    assert_eq!(c.fence_deadline(), Some(t(113.2)));
+    // A pet folded after a done one never hides it.
+    let done = PetReport {
+        at: t(1.0),
+        outcome: PetOutcome::Done,
+    };
+    let failed = PetReport {
+        at: t(2.0),
+        outcome: PetOutcome::Failed("EIO".into()),
+    };
+    assert_eq!(PetReport::fold(Some(done.clone()), failed), done);
+}
+
+#[test]
+fn a_watchdog_too_large_for_the_granted_ttl_gives_the_key_back() {
+    // Finding 4's dead end: W = 13 armed, a ttl of 20 granted: 2W = 26 > 20 - 2 - 1.
+    let mut c = core("pg2", Some(13));
+    let members = vec![member("pg2", 9, "replica", 1000, None)];
+    c.step(
+        t(50.0),
+        &obs(
+            view(20, None, members.clone()),
+            pg(PgRole::Replica, 1000, None),
+        ),
+    );
+    let mut o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), members),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 20,
+        granted_at: t(100.0),
+        epoch: 21,
+    });
+    let p = c.step(t(100.1), &o);
+    assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
+    refusing_with(&p, &["2W", "granted TTL 20"]);
+    assert!(c.refuses_leadership());
+}
+
+fn wedged_primary() -> PgStatus {
+    let mut p = pg(PgRole::Unresponsive, 0, None);
+    p.data = DataDir::Present {
+        sysid: SYSID,
+        was_primary: true,
+    };
+    p
+}
+
+#[test]
+fn a_wedged_local_primary_is_fenced_when_another_node_leads() {
+    // Finding 8: a probe that times out on a data directory that says "primary".
+    let mut c = core("pg1", None);
+    let v = view(
+        10,
+        Some(key("pg2", 7, 0xB)),
+        vec![member("pg2", 9, "primary", 900, None)],
+    );
+    let p = c.step(t(5.0), &obs(v, wedged_primary()));
+    assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
+    // A replica still starting up (standby.signal: was_primary false) is left alone.
+    let mut c = core("pg1", None);
+    let v = view(
+        10,
+        Some(key("pg2", 7, 0xB)),
+        vec![member("pg2", 9, "primary", 900, None)],
+    );
+    let p = c.step(t(5.0), &obs(v, pg(PgRole::Unresponsive, 0, None)));
+    assert!(!p.actions.contains(&Action::Fence), "{:?}", p.actions);
+}
+
+#[test]
+fn a_local_primary_is_fenced_before_any_early_return() {
+    // Finding 8: every early return of `follow` came before the S4 fence.
+    let leader = Some(key("pg2", 7, 0xB));
+    let cases: Vec<(&str, ClusterView, PgStatus, Job)> = vec![
+        (
+            "initialize missing",
+            ClusterView {
+                initialize: None,
+                ..view(10, leader.clone(), vec![])
+            },
+            pg(PgRole::Primary, 1, None),
+            Job::Idle,
+        ),
+        (
+            "initialize locked",
+            ClusterView {
+                initialize: Some(Initialize::Locked {
+                    holder: "pg3".into(),
+                    lease: 0xC,
+                }),
+                ..view(10, leader.clone(), vec![])
+            },
+            pg(PgRole::Primary, 1, None),
+            Job::Idle,
+        ),
+        (
+            "initialize garbage",
+            ClusterView {
+                initialize: Some(Initialize::Garbage("x".into())),
+                ..view(10, leader.clone(), vec![])
+            },
+            pg(PgRole::Primary, 1, None),
+            Job::Idle,
+        ),
+        (
+            "system identifier mismatch",
+            ClusterView {
+                initialize: Some(Initialize::Done { sysid: SYSID + 1 }),
+                ..view(10, leader.clone(), vec![])
+            },
+            pg(PgRole::Primary, 1, None),
+            Job::Idle,
+        ),
+        (
+            "a job running",
+            view(10, leader.clone(), vec![]),
+            wedged_primary(),
+            Job::Running {
+                kind: JobKind::Stop,
+                since: t(4.0),
+            },
+        ),
+    ];
+    for (what, v, p, job) in cases {
+        let mut c = core("pg1", None);
+        let mut o = obs(v, p);
+        o.job = job;
+        let plan = c.step(t(5.0), &o);
+        assert_eq!(plan.actions, vec![Action::Fence], "{what}: {}", plan.reason);
+    }
+}
+
+#[test]
+fn a_primary_starts_only_with_the_watchdog_armed() {
+    // Finding 9: the StartPrimary path had no "armed" check (bootstrap reaches it).
+    let (mut c, v) = won_with_watchdog();
+    let stopped = pg(PgRole::Stopped, 1000, None);
+    let mut o = obs(v.clone(), stopped.clone());
+    o.pet = Some(PetReport {
+        at: t(103.0),
+        outcome: PetOutcome::Skipped("late".into()),
+    });
+    // Read the epoch row first (the data's epoch is unknown in this run).
+    let p = c.step(t(103.1), &o);
+    assert!(
+        !p.actions.contains(&Action::StartJob(JobKind::StartPrimary)),
+        "{:?}",
+        p.actions
+    );
+    let mut replica = pg(PgRole::Replica, 1000, None);
+    replica.epoch = Some(3);
+    c.step(t(103.2), &obs(v.clone(), replica));
+    let p = c.step(t(103.3), &obs(v.clone(), stopped.clone()));
+    assert!(
+        !p.actions.contains(&Action::StartJob(JobKind::StartPrimary)),
+        "{:?} {}",
+        p.actions,
+        p.reason
+    );
+    assert!(
+        p.reason.to_string().contains("arm the watchdog"),
+        "{}",
+        p.reason
+    );
+    let mut o = obs(v, stopped);
+    o.renewal = counted(0xB, 103.4);
+    o.pet = Some(PetReport {
+        at: t(103.41),
+        outcome: PetOutcome::Done,
+    });
+    let p = c.step(t(103.5), &o);
+    assert!(
+        p.actions.contains(&Action::StartJob(JobKind::StartPrimary)),
+        "{:?} {}",
+        p.actions,
+        p.reason
+    );
+}
+
+#[test]
+fn adoption_without_a_cluster_read_fences_a_local_primary() {
+    // Finding 11: the timeline check took `unwrap_or(1)` when the read failed.
+    let mut c = core("pg1", None);
+    let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+    c.step(t(5.0), &obs(v, pg(PgRole::Primary, 500, None)));
+    assert!(c.renew_now());
+    let mut o = obs(ClusterView::default(), pg(PgRole::Primary, 500, None));
+    o.cluster = Err("timed out".into());
+    o.renewal = counted(0xA, 5.01);
+    let p = c.step(t(5.02), &o);
+    assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
+    assert!(c.leadership().is_none());
+    // A replica may wait for the next read instead.
+    let mut c = core("pg1", None);
+    let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+    c.step(t(5.0), &obs(v, pg(PgRole::Replica, 500, None)));
+    let mut o = obs(ClusterView::default(), pg(PgRole::Replica, 500, None));
+    o.cluster = Err("timed out".into());
+    o.renewal = counted(0xA, 5.01);
+    let p = c.step(t(5.02), &o);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(c.renew_now());
+}
