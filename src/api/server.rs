@@ -42,6 +42,11 @@ enum Phase {
     Reading,
     /// Writing `out[written..]`.
     Writing,
+    /// The answer is out and our side shut down: reading what the client still
+    /// sends, discarded, until it closes (or the deadline). Closing with unread
+    /// input would send a reset, and a reset can destroy the answer in flight
+    /// (an oversized or garbled request is exactly that case).
+    Draining,
 }
 
 struct Conn {
@@ -157,18 +162,30 @@ impl ApiServer {
                 served.expired += 1;
                 continue;
             }
-            if let Phase::Reading = conn.phase {
-                match conn.stream.try_read(&mut slot.inbuf[conn.len..]) {
-                    Ok(0) => {
-                        // The client closed before a complete head.
-                        slot.conn = None;
-                        continue;
-                    }
-                    Ok(n) => conn.len += n,
+            if let Phase::Draining = conn.phase {
+                match conn.stream.try_read(&mut slot.inbuf[..]) {
+                    Ok(0) => slot.conn = None,
+                    Ok(_) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(_) => {
-                        slot.conn = None;
-                        continue;
+                    Err(_) => slot.conn = None,
+                }
+                continue;
+            }
+            if let Phase::Reading = conn.phase {
+                // A full buffer is answered below (431), never read into.
+                if conn.len < slot.inbuf.len() {
+                    match conn.stream.try_read(&mut slot.inbuf[conn.len..]) {
+                        Ok(0) => {
+                            // The client closed before a complete head.
+                            slot.conn = None;
+                            continue;
+                        }
+                        Ok(n) => conn.len += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(_) => {
+                            slot.conn = None;
+                            continue;
+                        }
                     }
                 }
                 slot.out.clear();
@@ -192,8 +209,14 @@ impl ApiServer {
                 Ok(n) => {
                     conn.written += n;
                     if conn.written >= slot.out.len() {
-                        // `Connection: close`: dropping the stream closes it.
-                        slot.conn = None;
+                        // `Connection: close`: our side is done; the client's close
+                        // (or the deadline) ends the connection.
+                        use std::os::fd::AsRawFd;
+                        let _ = nix::sys::socket::shutdown(
+                            conn.stream.as_raw_fd(),
+                            nix::sys::socket::Shutdown::Write,
+                        );
+                        conn.phase = Phase::Draining;
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -248,7 +271,7 @@ impl Future for Ready<'_> {
         for slot in &s.slots {
             if let Some(c) = &slot.conn {
                 let ready = match c.phase {
-                    Phase::Reading => c.stream.poll_read_ready(cx).is_ready(),
+                    Phase::Reading | Phase::Draining => c.stream.poll_read_ready(cx).is_ready(),
                     Phase::Writing => c.stream.poll_write_ready(cx).is_ready(),
                 };
                 if ready {
@@ -257,5 +280,126 @@ impl Future for Ready<'_> {
             }
         }
         Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn server(rt: &tokio::runtime::Runtime) -> (ApiServer, std::net::SocketAddr) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let _g = rt.enter();
+        (ApiServer::new(l).unwrap(), addr)
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .unwrap()
+    }
+
+    /// Service until `f` holds or 2 s pass (real sockets need a moment to arrive).
+    fn service_until(
+        rt: &tokio::runtime::Runtime,
+        s: &mut ApiServer,
+        now: Instant,
+        mut f: impl FnMut(&ApiServer, &Served) -> bool,
+    ) -> Served {
+        let mut all = Served::default();
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_secs(2) {
+            // The loop's wait: readiness comes from the runtime's poller.
+            rt.block_on(async {
+                let _ = tokio::time::timeout(Duration::from_millis(20), s.ready()).await;
+            });
+            let _g = rt.enter();
+            let d = s.service(now, &ApiStatus::default());
+            all.accepted += d.accepted;
+            all.refused += d.refused;
+            all.answered += d.answered;
+            all.expired += d.expired;
+            if f(s, &all) {
+                break;
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn a_request_is_answered_without_blocking_and_the_connection_closes() {
+        let rt = rt();
+        let (mut s, addr) = server(&rt);
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let now = Instant::from_nanos(1_000_000_000);
+        let d = service_until(&rt, &mut s, now, |_, d| d.answered == 1);
+        assert_eq!((d.accepted, d.answered), (1, 1));
+        c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 "), "{out}");
+        drop(c);
+        service_until(&rt, &mut s, now, |s, _| s.open() == 0);
+        assert_eq!(s.open(), 0);
+    }
+
+    #[test]
+    fn an_idle_client_is_dropped_at_its_deadline_and_never_waited_for() {
+        let rt = rt();
+        let (mut s, addr) = server(&rt);
+        let _idle = std::net::TcpStream::connect(addr).unwrap();
+        let now = Instant::from_nanos(1_000_000_000);
+        service_until(&rt, &mut s, now, |s, _| s.open() == 1);
+        assert_eq!(s.open(), 1);
+        assert_eq!(s.next_deadline(), Some(now.add(CONN_DEADLINE)));
+        let _g = rt.enter();
+        let d = s.service(now.add(CONN_DEADLINE), &ApiStatus::default());
+        assert_eq!(d.expired, 1);
+        assert_eq!(s.open(), 0);
+    }
+
+    #[test]
+    fn connections_over_the_cap_are_closed_unanswered() {
+        let rt = rt();
+        let (mut s, addr) = server(&rt);
+        let clients: Vec<_> = (0..MAX_CONNS + 5)
+            .map(|_| std::net::TcpStream::connect(addr).unwrap())
+            .collect();
+        let now = Instant::from_nanos(1_000_000_000);
+        let d = service_until(&rt, &mut s, now, |_, d| {
+            d.accepted + d.refused == clients.len()
+        });
+        assert_eq!(d.accepted, MAX_CONNS);
+        assert_eq!(d.refused, 5);
+        assert_eq!(s.open(), MAX_CONNS);
+    }
+
+    #[test]
+    fn an_oversized_head_gets_431_and_the_answer_survives_the_rest_of_the_input() {
+        let rt = rt();
+        let (mut s, addr) = server(&rt);
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        let writer = {
+            let mut c = c.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let mut big = b"GET / HTTP/1.1\r\nX: ".to_vec();
+                big.resize(256 * 1024, b'a');
+                let _ = c.write_all(&big);
+                let _ = c.shutdown(std::net::Shutdown::Write);
+            })
+        };
+        let now = Instant::from_nanos(1_000_000_000);
+        service_until(&rt, &mut s, now, |s, d| d.answered == 1 && s.open() == 0);
+        writer.join().unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 431"), "{out}");
     }
 }
