@@ -267,3 +267,38 @@ fn real_hostile_api_leaves_renewals_on_time() {
         "hostile API in normal operation: worst tick gap {worst:.3} s (bound {bound:.3} s), {flood} flood connection attempts"
     );
 }
+
+/// The same attack with a stand-in watchdog (W = 3 at the bed's ttl 7): the fence,
+/// which fits before `F = last_pet + W`, completes and disarms; the device never
+/// fires (no reset where a clean fence was due).
+#[test]
+fn real_hostile_api_with_a_watchdog_fences_cleanly() {
+    let mut opts = common::options("api", "wd");
+    opts.etcd_relays = true;
+    opts.watchdog = (0..3)
+        .map(|_| tenure::testbed::cluster::NodeWatchdog::with_standin("required"))
+        .collect();
+    let mut c = common::start(opts);
+    let p = settled(&mut c);
+    let mut probe = probe_on(&c, p);
+    let hostile = Hostile::start(api_addr(&c, p));
+    std::thread::sleep(Duration::from_secs(3));
+    let log_from = c.agent_log(p).len();
+    let t0 = Instant::now();
+    c.hold_etcd(p).expect("cut the leader off from etcd");
+    let np = c
+        .wait_new_primary(p, FAILOVER)
+        .unwrap_or_else(|| panic!("no new primary{}", c.logs_tail(40)));
+    drop(hostile);
+    let log = c.agent_log(p)[log_from..].to_string();
+    assert!(log.contains("fence: Complete"), "no complete fence{}", c.logs_tail(40));
+    assert!(log.contains("disarmed"), "the device was not disarmed{}", c.logs_tail(40));
+    let fired = c.standin(p).and_then(|s| s.fired());
+    assert!(fired.is_none(), "the leader's watchdog fired: {fired:?}{}", c.logs_tail(40));
+    c.release_etcd(p).expect("heal");
+    c.wait_replicas(np, &[], REJOIN)
+        .unwrap_or_else(|e| panic!("after the heal: {e}"));
+    one_primary_at_the_end(&c, np);
+    probe.stop(Duration::from_secs(2));
+    probe.check_no_overlap(p, np, t0).unwrap();
+}
