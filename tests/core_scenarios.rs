@@ -391,7 +391,7 @@ fn sigterm_on_a_leader_stops_then_releases_and_exits() {
     assert_eq!(p.actions, vec![Action::StartJob(JobKind::Stop)]);
     assert!(matches!(p.reason, Reason::ShuttingDown(_)), "{}", p.reason);
 
-    let mut o = obs(v, pg(PgRole::Stopped, 600, None));
+    let mut o = obs(v.clone(), pg(PgRole::Stopped, 600, None));
     o.shutdown = true;
     o.job = Job::Finished {
         kind: JobKind::Stop,
@@ -399,6 +399,15 @@ fn sigterm_on_a_leader_stops_then_releases_and_exits() {
         detail: String::new(),
     };
     let p = c.step(t(101.5), &o);
+    // DESIGN §1 step 4, S1: the key goes (and `released` with it) only once the
+    // fail-closed fence check found no process left, orphan backends included.
+    assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
+    assert_eq!(c.released_epoch(), None);
+
+    let mut o = obs(v, pg(PgRole::Stopped, 600, None));
+    o.shutdown = true;
+    o.fence = Some(FenceOutcome::Complete);
+    let p = c.step(t(101.6), &o);
     assert_eq!(
         p.actions,
         vec![
@@ -409,6 +418,103 @@ fn sigterm_on_a_leader_stops_then_releases_and_exits() {
             Action::Exit
         ]
     );
+    assert_eq!(c.released_epoch(), Some(5));
+}
+
+/// DESIGN §3a: a backend can outlive its postmaster and commit. A leader whose
+/// postmaster died (probe: Stopped) while a backend lives on is told to shut down:
+/// no `Release` (which publishes `released` and lets a replica skip the promote
+/// delay) and no disarm until a fence reported Complete; an Incomplete one is retried.
+#[test]
+fn clean_shutdown_with_an_orphan_backend_releases_only_after_a_complete_fence() {
+    let mut c = core("pg1", Some(10));
+    let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+    c.step(t(100.0), &obs(v.clone(), pg(PgRole::Primary, 500, None)));
+    let mut o = obs(v.clone(), pg(PgRole::Primary, 500, None));
+    o.renewal = counted(0xA, 100.0);
+    let p = c.step(t(100.01), &o);
+    assert_eq!(
+        p.actions,
+        vec![Action::PetWatchdog {
+            not_after: t(108.0)
+        }],
+        "{}",
+        p.reason
+    );
+    assert!(c.leadership().is_some());
+
+    // The postmaster is gone (SIGKILL, OOM): the probe says Stopped; the orphan
+    // backend is invisible to it.
+    let stopped = || {
+        let mut o = obs(v.clone(), pg(PgRole::Stopped, 600, None));
+        o.shutdown = true;
+        o
+    };
+    let p = c.step(t(101.0), &stopped());
+    assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
+    assert!(p.again, "the check runs at once, not a loop later");
+    assert!(matches!(p.reason, Reason::ShuttingDown(_)), "{}", p.reason);
+    assert_eq!(c.released_epoch(), None, "nothing published yet");
+
+    // The orphan survived this fence: still no release, no disarm; fence again.
+    let mut o = stopped();
+    o.fence = Some(FenceOutcome::Incomplete);
+    let p = c.step(t(102.0), &o);
+    assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
+    assert_eq!(c.released_epoch(), None);
+    assert!(c.leadership().is_some(), "the key is still held");
+
+    let mut o = stopped();
+    o.fence = Some(FenceOutcome::Complete);
+    let p = c.step(t(102.5), &o);
+    assert_eq!(
+        p.actions,
+        vec![
+            Action::DisarmWatchdog,
+            Action::Release {
+                lease: 0xA,
+                epoch: 5
+            },
+            Action::Exit
+        ],
+        "{}",
+        p.reason
+    );
+    assert_eq!(c.released_epoch(), Some(5));
+}
+
+/// A replica's clean shutdown exits only after a complete fence check: an orphan
+/// backend of its stopped PostgreSQL must not outlive the agent unnoticed.
+#[test]
+fn replica_shutdown_exits_only_after_a_complete_fence() {
+    let mut c = follower_with_poll(None);
+    let v = view(12, Some(key("pg1", 5, 0xA)), vec![]);
+    let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1")));
+    o.shutdown = true;
+    let p = c.step(t(103.0), &o);
+    assert_eq!(p.actions, vec![Action::StartJob(JobKind::Stop)]);
+
+    let mut o = obs(v.clone(), pg(PgRole::Stopped, 1000, None));
+    o.shutdown = true;
+    o.job = Job::Finished {
+        kind: JobKind::Stop,
+        ok: true,
+        detail: String::new(),
+    };
+    let p = c.step(t(104.0), &o);
+    assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
+
+    let mut o = obs(v.clone(), pg(PgRole::Stopped, 1000, None));
+    o.shutdown = true;
+    o.fence = Some(FenceOutcome::Incomplete);
+    let p = c.step(t(104.5), &o);
+    assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
+
+    let mut o = obs(v, pg(PgRole::Stopped, 1000, None));
+    o.shutdown = true;
+    o.fence = Some(FenceOutcome::Complete);
+    let p = c.step(t(105.0), &o);
+    assert_eq!(p.actions, vec![Action::Exit], "{}", p.reason);
 }
 
 /// A replica whose data carries epoch `local` wins the key at epoch `key_epoch`

@@ -291,10 +291,22 @@ fn real_hostile_api_with_a_watchdog_fences_cleanly() {
         .unwrap_or_else(|| panic!("no new primary{}", c.logs_tail(40)));
     drop(hostile);
     let log = c.agent_log(p)[log_from..].to_string();
-    assert!(log.contains("fence: Complete"), "no complete fence{}", c.logs_tail(40));
-    assert!(log.contains("disarmed"), "the device was not disarmed{}", c.logs_tail(40));
+    assert!(
+        log.contains("fence: Complete"),
+        "no complete fence{}",
+        c.logs_tail(40)
+    );
+    assert!(
+        log.contains("disarmed"),
+        "the device was not disarmed{}",
+        c.logs_tail(40)
+    );
     let fired = c.standin(p).and_then(|s| s.fired());
-    assert!(fired.is_none(), "the leader's watchdog fired: {fired:?}{}", c.logs_tail(40));
+    assert!(
+        fired.is_none(),
+        "the leader's watchdog fired: {fired:?}{}",
+        c.logs_tail(40)
+    );
     c.release_etcd(p).expect("heal");
     c.wait_replicas(np, &[], REJOIN)
         .unwrap_or_else(|e| panic!("after the heal: {e}"));

@@ -59,13 +59,13 @@ impl Drop for Guard {
             // SIGKILL by pid whatever is left.
             let _ = n.fence(clock::now().add(secs(5)));
             for _ in 0..3 {
-                for pid in n.pids() {
+                for pid in n.pids().unwrap_or_default() {
                     let _ = nix::sys::signal::kill(
                         nix::unistd::Pid::from_raw(pid as i32),
                         nix::sys::signal::Signal::SIGKILL,
                     );
                 }
-                if n.pids().is_empty() {
+                if n.pids().is_ok_and(|p| p.is_empty()) {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -211,7 +211,7 @@ fn bootstrap_replicate_fence_promote_rewind() {
         other => panic!("after initdb: {other:?}"),
     };
     assert!(
-        g.nodes[0].pids().is_empty(),
+        g.nodes[0].pids().unwrap().is_empty(),
         "initdb leaves the cluster stopped"
     );
     assert_eq!(
@@ -317,7 +317,7 @@ fn bootstrap_replicate_fence_promote_rewind() {
     holder
         .batch_execute("BEGIN; INSERT INTO t VALUES ('uncommitted')")
         .unwrap();
-    let before = g.nodes[0].pids();
+    let before = g.nodes[0].pids().unwrap();
     assert!(
         before.len() > 3,
         "postmaster + auxiliaries + backends: {before:?}"
@@ -331,7 +331,10 @@ fn bootstrap_replicate_fence_promote_rewind() {
         clock::now().since(t0).as_secs_f64()
     );
     assert_eq!(out, FenceOutcome::Complete);
-    assert!(g.nodes[0].pids().is_empty(), "no process of n1 remains");
+    assert!(
+        g.nodes[0].pids().unwrap().is_empty(),
+        "no process of n1 remains"
+    );
     assert!(g.nodes[0].postmaster_pid().is_none());
     reap(pm1);
     // A fenced primary (immediate shutdown: still "in production") must rewind
@@ -412,7 +415,7 @@ fn bootstrap_replicate_fence_promote_rewind() {
 
     // a clean stop of the replica
     run_job(&mut g.nodes[0], JobKind::Stop, None, secs(60));
-    assert!(g.nodes[0].pids().is_empty());
+    assert!(g.nodes[0].pids().unwrap().is_empty());
 
     // DESIGN §3a: a busy backend outlives a SIGKILLed postmaster (an idle one
     // notices at once). The fence must still find and end it.
@@ -442,12 +445,12 @@ fn bootstrap_replicate_fence_promote_rewind() {
     .expect("postmaster gone");
     reap(pm);
     std::thread::sleep(Duration::from_millis(100));
-    let left = g.nodes[1].pids();
+    let left = g.nodes[1].pids().unwrap();
     assert!(!left.is_empty(), "the busy backend survives the postmaster");
     let out = g.nodes[1].fence(clock::now().add(secs(3)));
     assert_eq!(out, FenceOutcome::Complete);
     assert!(
-        g.nodes[1].pids().is_empty(),
+        g.nodes[1].pids().unwrap().is_empty(),
         "left before the fence: {left:?}"
     );
     let (query_failed, commit_failed) = busy.join().unwrap();
@@ -459,7 +462,7 @@ fn bootstrap_replicate_fence_promote_rewind() {
     });
     assert_eq!(count(&c2, "orphan"), 0);
     run_job(&mut g.nodes[1], JobKind::Stop, None, secs(60));
-    assert!(g.nodes[1].pids().is_empty());
+    assert!(g.nodes[1].pids().unwrap().is_empty());
 }
 
 #[test]
@@ -552,6 +555,7 @@ fn probe_keeps_its_deadline_when_the_backend_stops_answering() {
     let pm = n.postmaster_pid().unwrap();
     let backend = n
         .pids()
+        .unwrap()
         .into_iter()
         .filter(|&p| p != pm)
         .filter(|&p| {
@@ -583,4 +587,231 @@ fn probe_keeps_its_deadline_when_the_backend_stops_answering() {
     // And the next probe, on a fresh connection, sees the primary again.
     let st = n.probe(clock::now().add(secs(5)));
     assert_eq!(st.role, PgRole::Primary);
+}
+
+/// A node with a fresh cluster (initdb), not started, in its own scratch dir.
+fn one_node(tag: &str) -> (Guard, PgConfig) {
+    become_subreaper();
+    let dir = testbed::scratch_dir(tag).unwrap();
+    let pg = nix::unistd::User::from_name("postgres").unwrap().unwrap();
+    nix::unistd::chown(&dir, Some(pg.uid), Some(pg.gid)).unwrap();
+    let c = node_cfg(&dir, "f");
+    let mut g = Guard {
+        dir,
+        nodes: vec![PgCtl::new(&c, "f").unwrap()],
+    };
+    run_job(&mut g.nodes[0], JobKind::InitDb, None, secs(60));
+    (g, c)
+}
+
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rfind(')')
+            .and_then(|i| s[i + 1..].split_whitespace().next())
+            .is_some_and(|st| st != "Z" && st != "X")
+    })
+}
+
+/// Issue 8, finding 7: a postmaster that `pg_ctl start` forked has not changed into
+/// the data directory yet, so a scan by cwd misses it. Before the fix the fence said
+/// Complete at once and the server came up after it; now the job's process tree is
+/// the cluster's: killed, counted until gone, and the job reports its failure.
+#[test]
+fn fence_during_pg_ctl_start_leaves_nothing_running() {
+    let (mut g, _c) = one_node("pg-fence-start");
+    let n = &mut g.nodes[0];
+    n.start_job(&JobKind::StartPrimary, None, clock::now())
+        .unwrap();
+    let job = n.job_pid().expect("pg_ctl runs");
+    let out = n.fence(clock::now().add(secs(3)));
+    assert_eq!(out, FenceOutcome::Complete);
+    assert!(!running(job), "the job itself was killed");
+    // Long enough for a missed postmaster to be up and answering.
+    std::thread::sleep(secs(3));
+    assert_eq!(n.pids().unwrap(), Vec::<u32>::new(), "nothing came up");
+    assert_eq!(n.postmaster_pid(), None);
+    assert_eq!(n.probe(clock::now().add(secs(1))).role, PgRole::Stopped);
+    match n.poll_job(clock::now()) {
+        Job::Finished { ok: false, .. } => {}
+        other => panic!("the fenced job reports its failure, got {other:?}"),
+    }
+    // The data directory is fine: it starts and stops cleanly afterwards.
+    run_job(n, JobKind::StartPrimary, None, secs(60));
+    probe_until(n, secs(10), "primary", |s| s.role == PgRole::Primary);
+    run_job(n, JobKind::Stop, None, secs(60));
+    assert!(n.pids().unwrap().is_empty());
+}
+
+/// DESIGN §1 step 4 and §3a, issue 8 finding 7, end to end with a real PostgreSQL 15
+/// and the real core: a leader's postmaster dies (SIGKILL) while a backend holds a
+/// transaction and keeps running; then the agent is told to shut down. The probe
+/// says Stopped. Before the fix the core released the key at once (publishing
+/// `released`, so a replica would promote without delay) with the backend alive.
+/// Now it fences first, and releases only once that fence is Complete, which it is
+/// only after the backend is gone.
+#[test]
+fn clean_shutdown_releases_only_after_the_orphan_backend_is_gone() {
+    use tenure::core::model::{Action, Reason};
+    use tenure::core::model::{
+        ClusterView, Initialize, LeaderKey, Observation, Renewal, RenewalOutcome, SyncMode, Timing,
+    };
+    use tenure::core::{Core, CoreConfig};
+
+    let (mut g, c) = one_node("pg-orphan-shutdown");
+    run_job(&mut g.nodes[0], JobKind::StartPrimary, None, secs(60));
+    let st = probe_until(&mut g.nodes[0], secs(10), "primary", |s| {
+        s.role == PgRole::Primary
+    });
+    let sysid = match st.data {
+        DataDir::Present { sysid, .. } => sysid,
+        ref d => panic!("{d:?}"),
+    };
+    {
+        let mut cl = client(&c);
+        cl.batch_execute("CREATE TABLE t (v text)").unwrap();
+    }
+
+    // The core leads (adopted the key naming it, lease 0xA, epoch 5).
+    let timing = Timing {
+        ttl: 30,
+        loop_wait: secs(2),
+        retry_timeout: secs(1),
+        safety_margin: secs(2),
+        demote_budget: secs(1),
+        promote_delay: None,
+        maximum_lag_on_failover: 1 << 20,
+        primary_start_timeout: secs(30),
+        synchronous: SyncMode::Off,
+    };
+    let mut core = Core::new(
+        CoreConfig {
+            name: "f".into(),
+            nofailover: false,
+            watchdog: None,
+            move_aside_unusable: false,
+        },
+        timing,
+    );
+    let view = ClusterView {
+        revision: 10,
+        leader: Some(LeaderKey {
+            name: "f".into(),
+            epoch: 5,
+            mod_revision: 5,
+            lease: 0xA,
+        }),
+        initialize: Some(Initialize::Done { sysid }),
+        ..ClusterView::default()
+    };
+    let obs = |pg: PgStatus| Observation {
+        cluster: Ok(view.clone()),
+        renewal: None,
+        acquire: None,
+        claim: None,
+        recorded_initialize: None,
+        fence: None,
+        promoted: None,
+        released: None,
+        lease_poll: None,
+        leader_deleted_at: None,
+        pg,
+        job: Job::Idle,
+        shutdown: false,
+        watchdog_failed: None,
+        clock_jump: Duration::ZERO,
+        guard_refused: None,
+        pet: None,
+    };
+    let probe = |n: &mut PgCtl| n.probe(clock::now().add(secs(2)));
+    let st = probe(&mut g.nodes[0]);
+    core.step(clock::now(), &obs(st.clone()));
+    let mut o = obs(st);
+    o.renewal = Some(Renewal {
+        lease: 0xA,
+        sent_at: clock::now(),
+        outcome: RenewalOutcome::Counted { ttl: 30 },
+    });
+    core.step(clock::now(), &o);
+    assert!(core.leadership().is_some(), "leads");
+
+    // A backend busy in a transaction: CPU-bound, it checks for interrupts but
+    // not for postmaster death.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let cb = c.clone();
+    let busy = std::thread::spawn(move || {
+        let mut cl = client(&cb);
+        cl.batch_execute("SET statement_timeout = 60000; BEGIN; INSERT INTO t VALUES ('orphan')")
+            .unwrap();
+        let pid: i32 = cl.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+        tx.send(pid as u32).unwrap();
+        let r = cl.batch_execute("SELECT count(*) FROM generate_series(1, 2000000000)");
+        let commit = cl.batch_execute("COMMIT");
+        (r.is_err(), commit.is_err())
+    });
+    let backend = rx.recv_timeout(secs(10)).expect("busy client started");
+    std::thread::sleep(Duration::from_millis(200));
+    let pm = g.nodes[0].postmaster_pid().expect("runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pm as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    testbed::wait_for(secs(5), Duration::from_millis(5), || {
+        g.nodes[0].postmaster_pid().is_none().then_some(())
+    })
+    .expect("postmaster gone");
+    reap(pm);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(running(backend), "the busy backend survives its postmaster");
+    assert!(g.nodes[0].pids().unwrap().contains(&backend));
+
+    // SIGTERM: the agent shuts down. The probe sees no postmaster.
+    let st = probe(&mut g.nodes[0]);
+    assert_eq!(st.role, PgRole::Stopped);
+    let mut o = obs(st);
+    o.shutdown = true;
+    let p = core.step(clock::now(), &o);
+    assert!(
+        !p.actions
+            .iter()
+            .any(|a| matches!(a, Action::Release { .. } | Action::Exit)),
+        "no release while backend {backend} runs: {:?} ({})",
+        p.actions,
+        p.reason
+    );
+    assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
+    assert_eq!(core.released_epoch(), None);
+
+    // The shell carries the fence out: Complete only once the backend is gone.
+    let out = g.nodes[0].fence(clock::now().add(secs(3)));
+    assert_eq!(out, FenceOutcome::Complete);
+    assert!(!running(backend), "Complete, so the backend is gone");
+    assert!(g.nodes[0].pids().unwrap().is_empty());
+    let mut o = obs(probe(&mut g.nodes[0]));
+    o.shutdown = true;
+    o.fence = Some(out);
+    let p = core.step(clock::now(), &o);
+    assert_eq!(
+        p.actions,
+        vec![
+            Action::Release {
+                lease: 0xA,
+                epoch: 5
+            },
+            Action::Exit
+        ],
+        "{}",
+        p.reason
+    );
+    assert!(matches!(p.reason, Reason::ShuttingDown(_)), "{}", p.reason);
+    assert_eq!(core.released_epoch(), Some(5));
+
+    let (query_failed, commit_failed) = busy.join().unwrap();
+    assert!(query_failed && commit_failed, "the orphan never commits");
+    run_job(&mut g.nodes[0], JobKind::StartPrimary, None, secs(60));
+    probe_until(&mut g.nodes[0], secs(10), "back", |s| {
+        s.role == PgRole::Primary
+    });
+    assert_eq!(count(&c, "orphan"), 0);
+    run_job(&mut g.nodes[0], JobKind::Stop, None, secs(60));
 }

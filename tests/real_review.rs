@@ -62,13 +62,23 @@ fn real_timing_changes_that_break_s6_for_the_armed_w_are_refused() {
         // they would arm: every node refuses, naming the rule.
         for (i, &f) in from.iter().enumerate() {
             assert!(
-                wait_log(&c, i, f, "refusing the cluster's dynamic configuration", FAILOVER),
+                wait_log(
+                    &c,
+                    i,
+                    f,
+                    "refusing the cluster's dynamic configuration",
+                    FAILOVER
+                ),
                 "{} did not refuse {field}{}",
                 c.name(i),
                 c.logs_tail(30)
             );
             let log = c.agent_log(i)[f..].to_string();
-            assert!(log.contains(rule), "{}: refusal without {rule}: {log}", c.name(i));
+            assert!(
+                log.contains(rule),
+                "{}: refusal without {rule}: {log}",
+                c.name(i)
+            );
             assert!(
                 !log.contains("applying the cluster's dynamic configuration"),
                 "{} applied it: {log}",
@@ -83,13 +93,22 @@ fn real_timing_changes_that_break_s6_for_the_armed_w_are_refused() {
     let path = c.config_path(p).to_path_buf();
     let text = std::fs::read_to_string(&path).expect("config file");
     let bad = text.replace("demote_budget = 1.0", "demote_budget = 2.5");
-    assert_ne!(bad, text, "the bed's config has no demote_budget = 1.0 line");
+    assert_ne!(
+        bad, text,
+        "the bed's config has no demote_budget = 1.0 line"
+    );
     std::fs::write(&path, &bad).expect("write config");
     let from = c.agent_log(p).len();
     let agent = c.agent_pid(p).expect("agent pid");
     kill(Pid::from_raw(agent as i32), Signal::SIGHUP).expect("SIGHUP");
     assert!(
-        wait_log(&c, p, from, "SIGHUP: reload refused", Duration::from_secs(10)),
+        wait_log(
+            &c,
+            p,
+            from,
+            "SIGHUP: reload refused",
+            Duration::from_secs(10)
+        ),
         "SIGHUP reload not refused{}",
         c.logs_tail(30)
     );
@@ -123,7 +142,13 @@ fn real_early_revoke_after_the_ttl_was_lowered_waits_the_old_lease() {
     etcdctl(&c, &["put", &format!("{}config", c.prefix()), &lowered]).expect("put config");
     for (i, &f) in from.iter().enumerate() {
         assert!(
-            wait_log(&c, i, f, "applying the cluster's dynamic configuration", FAILOVER),
+            wait_log(
+                &c,
+                i,
+                f,
+                "applying the cluster's dynamic configuration",
+                FAILOVER
+            ),
             "{} did not apply ttl 10{}",
             c.name(i),
             c.logs_tail(30)

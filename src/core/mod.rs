@@ -768,9 +768,20 @@ impl Core {
             (Job::Running { .. }, _) => {
                 Reason::ShuttingDown("waiting for PostgreSQL to stop".into())
             }
-            (_, PgRole::Stopped) => {
+            // DESIGN §5: the stop is done only when a fail-closed fence check found no
+            // process left (orphan backends of a dead postmaster included, §3a).
+            (_, PgRole::Stopped) if stop_checked(obs) => {
                 p.push(Action::Exit);
-                Reason::ShuttingDown("PostgreSQL stopped; exiting".into())
+                Reason::ShuttingDown(
+                    "PostgreSQL stopped and no process of it remains; exiting".into(),
+                )
+            }
+            (_, PgRole::Stopped) => {
+                p.push(Action::Fence);
+                p.again = true;
+                Reason::ShuttingDown(
+                    "PostgreSQL stopped; checking that no process of it remains (fence)".into(),
+                )
             }
             (
                 Job::Finished {
@@ -933,6 +944,19 @@ impl Core {
 
     fn lead_shutdown(&mut self, obs: &Observation, p: &mut Planner, l: Leadership) -> Reason {
         let stopped = obs.pg.role == PgRole::Stopped && !matches!(obs.job, Job::Running { .. });
+        if stopped && !stop_checked(obs) {
+            // DESIGN §1 step 4 and S1: a stopped postmaster is not proof that nothing
+            // of this PostgreSQL runs (a backend can outlive it and commit, §3a). The
+            // key, the `released` marker and the watchdog go only after a fence found
+            // nothing left; an incomplete one is retried, armed.
+            p.push(Action::Fence);
+            p.again = true;
+            self.state = State::Leader(l);
+            return Reason::ShuttingDown(
+                "PostgreSQL stopped; checking that no process of it remains before releasing the key"
+                    .into(),
+            );
+        }
         if stopped {
             // Clean stop finished: release the key so a replica takes over at once.
             if self.cfg.watchdog.is_some() {
@@ -2112,6 +2136,12 @@ impl Core {
             }
         }
     }
+}
+
+/// A clean stop is over: the last fence, planned after the stop job ended (no job
+/// has run since: `Idle`), reported that no process of the PostgreSQL remains.
+fn stop_checked(obs: &Observation) -> bool {
+    obs.fence == Some(FenceOutcome::Complete) && matches!(obs.job, Job::Idle)
 }
 
 /// `synchronous_standby_names` that makes `standby` the one synchronous standby

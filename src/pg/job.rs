@@ -345,13 +345,15 @@ fn source_for<'a>(source: Option<&'a ConnTarget>, name: &str) -> Result<&'a Conn
 }
 
 fn require_stopped(ctl: &PgCtl) -> Result<(), PgError> {
-    let pids = ctl.pids();
-    if pids.is_empty() {
-        Ok(())
-    } else {
-        Err(PgError::Refused(format!(
+    match ctl.pids() {
+        Ok(pids) if pids.is_empty() => Ok(()),
+        Ok(pids) => Err(PgError::Refused(format!(
             "processes of this PostgreSQL still run ({pids:?}): fence or stop first"
-        )))
+        ))),
+        // DESIGN §5: an unreadable process table is not "stopped".
+        Err(e) => Err(PgError::Refused(format!(
+            "cannot tell whether processes of this PostgreSQL still run ({e})"
+        ))),
     }
 }
 

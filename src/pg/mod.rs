@@ -21,7 +21,7 @@ pub mod procs;
 use std::fmt;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -373,26 +373,60 @@ impl PgCtl {
         }
     }
 
+    /// The pid `postmaster.pid` names, unverified (the file may be stale).
+    fn postmaster_file_pid(&self) -> Option<u32> {
+        let text = fs::read_to_string(self.cfg.data_dir.join("postmaster.pid")).ok()?;
+        let pid: u32 = text.lines().next()?.trim().parse().ok()?;
+        (pid > 1).then_some(pid)
+    }
+
     /// The live postmaster: the pid in `postmaster.pid`, alive, not a zombie, and
     /// with the data directory as its cwd (a stale file or a reused pid says no).
     pub fn postmaster_pid(&self) -> Option<u32> {
-        let text = fs::read_to_string(self.cfg.data_dir.join("postmaster.pid")).ok()?;
-        let pid: u32 = text.lines().next()?.trim().parse().ok()?;
-        (pid > 1 && procs::alive_in(pid, &self.data_canon())).then_some(pid)
+        let pid = self.postmaster_file_pid()?;
+        procs::alive_in(pid, &self.data_canon()).then_some(pid)
     }
 
-    /// Every live process of this PostgreSQL: cwd in the data directory, or a
-    /// child of the postmaster.
-    pub fn pids(&self) -> Vec<u32> {
-        procs::cluster_pids(&self.data_canon(), self.postmaster_pid())
+    /// What belongs to this PostgreSQL, for the process scan: processes in the data
+    /// directory, the postmaster `postmaster.pid` names (verified by the scan) and
+    /// its children, and the running job's process tree.
+    fn cluster(&self) -> procs::Cluster {
+        let pg_user = match &self.run_as {
+            Some(r) => r.uid.as_raw(),
+            None => nix::unistd::geteuid().as_raw(),
+        };
+        let mut owners = vec![pg_user];
+        if let Ok(m) = fs::metadata(&self.cfg.data_dir) {
+            owners.push(m.uid());
+        }
+        // PostgreSQL refuses to run as root: root is never an owner.
+        owners.retain(|&u| u != 0);
+        owners.sort_unstable();
+        owners.dedup();
+        procs::Cluster {
+            dir: self.data_canon(),
+            owners,
+            postmaster: self.postmaster_file_pid(),
+            job: self.job_pid(),
+        }
     }
 
-    /// DESIGN S1's fence; see `procs::fence`. Drops the agent's connection first
-    /// (it is about to die anyway, and must not be reused).
+    /// Every process of this PostgreSQL that may still run: those the scan verified
+    /// and those whose membership it could not read. `Err` when the process table
+    /// cannot be listed: that is "processes may remain", never "none" (DESIGN §5).
+    pub fn pids(&self) -> Result<Vec<u32>, String> {
+        procs::ProcFs::system()
+            .scan(&self.cluster(), &Default::default())
+            .map(|s| s.pids())
+    }
+
+    /// DESIGN S1's fence; see `procs::fence`: the postmaster, its backends, orphans
+    /// in the data directory and the running job's whole process tree (the job then
+    /// reports its child's death). Drops the agent's connection first (it is about
+    /// to die anyway, and must not be reused).
     pub fn fence(&mut self, deadline: Instant) -> FenceOutcome {
         self.client = None;
-        let pm = self.postmaster_pid();
-        procs::fence(&self.data_canon(), pm, deadline)
+        procs::fence(&procs::ProcFs::system(), &self.cluster(), deadline)
     }
 
     /// What the local PostgreSQL is doing. Never errors; see `PgStatus`.
@@ -785,10 +819,18 @@ impl PgCtl {
         if self.job.is_some() {
             return Err(PgError::Busy("cannot move the data directory aside".into()));
         }
-        if !self.pids().is_empty() {
-            return Err(PgError::Refused(
-                "processes of this PostgreSQL still run: fence or stop first".into(),
-            ));
+        match self.pids() {
+            Ok(p) if p.is_empty() => {}
+            Ok(p) => {
+                return Err(PgError::Refused(format!(
+                    "processes of this PostgreSQL still run ({p:?}): fence or stop first"
+                )));
+            }
+            Err(e) => {
+                return Err(PgError::Refused(format!(
+                    "cannot tell whether processes of this PostgreSQL still run ({e})"
+                )));
+            }
         }
         let base = format!("aside-{}", clock::realtime().as_secs());
         let mut to = self.sibling(&base);

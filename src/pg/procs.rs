@@ -1,39 +1,299 @@
 //! Finding and killing the processes of one PostgreSQL cluster through `/proc`.
 //!
 //! Owns: the answer to "which processes belong to this data directory" and the
-//! immediate fence (DESIGN S1). Must never: signal a process that is not verified,
-//! at the moment of the signal, to belong to this data directory (pids are reused:
-//! signals go through a pidfd opened before the check), or return after the
+//! immediate fence (DESIGN S1). Fails closed (DESIGN §5): a process table that cannot
+//! be listed, or a process whose membership cannot be read, keeps the fence
+//! incomplete; only "the process is gone" (ENOENT, ESRCH) is an answer. Must never:
+//! signal a process that is not verified to belong to this data directory (pids are
+//! reused: a signal goes through a pidfd opened before checking that the pid still
+//! is the process the scan verified, by its start time), or return after the
 //! fence's deadline.
 
+use std::collections::BTreeMap;
 use std::fs;
+use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::clock;
 use crate::core::model::FenceOutcome;
 use crate::core::time::Instant;
 
-/// One process as seen in `/proc/<pid>/stat`.
+/// One process as seen in `<proc>/<pid>/stat`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Stat {
     ppid: u32,
     zombie: bool,
+    /// Start time, in clock ticks after boot: with the pid it names one process.
+    start: u64,
 }
 
-fn read_stat(pid: u32) -> Option<Stat> {
-    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+fn parse_stat(s: &str) -> Option<Stat> {
     // The command name is in parentheses and may itself contain ')' or spaces:
-    // the fields we need follow the last ')'.
+    // the fields we need follow the last ')' (field 3 is the first after it).
     let rest = &s[s.rfind(')')? + 1..];
     let mut f = rest.split_whitespace();
     let state = f.next()?;
     let ppid = f.next()?.parse().ok()?;
+    // starttime is field 22: 19 fields after ppid (field 4).
+    let start = f.nth(17)?.parse().ok()?;
     Some(Stat {
         ppid,
         // 'Z' zombie, 'X' dead: they can no longer run, let alone commit.
         zombie: state == "Z" || state == "X",
+        start,
     })
+}
+
+fn read_stat(pid: u32) -> Option<Stat> {
+    ProcFs::system().stat(pid).ok().flatten()
+}
+
+/// "The process is gone": the only read failure that is an answer.
+fn is_gone(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH))
+}
+
+fn is_denied(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM))
+}
+
+/// Where process facts come from: `/proc`, or a directory laid out like it (tests
+/// inject failures that way). Signals always go to the real pids.
+#[derive(Clone, Debug)]
+pub struct ProcFs {
+    root: PathBuf,
+}
+
+impl Default for ProcFs {
+    fn default() -> ProcFs {
+        ProcFs::system()
+    }
+}
+
+impl ProcFs {
+    /// The real `/proc`.
+    pub fn system() -> ProcFs {
+        ProcFs::at("/proc")
+    }
+
+    /// A process table rooted at `root` (`<root>/<pid>/stat`, `<root>/<pid>/cwd`).
+    pub fn at(root: impl Into<PathBuf>) -> ProcFs {
+        ProcFs { root: root.into() }
+    }
+
+    fn entry(&self, pid: u32) -> PathBuf {
+        self.root.join(pid.to_string())
+    }
+
+    /// Every pid listed; any error of the listing (EMFILE, ENOMEM, ...) is an error.
+    fn list(&self) -> io::Result<Vec<u32>> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(&self.root)? {
+            if let Some(pid) = e?.file_name().to_str().and_then(|n| n.parse().ok()) {
+                out.push(pid);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `Ok(None)`: the process is gone.
+    fn stat(&self, pid: u32) -> io::Result<Option<Stat>> {
+        match fs::read_to_string(self.entry(pid).join("stat")) {
+            Ok(s) => parse_stat(&s)
+                .map(Some)
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "stat does not parse")),
+            Err(e) if is_gone(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `Ok(None)`: no cwd to read (the process is exiting or gone).
+    fn cwd(&self, pid: u32) -> io::Result<Option<PathBuf>> {
+        match fs::read_link(self.entry(pid).join("cwd")) {
+            Ok(p) => Ok(Some(p)),
+            Err(e) if is_gone(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Provably not a process of the cluster, by the owner of `<proc>/<pid>` (the
+    /// process's effective uid): root (PostgreSQL refuses to run as root), or none
+    /// of `owners` when they are known (PostgreSQL refuses a data directory that is
+    /// not its user's). Consulted only when a read is denied: an agent without
+    /// every capability (or running as the PostgreSQL user) may not read the cwd of
+    /// a process with more privileges than its own.
+    fn foreign(&self, pid: u32, owners: &[u32]) -> bool {
+        fs::metadata(self.entry(pid))
+            .is_ok_and(|m| m.uid() == 0 || (!owners.is_empty() && !owners.contains(&m.uid())))
+    }
+
+    /// Whether `pid`'s cwd is the cluster's directory; `Err` when that cannot be told.
+    fn in_dir(&self, pid: u32, c: &Cluster) -> Result<bool, String> {
+        match self.cwd(pid) {
+            Ok(Some(d)) => Ok(d == c.dir),
+            // No cwd: an exiting process, unless it is still there and running.
+            Ok(None) => match self.stat(pid) {
+                Ok(None) => Ok(false),
+                Ok(Some(st)) if st.zombie => Ok(false),
+                Ok(Some(_)) => Err("cwd gone while the process lives".into()),
+                Err(e) => Err(format!("stat: {e}")),
+            },
+            Err(e) if is_denied(&e) && self.foreign(pid, &c.owners) => Ok(false),
+            Err(e) => Err(format!("cwd: {e}")),
+        }
+    }
+
+    /// One pass over the process table: the processes of the cluster `c`, and those
+    /// whose membership could not be read. `Err` when the table cannot be listed.
+    /// `seen` (pid -> start time): processes an earlier scan of the same fence
+    /// verified; they count until they are gone, whatever their parent or cwd now.
+    /// Never lists our own pid.
+    pub fn scan(&self, c: &Cluster, seen: &BTreeMap<u32, u64>) -> Result<Scan, String> {
+        let me = std::process::id();
+        let pids = self
+            .list()
+            .map_err(|e| format!("cannot list {}: {e}", self.root.display()))?;
+        let mut out = Scan::default();
+        let mut stats = BTreeMap::new();
+        for pid in pids {
+            if pid == me {
+                continue;
+            }
+            match self.stat(pid) {
+                Ok(Some(st)) => {
+                    stats.insert(pid, st);
+                }
+                Ok(None) => {}
+                Err(e) if is_denied(&e) && self.foreign(pid, &c.owners) => {}
+                Err(e) => out.unknown.push((pid, format!("stat: {e}"))),
+            }
+        }
+        let live = |pid: u32| stats.get(&pid).filter(|st| !st.zombie);
+        let in_job = |pid: u32| descends_from(&stats, pid, c.job);
+        // The pid in postmaster.pid is the postmaster only once verified here (a
+        // stale file, a reused pid); its children then count whatever their cwd.
+        let pm = c.postmaster.filter(|&pm| {
+            live(pm).is_some_and(|st| {
+                seen.get(&pm) == Some(&st.start) || in_job(pm) || self.in_dir(pm, c) == Ok(true)
+            })
+        });
+        for (&pid, st) in &stats {
+            if st.zombie {
+                continue;
+            }
+            let why = if Some(pid) == pm {
+                Why::Postmaster
+            } else if pm.is_some() && Some(st.ppid) == pm {
+                Why::PostmasterChild
+            } else if in_job(pid) {
+                Why::Job
+            } else if seen.get(&pid) == Some(&st.start) {
+                Why::Seen
+            } else {
+                match self.in_dir(pid, c) {
+                    Ok(true) => Why::Dir,
+                    Ok(false) => continue,
+                    Err(e) => {
+                        out.unknown.push((pid, e));
+                        continue;
+                    }
+                }
+            };
+            out.members.push(Member {
+                pid,
+                start: st.start,
+                why,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Whether `pid` is `job` or one of its descendants, by the ppid chain in `stats`.
+fn descends_from(stats: &BTreeMap<u32, Stat>, pid: u32, job: Option<u32>) -> bool {
+    let Some(job) = job else { return false };
+    let mut cur = pid;
+    // Bounded: a chain cannot be longer than the table (and a garbage one that
+    // loops ends here too).
+    for _ in 0..=stats.len() {
+        if cur == job {
+            return stats.get(&job).is_some_and(|st| !st.zombie);
+        }
+        match stats.get(&cur) {
+            Some(st) if st.ppid > 1 && st.ppid != cur => cur = st.ppid,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// What the scan looks for.
+#[derive(Clone, Debug, Default)]
+pub struct Cluster {
+    /// The data directory, canonical, as `/proc/<pid>/cwd` shows it.
+    pub dir: PathBuf,
+    /// The uids the cluster's processes can run as (PostgreSQL's user, the data
+    /// directory's owner; never root). Empty: no uid but root is ruled out.
+    pub owners: Vec<u32>,
+    /// The pid in `postmaster.pid`, unverified.
+    pub postmaster: Option<u32>,
+    /// The agent's running job child (pg_ctl, initdb, ...): it and every descendant
+    /// belong to the cluster wherever their cwd is (a postmaster pg_ctl just forked
+    /// has not changed into the data directory yet).
+    pub job: Option<u32>,
+}
+
+/// Why a process belongs to the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// The pid in `postmaster.pid`, verified.
+    Postmaster,
+    /// A child of that postmaster.
+    PostmasterChild,
+    /// The running job or one of its descendants.
+    Job,
+    /// Its cwd is the data directory.
+    Dir,
+    /// An earlier scan of the same fence verified it; it is not gone yet.
+    Seen,
+}
+
+/// A process of the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub pid: u32,
+    /// Start time (with the pid, names the process).
+    start: u64,
+    pub why: Why,
+}
+
+/// What one scan found.
+#[derive(Clone, Debug, Default)]
+pub struct Scan {
+    /// Verified processes of the cluster.
+    pub members: Vec<Member>,
+    /// Processes whose membership could not be read, and why. Never signalled;
+    /// while any is left the fence is not complete.
+    pub unknown: Vec<(u32, String)>,
+}
+
+impl Scan {
+    /// Nothing of the cluster remains, and nothing is in doubt.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty() && self.unknown.is_empty()
+    }
+
+    /// Every pid that counts as still running (members and unknown), sorted.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.members.iter().map(|m| m.pid).collect();
+        v.extend(self.unknown.iter().map(|(p, _)| *p));
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
 }
 
 /// Whether `pid` is stopped (SIGSTOP or a tracer): it cannot answer anything.
@@ -61,44 +321,17 @@ pub fn alive_in(pid: u32, dir: &Path) -> bool {
     read_stat(pid).is_some_and(|s| !s.zombie) && cwd_is(pid, dir)
 }
 
-/// Every live process of the cluster in `dir`: those whose cwd is the data
-/// directory, plus the children of `postmaster` (if given). Never our own pid.
-pub fn cluster_pids(dir: &Path, postmaster: Option<u32>) -> Vec<u32> {
-    let me = std::process::id();
-    let mut out = Vec::new();
-    let Ok(rd) = fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Some(st) = read_stat(pid) else { continue };
-        if st.zombie {
-            continue;
-        }
-        if Some(st.ppid) == postmaster || Some(pid) == postmaster || cwd_is(pid, dir) {
-            out.push(pid);
-        }
-    }
-    out.sort_unstable();
-    out
-}
-
 /// A pidfd (Linux >= 5.3): signals sent through it reach exactly the process it
 /// was opened for, even if the pid is reused meanwhile.
-fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no
     // memory is passed.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0u32) };
     if fd < 0 {
-        return None;
+        return Err(io::Error::last_os_error());
     }
     // SAFETY: the syscall returned a fresh file descriptor that nothing else owns.
-    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 fn pidfd_signal(fd: &OwnedFd, sig: libc::c_int) -> bool {
@@ -116,64 +349,91 @@ fn pidfd_signal(fd: &OwnedFd, sig: libc::c_int) -> bool {
     r == 0
 }
 
-/// Send `sig` to `pid` only if it still belongs to the cluster: open a pidfd
-/// first, then check, then signal through the pidfd (no reuse race). Falls back
-/// to kill() if pidfds are unavailable (check-then-kill, a tiny race).
-pub fn signal_verified(pid: u32, dir: &Path, postmaster: Option<u32>, sig: libc::c_int) -> bool {
-    let belongs = |pid: u32| {
-        read_stat(pid).is_some_and(|s| !s.zombie && (Some(s.ppid) == postmaster))
-            || alive_in(pid, dir)
+/// Send `sig` to the process `m` names, only if the pid still is that process: a
+/// pidfd first, then the check (same start time, not a zombie), then the signal
+/// through the pidfd (no reuse race). Without pidfds (ENOSYS: a kernel before 5.3)
+/// check-then-kill, a tiny race. Any other failure sends nothing: what cannot be
+/// verified is not signalled, and stays counted.
+fn signal_member(procs: &ProcFs, m: &Member, sig: libc::c_int) -> bool {
+    let same = || {
+        procs
+            .stat(m.pid)
+            .ok()
+            .flatten()
+            .is_some_and(|st| !st.zombie && st.start == m.start)
     };
-    match pidfd_open(pid) {
-        Some(fd) => belongs(pid) && pidfd_signal(&fd, sig),
-        None => {
-            if !belongs(pid) {
+    match pidfd_open(m.pid) {
+        Ok(fd) => same() && pidfd_signal(&fd, sig),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            if !same() {
                 return false;
             }
             // SAFETY: kill() with a pid and a signal number has no memory effects.
-            unsafe { libc::kill(pid as libc::pid_t, sig) == 0 }
+            unsafe { libc::kill(m.pid as libc::pid_t, sig) == 0 }
         }
+        Err(_) => false,
     }
 }
 
-/// DESIGN S1's fence: SIGQUIT the postmaster (or, with none alive, every process
-/// of the cluster), wait until none remains, SIGKILL every survivor after half the
-/// time to the deadline. Polls every few ms; never returns after `deadline`.
-pub fn fence(dir: &Path, postmaster: Option<u32>, deadline: Instant) -> FenceOutcome {
+/// DESIGN S1's fence: SIGQUIT the postmaster (its immediate shutdown ends its
+/// children) and every other process of the cluster, SIGKILL the running job's
+/// process tree at once, wait until none remains, SIGKILL every survivor after half
+/// the time to the deadline. Complete only when a scan listed the whole table and
+/// found nothing of the cluster and nothing in doubt (DESIGN §5: fail closed).
+/// Polls every few ms; never returns after `deadline`.
+pub fn fence(procs: &ProcFs, c: &Cluster, deadline: Instant) -> FenceOutcome {
     let start = clock::now();
     let escalate_at = start.add(start.until(deadline) / 2);
-    let mut escalated = false;
-    let first = cluster_pids(dir, postmaster);
-    if first.is_empty() {
-        return FenceOutcome::Complete;
-    }
-    let pm_alive = postmaster.is_some_and(|p| first.contains(&p));
-    match postmaster {
-        Some(pm) if pm_alive => {
-            signal_verified(pm, dir, None, libc::SIGQUIT);
-        }
-        // No postmaster: surviving backends are on their own; SIGQUIT makes each
-        // exit at once without touching shared state.
-        _ => {
-            for &p in &first {
-                signal_verified(p, dir, postmaster, libc::SIGQUIT);
+    let mut seen: BTreeMap<u32, u64> = BTreeMap::new();
+    // (pid, start) -> the strongest signal sent to it.
+    let mut sent: BTreeMap<(u32, u64), libc::c_int> = BTreeMap::new();
+    let mut said = false;
+    loop {
+        let escalated = clock::now() >= escalate_at;
+        match procs.scan(c, &seen) {
+            Ok(s) if s.is_empty() => return FenceOutcome::Complete,
+            Ok(s) => {
+                if !s.unknown.is_empty() && !said {
+                    said = true;
+                    log::warn!(
+                        "fence: cannot tell whether these processes belong to {} (they count as \
+                         running, and are not signalled): {:?}",
+                        c.dir.display(),
+                        s.unknown
+                    );
+                }
+                for m in &s.members {
+                    seen.insert(m.pid, m.start);
+                    let sig = match m.why {
+                        _ if escalated => libc::SIGKILL,
+                        // The postmaster's immediate shutdown SIGQUITs its children;
+                        // one that died first would look like a crash to it.
+                        Why::PostmasterChild => continue,
+                        // A job has no reason to finish under a fence: it ends now.
+                        Why::Job => libc::SIGKILL,
+                        // No postmaster: surviving backends are on their own; SIGQUIT
+                        // makes each exit at once without touching shared state.
+                        Why::Postmaster | Why::Dir | Why::Seen => libc::SIGQUIT,
+                    };
+                    let key = (m.pid, m.start);
+                    let done = sent
+                        .get(&key)
+                        .is_some_and(|&s| s == sig || s == libc::SIGKILL);
+                    if !done && signal_member(procs, m, sig) {
+                        sent.insert(key, sig);
+                    }
+                }
+            }
+            Err(e) => {
+                if !said {
+                    said = true;
+                    log::warn!("fence: {e}: the fence is not complete (DESIGN §5)");
+                }
             }
         }
-    }
-    loop {
         let now = clock::now();
-        let left = cluster_pids(dir, postmaster);
-        if left.is_empty() {
-            return FenceOutcome::Complete;
-        }
         if now >= deadline {
             return FenceOutcome::Incomplete;
-        }
-        if !escalated && now >= escalate_at {
-            escalated = true;
-            for &p in &left {
-                signal_verified(p, dir, postmaster, libc::SIGKILL);
-            }
         }
         let nap = Duration::from_millis(3).min(now.until(deadline));
         std::thread::sleep(nap);
@@ -195,24 +455,84 @@ pub fn zombie_children(parent: u32) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::{Child, Command};
+
+    fn cluster(dir: &Path) -> Cluster {
+        Cluster {
+            dir: dir.to_path_buf(),
+            ..Cluster::default()
+        }
+    }
+
+    fn soon(ms: u64) -> Instant {
+        clock::now().add(Duration::from_millis(ms))
+    }
+
+    fn scratch(tag: &str) -> PathBuf {
+        crate::testbed::scratch_dir(tag)
+            .unwrap()
+            .canonicalize()
+            .unwrap()
+    }
+
+    /// A shell in `cwd` that ignores SIGQUIT: only SIGKILL ends it.
+    fn stubborn(cwd: &Path) -> Child {
+        Command::new("sh")
+            .arg("-c")
+            .arg("trap '' QUIT; while :; do sleep 0.01; done")
+            .current_dir(cwd)
+            .spawn()
+            .unwrap()
+    }
+
+    fn running(pid: u32) -> bool {
+        read_stat(pid).is_some_and(|s| !s.zombie)
+    }
+
+    fn wait_in(pid: u32, dir: &Path) {
+        crate::testbed::wait_for(Duration::from_secs(2), Duration::from_millis(5), || {
+            cwd_is(pid, dir).then_some(())
+        })
+        .unwrap();
+    }
+
+    fn end(mut c: Child) {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
 
     #[test]
     fn our_own_process_is_never_listed() {
         let cwd = std::env::current_dir().unwrap().canonicalize().unwrap();
-        assert!(!cluster_pids(&cwd, None).contains(&std::process::id()));
+        let s = ProcFs::system()
+            .scan(&cluster(&cwd), &BTreeMap::new())
+            .unwrap();
+        assert!(!s.pids().contains(&std::process::id()));
     }
 
     #[test]
-    fn stat_parses_our_parent() {
+    fn stat_parses_our_parent_and_start_time() {
         let st = read_stat(std::process::id()).unwrap();
         assert!(!st.zombie);
         assert_eq!(st.ppid, std::os::unix::process::parent_id());
+        assert!(st.start > 0);
+        // A name with ') ' in it does not shift the fields.
+        let line = "42 (a) b) S 7 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 12345 0 0";
+        assert_eq!(
+            parse_stat(line),
+            Some(Stat {
+                ppid: 7,
+                zombie: false,
+                start: 12345
+            })
+        );
+        assert_eq!(parse_stat("42 (a) S 7"), None, "truncated: no start time");
     }
 
     #[test]
     fn fence_of_nothing_is_complete() {
         let d = std::env::temp_dir().join("tenure-no-such-dir-for-fence");
-        let out = fence(&d, None, clock::now().add(Duration::from_millis(50)));
+        let out = fence(&ProcFs::system(), &cluster(&d), soon(50));
         assert_eq!(out, FenceOutcome::Complete);
     }
 
@@ -220,24 +540,261 @@ mod tests {
     fn fence_kills_a_process_in_the_dir() {
         // A child that sits in a scratch dir ignoring SIGQUIT: the fence must
         // escalate to SIGKILL and report Complete.
-        let dir = crate::testbed::scratch_dir("fence-unit").unwrap();
-        let dir = dir.canonicalize().unwrap();
-        let mut child = std::process::Command::new("sh")
-            .arg("-c")
-            .arg("trap '' QUIT; while :; do sleep 0.01; done")
-            .current_dir(&dir)
-            .spawn()
-            .unwrap();
+        let dir = scratch("fence-unit");
+        let child = stubborn(&dir);
         let pid = child.id();
-        crate::testbed::wait_for(Duration::from_secs(2), Duration::from_millis(5), || {
-            cwd_is(pid, &dir).then_some(())
-        })
-        .unwrap();
+        wait_in(pid, &dir);
         // The sh child reaped by us only after the fence: until then it is a
         // zombie, which the fence must not count.
-        let out = fence(&dir, None, clock::now().add(Duration::from_millis(400)));
+        let out = fence(&ProcFs::system(), &cluster(&dir), soon(400));
         assert_eq!(out, FenceOutcome::Complete);
-        let _ = child.wait();
-        let _ = std::fs::remove_dir_all(&dir);
+        assert!(!running(pid));
+        end(child);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// DESIGN §5 (issue 8, finding 7): a process table that cannot be listed is no
+    /// proof that nothing runs. Before the fix the scan returned an empty list and
+    /// the fence said Complete without a signal.
+    #[test]
+    fn fence_with_an_unlistable_process_table_is_incomplete() {
+        let dir = scratch("fence-unlistable");
+        let child = stubborn(&dir);
+        wait_in(child.id(), &dir);
+        let procs = ProcFs::at(dir.join("no-such-proc"));
+        assert!(procs.scan(&cluster(&dir), &BTreeMap::new()).is_err());
+        let out = fence(&procs, &cluster(&dir), soon(100));
+        assert_eq!(out, FenceOutcome::Incomplete);
+        assert!(
+            running(child.id()),
+            "nothing could be verified: nothing sent"
+        );
+        end(child);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// The same with the real `/proc` and the real failure the review named: the
+    /// process out of file descriptors (EMFILE). Runs in a child process of this
+    /// test binary, so exhausting its descriptors disturbs no other test.
+    #[test]
+    fn fence_out_of_file_descriptors_is_incomplete() {
+        const NAME: &str = "pg::procs::tests::fence_out_of_file_descriptors_is_incomplete";
+        if std::env::var_os("TENURE_EMFILE_CHILD").is_none() {
+            let out = Command::new(std::env::current_exe().unwrap())
+                .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+                .env("TENURE_EMFILE_CHILD", "1")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{text}");
+            assert!(text.contains("EMFILE child checked"), "{text}");
+            return;
+        }
+        let dir = scratch("fence-emfile");
+        let child = stubborn(&dir);
+        wait_in(child.id(), &dir);
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit/setrlimit fill or read the struct we pass; no other memory.
+        unsafe {
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+            let low = libc::rlimit {
+                rlim_cur: 64.min(lim.rlim_cur),
+                rlim_max: lim.rlim_max,
+            };
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &low), 0);
+        }
+        let mut fds = Vec::new();
+        while let Ok(f) = fs::File::open("/dev/null") {
+            fds.push(f);
+        }
+        let err = fs::read_dir("/proc").err().and_then(|e| e.raw_os_error());
+        let out = fence(&ProcFs::system(), &cluster(&dir), soon(100));
+        drop(fds);
+        assert_eq!(err, Some(libc::EMFILE));
+        assert_eq!(out, FenceOutcome::Incomplete);
+        assert!(running(child.id()), "nothing verified, nothing sent");
+        end(child);
+        let _ = fs::remove_dir_all(&dir);
+        println!("EMFILE child checked");
+    }
+
+    /// A fake process table: `<root>/<pid>` links to the real `/proc/<pid>` (reads
+    /// follow the process, and fail as "gone" once it is), or is a directory whose
+    /// `stat` or `cwd` cannot be read.
+    fn fake_root(tag: &str) -> PathBuf {
+        let root = scratch(tag).join("proc");
+        fs::create_dir(&root).unwrap();
+        root
+    }
+
+    fn link_real(root: &Path, pid: u32) {
+        std::os::unix::fs::symlink(format!("/proc/{pid}"), root.join(pid.to_string())).unwrap();
+    }
+
+    /// DESIGN §5: a process whose membership cannot be read (any failure but "gone")
+    /// keeps the fence incomplete and is never signalled; the verified ones still
+    /// are. Before the fix such a process was skipped and the fence said Complete.
+    #[test]
+    fn unreadable_process_keeps_the_fence_incomplete_and_is_not_signalled() {
+        let dir = scratch("fence-unreadable");
+        let root = fake_root("fence-unreadable-proc");
+        let ok = stubborn(&dir);
+        let bad_stat = stubborn(&dir);
+        let bad_cwd = stubborn(&dir);
+        for c in [&ok, &bad_stat, &bad_cwd] {
+            wait_in(c.id(), &dir);
+        }
+        link_real(&root, ok.id());
+        // stat unreadable (EISDIR), cwd pointing into the data directory.
+        let e = root.join(bad_stat.id().to_string());
+        fs::create_dir_all(e.join("stat")).unwrap();
+        std::os::unix::fs::symlink(&dir, e.join("cwd")).unwrap();
+        // stat readable, cwd unreadable (not a link: EINVAL).
+        let e = root.join(bad_cwd.id().to_string());
+        fs::create_dir_all(&e).unwrap();
+        std::os::unix::fs::symlink(format!("/proc/{}/stat", bad_cwd.id()), e.join("stat")).unwrap();
+        fs::write(e.join("cwd"), "").unwrap();
+
+        let procs = ProcFs::at(&root);
+        let s = procs.scan(&cluster(&dir), &BTreeMap::new()).unwrap();
+        let unknown: Vec<u32> = s.unknown.iter().map(|(p, _)| *p).collect();
+        assert!(unknown.contains(&bad_stat.id()), "{s:?}");
+        assert!(unknown.contains(&bad_cwd.id()), "{s:?}");
+        assert_eq!(s.members.len(), 1, "{s:?}");
+
+        let out = fence(&procs, &cluster(&dir), soon(300));
+        assert_eq!(out, FenceOutcome::Incomplete);
+        assert!(!running(ok.id()), "the verified process was killed");
+        assert!(running(bad_stat.id()), "unverified: never signalled");
+        assert!(running(bad_cwd.id()), "unverified: never signalled");
+        for c in [ok, bad_stat, bad_cwd] {
+            end(c);
+        }
+        let _ = fs::remove_dir_all(&dir);
+        let _ = fs::remove_dir_all(root.parent().unwrap());
+    }
+
+    /// A pid listed but gone by the time its stat is read is fine: "gone" is an
+    /// answer. So is a process that is someone else's (cwd elsewhere).
+    #[test]
+    fn vanished_and_foreign_processes_do_not_hold_the_fence() {
+        let dir = scratch("fence-vanished");
+        let root = fake_root("fence-vanished-proc");
+        fs::create_dir(root.join("3999999999")).unwrap();
+        let mut gone = Command::new("true").spawn().unwrap();
+        let gone_pid = gone.id();
+        gone.wait().unwrap();
+        link_real(&root, gone_pid);
+        link_real(&root, std::os::unix::process::parent_id());
+        let procs = ProcFs::at(&root);
+        let s = procs.scan(&cluster(&dir), &BTreeMap::new()).unwrap();
+        assert!(s.is_empty(), "{s:?}");
+        assert_eq!(
+            fence(&procs, &cluster(&dir), soon(100)),
+            FenceOutcome::Complete
+        );
+        let _ = fs::remove_dir_all(&dir);
+        let _ = fs::remove_dir_all(root.parent().unwrap());
+    }
+
+    /// A process whose `/proc` entry belongs to a uid PostgreSQL cannot run as is
+    /// provably not the cluster's (an agent running as the PostgreSQL user cannot
+    /// read other users' cwd); an entry of one of those uids is not ruled out.
+    #[test]
+    fn foreign_owner_rules_a_process_out() {
+        let root = fake_root("fence-foreign-proc");
+        let e = root.join("77");
+        fs::create_dir(&e).unwrap();
+        nix::unistd::chown(&e, Some(nix::unistd::Uid::from_raw(12345)), None).unwrap();
+        fs::create_dir(root.join("78")).unwrap();
+        let procs = ProcFs::at(&root);
+        assert!(procs.foreign(77, &[999]));
+        assert!(!procs.foreign(77, &[999, 12345]));
+        assert!(
+            !procs.foreign(77, &[]),
+            "no owners known: only root ruled out"
+        );
+        assert!(
+            procs.foreign(78, &[]),
+            "root-owned: PostgreSQL never runs as root"
+        );
+        assert!(procs.foreign(78, &[12345]));
+        assert!(!procs.foreign(79, &[999]), "no entry: nothing ruled out");
+        let _ = fs::remove_dir_all(root.parent().unwrap());
+    }
+
+    /// Issue 8, finding 7: a postmaster pg_ctl just forked has not changed into the
+    /// data directory yet; the cwd scan misses it and, before the fix, the fence
+    /// said Complete and the server came up after it. The job's whole process tree
+    /// (here a shell in `/` with a child that ignores SIGQUIT) is the cluster's.
+    #[test]
+    fn fence_kills_the_job_tree_outside_the_dir() {
+        let dir = scratch("fence-job-tree");
+        let mut job = Command::new("sh")
+            .arg("-c")
+            .arg("sh -c 'trap \"\" QUIT; while :; do sleep 0.01; done' & wait")
+            .current_dir("/")
+            .spawn()
+            .unwrap();
+        let kid =
+            crate::testbed::wait_for(Duration::from_secs(2), Duration::from_millis(5), || {
+                ProcFs::system()
+                    .list()
+                    .unwrap()
+                    .into_iter()
+                    .find(|&p| read_stat(p).is_some_and(|s| s.ppid == job.id() && !s.zombie))
+            })
+            .expect("the job's child");
+        let c = Cluster {
+            job: Some(job.id()),
+            ..cluster(&dir)
+        };
+        let s = ProcFs::system().scan(&c, &BTreeMap::new()).unwrap();
+        assert!(
+            s.members.iter().any(|m| m.pid == kid && m.why == Why::Job),
+            "{s:?}"
+        );
+        let out = fence(&ProcFs::system(), &c, soon(400));
+        assert_eq!(out, FenceOutcome::Complete);
+        assert!(!running(kid), "the job's child was killed");
+        assert!(!running(job.id()), "the job itself was killed");
+        let _ = job.wait();
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A stale `postmaster.pid` naming someone else's live process does not hold
+    /// the fence (nor get it signalled); a verified one is the postmaster.
+    #[test]
+    fn postmaster_pid_counts_only_once_verified() {
+        let dir = scratch("fence-pm");
+        let elsewhere = scratch("fence-pm-elsewhere");
+        let other = stubborn(&elsewhere);
+        wait_in(other.id(), &elsewhere);
+        let c = Cluster {
+            postmaster: Some(other.id()),
+            ..cluster(&dir)
+        };
+        assert_eq!(
+            fence(&ProcFs::system(), &c, soon(100)),
+            FenceOutcome::Complete
+        );
+        assert!(running(other.id()));
+        let pm = stubborn(&dir);
+        wait_in(pm.id(), &dir);
+        let c = Cluster {
+            postmaster: Some(pm.id()),
+            ..cluster(&dir)
+        };
+        let s = ProcFs::system().scan(&c, &BTreeMap::new()).unwrap();
+        assert_eq!(s.members.len(), 1);
+        assert_eq!(s.members[0].why, Why::Postmaster);
+        end(other);
+        end(pm);
+        let _ = fs::remove_dir_all(&dir);
+        let _ = fs::remove_dir_all(&elsewhere);
     }
 }
