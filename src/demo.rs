@@ -201,8 +201,9 @@ pub fn run(keep: bool) -> Result<(), String> {
             .collect();
         let etcd: Vec<String> = c.etcd_pids().iter().map(|p| p.to_string()).collect();
         say(&format!("  scratch: {}", c.dir().display()));
+        say("  etcd keeps running: the kept agents need it (without it a leader fences).");
         say(&format!(
-            "to stop it: kill {}   # agents (SIGTERM: clean shutdown)\n            then kill {}   # etcd\n            and remove {}",
+            "to stop it: kill {}   # agents first (SIGTERM: a clean shutdown)\n            then kill {}   # etcd, after the agents exited\n            and remove {}",
             agents.join(" "),
             etcd.join(" "),
             c.dir().display()

@@ -1250,6 +1250,17 @@ impl TestCluster {
 impl Drop for TestCluster {
     fn drop(&mut self) {
         if self.leave_running {
+            // Nothing of the running cluster may stop with us: etcd's members (whose
+            // own Drop would stop them), the relays, stand-ins and notify readers are
+            // let go without running their destructors; the agents' handles never
+            // kill on drop.
+            std::mem::forget(self.etcd.take());
+            for n in &mut self.nodes {
+                std::mem::forget(std::mem::take(&mut n.relays));
+                std::mem::forget(n.standin.take());
+                std::mem::forget(n.notify.take());
+            }
+            std::mem::forget(self.net.take());
             return;
         }
         // Stand-ins first: one must not fire and "reset" a node while the bed is

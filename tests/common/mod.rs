@@ -24,9 +24,14 @@ pub const FAILOVER: Duration = Duration::from_secs(60);
 /// An old primary rewinds and streams again within this.
 pub const REJOIN: Duration = Duration::from_secs(120);
 
-/// Options for a bed named `<family>-<tag>` running this build's `tenure`.
+/// Options for a bed named `<family>-<tag>` running this build's `tenure`, or the
+/// binary `TENURE_TEST_AGENT` names (an installed package's, or an older build's to
+/// show a test failing before its fix).
 pub fn options(family: &str, tag: &str) -> ClusterOptions {
-    let mut opts = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
+    let bin = std::env::var_os("TENURE_TEST_AGENT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_tenure").into());
+    let mut opts = ClusterOptions::new(bin);
     opts.tag = tag.into();
     opts.scope = format!("{family}-{tag}");
     opts
