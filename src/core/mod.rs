@@ -73,6 +73,10 @@ enum State {
     Adopting {
         lease: LeaseId,
         epoch: Epoch,
+        /// A confirmed renewal came back but the cluster read failed: the next try
+        /// waits for the next tick instead of running at once (no busy loop against
+        /// an etcd that fails fast).
+        read_failed: bool,
     },
     Follower,
     Leader(Leadership),
@@ -270,14 +274,20 @@ impl Core {
     pub fn lease_to_renew(&self) -> Option<(LeaseId, Epoch)> {
         match &self.state {
             State::Leader(l) => Some((l.lease, l.epoch)),
-            State::Adopting { lease, epoch } => Some((*lease, *epoch)),
+            State::Adopting { lease, epoch, .. } => Some((*lease, *epoch)),
             _ => None,
         }
     }
 
     /// True while adopting: the renewal must not wait for the tick.
     pub fn renew_now(&self) -> bool {
-        matches!(self.state, State::Adopting { .. })
+        matches!(
+            self.state,
+            State::Adopting {
+                read_failed: false,
+                ..
+            }
+        )
     }
 
     /// A lease other than the leader lease that must be kept alive (the bootstrap lock).
@@ -614,7 +624,7 @@ impl Core {
             } => self.fencing(obs, p, lease, epoch, release, why),
             State::Stopping => self.stopping(obs, p),
             State::Leader(l) => self.lead(now, obs, p, l),
-            State::Adopting { lease, epoch } => self.adopting(now, obs, p, lease, epoch),
+            State::Adopting { lease, epoch, .. } => self.adopting(now, obs, p, lease, epoch),
             State::Bootstrapping { lease } => self.bootstrapping(obs, p, lease),
             State::Init | State::Follower => self.follow(now, obs, p),
         }
@@ -997,7 +1007,8 @@ impl Core {
         epoch: Epoch,
     ) -> Reason {
         let Some(r) = &obs.renewal else {
-            p.again = true;
+            // At once, unless the last try's read failed (then at the next tick).
+            p.again = self.renew_now();
             return Reason::Waiting("confirming the leader key that names me (S4)".into());
         };
         match r.outcome {
@@ -1012,9 +1023,15 @@ impl Core {
                         .to_string();
                     return self.start_fence(p, why);
                 }
-                p.again = true;
+                self.state = State::Adopting {
+                    lease,
+                    epoch,
+                    read_failed: true,
+                };
                 Reason::Waiting(
-                    "confirming the leader key that names me (S4): the cluster read failed".into(),
+                    "confirming the leader key that names me (S4): the cluster read failed; \
+                     trying again at the next tick"
+                        .into(),
                 )
             }
             RenewalOutcome::Counted { ttl } if r.lease == lease => {
@@ -1473,6 +1490,7 @@ impl Core {
                     self.state = State::Adopting {
                         lease: k.lease,
                         epoch: k.epoch,
+                        read_failed: false,
                     };
                     p.again = true;
                     return Reason::Waiting(format!(
