@@ -431,6 +431,7 @@ fn plan(
         JobKind::InitDb => {
             require_state(ctl, true)?;
             require_stopped(ctl)?;
+            ctl.clear_stale_lock()?;
             if data.exists() {
                 // initdb chmods an existing empty directory: it must be theirs.
                 ctl.chown(&data)?;
@@ -483,6 +484,7 @@ fn plan(
             let src = source_for(source, from)?.clone();
             require_state(ctl, true)?;
             require_stopped(ctl)?;
+            ctl.clear_stale_lock()?;
             ctl.write_owned(&ctl.passfile(), &conf::pgpass(&ctl.cfg))?;
             let tmp = ctl.sibling("basebackup-tmp");
             if tmp.exists() {
@@ -535,6 +537,7 @@ fn plan(
             let src = source_for(source, from)?.clone();
             require_state(ctl, false)?;
             require_stopped(ctl)?;
+            ctl.clear_stale_lock()?;
             let pf = ctl.passfile();
             ctl.write_owned(&pf, &conf::pgpass(&ctl.cfg))?;
             let pf = pf
@@ -585,6 +588,7 @@ fn plan(
         JobKind::StartPrimary => {
             require_state(ctl, false)?;
             require_stopped(ctl)?;
+            ctl.clear_stale_lock()?;
             job.steps
                 .push_back(Step::Local("write tenure.conf", Local::WriteConfig(None)));
             job.steps
@@ -602,6 +606,7 @@ fn plan(
             };
             require_state(ctl, false)?;
             require_stopped(ctl)?;
+            ctl.clear_stale_lock()?;
             job.steps
                 .push_back(Step::Local("write tenure.conf", Local::WriteConfig(src)));
             job.steps

@@ -887,6 +887,36 @@ impl PgCtl {
         self.write_owned(&self.cfg.data_dir.join("standby.signal"), "")
     }
 
+    /// Remove a `postmaster.pid` that names no postmaster of this data directory:
+    /// a dead pid, a pid reused by another process, or — the case that bit — a
+    /// postmaster killed by a fence but not yet reaped by a parent that is not
+    /// ours (an orphan of a previous agent run is reparented to pid 1). PostgreSQL
+    /// takes any pid that `kill(pid, 0)` finds for a running postmaster ("lock file
+    /// already exists"), so a start or a rewind would fail on it. Called only once
+    /// `require_stopped` found no process of the cluster; PostgreSQL writes the file
+    /// after changing into the data directory, so a live postmaster always passes
+    /// `postmaster_pid`'s check and its file is kept.
+    pub(super) fn clear_stale_lock(&self) -> Result<(), PgError> {
+        let Some(pid) = self.postmaster_file_pid() else {
+            return Ok(());
+        };
+        if self.postmaster_pid().is_some() {
+            return Ok(());
+        }
+        let p = self.cfg.data_dir.join("postmaster.pid");
+        match fs::remove_file(&p) {
+            Ok(()) => {
+                log::warn!(
+                    "removed a stale {} naming pid {pid}, which is no postmaster of this data directory",
+                    p.display()
+                );
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err("remove", &p, e)),
+        }
+    }
+
     fn remove_signals(&self) -> Result<(), PgError> {
         for f in ["standby.signal", "recovery.signal"] {
             let p = self.cfg.data_dir.join(f);
