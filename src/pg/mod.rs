@@ -201,6 +201,9 @@ pub struct PgCtl {
     /// file in the data directory says so.
     hba_hosts: Vec<String>,
     hba_written: bool,
+    /// A pidfd to the running postmaster, opened while it was verified (its pid).
+    /// The fence signals through it even when `/proc` cannot be read (S1).
+    postmaster_fd: Option<(u32, std::os::fd::OwnedFd)>,
 }
 
 impl PgCtl {
@@ -238,6 +241,7 @@ impl PgCtl {
             job: None,
             hba_hosts: Vec::new(),
             hba_written: false,
+            postmaster_fd: None,
         };
         fs::create_dir_all(&cfg.socket_dir)
             .map_err(|e| io_err("create socket_dir", &cfg.socket_dir, e))?;
@@ -426,7 +430,18 @@ impl PgCtl {
     /// to die anyway, and must not be reused).
     pub fn fence(&mut self, deadline: Instant) -> FenceOutcome {
         self.client = None;
-        procs::fence(&procs::ProcFs::system(), &self.cluster(), deadline)
+        let held = self.postmaster_fd.take();
+        let out = procs::fence(
+            &procs::ProcFs::system(),
+            &self.cluster(),
+            held.as_ref().map(|(_, fd)| fd),
+            deadline,
+        );
+        if out == FenceOutcome::Incomplete {
+            // Keep it for the retry.
+            self.postmaster_fd = held;
+        }
+        out
     }
 
     /// What the local PostgreSQL is doing. Never errors; see `PgStatus`.
@@ -436,6 +451,14 @@ impl PgCtl {
             self.client = None;
             return PgStatus::unanswered(data, PgRole::Stopped);
         };
+        if self
+            .postmaster_fd
+            .as_ref()
+            .is_none_or(|(pid, _)| *pid != pm)
+        {
+            self.postmaster_fd =
+                procs::pidfd_of_verified(pm, &self.data_canon()).map(|fd| (pm, fd));
+        }
         let sql = "SELECT pg_is_in_recovery(), \
              CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_walfile_name(pg_current_wal_lsn()) END, \
              CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn() END, \

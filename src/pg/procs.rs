@@ -321,6 +321,16 @@ pub fn alive_in(pid: u32, dir: &Path) -> bool {
     read_stat(pid).is_some_and(|s| !s.zombie) && cwd_is(pid, dir)
 }
 
+/// A pidfd for `pid` if it is, now, a live process whose cwd is `dir` (the
+/// postmaster, verified): the agent holds one for the running postmaster so the
+/// fence can signal it even when `/proc` cannot be read (EMFILE, ENOMEM) — S1's
+/// SIGQUIT to the postmaster never depends on a scan. The check comes after the
+/// open, so the fd names the verified process even if the pid is reused later.
+pub fn pidfd_of_verified(pid: u32, dir: &Path) -> Option<OwnedFd> {
+    let fd = pidfd_open(pid).ok()?;
+    alive_in(pid, dir).then_some(fd)
+}
+
 /// A pidfd (Linux >= 5.3): signals sent through it reach exactly the process it
 /// was opened for, even if the pid is reused meanwhile.
 fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
@@ -380,16 +390,36 @@ fn signal_member(procs: &ProcFs, m: &Member, sig: libc::c_int) -> bool {
 /// process tree at once, wait until none remains, SIGKILL every survivor after half
 /// the time to the deadline. Complete only when a scan listed the whole table and
 /// found nothing of the cluster and nothing in doubt (DESIGN §5: fail closed).
-/// Polls every few ms; never returns after `deadline`.
-pub fn fence(procs: &ProcFs, c: &Cluster, deadline: Instant) -> FenceOutcome {
+/// `held` is a pidfd to the postmaster opened while it was verified (see
+/// [`pidfd_of_verified`]): it is signalled first and at the escalation whatever the
+/// scans say, so an unreadable process table never keeps the postmaster from its
+/// SIGQUIT (S1). Polls every few ms; never returns after `deadline`.
+pub fn fence(
+    procs: &ProcFs,
+    c: &Cluster,
+    held: Option<&OwnedFd>,
+    deadline: Instant,
+) -> FenceOutcome {
     let start = clock::now();
     let escalate_at = start.add(start.until(deadline) / 2);
+    // A dead process's pidfd refuses the signal (ESRCH): harmless.
+    if let Some(fd) = held {
+        pidfd_signal(fd, libc::SIGQUIT);
+    }
+    let mut held_killed = false;
     let mut seen: BTreeMap<u32, u64> = BTreeMap::new();
     // (pid, start) -> the strongest signal sent to it.
     let mut sent: BTreeMap<(u32, u64), libc::c_int> = BTreeMap::new();
     let mut said = false;
     loop {
         let escalated = clock::now() >= escalate_at;
+        if escalated
+            && !held_killed
+            && let Some(fd) = held
+        {
+            held_killed = true;
+            pidfd_signal(fd, libc::SIGKILL);
+        }
         match procs.scan(c, &seen) {
             Ok(s) if s.is_empty() => return FenceOutcome::Complete,
             Ok(s) => {
@@ -532,7 +562,7 @@ mod tests {
     #[test]
     fn fence_of_nothing_is_complete() {
         let d = std::env::temp_dir().join("tenure-no-such-dir-for-fence");
-        let out = fence(&ProcFs::system(), &cluster(&d), soon(50));
+        let out = fence(&ProcFs::system(), &cluster(&d), None, soon(50));
         assert_eq!(out, FenceOutcome::Complete);
     }
 
@@ -546,9 +576,29 @@ mod tests {
         wait_in(pid, &dir);
         // The sh child reaped by us only after the fence: until then it is a
         // zombie, which the fence must not count.
-        let out = fence(&ProcFs::system(), &cluster(&dir), soon(400));
+        let out = fence(&ProcFs::system(), &cluster(&dir), None, soon(400));
         assert_eq!(out, FenceOutcome::Complete);
         assert!(!running(pid));
+        end(child);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// S1 whatever `/proc` says: the postmaster's pidfd, opened while it was verified,
+    /// is signalled even when the process table cannot be listed (the fence stays
+    /// Incomplete: nothing proves the rest is gone). Before, nothing was sent.
+    #[test]
+    fn a_held_postmaster_pidfd_is_signalled_when_the_table_cannot_be_read() {
+        let dir = scratch("fence-held");
+        let child = stubborn(&dir);
+        let pid = child.id();
+        wait_in(pid, &dir);
+        let held = pidfd_of_verified(pid, &dir).expect("pidfd of a verified process");
+        assert!(pidfd_of_verified(pid, &dir.join("elsewhere")).is_none());
+        let procs = ProcFs::at(dir.join("no-such-proc"));
+        let out = fence(&procs, &cluster(&dir), Some(&held), soon(200));
+        assert_eq!(out, FenceOutcome::Incomplete);
+        // SIGQUIT is ignored by the stubborn child; the escalation's SIGKILL is not.
+        assert!(!running(pid), "the held postmaster was not killed");
         end(child);
         let _ = fs::remove_dir_all(&dir);
     }
@@ -563,7 +613,7 @@ mod tests {
         wait_in(child.id(), &dir);
         let procs = ProcFs::at(dir.join("no-such-proc"));
         assert!(procs.scan(&cluster(&dir), &BTreeMap::new()).is_err());
-        let out = fence(&procs, &cluster(&dir), soon(100));
+        let out = fence(&procs, &cluster(&dir), None, soon(100));
         assert_eq!(out, FenceOutcome::Incomplete);
         assert!(
             running(child.id()),
@@ -612,7 +662,7 @@ mod tests {
             fds.push(f);
         }
         let err = fs::read_dir("/proc").err().and_then(|e| e.raw_os_error());
-        let out = fence(&ProcFs::system(), &cluster(&dir), soon(100));
+        let out = fence(&ProcFs::system(), &cluster(&dir), None, soon(100));
         drop(fds);
         assert_eq!(err, Some(libc::EMFILE));
         assert_eq!(out, FenceOutcome::Incomplete);
@@ -666,7 +716,7 @@ mod tests {
         assert!(unknown.contains(&bad_cwd.id()), "{s:?}");
         assert_eq!(s.members.len(), 1, "{s:?}");
 
-        let out = fence(&procs, &cluster(&dir), soon(300));
+        let out = fence(&procs, &cluster(&dir), None, soon(300));
         assert_eq!(out, FenceOutcome::Incomplete);
         assert!(!running(ok.id()), "the verified process was killed");
         assert!(running(bad_stat.id()), "unverified: never signalled");
@@ -694,7 +744,7 @@ mod tests {
         let s = procs.scan(&cluster(&dir), &BTreeMap::new()).unwrap();
         assert!(s.is_empty(), "{s:?}");
         assert_eq!(
-            fence(&procs, &cluster(&dir), soon(100)),
+            fence(&procs, &cluster(&dir), None, soon(100)),
             FenceOutcome::Complete
         );
         let _ = fs::remove_dir_all(&dir);
@@ -758,7 +808,7 @@ mod tests {
             s.members.iter().any(|m| m.pid == kid && m.why == Why::Job),
             "{s:?}"
         );
-        let out = fence(&ProcFs::system(), &c, soon(400));
+        let out = fence(&ProcFs::system(), &c, None, soon(400));
         assert_eq!(out, FenceOutcome::Complete);
         assert!(!running(kid), "the job's child was killed");
         assert!(!running(job.id()), "the job itself was killed");
@@ -779,7 +829,7 @@ mod tests {
             ..cluster(&dir)
         };
         assert_eq!(
-            fence(&ProcFs::system(), &c, soon(100)),
+            fence(&ProcFs::system(), &c, None, soon(100)),
             FenceOutcome::Complete
         );
         assert!(running(other.id()));
