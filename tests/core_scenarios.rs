@@ -1027,7 +1027,8 @@ fn a_standby_is_listed_only_after_the_names_hold_it_and_it_is_sync() {
     let p = c.step(t(8.0), &o);
     assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
     // Reported sync, but the names were seen for less than a loop: still wait.
-    let st = vec![standby("pg2", true, true, 900)];
+    // (It flushed all the primary wrote, 1000: the catch-up rule is tested below.)
+    let st = vec![standby("pg2", true, true, 1000)];
     let o = leader_obs(sync_key("pg1", None), "\"pg2\"", st.clone(), 9.0);
     let p = c.step(t(9.0), &o);
     assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
@@ -1049,6 +1050,89 @@ fn a_standby_is_listed_only_after_the_names_hold_it_and_it_is_sync() {
         "{}",
         p.reason
     );
+}
+
+/// `leader_obs` with the primary at WAL position `lsn`.
+fn leader_obs_at(
+    sync: Option<Result<SyncKey, String>>,
+    names: &str,
+    standbys: Vec<StandbyStat>,
+    lsn: Lsn,
+    at: f64,
+) -> Observation {
+    let mut o = leader_obs(sync, names, standbys, at);
+    o.pg.lsn = lsn;
+    o
+}
+
+/// Issue 8, finding 10: commits acknowledged through the old synchronous standby
+/// (here pg2, until it is lost) may be missing on the new one (pg3) though it
+/// reports `sync`: the key names pg3 only once its flush reached the primary's
+/// position when the new names took effect, so a primary lost right after the
+/// switch cannot leave only a standby without them allowed to take over.
+#[test]
+fn a_switched_standby_is_listed_only_once_it_flushed_what_was_acknowledged_before() {
+    for mode in [SyncMode::On, SyncMode::Strict] {
+        let mut c = sync_leader(mode);
+        let key_pg2 = || sync_key("pg1", Some("pg2"));
+        let key_none = || sync_key("pg1", None);
+        // pg2, the synchronous standby, is gone: unlisted first.
+        let st = vec![standby("pg3", true, false, 0x0200_0000)];
+        let o = leader_obs_at(key_pg2(), "\"pg2\"", st.clone(), 0x0300_0000, 6.0);
+        let p = c.step(t(6.0), &o);
+        assert_eq!(
+            sync_actions(&p),
+            vec![write_sync(None)],
+            "{mode:?}: {}",
+            p.reason
+        );
+        // The key lists nobody: the names switch to pg3.
+        let o = leader_obs_at(key_none(), "\"pg2\"", st, 0x0300_0010, 7.0);
+        let p = c.step(t(7.0), &o);
+        assert_eq!(
+            sync_actions(&p),
+            vec![names("\"pg3\"")],
+            "{mode:?}: {}",
+            p.reason
+        );
+        // The names read pg3 and pg3 reports sync, but they held less than a loop.
+        let st = vec![standby("pg3", true, true, 0x0200_0000)];
+        let o = leader_obs_at(key_none(), "\"pg3\"", st.clone(), 0x0300_0020, 8.0);
+        let p = c.step(t(8.0), &o);
+        assert_eq!(sync_actions(&p), vec![], "{mode:?}: {}", p.reason);
+        // Settled: the primary wrote up to 0/3000060, pg3 flushed only 0/2000000:
+        // the key must not name it; the reason says what is awaited.
+        let o = leader_obs_at(key_none(), "\"pg3\"", st, 0x0300_0060, 10.5);
+        let p = c.step(t(10.5), &o);
+        assert_eq!(sync_actions(&p), vec![], "{mode:?}: {}", p.reason);
+        assert!(
+            p.reason
+                .to_string()
+                .contains("waiting for pg3 to flush to 0/3000060 before naming it synchronous"),
+            "{mode:?}: {}",
+            p.reason
+        );
+        // A flush that did not parse (read as 0) is never caught up.
+        let st = vec![standby("pg3", true, true, 0)];
+        let o = leader_obs_at(key_none(), "\"pg3\"", st, 0x0400_0000, 11.0);
+        let p = c.step(t(11.0), &o);
+        assert_eq!(sync_actions(&p), vec![], "{mode:?}: {}", p.reason);
+        // Just short of the target, with the primary further on: still not.
+        let st = vec![standby("pg3", true, true, 0x0300_005F)];
+        let o = leader_obs_at(key_none(), "\"pg3\"", st, 0x0500_0000, 12.0);
+        let p = c.step(t(12.0), &o);
+        assert_eq!(sync_actions(&p), vec![], "{mode:?}: {}", p.reason);
+        // At the target (the primary has moved on; the target has not): listed.
+        let st = vec![standby("pg3", true, true, 0x0300_0060)];
+        let o = leader_obs_at(key_none(), "\"pg3\"", st, 0x0600_0000, 13.0);
+        let p = c.step(t(13.0), &o);
+        assert_eq!(
+            sync_actions(&p),
+            vec![write_sync(Some("pg3"))],
+            "{mode:?}: {}",
+            p.reason
+        );
+    }
 }
 
 #[test]

@@ -413,3 +413,124 @@ fn real_sync_mode_switched_on_and_off_through_the_config_key() {
     one_primary_at_the_end(&c, p);
     probe.stop(Duration::from_secs(2));
 }
+
+/// How long the new standby's link stays cut after the old standby's crash when the
+/// `sync` key has not named it by then (a switch without the catch-up rule names it
+/// within a few loops: unlist, names, settle, list).
+const HEAL_AFTER: Duration = Duration::from_secs(6);
+
+/// Issue 8, finding 10: a synchronous standby switch under write load, then the
+/// primary's host crashes the moment the `sync` key names the new standby. The new
+/// standby `b` keeps its replication connection but receives nothing (its link to
+/// the primary is cut: the primary still reports it `streaming`, and `sync` once
+/// the names name it) while the old standby `a` acknowledges writes for a second;
+/// then `a`'s host crashes and the leader switches to `b`. The key may name `b`
+/// only once `b` flushed what `a` acknowledged, so it must not name it while the
+/// link is cut; once healed, `b` catches up, is named, the primary dies, `b` takes
+/// over and holds every acknowledged row.
+#[test]
+fn real_sync_switch_then_primary_crash_loses_no_acknowledged_row() {
+    let mut opts = common::options("sync", "switch");
+    opts.nodes = 3;
+    opts.netns = true;
+    opts.synchronous_mode = true;
+    let mut c = common::start(opts);
+    let p = c.settled(BOOT).unwrap_or_else(|e| panic!("{e}"));
+    let a = wait_listed(&c, p, &[], RESYNC);
+    let b = (0..3).find(|&i| i != p && i != a).expect("a third node");
+    let (pn, an, bn) = (
+        c.name(p).to_string(),
+        c.name(a).to_string(),
+        c.name(b).to_string(),
+    );
+    let mut probe = probe_on(&c, p);
+
+    // `b` stops receiving WAL; for the primary it is still a streaming standby.
+    c.cut_between(b, p).unwrap_or_else(|e| panic!("cut: {e}"));
+    let cut = Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    let through_a = probe
+        .attempts(p)
+        .iter()
+        .filter(|x| x.sent >= cut && x.acked.is_some())
+        .count();
+    assert!(
+        through_a > 0,
+        "no write acknowledged through {an} while {bn} was cut off"
+    );
+    let crash_a = c.host_crash(a).unwrap_or_else(|e| panic!("{e}"));
+
+    // Poll the key; crash the primary's host the moment it names `b`. Heal the cut
+    // after HEAL_AFTER if the key has not named `b` by then.
+    let mut healed: Option<Instant> = None;
+    let named = loop {
+        if let Some((l, Some(s), _)) = sync_key(&c)
+            && l == pn
+            && s == bn
+        {
+            break Instant::now();
+        }
+        if healed.is_none() && crash_a.elapsed() >= HEAL_AFTER {
+            c.heal(b).unwrap_or_else(|e| panic!("heal: {e}"));
+            healed = Some(Instant::now());
+        }
+        assert!(
+            crash_a.elapsed() < HEAL_AFTER + RESYNC,
+            "the sync key never named {bn}: {:?}{}",
+            sync_key(&c),
+            c.logs_tail(40)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let crash_p = c.host_crash(p).unwrap_or_else(|e| panic!("{e}"));
+    let named_while_cut = healed.is_none();
+    if named_while_cut {
+        c.heal(b).unwrap_or_else(|e| panic!("heal: {e}"));
+    }
+    println!(
+        "{through_a} writes acknowledged through {an} while {bn} was cut off; {an} crashed; the sync key \
+         named {bn} {:.2} s later ({}); {pn} crashed {:.3} s after that",
+        named.duration_since(crash_a).as_secs_f64(),
+        match healed {
+            Some(h) => format!(
+                "{:.2} s after the link was healed",
+                named.duration_since(h).as_secs_f64()
+            ),
+            None => "while its link was still cut".to_string(),
+        },
+        crash_p.duration_since(named).as_secs_f64()
+    );
+    let waited = c
+        .agent_log(p)
+        .lines()
+        .find(|l| l.contains(&format!("waiting for {bn} to flush to")))
+        .map(String::from);
+    println!("{pn} said: {waited:?}");
+
+    let np = c
+        .wait_new_primary(p, FAILOVER)
+        .unwrap_or_else(|| panic!("no new primary{}", c.logs_tail(40)));
+    assert_eq!(np, b, "only {bn}, the listed standby, may take over");
+    probe.stop(Duration::from_secs(2));
+    let (acked, missing) = acked_rows_on(&c, &probe, b).unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "{acked} acknowledged writes, {} missing on the new primary {bn}",
+        missing.len()
+    );
+    assert!(acked > 0);
+    assert!(
+        missing.is_empty(),
+        "invariant (b): {} of {acked} acknowledged rows are missing on the new primary {bn} \
+         (named synchronous while its link was cut: {named_while_cut}): {:?}",
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+    assert!(
+        !named_while_cut,
+        "the sync key named {bn} while it could not have flushed what {an} acknowledged"
+    );
+    assert!(
+        waited.is_some(),
+        "{pn}'s log never said what the switch waited for"
+    );
+}

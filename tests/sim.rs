@@ -32,13 +32,25 @@
 //! collides with the leader's (a promotion whose `history` append never landed);
 //! the forked-replica count printed at the end shows what is left.
 //!
+//! Synchronous standby switches (issue 8, finding 10): a third of the synchronous
+//! schedules carry a `SyncSwitch` fault: every replica but the listed standby stops
+//! flushing while it stays connected (it keeps reporting `streaming`, and `sync`
+//! once the names name it), the listed standby's host crashes a little later, and
+//! the leader's host crashes the moment the `sync` key names another standby. A
+//! core that lists the new standby on `sync` alone loses what the old one
+//! acknowledged (seed 1 of the default run, and 133 more of 2,000); the catch-up
+//! rule (`core::catchup`) lists it only once it flushed past the primary's position
+//! when the names settled.
+//!
 //! Not modelled: member keys' leases (they persist), PostgreSQL-level network faults
 //! (a replica streams whenever its upstream is writable and their WAL has not
-//! forked), cascading replicas, a replica's catch-up time (it streams at once),
-//! garbage values in etcd, dynamic config changes (so the mode never changes within
-//! a run, and `DeleteSync` never runs), quorum commit, systemd's cgroup kill of
-//! PostgreSQL when the agent dies, hypervisor pauses and clock-rate drift, fences
-//! slower than `demote_budget`, lingering backends, a reload slower than a loop.
+//! forked; a replica stalled by `SyncSwitch` stays connected), cascading replicas,
+//! a replica's catch-up time (it streams at once, and a stalled one catches up at
+//! once when the stall ends), garbage values in etcd, dynamic config changes (so
+//! the mode never changes within a run, and `DeleteSync` never runs), quorum
+//! commit, systemd's cgroup kill of PostgreSQL when the agent dies, hypervisor
+//! pauses and clock-rate drift, fences slower than `demote_budget`, lingering
+//! backends, a reload slower than a loop.
 //!
 //! `TENURE_SIM_SEEDS=N` runs N schedules (default below); `TENURE_SIM_SEED=S` runs
 //! one schedule and prints its log (`TENURE_SIM_FULL_LOG=1`: every step of the run).
@@ -76,6 +88,8 @@ pub struct Outcome {
     pub lost: (u64, u64),
     pub forked_replicas: u64,
     pub sync_breaches: u64,
+    /// `SyncSwitch`: leaders crashed the moment the `sync` key named a new standby.
+    pub switch_crashes: u64,
 }
 
 fn poll(w: &Rc<RefCell<World>>, agents: &mut [Option<Task>], n: usize) {
@@ -172,6 +186,7 @@ pub fn run_schedule(sched: Schedule) -> Outcome {
         lost: wb.lost,
         forked_replicas: wb.forked_replicas,
         sync_breaches: wb.sync_breaches,
+        switch_crashes: wb.switch_crashes,
     }
 }
 
@@ -267,6 +282,9 @@ fn sim_schedules() {
     let mut events = [0u64; 3];
     // Leader keys taken against the sync key: (schedules, last seed).
     let mut breaches = (0u64, 0u64);
+    // `SyncSwitch`: schedules with one, schedules whose leader crashed right after
+    // the key named the new standby (last seed).
+    let mut switches = (0u64, 0u64, 0u64);
     // Liveness skipped because no healthy node held the newest timeline.
     let mut no_candidate = (0u64, 0u64);
     let mut secs_by_mode = [0f64; 3];
@@ -293,6 +311,16 @@ fn sim_schedules() {
         }
         if o.sync_breaches > 0 {
             breaches = (breaches.0 + 1, seed);
+        }
+        if o.sched
+            .faults
+            .iter()
+            .any(|f| f.kind == sim::world::FaultKind::SyncSwitch)
+        {
+            switches.0 += 1;
+            if o.switch_crashes > 0 {
+                switches = (switches.0, switches.1 + 1, seed);
+            }
         }
         for (k, f) in forked.iter_mut().enumerate() {
             if (o.forked_replicas >> (32 * k)) & 0xffff_ffff > 0 {
@@ -400,6 +428,11 @@ fn sim_schedules() {
     println!(
         "sim: synchronous schedules where a node the sync key did not allow took the leader key: {} (last seed {})",
         breaches.0, breaches.1
+    );
+    println!(
+        "sim: synchronous standby switches under load: {} schedules, {} crashed the leader the moment \
+         the sync key named the new standby (last seed {})",
+        switches.0, switches.1, switches.2
     );
     println!("sim: events per mode off/on/strict {events:?}, seconds {secs_by_mode:?}");
     println!(

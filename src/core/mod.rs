@@ -15,6 +15,7 @@
 //!   and promotion waits the promote delay after an early expiry.
 //! - S4: a local primary without the key is fenced unless a confirmed renewal adopts.
 
+mod catchup;
 pub mod model;
 pub mod time;
 
@@ -171,6 +172,9 @@ pub struct Core {
     /// reload reaches every PostgreSQL process a little after our own session, so
     /// the `sync` key trusts a value only once it held for a loop (DESIGN §3a).
     names_seen: Option<(String, Instant)>,
+    /// The WAL position a standby newly named in the names must flush before the
+    /// `sync` key lists it (DESIGN §3a; `catchup`).
+    sync_catchup: Option<catchup::CatchUp>,
     /// Since when this replica, following the leader, has not streamed while the
     /// leader runs a newer timeline (`diverged`).
     stuck_since: Option<Instant>,
@@ -220,6 +224,7 @@ impl Core {
             confirm: None,
             led_from_bootstrap: false,
             names_seen: None,
+            sync_catchup: None,
             stuck_since: None,
             max_revision: 0,
             prior_max_revision: 0,
@@ -1937,7 +1942,8 @@ impl Core {
 
     /// The running primary's synchronous replication, one step per iteration in
     /// DESIGN §3a's order: a standby is listed in the `sync` key only after
-    /// `synchronous_standby_names` names it and PostgreSQL reports it `sync`; it is
+    /// `synchronous_standby_names` names it, PostgreSQL reports it `sync` and it
+    /// flushed the WAL written before the names took effect (`catchup`); it is
     /// unlisted (guarded write) before the names stop naming it. A failed write
     /// changes nothing: the names keep what the key promises. Returns a note for the
     /// log line, `None` when synchronous mode is off and nothing is left to undo.
@@ -2016,6 +2022,20 @@ impl Core {
                     p.push(Action::SetSyncNames { names: want });
                     Some(format!("adding {} as synchronous standby", c.name))
                 } else if c.sync && self.names_settled(now, &want) {
+                    // Commits acknowledged before the names took effect need not be
+                    // on `c` yet: it is listed only once it flushed past them.
+                    let since = self.names_seen.as_ref().map_or(now, |(_, at)| *at);
+                    let caught_up = catchup::standby_caught_up(
+                        &mut self.sync_catchup,
+                        epoch,
+                        &want,
+                        since,
+                        pg.lsn,
+                        c,
+                    );
+                    if let Err(why) = caught_up {
+                        return Some(why);
+                    }
                     p.push(Action::WriteSync {
                         epoch,
                         leader: me,

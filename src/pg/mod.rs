@@ -1184,6 +1184,35 @@ mod tests {
         assert_eq!(parse_lsn("100000000/0"), None);
     }
 
+    /// Issue 8, finding 10: the catch-up rule compares each standby's flush with
+    /// the primary's position, so a flush that is NULL (no feedback yet) or does
+    /// not parse must read as 0 (never caught up), and rows stay per standby.
+    #[test]
+    fn standby_flush_positions_parse_and_unknown_ones_read_as_zero() {
+        let rows = parse_standbys(
+            r#"[["pg2","streaming","sync","0/3000060"],
+                ["pg3","streaming","potential",null],
+                ["pg4","catchup","async","garbage"],
+                ["pg5","streaming","sync","1/"],
+                [null,"streaming","sync","0/1"]]"#,
+        );
+        let got: Vec<(&str, bool, bool, Lsn)> = rows
+            .iter()
+            .map(|s| (s.name.as_str(), s.streaming, s.sync, s.flush))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("pg2", true, true, 0x0300_0060),
+                ("pg3", true, false, 0),
+                ("pg4", false, false, 0),
+                ("pg5", true, true, 0),
+            ]
+        );
+        assert!(parse_standbys("not json").is_empty());
+        assert!(parse_standbys("null").is_empty());
+    }
+
     #[test]
     fn unknown_user_is_a_config_error() {
         let e = resolve_user(Some("no-such-user-tenure")).unwrap_err();

@@ -75,6 +75,15 @@ pub enum FaultKind {
     /// The host is gone for good (never restarts). Aimed at the leader, or (when
     /// not) at the standby the `sync` key lists if `pick` is even and there is one.
     HostLost,
+    /// A synchronous standby switch under write load (issue 8, finding 10): every
+    /// replica but the standby the `sync` key lists stops flushing for `dur` while it
+    /// keeps streaming (a stalled disk or link: `pg_stat_replication` still says
+    /// `streaming`, and `sync` once the names name it); a little later the listed
+    /// standby's host crashes (commits it acknowledged since are on no other
+    /// standby); and the leader's host crashes the moment the `sync` key names
+    /// another standby. The old standby's host restarts after `dur`, the leader's
+    /// after `dur + 3 ttl` (so that the new standby takes over).
+    SyncSwitch,
 }
 
 #[derive(Clone, Debug)]
@@ -165,6 +174,7 @@ impl Schedule {
                 FaultKind::EarlyDelete | FaultKind::EarlyRevoke | FaultKind::HostLost => {
                     Duration::ZERO
                 }
+                FaultKind::SyncSwitch => unreachable!("drawn from its own stream below"),
             };
             faults.push(Fault {
                 at: Instant::ZERO.add(secs(start + span * r.unit())),
@@ -197,6 +207,23 @@ impl Schedule {
                 at_leader: rs.chance(0.4),
                 pick: rs.next_u64(),
                 dur: Duration::ZERO,
+            });
+            faults.sort_by_key(|f| f.at);
+        }
+        // A third of the synchronous schedules switch their synchronous standby under
+        // load (from a stream of its own: every other fault of the seed stays). The
+        // stall lasts 2-10 loops: shorter than the switch takes, nothing is at risk;
+        // longer, the new standby reports `sync` long before it holds what the old
+        // one acknowledged.
+        let mut rw = Rng::new(seed ^ 0x0f1a_5c47_c4a7_c409);
+        if profile.timing.synchronous != SyncMode::Off && rw.chance(0.35) {
+            let lw = profile.timing.loop_wait;
+            faults.push(Fault {
+                at: Instant::ZERO.add(secs(start + span * rw.unit())),
+                kind: FaultKind::SyncSwitch,
+                at_leader: false,
+                pick: rw.next_u64(),
+                dur: rw.dur(2 * lw, 10 * lw),
             });
             faults.sort_by_key(|f| f.at);
         }
@@ -324,6 +351,10 @@ pub struct Pg {
     pub names_eff: Names,
     /// How far the walreceiver trails its upstream (set per connection).
     pub lag: Duration,
+    /// `SyncSwitch`: until then this replica flushes nothing more, though it stays
+    /// connected (`streaming` in its upstream's `pg_stat_replication`); then it
+    /// catches up at once (catch-up time is not modelled).
+    pub stalled_until: Instant,
 }
 
 /// The writer of the WAL initdb made.
@@ -506,6 +537,11 @@ pub enum Ev {
     MemberExpired {
         node: usize,
     },
+    /// `SyncSwitch`: the listed standby's host crashes, restarting after `dur`.
+    SwitchCrash {
+        node: usize,
+        dur: Duration,
+    },
 }
 
 /// What the driver must do with the agents' futures.
@@ -558,6 +594,11 @@ pub struct World {
     ups: Option<Vec<Option<usize>>>,
     /// `TENURE_SIM_FULL_LOG=1` with one seed: every step, the whole run.
     pub full_log: bool,
+    /// `SyncSwitch` armed: the standby the `sync` key listed when it fired, how
+    /// long a host it crashes stays down, and when it gives up waiting.
+    switch: Option<(Option<String>, Duration, Instant)>,
+    /// Leaders crashed by `SyncSwitch` the moment the key named a new standby.
+    pub switch_crashes: u64,
     last_step: Vec<Option<(std::mem::Discriminant<Reason>, Vec<Action>)>>,
 }
 
@@ -590,6 +631,7 @@ impl World {
                     sync_conf: String::new(),
                     names_eff: Names::Async,
                     lag: Duration::ZERO,
+                    stalled_until: Instant::ZERO,
                 },
                 wd: Wd::default(),
                 job: None,
@@ -629,6 +671,8 @@ impl World {
             sync_breaches: 0,
             ups: None,
             full_log: std::env::var_os("TENURE_SIM_FULL_LOG").is_some(),
+            switch: None,
+            switch_crashes: 0,
             last_step: vec![None; sched_nodes],
         };
         let phase = w.rng.ms(1, 500);
@@ -866,6 +910,11 @@ impl World {
             let Some(up) = self.upstream(i) else {
                 continue;
             };
+            if self.nodes[i].pg.stalled_until > t {
+                // Nothing flushed while stalled; the timeline cannot change either
+                // (no WAL arrives to switch it).
+                continue;
+            }
             let f = self.lsn_of(up, t.sub(self.nodes[i].pg.lag));
             let tl = self.nodes[up].pg.timeline;
             if f > self.nodes[i].pg.lsn {
@@ -1584,6 +1633,30 @@ impl World {
                     self.etcd.revoke(k.lease);
                 }
             }
+            FaultKind::SyncSwitch => {
+                for i in 0..self.nodes.len() {
+                    if Some(i) != listed && matches!(self.nodes[i].pg.run, Run::Replica { .. }) {
+                        self.nodes[i].pg.stalled_until = end;
+                    }
+                }
+                // The old standby goes on acknowledging for 0.1-1 loop first: those
+                // commits are on no stalled replica.
+                if let Some(a) = listed {
+                    let lw = self.sched.profile.timing.loop_wait;
+                    let d = self.rng.dur(lw.mul_f64(0.1), lw);
+                    self.push(
+                        now.add(d),
+                        Ev::SwitchCrash {
+                            node: a,
+                            dur: f.dur,
+                        },
+                    );
+                }
+                let from = listed.map(|a| self.nodes[a].name.clone());
+                let ttl = secs(f64::from(self.sched.profile.timing.ttl));
+                let lw = self.sched.profile.timing.loop_wait;
+                self.switch = Some((from, f.dur, end.add(ttl + 10 * lw)));
+            }
         }
         self.watch_events();
         // Restarts may follow their fault by up to its duration (+ a watchdog reboot).
@@ -1800,6 +1873,13 @@ impl World {
                     self.push(self.etcd_down_until, Ev::MemberExpired { node });
                 }
             }
+            Ev::SwitchCrash { node, dur } => {
+                if self.nodes[node].host_up {
+                    self.host_down(node, "crash (synchronous standby switch)", &mut cmds);
+                    self.push(at.add(dur), Ev::Restart { node });
+                    self.fault_until(at.add(dur));
+                }
+            }
             Ev::Fault(i) => self.fire(i, &mut cmds),
             Ev::Restart { node } if self.nodes[node].lost => {}
             Ev::Restart { node } => {
@@ -1817,7 +1897,56 @@ impl World {
                 cmds.push(Cmd::Spawn(node));
             }
         }
+        self.switch_trigger(&mut cmds);
         cmds
+    }
+
+    /// `SyncSwitch`: the moment the `sync` key names a standby other than the one
+    /// it listed when the fault fired, crash the host of the leader that wrote it
+    /// (the window issue 8's finding 10 is about: that standby alone may take over).
+    fn switch_trigger(&mut self, cmds: &mut Vec<Cmd>) {
+        let Some((from, dur, until)) = &self.switch else {
+            return;
+        };
+        if *until < self.now {
+            self.switch = None;
+            return;
+        }
+        let Some(k) = self.etcd.sync_key() else {
+            return;
+        };
+        let Some(s) = &k.sync_standby else {
+            return;
+        };
+        if Some(s) == from.as_ref() {
+            return;
+        }
+        // The leader stays down past its lease and a takeover (else it adopts its
+        // own key on return and nobody else ever leads).
+        let ttl = secs(f64::from(self.sched.profile.timing.ttl));
+        let dur = *dur + 3 * ttl;
+        self.switch = None;
+        let Some(l) = self
+            .node_by_name(&k.leader)
+            .filter(|&l| self.nodes[l].host_up)
+        else {
+            return;
+        };
+        self.switch_crashes += 1;
+        let why = format!("crash as soon as the sync key names {s}");
+        self.host_down(l, &why, cmds);
+        let at = self.now.add(dur);
+        self.push(at, Ev::Restart { node: l });
+        self.fault_until(at);
+    }
+
+    /// A fault outside the schedule's list lasts until `until`: check (3) counts
+    /// from after it.
+    fn fault_until(&mut self, until: Instant) {
+        self.quiet_from = self.quiet_from.max(until);
+        if self.end.is_some() {
+            self.arm_liveness();
+        }
     }
 
     /// End-of-run checks on the recorded history. Returns the longest overlap of two
