@@ -220,6 +220,7 @@ fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
         watchdog_failed: None,
         clock_jump: Duration::ZERO,
         guard_refused: None,
+        guardian_holds: None,
     }
 }
 

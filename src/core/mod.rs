@@ -175,6 +175,9 @@ pub struct Core {
     rollback_seen: Option<RollbackSeen>,
     /// The `rollback` marker as last read.
     rollback_marker: Option<RollbackMarker>,
+    /// `B_g` while the guardian process is this node's fence (DESIGN §2 "The
+    /// guardian"); `None`: no guardian (a device, systemd's watchdog, or no fence).
+    guardian: Option<Duration>,
 }
 
 /// At most this many member keys are remembered for the rollback check (a scope full
@@ -207,7 +210,41 @@ impl Core {
             member_revisions: std::collections::BTreeMap::new(),
             rollback_seen: None,
             rollback_marker: None,
+            guardian: None,
         }
+    }
+
+    /// The guardian is this node's fence, with kill budget `B_g` (`None`: it is not,
+    /// or it died in `automatic` mode). With it `F = H` still (S1, S6(c)): the
+    /// guardian adds a deadline for a frozen agent, it changes none of the agent's.
+    pub fn set_guardian(&mut self, kill_budget: Option<Duration>) {
+        self.guardian = kill_budget;
+    }
+
+    pub fn guardian(&self) -> Option<Duration> {
+        self.guardian
+    }
+
+    /// DESIGN §2: the deadline the guardian holds, `G = H - B_g`, while this node
+    /// leads with the guardian as its fence. It moves with every counted renewal (and
+    /// back with a wall-clock jump, S5); the shell hands it over when it changed.
+    pub fn guardian_deadline(&self) -> Option<Instant> {
+        let bg = self.guardian?;
+        self.horizon().map(|h| h.sub(bg))
+    }
+
+    /// A device (or systemd's watchdog) or the guardian stands behind leadership:
+    /// `DisarmWatchdog` (the guardian's stand-down) is planned after a complete fence
+    /// or a clean stop.
+    fn has_fence(&self) -> bool {
+        self.cfg.watchdog.is_some() || self.guardian.is_some()
+    }
+
+    /// S3 with the guardian: PostgreSQL may accept writes under this leadership
+    /// only once the guardian holds a deadline (the shell hands it one right after
+    /// the step that made this node leader).
+    fn guardian_unarmed(&self, obs: &Observation) -> bool {
+        self.guardian.is_some() && obs.guardian_holds.is_none()
     }
 
     /// The watchdog `W` leadership uses from now on (a read-back that differs from
@@ -666,7 +703,7 @@ impl Core {
             }
         }
         // INVARIANT: no process of the local PostgreSQL remains from here on.
-        if self.cfg.watchdog.is_some() {
+        if self.has_fence() {
             p.push(Action::DisarmWatchdog);
         }
         match (lease, epoch, release) {
@@ -804,6 +841,12 @@ impl Core {
                 } else if self.cfg.watchdog.is_some() && l.last_pet.is_none() {
                     // S3: the watchdog is armed before promotion.
                     Reason::Waiting("leader with the lock; waiting to arm the watchdog".into())
+                } else if self.guardian_unarmed(obs) {
+                    p.again = true;
+                    Reason::Waiting(
+                        "leader with the lock; waiting for the guardian to hold its deadline G"
+                            .into(),
+                    )
                 } else if let Err(why) = self.sync_before_writes(now, obs, l.epoch, p, true) {
                     Reason::Waiting(format!("leader with the lock, not promoting yet: {why}"))
                 } else {
@@ -842,6 +885,12 @@ impl Core {
                             "leader with the lock; starting PostgreSQL as a standby first to read its epoch"
                                 .into(),
                         )
+                    } else if data && now >= l.promote_after && self.guardian_unarmed(obs) {
+                        p.again = true;
+                        Reason::Waiting(
+                            "leader with the lock; waiting for the guardian to hold its deadline G"
+                                .into(),
+                        )
                     } else if data && now >= l.promote_after {
                         match self.sync_before_writes(now, obs, l.epoch, p, false) {
                             Ok(()) => {
@@ -870,7 +919,7 @@ impl Core {
         let stopped = obs.pg.role == PgRole::Stopped && !matches!(obs.job, Job::Running { .. });
         if stopped {
             // Clean stop finished: release the key so a replica takes over at once.
-            if self.cfg.watchdog.is_some() {
+            if self.has_fence() {
                 p.push(Action::DisarmWatchdog);
             }
             p.push(Action::Release {

@@ -455,6 +455,11 @@ pub struct Observation {
     /// was refused by the epoch guard: leadership is lost, fence at once (DESIGN §1
     /// step 5). Names the write.
     pub guard_refused: Option<String>,
+    /// The deadline `G` the guardian holds, as the shell last delivered it whole to
+    /// its pipe (DESIGN §2 "The guardian"); `None`: no guardian, none handed yet in
+    /// this leadership, or stood down. A fact, not a plan: the core promotes with the
+    /// guardian as its fence only once it holds one (S3).
+    pub guardian_holds: Option<Instant>,
 }
 
 /// What the core asks the shell to do, in order.

@@ -253,6 +253,7 @@ pub async fn run(cx: Cx) {
             watchdog_failed: None,
             clock_jump: std::time::Duration::ZERO,
             guard_refused: out.guard_refused.take(),
+            guardian_holds: None,
         };
         let members_seen = if let Ok(v) = &obs.cluster {
             v.members
