@@ -473,6 +473,9 @@ fn child_main(rx: i32, status: i32, mut ctx: ChildCtx<'_>, realtime_priority: Op
     unsafe {
         // Its own session: a SIGSTOP of the agent's process group misses it.
         libc::setsid();
+        // Hold no directory (not the agent's cwd, which the agent's own fence
+        // would scan for, nor a mount an operator wants to unmount).
+        libc::chdir(c"/".as_ptr());
         ctx.me = libc::getpid();
         libc::prctl(libc::PR_SET_NAME, c"tenure-guardian".as_ptr(), 0, 0, 0);
     }
