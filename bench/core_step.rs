@@ -221,6 +221,7 @@ fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
         clock_jump: Duration::ZERO,
         guard_refused: None,
         pet: None,
+        guardian_holds: None,
     }
 }
 

@@ -28,6 +28,8 @@ use crate::dcs::{Etcd, WatchEvent};
 use crate::pg::{ConnTarget, PgCtl};
 use crate::watchdog::{Device, Notifier, WatchdogError};
 
+mod guardian_hooks;
+
 /// Why the wait returned.
 enum Wake {
     /// The wait's own deadline: the next renewal tick or `F - B` (S1).
@@ -115,6 +117,8 @@ struct Agent {
     budget_overruns: u64,
     state_file: PathBuf,
     wd: Watchdogs,
+    /// The guardian, where it is the fence (DESIGN §2, `guardian_hooks`).
+    guardian: guardian_hooks::GuardianSlot,
 }
 
 /// Run the agent until a clean shutdown. Errors are start-up failures; once the loop
@@ -235,7 +239,9 @@ impl Agent {
             },
             timing_of(&cfg),
         );
-        let (wd, core) = Watchdogs::setup(&cfg, core)?;
+        let (wd, mut core) = Watchdogs::setup(&cfg, core)?;
+        // DESIGN §2: forked at start-up, before any leadership.
+        let guardian = guardian_hooks::start(&cfg, &wd, &mut core);
         let prefix = format!("{}/{}/", cfg.namespace.trim_end_matches('/'), cfg.scope);
         let state_file = cfg.postgresql.socket_dir.join("tenure.member-lease");
         let status = api::ApiStatus {
@@ -279,6 +285,7 @@ impl Agent {
             budget_overruns: 0,
             state_file,
             wd,
+            guardian,
             config_path: config_path.to_path_buf(),
             cfg,
         })
@@ -380,6 +387,7 @@ impl Agent {
                 }
             }
             self.last_iteration = Some((now, real));
+            self.check_guardian();
 
             // S5: past `F - B` nothing else may come first: skip every call and let the
             // core fence on what it already knows.
@@ -401,6 +409,7 @@ impl Agent {
             };
             let now = clock::now();
             let plan = self.core.step(now, &obs);
+            self.guardian_after_step();
             let reason = plan.reason.to_string();
             if reason != self.last_reason || tick {
                 info!("{reason}");
@@ -431,6 +440,7 @@ impl Agent {
             self.notify_after_iteration(&obs);
             self.check_iteration_budget(iteration_start, tick);
             if exit {
+                self.stop_guardian();
                 self.wd.notifier.stopping();
                 info!("exiting");
                 return Ok(());
@@ -669,6 +679,7 @@ impl Agent {
                 );
                 self.cfg.timing = t;
                 self.core.set_timing(timing_of(&self.cfg));
+                self.guardian_reloaded(&new);
                 self.applied_config = None; // re-apply the cluster's config with new local values
             }
             Err(e) => error!("SIGHUP: reload refused, keeping the running configuration: {e}"),
@@ -806,6 +817,7 @@ impl Agent {
             clock_jump,
             guard_refused: pending.guard_refused,
             pet: pending.pet,
+            guardian_holds: self.guardian_holds(),
         }
     }
 
@@ -1166,7 +1178,7 @@ impl Agent {
                         Ok(()) => {
                             info!("promoted PostgreSQL at epoch {epoch}");
                             // Without a watchdog, say what that costs, every time.
-                            if self.core.watchdog().is_none() {
+                            if self.core.watchdog().is_none() && self.core.guardian().is_none() {
                                 warn!(
                                     "promoted without a watchdog: if this agent freezes (SIGSTOP, \
                                      swap storm, paused VM) its primary stays writable until it thaws"
@@ -1544,6 +1556,7 @@ impl Agent {
 
     /// `DisarmWatchdog` (only after a complete fence or a clean stop, S1).
     fn disarm_watchdog(&mut self) {
+        self.guardian_stand_down();
         let Some(dev) = self.wd.device.take() else {
             return;
         };
@@ -1634,8 +1647,12 @@ impl Watchdogs {
         let range = crate::config::watchdog_range(&cfg.timing, cfg.timing.ttl);
         let mut use_device = false;
         let mut requested = 0;
+        // Where no device will be used, the guardian may be the fence (DESIGN §2): it
+        // is started and said right after this, by `guardian_hooks::start`.
+        let guardian = cfg.watchdog.guardian_applies(false, systemd_w.is_some());
         match (&mode, range) {
             (WatchdogMode::Off, _) => {}
+            (_, None) if guardian => {}
             (_, None) => {
                 let why = format!(
                     "no watchdog timeout W satisfies the timing contract for ttl {} s",
@@ -1659,6 +1676,12 @@ impl Watchdogs {
                         path.display()
                     );
                 }
+            }
+            (_, Some(_)) if guardian => {
+                info!(
+                    "watchdog device {} does not exist; the guardian is the fence",
+                    path.display()
+                );
             }
             (_, Some(_)) => {
                 let why = format!("watchdog device {} does not exist", path.display());

@@ -21,6 +21,18 @@ pub enum WatchdogMode {
     Required,
 }
 
+/// `[watchdog] guardian`: when the guardian process is this node's fence (DESIGN §2
+/// "The guardian").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuardianMode {
+    /// In `automatic` mode, when no device exists and `WATCHDOG_USEC` is unset.
+    Auto,
+    /// As `Auto`, and also accepted as the fence in `required` mode.
+    Allow,
+    /// Never.
+    Off,
+}
+
 #[derive(Clone, Debug)]
 pub struct TimingConfig {
     /// Requested lease TTL, whole seconds (etcd may grant more).
@@ -110,6 +122,30 @@ pub struct WatchdogConfig {
     /// Where the device's `nowayout` attribute is read (`<sysfs_dir>/<name>/nowayout`):
     /// `/sys/class/watchdog`, or a test's directory for a device outside `/dev`.
     pub sysfs_dir: PathBuf,
+    pub guardian: GuardianMode,
+    /// `B_g`: the time the guardian's SIGKILL of the postmaster and every backend may
+    /// take to leave no process; it kills from `G = H - B_g`. `0 < B_g <= B`.
+    pub guardian_kill_budget: Duration,
+}
+
+/// `guardian_kill_budget`'s default, unless `demote_budget` is smaller.
+pub const GUARDIAN_KILL_BUDGET: Duration = Duration::from_millis(500);
+
+impl WatchdogConfig {
+    /// Whether the guardian is this node's fence, given what start-up found: a
+    /// device in use, systemd's watchdog (`WATCHDOG_USEC`). DESIGN §2: only where
+    /// neither exists; `required` mode accepts it only with `guardian = "allow"`.
+    pub fn guardian_applies(&self, device_in_use: bool, systemd_watchdog: bool) -> bool {
+        if device_in_use || systemd_watchdog {
+            return false;
+        }
+        match (&self.mode, self.guardian) {
+            (WatchdogMode::Off, _) | (_, GuardianMode::Off) => false,
+            (WatchdogMode::Automatic, _) => true,
+            (WatchdogMode::Required, GuardianMode::Allow) => true,
+            (WatchdogMode::Required, GuardianMode::Auto) => false,
+        }
+    }
 }
 
 /// `[agent]`: how the agent's own process runs.
@@ -699,7 +735,7 @@ impl fmt::Display for Budget {
             None => writeln!(
                 f,
                 "  old primary writable     a partitioned agent fences by s + {} s (F = H); but without a \
-                 watchdog a FROZEN agent (SIGSTOP, swap storm, suspended VM) leaves PostgreSQL writable \
+                 watchdog or the guardian (below) a FROZEN agent (SIGSTOP, swap storm, suspended VM) leaves PostgreSQL writable \
                  until it thaws: no bound. Use a watchdog or synchronous replication",
                 sd(self.fence_deadline)
             ),
@@ -1196,7 +1232,13 @@ impl Config {
 
         // [watchdog]
         let wd = root.sub("watchdog")?;
-        wd.only(&["mode", "device", "sysfs_dir"])?;
+        wd.only(&[
+            "mode",
+            "device",
+            "sysfs_dir",
+            "guardian",
+            "guardian_kill_budget",
+        ])?;
         let mode = match wd.string("mode")?.as_deref() {
             None | Some("automatic") => WatchdogMode::Automatic,
             Some("off") => WatchdogMode::Off,
@@ -1214,6 +1256,37 @@ impl Config {
         let sysfs_dir = wd
             .path("sysfs_dir")?
             .unwrap_or_else(|| PathBuf::from("/sys/class/watchdog"));
+        let guardian = match wd.string("guardian")?.as_deref() {
+            None | Some("auto") => GuardianMode::Auto,
+            Some("allow") => GuardianMode::Allow,
+            Some("off") => GuardianMode::Off,
+            Some(other) => {
+                return Err(wd.err(
+                    "guardian",
+                    format!("expected \"auto\", \"allow\" or \"off\", found \"{other}\""),
+                ));
+            }
+        };
+        // DESIGN §2: the guardian only acts if the agent's own fence (from F - B,
+        // F = H) has not completed, so it starts no earlier: G = H - B_g >= F - B.
+        // With S6(c) that also gives L_w + R + B_g < ttl - M (a healthy leader's
+        // next G arrives before the current one passes).
+        let guardian_kill_budget = match wd.secs("guardian_kill_budget")? {
+            Some(b) if b > timing.demote_budget => {
+                return Err(wd.err(
+                    "guardian_kill_budget",
+                    format!(
+                        "must be <= timing.demote_budget ({} s), found {} s: the guardian kills \
+                         from G = H - guardian_kill_budget, which must not come before the \
+                         agent's own fence starts at F - demote_budget (DESIGN §2)",
+                        show_d(timing.demote_budget),
+                        show_d(b)
+                    ),
+                ));
+            }
+            Some(b) => b,
+            None => GUARDIAN_KILL_BUDGET.min(timing.demote_budget),
+        };
 
         // [agent]
         let ag = root.sub("agent")?;
@@ -1278,6 +1351,8 @@ impl Config {
                 mode,
                 device,
                 sysfs_dir,
+                guardian,
+                guardian_kill_budget,
             },
             nofailover,
             syslog_socket,

@@ -6,6 +6,7 @@ pub mod config;
 pub mod core;
 pub mod dcs;
 pub mod demo;
+pub mod guardian;
 pub mod logging;
 pub mod pg;
 pub mod testbed;

@@ -237,6 +237,11 @@ fn budget_report(path: &Path, c: &Config) -> String {
             out += &tenure::config::budget(t, t.ttl, None).to_string();
         }
     }
+    out += &fence_report(
+        c,
+        c.watchdog.device.exists(),
+        std::env::var_os("WATCHDOG_USEC").is_some(),
+    );
     if c.dynamic.synchronous_mode {
         // DESIGN §3a: the winner writes the `sync` key naming itself, sets the names
         // and waits until they held for a loop before it promotes.
@@ -252,6 +257,72 @@ fn budget_report(path: &Path, c: &Config) -> String {
             (2 * t.loop_wait).as_secs_f64()
         );
     }
+    out
+}
+
+/// Which fence a frozen agent meets on this node (as found here: the device,
+/// `WATCHDOG_USEC`), and the guardian's numbers (DESIGN §2 "The guardian").
+fn fence_report(c: &Config, device: bool, systemd: bool) -> String {
+    let w = &c.watchdog;
+    let t = &c.timing;
+    let dev = w.device.display();
+    let mut out = format!(
+        "\nfence for a frozen agent (as found here: device {dev} {}, WATCHDOG_USEC {}):\n  ",
+        if device { "present" } else { "absent" },
+        if systemd { "set" } else { "unset" }
+    );
+    let range = tenure::config::watchdog_range(t, t.ttl);
+    let device_in_use = device && range.is_some() && w.mode != WatchdogMode::Off;
+    out += &if w.mode == WatchdogMode::Off {
+        "none (watchdog mode \"off\"): a frozen agent leaves its primary writable until it thaws"
+            .to_string()
+    } else if device_in_use {
+        format!("the watchdog device {dev} (if it can be armed; see W above)")
+    } else if systemd {
+        "systemd's watchdog (WATCHDOG_USEC playing W)".to_string()
+    } else if w.guardian_applies(false, false) {
+        "the guardian process ([watchdog] guardian)".to_string()
+    } else if w.mode == WatchdogMode::Required {
+        "none: watchdog mode \"required\" refuses leadership without a device (set \
+         [watchdog] guardian = \"allow\" to accept the guardian)"
+            .to_string()
+    } else {
+        "none ([watchdog] guardian = \"off\"): a frozen agent leaves its primary writable until \
+         it thaws"
+            .to_string()
+    };
+    out += "\n";
+    let mode = match w.guardian {
+        tenure::config::GuardianMode::Auto => "auto",
+        tenure::config::GuardianMode::Allow => "allow",
+        tenure::config::GuardianMode::Off => "off",
+    };
+    if w.guardian == tenure::config::GuardianMode::Off || w.mode == WatchdogMode::Off {
+        out += &format!("  guardian                 off ([watchdog] guardian = \"{mode}\")\n");
+        return out;
+    }
+    let h = std::time::Duration::from_secs(u64::from(t.ttl)).saturating_sub(t.safety_margin);
+    let bg = w.guardian_kill_budget;
+    out += &format!(
+        "  guardian                 [watchdog] guardian = \"{mode}\": used where no device and no \
+         WATCHDOG_USEC exist{}\n",
+        if w.mode == WatchdogMode::Required && w.guardian != tenure::config::GuardianMode::Allow {
+            " (not in required mode: needs \"allow\")"
+        } else {
+            ""
+        }
+    );
+    out += &format!(
+        "  guardian kill budget B_g {} s (<= demote_budget B = {} s)\n",
+        bg.as_secs_f64(),
+        t.demote_budget.as_secs_f64()
+    );
+    out += &format!(
+        "  guardian deadline G      s + {} s (= H - B_g): a frozen agent's PostgreSQL is SIGKILLed \
+         from G and gone by H = s + {} s; an agent that dies while G is pending: at once\n",
+        h.saturating_sub(bg).as_secs_f64(),
+        h.as_secs_f64()
+    );
     out
 }
 

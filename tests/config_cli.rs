@@ -337,3 +337,78 @@ fn version_and_help() {
         "{out}"
     );
 }
+
+/// DESIGN §2 "The guardian": check-config names the fence this node will use and
+/// prints `B_g` and `G`; a `guardian_kill_budget` above `demote_budget` is refused.
+#[test]
+fn check_config_prints_the_guardian() {
+    let dir = tenure::testbed::scratch_dir("guardiancfg").expect("scratch dir");
+    let file = dir.join("tenure.toml");
+    let wd = |section: &str| {
+        good(&dir).replace(
+            "[watchdog]\nmode = \"off\"\n",
+            &format!(
+                "[watchdog]\n{section}device = \"{}/no-such-watchdog\"\n",
+                dir.display()
+            ),
+        )
+    };
+    std::fs::write(&file, wd("mode = \"automatic\"\n")).expect("write");
+    let o = run_env_clean(&["check-config", file.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("the guardian process"), "{out}");
+    assert!(out.contains("guardian kill budget B_g 0.5 s"), "{out}");
+    assert!(
+        out.contains("guardian deadline G      s + 27.5 s (= H - B_g)"),
+        "{out}"
+    );
+    // required mode refuses it unless allowed.
+    std::fs::write(&file, wd("mode = \"required\"\n")).expect("write");
+    let out = String::from_utf8_lossy(
+        &run_env_clean(&["check-config", file.to_str().expect("utf8")]).stdout,
+    )
+    .into_owned();
+    assert!(out.contains("refuses leadership without a device"), "{out}");
+    std::fs::write(
+        &file,
+        wd("mode = \"required\"\nguardian = \"allow\"\nguardian_kill_budget = 0.2\n"),
+    )
+    .expect("write");
+    let out = String::from_utf8_lossy(
+        &run_env_clean(&["check-config", file.to_str().expect("utf8")]).stdout,
+    )
+    .into_owned();
+    assert!(out.contains("the guardian process"), "{out}");
+    assert!(out.contains("s + 27.8 s (= H - B_g)"), "{out}");
+    std::fs::write(&file, wd("guardian = \"off\"\n")).expect("write");
+    let out = String::from_utf8_lossy(
+        &run_env_clean(&["check-config", file.to_str().expect("utf8")]).stdout,
+    )
+    .into_owned();
+    assert!(
+        out.contains("none ([watchdog] guardian = \"off\")"),
+        "{out}"
+    );
+    std::fs::write(&file, wd("guardian_kill_budget = 2\n")).expect("write");
+    let o = run_env_clean(&["check-config", file.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("watchdog.guardian_kill_budget: must be <= timing.demote_budget"),
+        "{}",
+        stderr(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `check-config` without systemd's watchdog variables in its environment.
+fn run_env_clean(args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env_remove("WATCHDOG_USEC")
+        .env_remove("NOTIFY_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd.output().expect("run tenure")
+}

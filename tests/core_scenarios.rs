@@ -112,6 +112,7 @@ fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
         clock_jump: std::time::Duration::ZERO,
         guard_refused: None,
         pet: None,
+        guardian_holds: None,
     }
 }
 
@@ -1965,4 +1966,175 @@ fn adoption_without_a_cluster_read_fences_a_local_primary() {
     // Renewed again at the next tick, not at once (no busy loop).
     assert!(!c.renew_now());
     assert_eq!(c.lease_to_renew(), Some((0xA, 5)));
+}
+
+// ---------------------------------------------------------------------------------
+// The guardian (DESIGN §2 "The guardian"): G = H - B_g while leading, promotion only
+// once the guardian holds a G (S3), stand-down (`DisarmWatchdog`) after a complete
+// fence or a clean stop, F = H unchanged.
+// ---------------------------------------------------------------------------------
+
+const B_G: Duration = Duration::from_millis(500);
+
+#[test]
+fn guardian_deadline_is_h_minus_b_g_while_leading_only() {
+    let mut c = core("pg1", None);
+    c.set_guardian(Some(B_G));
+    assert_eq!(c.guardian_deadline(), None, "not leading");
+    let mut c = adopted_leader(100.0);
+    assert_eq!(c.guardian_deadline(), None, "no guardian");
+    c.set_guardian(Some(B_G));
+    // Adopted at s = 100: H = 128, G = 127.5; F stays H (S1 without a watchdog).
+    assert_eq!(c.guardian_deadline(), Some(t(127.5)));
+    assert_eq!(c.fence_deadline(), Some(t(128.0)));
+    assert_eq!(
+        c.call_cap(),
+        Some(t(127.0)),
+        "the agent's own fence starts first"
+    );
+    // Each counted renewal moves G.
+    let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+    let mut o = obs(v.clone(), pg(PgRole::Primary, 600, None));
+    o.renewal = counted(0xA, 102.0);
+    o.guardian_holds = Some(t(127.5));
+    c.step(t(102.01), &o);
+    assert_eq!(c.guardian_deadline(), Some(t(129.5)));
+    // A wall-clock jump (S5) moves it back.
+    let mut o = obs(v, pg(PgRole::Primary, 600, None));
+    o.clock_jump = Duration::from_secs(3);
+    o.guardian_holds = Some(t(129.5));
+    c.step(t(102.5), &o);
+    assert_eq!(c.guardian_deadline(), Some(t(126.5)));
+    // After a fence: none.
+    c.set_guardian(None);
+    assert_eq!(c.guardian_deadline(), None);
+}
+
+#[test]
+fn with_the_guardian_promotion_waits_until_it_holds_g() {
+    let mut c = follower_with_poll(None);
+    c.set_guardian(Some(B_G));
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+    ];
+    let mut o = obs(
+        view(20, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.leader_deleted_at = Some(t(103.5));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(103.55),
+        ttl: None,
+        granted_ttl: None,
+        has_keys: false,
+    });
+    let p = c.step(t(103.6), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let v = view(21, Some(key("pg2", 21, 0xB)), members);
+    let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, None));
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(103.65),
+        epoch: 21,
+    });
+    let p = c.step(t(103.7), &o);
+    assert_eq!(p.reason, Reason::Promoting { epoch: 21 }, "won");
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    // The step after the win, before the shell delivered any G.
+    let p = c.step(t(103.75), &obs(v.clone(), pg(PgRole::Replica, 1000, None)));
+    assert!(
+        !p.actions.contains(&Action::Promote { epoch: 21 }),
+        "promoted before the guardian held a G: {:?}",
+        p.actions
+    );
+    assert!(
+        matches!(p.reason, Reason::Waiting(ref s) if s.contains("guardian")),
+        "{}",
+        p.reason
+    );
+    assert!(p.again, "the next step follows at once");
+    let g = c.guardian_deadline().expect("leading: a G to hand over");
+    assert_eq!(g, t(103.65 + 28.0 - 0.5));
+    // The shell delivered it: now it promotes.
+    let mut o = obs(v, pg(PgRole::Replica, 1000, None));
+    o.guardian_holds = Some(g);
+    let p = c.step(t(103.8), &o);
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 21 }],
+        "{}",
+        p.reason
+    );
+}
+
+#[test]
+fn with_the_guardian_a_complete_fence_stands_it_down() {
+    let mut c = adopted_leader(100.0);
+    c.set_guardian(Some(B_G));
+    let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+    let mut o = obs(v.clone(), pg(PgRole::Primary, 600, None));
+    o.guardian_holds = c.guardian_deadline();
+    let p = c.step(t(127.0), &o);
+    assert_eq!(p.actions, vec![Action::Fence], "at F - B: {}", p.reason);
+    assert_eq!(c.guardian_deadline(), None, "no new G once fencing");
+    let mut o = obs(v, pg(PgRole::Stopped, 600, None));
+    o.fence = Some(FenceOutcome::Complete);
+    o.guardian_holds = Some(t(127.5));
+    let p = c.step(t(127.1), &o);
+    assert_eq!(
+        p.actions,
+        vec![Action::DisarmWatchdog, Action::Revoke { lease: 0xA }],
+        "{}",
+        p.reason
+    );
+}
+
+#[test]
+fn with_the_guardian_a_clean_stop_stands_it_down_before_the_release() {
+    let mut c = adopted_leader(100.0);
+    c.set_guardian(Some(B_G));
+    let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+    let mut o = obs(v.clone(), pg(PgRole::Stopped, 600, None));
+    o.shutdown = true;
+    o.guardian_holds = c.guardian_deadline();
+    o.job = Job::Finished {
+        kind: JobKind::Stop,
+        ok: true,
+        detail: String::new(),
+    };
+    // The fail-closed check that no process remains comes first (finding 7).
+    let p = c.step(t(101.5), &o);
+    assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
+    let mut o = obs(v, pg(PgRole::Stopped, 600, None));
+    o.shutdown = true;
+    o.guardian_holds = c.guardian_deadline();
+    o.fence = Some(FenceOutcome::Complete);
+    let p = c.step(t(101.6), &o);
+    assert_eq!(
+        p.actions,
+        vec![
+            Action::DisarmWatchdog,
+            Action::Release {
+                lease: 0xA,
+                epoch: 5
+            },
+            Action::Exit
+        ]
+    );
+}
+
+#[test]
+fn a_required_guardian_that_died_releases_the_key() {
+    let mut c = adopted_leader(100.0);
+    c.set_guardian(Some(B_G));
+    let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+    let mut o = obs(v, pg(PgRole::Primary, 600, None));
+    o.watchdog_failed = Some("the guardian (pid 7) died".into());
+    let p = c.step(t(101.0), &o);
+    assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
+    assert!(c.leadership().is_none());
+    assert!(c.refuses_leadership());
 }

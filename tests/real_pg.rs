@@ -721,6 +721,7 @@ fn clean_shutdown_releases_only_after_the_orphan_backend_is_gone() {
         clock_jump: Duration::ZERO,
         guard_refused: None,
         pet: None,
+        guardian_holds: None,
     };
     let probe = |n: &mut PgCtl| n.probe(clock::now().add(secs(2)));
     let st = probe(&mut g.nodes[0]);

@@ -369,7 +369,7 @@ fn real_wd_nowayout_fence_keeps_petting() {
     );
 }
 
-/// S6 and S3: refusals. Node 0 (automatic, no device) leads and warns; node 1
+/// S6 and S3: refusals. Node 0 (automatic, no device, guardian off) leads and warns; node 1
 /// (required, no device) never leads; node 2 (required, read-back W = 1) and node 3
 /// (required, no magic close, nowayout off) win the key after node 0's host
 /// crashes, refuse the device, release the key and never promote.
@@ -378,10 +378,8 @@ fn real_wd_refusals() {
     let mut o = opts(
         "wdrefuse",
         vec![
-            NodeWatchdog {
-                mode: Some("automatic".into()),
-                ..NodeWatchdog::default()
-            },
+            // Without the guardian: this node shows `automatic` with no fence at all.
+            NodeWatchdog::guardian("automatic", "off"),
             NodeWatchdog {
                 mode: Some("required".into()),
                 ..NodeWatchdog::default()

@@ -567,3 +567,79 @@ fn sslmode_default_values_and_errors() {
         "{e}"
     );
 }
+
+/// DESIGN §2 "The guardian": `[watchdog] guardian` and `guardian_kill_budget`.
+#[test]
+fn guardian_settings_and_defaults() {
+    let c = parse(GOOD).expect("valid");
+    assert_eq!(c.watchdog.guardian, GuardianMode::Auto);
+    assert_eq!(c.watchdog.guardian_kill_budget, Duration::from_millis(500));
+    for (v, want) in [
+        ("auto", GuardianMode::Auto),
+        ("allow", GuardianMode::Allow),
+        ("off", GuardianMode::Off),
+    ] {
+        let c = parse(&format!("{GOOD}\n[watchdog]\nguardian = \"{v}\"\n")).expect(v);
+        assert_eq!(c.watchdog.guardian, want);
+    }
+    let e = err(&format!("{GOOD}\n[watchdog]\nguardian = \"maybe\"\n"));
+    assert!(
+        e.contains("watchdog.guardian: expected \"auto\", \"allow\" or \"off\""),
+        "{e}"
+    );
+    let c = parse(&format!(
+        "{GOOD}\n[watchdog]\nguardian_kill_budget = 0.25\n"
+    ))
+    .expect("0.25");
+    assert_eq!(c.watchdog.guardian_kill_budget, Duration::from_millis(250));
+    // The default never exceeds demote_budget (worked example two: B = 0.3).
+    let c = parse(&GOOD.replace("demote_budget = 1", "demote_budget = 0.3")).expect("B 0.3");
+    assert_eq!(c.watchdog.guardian_kill_budget, Duration::from_millis(300));
+}
+
+#[test]
+fn guardian_kill_budget_is_refused_outside_0_to_b() {
+    for bad in ["0", "-1", "0.0"] {
+        let e = err(&format!(
+            "{GOOD}\n[watchdog]\nguardian_kill_budget = {bad}\n"
+        ));
+        assert!(
+            e.contains("watchdog.guardian_kill_budget: must be > 0"),
+            "{bad}: {e}"
+        );
+    }
+    let e = err(&format!("{GOOD}\n[watchdog]\nguardian_kill_budget = 1.5\n"));
+    assert!(
+        e.contains(
+            "watchdog.guardian_kill_budget: must be <= timing.demote_budget (1 s), found 1.5 s"
+        ),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{GOOD}\n[watchdog]\nguardian_kill_budget = \"fast\"\n"
+    ));
+    assert!(e.contains("watchdog.guardian_kill_budget"), "{e}");
+}
+
+#[test]
+fn guardian_applies_only_without_device_and_systemd() {
+    let mut w = parse(GOOD).expect("valid").watchdog;
+    use GuardianMode::{Allow, Auto};
+    use WatchdogMode::{Automatic, Required};
+    for (mode, g, want) in [
+        (Automatic, Auto, true),
+        (Automatic, Allow, true),
+        (Automatic, GuardianMode::Off, false),
+        (Required, Auto, false),
+        (Required, Allow, true),
+        (Required, GuardianMode::Off, false),
+        (WatchdogMode::Off, Auto, false),
+        (WatchdogMode::Off, Allow, false),
+    ] {
+        w.mode = mode.clone();
+        w.guardian = g;
+        assert_eq!(w.guardian_applies(false, false), want, "{mode:?} {g:?}");
+        assert!(!w.guardian_applies(true, false), "a device is in use");
+        assert!(!w.guardian_applies(false, true), "WATCHDOG_USEC is set");
+    }
+}

@@ -198,6 +198,9 @@ pub struct Core {
     /// members' `leader_ttl`): the early-expiry delay's fallback when the old lease's
     /// own TTL is unknown.
     max_leader_ttl_seen: u32,
+    /// `B_g` while the guardian process is this node's fence (DESIGN §2 "The
+    /// guardian"); `None`: no guardian (a device, systemd's watchdog, or no fence).
+    guardian: Option<Duration>,
 }
 
 /// At most this many member keys are remembered for the rollback check (a scope full
@@ -232,7 +235,41 @@ impl Core {
             rollback_seen: None,
             rollback_marker: None,
             max_leader_ttl_seen: 0,
+            guardian: None,
         }
+    }
+
+    /// The guardian is this node's fence, with kill budget `B_g` (`None`: it is not,
+    /// or it died in `automatic` mode). With it `F = H` still (S1, S6(c)): the
+    /// guardian adds a deadline for a frozen agent, it changes none of the agent's.
+    pub fn set_guardian(&mut self, kill_budget: Option<Duration>) {
+        self.guardian = kill_budget;
+    }
+
+    pub fn guardian(&self) -> Option<Duration> {
+        self.guardian
+    }
+
+    /// DESIGN §2: the deadline the guardian holds, `G = H - B_g`, while this node
+    /// leads with the guardian as its fence. It moves with every counted renewal (and
+    /// back with a wall-clock jump, S5); the shell hands it over when it changed.
+    pub fn guardian_deadline(&self) -> Option<Instant> {
+        let bg = self.guardian?;
+        self.horizon().map(|h| h.sub(bg))
+    }
+
+    /// A device (or systemd's watchdog) or the guardian stands behind leadership:
+    /// `DisarmWatchdog` (the guardian's stand-down) is planned after a complete fence
+    /// or a clean stop.
+    fn has_fence(&self) -> bool {
+        self.cfg.watchdog.is_some() || self.guardian.is_some()
+    }
+
+    /// S3 with the guardian: PostgreSQL may accept writes under this leadership
+    /// only once the guardian holds a deadline (the shell hands it one right after
+    /// the step that made this node leader).
+    fn guardian_unarmed(&self, obs: &Observation) -> bool {
+        self.guardian.is_some() && obs.guardian_holds.is_none()
     }
 
     /// The watchdog `W` leadership uses from now on (a read-back that differs from
@@ -748,7 +785,7 @@ impl Core {
             }
         }
         // INVARIANT: no process of the local PostgreSQL remains from here on.
-        if self.cfg.watchdog.is_some() {
+        if self.has_fence() {
             p.push(Action::DisarmWatchdog);
         }
         match (lease, epoch, release) {
@@ -888,6 +925,12 @@ impl Core {
                 } else if !self.fence_armed(&l) {
                     // S3: the watchdog is armed (a pet reported done) before promotion.
                     Reason::Waiting("leader with the lock; waiting to arm the watchdog".into())
+                } else if self.guardian_unarmed(obs) {
+                    p.again = true;
+                    Reason::Waiting(
+                        "leader with the lock; waiting for the guardian to hold its deadline G"
+                            .into(),
+                    )
                 } else if let Err(why) = self.sync_before_writes(now, obs, l.epoch, p, true) {
                     Reason::Waiting(format!("leader with the lock, not promoting yet: {why}"))
                 } else {
@@ -933,6 +976,12 @@ impl Core {
                             "leader with the lock; waiting to arm the watchdog before starting PostgreSQL as primary"
                                 .into(),
                         )
+                    } else if data && now >= l.promote_after && self.guardian_unarmed(obs) {
+                        p.again = true;
+                        Reason::Waiting(
+                            "leader with the lock; waiting for the guardian to hold its deadline G"
+                                .into(),
+                        )
                     } else if data && now >= l.promote_after {
                         match self.sync_before_writes(now, obs, l.epoch, p, false) {
                             Ok(()) => {
@@ -974,7 +1023,7 @@ impl Core {
         }
         if stopped {
             // Clean stop finished: release the key so a replica takes over at once.
-            if self.cfg.watchdog.is_some() {
+            if self.has_fence() {
                 p.push(Action::DisarmWatchdog);
             }
             p.push(Action::Release {

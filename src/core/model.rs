@@ -516,6 +516,11 @@ pub struct Observation {
     /// iteration's counted renewal (`Core::pet_on_renewal`) or for the previous
     /// plan's `PetWatchdog`.
     pub pet: Option<PetReport>,
+    /// The deadline `G` the guardian holds, as the shell last delivered it whole to
+    /// its pipe (DESIGN §2 "The guardian"); `None`: no guardian, none handed yet in
+    /// this leadership, or stood down. A fact, not a plan: the core promotes with the
+    /// guardian as its fence only once it holds one (S3).
+    pub guardian_holds: Option<Instant>,
 }
 
 /// What the core asks the shell to do, in order.

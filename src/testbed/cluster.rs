@@ -92,6 +92,10 @@ pub struct NodeWatchdog {
     pub notify: bool,
     /// `WATCHDOG_USEC` for the agent (only with `notify`).
     pub watchdog_usec: Option<u64>,
+    /// `[watchdog] guardian` ("auto", "allow", "off"; `None`: the default, "auto").
+    /// Only meaningful with a mode; the guardian runs where no stand-in and no
+    /// notify socket exist (DESIGN §2 "The guardian").
+    pub guardian: Option<String>,
 }
 
 /// The stand-in's options a test chooses (the rest follow the node).
@@ -115,6 +119,16 @@ impl Default for StandinSettings {
 }
 
 impl NodeWatchdog {
+    /// Mode `mode` with no device and no notify socket: the guardian is the fence
+    /// (with `guardian` "auto" or "allow" as the mode needs), or none ("off").
+    pub fn guardian(mode: &str, guardian: &str) -> NodeWatchdog {
+        NodeWatchdog {
+            mode: Some(mode.into()),
+            guardian: Some(guardian.into()),
+            ..NodeWatchdog::default()
+        }
+    }
+
     /// Mode `mode` with a default stand-in.
     pub fn with_standin(mode: &str) -> NodeWatchdog {
         NodeWatchdog {
@@ -369,9 +383,13 @@ fn watchdog_section(wd: &NodeWatchdog, spec: &NodeSpec) -> String {
     match &wd.mode {
         None => "[watchdog]\nmode = \"off\"\n".into(),
         Some(mode) => format!(
-            "[watchdog]\nmode = \"{mode}\"\ndevice = \"{}\"\nsysfs_dir = \"{}\"\n",
+            "[watchdog]\nmode = \"{mode}\"\ndevice = \"{}\"\nsysfs_dir = \"{}\"\n{}",
             spec.dir.join("watchdog").display(),
-            spec.dir.join("sysfs").display()
+            spec.dir.join("sysfs").display(),
+            wd.guardian
+                .as_ref()
+                .map(|g| format!("guardian = \"{g}\"\n"))
+                .unwrap_or_default()
         ),
     }
 }
@@ -727,6 +745,12 @@ impl TestCluster {
                 None => cmd.env_remove("WATCHDOG_USEC"),
             };
             cmd.env_remove("WATCHDOG_PID");
+        } else {
+            // No notify socket for this node: nothing of ours leaks in (a test run
+            // under systemd would otherwise hand every agent its watchdog).
+            cmd.env_remove("NOTIFY_SOCKET")
+                .env_remove("WATCHDOG_USEC")
+                .env_remove("WATCHDOG_PID");
         }
         let child = cmd
             .spawn()

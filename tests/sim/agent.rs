@@ -375,6 +375,7 @@ pub async fn run(cx: Cx) {
             clock_jump: std::time::Duration::ZERO,
             guard_refused: out.guard_refused.take(),
             pet: out.pet.take(),
+            guardian_holds: None,
         };
         let members_seen = if let Ok(v) = &obs.cluster {
             v.members
