@@ -309,6 +309,10 @@ impl Agent {
                 again_budget += 1;
                 Wake::Tick
             } else {
+                // The run of immediate steps is over: the next one waits for the tick.
+                // (An API wake must not restart it: a stream of connections would
+                // turn a plan that always says `again` into back-to-back steps.)
+                again = false;
                 again_budget = 0;
                 // S1: while leading, also wake at `F - B`, not at the next tick after it.
                 let until = if self.core.renew_now() {
@@ -526,16 +530,30 @@ impl Agent {
     /// at the next renewal tick while leading (S6 d: nothing an iteration does may
     /// delay the next keepalive; issue 8 finding 5).
     fn deadline(&self, d: Duration) -> Instant {
-        let t = clock::now().add(d);
-        let t = match self.core.call_cap() {
-            Some(cap) => t.min(cap),
-            None => t,
-        };
+        let t = self.deadline_past_tick(d);
         if self.core.leadership().is_some() {
             t.min(self.next_tick)
         } else {
             t
         }
+    }
+
+    /// `min(now + d, F - B)`, not capped at the next tick: for the few one-off
+    /// actions whose failure costs more than a late keepalive — `pg_promote()`, the
+    /// `history` append that follows it, the epoch row — so a promotion that starts
+    /// just before a tick is not cut short (review of issue 8). S1 still caps them.
+    fn deadline_past_tick(&self, d: Duration) -> Instant {
+        let t = clock::now().add(d);
+        match self.core.call_cap() {
+            Some(cap) => t.min(cap),
+            None => t,
+        }
+    }
+
+    /// Whether a call of at most `d` starting now is cut short by the next tick: its
+    /// timeout is then no evidence against the etcd member it went to.
+    fn cut_by_tick(&self, d: Duration) -> bool {
+        self.core.leadership().is_some() && self.next_tick < clock::now().add(d)
     }
 
     /// `P` (S6 d): everything an iteration does besides the renewal must fit in it;
@@ -720,15 +738,19 @@ impl Agent {
         }
 
         let deadline = self.deadline(r);
+        let cut = self.cut_by_tick(r);
         let cluster = match self.connect(deadline) {
             Some((etcd, rt)) => etcd.read_cluster(rt, deadline).map_err(|e| e.to_string()),
             None => Err("etcd unreachable".to_string()),
         };
         if let Err(e) = &cluster {
             // A fresh connection to the next member: this one may be dead, cut off
-            // from the quorum, or its channel broken for good.
+            // from the quorum, or its channel broken for good — unless the read only
+            // ran out of the time left before the tick.
             debug!("cluster read failed: {e}");
-            self.switch_endpoint();
+            if !cut {
+                self.switch_endpoint();
+            }
         }
         if let Ok(view) = &cluster {
             self.apply_cluster_config(view);
@@ -940,8 +962,7 @@ impl Agent {
         {
             self.wd.requested = hi;
             let d = Duration::from_secs(u64::from(hi));
-            self.core
-                .set_watchdog(Some(self.wd.systemd_w.map_or(d, |s| s.max(d))));
+            self.core.set_watchdogs(Some(d), self.wd.systemd_w);
         }
     }
 
@@ -1173,7 +1194,7 @@ impl Agent {
                 }
                 Action::Promote { epoch } => {
                     self.slots = None;
-                    let pg_deadline = self.deadline(Duration::from_secs(5));
+                    let pg_deadline = self.deadline_past_tick(Duration::from_secs(5));
                     match self.pg.promote(pg_deadline) {
                         Ok(()) => {
                             info!("promoted PostgreSQL at epoch {epoch}");
@@ -1371,7 +1392,7 @@ impl Agent {
     /// 5, §3). Bounded; a failure is logged and retried next iteration (the core asks
     /// again while the row differs), never blocks the loop.
     fn write_epoch(&mut self, epoch: Epoch) {
-        let deadline = self.deadline(Duration::from_secs(2));
+        let deadline = self.deadline_past_tick(Duration::from_secs(2));
         let me = self.cfg.name.clone();
         match self.pg.write_epoch(epoch, &me, deadline) {
             Ok(()) => info!("recorded epoch {epoch} in tenure.epoch"),
@@ -1390,7 +1411,7 @@ impl Agent {
             new_leader: self.cfg.name.clone(),
         };
         let me = self.cfg.name.clone();
-        let deadline = self.deadline(self.core.timing().retry_timeout);
+        let deadline = self.deadline_past_tick(self.core.timing().retry_timeout);
         if let Some((etcd, rt)) = self.connect(deadline) {
             match etcd.append_history(rt, &entry, &me, epoch, deadline) {
                 Ok(true) => {}
@@ -1462,16 +1483,9 @@ impl Agent {
             .core
             .leadership()
             .map_or(self.core.timing().ttl, |l| l.ttl);
-        // The W requested follows the TTL in force (issue 8 finding 4), not the
-        // file's TTL at start-up.
-        let requested = match crate::config::watchdog_range(&self.cfg.timing, ttl) {
-            Some((_, hi)) => hi,
-            None => {
-                return Err(format!(
-                    "no watchdog timeout W satisfies the timing contract for ttl {ttl} s"
-                ));
-            }
-        };
+        // The W the core planned this arm with (it follows the ttl in force,
+        // `follow_ttl_with_w`); the read-back is checked against S2 below.
+        let requested = self.wd.requested;
         let (dev, at) = loop {
             let at = clock::now();
             if at > until {
@@ -1488,15 +1502,27 @@ impl Agent {
                 Err(e) => return Err(e.to_string()),
             }
         };
-        self.wd.requested = requested;
         if dev.boot_status_watchdog_reset() {
             error!(
                 "ALERT: the last reset of this host was caused by the watchdog {}",
                 self.wd.path.display()
             );
         }
-        if let Err(why) = crate::watchdog::check_usable(&dev, &self.cfg.timing, ttl, &self.wd.mode)
-        {
+        // S2 at the instant of this open with the W the device really took (review of
+        // issue 8: the planned `not_after` assumed the requested W; a device that
+        // rounds up, or a request for another ttl, could otherwise break t + 2W <= H).
+        let w_read = Duration::from_secs(u64::from(dev.timeout()));
+        let s2 = match self.core.horizon() {
+            Some(h) if at.add(w_read).add(w_read) > h => Err(format!(
+                "{} took W = {} s: the open at {at} + 2W passes H = {h} (S2)",
+                self.wd.path.display(),
+                dev.timeout()
+            )),
+            _ => Ok(()),
+        };
+        if let Err(why) = s2.and_then(|()| {
+            crate::watchdog::check_usable(&dev, &self.cfg.timing, ttl, &self.wd.mode)
+        }) {
             // Hand the device back disarmed: it must not reset a host that runs without it.
             match dev.disarm() {
                 Ok(_) => {}
@@ -1530,10 +1556,12 @@ impl Agent {
             self.wd.requested,
             dev.nowayout()
         );
-        // INVARIANT: the core's W is the read-back, never the request.
-        self.core
-            .set_watchdog(Some(self.wd.systemd_w.map_or(w, |s| s.max(w))));
+        // INVARIANT: the core's W is the read-back, never the request: pets judged by
+        // the longest of it and systemd's, F by the shortest.
+        self.core.set_watchdogs(Some(w), self.wd.systemd_w);
         self.wd.device = Some(dev);
+        // A change refused for the old W is judged again for this one.
+        self.applied_config = None;
         Ok(at)
     }
 
@@ -1561,7 +1589,11 @@ impl Agent {
             return;
         };
         match dev.disarm() {
-            Ok(d) => info!("watchdog {} disarmed", d.path.display()),
+            Ok(d) => {
+                info!("watchdog {} disarmed", d.path.display());
+                // A change refused for the armed W is judged again without it.
+                self.applied_config = None;
+            }
             Err(WatchdogError::NoWayOut(dev)) => {
                 warn!(
                     "watchdog has nowayout: it stays open and petted (no primary runs); \
@@ -1696,14 +1728,8 @@ impl Watchdogs {
                 }
             }
         }
-        let w = match (use_device, systemd_w) {
-            (true, s) => {
-                let d = Duration::from_secs(u64::from(requested));
-                Some(s.map_or(d, |s| s.max(d)))
-            }
-            (false, s) => s,
-        };
-        core.set_watchdog(w);
+        let device_w = use_device.then(|| Duration::from_secs(u64::from(requested)));
+        core.set_watchdogs(device_w, systemd_w);
         Ok((
             Watchdogs {
                 mode,

@@ -83,7 +83,15 @@ pub struct ApiServer {
     slots: Vec<Slot>,
     /// Total refused over the cap since start (reported now and then).
     pub refused_total: u64,
+    /// After an accept that failed for want of a resource (EMFILE, ENFILE, ENOMEM):
+    /// readiness was cleared so the loop does not spin on it; accepting is tried
+    /// again at this instant (the loop wakes for it through `next_deadline`).
+    accept_retry_at: Option<Instant>,
 }
+
+/// How long to leave the listener alone after an accept failed for want of a
+/// resource: the loop must not spin at full CPU on a readiness it cannot consume.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 impl ApiServer {
     /// Takes a bound listener; must be called inside the loop's runtime context.
@@ -106,6 +114,7 @@ impl ApiServer {
             listener,
             slots,
             refused_total: 0,
+            accept_retry_at: None,
         })
     }
 
@@ -130,7 +139,7 @@ impl ApiServer {
     pub fn service(&mut self, now: Instant, status: &ApiStatus) -> Served {
         let mut served = Served::default();
         for _ in 0..ACCEPTS_PER_SERVICE {
-            let Some(stream) = self.try_accept() else {
+            let Some(stream) = self.try_accept(now) else {
                 break;
             };
             match self.slots.iter_mut().find(|s| s.conn.is_none()) {
@@ -229,20 +238,43 @@ impl ApiServer {
     /// One non-blocking accept; `None` when nothing is waiting (readiness is then
     /// cleared, so the wait sleeps until the next connection) or accept failed
     /// (EMFILE and the like: tried again at the next service).
-    fn try_accept(&mut self) -> Option<TcpStream> {
+    fn try_accept(&mut self, now: Instant) -> Option<TcpStream> {
         let waker = std::task::Waker::noop();
         let mut cx = Context::from_waker(waker);
-        let Poll::Ready(Ok(mut guard)) = self.listener.poll_read_ready(&mut cx) else {
-            return None;
+        let accepted = match self.listener.poll_read_ready(&mut cx) {
+            Poll::Ready(Ok(mut guard)) => match guard.try_io(|fd| fd.get_ref().accept()) {
+                Ok(r) => {
+                    if r.is_err() {
+                        // Not WouldBlock (`try_io` keeps readiness then): clear it by
+                        // hand, or the wait would return at once for ever.
+                        guard.clear_ready();
+                    }
+                    r
+                }
+                Err(_would_block) => return None,
+            },
+            // Readiness cleared after a failure: retry once the pause is over.
+            _ if self.accept_retry_at.is_some_and(|t| now >= t) => {
+                self.accept_retry_at = None;
+                match self.listener.get_ref().accept() {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+                    r => r,
+                }
+            }
+            _ => return None,
         };
-        match guard.try_io(|fd| fd.get_ref().accept()) {
-            Ok(Ok((s, _))) => {
+        match accepted {
+            Ok((s, _)) => {
+                self.accept_retry_at = None;
                 if s.set_nonblocking(true).is_err() {
                     return None;
                 }
                 TcpStream::from_std(s).ok()
             }
-            Ok(Err(_)) | Err(_) => None,
+            Err(_) => {
+                self.accept_retry_at = Some(now.add(ACCEPT_RETRY));
+                None
+            }
         }
     }
 
@@ -252,6 +284,7 @@ impl ApiServer {
         self.slots
             .iter()
             .filter_map(|s| s.conn.as_ref().map(|c| c.deadline))
+            .chain(self.accept_retry_at)
             .min()
     }
 }

@@ -74,10 +74,6 @@ enum State {
     Adopting {
         lease: LeaseId,
         epoch: Epoch,
-        /// A confirmed renewal came back but the cluster read failed: the next try
-        /// waits for the next tick instead of running at once (no busy loop against
-        /// an etcd that fails fast).
-        read_failed: bool,
     },
     Follower,
     Leader(Leadership),
@@ -198,6 +194,10 @@ pub struct Core {
     /// members' `leader_ttl`): the early-expiry delay's fallback when the old lease's
     /// own TTL is unknown.
     max_leader_ttl_seen: u32,
+    /// The shortest `W` of the watchdogs in use when they differ (a device and
+    /// systemd's): `F` counts from it, while every pet must satisfy S2 for the
+    /// longest (`cfg.watchdog`). `None`: the same as `cfg.watchdog`.
+    watchdog_fence: Option<Duration>,
     /// `B_g` while the guardian process is this node's fence (DESIGN §2 "The
     /// guardian"); `None`: no guardian (a device, systemd's watchdog, or no fence).
     guardian: Option<Duration>,
@@ -235,6 +235,7 @@ impl Core {
             rollback_seen: None,
             rollback_marker: None,
             max_leader_ttl_seen: 0,
+            watchdog_fence: None,
             guardian: None,
         }
     }
@@ -276,6 +277,19 @@ impl Core {
     /// the request, or `None` when `automatic` mode found no usable device).
     pub fn set_watchdog(&mut self, w: Option<Duration>) {
         self.cfg.watchdog = w;
+        self.watchdog_fence = None;
+    }
+
+    /// Two watchdogs with different timeouts (the device's read-back and systemd's
+    /// `WATCHDOG_USEC`): pets are judged by the longest (S2 must hold for both), `F`
+    /// by the shortest (the first to fire is the one the fence must beat, S1).
+    pub fn set_watchdogs(&mut self, a: Option<Duration>, b: Option<Duration>) {
+        let (longest, shortest) = match (a, b) {
+            (Some(x), Some(y)) => (Some(x.max(y)), Some(x.min(y))),
+            (x, y) => (x.or(y), x.or(y)),
+        };
+        self.cfg.watchdog = longest;
+        self.watchdog_fence = shortest;
     }
 
     pub fn watchdog(&self) -> Option<Duration> {
@@ -323,13 +337,7 @@ impl Core {
 
     /// True while adopting: the renewal must not wait for the tick.
     pub fn renew_now(&self) -> bool {
-        matches!(
-            self.state,
-            State::Adopting {
-                read_failed: false,
-                ..
-            }
-        )
+        matches!(self.state, State::Adopting { .. })
     }
 
     /// A lease other than the leader lease that must be kept alive (the bootstrap lock).
@@ -392,7 +400,10 @@ impl Core {
         let h = self.horizon_of(l);
         // A reported pet, else a planned one not reported yet (the real one is no
         // earlier): either way `F` is never later than the device's deadline.
-        match (self.cfg.watchdog, l.last_pet.or(l.pet_pending)) {
+        match (
+            self.watchdog_fence.or(self.cfg.watchdog),
+            l.last_pet.or(l.pet_pending),
+        ) {
             (Some(w), Some(p)) => p.add(w).min(h),
             _ => h,
         }
@@ -1061,32 +1072,23 @@ impl Core {
         epoch: Epoch,
     ) -> Reason {
         let Some(r) = &obs.renewal else {
-            // At once, unless the last try's read failed (then at the next tick).
-            p.again = self.renew_now();
+            p.again = true;
             return Reason::Waiting("confirming the leader key that names me (S4)".into());
         };
         match r.outcome {
-            RenewalOutcome::Counted { .. } if r.lease == lease && obs.cluster.is_err() => {
+            RenewalOutcome::Counted { .. }
+                if r.lease == lease && obs.cluster.is_err() && obs.pg.may_accept_writes() =>
+            {
                 // S4 (issue 8 finding 11): adoption checks the local primary's timeline
-                // against `history`, which this iteration could not read. A node whose
-                // PostgreSQL cannot accept writes may wait; one that can is fenced
-                // rather than adopted on an unchecked timeline.
-                if obs.pg.may_accept_writes() {
-                    let why = "could not read history to check the local primary's timeline \
-                               before adopting (S4)"
-                        .to_string();
-                    return self.start_fence(p, why);
-                }
-                self.state = State::Adopting {
-                    lease,
-                    epoch,
-                    read_failed: true,
-                };
-                Reason::Waiting(
-                    "confirming the leader key that names me (S4): the cluster read failed; \
-                     trying again at the next tick"
-                        .into(),
-                )
+                // against `history`, which this iteration could not read: a PostgreSQL
+                // that may accept writes is fenced rather than adopted on an unchecked
+                // timeline. One that cannot (a standby, stopped) has no timeline to
+                // check: it adopts below, so a read that keeps failing while the
+                // keepalives succeed cannot leave the cluster without a primary.
+                let why = "could not read history to check the local primary's timeline \
+                           before adopting (S4)"
+                    .to_string();
+                self.start_fence(p, why)
             }
             RenewalOutcome::Counted { ttl } if r.lease == lease => {
                 let newest = obs
@@ -1421,8 +1423,18 @@ impl Core {
         // unusable data directory): a local PostgreSQL that may accept writes while
         // this node does not lead is fenced. The only exception is the key naming us
         // at start-up, which `Adopting` confirms or fences.
+        // Adoptable only where `follow` reaches the adoption below: `initialize` done
+        // and matching the local data (S4: "the system identifier matches
+        // `initialize`"); otherwise an early return would leave the primary running.
+        let sysid_matches = match (&view.initialize, &obs.pg.data) {
+            (Some(Initialize::Done { sysid }), DataDir::Present { sysid: mine, .. }) => {
+                sysid == mine
+            }
+            _ => false,
+        };
         let adoptable = first
             && self.lead_refusal.is_none()
+            && sysid_matches
             && view.leader.as_ref().is_some_and(|k| k.name == me);
         if obs.pg.may_accept_writes() && !adoptable {
             let why = match (&view.leader, obs.pg.role) {
@@ -1544,7 +1556,6 @@ impl Core {
                     self.state = State::Adopting {
                         lease: k.lease,
                         epoch: k.epoch,
-                        read_failed: false,
                     };
                     p.again = true;
                     return Reason::Waiting(format!(
@@ -2188,9 +2199,10 @@ impl Core {
                 );
                 self.vacancy = None;
                 // Backstop: the shell sizes `W` from the ttl in force and refuses
-                // changes that break S6 for it, so this takes an etcd granting more
-                // than asked for by a wide margin. Winning again would loop.
-                self.lead_refusal = Some(why.clone());
+                // changes that break S6 for it, so this takes a ttl change racing the
+                // acquire (granted under the old ttl, `W` already for the new one).
+                // The next acquire asks for the ttl in force, so no refusal for the
+                // run: a two-node cluster would be left without a primary.
                 self.enter_fencing(Some(lease), Some(epoch), true, why.clone());
                 p.push(Action::Fence);
                 p.again = true;
