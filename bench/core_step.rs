@@ -203,26 +203,7 @@ fn key_pg1() -> LeaderKey {
 }
 
 fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
-    Observation {
-        cluster: Ok(cluster),
-        renewal: None,
-        acquire: None,
-        claim: None,
-        recorded_initialize: None,
-        fence: None,
-        promoted: None,
-        released: None,
-        lease_poll: None,
-        leader_deleted_at: None,
-        pg,
-        job: Job::Idle,
-        shutdown: false,
-        watchdog_failed: None,
-        clock_jump: Duration::ZERO,
-        guard_refused: None,
-        pet: None,
-        guardian_holds: None,
-    }
+    Observation::reading(Ok(cluster), pg)
 }
 
 fn standby(name: &str, sync: bool) -> StandbyStat {

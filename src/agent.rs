@@ -734,6 +734,20 @@ impl Agent {
                 }
                 renewal = Some(r);
             }
+            // S5 inside an iteration: a stall (SIGSTOP, a swap storm) can land after
+            // the renewal and its pet. Past `F - B` nothing else may come first.
+            if self.core.call_cap().is_some_and(|cap| clock::now() >= cap) {
+                warn!(
+                    "past the fence start F - B in the middle of an iteration: fencing \
+                     before anything else (S5)"
+                );
+                let pg = self
+                    .last_pg
+                    .clone()
+                    .unwrap_or_else(|| PgStatus::unanswered(DataDir::Empty, PgRole::Unresponsive));
+                let cluster = Err("not read: past F - B".into());
+                return self.assemble(cluster, renewal, None, pg, Job::Idle, Duration::ZERO);
+            }
             self.keep_alive_side_leases();
         }
 

@@ -94,26 +94,7 @@ fn view(revision: i64, leader: Option<LeaderKey>, members: Vec<Member>) -> Clust
 }
 
 fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
-    Observation {
-        cluster: Ok(cluster),
-        renewal: None,
-        acquire: None,
-        claim: None,
-        recorded_initialize: None,
-        fence: None,
-        promoted: None,
-        released: None,
-        lease_poll: None,
-        leader_deleted_at: None,
-        pg,
-        job: Job::Idle,
-        shutdown: false,
-        watchdog_failed: None,
-        clock_jump: std::time::Duration::ZERO,
-        guard_refused: None,
-        pet: None,
-        guardian_holds: None,
-    }
+    Observation::reading(Ok(cluster), pg)
 }
 
 fn counted(lease: LeaseId, at: f64) -> Option<Renewal> {

@@ -703,26 +703,7 @@ fn clean_shutdown_releases_only_after_the_orphan_backend_is_gone() {
         initialize: Some(Initialize::Done { sysid }),
         ..ClusterView::default()
     };
-    let obs = |pg: PgStatus| Observation {
-        cluster: Ok(view.clone()),
-        renewal: None,
-        acquire: None,
-        claim: None,
-        recorded_initialize: None,
-        fence: None,
-        promoted: None,
-        released: None,
-        lease_poll: None,
-        leader_deleted_at: None,
-        pg,
-        job: Job::Idle,
-        shutdown: false,
-        watchdog_failed: None,
-        clock_jump: Duration::ZERO,
-        guard_refused: None,
-        pet: None,
-        guardian_holds: None,
-    };
+    let obs = |pg: PgStatus| Observation::reading(Ok(view.clone()), pg);
     let probe = |n: &mut PgCtl| n.probe(clock::now().add(secs(2)));
     let st = probe(&mut g.nodes[0]);
     core.step(clock::now(), &obs(st.clone()));

@@ -523,6 +523,34 @@ pub struct Observation {
     pub guardian_holds: Option<Instant>,
 }
 
+impl Observation {
+    /// A reading with no outcome of an earlier action: the cluster as read and the
+    /// local PostgreSQL, nothing else (tests, the simulation and benchmarks build on
+    /// it; the agent fills every field itself).
+    pub fn reading(cluster: Result<ClusterView, String>, pg: PgStatus) -> Observation {
+        Observation {
+            cluster,
+            renewal: None,
+            acquire: None,
+            claim: None,
+            recorded_initialize: None,
+            fence: None,
+            promoted: None,
+            released: None,
+            lease_poll: None,
+            leader_deleted_at: None,
+            pg,
+            job: Job::Idle,
+            shutdown: false,
+            watchdog_failed: None,
+            clock_jump: Duration::ZERO,
+            guard_refused: None,
+            pet: None,
+            guardian_holds: None,
+        }
+    }
+}
+
 /// What the core asks the shell to do, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {

@@ -402,25 +402,31 @@ pub fn fence(
 ) -> FenceOutcome {
     let start = clock::now();
     let escalate_at = start.add(start.until(deadline) / 2);
-    // A dead process's pidfd refuses the signal (ESRCH): harmless.
-    if let Some(fd) = held {
-        pidfd_signal(fd, libc::SIGQUIT);
-    }
-    let mut held_killed = false;
+    // The held pidfd is the way around an unreadable process table only: while the
+    // scans work, the postmaster is signalled as a verified member (and recorded
+    // first, so its children are counted until gone). A dead process's pidfd refuses
+    // the signal (ESRCH): harmless.
+    let mut held_sent: libc::c_int = 0;
     let mut seen: BTreeMap<u32, u64> = BTreeMap::new();
     // (pid, start) -> the strongest signal sent to it.
     let mut sent: BTreeMap<(u32, u64), libc::c_int> = BTreeMap::new();
     let mut said = false;
     loop {
         let escalated = clock::now() >= escalate_at;
-        if escalated
-            && !held_killed
-            && let Some(fd) = held
-        {
-            held_killed = true;
-            pidfd_signal(fd, libc::SIGKILL);
+        let scan = procs.scan(c, &seen);
+        if let Some(fd) = held {
+            let sig = if escalated {
+                libc::SIGKILL
+            } else {
+                libc::SIGQUIT
+            };
+            // The table could not be listed, or it is time to escalate.
+            if (scan.is_err() || escalated) && held_sent != sig && held_sent != libc::SIGKILL {
+                held_sent = sig;
+                pidfd_signal(fd, sig);
+            }
         }
-        match procs.scan(c, &seen) {
+        match scan {
             Ok(s) if s.is_empty() => return FenceOutcome::Complete,
             Ok(s) => {
                 if !s.unknown.is_empty() && !said {
