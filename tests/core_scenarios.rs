@@ -1491,13 +1491,11 @@ fn an_unreachable_rewind_source_is_retried_but_a_failed_rewind_counts() {
 
 // ----- Issue 8, the safety review: each test failed before its fix -----
 
-/// pg2 follows pg1 (lease 0xA) under a `config` whose ttl was lowered to 10; pg1's
-/// lease was granted 30 s and its member key says so (`leader_ttl`); the key
-/// vanishes early (a revoke) and pg2 wins. Returns the plan of the step after.
-fn early_takeover_after_ttl_lowered(published: Option<u32>, granted: Option<i64>) -> Plan {
+/// pg2 under a `config` whose ttl was lowered to 10 (its own leases are 10 s).
+fn core_at_ttl10() -> Core {
     let mut timing = timing30();
     timing.ttl = 10;
-    let mut c = Core::new(
+    Core::new(
         CoreConfig {
             name: "pg2".into(),
             nofailover: false,
@@ -1505,7 +1503,49 @@ fn early_takeover_after_ttl_lowered(published: Option<u32>, granted: Option<i64>
             move_aside_unusable: false,
         },
         timing,
+    )
+}
+
+/// The key is seen deleted at `at` (pg1's lease 0xA reported gone), pg2 acquires and
+/// wins a 10 s lease: the plan of the step after the win.
+fn win_after_delete(c: &mut Core, members: Vec<Member>, at: f64) -> Plan {
+    let mut o = obs(
+        view(20, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
     );
+    o.leader_deleted_at = Some(t(at));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(at + 0.05),
+        ttl: None,
+        granted_ttl: None,
+        has_keys: false,
+    });
+    let p = c.step(t(at + 0.1), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 10,
+        granted_at: t(at + 0.15),
+        epoch: 21,
+    });
+    c.step(t(at + 0.2), &o);
+    let o = obs(
+        view(22, Some(key("pg2", 21, 0xB)), members),
+        pg(PgRole::Replica, 1000, None),
+    );
+    c.step(t(at + 0.3), &o)
+}
+
+/// pg2 follows pg1 (lease 0xA) at ttl 10; pg1's lease was granted 30 s, which its
+/// member key (`leader_ttl`) or the poll's `grantedTTL` says; the key vanishes early
+/// (a revoke at 103, long before E_max = 122) and pg2 wins.
+fn early_takeover_after_ttl_lowered(published: Option<u32>, granted: Option<i64>) -> Plan {
+    let mut c = core_at_ttl10();
     let mut old = member("pg1", 8, "primary", 1000, None);
     old.info.leader_lease = Some(0xA);
     old.info.leader_ttl = published;
@@ -1524,37 +1564,7 @@ fn early_takeover_after_ttl_lowered(published: Option<u32>, granted: Option<i64>
         has_keys: true,
     });
     c.step(t(102.01), &o);
-    // Revoked at 103: long before E_max (122).
-    let mut o = obs(
-        view(20, None, members.clone()),
-        pg(PgRole::Replica, 1000, None),
-    );
-    o.leader_deleted_at = Some(t(103.0));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(103.05),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
-    let p = c.step(t(103.1), &o);
-    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
-    let mut o = obs(
-        view(21, Some(key("pg2", 21, 0xB)), members.clone()),
-        pg(PgRole::Replica, 1000, None),
-    );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 10,
-        granted_at: t(103.15),
-        epoch: 21,
-    });
-    c.step(t(103.2), &o);
-    let o = obs(
-        view(22, Some(key("pg2", 21, 0xB)), members),
-        pg(PgRole::Replica, 1000, None),
-    );
-    c.step(t(103.3), &o)
+    win_after_delete(&mut c, members, 103.0)
 }
 
 fn delayed_by(p: &Plan) -> f64 {
@@ -1583,17 +1593,7 @@ fn early_expiry_waits_the_old_leases_granted_ttl_from_the_poll() {
 fn early_expiry_without_the_old_ttl_waits_the_largest_leader_ttl_seen() {
     // Neither known for the holder: another member published a leadership of 30 s
     // earlier in the run, so 30 s is what an old lease may have had.
-    let mut timing = timing30();
-    timing.ttl = 10;
-    let mut c = Core::new(
-        CoreConfig {
-            name: "pg2".into(),
-            nofailover: false,
-            watchdog: None,
-            move_aside_unusable: false,
-        },
-        timing,
-    );
+    let mut c = core_at_ttl10();
     let mut earlier = member("pg3", 7, "replica", 1000, None);
     earlier.info.leader_ttl = Some(30);
     let v = view(
@@ -1611,38 +1611,7 @@ fn early_expiry_without_the_old_ttl_waits_the_largest_leader_ttl_seen() {
         member("pg1", 8, "primary", 1000, None),
         member("pg2", 9, "replica", 1000, None),
     ];
-    let mut o = obs(
-        view(20, None, members.clone()),
-        pg(PgRole::Replica, 1000, None),
-    );
-    o.leader_deleted_at = Some(t(100.0));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(100.05),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
-    let p = c.step(t(100.1), &o);
-    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
-    let mut o = obs(
-        view(21, Some(key("pg2", 21, 0xB)), members.clone()),
-        pg(PgRole::Replica, 1000, None),
-    );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 10,
-        granted_at: t(100.15),
-        epoch: 21,
-    });
-    c.step(t(100.2), &o);
-    let p = c.step(
-        t(100.3),
-        &obs(
-            view(22, Some(key("pg2", 21, 0xB)), members),
-            pg(PgRole::Replica, 1000, None),
-        ),
-    );
+    let p = win_after_delete(&mut c, members, 100.0);
     assert!((delayed_by(&p) - (100.0 + 31.0 - 100.3)).abs() < 1e-6);
 }
 
