@@ -35,10 +35,13 @@ fn config_with(c: &TestCluster, field: &str, value: serde_json::Value) -> String
 }
 
 /// Finding 4: with stand-in watchdogs armed at W = 3 (ttl 7, L_w 0.5, R 0.25, M 0.5,
-/// B 1), `loop_wait = 2.3` breaks S6(e) (W > L_w + R + 1 - M = 3.05) and `ttl = 5`
-/// breaks S6(b) (W <= (5 - M - R) / 2 = 2.125); neither may be applied. A SIGHUP
-/// with `demote_budget = 2.5` breaks S6(b)'s left side (L_w + R + B = 3.25 >= W).
-/// Each node says so with the rule; nothing fails over.
+/// B 1). Each change below is valid on its own — some `W` satisfies S6 for it, so
+/// the checks before the fix accepted it — but breaks S6 for the `W` the leader has
+/// armed: `ttl = 6` needs W <= (6 - M - R) / 2 = 2.625 (S6 b), through the `config`
+/// key; `safety_margin = 1.0` needs W <= (7 - 1 - R) / 2 = 2.875 (S6 b), through
+/// SIGHUP. The leader refuses each with the rule and applies nothing; the replicas,
+/// whose device is not open, take the ttl and the `W` they will ask for follows it
+/// (DESIGN §3: each node judges a change for its own `W`). Nothing fails over.
 #[test]
 fn real_timing_changes_that_break_s6_for_the_armed_w_are_refused() {
     let mut opts = common::options("review", "armedw");
@@ -51,51 +54,42 @@ fn real_timing_changes_that_break_s6_for_the_armed_w_are_refused() {
     let pm = c.postmaster_pid(p);
     let original = c.get_key("config").expect("config key");
 
-    for (field, value, rule) in [
-        ("loop_wait", serde_json::json!(2.3), "S6(e)"),
-        ("ttl", serde_json::json!(5), "S6(b)"),
-    ] {
-        let from: Vec<usize> = (0..3).map(|i| c.agent_log(i).len()).collect();
-        let bad = config_with(&c, field, value);
-        etcdctl(&c, &["put", &format!("{}config", c.prefix()), &bad]).expect("put config");
-        // The leader's device is open (W read back); the replicas' W is the one
-        // they would arm: every node refuses, naming the rule.
-        for (i, &f) in from.iter().enumerate() {
-            assert!(
-                wait_log(
-                    &c,
-                    i,
-                    f,
-                    "refusing the cluster's dynamic configuration",
-                    FAILOVER
-                ),
-                "{} did not refuse {field}{}",
-                c.name(i),
-                c.logs_tail(30)
-            );
-            let log = c.agent_log(i)[f..].to_string();
-            assert!(
-                log.contains(rule),
-                "{}: refusal without {rule}: {log}",
-                c.name(i)
-            );
-            assert!(
-                !log.contains("applying the cluster's dynamic configuration"),
-                "{} applied it: {log}",
-                c.name(i)
-            );
-        }
-        common::no_failover_for(&c, p, &key, pm, Duration::from_secs(3));
+    let from: Vec<usize> = (0..3).map(|i| c.agent_log(i).len()).collect();
+    let bad = config_with(&c, "ttl", serde_json::json!(6));
+    etcdctl(&c, &["put", &format!("{}config", c.prefix()), &bad]).expect("put config");
+    for (i, &f) in from.iter().enumerate() {
+        let (needle, what) = if i == p {
+            ("refusing the cluster's dynamic configuration", "refuse")
+        } else {
+            ("applying the cluster's dynamic configuration", "apply")
+        };
+        assert!(
+            wait_log(&c, i, f, needle, FAILOVER),
+            "{} did not {what} ttl 6{}",
+            c.name(i),
+            c.logs_tail(30)
+        );
     }
+    let log = c.agent_log(p)[from[p]..].to_string();
+    assert!(log.contains("S6(b)"), "refusal without S6(b): {log}");
+    assert!(
+        log.contains("armed watchdog W = 3 s"),
+        "refusal does not name the armed W: {log}"
+    );
+    assert!(
+        !log.contains("applying the cluster's dynamic configuration"),
+        "the leader applied it: {log}"
+    );
+    common::no_failover_for(&c, p, &key, pm, Duration::from_secs(3));
     etcdctl(&c, &["put", &format!("{}config", c.prefix()), &original]).expect("restore config");
 
     // SIGHUP with a file that breaks S6(b) for the armed W.
     let path = c.config_path(p).to_path_buf();
     let text = std::fs::read_to_string(&path).expect("config file");
-    let bad = text.replace("demote_budget = 1.0", "demote_budget = 2.5");
+    let bad = text.replace("safety_margin = 0.5", "safety_margin = 1.0");
     assert_ne!(
         bad, text,
-        "the bed's config has no demote_budget = 1.0 line"
+        "the bed's config has no safety_margin = 0.5 line"
     );
     std::fs::write(&path, &bad).expect("write config");
     let from = c.agent_log(p).len();
