@@ -10,10 +10,15 @@ TENURE    := target/debug/tenure
 # postgresql-15: the database; protobuf-compiler and libprotobuf-dev (the well-known
 # .proto files protoc imports; a recommend, so --no-install-recommends drops it):
 # etcd-client's build; iproute2,
-# nftables: partition tests; haproxy: routing tests; fuse3: the watchdog stand-in.
-DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler libprotobuf-dev iproute2 nftables haproxy fuse3
+# nftables: partition tests; haproxy: routing tests; fuse3: the watchdog stand-in;
+# dpkg-dev (dpkg-shlibdeps), rpm (rpmbuild), lintian, systemd (systemd-analyze,
+# systemd-sysusers), binutils (strip): `make deb`/`make rpm` and tests/real_package.rs.
+DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler libprotobuf-dev iproute2 nftables haproxy fuse3 dpkg-dev rpm lintian systemd binutils
+# The version the packages carry: Cargo.toml's (build-*.sh check the binary says it).
+VERSION   := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
+PACKAGES  := target/packages
 
-.PHONY: all deps print-deps check-deps build demo test soak soak-real bench lint clean
+.PHONY: all deps print-deps check-deps build demo test soak soak-real bench lint deny deb rpm clean
 
 all: build
 
@@ -90,6 +95,23 @@ bench: deps
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
+
+# Licences, banned crates and sources (deny.toml). Not advisories: that check needs
+# the RustSec database from github.com, which the build machine cannot reach
+# (docs/packaging.md). cargo-deny is compiled once (~4 min on 2 cores).
+deny:
+	@$(CARGO) deny --version >/dev/null 2>&1 || $(CARGO) install cargo-deny --locked
+	$(CARGO) deny check --hide-inclusion-graph licenses bans sources
+
+# Packages for shipping, from the release profile (docs/packaging.md). The tests
+# package the dev binary `make test` built instead (tests/real_package.rs).
+deb: deps
+	$(CARGO) build --release --bin tenure
+	packaging/build-deb.sh target/release/tenure $(VERSION) $(PACKAGES)
+
+rpm: deps
+	$(CARGO) build --release --bin tenure
+	packaging/build-rpm.sh target/release/tenure $(VERSION) $(PACKAGES)
 
 clean:
 	$(CARGO) clean

@@ -45,8 +45,10 @@ check_file() { # what, path
     esac
 }
 
-# Programs the build, the demo and the tests run.
-for tool in protoc etcd etcdctl haproxy nft ip fusermount3; do
+# Programs the build, the demo and the tests run (the packaging ones:
+# packaging/build-*.sh, tests/real_package.rs).
+for tool in protoc etcd etcdctl haproxy nft ip fusermount3 \
+    dpkg-deb dpkg-shlibdeps rpmbuild rpm lintian systemd-analyze systemd-sysusers strip; do
     path=$(command -v "$tool" || true)
     check_file "program $tool" "${path:-/usr/bin/$tool}"
 done

@@ -1665,7 +1665,7 @@ impl Watchdogs {
     /// Decide at start-up which watchdogs leadership will use; nothing is opened here
     /// (S4: the device is opened only after adopting or winning the key).
     fn setup(cfg: &Config, mut core: Core) -> Result<(Watchdogs, Core), String> {
-        let notifier = match Notifier::from_env() {
+        let mut notifier = match Notifier::from_env() {
             Ok(n) => n,
             Err(e) => {
                 warn!("systemd notify disabled: {e}");
@@ -1673,7 +1673,9 @@ impl Watchdogs {
                     .map_err(|e| format!("systemd notify: {e}"))?
             }
         };
-        let systemd_w = notifier.watchdog_usec();
+        // The W systemd enforces from here on: our own, sent with WATCHDOG_USEC=,
+        // unless it could not be sent (S2, S6(b); watchdog::own_systemd_timeout).
+        let systemd_w = crate::watchdog::own_systemd_timeout(&mut notifier, &cfg.timing);
         if let Some(w) = systemd_w {
             // S6 is checked against WATCHDOG_USEC playing W (rounded up: the upper
             // bound is the safety side).

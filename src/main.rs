@@ -30,7 +30,7 @@ Usage:
                                 this node's data carries (N defaults to the local
                                 PostgreSQL's tenure.epoch row)
   tenure demo [--keep]          run a local demo cluster (--keep: keep its files)
-  tenure --version              print the version
+  tenure --version              print the version and the git revision
   tenure --help                 print this help
 
 Environment:
@@ -40,6 +40,15 @@ Exit codes:
   0 success, 1 runtime failure, 2 usage error, 3 invalid configuration file,
   4 timing contract (S6) violated
 ";
+
+/// The version and the git revision it was built from (build.rs: "unknown" outside
+/// a git checkout), as `--version` prints it and the start-up line logs it.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("TENURE_GIT_REV"),
+    ")"
+);
 
 /// Everything `main_exec` can fail with; each variant maps to one exit code.
 #[derive(Debug)]
@@ -340,7 +349,7 @@ fn main_exec() -> Result<(), MainError> {
             Ok(())
         }
         Command::Version => {
-            println!("tenure {}", env!("CARGO_PKG_VERSION"));
+            println!("tenure {VERSION}");
             Ok(())
         }
         Command::CheckConfig { config } => {
@@ -354,8 +363,7 @@ fn main_exec() -> Result<(), MainError> {
             let level = tenure::logging::level_from_env().map_err(MainError::Usage)?;
             tenure::logging::init(level, c.syslog_socket.as_deref()).map_err(MainError::Runtime)?;
             log::info!(
-                "tenure {} starting: scope {}, member {}, config {}",
-                env!("CARGO_PKG_VERSION"),
+                "tenure {VERSION} starting: scope {}, member {}, config {}",
                 c.scope,
                 c.name,
                 config.display()

@@ -325,9 +325,19 @@ fn usage_errors_exit_2() {
 fn version_and_help() {
     let o = run(&["--version"]);
     assert_eq!(o.status.code(), Some(0));
+    // The revision is git's for this checkout (build.rs), or "unknown" where git
+    // cannot tell (a source tarball, no git installed).
+    let rev = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
     assert_eq!(
         String::from_utf8_lossy(&o.stdout).trim(),
-        format!("tenure {}", env!("CARGO_PKG_VERSION"))
+        format!("tenure {} (git {rev})", env!("CARGO_PKG_VERSION"))
     );
     let o = run(&["--help"]);
     assert_eq!(o.status.code(), Some(0));

@@ -606,6 +606,37 @@ fn real_wd_systemd_notify() {
     drop(stopped);
 }
 
+/// The shipped unit's environment (issue 11): `NOTIFY_SOCKET`, `WATCHDOG_USEC` from
+/// `systemd/tenure.service`'s `WatchdogSec=` (13 s, which breaks S6(b) at this
+/// bed's ttl 7) and `WATCHDOG_PID`. Every agent starts, replaces the unit's timeout
+/// with its own `W` = 3 s (`WATCHDOG_USEC=3000000`) before `READY=1`, and keeps
+/// `WATCHDOG=1` within `W` from then on, through the leader's host crash and the
+/// failover; the crashed node's new agent does the same. Before the agent set
+/// its own timeout it refused to start under this unit at ttl 7.
+#[test]
+fn real_wd_unit_environment() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/systemd/tenure.service"
+    ))
+    .expect("systemd/tenure.service");
+    assert!(
+        common::unit_watchdog_usec(&unit) > W.as_micros() as u64,
+        "the shipped WatchdogSec= is above this timing's W: the case under test"
+    );
+    let mut c = bed("wdunit", vec![common::unit_environment(&unit); 3]);
+    let p = settled(&mut c);
+    common::check_unit_notify(&c, W);
+    c.host_crash(p).expect("host crash of the leader");
+    let np = c
+        .wait_new_primary(p, FAILOVER)
+        .unwrap_or_else(|| panic!("no new primary{}", c.logs_tail(40)));
+    assert_ne!(np, p);
+    c.start_agent(p).expect("restart the crashed node's agent");
+    settled(&mut c);
+    common::check_unit_notify(&c, W);
+}
+
 /// S5: an agent stopped right after a ping and woken between `F - B` and `F` fences
 /// at once, before any call; the fence completes and the device is disarmed before
 /// `F`, so it never fires.

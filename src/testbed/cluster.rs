@@ -96,6 +96,9 @@ pub struct NodeWatchdog {
     /// Only meaningful with a mode; the guardian runs where no stand-in and no
     /// notify socket exist (DESIGN §2 "The guardian").
     pub guardian: Option<String>,
+    /// `WATCHDOG_PID` = the agent's own pid, as systemd sets it (only with
+    /// `notify`; a shell exports its `$$` and execs the agent, keeping the pid).
+    pub watchdog_pid: bool,
 }
 
 /// The stand-in's options a test chooses (the rest follow the node).
@@ -729,6 +732,17 @@ impl TestCluster {
                 None => Command::new(&self.opts.binary),
             },
         };
+        if n.notify.is_some() && n.wd.watchdog_pid {
+            // systemd names the main pid; every step above execs, so the shell's
+            // `$$` is the agent's pid.
+            let mut c = Command::new("/bin/sh");
+            c.arg("-c")
+                .arg("WATCHDOG_PID=$$; export WATCHDOG_PID; exec \"$@\"")
+                .arg("tenure-bed")
+                .arg(cmd.get_program())
+                .args(cmd.get_args());
+            cmd = c;
+        }
         cmd.arg("run")
             .arg("--config")
             .arg(&n.spec.config_path)

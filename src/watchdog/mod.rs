@@ -99,6 +99,45 @@ fn check(
     Ok(())
 }
 
+/// systemd's watchdog at start-up (DESIGN §5, S6(b)): the unit's `WatchdogSec=`
+/// (`WATCHDOG_USEC` in our environment) is one number for every host, but S6(b)
+/// bounds `W` by this node's timing (`WatchdogSec=13s` fits ttl 30 and breaks ttl 7).
+/// So the agent tells systemd its own `W` — the top of S6(b)/(e)'s range for the
+/// configured ttl, the `W` it would ask a device for — with `WATCHDOG_USEC=`, and
+/// plays what systemd will enforce: the value it sent, or the unit's when the message
+/// could not be sent (then the caller's S6 check refuses a unit value that breaks
+/// it). `None`: the unit asked for no watchdog, and the agent never starts one (it
+/// cannot know that the unit kills the whole cgroup with SIGKILL).
+pub fn own_systemd_timeout(notifier: &mut Notifier, timing: &TimingConfig) -> Option<Duration> {
+    let unit = notifier.watchdog_usec()?;
+    let Some((_, hi)) = crate::config::watchdog_range(timing, timing.ttl) else {
+        // No W fits this timing: the caller's check refuses it with the numbers.
+        return Some(unit);
+    };
+    let want = Duration::from_secs(u64::from(hi));
+    if want == unit {
+        return Some(unit);
+    }
+    if notifier.override_watchdog_usec(want) {
+        log::info!(
+            "systemd watchdog: WATCHDOG_USEC={} sent, replacing the unit's WatchdogSec= \
+             ({} s) with W = {hi} s, the top of the range S6 allows for ttl {} s",
+            want.as_micros(),
+            unit.as_secs_f64(),
+            timing.ttl
+        );
+        Some(want)
+    } else {
+        log::warn!(
+            "systemd watchdog: could not send WATCHDOG_USEC={} (no notify socket, or the \
+             message was dropped); the unit's WatchdogSec= ({} s) stays in force",
+            want.as_micros(),
+            unit.as_secs_f64()
+        );
+        Some(unit)
+    }
+}
+
 /// DESIGN S2: a deliberate pet at `now` is allowed only if `now + 2W <= H`, so that an
 /// agent dying right after it (whose close pings once more) still has its host reset
 /// by `H`.
@@ -254,6 +293,55 @@ mod tests {
         let d = fake::open(f, 13, None).expect("opens");
         let e = check_usable(&d, &timing_30(), 30, &WatchdogMode::Required).expect_err("60 s");
         assert!(e.contains("W = 60 s"), "{e}");
+    }
+
+    #[test]
+    fn systemd_watchdog_follows_the_timing() {
+        use std::os::linux::net::SocketAddrExt as _;
+        use std::os::unix::net::{SocketAddr, UnixDatagram};
+        let name = format!("tenure-test-own-wd-{}", std::process::id());
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).expect("addr");
+        let rx = UnixDatagram::bind_addr(&addr).expect("bind");
+        rx.set_nonblocking(true).expect("nonblocking");
+        let sock = format!("@{name}");
+        let recv = || {
+            let mut buf = [0u8; 256];
+            let mut out = Vec::new();
+            while let Ok(n) = rx.recv(&mut buf) {
+                out.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+            out
+        };
+        let unit = |usec: &str| Notifier::from_values(Some(&sock), Some(usec), None, 1);
+
+        // The shipped WatchdogSec=13s at ttl 7: the agent asks for its own 3 s and
+        // plays 3 s, which S6 accepts (13 s would break S6(b)).
+        let t7 = timing_7();
+        let mut n = unit("13000000").expect("notifier");
+        assert_eq!(own_systemd_timeout(&mut n, &t7), Some(secs(3.0)));
+        assert_eq!(recv(), ["WATCHDOG_USEC=3000000"]);
+        assert_eq!(n.watchdog_usec(), Some(secs(3.0)));
+        validate_timing(&t7, 7, Some(3)).expect("the W played fits");
+        validate_timing(&t7, 7, Some(13)).expect_err("the unit's W would not");
+
+        // At ttl 30 the unit's 13 s is already the top of the range: nothing sent.
+        let mut n = unit("13000000").expect("notifier");
+        assert_eq!(own_systemd_timeout(&mut n, &timing_30()), Some(secs(13.0)));
+        assert!(recv().is_empty());
+
+        // A smaller unit value is raised to the top too (the longest etcd outage).
+        let mut n = unit("6000000").expect("notifier");
+        assert_eq!(own_systemd_timeout(&mut n, &timing_30()), Some(secs(13.0)));
+        assert_eq!(recv(), ["WATCHDOG_USEC=13000000"]);
+
+        // No WatchdogSec= in the unit: no watchdog is started.
+        let mut n = Notifier::from_values(Some(&sock), None, None, 1).expect("notifier");
+        assert_eq!(own_systemd_timeout(&mut n, &t7), None);
+        assert!(recv().is_empty());
+
+        // systemd could not be told: the unit's value is what the agent plays.
+        let mut n = Notifier::from_values(None, Some("13000000"), None, 1).expect("notifier");
+        assert_eq!(own_systemd_timeout(&mut n, &t7), Some(secs(13.0)));
     }
 
     #[test]

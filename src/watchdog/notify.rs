@@ -210,6 +210,29 @@ impl Notifier {
         self.send_fixed(b"WATCHDOG=1");
     }
 
+    /// `WATCHDOG_USEC=<w>`: replace the unit's `WatchdogSec=` for this run
+    /// (systemd >= 236; a restart of the unit goes back to `WatchdogSec=`). True only
+    /// when the message was handed to the socket; only then does
+    /// [`Notifier::watchdog_usec`] report `w`, so the `W` the agent plays is never one
+    /// systemd was not told (S2). Without a socket, or when the send is dropped,
+    /// nothing changes.
+    pub fn override_watchdog_usec(&mut self, w: Duration) -> bool {
+        if self.target.is_none() || w.is_zero() {
+            return false;
+        }
+        self.buf.clear();
+        self.buf.extend_from_slice(b"WATCHDOG_USEC=");
+        // Writing into a Vec with spare capacity does not allocate or fail.
+        let _ = write!(self.buf, "{}", w.as_micros());
+        let sent = self.sent;
+        self.flush();
+        if self.sent == sent {
+            return false;
+        }
+        self.watchdog_usec = Some(w);
+        true
+    }
+
     /// `RELOADING=1` with `MONOTONIC_USEC` (required by `Type=notify-reload`); send
     /// [`Notifier::ready`] when the reload is done.
     pub fn reloading(&mut self) {
@@ -328,6 +351,37 @@ mod tests {
             Notifier::from_values(Some(&format!("@{name}")), None, None, 1).expect("notifier");
         n.watchdog();
         assert_eq!(recv_all(&rx), ["WATCHDOG=1"]);
+    }
+
+    #[test]
+    fn watchdog_usec_override_is_reported_only_once_sent() {
+        let name = unique("override");
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).expect("addr");
+        let rx = UnixDatagram::bind_addr(&addr).expect("bind");
+        let mut n = Notifier::from_values(Some(&format!("@{name}")), Some("13000000"), None, 1)
+            .expect("notifier");
+        assert_eq!(n.watchdog_usec(), Some(Duration::from_secs(13)));
+        assert!(n.override_watchdog_usec(Duration::from_secs(3)));
+        assert_eq!(recv_all(&rx), ["WATCHDOG_USEC=3000000"]);
+        assert_eq!(n.watchdog_usec(), Some(Duration::from_secs(3)));
+        assert!(
+            !n.override_watchdog_usec(Duration::ZERO),
+            "0 would turn it off"
+        );
+        assert_eq!(n.watchdog_usec(), Some(Duration::from_secs(3)));
+
+        // Nobody told: the unit's value stays the one in force.
+        let mut n = Notifier::from_values(None, Some("13000000"), None, 1).expect("notifier");
+        assert!(!n.override_watchdog_usec(Duration::from_secs(3)));
+        assert_eq!(n.watchdog_usec(), Some(Duration::from_secs(13)));
+        let dir = crate::testbed::scratch_dir("notify-override").expect("scratch dir");
+        let gone = dir.join("gone.sock");
+        let mut n =
+            Notifier::from_values(gone.to_str(), Some("13000000"), None, 1).expect("notifier");
+        assert!(!n.override_watchdog_usec(Duration::from_secs(3)));
+        assert_eq!(n.watchdog_usec(), Some(Duration::from_secs(13)));
+        assert_eq!((n.sent(), n.dropped()), (0, 1));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

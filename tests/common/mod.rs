@@ -173,3 +173,99 @@ pub fn acked_rows_on(
     }
     Ok((acked, missing))
 }
+
+/// `WatchdogSec=` of a systemd unit's text, in microseconds, as systemd hands it to
+/// the service in `WATCHDOG_USEC` (a time span: "13s", "13", "500ms", "1min 30s").
+pub fn unit_watchdog_usec(unit: &str) -> u64 {
+    let value = unit
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#') && !l.starts_with(';'))
+        .find_map(|l| l.strip_prefix("WatchdogSec="))
+        .unwrap_or_else(|| panic!("no WatchdogSec= in the unit:\n{unit}"));
+    let mut usec = 0u64;
+    for part in value.split_whitespace() {
+        let digits = part.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+        let n: u64 = digits
+            .parse()
+            .unwrap_or_else(|_| panic!("WatchdogSec={value}: {part:?} is not a whole number"));
+        let per = match &part[digits.len()..] {
+            "us" | "usec" => 1,
+            "ms" | "msec" => 1_000,
+            "" | "s" | "sec" => 1_000_000,
+            "m" | "min" => 60_000_000,
+            unit => panic!("WatchdogSec={value}: unit {unit:?} not handled here"),
+        };
+        usec += n * per;
+    }
+    assert!(usec > 0, "WatchdogSec={value} switches the watchdog off");
+    usec
+}
+
+/// The watchdog settings systemd gives a unit's agent: a test-owned
+/// `NOTIFY_SOCKET`, `WATCHDOG_USEC` from its `WatchdogSec=`, `WATCHDOG_PID` = the
+/// agent's pid; no device (mode off).
+pub fn unit_environment(unit: &str) -> tenure::testbed::cluster::NodeWatchdog {
+    tenure::testbed::cluster::NodeWatchdog {
+        notify: true,
+        watchdog_usec: Some(unit_watchdog_usec(unit)),
+        watchdog_pid: true,
+        ..Default::default()
+    }
+}
+
+fn pos_from<T>(msgs: &[(T, String)], from: usize, m: &str) -> Option<usize> {
+    msgs.iter()
+        .skip(from)
+        .position(|(_, x)| x == m)
+        .map(|i| i + from)
+}
+
+/// What systemd would see from each agent started with [`unit_environment`]
+/// (DESIGN §5, S6(b)): first `WATCHDOG_USEC=` with the agent's own `w` (systemd
+/// restarts its timer there), then `READY=1`, then `WATCHDOG=1` within `w` of that
+/// timer start, and from then on no gap of `w` or more between two `WATCHDOG=1`
+/// (systemd would SIGKILL the unit) until now. A restarted agent is checked from
+/// its own start.
+pub fn check_unit_notify(c: &TestCluster, w: Duration) {
+    use tenure::core::time::Instant as Boot;
+    let want = format!("WATCHDOG_USEC={}", w.as_micros());
+    for i in 0..c.node_count() {
+        let msgs = c.notify_messages(i);
+        let name = c.name(i);
+        // The current agent's run starts at its WATCHDOG_USEC= (a restarted agent
+        // sends it again).
+        let usec = msgs
+            .iter()
+            .rposition(|(_, x)| x.starts_with("WATCHDOG_USEC="));
+        let from = usec.unwrap_or(0);
+        let after = |m: &str| pos_from(&msgs, from, m);
+        let (ready, first_wd) = (after("READY=1"), after("WATCHDOG=1"));
+        let (Some(usec), Some(ready), Some(first_wd)) = (usec, ready, first_wd) else {
+            panic!("{name}: WATCHDOG_USEC=, READY=1 and WATCHDOG=1 expected: {msgs:?}");
+        };
+        assert_eq!(msgs[usec].1, want, "{name}: the agent's own W: {msgs:?}");
+        assert!(
+            usec < ready && ready < first_wd,
+            "{name}: WATCHDOG_USEC= then READY=1 then WATCHDOG=1 expected: {msgs:?}"
+        );
+        let mut last: Boot = msgs[usec].0;
+        for (t, m) in msgs.iter().skip(usec + 1) {
+            if m == "WATCHDOG=1" {
+                assert!(
+                    t.since(last) < w,
+                    "{name}: {:.3} s without WATCHDOG=1 (W = {w:?}): systemd would have \
+                     killed the unit: {msgs:?}",
+                    t.since(last).as_secs_f64()
+                );
+                last = *t;
+            }
+        }
+        let now = tenure::clock::now();
+        assert!(
+            now.since(last) < w,
+            "{name}: no WATCHDOG=1 for {:.3} s (W = {w:?})",
+            now.since(last).as_secs_f64()
+        );
+    }
+}
