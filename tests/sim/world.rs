@@ -1096,6 +1096,7 @@ impl World {
             epoch: None,
             sync_names: matches!(role, PgRole::Primary | PgRole::Replica).then_some(names),
             standbys,
+            report: Default::default(),
         }
     }
 
