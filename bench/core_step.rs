@@ -158,6 +158,7 @@ fn pg(role: PgRole, lsn: Lsn, following: Option<&str>) -> PgStatus {
         epoch: Some(5),
         sync_names: Some(String::new()),
         standbys: Vec::new(),
+        report: Default::default(),
     }
 }
 

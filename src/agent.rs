@@ -30,6 +30,9 @@ use crate::watchdog::{Device, Notifier, WatchdogError};
 
 mod guardian_hooks;
 
+/// The cluster "read" of an iteration cut short past `F - B` after its renewal.
+const PAST_CAP: &str = "not read: past F - B";
+
 /// Why the wait returned.
 enum Wake {
     /// The wait's own deadline: the next renewal tick or `F - B` (S1).
@@ -111,6 +114,8 @@ struct Agent {
     /// pg_replslot empty, so a node leading again must make them again).
     slots: Option<(u32, Vec<String>)>,
     status: api::ApiStatus,
+    /// The `status` key's optime this leadership last wrote: (epoch, optime).
+    status_written: Option<(Epoch, Lsn)>,
     last_reason: String,
     shutdown: bool,
     /// Iterations that took longer than `P` (+ `R` with a renewal), since start.
@@ -244,23 +249,7 @@ impl Agent {
         let guardian = guardian_hooks::start(&cfg, &wd, &mut core);
         let prefix = format!("{}/{}/", cfg.namespace.trim_end_matches('/'), cfg.scope);
         let state_file = cfg.postgresql.socket_dir.join("tenure.member-lease");
-        let status = api::ApiStatus {
-            name: cfg.name.clone(),
-            role: "unknown",
-            holds_leader_key: false,
-            lease_valid: false,
-            pg_running: false,
-            pg_primary: false,
-            streaming: false,
-            epoch: None,
-            timeline: 0,
-            lsn: 0,
-            leader: None,
-            state: "starting".into(),
-            reason: "starting".into(),
-            watchdog: None,
-            sync_standby: false,
-        };
+        let status = api::fill::initial(&cfg);
         Ok(Agent {
             prefix,
             rt,
@@ -280,6 +269,7 @@ impl Agent {
             applied_config: None,
             slots: None,
             status,
+            status_written: None,
             last_reason: String::new(),
             shutdown: false,
             budget_overruns: 0,
@@ -409,6 +399,20 @@ impl Agent {
             } else {
                 let mut o = self.observe(now, tick);
                 o.clock_jump = clock_jump;
+                // A stall inside the iteration's calls (each capped at `F - B`, so
+                // none outlived it): say so; the step below fences first.
+                let said = matches!(&o.cluster, Err(e) if e == PAST_CAP);
+                if !said
+                    && self
+                        .core
+                        .call_cap()
+                        .is_some_and(|cap| clock::now().add(clock_jump) >= cap)
+                {
+                    warn!(
+                        "woke past the fence start F - B during the iteration's calls (a \
+                         stall): fencing before anything else (S5)"
+                    );
+                }
                 o
             };
             let now = clock::now();
@@ -437,6 +441,9 @@ impl Agent {
                 // A primary under this leadership whose row does not say so yet
                 // (bootstrap start, adoption, or a failed write earlier).
                 self.write_epoch(epoch);
+            }
+            if !exit && tick {
+                self.publish_status(&obs);
             }
             if let Ok(view) = &obs.cluster {
                 self.maintain_hba(view);
@@ -738,14 +745,14 @@ impl Agent {
             // the renewal and its pet. Past `F - B` nothing else may come first.
             if self.core.call_cap().is_some_and(|cap| clock::now() >= cap) {
                 warn!(
-                    "past the fence start F - B in the middle of an iteration: fencing \
-                     before anything else (S5)"
+                    "woke past the fence start F - B in the middle of an iteration (a stall \
+                     after the renewal): fencing before anything else (S5)"
                 );
                 let pg = self
                     .last_pg
                     .clone()
                     .unwrap_or_else(|| PgStatus::unanswered(DataDir::Empty, PgRole::Unresponsive));
-                let cluster = Err("not read: past F - B".into());
+                let cluster = Err(PAST_CAP.into());
                 return self.assemble(cluster, renewal, None, pg, Job::Idle, Duration::ZERO);
             }
             self.keep_alive_side_leases();
@@ -988,15 +995,11 @@ impl Agent {
         let leadership = self.core.leadership();
         // Derived once per iteration by `update_status`, which runs just before.
         let epoch = self.status.epoch;
+        let (receive_lsn, replay_lsn, replication_state) = api::fill::member_positions(pg);
         let info = MemberInfo {
             conn_url: crate::pg::conn_url(&self.cfg.postgresql.connect_address),
             api_url: format!("{}/patroni", self.cfg.api.connect_url.trim_end_matches('/')),
-            state: match pg.role {
-                PgRole::Stopped => "stopped",
-                PgRole::Unresponsive => "starting",
-                PgRole::Primary | PgRole::Replica => "running",
-            }
-            .into(),
+            state: api::fill::pg_state(pg.role).into(),
             role: match pg.role {
                 PgRole::Primary => "primary",
                 _ => "replica",
@@ -1004,13 +1007,11 @@ impl Agent {
             .into(),
             version: "15".into(),
             xlog_location: pg.lsn,
+            receive_lsn,
+            replay_lsn,
+            replication_state,
             timeline: pg.timeline,
-            tags: Tags {
-                // S3: a node that refuses leadership (required watchdog missing or
-                // unusable) must not be waited for as "a better candidate": that
-                // would block every failover behind it.
-                nofailover: self.cfg.nofailover || self.core.refuses_leadership(),
-            },
+            tags: api::fill::tags(&self.cfg, self.core.refuses_leadership()),
             epoch,
             // Only an armed device counts: candidates size the early-expiry delay
             // from it (2W + R + M), and systemd's watchdog is no host reset.
@@ -1034,52 +1035,54 @@ impl Agent {
         }
     }
 
-    fn update_status(&mut self, now: Instant, obs: &Observation, reason: &str) {
-        let leadership = self.core.leadership();
-        let s = &mut self.status;
-        s.holds_leader_key = leadership.is_some();
-        s.lease_valid = self.core.leads_at(now);
-        s.pg_running = matches!(obs.pg.role, PgRole::Primary | PgRole::Replica);
-        s.pg_primary = obs.pg.role == PgRole::Primary;
-        s.streaming = obs.pg.streaming;
-        s.role = match obs.pg.role {
-            PgRole::Primary => "primary",
-            PgRole::Replica => "replica",
-            _ => "unknown",
+    /// Patroni's `status` key (`{"optime": N}`, DESIGN §4): the leader's WAL
+    /// position, which replicas' `?lag=` checks and `patronictl list` measure lag
+    /// against. Written by the leader of a running primary, only when it changed,
+    /// guarded by the epoch (DESIGN §1 step 5: a stale leader's write is refused).
+    fn publish_status(&mut self, obs: &Observation) {
+        let Some(l) = self.core.leadership() else {
+            return;
         };
-        s.timeline = obs.pg.timeline;
-        s.lsn = obs.pg.lsn;
-        s.epoch = leadership.map(|l| l.epoch).or_else(|| {
-            obs.cluster
-                .as_ref()
-                .ok()
-                .and_then(|v| v.leader.as_ref().map(|k| k.epoch))
-        });
-        s.leader = obs
-            .cluster
-            .as_ref()
-            .ok()
-            .and_then(|v| v.leader.as_ref().map(|k| k.name.clone()));
-        // Kept while etcd is unreadable: the last key seen still decides.
-        if let Ok(v) = &obs.cluster {
-            s.sync_standby = self.core.timing().synchronous != SyncMode::Off
-                && matches!(&v.sync, Some(Ok(k)) if k.sync_standby.as_deref() == Some(self.cfg.name.as_str()));
+        let (epoch, optime) = (l.epoch, obs.pg.lsn);
+        if !l.promoted || obs.pg.role != PgRole::Primary || optime == 0 {
+            return;
         }
-        s.state = match obs.pg.role {
-            PgRole::Stopped => "stopped",
-            PgRole::Unresponsive => "starting",
-            _ => "running",
+        if self.status_written == Some((epoch, optime)) {
+            return;
         }
-        .into();
-        s.reason.clear();
-        s.reason.push_str(reason);
+        let value = crate::dcs::encode_status(optime);
+        let deadline = self.deadline(self.core.timing().retry_timeout);
+        let me = self.cfg.name.clone();
+        if let Some((etcd, rt)) = self.connect(deadline) {
+            match etcd.guarded_put(rt, "status", &value, &me, epoch, deadline) {
+                Ok(true) => self.status_written = Some((epoch, optime)),
+                // Leadership is lost: fence in the very next step, as for every
+                // refused guarded write.
+                Ok(false) => self.pending.guard_refused = Some("the status key write".into()),
+                Err(e) => debug!("status key: {e}"),
+            }
+        }
+    }
+
+    fn update_status(&mut self, now: Instant, obs: &Observation, reason: &str) {
+        api::fill::update(
+            &mut self.status,
+            &self.cfg,
+            &self.core,
+            obs,
+            reason,
+            now,
+            clock::realtime(),
+        );
+        self.status.watchdog = self.wd.device.as_ref().map(|d| d.timeout());
     }
 
     /// Make progress on the API's connections without blocking (issue 8 finding 1).
     fn serve_api(&mut self) {
         let now = clock::now();
-        // The lease must stay valid to answer /primary with 200: recompute at request time.
-        self.status.lease_valid = self.core.leads_at(now);
+        // `/primary` answers from the time left to `F` now, not at the last iteration.
+        let last = self.last_iteration.map(|(t, _)| t);
+        api::fill::refresh(&mut self.status, &self.core, now, last);
         let _g = self.rt.enter();
         let served = self.api.service(now, &self.status);
         if served.refused > 0 {

@@ -113,6 +113,12 @@ pub struct ApiConfig {
     pub listen: String,
     /// URL others use to reach this API (default `http://<listen>`).
     pub connect_url: String,
+    /// `/primary`, `/read-write`, `/` and `/leader` answer 200 only while the time
+    /// left to the fence deadline `F` (DESIGN S1) is above this (default
+    /// `loop_wait + retry_timeout`): a load balancer that checks every `inter`
+    /// and marks a server down after `fall` failures must have
+    /// `inter × fall + its check timeout` inside it to stop sending writes before `F`.
+    pub primary_min_remaining: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -171,6 +177,11 @@ pub struct Config {
     pub watchdog: WatchdogConfig,
     /// Tags (`nofailover`).
     pub nofailover: bool,
+    /// `[tags] noloadbalance`: the read health endpoints answer 503 (Patroni's).
+    pub noloadbalance: bool,
+    /// `[tags]` string values other than the boolean tags, sorted by name: published
+    /// in the member key and matched by `?tag_<name>=<value>`.
+    pub custom_tags: Vec<(String, String)>,
     /// `[log] syslog_socket`; `None` = log to stderr only.
     pub syslog_socket: Option<PathBuf>,
     pub agent: AgentConfig,
@@ -934,6 +945,45 @@ fn check_endpoint(url: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `[api] primary_min_remaining` must stay below the least time a healthy leader
+/// has left to `F`: just before a renewal counts, `F - now` can be as low as
+/// `span - loop_wait - retry_timeout`, with `span` = `W` (with a watchdog, the `W`
+/// tenure will ask for) or `ttl - safety_margin` (without). At or above it, `/primary`
+/// would answer 503 on a healthy leader once per loop.
+pub fn check_primary_min_remaining(
+    threshold: Duration,
+    t: &TimingConfig,
+    ttl: u32,
+    watchdog: Option<u32>,
+) -> Result<(), String> {
+    let (healthy_min, what) = healthy_time_left(t, ttl, watchdog);
+    if threshold >= healthy_min {
+        return Err(format!(
+            "must be < {what} - loop_wait - retry_timeout = {:.3} s (the least time to the \
+             fence deadline a healthy leader has just before a renewal), found {:.3} s",
+            healthy_min.as_secs_f64(),
+            threshold.as_secs_f64()
+        ));
+    }
+    Ok(())
+}
+
+/// The least time to `F` a healthy leader has (just before a renewal counts), and
+/// the span it is measured from, named for messages.
+fn healthy_time_left(t: &TimingConfig, ttl: u32, watchdog: Option<u32>) -> (Duration, String) {
+    let (span, what) = match watchdog {
+        Some(w) => (Duration::from_secs(u64::from(w)), format!("W {w}")),
+        None => (
+            Duration::from_secs(u64::from(ttl)).saturating_sub(t.safety_margin),
+            format!(
+                "ttl - safety_margin = {ttl} - {:.3}",
+                t.safety_margin.as_secs_f64()
+            ),
+        ),
+    };
+    (span.saturating_sub(t.loop_wait + t.retry_timeout), what)
+}
+
 /// `host:port` with a non-empty host and a numeric port.
 fn check_host_port(s: &str) -> Result<(), String> {
     let (host, port) = s
@@ -1089,8 +1139,31 @@ impl Config {
 
         // [tags]
         let tags = root.sub("tags")?;
-        tags.only(&["nofailover"])?;
         let nofailover = tags.boolean("nofailover")?.unwrap_or(false);
+        let noloadbalance = tags.boolean("noloadbalance")?.unwrap_or(false);
+        let mut custom_tags = Vec::new();
+        for (k, v) in tags.table {
+            if matches!(k.as_str(), "nofailover" | "noloadbalance") {
+                continue;
+            }
+            if !valid_name(k) {
+                return Err(tags.err(k, "a tag name must match [A-Za-z0-9_.-]+"));
+            }
+            match v {
+                Value::String(s) => custom_tags.push((k.clone(), s.clone())),
+                // A boolean under another name is most likely a misspelt boolean
+                // tag: refused rather than published as a tag nobody reads.
+                other => {
+                    return Err(tags.wrong(
+                        k,
+                        "a string (tenure's boolean tags are nofailover and noloadbalance; \
+                         other tags take string values)",
+                        other,
+                    ));
+                }
+            }
+        }
+        custom_tags.sort();
 
         // [postgresql]
         let pg = root.sub("postgresql")?;
@@ -1211,7 +1284,7 @@ impl Config {
 
         // [api]
         let api = root.sub("api")?;
-        api.only(&["listen", "connect_url"])?;
+        api.only(&["listen", "connect_url", "primary_min_remaining"])?;
         let api_listen = api.required("listen", api.string("listen")?)?;
         if api_listen.parse::<SocketAddr>().is_err() {
             return Err(api.err(
@@ -1229,6 +1302,7 @@ impl Config {
             }
             None => format!("http://{api_listen}"),
         };
+        let primary_min_remaining = api.secs("primary_min_remaining")?;
 
         // [watchdog]
         let wd = root.sub("watchdog")?;
@@ -1317,6 +1391,21 @@ impl Config {
         if mode == WatchdogMode::Required && watchdog_range(&timing, ttl).is_none() {
             return Err(timing_err(empty_range_error(&timing, ttl)));
         }
+        let w = match mode {
+            WatchdogMode::Off => None,
+            _ => watchdog_range(&timing, ttl).map(|(_, hi)| hi),
+        };
+        let primary_min_remaining = match primary_min_remaining {
+            Some(t) => {
+                check_primary_min_remaining(t, &timing, ttl, w)
+                    .map_err(|p| api.err("primary_min_remaining", p))?;
+                t
+            }
+            // Not set: loop_wait + retry_timeout, capped at half the least time a
+            // healthy leader has left (a derived default, not an adjusted value).
+            None => (timing.loop_wait + timing.retry_timeout)
+                .min(healthy_time_left(&timing, ttl, w).0 / 2),
+        };
 
         Ok(Config {
             scope,
@@ -1346,6 +1435,7 @@ impl Config {
             api: ApiConfig {
                 listen: api_listen,
                 connect_url,
+                primary_min_remaining,
             },
             watchdog: WatchdogConfig {
                 mode,
@@ -1355,6 +1445,8 @@ impl Config {
                 guardian_kill_budget,
             },
             nofailover,
+            noloadbalance,
+            custom_tags,
             syslog_socket,
             agent: AgentConfig {
                 lock_memory,

@@ -54,6 +54,7 @@ fn pg(role: PgRole, lsn: Lsn, following: Option<&str>) -> PgStatus {
         epoch: None,
         sync_names: Some(String::new()),
         standbys: Vec::new(),
+        report: Default::default(),
     }
 }
 

@@ -205,9 +205,11 @@ impl ApiServer {
                         &format!("request head larger than {MAX_HEAD} bytes"),
                         &mut slot.out,
                     ),
-                    Parsed::Request { method, path } => {
-                        respond(&method, &path, status, &mut slot.out)
-                    }
+                    Parsed::Request {
+                        method,
+                        path,
+                        query,
+                    } => respond(&method, &path, &query, status, &mut slot.out),
                     Parsed::Bad(code, why) => respond_error(code, &why, &mut slot.out),
                 }
                 conn.phase = Phase::Writing;

@@ -1,64 +1,98 @@
-//! Unit tests: every endpoint, every method, malformed and random input.
+//! Unit tests: every endpoint and query, Patroni's status codes and order of checks,
+//! the lease threshold, every method, malformed and random input.
 
 use super::*;
 
-fn primary() -> ApiStatus {
-    ApiStatus {
-        name: "pg1".into(),
-        role: "primary",
-        holds_leader_key: true,
-        lease_valid: true,
-        pg_running: true,
-        pg_primary: true,
-        streaming: false,
-        epoch: Some(42),
-        timeline: 3,
-        lsn: 123_456,
-        leader: Some("pg1".into()),
-        state: "running".into(),
-        reason: "no action: I am pg1, leader with the lock".into(),
-        watchdog: Some(13),
-        sync_standby: false,
-    }
+/// The request instant of every fixture.
+const NOW: Instant = Instant::from_nanos(1_000_000_000_000);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
 }
 
-fn replica() -> ApiStatus {
+fn base(name: &str) -> ApiStatus {
     ApiStatus {
-        name: "pg2".into(),
-        role: "replica",
-        holds_leader_key: false,
-        lease_valid: false,
-        pg_running: true,
-        pg_primary: false,
-        streaming: true,
-        epoch: Some(42),
-        timeline: 3,
-        lsn: 123_000,
-        leader: Some("pg1".into()),
-        state: "running".into(),
-        reason: "following pg1".into(),
-        watchdog: None,
-        sync_standby: false,
-    }
-}
-
-fn stopped() -> ApiStatus {
-    ApiStatus {
-        name: "pg3".into(),
+        name: name.into(),
+        scope: "demo".into(),
         role: "unknown",
         state: "stopped".into(),
+        cluster_read_at: Some(NOW.sub(ms(100))),
+        dcs_last_seen: 1_700_000_000,
+        tags: Tags {
+            nofailover: false,
+            noloadbalance: false,
+            custom: vec![("dc".into(), "east".into())],
+        },
+        maximum_lag_on_failover: 1_048_576,
+        ttl: 7,
+        loop_wait: ms(500),
+        primary_min_remaining: ms(750),
+        leader: Some("pg1".into()),
+        epoch: Some(42),
+        status_optime: Some(123_456),
+        now: NOW,
+        last_iteration: Some(NOW.sub(ms(200))),
         ..ApiStatus::default()
     }
 }
 
-/// (status code, headers, body) of the response to `GET path`.
-fn get(path: &str, s: &ApiStatus) -> (u16, String, String) {
-    call(&Method::Get, path, s)
+fn primary() -> ApiStatus {
+    ApiStatus {
+        role: "primary",
+        state: "running".into(),
+        pg_running: true,
+        pg_primary: true,
+        holds_leader_key: true,
+        fence_deadline: Some(NOW.add(ms(5_000))),
+        timeline: 3,
+        lsn: 123_456,
+        report: PgReport {
+            server_version: Some(150_004),
+            postmaster_start_time: Some("2026-01-01 10:00:00.123456+00:00".into()),
+            replication_json: Some("[]".into()),
+            ..PgReport::default()
+        },
+        replication: Some(json!([{"usename": "replicator", "application_name": "pg2",
+            "client_addr": "127.0.0.1", "state": "streaming", "sync_state": "async",
+            "sync_priority": 0}])),
+        reason: "no action: I am pg1, leader with the lock".into(),
+        watchdog: Some(13),
+        ..base("pg1")
+    }
 }
 
-fn call(m: &Method, path: &str, s: &ApiStatus) -> (u16, String, String) {
+/// A streaming replica 456 bytes behind the leader's `status` optime when replayed,
+/// 356 when received.
+fn replica() -> ApiStatus {
+    ApiStatus {
+        role: "replica",
+        state: "running".into(),
+        pg_running: true,
+        streaming: true,
+        timeline: 3,
+        lsn: 123_100,
+        report: PgReport {
+            server_version: Some(150_004),
+            receive_lsn: Some(123_100),
+            replay_lsn: Some(123_000),
+            latest_end_lsn: Some(123_100),
+            replay_paused: Some(false),
+            ..PgReport::default()
+        },
+        reason: "following pg1".into(),
+        ..base("pg2")
+    }
+}
+
+fn stopped() -> ApiStatus {
+    base("pg3")
+}
+
+/// (status code, head, body) of the response to `method target`.
+fn call(m: &Method, target: &str, s: &ApiStatus) -> (u16, String, String) {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let mut out = Vec::new();
-    respond(m, path, s, &mut out);
+    respond(m, path, query, s, &mut out);
     let text = String::from_utf8(out).expect("utf8 response");
     let (head, body) = text.split_once("\r\n\r\n").expect("head end");
     let code: u16 = head[9..12].parse().expect("status code");
@@ -71,6 +105,18 @@ fn call(m: &Method, path: &str, s: &ApiStatus) -> (u16, String, String) {
     (code, head.to_string(), body.to_string())
 }
 
+fn get(target: &str, s: &ApiStatus) -> (u16, String, String) {
+    call(&Method::Get, target, s)
+}
+
+fn code(target: &str, s: &ApiStatus) -> u16 {
+    get(target, s).0
+}
+
+fn json_of(body: &str) -> Value {
+    serde_json::from_str(body).expect("json body")
+}
+
 fn content_length(head: &str) -> usize {
     head.lines()
         .find_map(|l| l.strip_prefix("Content-Length: "))
@@ -79,110 +125,571 @@ fn content_length(head: &str) -> usize {
         .expect("number")
 }
 
-#[test]
-fn primary_endpoints() {
-    for p in ["/primary", "/master", "/read-write"] {
-        assert_eq!(get(p, &primary()).0, 200, "{p}");
-        assert_eq!(get(p, &replica()).0, 503, "{p}");
-        assert_eq!(get(p, &stopped()).0, 503, "{p}");
-        // Key held but lease not valid: not a primary for routing.
-        let mut s = primary();
-        s.lease_valid = false;
-        assert_eq!(get(p, &s).0, 503, "{p}");
-        // Key held but PostgreSQL not (yet) primary.
-        let mut s = primary();
-        s.pg_primary = false;
-        assert_eq!(get(p, &s).0, 503, "{p}");
-        // PostgreSQL primary without the key (about to be fenced): never 200.
-        let mut s = primary();
-        s.holds_leader_key = false;
-        assert_eq!(get(p, &s).0, 503, "{p}");
-        let mut s = primary();
-        s.pg_running = false;
-        assert_eq!(get(p, &s).0, 503, "{p}");
-    }
+fn with(s: ApiStatus, f: impl FnOnce(&mut ApiStatus)) -> ApiStatus {
+    let mut s = s;
+    f(&mut s);
+    s
 }
 
-#[test]
-fn replica_endpoint() {
-    assert_eq!(get("/replica", &replica()).0, 200);
-    assert_eq!(get("/replica", &primary()).0, 503);
-    assert_eq!(get("/replica", &stopped()).0, 503);
-    let mut s = replica();
-    s.streaming = false;
-    assert_eq!(get("/replica", &s).0, 503);
-    // A replica that just took the key (promoting) is no longer a replica target.
-    let mut s = replica();
-    s.holds_leader_key = true;
-    assert_eq!(get("/replica", &s).0, 503);
-}
+/// One row: a state, a target, the status code Patroni's rules (plus the lease)
+/// give.
+struct Row(&'static str, ApiStatus, &'static str, u16);
 
-#[test]
-fn read_only_endpoint() {
-    assert_eq!(get("/read-only", &primary()).0, 200);
-    assert_eq!(get("/read-only", &replica()).0, 200);
-    assert_eq!(get("/read-only", &stopped()).0, 503);
-    let mut s = replica();
-    s.streaming = false;
-    assert_eq!(get("/read-only", &s).0, 503);
-    let mut s = primary();
-    s.lease_valid = false;
-    assert_eq!(get("/read-only", &s).0, 503);
-}
-
-#[test]
-fn health_and_leader() {
-    assert_eq!(get("/health", &primary()).0, 200);
-    assert_eq!(get("/health", &replica()).0, 200);
-    assert_eq!(get("/health", &stopped()).0, 503);
-    assert_eq!(get("/leader", &primary()).0, 200);
-    assert_eq!(get("/leader", &replica()).0, 503);
-    assert_eq!(get("/leader", &stopped()).0, 503);
-}
-
-#[test]
-fn status_endpoints_and_json() {
-    for p in ["/", "/patroni", "/status"] {
-        for s in [primary(), replica(), stopped()] {
-            assert_eq!(get(p, &s).0, 200, "{p}");
+fn run(rows: Vec<Row>) {
+    let mut failed = Vec::new();
+    for Row(what, s, target, want) in rows {
+        for m in [Method::Get, Method::Head, Method::Options] {
+            let got = call(&m, target, &s).0;
+            if got != want {
+                failed.push(format!("{what}: {m:?} {target} = {got}, want {want}"));
+            }
         }
     }
-    let (_, head, body) = get("/patroni", &primary());
-    assert_eq!(content_length(&head), body.len());
-    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
-    assert_eq!(v["state"], "running");
-    assert_eq!(v["role"], "primary");
-    assert_eq!(v["timeline"], 3);
-    assert_eq!(v["xlog"]["location"], 123_456);
-    assert_eq!(v["patroni"]["name"], "pg1");
-    assert_eq!(v["tenure"]["epoch"], 42);
-    assert_eq!(v["tenure"]["leader"], "pg1");
-    assert_eq!(v["tenure"]["watchdog_timeout"], 13);
-    assert!(
-        v["tenure"]["reason"]
-            .as_str()
-            .unwrap_or("")
-            .contains("leader")
-    );
-    let v: serde_json::Value = serde_json::from_str(&get("/", &stopped()).2).expect("json");
-    assert!(v["tenure"]["epoch"].is_null());
-    assert!(v["tenure"]["watchdog_timeout"].is_null());
-    // Health endpoints carry the status JSON too (503 included), like Patroni.
-    let (code, _, body) = get("/primary", &replica());
-    assert_eq!(code, 503);
-    assert!(serde_json::from_str::<serde_json::Value>(&body).is_ok());
+    assert!(failed.is_empty(), "\n{}", failed.join("\n"));
+}
+
+/// Issue 9: HAProxy's plain `option httpchk` sends `OPTIONS /`; in Patroni `/` is
+/// `/primary`. Before, every node answered 200 there and replicas took writes.
+#[test]
+fn root_is_primary_so_a_replica_answers_503_to_options_root() {
+    assert_eq!(call(&Method::Options, "/", &replica()).0, 503);
+    assert_eq!(call(&Method::Options, "/", &stopped()).0, 503);
+    assert_eq!(call(&Method::Options, "/", &primary()).0, 200);
+    assert_eq!(call(&Method::Get, "/", &replica()).0, 503);
 }
 
 #[test]
-fn unknown_path_is_404_naming_it() {
-    let (code, _, body) = get("/nope", &primary());
-    assert_eq!(code, 404);
-    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+fn primary_and_leader_need_the_key_and_time_left_to_f() {
+    let mut rows = Vec::new();
+    for p in ["/", "/primary", "/read-write", "/master"] {
+        rows.extend([
+            Row("primary", primary(), p, 200),
+            Row("replica", replica(), p, 503),
+            Row("stopped", stopped(), p, 503),
+            // Exactly the threshold left is not above it.
+            Row(
+                "0.75 s left",
+                with(primary(), |s| s.fence_deadline = Some(NOW.add(ms(750)))),
+                p,
+                503,
+            ),
+            Row(
+                "0.751 s left",
+                with(primary(), |s| s.fence_deadline = Some(NOW.add(ms(751)))),
+                p,
+                200,
+            ),
+            Row(
+                "past F",
+                with(primary(), |s| s.fence_deadline = Some(NOW.sub(ms(1)))),
+                p,
+                503,
+            ),
+            Row(
+                "threshold raised",
+                with(primary(), |s| s.primary_min_remaining = ms(5_000)),
+                p,
+                503,
+            ),
+            // Key held, PostgreSQL not a primary yet (promoting).
+            Row(
+                "promoting",
+                with(primary(), |s| {
+                    s.pg_primary = false;
+                    s.role = "replica";
+                }),
+                p,
+                503,
+            ),
+            // PostgreSQL primary without the key (about to be fenced): never 200.
+            Row(
+                "no key",
+                with(primary(), |s| {
+                    s.holds_leader_key = false;
+                    s.fence_deadline = None;
+                }),
+                p,
+                503,
+            ),
+            Row(
+                "stopped with the key",
+                with(primary(), |s| {
+                    s.pg_running = false;
+                    s.pg_primary = false;
+                    s.state = "stopped".into();
+                }),
+                p,
+                503,
+            ),
+            // The primary endpoints ignore `?tag_` (Patroni's ignore_tags).
+            Row("tags ignored", primary(), "/primary?tag_dc=west", 200),
+        ]);
+    }
+    rows.extend([
+        Row("leader", primary(), "/leader", 200),
+        Row(
+            "leader promoting",
+            with(primary(), |s| s.pg_primary = false),
+            "/leader",
+            200,
+        ),
+        Row(
+            "leader near F",
+            with(primary(), |s| s.fence_deadline = Some(NOW.add(ms(700)))),
+            "/leader",
+            503,
+        ),
+        Row("leader tags ignored", primary(), "/leader?tag_dc=west", 200),
+        Row("replica is no leader", replica(), "/leader", 503),
+        Row("standby-leader", primary(), "/standby-leader", 503),
+        Row("standby-leader", replica(), "/standby-leader", 503),
+    ]);
+    run(rows);
+}
+
+#[test]
+fn replica_follows_patronis_order_noloadbalance_lag_role() {
+    run(vec![
+        Row("replica", replica(), "/replica", 200),
+        Row("primary", primary(), "/replica", 503),
+        Row("stopped", stopped(), "/replica", 503),
+        // Patroni does not ask for streaming here (use ?lag= for freshness).
+        Row(
+            "not streaming",
+            with(replica(), |s| s.streaming = false),
+            "/replica",
+            200,
+        ),
+        Row(
+            "holds the key",
+            with(replica(), |s| s.holds_leader_key = true),
+            "/replica",
+            503,
+        ),
+        Row(
+            "noloadbalance",
+            with(replica(), |s| s.tags.noloadbalance = true),
+            "/replica",
+            503,
+        ),
+        // Replayed 123_000, leader 123_456: 456 bytes behind.
+        Row("lag 456 ok", replica(), "/replica?lag=456", 200),
+        Row("lag 455 too small", replica(), "/replica?lag=455", 503),
+        Row("lag 1kB", replica(), "/replica?lag=1kB", 200),
+        Row("lag 0", replica(), "/replica?lag=0", 503),
+        Row("lag 10MB", replica(), "/replica?lag=10MB", 200),
+        // The sender's latest_end_lsn counts too (the larger of the two).
+        Row(
+            "latest_end ahead",
+            with(replica(), |s| s.report.latest_end_lsn = Some(200_000)),
+            "/replica?lag=1kB",
+            503,
+        ),
+        // Leader position unknown: nothing to be lagging behind (Patroni).
+        Row(
+            "optime unknown",
+            with(replica(), |s| {
+                s.status_optime = None;
+                s.report.latest_end_lsn = None;
+            }),
+            "/replica?lag=0",
+            200,
+        ),
+        // A cluster read older than a ttl no longer counts.
+        Row(
+            "stale cluster read",
+            with(replica(), |s| {
+                s.cluster_read_at = Some(NOW.sub(Duration::from_secs(8)));
+                s.report.latest_end_lsn = Some(123_000);
+            }),
+            "/replica?lag=0",
+            200,
+        ),
+        Row("tag match", replica(), "/replica?tag_dc=east", 200),
+        Row("tag mismatch", replica(), "/replica?tag_dc=west", 503),
+        Row("tag absent", replica(), "/replica?tag_rack=r1", 503),
+        Row("bool tag", replica(), "/replica?tag_nofailover=false", 200),
+        Row(
+            "bool tag mismatch",
+            replica(),
+            "/replica?tag_nofailover=true",
+            503,
+        ),
+        Row(
+            "tags and lag",
+            replica(),
+            "/replica?lag=1MB&tag_dc=east&foo=bar",
+            200,
+        ),
+    ]);
+}
+
+#[test]
+fn read_only_health_and_the_sync_family() {
+    let sync = with(replica(), |s| s.sync_standby = true);
+    let stale = |s: ApiStatus| {
+        with(s, |s| {
+            s.cluster_read_at = Some(NOW.sub(Duration::from_secs(8)))
+        })
+    };
+    run(vec![
+        Row("primary", primary(), "/read-only", 200),
+        Row("replica", replica(), "/read-only", 200),
+        Row("stopped", stopped(), "/read-only", 503),
+        Row("lagging replica", replica(), "/read-only?lag=0", 503),
+        Row("primary with lag", primary(), "/read-only?lag=0", 200),
+        Row(
+            "primary noloadbalance",
+            with(primary(), |s| s.tags.noloadbalance = true),
+            "/read-only",
+            200,
+        ),
+        Row(
+            "primary near F",
+            with(primary(), |s| s.fence_deadline = Some(NOW.add(ms(100)))),
+            "/read-only",
+            503,
+        ),
+        Row("read-only tags", primary(), "/read-only?tag_dc=west", 503),
+        Row("health primary", primary(), "/health", 200),
+        Row("health replica", replica(), "/health", 200),
+        Row("health stopped", stopped(), "/health", 503),
+        Row("health tags", replica(), "/health?tag_dc=west", 503),
+        Row(
+            "health near F",
+            with(primary(), |s| s.fence_deadline = Some(NOW.add(ms(1)))),
+            "/health",
+            200,
+        ),
+        Row("async replica /sync", replica(), "/sync", 503),
+        Row("async replica /async", replica(), "/async", 200),
+        Row(
+            "async replica /asynchronous",
+            replica(),
+            "/asynchronous",
+            200,
+        ),
+        Row("sync replica /sync", sync.clone(), "/sync", 200),
+        Row(
+            "sync replica /synchronous",
+            sync.clone(),
+            "/synchronous",
+            200,
+        ),
+        Row("sync replica /async", sync.clone(), "/async", 503),
+        Row("sync replica lagging", sync.clone(), "/sync?lag=0", 503),
+        Row("primary /sync", primary(), "/sync", 503),
+        Row("primary /async", primary(), "/async", 503),
+        Row("stopped /async", stopped(), "/async", 503),
+        Row("primary /read-only-sync", primary(), "/read-only-sync", 200),
+        Row("sync /read-only-sync", sync.clone(), "/read-only-sync", 200),
+        Row(
+            "sync /read-only-synchronous",
+            sync.clone(),
+            "/read-only-synchronous",
+            200,
+        ),
+        Row("async /read-only-sync", replica(), "/read-only-sync", 503),
+        Row("stale /sync", stale(sync.clone()), "/sync", 503),
+        Row("stale /async", stale(replica()), "/async", 503),
+        Row(
+            "stale /read-only-sync",
+            stale(primary()),
+            "/read-only-sync",
+            503,
+        ),
+        // The other endpoints do not need a fresh cluster read.
+        Row("stale /replica", stale(replica()), "/replica", 200),
+        Row("stale /health", stale(replica()), "/health", 200),
+    ]);
+}
+
+#[test]
+fn liveness_is_the_loop_running_within_ttl_or_twice_on_a_replica() {
+    let late =
+        |s: ApiStatus, after_ms: u64| with(s, |s| s.last_iteration = Some(NOW.sub(ms(after_ms))));
+    run(vec![
+        Row("primary", primary(), "/liveness", 200),
+        Row("replica", replica(), "/liveness", 200),
+        Row("stopped", stopped(), "/liveness", 200),
+        // loop_wait 0.5 + ttl 7 on a primary, + 2 ttl elsewhere.
+        Row("primary 7.4 s", late(primary(), 7_400), "/liveness", 200),
+        Row("primary 7.5 s", late(primary(), 7_500), "/liveness", 503),
+        Row("replica 7.5 s", late(replica(), 7_500), "/liveness", 200),
+        Row("replica 14.5 s", late(replica(), 14_500), "/liveness", 503),
+        Row(
+            "no iteration yet",
+            with(stopped(), |s| s.last_iteration = None),
+            "/liveness",
+            503,
+        ),
+    ]);
+}
+
+#[test]
+fn readiness_in_patronis_order() {
+    let cases = [
+        ("leader", primary(), "/readiness", 200, ""),
+        (
+            "stopped",
+            stopped(),
+            "/readiness",
+            503,
+            "PostgreSQL is not running",
+        ),
+        (
+            "not streaming",
+            with(replica(), |s| s.streaming = false),
+            "/readiness",
+            503,
+            "not streaming",
+        ),
+        (
+            "no etcd and no sender position",
+            with(replica(), |s| {
+                s.cluster_read_at = None;
+                s.report.latest_end_lsn = None;
+            }),
+            "/readiness",
+            503,
+            "etcd is not accessible",
+        ),
+        // Default limit: maximum_lag_on_failover (1 MiB).
+        ("caught up", replica(), "/readiness", 200, ""),
+        (
+            "apply lag over lag=",
+            replica(),
+            "/readiness?lag=400",
+            503,
+            "Replication apply lag 456 exceeds maximum allowable 400",
+        ),
+        (
+            "write lag under lag=",
+            replica(),
+            "/readiness?lag=400&mode=write",
+            200,
+            "",
+        ),
+        (
+            "write lag over lag=",
+            replica(),
+            "/readiness?lag=300&mode=write",
+            503,
+            "Replication write lag 356 exceeds maximum allowable 300",
+        ),
+        (
+            "default limit",
+            with(replica(), |s| s.maximum_lag_on_failover = 100),
+            "/readiness",
+            503,
+            "exceeds maximum allowable 100",
+        ),
+        (
+            "primary near F is no leader",
+            with(primary(), |s| s.fence_deadline = Some(NOW.add(ms(10)))),
+            "/readiness",
+            503,
+            "not streaming",
+        ),
+    ];
+    for (what, s, target, want, why) in cases {
+        let (got, _, body) = get(target, &s);
+        assert_eq!(got, want, "{what}: {body}");
+        let reason = json_of(&body)["reason"].as_str().unwrap_or("").to_string();
+        assert!(reason.contains(why), "{what}: {reason}");
+        assert_eq!(call(&Method::Options, target, &s).0, want, "{what}");
+    }
+}
+
+#[test]
+fn bad_queries_are_400_naming_the_parameter() {
+    for (target, needle) in [
+        ("/replica?lag=abc", "lag=\"abc\""),
+        ("/replica?lag=-1", "negative"),
+        ("/replica?lag=010", "octal"),
+        ("/replica?lag=0x10", "unknown unit"),
+        ("/replica?lag=1mb", "unknown unit \"mb\""),
+        ("/replica?lag=1%20MiB", "unknown unit \"MiB\""),
+        ("/replica?lag=", "empty"),
+        ("/replica?lag=MB", "expected a number"),
+        ("/replica?lag=99999999999TB", "too large"),
+        ("/readiness?mode=fast", "mode=\"fast\""),
+        ("/replica?tag_=x", "tag name"),
+        ("/replica?tag_dc=", "tag_dc: empty"),
+        ("/replica?lag=%zz", "percent escape"),
+        ("/replica?tag_dc=%ff", "UTF-8"),
+        // On every health endpoint, also those that do not use the value.
+        ("/primary?lag=abc", "lag"),
+    ] {
+        for m in [Method::Get, Method::Options] {
+            let (code, _, body) = call(&m, target, &primary());
+            assert_eq!(code, 400, "{m:?} {target}");
+            if m == Method::Get {
+                let e = json_of(&body)["error"].as_str().unwrap_or("").to_string();
+                assert!(e.contains(needle), "{target}: {e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn lag_values_as_patroni_reads_them() {
+    for (s, want) in [
+        ("0", 0),
+        ("1048576", 1_048_576),
+        ("+5", 5),
+        ("16kB", 16_384),
+        ("1024kB", 1_048_576),
+        ("10MB", 10_485_760),
+        ("1GB", 1_073_741_824),
+        ("1TB", 1_099_511_627_776),
+        (" 1 MB ", 1_048_576),
+        ("1.5kB", 1_536),
+        ("1.5MB", 1_572_864),
+        // Rounded to whole kB, as Patroni rounds a fraction of MB.
+        ("1.0001MB", 1_048_576),
+        ("2B", 2),
+        (".5kB", 512),
+    ] {
+        assert_eq!(parse_lag(s), Ok(want), "{s:?}");
+    }
+    for s in [
+        "", "-1", "010", "0x400", "1mb", "1 MiB", "MB", "1.2.3", "1e3",
+    ] {
+        assert!(parse_lag(s).is_err(), "{s:?} accepted");
+    }
+}
+
+#[test]
+fn query_parsing_first_value_wins_and_unknown_keys_are_ignored() {
+    let q = parse_query("lag=1kB&lag=2kB&x&foo=bar&tag_dc=a+b&tag_dc=c&tag_r%61ck=%41&mode=write")
+        .expect("valid");
+    assert_eq!(q.lag, Some(1024));
+    assert_eq!(q.mode, Some(LagMode::Write));
+    assert_eq!(
+        q.tags,
+        vec![("dc".into(), "a b".into()), ("rack".into(), "A".into())]
+    );
+    assert_eq!(parse_query(""), Ok(Query::default()));
+    assert_eq!(parse_query("&&"), Ok(Query::default()));
+}
+
+#[test]
+fn status_json_has_patronis_fields_and_ours() {
+    let (code, head, body) = get("/patroni", &primary());
+    assert_eq!(code, 200);
+    assert_eq!(content_length(&head), body.len());
+    let v = json_of(&body);
+    assert_eq!(v["state"], "running");
+    assert_eq!(v["role"], "primary");
+    assert_eq!(v["server_version"], 150_004);
+    assert_eq!(
+        v["postmaster_start_time"],
+        "2026-01-01 10:00:00.123456+00:00"
+    );
+    assert_eq!(v["timeline"], 3);
+    assert_eq!(v["xlog"], json!({ "location": 123_456 }));
+    assert_eq!(v["replication"][0]["application_name"], "pg2");
+    assert_eq!(v["replication"][0]["usename"], "replicator");
+    assert_eq!(v["dcs_last_seen"], 1_700_000_000);
+    assert!(v.get("cluster_unlocked").is_none());
+    assert!(v.get("sync_standby").is_none());
+    assert_eq!(v["tags"], json!({ "nofailover": false, "dc": "east" }));
+    assert_eq!(
+        v["patroni"],
+        json!({ "version": env!("CARGO_PKG_VERSION"), "scope": "demo", "name": "pg1" })
+    );
+    let t = &v["tenure"];
+    assert_eq!(t["epoch"], 42);
+    assert_eq!(t["leader"], "pg1");
+    assert_eq!(t["holds_leader_key"], true);
+    assert_eq!(t["lease_valid"], true);
+    assert_eq!(t["fence_remaining"], 5.0);
+    assert_eq!(t["primary_min_remaining"], 0.75);
+    assert_eq!(t["leader_optime"], 123_456);
+    assert_eq!(t["watchdog_timeout"], 13);
+    assert!(t["reason"].as_str().unwrap_or("").contains("leader"));
+    assert!(t.get("check").is_none());
+
+    let v = json_of(&get("/patroni", &with(replica(), |s| s.sync_standby = true)).2);
+    assert_eq!(v["role"], "replica");
+    assert_eq!(
+        v["xlog"],
+        json!({ "received_location": 123_100, "replayed_location": 123_000,
+                "replayed_timestamp": null, "paused": false })
+    );
+    assert_eq!(v["replication_state"], "streaming");
+    assert_eq!(v["sync_standby"], true);
+    assert!(v.get("replication").is_none());
+    assert!(v["tenure"]["fence_remaining"].is_null());
+
+    let v = json_of(
+        &get(
+            "/patroni",
+            &with(stopped(), |s| {
+                s.cluster_unlocked = true;
+                s.epoch = None;
+            }),
+        )
+        .2,
+    );
+    assert_eq!(v["state"], "stopped");
+    assert_eq!(v["role"], "unknown");
+    assert_eq!(v["cluster_unlocked"], true);
+    assert!(v.get("xlog").is_none() && v.get("timeline").is_none());
+    assert!(v["tenure"]["epoch"].is_null());
+    assert!(v["tenure"]["watchdog_timeout"].is_null());
+}
+
+#[test]
+fn health_endpoints_carry_the_status_and_why() {
+    let near = with(primary(), |s| s.fence_deadline = Some(NOW.add(ms(500))));
+    let (code, _, body) = get("/primary", &near);
+    assert_eq!(code, 503);
+    let v = json_of(&body);
+    assert_eq!(v["role"], "primary");
+    let why = v["tenure"]["check"].as_str().unwrap_or("").to_string();
+    assert!(
+        why.contains("0.500 s left to the fence deadline F"),
+        "{why}"
+    );
+    let (_, _, body) = get("/replica?lag=1", &replica());
+    let why = json_of(&body)["tenure"]["check"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(why.contains("456 bytes behind"), "{why}");
+    // /patroni answers 200 whatever the state.
+    for s in [primary(), replica(), stopped(), near] {
+        assert_eq!(code_of_patroni(&s), 200);
+    }
+}
+
+fn code_of_patroni(s: &ApiStatus) -> u16 {
+    code("/patroni", s)
+}
+
+#[test]
+fn unknown_paths_are_404_naming_them() {
+    for p in [
+        "/nope",
+        "/status",
+        "/primary/",
+        "//",
+        "/cluster",
+        "/Primary",
+        "",
+    ] {
+        for m in [Method::Get, Method::Head, Method::Options] {
+            assert_eq!(call(&m, p, &primary()).0, 404, "{m:?} {p:?}");
+        }
+    }
+    let v = json_of(&get("/nope", &primary()).2);
     assert_eq!(v["error"], "no such endpoint: /nope");
 }
 
 #[test]
-fn head_and_options() {
+fn head_and_options_shapes() {
     let (code, head, body) = call(&Method::Head, "/primary", &primary());
     assert_eq!(code, 200);
     assert!(body.is_empty());
@@ -192,10 +699,52 @@ fn head_and_options() {
     assert_eq!(code, 503);
     assert!(body.is_empty());
     assert_eq!(content_length(&head), 0);
-    let (code, _, body) = call(&Method::Options, "/replica", &replica());
-    assert_eq!(code, 200);
-    assert!(body.is_empty());
-    assert_eq!(call(&Method::Head, "/x", &replica()).0, 404);
+    assert!(head.contains("Allow: GET, HEAD, OPTIONS"));
+}
+
+/// Every endpoint, state and query: HEAD and OPTIONS answer with GET's status.
+#[test]
+fn every_method_agrees_with_get() {
+    let paths = [
+        "/",
+        "/primary",
+        "/read-write",
+        "/leader",
+        "/standby-leader",
+        "/replica",
+        "/read-only",
+        "/sync",
+        "/async",
+        "/read-only-sync",
+        "/health",
+        "/liveness",
+        "/readiness",
+        "/patroni",
+        "/nope",
+    ];
+    let queries = [
+        "",
+        "?lag=0",
+        "?lag=1MB",
+        "?tag_dc=east",
+        "?tag_dc=x",
+        "?lag=bad",
+    ];
+    for s in [
+        primary(),
+        replica(),
+        stopped(),
+        with(replica(), |s| s.sync_standby = true),
+    ] {
+        for p in paths {
+            for q in queries {
+                let target = format!("{p}{q}");
+                let g = get(&target, &s).0;
+                assert_eq!(call(&Method::Head, &target, &s).0, g, "HEAD {target}");
+                assert_eq!(call(&Method::Options, &target, &s).0, g, "OPTIONS {target}");
+            }
+        }
+    }
 }
 
 #[test]
@@ -208,35 +757,36 @@ fn other_methods_405() {
     }
 }
 
+fn req(method: Method, path: &str, query: &str) -> Parsed {
+    Parsed::Request {
+        method,
+        path: path.into(),
+        query: query.into(),
+    }
+}
+
 #[test]
 fn parse_good_requests() {
     assert_eq!(
         parse_request(b"GET /primary HTTP/1.1\r\nHost: x\r\nUser-Agent: haproxy\r\n\r\n"),
-        Parsed::Request {
-            method: Method::Get,
-            path: "/primary".into()
-        }
+        req(Method::Get, "/primary", "")
     );
+    // HAProxy's `option httpchk` (HTTP/1.0, no headers).
     assert_eq!(
         parse_request(b"OPTIONS / HTTP/1.0\r\n\r\n"),
-        Parsed::Request {
-            method: Method::Options,
-            path: "/".into()
-        }
+        req(Method::Options, "/", "")
     );
     assert_eq!(
-        parse_request(b"HEAD /replica?lag=1MB HTTP/1.1\r\n\r\nbody-ignored"),
-        Parsed::Request {
-            method: Method::Head,
-            path: "/replica".into()
-        }
+        parse_request(b"HEAD /replica?lag=1MB&tag_dc=east HTTP/1.1\r\n\r\nbody-ignored"),
+        req(Method::Head, "/replica", "lag=1MB&tag_dc=east")
+    );
+    assert_eq!(
+        parse_request(b"GET /replica?lag=1MB#frag HTTP/1.1\r\n\r\n"),
+        req(Method::Get, "/replica", "lag=1MB")
     );
     assert_eq!(
         parse_request(b"POST /switchover HTTP/1.1\r\nContent-Length: 0\r\n\r\n"),
-        Parsed::Request {
-            method: Method::Other("POST".into()),
-            path: "/switchover".into()
-        }
+        req(Method::Other("POST".into()), "/switchover", "")
     );
 }
 
@@ -264,8 +814,7 @@ fn bad(buf: &[u8]) -> (u16, String) {
 #[test]
 fn parse_malformed() {
     let (c, why) = bad(b"GET /primary\r\n\r\n");
-    assert_eq!(c, 400);
-    assert!(why.contains("malformed request line"), "{why}");
+    assert_eq!(c, 400, "{why}");
     let (c, why) = bad(b"GET  /primary HTTP/1.1\r\n\r\n");
     assert_eq!(c, 400, "{why}");
     let (c, why) = bad(b"GET primary HTTP/1.1\r\n\r\n");
@@ -273,21 +822,28 @@ fn parse_malformed() {
     assert!(why.contains("must be a path"), "{why}");
     let (c, why) = bad(b"GET /primary HTTP/2.0\r\n\r\n");
     assert_eq!(c, 505, "{why}");
-    let (c, why) = bad(b"GET /primary FTP\r\n\r\n");
+    let (c, why) = bad(b"GET /primary FTP/1.0\r\n\r\n");
     assert_eq!(c, 400);
     assert!(why.contains("HTTP version"), "{why}");
     let (c, why) = bad(b"GET /primary HTTP/1.1\r\nno colon here\r\n\r\n");
     assert_eq!(c, 400);
     assert!(why.contains("header"), "{why}");
     let (c, why) = bad(b"GET /pri\xffmary HTTP/1.1\r\n\r\n");
-    assert_eq!(c, 400);
-    assert!(why.contains("UTF-8"), "{why}");
+    assert_eq!(c, 400, "{why}");
     let (c, why) = bad(b"G(T / HTTP/1.1\r\n\r\n");
     assert_eq!(c, 400, "{why}");
     // A TLS ClientHello is refused at once, not after the read deadline.
     let (c, why) = bad(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03");
     assert_eq!(c, 400);
     assert!(why.contains("0x16"), "{why}");
+    // Too many header lines.
+    let mut many = b"GET / HTTP/1.1\r\n".to_vec();
+    for i in 0..=MAX_HEADERS {
+        many.extend_from_slice(format!("X-{i}: y\r\n").as_bytes());
+    }
+    many.extend_from_slice(b"\r\n");
+    let (c, why) = bad(&many);
+    assert_eq!(c, 431, "{why}");
 }
 
 #[test]
@@ -296,7 +852,8 @@ fn parse_oversized_head_is_431() {
     while buf.len() < MAX_HEAD + 10 {
         buf.extend_from_slice(b"X-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
     }
-    assert_eq!(bad(&buf).0, 431);
+    let (c, _) = bad(&buf);
+    assert!(c == 431, "{c}");
     buf.extend_from_slice(b"\r\n");
     assert_eq!(bad(&buf).0, 431);
     // Exactly at the limit with the terminator inside: accepted.
@@ -314,7 +871,7 @@ fn respond_error_is_complete() {
     let text = String::from_utf8(out).expect("utf8");
     assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"));
     let body = text.split_once("\r\n\r\n").expect("end").1;
-    let v: serde_json::Value = serde_json::from_str(body).expect("json");
+    let v: Value = serde_json::from_str(body).expect("json");
     assert_eq!(v["error"], "malformed \"thing\"");
 }
 
@@ -332,20 +889,21 @@ impl Rng {
 #[test]
 fn fuzz_never_panics() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let seeds: [&[u8]; 4] = [
+    let seeds: [&[u8]; 5] = [
         b"GET /primary HTTP/1.1\r\nHost: a\r\n\r\n",
-        b"OPTIONS /replica HTTP/1.0\r\n\r\n",
-        b"HEAD /status?x=%ff HTTP/1.1\r\nA: b\r\n\r\n",
+        b"OPTIONS /replica?lag=1MB&tag_dc=east HTTP/1.0\r\n\r\n",
+        b"HEAD /readiness?x=%ff&mode=write&lag=1.5kB HTTP/1.1\r\nA: b\r\n\r\n",
+        b"GET /read-only-sync?lag=%31%30MB HTTP/1.1\r\n\r\n",
         b"\r\n\r\n",
     ];
-    let alphabet = b" \r\n:/?GETHPOS\x00\xff\xc3\xa9";
+    let alphabet = b" \r\n:/?&=%+.GETHPOS\x00\xff\xc3\xa9";
     let statuses = [primary(), replica(), stopped()];
     for i in 0..20_000 {
         let mut buf: Vec<u8> = if i % 2 == 0 {
             let n = (rng.next() % 64) as usize;
             (0..n).map(|_| rng.next() as u8).collect()
         } else {
-            seeds[(rng.next() % 4) as usize].to_vec()
+            seeds[(rng.next() % 5) as usize].to_vec()
         };
         // Mutate: flip, insert alphabet bytes, truncate.
         for _ in 0..(rng.next() % 6) {
@@ -360,9 +918,13 @@ fn fuzz_never_panics() {
             }
         }
         match parse_request(&buf) {
-            Parsed::Request { method, path } => {
+            Parsed::Request {
+                method,
+                path,
+                query,
+            } => {
                 let mut out = Vec::new();
-                respond(&method, &path, &statuses[i % 3], &mut out);
+                respond(&method, &path, &query, &statuses[i % 3], &mut out);
                 assert!(out.starts_with(b"HTTP/1.1 "));
             }
             Parsed::Bad(code, why) => {
@@ -374,31 +936,15 @@ fn fuzz_never_panics() {
             Parsed::Incomplete => {}
         }
     }
-    // Arbitrary paths to respond(), including non-ASCII.
-    for p in ["", "/\u{e9}", "/primary/", "//", "/%00"] {
-        let mut out = Vec::new();
-        respond(&Method::Get, p, &primary(), &mut out);
-        assert!(out.starts_with(b"HTTP/1.1 404"));
-    }
-}
-
-#[test]
-fn sync_and_async_follow_the_sync_key() {
-    let mut s = replica();
-    assert_eq!(get("/sync", &s).0, 503);
-    assert_eq!(get("/async", &s).0, 200);
-    s.sync_standby = true;
-    for p in ["/sync", "/synchronous"] {
-        assert_eq!(get(p, &s).0, 200, "{p}");
-    }
-    for p in ["/async", "/asynchronous"] {
-        assert_eq!(get(p, &s).0, 503, "{p}");
-    }
-    let v: serde_json::Value = serde_json::from_str(&get("/sync", &s).2).expect("json");
-    assert_eq!(v["tenure"]["sync_standby"], true);
-    // A primary is neither; a stopped replica neither.
-    for st in [primary(), stopped()] {
-        assert_eq!(get("/sync", &st).0, 503);
-        assert_eq!(get("/async", &st).0, 503);
+    // Arbitrary queries and lags.
+    for q in [
+        "lag=9999999999999999999999",
+        "lag=1.99999999999999999999999TB",
+        "=",
+        "=&=",
+        "%",
+        "tag_%",
+    ] {
+        let _ = parse_query(q);
     }
 }

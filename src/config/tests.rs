@@ -643,3 +643,73 @@ fn guardian_applies_only_without_device_and_systemd() {
         assert!(!w.guardian_applies(false, true), "WATCHDOG_USEC is set");
     }
 }
+
+#[test]
+fn primary_min_remaining_defaults_and_bounds() {
+    // Default: loop_wait + retry_timeout.
+    let c = parse(GOOD).expect("valid");
+    assert_eq!(c.api.primary_min_remaining, Duration::from_secs(3));
+    let set = |v: &str, extra: &str| {
+        GOOD.replace(
+            "[api]\nlisten = \"127.0.0.1:8008\"",
+            &format!("{extra}[api]\nlisten = \"127.0.0.1:8008\"\nprimary_min_remaining = {v}"),
+        )
+    };
+    let c = parse(&set("2.5", "")).expect("valid");
+    assert_eq!(c.api.primary_min_remaining, Duration::from_millis(2500));
+    // With a watchdog (automatic: W = 13 asked for), a healthy leader can be down to
+    // W - loop_wait - retry_timeout = 10 s from F just before a renewal.
+    let e = err(&set("10", ""));
+    assert!(
+        e.contains(
+            "api.primary_min_remaining: must be < W 13 - loop_wait - retry_timeout = 10.000 s"
+        ),
+        "{e}"
+    );
+    parse(&set("9.9", "")).expect("below the bound");
+    // Without one the span is ttl - safety_margin = 28.
+    let off = "[watchdog]\nmode = \"off\"\n";
+    parse(&set("24.9", off)).expect("below the bound");
+    let e = err(&set("25", off));
+    assert!(e.contains("ttl - safety_margin = 30 - 2.000"), "{e}");
+    let e = err(&set("\"3s\"", ""));
+    assert!(
+        e.contains("api.primary_min_remaining: expected a number of seconds"),
+        "{e}"
+    );
+    // The default is capped at half the least time a healthy leader has: ttl 7,
+    // loop_wait 3, retry 0.25, margin 1.5, no watchdog → (5.5 - 3.25) / 2.
+    let tight = GOOD
+        .replace("ttl = 30", "ttl = 7")
+        .replace("loop_wait = 2", "loop_wait = 3")
+        .replace("retry_timeout = 1", "retry_timeout = 0.25")
+        .replace("safety_margin = 2", "safety_margin = 1.5")
+        .replace("[api]", "[watchdog]\nmode = \"off\"\n[api]");
+    let c = parse(&tight).expect("valid");
+    assert_eq!(c.api.primary_min_remaining, Duration::from_millis(1125));
+}
+
+#[test]
+fn tags_booleans_and_custom_strings() {
+    let c = parse(&format!(
+        "{GOOD}\n[tags]\nnofailover = true\nnoloadbalance = true\ndc = \"east\"\nrack = \"r1\"\n"
+    ))
+    .expect("valid");
+    assert!(c.nofailover && c.noloadbalance);
+    assert_eq!(
+        c.custom_tags,
+        vec![("dc".into(), "east".into()), ("rack".into(), "r1".into())]
+    );
+    let c = parse(GOOD).expect("valid");
+    assert!(!c.noloadbalance && c.custom_tags.is_empty());
+    // A misspelt boolean tag is refused, not published as a tag nobody reads.
+    let e = err(&format!("{GOOD}\n[tags]\nnofailovr = true\n"));
+    assert!(
+        e.contains("tags.nofailovr: expected a string (tenure's boolean tags"),
+        "{e}"
+    );
+    let e = err(&format!("{GOOD}\n[tags]\nrack = 3\n"));
+    assert!(e.contains("tags.rack: expected a string"), "{e}");
+    let e = err(&format!("{GOOD}\n[tags]\n\"a b\" = \"x\"\n"));
+    assert!(e.contains("tag name must match"), "{e}");
+}

@@ -33,6 +33,12 @@ pub struct LeaderKey {
 pub struct Tags {
     /// Never take the leader key.
     pub nofailover: bool,
+    /// Patroni's: health endpoints for read traffic (`/replica`, `/read-only`, ...)
+    /// answer 503 on this member. Informational for the core.
+    pub noloadbalance: bool,
+    /// Operators' own tags (`[tags] dc = "east"`), string-valued, sorted by name:
+    /// matched by the health endpoints' `?tag_<name>=<value>`.
+    pub custom: Vec<(String, String)>,
 }
 
 /// The parsed JSON of `members/<name>`. Missing or garbled fields take their
@@ -50,6 +56,12 @@ pub struct MemberInfo {
     /// The member's WAL position: current LSN on a primary, the larger of receive and
     /// replay LSN on a replica.
     pub xlog_location: Lsn,
+    /// Replica: `pg_last_wal_receive_lsn()` and `pg_last_wal_replay_lsn()`
+    /// (Patroni's `receive_lsn`/`replay_lsn`, which `patronictl list` shows).
+    pub receive_lsn: Option<Lsn>,
+    pub replay_lsn: Option<Lsn>,
+    /// Replica: Patroni's `replication_state` (`streaming`, ...).
+    pub replication_state: Option<String>,
     pub timeline: u32,
     pub tags: Tags,
     /// The epoch of the primary this member runs under (its own if it leads).
@@ -185,6 +197,10 @@ pub struct ClusterView {
     /// The `rollback` marker: etcd went back in time (wiped or restored) and no
     /// operator has confirmed it yet. Garbage in the key is still a marker.
     pub rollback: Option<RollbackMarker>,
+    /// The `status` key's `optime`: the leader's last published WAL position
+    /// (what replicas' lag is measured against, as Patroni does). Informational:
+    /// the core never reads it; garbage is logged by the shell and left out.
+    pub status_optime: Option<Lsn>,
 }
 
 /// The `confirm_epoch` key, written by `tenure confirm-epoch` after an operator
@@ -351,6 +367,36 @@ pub struct PgStatus {
     pub sync_names: Option<String>,
     /// Primary: `pg_stat_replication`.
     pub standbys: Vec<StandbyStat>,
+    /// What the health API reports and the core never reads.
+    pub report: PgReport,
+}
+
+/// Facts of the probe that only the health API reports (Patroni's status fields).
+/// The core must not decide anything on them: they are for operators and load
+/// balancers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PgReport {
+    /// `server_version_num`, e.g. 150004.
+    pub server_version: Option<u32>,
+    /// `pg_postmaster_start_time()` as Patroni prints it
+    /// (`2024-05-01 10:00:00.123456+00:00`).
+    pub postmaster_start_time: Option<String>,
+    /// Replica: `pg_last_wal_receive_lsn()`.
+    pub receive_lsn: Option<Lsn>,
+    /// Replica: `pg_last_wal_replay_lsn()`.
+    pub replay_lsn: Option<Lsn>,
+    /// Replica: `pg_stat_wal_receiver.latest_end_lsn`, the primary's WAL end as its
+    /// sender last reported it (Patroni measures lag against the larger of this and
+    /// the `status` key's `optime`).
+    pub latest_end_lsn: Option<Lsn>,
+    /// Replica: `pg_last_xact_replay_timestamp()`, formatted like the start time.
+    pub replayed_timestamp: Option<String>,
+    /// Replica: `pg_is_wal_replay_paused()`.
+    pub replay_paused: Option<bool>,
+    /// Primary: `pg_stat_replication` as a JSON array of Patroni's objects
+    /// (`usename`, `application_name`, `client_addr`, `state`, `sync_state`,
+    /// `sync_priority`), as PostgreSQL rendered it.
+    pub replication_json: Option<String>,
 }
 
 impl PgStatus {
@@ -385,6 +431,7 @@ impl PgStatus {
             epoch: None,
             sync_names: None,
             standbys: Vec::new(),
+            report: PgReport::default(),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Encoding and defensive parsing of the values under the scope (DESIGN §4).
 //!
 //! Owns: the byte format of `members/<name>`, `initialize`, `history`,
-//! `confirm_epoch` and `rollback`.
+//! `confirm_epoch`, `rollback` and `status`.
 //! Must never: fail or panic on what another writer left in etcd. Every parser
 //! returns a usable value plus the problems it found; the caller logs them once.
 
@@ -35,8 +35,27 @@ pub fn encode_member(info: &MemberInfo) -> String {
     m.insert("role".into(), json!(info.role));
     m.insert("version".into(), json!(info.version));
     m.insert("xlog_location".into(), json!(info.xlog_location));
+    // Patroni's replica fields: `patronictl list` shows receive and replay lag
+    // from them (against the `status` key's `optime`).
+    if let Some(l) = info.receive_lsn {
+        m.insert("receive_lsn".into(), json!(l));
+    }
+    if let Some(l) = info.replay_lsn {
+        m.insert("replay_lsn".into(), json!(l));
+    }
+    if let Some(r) = &info.replication_state {
+        m.insert("replication_state".into(), json!(r));
+    }
     m.insert("timeline".into(), json!(info.timeline));
-    m.insert("tags".into(), json!({ "nofailover": info.tags.nofailover }));
+    let mut tags = Map::new();
+    tags.insert("nofailover".into(), json!(info.tags.nofailover));
+    if info.tags.noloadbalance {
+        tags.insert("noloadbalance".into(), json!(true));
+    }
+    for (k, v) in &info.tags.custom {
+        tags.insert(k.clone(), json!(v));
+    }
+    m.insert("tags".into(), Value::Object(tags));
     if let Some(e) = info.epoch {
         m.insert("epoch".into(), json!(e));
     }
@@ -108,6 +127,26 @@ pub fn parse_member(raw: &[u8]) -> MemberInfo {
             )),
         }
     }
+    for (name, slot) in [
+        ("receive_lsn", &mut info.receive_lsn),
+        ("replay_lsn", &mut info.replay_lsn),
+    ] {
+        if let Some(v) = field(name) {
+            match parse_lsn_value(v) {
+                Some(l) => *slot = Some(l),
+                None => problems.push(format!("{name}: expected an integer LSN, got {}", short(v))),
+            }
+        }
+    }
+    if let Some(v) = field("replication_state") {
+        match v.as_str() {
+            Some(s) => info.replication_state = Some(s.to_string()),
+            None => problems.push(format!(
+                "replication_state: expected a string, got {}",
+                short(v)
+            )),
+        }
+    }
     if let Some(v) = field("timeline") {
         match v.as_u64().and_then(|t| u32::try_from(t).ok()) {
             Some(t) => info.timeline = t,
@@ -131,6 +170,24 @@ pub fn parse_member(raw: &[u8]) -> MemberInfo {
                         }
                     }
                 }
+                if let Some(nl) = tags.get("noloadbalance").filter(|v| !v.is_null()) {
+                    match parse_bool(nl) {
+                        Some(b) => info.tags.noloadbalance = b,
+                        None => problems.push(format!(
+                            "tags.noloadbalance: expected a boolean, got {}",
+                            short(nl)
+                        )),
+                    }
+                }
+                // Other writers' tags of other types (Patroni's `clonefrom`, ...) are
+                // informational: left out, no problem.
+                let mut custom: Vec<(String, String)> = tags
+                    .iter()
+                    .filter(|(k, _)| !matches!(k.as_str(), "nofailover" | "noloadbalance"))
+                    .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+                    .collect();
+                custom.sort();
+                info.tags.custom = custom;
             }
             None => problems.push(format!("tags: expected an object, got {}", short(v))),
         }
@@ -453,6 +510,30 @@ pub fn append_history_value(old: Option<&[u8]>, entry: &HistoryEntry) -> (String
     (Value::Array(list).to_string(), problem)
 }
 
+/// The `status` key the leader writes (Patroni's form, DESIGN §4): `{"optime": N}`.
+pub fn encode_status(optime: Lsn) -> String {
+    json!({ "optime": optime }).to_string()
+}
+
+/// The `status` key's `optime` (Patroni also stores `slots`, `retain_slots`, ...:
+/// ignored). `Err` names what is wrong with a value another writer left.
+pub fn parse_status(raw: &[u8]) -> Result<Lsn, String> {
+    let v: Value = serde_json::from_slice(raw)
+        .map_err(|e| format!("status value is not JSON ({e}): {}", excerpt(raw)))?;
+    let Some(obj) = v.as_object() else {
+        return Err(format!(
+            "status value is JSON but not an object ({}): {}",
+            type_name(&v),
+            excerpt(raw)
+        ));
+    };
+    match obj.get("optime") {
+        Some(o) => parse_lsn_value(o)
+            .ok_or_else(|| format!("status optime: expected an integer LSN, got {}", short(o))),
+        None => Err(format!("status value has no optime: {}", excerpt(raw))),
+    }
+}
+
 /// An LSN as an integer (Patroni) or as PostgreSQL's text form `X/Y` (hex).
 fn parse_lsn_value(v: &Value) -> Option<Lsn> {
     match v {
@@ -625,8 +706,15 @@ mod tests {
             role: "primary".into(),
             version: "0.1.0".into(),
             xlog_location: 0x1_0300_0060,
+            receive_lsn: Some(0x1_0300_0070),
+            replay_lsn: Some(0x1_0300_0050),
+            replication_state: Some("streaming".into()),
             timeline: 3,
-            tags: Tags { nofailover: true },
+            tags: Tags {
+                nofailover: true,
+                noloadbalance: true,
+                custom: vec![("dc".into(), "east".into())],
+            },
             epoch: Some(42),
             watchdog_timeout: Some(13),
             leader_lease: Some(0x7a2b_0000_1234),
@@ -651,7 +739,41 @@ mod tests {
         assert_eq!(v["xlog_location"], json!(0x1_0300_0060u64));
         assert_eq!(v["role"], json!("primary"));
         assert_eq!(v["tags"]["nofailover"], json!(true));
+        assert_eq!(v["tags"]["noloadbalance"], json!(true));
+        assert_eq!(v["tags"]["dc"], json!("east"));
+        assert_eq!(v["receive_lsn"], json!(0x1_0300_0070u64));
+        assert_eq!(v["replay_lsn"], json!(0x1_0300_0050u64));
+        assert_eq!(v["replication_state"], json!("streaming"));
         assert_eq!(v["epoch"], json!(42));
+        // A primary's key carries no replica positions.
+        let d: Value =
+            serde_json::from_str(&encode_member(&MemberInfo::default())).expect("our own JSON");
+        assert!(d.get("receive_lsn").is_none() && d.get("replay_lsn").is_none());
+        assert!(d["tags"].get("noloadbalance").is_none());
+    }
+
+    #[test]
+    fn status_key_round_trip_patroni_form_and_garbage() {
+        assert_eq!(
+            parse_status(encode_status(0x3_0000_0028).as_bytes()),
+            Ok(0x3_0000_0028)
+        );
+        // Patroni's own value, with slots and retain_slots.
+        let patroni = br#"{"optime":67108960,"slots":{"pg2":67108960},"retain_slots":["pg2"]}"#;
+        assert_eq!(parse_status(patroni), Ok(67_108_960));
+        assert_eq!(parse_status(br#"{"optime":"0/4000060"}"#), Ok(0x400_0060));
+        for bad in [
+            &b"garbage"[..],
+            b"",
+            b"[1]",
+            b"{}",
+            br#"{"optime":-1}"#,
+            br#"{"optime":"x"}"#,
+            b"{\"optime\":\xff}",
+        ] {
+            let e = parse_status(bad).expect_err("garbage is refused");
+            assert!(e.contains("status"), "{e}");
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@
 
 mod keys;
 
-pub use keys::encode_sync;
+pub use keys::{encode_status, encode_sync};
 
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
@@ -303,6 +303,10 @@ impl Etcd {
                     Ok(c) => view.confirm_epoch = Some(c),
                     Err(why) => self.warn_once("confirm_epoch", &format!("{why}; ignored")),
                 },
+                b"status" => match keys::parse_status(item.value()) {
+                    Ok(o) => view.status_optime = Some(o),
+                    Err(why) => self.warn_once("status", &format!("{why}; ignored")),
+                },
                 b"config" => {
                     if std::str::from_utf8(item.value()).is_err() {
                         self.warn_once("config", "value is not UTF-8");
@@ -331,7 +335,7 @@ impl Etcd {
                             info,
                         });
                     }
-                    // sync, failover, status: not read yet.
+                    // failover: not read yet.
                 }
             }
         }

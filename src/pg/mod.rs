@@ -469,7 +469,17 @@ impl PgCtl {
              to_regclass('tenure.epoch') IS NOT NULL, \
              current_setting('synchronous_standby_names'), \
              (SELECT json_agg(json_build_array(application_name, state, sync_state, \
-                 flush_lsn::text)) FROM pg_stat_replication)";
+                 flush_lsn::text)) FROM pg_stat_replication), \
+             current_setting('server_version_num'), \
+             to_char(pg_postmaster_start_time(), 'YYYY-MM-DD HH24:MI:SS.USTZH:TZM'), \
+             (SELECT latest_end_lsn FROM pg_stat_wal_receiver), \
+             CASE WHEN pg_is_in_recovery() THEN to_char(pg_last_xact_replay_timestamp(), \
+                 'YYYY-MM-DD HH24:MI:SS.USTZH:TZM') END, \
+             CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() END, \
+             (SELECT json_agg(json_build_object('usename', usename, \
+                 'application_name', application_name, 'client_addr', client_addr, \
+                 'state', state, 'sync_state', sync_state, 'sync_priority', sync_priority)) \
+                 FROM pg_stat_replication)";
         let row = match self.query_row(pm, sql, deadline) {
             Ok(r) => r,
             Err(e) => {
@@ -490,6 +500,11 @@ impl PgCtl {
             let recv = col(3).and_then(|l| parse_lsn(&l)).unwrap_or(0);
             let replay = col(4).and_then(|l| parse_lsn(&l)).unwrap_or(0);
             st.lsn = recv.max(replay);
+            st.report.receive_lsn = col(3).and_then(|l| parse_lsn(&l));
+            st.report.replay_lsn = col(4).and_then(|l| parse_lsn(&l));
+            st.report.latest_end_lsn = col(13).and_then(|l| parse_lsn(&l));
+            st.report.replayed_timestamp = col(14);
+            st.report.replay_paused = col(15).map(|p| p == "t");
             // The WAL receiver's timeline when it runs. Without one, the last
             // restartpoint's timeline (pg_control) can still name the timeline before
             // a switch the replica already replayed, so the newest timeline among the
@@ -508,7 +523,11 @@ impl PgCtl {
         st.sync_names = col(9);
         if st.role == PgRole::Primary {
             st.standbys = col(10).map(|j| parse_standbys(&j)).unwrap_or_default();
+            st.report.replication_json = col(16);
         }
+        // Only for the API's status (Patroni's fields): never decided on.
+        st.report.server_version = col(11).and_then(|v| v.parse().ok());
+        st.report.postmaster_start_time = col(12);
         if col(8).as_deref() == Some("t") {
             // A missing row or a failed read is "no epoch known", never an error: the
             // role found above stands.

@@ -78,6 +78,8 @@ pub struct ClusterOptions {
     /// member, and only their URLs as `[etcd] endpoints`, so a test can slow down
     /// or hold one node's etcd traffic (`TestCluster::relays`). Loopback only.
     pub etcd_relays: bool,
+    /// `[api] primary_min_remaining` (`None`: the agent's default).
+    pub primary_min_remaining: Option<Duration>,
 }
 
 /// One node's watchdog settings in the bed (DESIGN §6 "Watchdog:", "systemd notify").
@@ -168,6 +170,7 @@ impl ClusterOptions {
             synchronous_mode: false,
             synchronous_mode_strict: false,
             etcd_relays: false,
+            primary_min_remaining: None,
         }
     }
 }
@@ -332,10 +335,15 @@ password = "{rewind}"
 
 [api]
 listen = "{addr}:{api_port}"
+{api_extra}
 
 {watchdog}"#,
         watchdog = watchdog_section(&node_watchdog(opts, spec), spec),
         hba = observer_hba(spec),
+        api_extra = opts
+            .primary_min_remaining
+            .map(|d| format!("primary_min_remaining = {:?}", d.as_secs_f64()))
+            .unwrap_or_default(),
         scope = opts.scope,
         name = spec.name,
         ttl = opts.ttl,

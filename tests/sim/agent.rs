@@ -335,6 +335,9 @@ pub async fn run(cx: Cx) {
                 },
                 version: "15".into(),
                 xlog_location: pg.lsn,
+                receive_lsn: None,
+                replay_lsn: None,
+                replication_state: None,
                 timeline: pg.timeline,
                 tags: Tags::default(),
                 epoch: l.map(|l| l.epoch),
@@ -351,7 +354,7 @@ pub async fn run(cx: Cx) {
                 .call(
                     Op::PutMember {
                         name: name.clone(),
-                        info,
+                        info: Box::new(info),
                     },
                     d,
                 )
@@ -415,7 +418,7 @@ pub async fn run(cx: Cx) {
                 .call(
                     Op::PutMember {
                         name: name.clone(),
-                        info,
+                        info: Box::new(info),
                     },
                     d,
                 )

@@ -80,7 +80,7 @@ pub enum Op {
     },
     PutMember {
         name: String,
-        info: MemberInfo,
+        info: Box<MemberInfo>,
     },
     /// Guarded by `create_revision(leader) == epoch && value(leader) == me`.
     DeleteLeader {
@@ -338,7 +338,7 @@ impl Etcd {
                 Resp::Done(true)
             }
             Op::PutMember { name, info } => {
-                self.put(&format!("members/{name}"), Val::Member(info.clone()), 0);
+                self.put(&format!("members/{name}"), Val::Member((**info).clone()), 0);
                 Resp::Done(true)
             }
             Op::DeleteLeader { me, epoch } => {

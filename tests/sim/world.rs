@@ -1145,6 +1145,7 @@ impl World {
             epoch: None,
             sync_names: matches!(role, PgRole::Primary | PgRole::Replica).then_some(names),
             standbys,
+            report: Default::default(),
         }
     }
 
