@@ -799,7 +799,10 @@ impl Agent {
             }
         }
 
-        let pg_deadline = self.deadline(
+        // Not capped at the next tick: after a slow renewal and read the probe would
+        // get no time and report a healthy primary as not answering (a leader then
+        // counts towards `primary_start_timeout`). `F - B` still caps it (S1).
+        let pg_deadline = self.deadline_past_tick(
             self.cfg
                 .timing
                 .iteration_budget
@@ -869,6 +872,7 @@ impl Agent {
         let r = self.core.timing().retry_timeout;
         let ttl = self.core.timing().ttl;
         let deadline = self.deadline(r);
+        let cut = self.cut_by_tick(r);
         let side = self.core.lease_to_keep_alive();
         let member_lease0 = self.member_lease;
         let state_file = self.state_file.clone();
@@ -881,8 +885,11 @@ impl Agent {
             warn!("bootstrap lock lease {lease:x}: {e}");
         }
         let mut member_lease = member_lease0;
+        // A keepalive that only ran out of the time left before the tick says
+        // nothing about the lease: keep it (a new one would churn the member key).
         if let Some(lease) = member_lease
             && etcd.keep_alive_once(rt, lease, deadline).is_err()
+            && !cut
         {
             member_lease = None;
         }
