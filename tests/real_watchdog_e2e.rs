@@ -18,7 +18,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{BOOT, FAILOVER, settled};
+use common::{BOOT, Clocks, FAILOVER, gap, secs, settled};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tenure::clock;
@@ -46,49 +46,6 @@ fn bed(tag: &str, wd: Vec<NodeWatchdog>) -> TestCluster {
 /// The conservative lower bound of `H` from a pet at `t` (module doc).
 fn horizon_floor(t: Instant) -> Instant {
     t.add((TTL - M - R).min(W + W))
-}
-
-fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
-}
-
-/// Signed seconds from `a` to `b`.
-fn gap(a: Instant, b: Instant) -> f64 {
-    if b >= a {
-        secs(b.since(a))
-    } else {
-        -secs(a.since(b))
-    }
-}
-
-/// Maps the probe's clock (`std::time::Instant`, CLOCK_MONOTONIC) to CLOCK_BOOTTIME:
-/// the two differ only by time spent suspended, which a test run does not do.
-struct Clocks {
-    boot: Instant,
-    mono: std::time::Instant,
-}
-
-impl Clocks {
-    fn now() -> Clocks {
-        Clocks {
-            boot: clock::now(),
-            mono: std::time::Instant::now(),
-        }
-    }
-    fn boot_of(&self, m: std::time::Instant) -> Instant {
-        if m >= self.mono {
-            self.boot.add(m - self.mono)
-        } else {
-            self.boot.sub(self.mono - m)
-        }
-    }
-    fn mono_of(&self, b: Instant) -> std::time::Instant {
-        if b >= self.boot {
-            self.mono + b.since(self.boot)
-        } else {
-            self.mono - self.boot.since(b)
-        }
-    }
 }
 
 fn wait_replicas(c: &TestCluster, p: usize, skip: &[usize]) {

@@ -269,3 +269,47 @@ pub fn check_unit_notify(c: &TestCluster, w: Duration) {
         );
     }
 }
+
+/// Seconds as a float, for messages.
+pub fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// Signed seconds from `a` to `b` (both on CLOCK_BOOTTIME).
+pub fn gap(a: tenure::core::time::Instant, b: tenure::core::time::Instant) -> f64 {
+    if b >= a {
+        secs(b.since(a))
+    } else {
+        -secs(a.since(b))
+    }
+}
+
+/// Maps the probe's clock (`std::time::Instant`, CLOCK_MONOTONIC) to CLOCK_BOOTTIME:
+/// the two differ only by time spent suspended, which a test run does not do.
+pub struct Clocks {
+    boot: tenure::core::time::Instant,
+    mono: Instant,
+}
+
+impl Clocks {
+    pub fn now() -> Clocks {
+        Clocks {
+            boot: tenure::clock::now(),
+            mono: Instant::now(),
+        }
+    }
+    pub fn boot_of(&self, m: Instant) -> tenure::core::time::Instant {
+        if m >= self.mono {
+            self.boot.add(m - self.mono)
+        } else {
+            self.boot.sub(self.mono - m)
+        }
+    }
+    pub fn mono_of(&self, b: tenure::core::time::Instant) -> Instant {
+        if b >= self.boot {
+            self.mono + b.since(self.boot)
+        } else {
+            self.mono - self.boot.since(b)
+        }
+    }
+}
