@@ -154,19 +154,25 @@ fn take_over(c: &mut Core, deleted: f64) -> Plan {
         member("pg1", 8, "primary", 1000, None),
         member("pg2", 9, "replica", 1000, None),
     ];
+    win_after_delete_granted(c, members, deleted, 30)
+}
+
+/// The key is seen deleted at `at` (pg1's lease 0xA reported gone), pg2 acquires and
+/// wins a lease of `granted_ttl` (epoch 21): the plan of the step after the win.
+fn win_after_delete_granted(c: &mut Core, members: Vec<Member>, at: f64, granted_ttl: u32) -> Plan {
     let mut o = obs(
         view(20, None, members.clone()),
         pg(PgRole::Replica, 1000, None),
     );
-    o.leader_deleted_at = Some(t(deleted));
+    o.leader_deleted_at = Some(t(at));
     o.lease_poll = Some(LeasePoll {
         lease: 0xA,
-        sent_at: t(deleted + 0.05),
+        sent_at: t(at + 0.05),
         ttl: None,
         granted_ttl: None,
         has_keys: false,
     });
-    let p = c.step(t(deleted + 0.1), &o);
+    let p = c.step(t(at + 0.1), &o);
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
     let mut o = obs(
         view(21, Some(key("pg2", 21, 0xB)), members.clone()),
@@ -174,17 +180,17 @@ fn take_over(c: &mut Core, deleted: f64) -> Plan {
     );
     o.acquire = Some(AcquireOutcome::Won {
         lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(deleted + 0.15),
+        granted_ttl,
+        granted_at: t(at + 0.15),
         epoch: 21,
     });
-    let p = c.step(t(deleted + 0.2), &o);
+    let p = c.step(t(at + 0.2), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
     let o = obs(
         view(22, Some(key("pg2", 21, 0xB)), members),
         pg(PgRole::Replica, 1000, None),
     );
-    c.step(t(deleted + 0.3), &o)
+    c.step(t(at + 0.3), &o)
 }
 
 #[test]
@@ -1507,39 +1513,9 @@ fn core_at_ttl10() -> Core {
     )
 }
 
-/// The key is seen deleted at `at` (pg1's lease 0xA reported gone), pg2 acquires and
-/// wins a 10 s lease: the plan of the step after the win.
+/// `win_after_delete_granted` with a 10 s lease (the ttl in force).
 fn win_after_delete(c: &mut Core, members: Vec<Member>, at: f64) -> Plan {
-    let mut o = obs(
-        view(20, None, members.clone()),
-        pg(PgRole::Replica, 1000, None),
-    );
-    o.leader_deleted_at = Some(t(at));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(at + 0.05),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
-    let p = c.step(t(at + 0.1), &o);
-    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
-    let mut o = obs(
-        view(21, Some(key("pg2", 21, 0xB)), members.clone()),
-        pg(PgRole::Replica, 1000, None),
-    );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 10,
-        granted_at: t(at + 0.15),
-        epoch: 21,
-    });
-    c.step(t(at + 0.2), &o);
-    let o = obs(
-        view(22, Some(key("pg2", 21, 0xB)), members),
-        pg(PgRole::Replica, 1000, None),
-    );
-    c.step(t(at + 0.3), &o)
+    win_after_delete_granted(c, members, at, 10)
 }
 
 /// pg2 follows pg1 (lease 0xA) at ttl 10; pg1's lease was granted 30 s, which its
