@@ -621,10 +621,12 @@ pub fn budget(t: &TimingConfig, ttl: u32, watchdog: Option<u32>) -> Budget {
         outage_tolerated: outage,
         iteration_budget: t.iteration_budget,
         iteration_budget_max: lw - r,
-        // Takeover 2 L_w + R: candidates compare only positions published after the
+        // Takeover 3 L_w + 2 R: candidates compare only positions published after the
         // vacancy was seen (DESIGN §3a), which can take one more loop than the
-        // acquire itself (found by the simulation: seed 1978).
-        failover_worst: from_ns(ttl_ns + 500_000_000 + 2 * lw + r + pd),
+        // acquire itself (found by the simulation: seed 1978); and a better rival
+        // that died after publishing holds the others back for its head start of
+        // 2 (L_w + R), noticed at the next tick (seed 29722, `core::candidacy`).
+        failover_worst: from_ns(ttl_ns + 500_000_000 + 3 * lw + 2 * r + pd),
         early_expiry_delay: from_ns(early.max(pd)),
         promote_delay: t.promote_delay,
     }
@@ -722,7 +724,7 @@ impl fmt::Display for Budget {
         };
         writeln!(
             f,
-            "  worst-case failover      {} s   (ttl + 0.5 s expiry sweep + takeover 2 L_w + R{pd})",
+            "  worst-case failover      {} s   (ttl + 0.5 s expiry sweep + takeover 3 L_w + 2 R{pd})",
             sd(self.failover_worst)
         )?;
         let early = if self.watchdog.is_some() {

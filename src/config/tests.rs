@@ -354,7 +354,7 @@ fn worked_example_1() {
     assert_eq!(b.pet_window, Some(Duration::from_secs(2)));
     assert_eq!(b.fence_deadline, Duration::from_secs(13));
     assert_eq!(b.fence_start, Duration::from_secs(12));
-    assert_eq!(b.failover_worst, Duration::from_millis(35_500));
+    assert_eq!(b.failover_worst, Duration::from_millis(38_500));
     assert_eq!(b.early_expiry_delay, Duration::from_secs(29));
     let s = b.to_string();
     assert!(s.contains("4 < W <= 13 "), "{s}");
