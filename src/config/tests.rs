@@ -713,3 +713,34 @@ fn tags_booleans_and_custom_strings() {
     let e = err(&format!("{GOOD}\n[tags]\n\"a b\" = \"x\"\n"));
     assert!(e.contains("tag name must match"), "{e}");
 }
+
+#[test]
+fn api_credentials_are_both_or_neither_and_never_printed() {
+    assert!(parse(GOOD).expect("valid").api.auth.is_none());
+    let with = |extra: &str| {
+        GOOD.replace(
+            "listen = \"127.0.0.1:8008\"",
+            &format!("listen = \"127.0.0.1:8008\"\n{extra}"),
+        )
+    };
+    let c = parse(&with("username = \"admin\"\npassword = \"pw:x y\"")).expect("valid");
+    let auth = c.api.auth.expect("credentials");
+    assert_eq!(
+        (auth.username.as_str(), auth.password.as_str()),
+        ("admin", "pw:x y")
+    );
+    assert!(!format!("{auth:?}").contains("pw:x y"));
+    let e = err(&with("username = \"admin\""));
+    assert!(
+        e.contains("api.password: missing") && e.contains("both or neither"),
+        "{e}"
+    );
+    let e = err(&with("password = \"pw\""));
+    assert!(e.contains("api.username: missing"), "{e}");
+    let e = err(&with("username = \"a:b\"\npassword = \"pw\""));
+    assert!(e.contains("api.username") && e.contains("colon"), "{e}");
+    let e = err(&with("username = \"a\"\npassword = \"\""));
+    assert!(e.contains("api.password: must be non-empty"), "{e}");
+    let e = err(&with("username = \"a\"\npassword = \"x\\ny\""));
+    assert!(e.contains("control characters"), "{e}");
+}
