@@ -682,3 +682,78 @@ fn server_texts_and_exit_codes() {
     .collect();
     assert_eq!(codes, [1, 2, 3, 4, 5, 6]);
 }
+
+#[test]
+fn auth_answers_name_the_fix() {
+    let ctx = super::Ctx {
+        cfg: example_config(),
+        creds: None,
+        inv: parse(&["-c", "/etc/tenure/node.toml", "list"]).expect("parses"),
+        dcs: None,
+    };
+    let (port, h) = one_shot(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n");
+    let e = verbs::api(
+        &ctx,
+        "pg1",
+        &format!("http://127.0.0.1:{port}/patroni"),
+        "POST",
+        "/restart",
+        Some(&json!({})),
+        Duration::from_secs(5),
+    )
+    .expect_err("401");
+    h.join().expect("server");
+    assert_eq!(e.exit_code(), 6);
+    let t = e.to_string();
+    assert!(
+        t.contains("credentials rejected: set [api] username/password in /etc/tenure/node.toml")
+            && t.contains("none are set"),
+        "{t}"
+    );
+    let (port, h) = one_shot(
+        b"HTTP/1.1 403 Forbidden\r\nContent-Length: 54\r\n\r\n{\"error\": \"set [api] username and password to enable\"}",
+    );
+    let e = verbs::api(
+        &ctx,
+        "pg2",
+        &format!("http://127.0.0.1:{port}"),
+        "POST",
+        "/reload",
+        Some(&json!({})),
+        Duration::from_secs(5),
+    )
+    .expect_err("403");
+    h.join().expect("server");
+    assert_eq!(e.exit_code(), 6);
+    assert!(
+        e.to_string()
+            .contains("forbidden: set [api] username and password to enable"),
+        "{e}"
+    );
+    // Any other status is the verb's to judge.
+    let (port, h) = one_shot(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 2\r\n\r\n{}");
+    let r = verbs::api(
+        &ctx,
+        "pg3",
+        &format!("http://127.0.0.1:{port}"),
+        "POST",
+        "/restart",
+        Some(&json!({})),
+        Duration::from_secs(5),
+    )
+    .expect("503 is an answer");
+    h.join().expect("server");
+    assert_eq!(r.status, 503);
+    // A member without an API address.
+    let e = verbs::api(
+        &ctx,
+        "pg4",
+        "",
+        "GET",
+        "/patroni",
+        None,
+        Duration::from_secs(1),
+    )
+    .expect_err("no url");
+    assert!(e.to_string().contains("pg4 publishes no api_url"));
+}

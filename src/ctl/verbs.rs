@@ -104,7 +104,7 @@ fn confirm(ctx: &Ctx, question: &str) -> Result<(), CtlError> {
 
 /// One request to `member`'s API. 401 and 403 are errors here (exit 6); every
 /// other status is the caller's to judge. `Err(Failed)`: unreachable.
-fn api(
+pub(super) fn api(
     ctx: &Ctx,
     member: &str,
     api_url: &str,
