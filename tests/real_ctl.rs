@@ -114,6 +114,7 @@ fn real_ctl_reads_the_running_cluster() {
             continue;
         }
         let (members, optime) = before;
+        println!("tenure ctl list --json: {list}");
         let primaries = c.primaries();
         assert_eq!(primaries, vec![p], "one primary");
         assert_eq!(list["scope"], c.opts.scope.as_str());
@@ -266,6 +267,70 @@ fn real_ctl_reads_the_running_cluster() {
     assert_eq!(after, stored, "the config key is unchanged");
 
     crafted_scope(&c, &cfg);
+    removed_scope(&c, &cfg);
+}
+
+/// What `tenure ctl --help` and docs/operations.md say happens after `patronictl
+/// remove` (every key of the scope deleted in one txn): the leader fences, the
+/// rollback marker keeps every node from promoting until `tenure confirm-epoch`,
+/// then a leader is elected again.
+fn removed_scope(c: &TestCluster, cfg: &Path) {
+    let prefix = c.prefix();
+    common::etcdctl(c, &["del", "--prefix", &prefix]).expect("etcdctl del --prefix");
+    let fenced = tenure::testbed::wait_for(common::FAILOVER, Duration::from_millis(50), || {
+        c.primaries().is_empty().then_some(())
+    });
+    assert!(
+        fenced.is_some(),
+        "the leader did not fence{}",
+        c.logs_tail(30)
+    );
+    let marked = tenure::testbed::wait_for(common::FAILOVER, Duration::from_millis(100), || {
+        c.get_key("rollback").map(|_| ())
+    });
+    assert!(marked.is_some(), "no rollback marker{}", c.logs_tail(30));
+    // Two lease lengths: nobody takes the key, nobody promotes.
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_secs(2 * u64::from(c.opts.ttl)) {
+        assert_eq!(
+            c.try_leader_key().ok().flatten(),
+            None,
+            "a node took the key{}",
+            c.logs_tail(30)
+        );
+        assert!(
+            c.primaries().is_empty(),
+            "a node promoted{}",
+            c.logs_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let l = ctl_json(cfg, &["list", "--json"]);
+    assert_eq!(l["leader"], Value::Null, "{l}");
+    assert!(
+        l["rollback_marker"]
+            .as_str()
+            .is_some_and(|k| k.ends_with("/rollback")),
+        "{l}"
+    );
+    let o = ctl(cfg, &["list"]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(" Rollback marker set"),
+        "{}",
+        text(&o)
+    );
+    // The operator's confirmation lets the cluster elect a leader again.
+    let o = Command::new(BIN)
+        .args(["confirm-epoch", "--config"])
+        .arg(cfg)
+        .output()
+        .expect("confirm-epoch");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        c.wait_primary(common::FAILOVER).is_some(),
+        "no leader after confirm-epoch{}",
+        c.logs_tail(30)
+    );
 }
 
 /// A scope no agent runs: ctl shows what is stored, garbage included, and says
