@@ -936,9 +936,17 @@ impl Agent {
                 self.cfg.dynamic = d;
                 self.core.set_timing(timing_of(&self.cfg));
                 self.follow_ttl_with_w();
+                self.status.config_refused = None;
+                self.status.pause = self.cfg.dynamic.pause;
             }
             Err(e) => {
-                error!("refusing the cluster's dynamic configuration (keeping the old values): {e}")
+                // Once per distinct value (`applied_config` below), in the log and in
+                // the status JSON's `config_refused` until a good value replaces it.
+                error!(
+                    "refusing the cluster's dynamic configuration {raw} (keeping the last \
+                     good values): {e}"
+                );
+                self.status.config_refused = Some(e);
             }
         }
         self.applied_config = Some(raw.clone());
