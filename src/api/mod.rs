@@ -720,7 +720,8 @@ fn replica_check(q: &Query, s: &ApiStatus) -> Verdict {
 }
 
 /// Patroni's `/liveness`: the loop ran within `ttl` (on a primary) or `2 × ttl`
-/// (elsewhere) of when it was due. Maintenance mode does not exist yet.
+/// (elsewhere) of when it was due. Unlike Patroni's, a pause does not make it 200:
+/// a stuck loop is as dangerous paused as not (the lease and S1 do not pause).
 fn liveness(s: &ApiStatus) -> Verdict {
     let ttl = Duration::from_secs(u64::from(s.ttl));
     let limit = if s.pg_running && s.pg_primary {
@@ -936,6 +937,13 @@ pub fn status_json(s: &ApiStatus, check: Option<&Verdict>) -> String {
     t.insert("sync_standby".into(), json!(s.sync_standby));
     t.insert("reason".into(), json!(s.reason));
     t.insert("pause".into(), json!(s.pause));
+    // The cluster values in force (the `config` key's, once applied).
+    t.insert("ttl".into(), json!(s.ttl));
+    t.insert("loop_wait".into(), secs(s.loop_wait));
+    t.insert(
+        "maximum_lag_on_failover".into(),
+        json!(s.maximum_lag_on_failover),
+    );
     t.insert("config_refused".into(), json!(s.config_refused));
     if let Some(c) = check {
         t.insert("check".into(), json!(c.why));
