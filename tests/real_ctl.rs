@@ -266,6 +266,52 @@ fn real_ctl_reads_the_running_cluster() {
         serde_json::from_str(&c.get_key("config").expect("config key")).expect("JSON");
     assert_eq!(after, stored, "the config key is unchanged");
 
+    // pause --wait / resume --wait (PATCH /config on the leader, then every
+    // member's status polled): the key and every agent's status show it, and the
+    // resume changes leadership in no way.
+    let o = ctl(&cfg, &["pause", "--wait"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let conf: Value =
+        serde_json::from_str(&c.get_key("config").expect("config key")).expect("JSON");
+    assert_eq!(conf["pause"], true, "{conf}");
+    for i in 0..3 {
+        let (code, body) = c.api_body(i, "/patroni").expect("status");
+        assert_eq!(code, 200);
+        let v: Value = serde_json::from_str(&body).expect("status JSON");
+        assert_eq!(v["pause"], true, "{}: {v}", c.name(i));
+    }
+    let list = ctl_json(&cfg, &["list", "--json"]);
+    assert_eq!(list["paused"], true, "{list}");
+    let o = ctl(&cfg, &["resume", "--wait"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let conf: Value =
+        serde_json::from_str(&c.get_key("config").expect("config key")).expect("JSON");
+    assert!(conf.get("pause").is_none_or(|v| v != true), "{conf}");
+    for i in 0..3 {
+        let (_, body) = c.api_body(i, "/patroni").expect("status");
+        let v: Value = serde_json::from_str(&body).expect("status JSON");
+        assert_ne!(v["pause"], true, "{}: {v}", c.name(i));
+    }
+    // A good edit goes through the leader's API and is stored.
+    let o = ctl(
+        &cfg,
+        &[
+            "edit-config",
+            "--set",
+            "maximum_lag_on_failover=2097152",
+            "--force",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let conf: Value =
+        serde_json::from_str(&c.get_key("config").expect("config key")).expect("JSON");
+    assert_eq!(conf["maximum_lag_on_failover"], 2_097_152, "{conf}");
+    assert_eq!(
+        c.leader_key(),
+        Some((leader.clone(), epoch)),
+        "pause, resume and an edit changed no leadership"
+    );
+
     crafted_scope(&c, &cfg);
     removed_scope(&c, &cfg);
 }
