@@ -24,6 +24,7 @@ mod follow;
 mod leader;
 mod lease;
 pub mod model;
+mod switchover;
 mod sync;
 pub mod time;
 mod vacancy;
@@ -34,6 +35,7 @@ use model::*;
 use time::Instant;
 
 pub use lease::Leadership;
+pub use switchover::{Handover, HandoverPhase};
 pub use sync::sync_names_for;
 use vacancy::{LeaseTrack, Vacancy};
 
