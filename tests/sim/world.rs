@@ -89,6 +89,11 @@ pub enum FaultKind {
     /// no member, a quarter are scheduled `dur` later). Other faults of the seed may
     /// land in the middle of the hand-over.
     Switchover,
+    /// A release marker that proves nothing about the current leadership (of the
+    /// epoch before, naming nobody, at position 0 on the leader's timeline: what a
+    /// stale leader or an earlier switchover leaves), then an early revoke of the
+    /// live leader's lease. The marker must not let anyone skip the delay.
+    StaleRelease,
 }
 
 #[derive(Clone, Debug)]
@@ -179,7 +184,7 @@ impl Schedule {
                 FaultKind::EarlyDelete | FaultKind::EarlyRevoke | FaultKind::HostLost => {
                     Duration::ZERO
                 }
-                FaultKind::SyncSwitch | FaultKind::Switchover => {
+                FaultKind::SyncSwitch | FaultKind::Switchover | FaultKind::StaleRelease => {
                     unreachable!("drawn from its own stream below")
                 }
             };
@@ -252,6 +257,16 @@ impl Schedule {
                     },
                 });
             }
+            faults.sort_by_key(|f| f.at);
+        }
+        if rv.chance(0.15) {
+            faults.push(Fault {
+                at: Instant::ZERO.add(secs(start + span * rv.unit())),
+                kind: FaultKind::StaleRelease,
+                at_leader: true,
+                pick: rv.next_u64(),
+                dur: Duration::ZERO,
+            });
             faults.sort_by_key(|f| f.at);
         }
         // Loop faults from a stream of their own (a seed keeps its other faults).
@@ -1743,6 +1758,25 @@ impl World {
                         }),
                         0,
                     );
+                }
+            }
+            FaultKind::StaleRelease => {
+                if let Some(k) = self.etcd.leader_key() {
+                    let timeline = self
+                        .node_by_name(&k.name)
+                        .map_or(1, |l| self.nodes[l].pg.timeline);
+                    self.etcd.put(
+                        "release",
+                        super::etcd::Val::Release(ReleaseMarker {
+                            epoch: k.epoch - 1,
+                            lsn: 0,
+                            timeline,
+                            candidate: None,
+                            by: k.name.clone(),
+                        }),
+                        0,
+                    );
+                    self.etcd.revoke(k.lease);
                 }
             }
             FaultKind::SyncSwitch => {
