@@ -131,7 +131,19 @@ impl Core {
         // Fresh positions only: members that published after the vacancy was seen.
         let fresh_wait = self.timing.loop_wait + self.timing.retry_timeout;
         let waited_enough = now.since(v.at) >= fresh_wait;
+        // A better rival gets a bounded head start, never a veto. Alive, it takes the
+        // key by its own `v.at + 2 L_w + R` (fresh-position wait, then its next tick);
+        // one more `R` covers our `v.at` and its differing by a watch delivery or a
+        // slow read. Past that it is presumed dead: its member key outlives its host
+        // by up to a member-lease TTL, and deferring to it for that long broke the
+        // printed worst-case failover (simulation seed 29722: a rival published a
+        // fresh position and lost its host 70 ms later; four nodes waited 7 s).
+        // Safety does not depend on who goes first (the acquire is a compare-and-set,
+        // S3); only which position wins, which `maximum_lag_on_failover` bounds.
+        let defer_limit = (self.timing.loop_wait + self.timing.retry_timeout) * 2;
+        let deferred_enough = now.since(v.at) >= defer_limit;
         let mine = (obs.pg.timeline, obs.pg.lsn);
+        let mut passed_over: Option<&str> = None;
         for m in &view.members {
             if m.name == me || Some(&m.name) == v.old_holder.as_ref() {
                 continue;
@@ -159,17 +171,29 @@ impl Core {
             }
             let theirs = (i.timeline, i.xlog_location);
             if theirs > mine || (theirs == mine && m.name < me) {
-                return Reason::Waiting(format!(
-                    "{} is a better candidate (timeline {}, position {})",
-                    m.name, i.timeline, i.xlog_location
-                ));
+                if !deferred_enough {
+                    return Reason::Waiting(format!(
+                        "{} is a better candidate (timeline {}, position {})",
+                        m.name, i.timeline, i.xlog_location
+                    ));
+                }
+                passed_over.get_or_insert(m.name.as_str());
             }
         }
         p.push(Action::Acquire);
         p.again = true;
-        Reason::Acquiring(format!(
-            "best candidate at timeline {}, position {}",
-            mine.0, mine.1
-        ))
+        match passed_over {
+            Some(rival) => Reason::Acquiring(format!(
+                "{rival} placed better but has not taken the key within its head start of {} s; \
+                 taking it at timeline {}, position {}",
+                defer_limit.as_secs_f64(),
+                mine.0,
+                mine.1
+            )),
+            None => Reason::Acquiring(format!(
+                "best candidate at timeline {}, position {}",
+                mine.0, mine.1
+            )),
+        }
     }
 }
