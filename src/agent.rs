@@ -31,6 +31,7 @@ use crate::watchdog::{Device, Notifier, WatchdogError};
 mod cluster_config;
 mod guardian_hooks;
 mod intents;
+mod switchover;
 
 /// The cluster "read" of an iteration cut short past `F - B` after its renewal.
 const PAST_CAP: &str = "not read: past F - B";
@@ -87,6 +88,8 @@ struct Pending {
     guard_refused: Option<String>,
     /// The last pet made or skipped (DESIGN §5: a fact for the core).
     pet: Option<PetReport>,
+    /// What became of a switchover's release (`HandOver`).
+    handed_over: Option<HandOverOutcome>,
 }
 
 struct Agent {
@@ -772,6 +775,10 @@ impl Agent {
             Some((etcd, rt)) => etcd.read_cluster(rt, deadline).map_err(|e| e.to_string()),
             None => Err("etcd unreachable".to_string()),
         };
+        let mut cluster = cluster;
+        if let Ok(view) = &mut cluster {
+            switchover::schedule_on_boottime(view, clock::now());
+        }
         if let Err(e) = &cluster {
             // A fresh connection to the next member: this one may be dead, cut off
             // from the quorum, or its channel broken for good — unless the read only
@@ -872,6 +879,7 @@ impl Agent {
             guard_refused: pending.guard_refused,
             pet: pending.pet,
             guardian_holds: self.guardian_holds(),
+            handed_over: pending.handed_over,
         }
     }
 
@@ -1406,6 +1414,15 @@ impl Agent {
                     self.pending.pet = Some(PetReport::fold(self.pending.pet.take(), report));
                 }
                 Action::DisarmWatchdog => self.disarm_watchdog(),
+                Action::HandOver {
+                    lease,
+                    epoch,
+                    candidate,
+                } => self.hand_over(lease, epoch, candidate, deadline),
+                Action::ClearFailover {
+                    epoch,
+                    mod_revision,
+                } => self.clear_failover(epoch, mod_revision, deadline),
                 Action::Exit => return true,
             }
         }

@@ -2220,3 +2220,609 @@ fn a_paused_leader_keeps_its_key_and_still_fences_by_f_minus_b() {
         p.reason
     );
 }
+
+// ----- Planned switchover and manual failover (issue 9, docs/design.md "the release
+// marker") -----
+
+/// The `failover` key as `patronictl switchover` writes it.
+fn failover(leader: Option<&str>, member: Option<&str>, rev: i64) -> Option<FailoverRequest> {
+    Some(FailoverRequest {
+        leader: leader.map(String::from),
+        member: member.map(String::from),
+        mod_revision: rev,
+        ..FailoverRequest::default()
+    })
+}
+
+/// pg1 leads (epoch 5, lease 0xA, adopted at 100 s) with its primary at `lsn`; pg2
+/// streams from it with `flush`. The view holds `req` as the `failover` key.
+fn switchover_obs(req: Option<FailoverRequest>, lsn: Lsn, flush: Lsn) -> Observation {
+    let mut v = view(
+        30,
+        Some(key("pg1", 5, 0xA)),
+        vec![
+            member("pg1", 8, "primary", lsn, None),
+            member("pg2", 9, "replica", flush, None),
+        ],
+    );
+    v.failover = req;
+    let mut p = pg(PgRole::Primary, lsn, None);
+    p.standbys = vec![standby("pg2", true, false, flush)];
+    obs(v, p)
+}
+
+fn no_hand_over(p: &Plan) {
+    assert!(
+        !p.actions.iter().any(|a| matches!(
+            a,
+            Action::StartJob(JobKind::Stop) | Action::Fence | Action::HandOver { .. }
+        )),
+        "{:?} ({})",
+        p.actions,
+        p.reason
+    );
+}
+
+/// A request the leader cannot carry out (unknown, lagging, not streaming, named
+/// leader not me) changes nothing: no stop, no fence, no release, the same
+/// leadership; only the request is deleted (guarded by epoch and its revision) and
+/// the reason says why. Before issue 9 the `failover` key was not read at all.
+#[test]
+fn a_refused_switchover_changes_nothing_but_the_request() {
+    let cases: [(Option<FailoverRequest>, Lsn, Lsn, &str); 5] = [
+        (
+            failover(Some("pg1"), Some("pg9"), 41),
+            500,
+            500,
+            "pg9 is not a member",
+        ),
+        (
+            failover(Some("pg1"), Some("pg2"), 41),
+            5 << 20,
+            500,
+            "maximum_lag_on_failover",
+        ),
+        (
+            failover(Some("pg3"), Some("pg2"), 41),
+            500,
+            500,
+            "names pg3 as the leader",
+        ),
+        (
+            failover(None, Some("pg1"), 41),
+            500,
+            500,
+            "already the leader",
+        ),
+        (
+            Some(FailoverRequest {
+                parse_error: Some("not JSON".into()),
+                mod_revision: 41,
+                ..FailoverRequest::default()
+            }),
+            500,
+            500,
+            "does not parse",
+        ),
+    ];
+    for (req, lsn, flush, why) in cases {
+        let mut c = adopted_leader(100.0);
+        let before = c.leadership().cloned();
+        let p = c.step(t(101.0), &switchover_obs(req, lsn, flush));
+        no_hand_over(&p);
+        assert!(
+            p.actions.contains(&Action::ClearFailover {
+                epoch: 5,
+                mod_revision: 41
+            }),
+            "{:?}",
+            p.actions
+        );
+        let text = p.reason.to_string();
+        assert!(text.contains("refused") && text.contains(why), "{text}");
+        assert_eq!(c.leadership().cloned(), before, "{why}: leadership changed");
+    }
+    // Not streaming: also refused.
+    let mut c = adopted_leader(100.0);
+    let mut o = switchover_obs(failover(Some("pg1"), Some("pg2"), 41), 500, 500);
+    o.pg.standbys = vec![standby("pg2", false, false, 500)];
+    let p = c.step(t(101.0), &o);
+    no_hand_over(&p);
+    assert!(
+        p.reason.to_string().contains("not streaming"),
+        "{}",
+        p.reason
+    );
+}
+
+/// Synchronous mode: only the synchronous standby may be the candidate.
+#[test]
+fn a_switchover_to_a_standby_the_sync_key_does_not_list_is_refused() {
+    let mut c = adopted_leader(100.0);
+    let mut tm = timing30();
+    tm.synchronous = SyncMode::On;
+    c.set_timing(tm);
+    let mut o = switchover_obs(failover(Some("pg1"), Some("pg2"), 41), 500, 500);
+    if let Ok(v) = &mut o.cluster {
+        v.sync = sync_key("pg1", Some("pg3"));
+    }
+    let p = c.step(t(101.0), &o);
+    no_hand_over(&p);
+    assert!(
+        p.reason.to_string().contains("not the synchronous standby"),
+        "{}",
+        p.reason
+    );
+}
+
+/// The whole hand-over on the leader, in DESIGN §1 step 4's order: fast stop, the
+/// fence as the check that no process remains (retried while incomplete), then one
+/// `HandOver` (marker + guarded delete), and only after it was released the leader
+/// becomes a follower that needs no rewind. The key stays held until then.
+#[test]
+fn a_switchover_stops_checks_then_releases_with_the_marker() {
+    let mut c = adopted_leader(100.0);
+    let req = failover(Some("pg1"), Some("pg2"), 41);
+    let p = c.step(t(101.0), &switchover_obs(req.clone(), 500, 500));
+    assert_eq!(
+        p.actions,
+        vec![Action::StartJob(JobKind::Stop)],
+        "{}",
+        p.reason
+    );
+
+    let mut o = switchover_obs(req.clone(), 500, 500);
+    o.job = Job::Running {
+        kind: JobKind::Stop,
+        since: t(101.0),
+    };
+    let p = c.step(t(101.1), &o);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+
+    let stopped = |job: Job, fence: Option<FenceOutcome>| {
+        let mut o = switchover_obs(req.clone(), 500, 500);
+        o.pg = pg(PgRole::Stopped, 0, None);
+        o.job = job;
+        o.fence = fence;
+        o
+    };
+    let done = Job::Finished {
+        kind: JobKind::Stop,
+        ok: true,
+        detail: String::new(),
+    };
+    let p = c.step(t(101.2), &stopped(done, None));
+    assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
+    // Fail closed: an incomplete check publishes nothing and keeps the key.
+    let p = c.step(
+        t(101.3),
+        &stopped(Job::Idle, Some(FenceOutcome::Incomplete)),
+    );
+    assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
+    assert!(c.leadership().is_some());
+    let p = c.step(t(101.4), &stopped(Job::Idle, Some(FenceOutcome::Complete)));
+    assert_eq!(
+        p.actions,
+        vec![Action::HandOver {
+            lease: 0xA,
+            epoch: 5,
+            candidate: Some("pg2".into())
+        }],
+        "{}",
+        p.reason
+    );
+    assert!(c.leadership().is_some(), "the key is ours until the txn");
+
+    // The txn went through; the watch's DELETE and the revoked lease are ours.
+    let mut o = stopped(Job::Idle, None);
+    if let Ok(v) = &mut o.cluster {
+        v.leader = None;
+    }
+    o.leader_deleted_at = Some(t(101.45));
+    o.renewal = Some(Renewal {
+        lease: 0xA,
+        sent_at: t(101.45),
+        outcome: RenewalOutcome::LeaseGone,
+    });
+    o.handed_over = Some(HandOverOutcome::Released(ReleaseMarker {
+        epoch: 5,
+        lsn: 500,
+        timeline: 1,
+        candidate: Some("pg2".into()),
+        by: "pg1".into(),
+    }));
+    let p = c.step(t(101.5), &o);
+    assert!(!p.actions.contains(&Action::Fence), "{:?}", p.actions);
+    assert!(c.leadership().is_none());
+    assert!(
+        p.reason.to_string().contains("released epoch 5"),
+        "{}",
+        p.reason
+    );
+
+    // The new leader appears: the old primary starts as its replica, no rewind.
+    let v = view(
+        40,
+        Some(key("pg2", 39, 0xB)),
+        vec![
+            member("pg1", 8, "replica", 500, None),
+            member("pg2", 39, "primary", 600, None),
+        ],
+    );
+    let p = c.step(t(102.0), &obs(v, pg(PgRole::Stopped, 500, None)));
+    assert_eq!(
+        p.actions,
+        vec![Action::StartJob(JobKind::StartReplica {
+            leader: "pg2".into()
+        })],
+        "{}",
+        p.reason
+    );
+}
+
+/// A hand-over whose release was not sent (the control file does not say `shut
+/// down`, etcd unreachable) is called off: the key is still ours, the request is
+/// deleted, and the leader restarts its PostgreSQL as primary by the usual path. A
+/// failed fast stop calls it off the same way.
+#[test]
+fn a_switchover_called_off_before_the_release_keeps_leading() {
+    for at_release in [true, false] {
+        let mut c = adopted_leader(100.0);
+        let req = failover(Some("pg1"), Some("pg2"), 41);
+        c.step(t(101.0), &switchover_obs(req.clone(), 500, 500));
+        let mut o = switchover_obs(req.clone(), 500, 500);
+        o.pg = pg(PgRole::Stopped, 0, None);
+        if at_release {
+            o.job = Job::Finished {
+                kind: JobKind::Stop,
+                ok: true,
+                detail: String::new(),
+            };
+            c.step(t(101.2), &o);
+            o.job = Job::Idle;
+            o.fence = Some(FenceOutcome::Complete);
+            let p = c.step(t(101.3), &o);
+            assert!(matches!(p.actions[..], [Action::HandOver { .. }]));
+            o.fence = None;
+            o.handed_over = Some(HandOverOutcome::NotSent("pg_control says state 6".into()));
+        } else {
+            o.pg = pg(PgRole::Primary, 500, None);
+            o.pg.standbys = vec![standby("pg2", true, false, 500)];
+            o.job = Job::Finished {
+                kind: JobKind::Stop,
+                ok: false,
+                detail: "timed out".into(),
+            };
+        }
+        let p = c.step(t(101.4), &o);
+        assert!(
+            p.actions.contains(&Action::ClearFailover {
+                epoch: 5,
+                mod_revision: 41
+            }),
+            "{:?}",
+            p.actions
+        );
+        assert!(p.reason.to_string().contains("called off"), "{}", p.reason);
+        assert!(c.leadership().is_some_and(|l| l.handover.is_none()));
+    }
+}
+
+/// Once the release txn was sent and its answer is unknown, the marker may exist:
+/// PostgreSQL is never started as primary again under this epoch; the release is
+/// retried.
+#[test]
+fn an_unknown_release_never_restarts_the_primary() {
+    let mut c = adopted_leader(100.0);
+    let req = failover(Some("pg1"), Some("pg2"), 41);
+    c.step(t(101.0), &switchover_obs(req.clone(), 500, 500));
+    let mut o = switchover_obs(req, 500, 500);
+    o.pg = pg(PgRole::Stopped, 0, None);
+    o.job = Job::Finished {
+        kind: JobKind::Stop,
+        ok: true,
+        detail: String::new(),
+    };
+    c.step(t(101.2), &o);
+    o.job = Job::Idle;
+    o.fence = Some(FenceOutcome::Complete);
+    c.step(t(101.3), &o);
+    o.fence = None;
+    for i in 0..5 {
+        o.handed_over = Some(HandOverOutcome::Unknown("timed out".into()));
+        let p = c.step(t(101.4 + f64::from(i)), &o);
+        no_acquire_nor_promote(&p);
+        assert!(
+            matches!(p.actions[..], [Action::HandOver { epoch: 5, .. }]),
+            "{:?} ({})",
+            p.actions,
+            p.reason
+        );
+    }
+}
+
+/// A scheduled switchover waits for its time (the leader leads as usual until
+/// then, and says so), then happens.
+#[test]
+fn a_scheduled_switchover_happens_at_its_time_not_before() {
+    let mut c = adopted_leader(100.0);
+    let mut req = failover(Some("pg1"), Some("pg2"), 41);
+    if let Some(r) = &mut req {
+        r.scheduled_at = Some(t(110.0));
+        r.scheduled_text = Some("2026-12-01T10:00:10+00:00".into());
+    }
+    for s in [101.0, 105.0, 109.9] {
+        let mut o = switchover_obs(req.clone(), 500, 500);
+        o.renewal = counted(0xA, s);
+        let p = c.step(t(s), &o);
+        no_hand_over(&p);
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| matches!(a, Action::ClearFailover { .. }))
+        );
+        assert!(
+            p.reason.to_string().contains("scheduled at"),
+            "{}",
+            p.reason
+        );
+    }
+    let p = c.step(t(110.0), &switchover_obs(req, 500, 500));
+    assert_eq!(
+        p.actions,
+        vec![Action::StartJob(JobKind::Stop)],
+        "{}",
+        p.reason
+    );
+}
+
+/// Pause (Patroni's rule): a scheduled switchover is refused while paused (the
+/// request deleted, nothing else); an immediate one goes on with every check.
+#[test]
+fn while_paused_a_scheduled_switchover_is_refused_an_immediate_one_runs() {
+    let mut c = adopted_leader(100.0);
+    c.set_pause(true);
+    let mut req = failover(Some("pg1"), Some("pg2"), 41);
+    if let Some(r) = &mut req {
+        r.scheduled_at = Some(t(110.0));
+        r.scheduled_text = Some("2026-12-01T10:00:10+00:00".into());
+    }
+    let p = c.step(t(101.0), &switchover_obs(req, 500, 500));
+    no_hand_over(&p);
+    assert!(
+        p.actions.contains(&Action::ClearFailover {
+            epoch: 5,
+            mod_revision: 41
+        }),
+        "{:?} {}",
+        p.actions,
+        p.reason
+    );
+    assert!(p.reason.to_string().contains("paused"), "{}", p.reason);
+
+    let mut c = adopted_leader(100.0);
+    c.set_pause(true);
+    let p = c.step(
+        t(101.0),
+        &switchover_obs(failover(Some("pg1"), Some("pg2"), 42), 500, 500),
+    );
+    assert_eq!(
+        p.actions,
+        vec![Action::StartJob(JobKind::Stop)],
+        "{}",
+        p.reason
+    );
+}
+
+/// The marker pg1 published for the switchover to pg2 (epoch 5, shutdown checkpoint
+/// at 1000), with pg2 at `my_lsn`. The key is seen deleted at 102.5, before E_max
+/// (103): an early DELETE. Returns the plan of the step after pg2 won.
+fn take_over_after_release(marker: ReleaseMarker, my_lsn: Lsn) -> Plan {
+    let mut c = follower_with_poll(None);
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", my_lsn, None),
+    ];
+    let mut v = view(20, None, members.clone());
+    v.release = Some(Ok(marker.clone()));
+    let mut o = obs(v, pg(PgRole::Replica, my_lsn, Some("pg1")));
+    o.leader_deleted_at = Some(t(102.5));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(102.55),
+        ttl: None,
+        granted_ttl: None,
+        has_keys: false,
+    });
+    let p = c.step(t(102.6), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut v = view(21, Some(key("pg2", 21, 0xB)), members.clone());
+    v.release = Some(Ok(marker.clone()));
+    let mut o = obs(v, pg(PgRole::Replica, my_lsn, None));
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(102.65),
+        epoch: 21,
+    });
+    let p = c.step(t(102.7), &o);
+    assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
+    let mut v = view(22, Some(key("pg2", 21, 0xB)), members);
+    v.release = Some(Ok(marker));
+    c.step(t(102.8), &obs(v, pg(PgRole::Replica, my_lsn, None)))
+}
+
+fn release(epoch: Epoch, lsn: Lsn, candidate: Option<&str>) -> ReleaseMarker {
+    ReleaseMarker {
+        epoch,
+        lsn,
+        timeline: 1,
+        candidate: candidate.map(String::from),
+        by: "pg1".into(),
+    }
+}
+
+fn delayed(p: &Plan) {
+    match &p.reason {
+        Reason::PromoteDelayed { why, .. } => {
+            assert!(why.contains("before its lease could have expired"), "{why}")
+        }
+        r => panic!("expected the early-expiry delay, got {r}"),
+    }
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+}
+
+/// The exception of DESIGN §1 step 4: the named candidate whose WAL reaches the
+/// marker's LSN, for the vacated epoch, promotes at once after an early DELETE. So
+/// do all candidates when the marker names none.
+#[test]
+fn the_named_candidate_with_the_proof_promotes_without_the_delay() {
+    for named in [Some("pg2"), None] {
+        let p = take_over_after_release(release(5, 1000, named), 1000);
+        assert_eq!(
+            p.actions,
+            vec![Action::Promote { epoch: 21 }],
+            "{}",
+            p.reason
+        );
+    }
+}
+
+/// A marker of another epoch proves nothing about this DELETE (a stale leader's, or
+/// an earlier switchover's): the normal early-expiry delay.
+#[test]
+fn a_release_marker_from_a_stale_epoch_is_ignored() {
+    delayed(&take_over_after_release(
+        release(4, 1000, Some("pg2")),
+        1000,
+    ));
+}
+
+/// A candidate whose WAL falls short of the shutdown checkpoint may lack
+/// acknowledged commits' neighbours and, above all, has no proof: normal delay.
+#[test]
+fn a_candidate_behind_the_markers_lsn_uses_the_normal_delay() {
+    delayed(&take_over_after_release(
+        release(5, 1200, Some("pg2")),
+        1000,
+    ));
+}
+
+/// The marker names another candidate: this one is no exception.
+#[test]
+fn a_candidate_the_marker_does_not_name_uses_the_normal_delay() {
+    delayed(&take_over_after_release(
+        release(5, 1000, Some("pg3")),
+        1000,
+    ));
+}
+
+/// The marker is on another timeline than the candidate: positions do not compare.
+#[test]
+fn a_candidate_on_another_timeline_than_the_marker_uses_the_normal_delay() {
+    let mut m = release(5, 1000, Some("pg2"));
+    m.timeline = 2;
+    delayed(&take_over_after_release(m, 1000));
+}
+
+/// Manual failover with no leader: the named replica is preferred (the better-placed
+/// pg3 waits for it), but it is checked like any candidate: the old lease must be
+/// gone and an early DELETE still delays its promotion.
+#[test]
+fn a_manual_failover_prefers_the_named_replica_but_keeps_every_check() {
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 21, "replica", 900, None),
+        member("pg3", 21, "replica", 1000, None),
+    ];
+    let mut v = view(20, None, members.clone());
+    v.failover = failover(None, Some("pg2"), 19);
+    // pg3, better placed, defers to the requested candidate.
+    let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1")));
+    o.leader_deleted_at = Some(t(102.5));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(102.55),
+        ttl: None,
+        granted_ttl: None,
+        has_keys: false,
+    });
+    // pg3 follows pg1 and polled its lease at 102 s (E_max 103 s), like pg2 below.
+    let mut c3 = core("pg3", None);
+    let mut f = obs(
+        view(10, Some(key("pg1", 5, 0xA)), members.clone()),
+        pg(PgRole::Replica, 1000, Some("pg1")),
+    );
+    c3.step(t(100.0), &f);
+    f.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(102.0),
+        ttl: Some(1),
+        granted_ttl: None,
+        has_keys: true,
+    });
+    c3.step(t(102.01), &f);
+    let p = c3.step(t(102.6), &o);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(
+        p.reason
+            .to_string()
+            .contains("pg2 is the requested candidate"),
+        "{}",
+        p.reason
+    );
+
+    // pg2, behind pg3, acquires; the old lease still lives at first: it waits.
+    let mut c2 = follower_with_poll(None);
+    let mut o2 = obs(v.clone(), pg(PgRole::Replica, 900, Some("pg1")));
+    o2.leader_deleted_at = Some(t(102.5));
+    o2.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(102.55),
+        ttl: Some(5),
+        granted_ttl: None,
+        has_keys: false,
+    });
+    let p = c2.step(t(102.6), &o2);
+    no_acquire_nor_promote(&p);
+    o2.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(102.65),
+        ttl: None,
+        granted_ttl: None,
+        has_keys: false,
+    });
+    o2.leader_deleted_at = None;
+    let p = c2.step(t(102.7), &o2);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut w = view(21, Some(key("pg2", 21, 0xB)), members);
+    w.failover = failover(None, Some("pg2"), 19);
+    let mut o = obs(w.clone(), pg(PgRole::Replica, 900, None));
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(102.75),
+        epoch: 21,
+    });
+    c2.step(t(102.8), &o);
+    let p = c2.step(t(102.9), &obs(w, pg(PgRole::Replica, 900, None)));
+    delayed(&p);
+}
+
+/// S4 with the marker: an agent that stopped in the middle of its hand-over finds,
+/// at start-up, the key of its own epoch still there and its own marker for it: it
+/// never adopts that epoch (its PostgreSQL must not run as primary under it again).
+#[test]
+fn a_key_whose_epoch_my_marker_released_is_never_adopted() {
+    let mut c = core("pg1", None);
+    let mut v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+    v.release = Some(Ok(release(5, 500, Some("pg2"))));
+    let p = c.step(t(100.0), &obs(v, pg(PgRole::Stopped, 500, None)));
+    assert_eq!(
+        p.actions,
+        vec![Action::Revoke { lease: 0xA }],
+        "{}",
+        p.reason
+    );
+    assert_eq!(c.lease_to_renew(), None);
+}

@@ -86,6 +86,13 @@ impl Core {
                 },
                 _ => "waiting for an answer about the old leader's lease".into(),
             };
+            // A hand-over deletes the key, then revokes the lease: poll again at once
+            // for a little while rather than a loop later (the write gap).
+            if matches!(&view.release, Some(Ok(m)) if v.old_epoch == Some(m.epoch))
+                && now.since(v.at) < self.timing.retry_timeout
+            {
+                p.again = true;
+            }
             return Reason::Waiting(detail);
         }
         let newest = view.newest_timeline();
@@ -100,6 +107,31 @@ impl Core {
             return Reason::Waiting(format!(
                 "not a candidate: {lag} bytes behind the old leader > maximum_lag_on_failover"
             ));
+        }
+        // A switchover's or a manual failover's candidate is preferred (for one ttl):
+        // it skips the comparison, the others wait for it while it looks fit. Every
+        // check above applies to it as to any candidate.
+        match self.preferred_candidate(now, view, &v) {
+            Some(x) if x == me => {
+                p.push(Action::Acquire);
+                p.again = true;
+                return Reason::Acquiring(format!(
+                    "the requested candidate, at timeline {}, position {}",
+                    obs.pg.timeline, obs.pg.lsn
+                ));
+            }
+            Some(x)
+                if view.member(&x).is_some_and(|m| {
+                    m.info.pg_healthy
+                        && m.info.role == "replica"
+                        && !m.info.tags.nofailover
+                        && m.info.parse_error.is_none()
+                        && self.sync_allows(view, &x).is_ok()
+                }) =>
+            {
+                return Reason::Waiting(format!("{x} is the requested candidate"));
+            }
+            _ => {}
         }
         // Fresh positions only: members that published after the vacancy was seen.
         let fresh_wait = self.timing.loop_wait + self.timing.retry_timeout;

@@ -36,6 +36,11 @@ impl Core {
         let State::Leader(l) = &self.state else {
             return None;
         };
+        if matches!(obs.handed_over, Some(HandOverOutcome::Released(_))) {
+            // The switchover released the key and revoked the lease on purpose, after
+            // a complete fence check: nothing is lost, `hand_over` takes it from here.
+            return None;
+        }
         let me = &self.cfg.name;
         let mut lost: Option<String> = None;
         if let Some(r) = &obs.renewal {

@@ -144,7 +144,9 @@ impl Core {
                     p.push(Action::Revoke { lease: k.lease });
                     return Reason::Refusing(format!("cannot adopt the leader key: {why}"));
                 }
-                if first {
+                // A key whose epoch this node's own release marker gave up (the agent
+                // stopped during a switchover): never resumed on, like a fenced one.
+                if first && !self.released_by_marker(view, k.epoch) {
                     // S4: adopt only through a confirmed renewal of the key's lease.
                     self.state = State::Adopting {
                         lease: k.lease,

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::fence::stop_checked;
 use super::model::*;
+use super::switchover::Request;
 use super::time::Instant;
 use super::{Core, Leadership, Planner, State};
 
@@ -30,6 +31,9 @@ impl Core {
         // reports it; `decide` took that report into `last_pet` already.
         if obs.shutdown {
             return self.lead_shutdown(obs, p, l);
+        }
+        if let Some(h) = l.handover.clone() {
+            return self.hand_over(obs, p, l, h);
         }
 
         let me = self.cfg.name.clone();
@@ -55,7 +59,15 @@ impl Core {
                 l.promoted = true;
                 l.down_since = None;
                 let mut sync_note = None;
+                let mut request_note = None;
                 if let Ok(view) = &obs.cluster {
+                    match self.failover_request(now, obs, view, &mut l, p) {
+                        Request::HandOver(reason) => {
+                            self.state = State::Leader(l);
+                            return reason;
+                        }
+                        Request::Lead(note) => request_note = note,
+                    }
                     let others: Vec<String> = view
                         .members
                         .iter()
@@ -65,6 +77,10 @@ impl Core {
                     p.push(Action::SyncSlots { members: others });
                     sync_note = self.manage_sync(now, view, &obs.pg, l.epoch, p);
                 }
+                let sync_note = match (sync_note, request_note) {
+                    (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+                    (a, b) => a.or(b),
+                };
                 match sync_note {
                     Some(note) => Reason::Other(format!(
                         "I am {me}, leader with the lock, lease valid {:.1} s; {note}",
@@ -291,6 +307,7 @@ impl Core {
                     delay_reason: None,
                     promoted: obs.pg.role == PgRole::Primary,
                     down_since: None,
+                    handover: None,
                 };
                 let mut l = l;
                 // S4 then S2: the device is opened only after adopting, and the open
@@ -328,6 +345,7 @@ impl Core {
         let (mut after, mut why) = (now, None);
         if let Some(v) = &self.vacancy
             && v.early
+            && self.release_proves(obs, v).is_err()
         {
             let d = match v.old_watchdog {
                 Some(w) => {
@@ -368,6 +386,7 @@ impl Core {
             delay_reason: why,
             promoted: obs.pg.role == PgRole::Primary,
             down_since: None,
+            handover: None,
         };
         // S6(b) for the TTL etcd granted (issue 8 finding 4): with `2W > ttl - M - R` a
         // renewal that took up to R leaves no instant with `t + 2W <= H`, so this

@@ -40,6 +40,8 @@ pub struct Leadership {
     pub promoted: bool,
     /// When this node last found its PostgreSQL not running while leading.
     pub down_since: Option<Instant>,
+    /// A planned switchover under way (`switchover`).
+    pub handover: Option<super::switchover::Handover>,
 }
 
 impl Core {

@@ -25,6 +25,7 @@ mod leader;
 mod lease;
 pub mod model;
 mod pause;
+mod switchover;
 mod sync;
 pub mod time;
 mod vacancy;
@@ -35,6 +36,7 @@ use model::*;
 use time::Instant;
 
 pub use lease::Leadership;
+pub use switchover::{Handover, HandoverPhase};
 pub use sync::sync_names_for;
 use vacancy::{LeaseTrack, Vacancy};
 

@@ -204,6 +204,47 @@ pub struct ClusterView {
     /// (what replicas' lag is measured against, as Patroni does). Informational:
     /// the core never reads it; garbage is logged by the shell and left out.
     pub status_optime: Option<Lsn>,
+    /// The `failover` key (Patroni's switchover / manual failover request).
+    pub failover: Option<FailoverRequest>,
+    /// The `release` key: the marker of the last planned hand-over (DESIGN §1 step 4);
+    /// `Err` says what is wrong with a value that does not parse (it proves nothing).
+    pub release: Option<Result<ReleaseMarker, String>>,
+}
+
+/// The `failover` key as Patroni writes it (`{"leader", "member", "scheduled_at"}`):
+/// a switchover from `leader` (or from whoever leads) to `member` (or to any fit
+/// replica), or, with no leader in the cluster, a manual failover to `member`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FailoverRequest {
+    pub leader: Option<String>,
+    pub member: Option<String>,
+    /// `scheduled_at` on the core's clock: the shell converts the RFC 3339 time with
+    /// its offset against the wall clock of the same iteration.
+    pub scheduled_at: Option<Instant>,
+    /// `scheduled_at` as written, for messages.
+    pub scheduled_text: Option<String>,
+    /// The key's `mod_revision`: a refusal deletes exactly this request.
+    pub mod_revision: i64,
+    /// The value does not parse (or its time does not): the leader deletes it.
+    pub parse_error: Option<String>,
+}
+
+/// The `release` marker (DESIGN §1 step 4 "A clean hand-over skips the delay only
+/// with proof"; docs/design.md "the release marker"): written by the holder of
+/// `epoch`, in the txn (guarded by that epoch) that deletes the key, after its
+/// PostgreSQL stopped with a shutdown checkpoint at `lsn` on `timeline` and a
+/// fail-closed fence check found no process of it left.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseMarker {
+    pub epoch: Epoch,
+    /// The shutdown checkpoint's location: every commit the old primary acknowledged
+    /// precedes it.
+    pub lsn: Lsn,
+    pub timeline: u32,
+    /// The candidate the switchover names (`None`: any).
+    pub candidate: Option<String>,
+    /// The member that wrote it.
+    pub by: String,
 }
 
 /// The `confirm_epoch` key, written by `tenure confirm-epoch` after an operator
@@ -571,6 +612,22 @@ pub struct Observation {
     /// this leadership, or stood down. A fact, not a plan: the core promotes with the
     /// guardian as its fence only once it holds one (S3).
     pub guardian_holds: Option<Instant>,
+    /// Outcome of the previous plan's `HandOver`.
+    pub handed_over: Option<HandOverOutcome>,
+}
+
+/// What became of a `HandOver` (the switchover's release).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HandOverOutcome {
+    /// The marker is written and the key deleted (one guarded txn); the lease was
+    /// revoked (or its revoke failed: it expires).
+    Released(ReleaseMarker),
+    /// Nothing was written (the control file does not say `shut down`, etcd could not
+    /// be reached before the txn was sent): the hand-over may be called off.
+    NotSent(String),
+    /// The txn was sent and its answer is unknown: the marker may exist, so the local
+    /// PostgreSQL must never run as primary again under this epoch.
+    Unknown(String),
 }
 
 impl Observation {
@@ -597,6 +654,7 @@ impl Observation {
             guard_refused: None,
             pet: None,
             guardian_holds: None,
+            handed_over: None,
         }
     }
 }
@@ -656,6 +714,18 @@ pub enum Action {
     DisarmWatchdog,
     /// Exit the process (clean shutdown finished).
     Exit,
+    /// The switchover's release: read the shutdown checkpoint (`pg_controldata`; the
+    /// control file must say `shut down`), then one txn guarded by `epoch` that writes
+    /// the `release` marker and deletes `leader`, then revoke `lease`. Only after a
+    /// fast stop and a complete fence check (docs/design.md "the release marker").
+    HandOver {
+        lease: LeaseId,
+        epoch: Epoch,
+        candidate: Option<String>,
+    },
+    /// Delete the `failover` key (guarded by `epoch` and by its `mod_revision`): a
+    /// request refused, or consumed by the new leader.
+    ClearFailover { epoch: Epoch, mod_revision: i64 },
 }
 
 /// Why the plan is what it is: logged once per iteration, asserted in tests.

@@ -53,6 +53,9 @@ pub(super) struct Vacancy {
     pub(super) lease_gone: bool,
     /// Newest leadership epoch a member published when this vacancy was judged.
     pub(super) seen_epoch: Epoch,
+    /// The epoch of the key whose absence opened this vacancy, if known (a release
+    /// marker proves something only for it).
+    pub(super) old_epoch: Option<Epoch>,
 }
 
 impl Core {
@@ -193,6 +196,7 @@ impl Core {
                         old_xlog: v.old_xlog.max(m.info.xlog_location),
                         lease_gone: m.info.leader_lease.is_none(),
                         seen_epoch: e,
+                        old_epoch: Some(e),
                     });
                 }
                 if self.vacancy.is_none() {
@@ -234,6 +238,7 @@ impl Core {
                         at,
                         seen_revision: view.revision,
                         seen_epoch,
+                        old_epoch: self.track.epoch,
                         old_lease,
                         old_holder: self.track.holder.clone(),
                         early,

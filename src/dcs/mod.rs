@@ -13,8 +13,11 @@
 //! would use `spawn_blocking`), and the client's own background tasks (the balance
 //! channel, HTTP/2 connections) run on the caller's runtime whenever it is driven.
 
+mod handover;
 mod keys;
 mod raw;
+
+pub use handover::{encode_failover, parse_rfc3339};
 
 pub use keys::{encode_status, encode_sync};
 
@@ -312,6 +315,19 @@ impl Etcd {
                     Ok(c) => view.confirm_epoch = Some(c),
                     Err(why) => self.warn_once("confirm_epoch", &format!("{why}; ignored")),
                 },
+                b"failover" => {
+                    view.failover = handover::parse_failover(item.value(), item.mod_revision());
+                    if let Some(why) = view.failover.as_ref().and_then(|f| f.parse_error.clone()) {
+                        self.warn_once("failover", &format!("{why}; the leader deletes it"));
+                    }
+                }
+                b"release" => {
+                    let m = handover::parse_release(item.value());
+                    if let Err(why) = &m {
+                        self.warn_once("release", &format!("{why}; it proves nothing"));
+                    }
+                    view.release = Some(m);
+                }
                 b"status" => match keys::parse_status(item.value()) {
                     Ok(o) => view.status_optime = Some(o),
                     Err(why) => self.warn_once("status", &format!("{why}; ignored")),
@@ -345,7 +361,6 @@ impl Etcd {
                             info,
                         });
                     }
-                    // failover: not read yet.
                 }
             }
         }

@@ -15,6 +15,7 @@
 //! from `/proc` first).
 
 pub mod conf;
+mod control;
 mod job;
 pub mod procs;
 

@@ -93,6 +93,7 @@ struct Outcomes {
     guard_refused: Option<String>,
     /// The last pet made or skipped (DESIGN §5: reported, never assumed).
     pet: Option<PetReport>,
+    handed_over: Option<HandOverOutcome>,
 }
 
 /// What one pass of `ApiServer::service` costs the loop in this model: it never
@@ -379,6 +380,7 @@ pub async fn run(cx: Cx) {
             guard_refused: out.guard_refused.take(),
             pet: out.pet.take(),
             guardian_holds: None,
+            handed_over: out.handed_over.take(),
         };
         let members_seen = if let Ok(v) = &obs.cluster {
             v.members
@@ -631,6 +633,62 @@ pub async fn run(cx: Cx) {
                 Action::Revoke { lease } => {
                     let d = cx.now().add(r);
                     let _ = cx.call(Op::Revoke { lease }, d).await;
+                }
+                Action::HandOver {
+                    lease,
+                    epoch,
+                    candidate,
+                } => {
+                    // As the agent: pg_control, then the guarded txn, then the revoke.
+                    let ck = cx.w.borrow().shutdown_checkpoint(cx.node);
+                    let outcome = match ck {
+                        Err(e) => HandOverOutcome::NotSent(e),
+                        Ok((timeline, lsn)) => {
+                            let marker = ReleaseMarker {
+                                epoch,
+                                lsn,
+                                timeline,
+                                candidate,
+                                by: name.clone(),
+                            };
+                            let d = cap(&core, cx.now());
+                            let op = Op::HandOver {
+                                me: name.clone(),
+                                epoch,
+                                marker: marker.clone(),
+                            };
+                            match cx.call(op, d).await {
+                                Ok(Resp::Done(true)) => {
+                                    let d = cx.now().add(r);
+                                    let _ = cx.call(Op::Revoke { lease }, d).await;
+                                    let now = cx.now();
+                                    let mut w = cx.w.borrow_mut();
+                                    w.handovers += 1;
+                                    w.handover_at = Some(now);
+                                    HandOverOutcome::Released(marker)
+                                }
+                                Ok(Resp::Done(false)) => {
+                                    out.guard_refused = Some("the release txn".into());
+                                    HandOverOutcome::NotSent("the epoch guard refused".into())
+                                }
+                                Ok(other) => HandOverOutcome::Unknown(format!("{other:?}")),
+                                Err(e) => HandOverOutcome::Unknown(e),
+                            }
+                        }
+                    };
+                    out.handed_over = Some(outcome);
+                }
+                Action::ClearFailover {
+                    epoch,
+                    mod_revision,
+                } => {
+                    let d = cap(&core, cx.now());
+                    let op = Op::ClearFailover {
+                        me: name.clone(),
+                        epoch,
+                        mod_revision,
+                    };
+                    let _ = cx.call(op, d).await;
                 }
                 Action::AppendHistory { epoch, entry } => {
                     let d = cap(&core, cx.now());

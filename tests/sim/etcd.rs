@@ -21,6 +21,10 @@ pub enum Val {
     Member(MemberInfo),
     Rollback(RollbackMarker),
     Sync(SyncKey),
+    /// `failover` (Patroni's request; its `mod_revision` is the key's).
+    Failover(FailoverRequest),
+    /// `release`: a switchover's marker.
+    Release(ReleaseMarker),
 }
 
 #[derive(Clone, Debug)]
@@ -103,6 +107,18 @@ pub enum Op {
         me: String,
         epoch: Epoch,
     },
+    /// The switchover's release: `If(guard) Then(put(release), delete(leader))`.
+    HandOver {
+        me: String,
+        epoch: Epoch,
+        marker: ReleaseMarker,
+    },
+    /// `If(guard && mod_revision(failover) == rev) Then(delete(failover))`.
+    ClearFailover {
+        me: String,
+        epoch: Epoch,
+        mod_revision: i64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -165,7 +181,7 @@ impl Etcd {
         })
     }
 
-    fn put(&mut self, key: &str, val: Val, lease: LeaseId) -> i64 {
+    pub fn put(&mut self, key: &str, val: Val, lease: LeaseId) -> i64 {
         self.rev += 1;
         let rev = self.rev;
         let create_rev = self.kv.get(key).map_or(rev, |k| k.create_rev);
@@ -374,6 +390,32 @@ impl Etcd {
                 }
                 Resp::Done(ok)
             }
+            Op::HandOver { me, epoch, marker } => {
+                let ok = self.guard(me, *epoch);
+                if ok {
+                    // One txn: one revision for both (the world sees the marker with
+                    // the DELETE).
+                    self.put("release", Val::Release(marker.clone()), 0);
+                    self.rev -= 1;
+                    self.delete("leader");
+                }
+                Resp::Done(ok)
+            }
+            Op::ClearFailover {
+                me,
+                epoch,
+                mod_revision,
+            } => {
+                let ok = self.guard(me, *epoch)
+                    && self
+                        .kv
+                        .get("failover")
+                        .is_some_and(|k| k.mod_rev == *mod_revision);
+                if ok {
+                    self.delete("failover");
+                }
+                Resp::Done(ok)
+            }
         }
     }
 
@@ -416,6 +458,13 @@ impl Etcd {
                 (Val::History(h), _) => v.history = h.clone(),
                 (Val::Rollback(m), _) => v.rollback = Some(m.clone()),
                 (Val::Sync(k), _) => v.sync = Some(Ok(k.clone())),
+                (Val::Failover(r), _) => {
+                    v.failover = Some(FailoverRequest {
+                        mod_revision: kv.mod_rev,
+                        ..r.clone()
+                    })
+                }
+                (Val::Release(m), _) => v.release = Some(Ok(m.clone())),
                 _ => {}
             }
         }

@@ -84,6 +84,16 @@ pub enum FaultKind {
     /// another standby. The old standby's host restarts after `dur`, the leader's
     /// after `dur + 3 ttl` (so that the new standby takes over).
     SyncSwitch,
+    /// A planned switchover (issue 9): an operator writes Patroni's `failover` key
+    /// `{"leader": <the leader>, "member": <another node>}` (a quarter of them name
+    /// no member, a quarter are scheduled `dur` later). Other faults of the seed may
+    /// land in the middle of the hand-over.
+    Switchover,
+    /// A release marker that proves nothing about the current leadership (of the
+    /// epoch before, naming nobody, at position 0 on the leader's timeline: what a
+    /// stale leader or an earlier switchover leaves), then an early revoke of the
+    /// live leader's lease. The marker must not let anyone skip the delay.
+    StaleRelease,
 }
 
 #[derive(Clone, Debug)]
@@ -174,7 +184,9 @@ impl Schedule {
                 FaultKind::EarlyDelete | FaultKind::EarlyRevoke | FaultKind::HostLost => {
                     Duration::ZERO
                 }
-                FaultKind::SyncSwitch => unreachable!("drawn from its own stream below"),
+                FaultKind::SyncSwitch | FaultKind::Switchover | FaultKind::StaleRelease => {
+                    unreachable!("drawn from its own stream below")
+                }
             };
             faults.push(Fault {
                 at: Instant::ZERO.add(secs(start + span * r.unit())),
@@ -224,6 +236,36 @@ impl Schedule {
                 at_leader: false,
                 pick: rw.next_u64(),
                 dur: rw.dur(2 * lw, 10 * lw),
+            });
+            faults.sort_by_key(|f| f.at);
+        }
+        // Planned switchovers from a stream of their own (a seed keeps its other
+        // faults): in 40 % of the schedules, one or two, with the other faults.
+        let mut rv = Rng::new(seed ^ 0x5317_c40f_e12a_b0a2);
+        if rv.chance(0.4) {
+            for _ in 0..1 + rv.below(2) {
+                let scheduled = rv.chance(0.25);
+                faults.push(Fault {
+                    at: Instant::ZERO.add(secs(start + span * rv.unit())),
+                    kind: FaultKind::Switchover,
+                    at_leader: rv.chance(0.25),
+                    pick: rv.next_u64(),
+                    dur: if scheduled {
+                        rv.dur(secs(0.1), secs(ttl))
+                    } else {
+                        Duration::ZERO
+                    },
+                });
+            }
+            faults.sort_by_key(|f| f.at);
+        }
+        if rv.chance(0.15) {
+            faults.push(Fault {
+                at: Instant::ZERO.add(secs(start + span * rv.unit())),
+                kind: FaultKind::StaleRelease,
+                at_leader: true,
+                pick: rv.next_u64(),
+                dur: Duration::ZERO,
             });
             faults.sort_by_key(|f| f.at);
         }
@@ -355,6 +397,9 @@ pub struct Pg {
     /// connected (`streaming` in its upstream's `pg_stat_replication`); then it
     /// catches up at once (catch-up time is not modelled).
     pub stalled_until: Instant,
+    /// The server was last stopped by a fast stop (its shutdown checkpoint is the
+    /// last WAL: `pg_control` says `shut down`); a crash, a fence or a start clears it.
+    pub clean: bool,
 }
 
 /// The writer of the WAL initdb made.
@@ -599,6 +644,12 @@ pub struct World {
     switch: Option<(Option<String>, Duration, Instant)>,
     /// Leaders crashed by `SyncSwitch` the moment the key named a new standby.
     pub switch_crashes: u64,
+    /// Switchovers' releases done (the marker written, the key deleted), and the
+    /// instant of the last one not yet followed by a new primary.
+    pub handovers: u64,
+    pub handover_at: Option<Instant>,
+    /// From each release to the next writable primary (the write gap's core part).
+    pub handover_gaps: Vec<Duration>,
     last_step: Vec<Option<(std::mem::Discriminant<Reason>, Vec<Action>)>>,
 }
 
@@ -632,6 +683,7 @@ impl World {
                     names_eff: Names::Async,
                     lag: Duration::ZERO,
                     stalled_until: Instant::ZERO,
+                    clean: false,
                 },
                 wd: Wd::default(),
                 job: None,
@@ -673,6 +725,9 @@ impl World {
             full_log: std::env::var_os("TENURE_SIM_FULL_LOG").is_some(),
             switch: None,
             switch_crashes: 0,
+            handovers: 0,
+            handover_at: None,
+            handover_gaps: Vec::new(),
             last_step: vec![None; sched_nodes],
         };
         let phase = w.rng.ms(1, 500);
@@ -986,6 +1041,9 @@ impl World {
     /// must not be undone by a last sample of the upstream's).
     fn begin_reign(&mut self, node: usize) {
         let now = self.now;
+        if let Some(t) = self.handover_at.take() {
+            self.handover_gaps.push(now.since(t));
+        }
         let tl = self.nodes[node].pg.timeline;
         let others: Vec<String> = self
             .nodes
@@ -1081,7 +1139,18 @@ impl World {
         pg.run = Run::Stopped;
         pg.dying = None;
         pg.pgen += 1;
+        pg.clean = false;
         self.ups = None;
+    }
+
+    /// `pg_control` of a stopped server: `(timeline, lsn)` of its shutdown checkpoint
+    /// when a fast stop was the last thing to happen to it.
+    pub fn shutdown_checkpoint(&self, node: usize) -> Result<(u32, u64), String> {
+        let pg = &self.nodes[node].pg;
+        if pg.run != Run::Stopped || !pg.clean || pg.sysid.is_none() {
+            return Err("pg_control does not say shut down".into());
+        }
+        Ok((pg.timeline, pg.lsn))
     }
 
     pub fn probe(&mut self, node: usize) -> PgStatus {
@@ -1283,7 +1352,29 @@ impl World {
             JobKind::Stop => {
                 if self.nodes[node].pg.run != Run::Stopped {
                     self.text(Some(node), "PostgreSQL stopped (fast)".into());
+                    if self.writable(node) {
+                        // A fast shutdown's walsenders send all WAL, the shutdown
+                        // checkpoint included, to every streaming standby and wait
+                        // for its flush before they exit.
+                        let fin = self.lsn_of(node, now);
+                        let ups: Vec<usize> = (0..self.nodes.len())
+                            .filter(|&i| {
+                                i != node
+                                    && self.upstream_now(i) == Some(node)
+                                    && self.nodes[i].pg.stalled_until <= now
+                            })
+                            .collect();
+                        for i in ups {
+                            let hist = truncate(&self.nodes[node].pg.hist, fin, fin);
+                            let pg = &mut self.nodes[i].pg;
+                            pg.hist = hist;
+                            pg.lsn = pg.lsn.max(fin);
+                            pg.lsn_at = now;
+                        }
+                    }
                     self.pg_down(node);
+                    // Only a stop of a running server writes a shutdown checkpoint.
+                    self.nodes[node].pg.clean = true;
                 }
             }
         }
@@ -1631,6 +1722,60 @@ impl World {
             }
             FaultKind::EarlyRevoke => {
                 if let Some(k) = self.etcd.leader_key() {
+                    self.etcd.revoke(k.lease);
+                }
+            }
+            FaultKind::Switchover => {
+                // Patroni's `failover` key, as `patronictl switchover` writes it.
+                let leader = self.etcd.leader_key().map(|k| k.name);
+                let others: Vec<usize> = (0..self.nodes.len())
+                    .filter(|&i| Some(&self.nodes[i].name) != leader.as_ref())
+                    .collect();
+                let member = if f.at_leader || others.is_empty() {
+                    None
+                } else {
+                    Some(
+                        self.nodes[others[(f.pick % others.len() as u64) as usize]]
+                            .name
+                            .clone(),
+                    )
+                };
+                let scheduled = (!f.dur.is_zero()).then(|| now.add(f.dur));
+                if leader.is_some() || member.is_some() {
+                    self.text(
+                        Some(n),
+                        format!("operator: switchover from {leader:?} to {member:?}"),
+                    );
+                    self.etcd.put(
+                        "failover",
+                        super::etcd::Val::Failover(FailoverRequest {
+                            leader,
+                            member,
+                            scheduled_at: scheduled,
+                            scheduled_text: scheduled.map(|t| format!("{t}")),
+                            mod_revision: 0,
+                            parse_error: None,
+                        }),
+                        0,
+                    );
+                }
+            }
+            FaultKind::StaleRelease => {
+                if let Some(k) = self.etcd.leader_key() {
+                    let timeline = self
+                        .node_by_name(&k.name)
+                        .map_or(1, |l| self.nodes[l].pg.timeline);
+                    self.etcd.put(
+                        "release",
+                        super::etcd::Val::Release(ReleaseMarker {
+                            epoch: k.epoch - 1,
+                            lsn: 0,
+                            timeline,
+                            candidate: None,
+                            by: k.name.clone(),
+                        }),
+                        0,
+                    );
                     self.etcd.revoke(k.lease);
                 }
             }

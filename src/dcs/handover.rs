@@ -1,0 +1,378 @@
+//! The `failover` and `release` keys (issue 9): Patroni's switchover / failover
+//! request, and tenure's release marker of a planned hand-over (docs/design.md "the
+//! release marker"), with the txns that write them.
+//!
+//! Owns: their JSON (defensive parsing: any writer may have left anything), the
+//! hand-over txn `If(guard) Then(put(release), delete(leader))` followed by the
+//! revoke, the guarded delete of a request, and the plain put of one (as Patroni's
+//! API and `patronictl` write it).
+//!
+//! Must never: decide (the core does), write the marker or delete the key outside
+//! the epoch guard, or turn an RFC 3339 time into an instant (it has no clock; the
+//! agent converts `scheduled_at`).
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use serde_json::{Map, Value, json};
+use tokio::runtime::Runtime;
+
+use super::{DcsError, Etcd, bounded};
+use crate::core::model::{Epoch, FailoverRequest, LeaseId, ReleaseMarker};
+use crate::core::time::Instant;
+
+/// `failover` as read. `None`: no request (Patroni writes `{}` to clear one, and
+/// an empty value is no request either). `scheduled_at` is left for the agent to
+/// put on its clock; its text is kept.
+pub fn parse_failover(raw: &[u8], mod_revision: i64) -> Option<FailoverRequest> {
+    let mut req = FailoverRequest {
+        mod_revision,
+        ..FailoverRequest::default()
+    };
+    let text = match std::str::from_utf8(raw) {
+        Ok(t) => t.trim(),
+        Err(_) => {
+            req.parse_error = Some("not UTF-8".into());
+            return Some(req);
+        }
+    };
+    if text.is_empty() {
+        return None;
+    }
+    let v: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            req.parse_error = Some(format!("not JSON: {e}"));
+            return Some(req);
+        }
+    };
+    let Some(o) = v.as_object() else {
+        req.parse_error = Some("not a JSON object".into());
+        return Some(req);
+    };
+    let name = |k: &str, req: &mut FailoverRequest| -> Option<String> {
+        match o.get(k) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s.is_empty() => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                req.parse_error = Some(format!("{k}: expected a string, got {other}"));
+                None
+            }
+        }
+    };
+    req.leader = name("leader", &mut req);
+    // Patroni writes `member`; its API takes `candidate`.
+    req.member = name("member", &mut req).or_else(|| name("candidate", &mut req));
+    req.scheduled_text = name("scheduled_at", &mut req);
+    if let Some(t) = &req.scheduled_text
+        && parse_rfc3339(t).is_none()
+    {
+        req.parse_error = Some(format!(
+            "scheduled_at {t:?} is not an RFC 3339 time with an offset"
+        ));
+    }
+    if req.leader.is_none() && req.member.is_none() && req.parse_error.is_none() {
+        return None;
+    }
+    Some(req)
+}
+
+/// The `failover` value Patroni writes (`patronictl switchover`, its API).
+pub fn encode_failover(
+    leader: Option<&str>,
+    member: Option<&str>,
+    scheduled_at: Option<&str>,
+) -> String {
+    let mut m = Map::new();
+    if let Some(l) = leader {
+        m.insert("leader".into(), json!(l));
+    }
+    if let Some(c) = member {
+        m.insert("member".into(), json!(c));
+    }
+    if let Some(s) = scheduled_at {
+        m.insert("scheduled_at".into(), json!(s));
+    }
+    Value::Object(m).to_string()
+}
+
+pub fn encode_release(m: &ReleaseMarker) -> String {
+    json!({
+        "epoch": m.epoch,
+        "lsn": m.lsn,
+        "timeline": m.timeline,
+        "candidate": m.candidate,
+        "by": m.by,
+    })
+    .to_string()
+}
+
+/// `release` as read; `Err` says what is wrong (such a marker proves nothing).
+pub fn parse_release(raw: &[u8]) -> Result<ReleaseMarker, String> {
+    let v: Value = serde_json::from_slice(raw).map_err(|e| format!("not JSON: {e}"))?;
+    let int = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_i64)
+            .ok_or_else(|| format!("{k}: expected an integer"))
+    };
+    let epoch = int("epoch")?;
+    let lsn = u64::try_from(int("lsn")?).map_err(|_| "lsn: negative".to_string())?;
+    let timeline =
+        u32::try_from(int("timeline")?).map_err(|_| "timeline: out of range".to_string())?;
+    let candidate = match v.get("candidate") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err("candidate: expected a string or null".into()),
+    };
+    let by = v
+        .get("by")
+        .and_then(Value::as_str)
+        .ok_or("by: expected a string")?
+        .to_string();
+    Ok(ReleaseMarker {
+        epoch,
+        lsn,
+        timeline,
+        candidate,
+        by,
+    })
+}
+
+/// Seconds since the Unix epoch of an RFC 3339 time with an offset
+/// (`2026-12-01T10:00:00+01:00`, `...Z`, fractional seconds allowed; a space for
+/// the `T` as Patroni's `patronictl` accepts). `None`: not such a time.
+pub fn parse_rfc3339(s: &str) -> Option<f64> {
+    let b = s.trim().as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let t = std::str::from_utf8(b.get(r)?).ok()?;
+        t.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse().ok())?
+    };
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if b.get(4) != Some(&b'-')
+        || b.get(7) != Some(&b'-')
+        || !matches!(b.get(10), Some(b'T' | b't' | b' '))
+        || b.get(13) != Some(&b':')
+        || b.get(16) != Some(&b':')
+    {
+        return None;
+    }
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut frac = 0.0;
+    if b.get(i) == Some(&b'.') {
+        let start = i + 1;
+        i = start;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        frac = std::str::from_utf8(&b[start - 1..i])
+            .ok()?
+            .parse::<f64>()
+            .ok()?;
+    }
+    let offset = match b.get(i)? {
+        b'Z' | b'z' if i + 1 == b.len() => 0,
+        c @ (b'+' | b'-') if i + 6 == b.len() && b[i + 3] == b':' => {
+            let oh = num(i + 1..i + 3)?;
+            let om = num(i + 4..i + 6)?;
+            let o = oh * 3600 + om * 60;
+            if *c == b'-' { -o } else { o }
+        }
+        _ => return None,
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y2, m2) = if mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (y, mo - 3)
+    };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let doy = (153 * m2 + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3600 + mi * 60 + se - offset;
+    Some(secs as f64 + frac)
+}
+
+impl Etcd {
+    /// The switchover's release: one txn guarded by the epoch (DESIGN §1 step 5) that
+    /// writes the marker and deletes `leader`, then the revoke of `lease` (whatever
+    /// the txn did: the lease is never used again). `Ok(false)`: the guard refused
+    /// (nothing written: the key is not ours).
+    pub fn hand_over(
+        &mut self,
+        rt: &Runtime,
+        me: &str,
+        epoch: Epoch,
+        lease: LeaseId,
+        marker: &ReleaseMarker,
+        deadline: Instant,
+    ) -> Result<bool, DcsError> {
+        let txn = Txn::new().when(self.guard(me, epoch)).and_then(vec![
+            TxnOp::put(self.key("release"), encode_release(marker), None),
+            TxnOp::delete(self.key("leader"), None),
+        ]);
+        let mut kv = self.client.kv_client();
+        let out = bounded(rt, deadline, "the release txn", kv.txn(txn)).map(|r| r.succeeded());
+        if matches!(out, Ok(true)) {
+            self.revoke_best_effort(rt, lease, deadline);
+        }
+        out
+    }
+
+    /// Delete the request at `mod_revision`, guarded by the epoch (a leader's write
+    /// to cluster state, DESIGN §1 step 5) and by the revision (a newer request
+    /// survives). `Ok(false)`: either compare failed.
+    pub fn clear_failover(
+        &mut self,
+        rt: &Runtime,
+        me: &str,
+        epoch: Epoch,
+        mod_revision: i64,
+        deadline: Instant,
+    ) -> Result<bool, DcsError> {
+        let key = self.key("failover");
+        let mut when = self.guard(me, epoch);
+        when.push(Compare::mod_revision(
+            key.clone(),
+            CompareOp::Equal,
+            mod_revision,
+        ));
+        let txn = Txn::new()
+            .when(when)
+            .and_then(vec![TxnOp::delete(key, None)]);
+        let mut kv = self.client.kv_client();
+        bounded(rt, deadline, "delete the failover key", kv.txn(txn)).map(|r| r.succeeded())
+    }
+
+    /// Write a request as Patroni's API does (unguarded: anyone allowed to ask may).
+    pub fn put_failover(
+        &mut self,
+        rt: &Runtime,
+        value: &str,
+        deadline: Instant,
+    ) -> Result<(), DcsError> {
+        let mut kv = self.client.kv_client();
+        bounded(
+            rt,
+            deadline,
+            "write the failover key",
+            kv.put(self.key("failover"), value, None),
+        )
+        .map(|_| ())
+    }
+
+    /// Delete the request, whatever it is (`DELETE /switchover`).
+    pub fn delete_failover(&mut self, rt: &Runtime, deadline: Instant) -> Result<bool, DcsError> {
+        let mut kv = self.client.kv_client();
+        bounded(
+            rt,
+            deadline,
+            "delete the failover key",
+            kv.delete(self.key("failover"), None),
+        )
+        .map(|r| r.deleted() > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failover_patroni_forms() {
+        let r = parse_failover(br#"{"leader":"pg1","member":"pg2"}"#, 7).unwrap();
+        assert_eq!(r.leader.as_deref(), Some("pg1"));
+        assert_eq!(r.member.as_deref(), Some("pg2"));
+        assert_eq!(r.mod_revision, 7);
+        assert!(r.parse_error.is_none());
+        // Patroni's way of clearing a request, and an empty value: no request.
+        assert!(parse_failover(b"{}", 1).is_none());
+        assert!(parse_failover(b"", 1).is_none());
+        assert!(parse_failover(br#"{"leader":"","member":null}"#, 1).is_none());
+        let r = parse_failover(br#"{"member":"pg3"}"#, 1).unwrap();
+        assert_eq!((r.leader, r.member.as_deref()), (None, Some("pg3")));
+        let r = parse_failover(
+            br#"{"leader":"pg1","member":"pg2","scheduled_at":"2026-12-01T10:00:00+01:00"}"#,
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            r.scheduled_text.as_deref(),
+            Some("2026-12-01T10:00:00+01:00")
+        );
+        assert!(r.parse_error.is_none());
+    }
+
+    #[test]
+    fn failover_garbage_is_a_request_that_does_not_parse() {
+        for raw in [
+            &b"\xff"[..],
+            b"nope",
+            b"[1]",
+            br#"{"leader":5}"#,
+            br#"{"member":"pg2","scheduled_at":"tomorrow"}"#,
+            br#"{"member":"pg2","scheduled_at":"2026-12-01T10:00:00"}"#,
+        ] {
+            let r = parse_failover(raw, 3).expect("garbage is a request to delete");
+            assert!(r.parse_error.is_some(), "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn rfc3339_offsets_and_fractions() {
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0.0));
+        assert_eq!(parse_rfc3339("1970-01-01T01:00:00+01:00"), Some(0.0));
+        assert_eq!(parse_rfc3339("1969-12-31T23:00:00-01:00"), Some(0.0));
+        assert_eq!(
+            parse_rfc3339("2026-12-01 10:00:00.5Z"),
+            Some(1_796_119_200.5)
+        );
+        assert_eq!(
+            crate::clock::rfc3339_utc(std::time::Duration::from_secs(1_796_119_200)),
+            "2026-12-01T10:00:00Z"
+        );
+        for bad in [
+            "",
+            "2026-13-01T00:00:00Z",
+            "2026-12-01T00:00:00",
+            "2026-12-01T00:00Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn release_round_trip_and_garbage() {
+        let m = ReleaseMarker {
+            epoch: 42,
+            lsn: 0x3000028,
+            timeline: 2,
+            candidate: Some("pg2".into()),
+            by: "pg1".into(),
+        };
+        assert_eq!(parse_release(encode_release(&m).as_bytes()), Ok(m.clone()));
+        let any = ReleaseMarker {
+            candidate: None,
+            ..m
+        };
+        assert_eq!(parse_release(encode_release(&any).as_bytes()), Ok(any));
+        for raw in [
+            &b"x"[..],
+            br#"{"epoch":"42","lsn":1,"timeline":1,"by":"a"}"#,
+            br#"{"epoch":42,"lsn":-1,"timeline":1,"by":"a"}"#,
+            br#"{"epoch":42,"lsn":1,"timeline":1}"#,
+            br#"{"epoch":42,"lsn":1,"timeline":1,"by":"a","candidate":3}"#,
+        ] {
+            assert!(parse_release(raw).is_err(), "{raw:?}");
+        }
+    }
+}
