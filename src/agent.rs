@@ -111,6 +111,8 @@ struct Agent {
     pending: Pending,
     leader_deleted_at: Option<Instant>,
     last_view: Option<ClusterView>,
+    /// Immediate switchover/failover requests waiting for their outcome (issue 9).
+    awaiting: Vec<switchover::Awaiting>,
     last_pg: Option<PgStatus>,
     applied_config: Option<String>,
     /// The slots last made on the running primary: (postmaster pid, members). Only
@@ -272,6 +274,7 @@ impl Agent {
             pending: Pending::default(),
             leader_deleted_at: None,
             last_view: None,
+            awaiting: Vec::new(),
             last_pg: None,
             applied_config: None,
             slots: None,

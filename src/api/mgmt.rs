@@ -111,6 +111,12 @@ pub enum Intent {
     PatchConfig(Map<String, Value>),
     /// `PUT /config`: the whole value, with the same checks.
     PutConfig(Map<String, Value>),
+    /// `POST /switchover`, `POST /failover`: write the `failover` key; a scheduled
+    /// request is answered 202 once written, an immediate one after its outcome
+    /// (bounded by [`switchover::outcome_wait`]).
+    Failover(switchover::FailoverIntent),
+    /// `DELETE /switchover`: delete a scheduled request.
+    CancelSwitchover,
 }
 
 /// A handler's answer.
@@ -162,6 +168,24 @@ pub static WRITE_ROUTES: &[WriteRoute] = &[
         path: "/config",
         body: BodyRule::Required,
         handler: put_config,
+    },
+    WriteRoute {
+        method: Method::Post,
+        path: "/switchover",
+        body: BodyRule::Required,
+        handler: switchover::post_switchover,
+    },
+    WriteRoute {
+        method: Method::Delete,
+        path: "/switchover",
+        body: BodyRule::Optional,
+        handler: switchover::delete_switchover,
+    },
+    WriteRoute {
+        method: Method::Post,
+        path: "/failover",
+        body: BodyRule::Required,
+        handler: switchover::post_failover,
     },
 ];
 
@@ -376,6 +400,8 @@ fn patch_config(req: &WriteRequest<'_>, _s: &ApiStatus) -> Reply {
 fn put_config(req: &WriteRequest<'_>, _s: &ApiStatus) -> Reply {
     Reply::intent(Intent::PutConfig(req.body.clone()))
 }
+
+pub mod switchover;
 
 #[cfg(test)]
 mod tests;
