@@ -315,6 +315,8 @@ fn real_refused_switchovers_change_nothing() {
         let mine = c.member(c.name(lag))?["xlog_location"].as_u64()?;
         (top > mine + 2 * 1_048_576).then_some(())
     });
+    // The leader's API answers from its last cluster read: let it see the lag.
+    std::thread::sleep(3 * c.opts.loop_wait);
     let before = keys_now(&c);
     let (code, why) = if lagging.is_some() {
         ask(&c, c.name(lag))
