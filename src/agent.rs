@@ -1315,6 +1315,12 @@ impl Agent {
                     }
                     self.pending.fence = Some(out);
                 }
+                Action::Release { .. }
+                    if matches!(self.pending.handed_over, Some(HandOverOutcome::Released(_))) =>
+                {
+                    // A clean stop's hand-over just deleted the key with the marker; this
+                    // plain release is only its fallback (agent/switchover.rs).
+                }
                 Action::Release { lease, epoch } => {
                     let out = self
                         .connect(deadline)

@@ -432,6 +432,10 @@ fn sigterm_on_a_leader_stops_then_releases_and_exits() {
                 epoch: 5,
                 candidate: None
             },
+            Action::Release {
+                lease: 0xA,
+                epoch: 5
+            },
             Action::Exit
         ]
     );
@@ -492,6 +496,10 @@ fn clean_shutdown_with_an_orphan_backend_releases_only_after_a_complete_fence() 
                 lease: 0xA,
                 epoch: 5,
                 candidate: None
+            },
+            Action::Release {
+                lease: 0xA,
+                epoch: 5
             },
             Action::Exit
         ],
@@ -2094,6 +2102,10 @@ fn with_the_guardian_a_clean_stop_stands_it_down_before_the_release() {
                 lease: 0xA,
                 epoch: 5,
                 candidate: None
+            },
+            Action::Release {
+                lease: 0xA,
+                epoch: 5
             },
             Action::Exit
         ]

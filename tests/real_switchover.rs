@@ -561,5 +561,11 @@ fn real_clean_stop_marker_carries_pg_controls_checkpoint() {
     assert_eq!(m["timeline"].as_u64(), Some(tl), "{m}");
     assert!(m["candidate"].is_null(), "{m}");
     assert!(c.leader_key().is_none(), "the key was deleted with it");
+    let log = c.agent_log(p);
+    assert!(log.contains("with the release marker"), "{log}");
+    assert!(
+        !log.contains("release refused") && !log.contains("release failed"),
+        "the fallback release ran after the hand-over:\n{log}"
+    );
     println!("clean stop: marker at {loc} on timeline {tl}, as pg_controldata says");
 }

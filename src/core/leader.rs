@@ -231,6 +231,14 @@ impl Core {
                 epoch: l.epoch,
                 candidate: None,
             });
+            // Its fallback, skipped by the shell once the hand-over released the key:
+            // without a marker (no shutdown checkpoint: the postmaster had died) the
+            // key still goes at once with a guarded delete, and the successor judges
+            // that DELETE as in DESIGN §1 step 4 (the early-expiry delay).
+            p.push(Action::Release {
+                lease: l.lease,
+                epoch: l.epoch,
+            });
             p.push(Action::Exit);
             self.released = Some(l.epoch);
             self.state = State::Stopping;
