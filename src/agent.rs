@@ -350,6 +350,8 @@ impl Agent {
             let tick = now >= self.next_tick || self.core.renew_now();
             if now >= self.next_tick {
                 let lw = self.core.timing().loop_wait;
+                let late = now.since(self.next_tick);
+                self.status.metrics.loop_lateness.observe(late);
                 self.next_tick = self.next_tick.add(lw);
                 if self.next_tick <= now {
                     // INVARIANT: ticks stay on a fixed grid unless we fell a whole period
@@ -359,6 +361,7 @@ impl Agent {
                         now.since(self.next_tick).as_secs_f64()
                     );
                     self.next_tick = now.add(lw);
+                    self.status.metrics.schedule_overruns += 1;
                 }
             }
             // S5: stalls are lease loss. CLOCK_BOOTTIME counts through suspend; a
@@ -536,6 +539,7 @@ impl Agent {
         self.etcd = None;
         let n = self.cfg.etcd.endpoints.len().max(1);
         self.endpoint = (self.endpoint + 1) % n;
+        self.status.metrics.endpoint_switched(self.endpoint);
         debug!(
             "etcd: switching to endpoint {}",
             self.cfg.etcd.endpoints[self.endpoint]
@@ -585,6 +589,7 @@ impl Agent {
             };
         if took > budget {
             self.budget_overruns += 1;
+            self.status.metrics.iteration_overruns += 1;
             warn!(
                 "iteration took {:.3} s, over its budget of {:.3} s (P{}; {} so far)",
                 took.as_secs_f64(),
@@ -739,6 +744,9 @@ impl Agent {
                         outcome: RenewalOutcome::Failed("etcd unreachable".into()),
                     },
                 };
+                let counted = matches!(r.outcome, RenewalOutcome::Counted { .. });
+                let rtt = clock::now().since(r.sent_at);
+                self.status.metrics.renewal(counted, rtt);
                 if matches!(r.outcome, RenewalOutcome::Failed(_)) {
                     // The read below already tries the next member.
                     self.switch_endpoint();
@@ -1276,12 +1284,14 @@ impl Agent {
                                 );
                             }
                             self.pending.promoted = Some(true);
+                            self.status.metrics.promotion(true);
                             self.write_epoch(epoch);
                             self.append_history(obs, epoch);
                         }
                         Err(e) => {
                             error!("promote failed: {e}");
                             self.pending.promoted = Some(false);
+                            self.status.metrics.promotion(false);
                         }
                     }
                 }
@@ -1297,13 +1307,18 @@ impl Agent {
                 Action::Fence => {
                     self.slots = None;
                     let b = self.cfg.timing.demote_budget;
-                    let fence_deadline = clock::now().add(b);
+                    let fence_start = clock::now();
+                    let fence_deadline = fence_start.add(b);
                     warn!(
                         "fencing PostgreSQL (SIGQUIT to the postmaster; budget {:.1} s)",
                         b.as_secs_f64()
                     );
                     let out = self.pg.fence(fence_deadline);
                     info!("fence: {out:?}");
+                    let took = clock::now().since(fence_start);
+                    self.status
+                        .metrics
+                        .fence(out == FenceOutcome::Complete, took);
                     if out == FenceOutcome::Complete {
                         // S2: once no process of the primary remains, a pet proves
                         // nothing and harms nothing; systemd must not wait for the next
