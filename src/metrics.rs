@@ -40,8 +40,9 @@ pub struct Histogram {
     /// last bound are `count - sum(counts)`.
     pub counts: [u64; MAX_BUCKETS],
     pub count: u64,
-    /// Sum of the observations, seconds.
-    pub sum: f64,
+    /// Sum of the observations in nanoseconds (integer, so the rendered sum in
+    /// seconds carries no accumulated rounding; a u64 holds 584 years).
+    pub sum_nanos: u64,
 }
 
 impl Histogram {
@@ -52,7 +53,7 @@ impl Histogram {
             bounds,
             counts: [0; MAX_BUCKETS],
             count: 0,
-            sum: 0.0,
+            sum_nanos: 0,
         }
     }
 
@@ -69,7 +70,13 @@ impl Histogram {
             self.counts[i] += 1;
         }
         self.count += 1;
-        self.sum += v;
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos = self.sum_nanos.saturating_add(ns);
+    }
+
+    /// Sum of the observations, seconds.
+    pub fn sum(&self) -> f64 {
+        self.sum_nanos as f64 / 1e9
     }
 }
 
@@ -177,7 +184,7 @@ mod tests {
         h.observe(Duration::from_secs(3)); // +Inf only
         assert_eq!(&h.counts[..2], &[1, 1]);
         assert_eq!(h.count, 3);
-        assert!((h.sum - 3.6).abs() < 1e-9);
+        assert_eq!(h.sum(), 3.6);
     }
 
     #[test]

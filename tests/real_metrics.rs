@@ -324,7 +324,7 @@ fn real_metrics_match_the_cluster_before_and_after_a_failover() {
         .copied()
         .find(|&i| i != np)
         .expect("survivor");
-    until(&c, other, &scope, "replica after the failover", |m| {
+    let replica = until(&c, other, &scope, "replica after the failover", |m| {
         check_replica(m, epoch2)?;
         eq(
             m,
@@ -335,4 +335,5 @@ fn real_metrics_match_the_cluster_before_and_after_a_failover() {
     });
     check_lag(&c, np, other, &scope, false);
     eprintln!("a scrape of the new primary:\n{}", after.text);
+    eprintln!("a scrape of its replica:\n{}", replica.text);
 }

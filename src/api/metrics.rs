@@ -123,7 +123,7 @@ impl Out<'_> {
         }
         self.sample(bucket, &[("le", Lv::Inf)], h.count as f64);
         let mut name = [0u8; 64];
-        self.sample(suffixed(&mut name, base, "_sum"), &[], h.sum);
+        self.sample(suffixed(&mut name, base, "_sum"), &[], h.sum());
         let mut name = [0u8; 64];
         self.sample(suffixed(&mut name, base, "_count"), &[], h.count as f64);
     }
@@ -716,7 +716,7 @@ mod tests {
         );
         let sum = samples(&text, "tenure_renewal_round_trip_seconds_sum")[0];
         let sum: f64 = sum.rsplit(' ').next().unwrap().parse().unwrap();
-        assert!((sum - 20.045).abs() < 1e-9, "{sum}");
+        assert_eq!(sum, 20.045);
     }
 
     #[test]
