@@ -35,7 +35,7 @@ use crate::metrics::{Histogram, Metrics};
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The output buffer a connection slot gets at start-up ([`super::server`]). A scrape
-/// is about 13 KB with short `scope` and `name` (`tests/metrics_alloc.rs` prints it);
+/// is 13–14 KB with short `scope` and `name` (`tests/metrics_alloc.rs` prints it);
 /// both labels are repeated on each of about 125 samples, so this leaves room for
 /// `scope` and `name` of up to about 150 bytes together. A longer pair makes the
 /// slot's buffer grow once, on its first scrape, and keep that capacity.
