@@ -101,7 +101,7 @@ impl Agent {
         let Some((at, text)) = req.schedule.clone() else {
             return Response::text(500, "no schedule given");
         };
-        if self.cfg.dynamic.pause {
+        if self.core.paused() {
             return Response::text(500, "Can't schedule restart in the paused state");
         }
         if at < clock::realtime() {
@@ -301,7 +301,7 @@ impl Agent {
         let Some(s) = self.ops.scheduled.as_ref() else {
             return;
         };
-        if self.cfg.dynamic.pause || self.pg.running_job().is_some() {
+        if self.core.paused() || self.pg.running_job().is_some() {
             return;
         }
         let started = self
