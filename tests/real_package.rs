@@ -61,10 +61,16 @@ fn run(prog: &str, args: &[&str]) -> String {
     text(&o.stdout)
 }
 
-/// `packaging/<script> BIN VERSION out`: the package it wrote.
+/// `packaging/<script> --test-build BIN VERSION out`: the package it wrote. This
+/// run's binary has the `testbed` feature (the tests' dev-dependency turns it on
+/// for the whole build), which a package refuses unless told it is a test build
+/// (tests/packaging_files.rs checks the refusal; docs/packaging.md what differs).
 fn build(script: &str, out: &Path) -> PathBuf {
     let s = format!("{SRC}/packaging/{script}");
-    let printed = run(&s, &[BIN, VERSION, &out.display().to_string()]);
+    let printed = run(
+        &s,
+        &["--test-build", BIN, VERSION, &out.display().to_string()],
+    );
     let path = PathBuf::from(printed.lines().last().unwrap_or_default().trim());
     assert!(
         path.is_file(),
