@@ -63,10 +63,13 @@ test: deps
 	$(CARGO) nextest run --profile ci
 
 # A longer seeded simulation of the core (20,000 schedules, ~7 min, half of them in
-# synchronous mode); a failing seed
+# synchronous mode) from a seed base picked from the clock, so each soak covers new
+# schedules (TENURE_SIM_SEED_BASE=B replays a run; it is printed first); a failing seed
 # prints itself and how to replay it (TENURE_SIM_SEED=N).
 soak:
-	TENURE_SIM_SEEDS=$${TENURE_SIM_SEEDS:-20000} $(CARGO) test --test sim -- --nocapture
+	TENURE_SIM_SEEDS=$${TENURE_SIM_SEEDS:-20000} \
+	  TENURE_SIM_SEED_BASE=$${TENURE_SIM_SEED_BASE:-$$(( $$(date +%s) % 100000 * 20000 ))} \
+	  $(CARGO) test --test sim -- --nocapture
 	$(MAKE) soak-real
 
 # The real-parts half of the soak (tests/real_soak.rs, #[ignore]d so `make test`

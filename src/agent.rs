@@ -28,7 +28,9 @@ use crate::dcs::{Etcd, WatchEvent};
 use crate::pg::{ConnTarget, PgCtl};
 use crate::watchdog::{Device, Notifier, WatchdogError};
 
+mod cluster_config;
 mod guardian_hooks;
+mod intents;
 
 /// The cluster "read" of an iteration cut short past `F - B` after its renewal.
 const PAST_CAP: &str = "not read: past F - B";
@@ -219,7 +221,9 @@ impl Agent {
                 tokio::net::UnixStream::from_std(rx).map_err(|e| format!("signal pipe: {e}"))?;
             let std_l = std::net::TcpListener::bind(&cfg.api.listen)
                 .map_err(|e| format!("cannot listen on [api] listen = {}: {e}", cfg.api.listen))?;
-            let api = api::server::ApiServer::new(std_l).map_err(|e| format!("api socket: {e}"))?;
+            let mut api =
+                api::server::ApiServer::new(std_l).map_err(|e| format!("api socket: {e}"))?;
+            api.set_auth(cfg.api.auth.clone());
             (pipe, api)
         };
 
@@ -450,6 +454,8 @@ impl Agent {
             }
             self.notify_after_iteration(&obs);
             self.check_iteration_budget(iteration_start, tick);
+            // The API's write intents deferred because a deadline was near.
+            self.carry_out_intents();
             if exit {
                 self.stop_guardian();
                 self.wd.notifier.stopping();
@@ -705,6 +711,8 @@ impl Agent {
                 self.cfg.timing = t;
                 self.core.set_timing(timing_of(&self.cfg));
                 self.guardian_reloaded(&new);
+                self.api.set_auth(new.api.auth.clone());
+                self.cfg.api.auth = new.api.auth;
                 self.applied_config = None; // re-apply the cluster's config with new local values
             }
             Err(e) => error!("SIGHUP: reload refused, keeping the running configuration: {e}"),
@@ -1029,7 +1037,10 @@ impl Agent {
             released: self.core.released_epoch(),
             parse_error: None,
         };
-        let json = crate::dcs::encode_member(&info);
+        let json = crate::dcs::encode_member_with(
+            &info,
+            vec![("timing", self.published_timing().to_json())],
+        );
         let deadline = self.deadline(self.core.timing().retry_timeout);
         let me = self.cfg.name.clone();
         if self.etcd.is_none() {
@@ -1092,6 +1103,7 @@ impl Agent {
         api::fill::refresh(&mut self.status, &self.core, now, last);
         let _g = self.rt.enter();
         let served = self.api.service(now, &self.status);
+        self.carry_out_intents();
         if served.refused > 0 {
             debug!(
                 "api: {} connection(s) over the cap of {} closed unanswered ({} in all)",

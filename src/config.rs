@@ -57,6 +57,10 @@ pub struct DynamicConfig {
     /// `synchronous_mode_strict`: with no standby left, commits wait instead of the
     /// primary degrading to asynchronous. Meaningful only with `synchronous_mode`.
     pub synchronous_mode_strict: bool,
+    /// `pause`: maintenance mode (Patroni's). Health-driven actions stop (no
+    /// automatic failover or promotion, no restart of a stopped PostgreSQL, no
+    /// rewind); S1 and S2 still hold.
+    pub pause: bool,
 }
 
 impl DynamicConfig {
@@ -119,6 +123,27 @@ pub struct ApiConfig {
     /// and marks a server down after `fall` failures must have
     /// `inter × fall + its check timeout` inside it to stop sending writes before `F`.
     pub primary_min_remaining: Duration,
+    /// `[api] username` / `password`: HTTP basic credentials every write endpoint
+    /// requires (both or neither). `None`: write endpoints answer 403.
+    pub auth: Option<ApiAuth>,
+}
+
+/// Credentials for the API's write endpoints (HTTP basic, as patronictl sends them).
+/// `Debug` never prints the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiAuth {
+    pub username: String,
+    pub password: String,
+}
+
+impl fmt::Debug for ApiAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ApiAuth {{ username: {:?}, password: <hidden> }}",
+            self.username
+        )
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -621,10 +646,12 @@ pub fn budget(t: &TimingConfig, ttl: u32, watchdog: Option<u32>) -> Budget {
         outage_tolerated: outage,
         iteration_budget: t.iteration_budget,
         iteration_budget_max: lw - r,
-        // Takeover 2 L_w + R: candidates compare only positions published after the
+        // Takeover 3 L_w + 2 R: candidates compare only positions published after the
         // vacancy was seen (DESIGN §3a), which can take one more loop than the
-        // acquire itself (found by the simulation: seed 1978).
-        failover_worst: from_ns(ttl_ns + 500_000_000 + 2 * lw + r + pd),
+        // acquire itself (found by the simulation: seed 1978); and a better rival
+        // that died after publishing holds the others back for its head start of
+        // 2 (L_w + R), noticed at the next tick (seed 29722, `core::candidacy`).
+        failover_worst: from_ns(ttl_ns + 500_000_000 + 3 * lw + 2 * r + pd),
         early_expiry_delay: from_ns(early.max(pd)),
         promote_delay: t.promote_delay,
     }
@@ -722,7 +749,7 @@ impl fmt::Display for Budget {
         };
         writeln!(
             f,
-            "  worst-case failover      {} s   (ttl + 0.5 s expiry sweep + takeover 2 L_w + R{pd})",
+            "  worst-case failover      {} s   (ttl + 0.5 s expiry sweep + takeover 3 L_w + 2 R{pd})",
             sd(self.failover_worst)
         )?;
         let early = if self.watchdog.is_some() {
@@ -1127,6 +1154,7 @@ impl Config {
             "primary_start_timeout",
             "synchronous_mode",
             "synchronous_mode_strict",
+            "pause",
         ])?;
         let dynamic = DynamicConfig {
             maximum_lag_on_failover: dy.bytes("maximum_lag_on_failover")?.unwrap_or(1_048_576),
@@ -1135,6 +1163,7 @@ impl Config {
                 .unwrap_or(Duration::from_secs(30)),
             synchronous_mode: dy.boolean("synchronous_mode")?.unwrap_or(false),
             synchronous_mode_strict: dy.boolean("synchronous_mode_strict")?.unwrap_or(false),
+            pause: dy.boolean("pause")?.unwrap_or(false),
         };
 
         // [tags]
@@ -1284,7 +1313,13 @@ impl Config {
 
         // [api]
         let api = root.sub("api")?;
-        api.only(&["listen", "connect_url", "primary_min_remaining"])?;
+        api.only(&[
+            "listen",
+            "connect_url",
+            "primary_min_remaining",
+            "username",
+            "password",
+        ])?;
         let api_listen = api.required("listen", api.string("listen")?)?;
         if api_listen.parse::<SocketAddr>().is_err() {
             return Err(api.err(
@@ -1303,6 +1338,40 @@ impl Config {
             None => format!("http://{api_listen}"),
         };
         let primary_min_remaining = api.secs("primary_min_remaining")?;
+        let auth = match (api.string("username")?, api.string("password")?) {
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(api.err(
+                    "password",
+                    "missing: username and password are set together (both or neither)",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(api.err(
+                    "username",
+                    "missing: username and password are set together (both or neither)",
+                ));
+            }
+            (Some(username), Some(password)) => {
+                // HTTP basic sends `username:password`: a colon in the name would
+                // split it elsewhere; control characters cannot be typed by clients.
+                if username.is_empty() || username.contains(':') {
+                    return Err(api.err(
+                        "username",
+                        "must be non-empty and contain no colon (HTTP basic splits at the first one)",
+                    ));
+                }
+                if password.is_empty() {
+                    return Err(api.err("password", "must be non-empty"));
+                }
+                for (k, v) in [("username", &username), ("password", &password)] {
+                    if v.chars().any(char::is_control) {
+                        return Err(api.err(k, "must not contain control characters"));
+                    }
+                }
+                Some(ApiAuth { username, password })
+            }
+        };
 
         // [watchdog]
         let wd = root.sub("watchdog")?;
@@ -1436,6 +1505,7 @@ impl Config {
                 listen: api_listen,
                 connect_url,
                 primary_min_remaining,
+                auth,
             },
             watchdog: WatchdogConfig {
                 mode,
@@ -1472,7 +1542,7 @@ impl Config {
     /// The `config` key this node would seed at bootstrap (Patroni's names).
     pub fn dynamic_json(&self) -> String {
         let t = &self.timing;
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "ttl": t.ttl,
             "loop_wait": secs_json(t.loop_wait),
             "retry_timeout": secs_json(t.retry_timeout),
@@ -1482,6 +1552,12 @@ impl Config {
             "synchronous_mode": self.dynamic.synchronous_mode,
             "synchronous_mode_strict": self.dynamic.synchronous_mode_strict,
         });
+        // Patroni stores `pause` only while paused (resuming deletes it).
+        if self.dynamic.pause
+            && let Some(m) = v.as_object_mut()
+        {
+            m.insert("pause".into(), serde_json::Value::Bool(true));
+        }
         v.to_string()
     }
 
@@ -1519,7 +1595,7 @@ impl Config {
     /// a known key with a bad value is an error; a missing key keeps this node's
     /// file value. `iteration_budget` left at its default (`loop_wait -
     /// retry_timeout` of the file) follows the new `loop_wait - retry_timeout`.
-    fn merge_dynamic(&self, json: &str) -> Result<(TimingConfig, DynamicConfig), String> {
+    pub fn merge_dynamic(&self, json: &str) -> Result<(TimingConfig, DynamicConfig), String> {
         let v: serde_json::Value =
             serde_json::from_str(json).map_err(|e| format!("config key is not JSON: {e}"))?;
         let obj = v
@@ -1601,6 +1677,18 @@ impl Config {
                 }
             }
         }
+        // `pause`: absent means not paused, whatever the file says (the file only
+        // seeds the key; resuming deletes `pause`, as Patroni does).
+        d.pause = match obj.get("pause") {
+            None | Some(serde_json::Value::Null) => false,
+            Some(serde_json::Value::Bool(b)) => *b,
+            Some(other) => {
+                return Err(format!(
+                    "config key: pause: expected true or false, found {} ({other})",
+                    json_kind(other)
+                ));
+            }
+        };
         Ok((t, d))
     }
 
@@ -1662,6 +1750,8 @@ fn secs_json(d: Duration) -> serde_json::Value {
         serde_json::Value::from(d.as_secs_f64())
     }
 }
+
+pub mod cluster;
 
 #[cfg(test)]
 mod tests;

@@ -195,6 +195,12 @@ pub fn run(keep: bool) -> Result<(), String> {
                     .unwrap_or_else(|| "(down)".into())
             ));
         }
+        say(&format!(
+            "  API writes (PATCH /config, ...) need HTTP basic auth: user {}, password {} \
+             ([api] username/password in each config)",
+            crate::testbed::cluster::API_USER,
+            c.passwords.api
+        ));
         let agents: Vec<String> = (0..c.node_count())
             .filter_map(|i| c.agent_pid(i))
             .map(|p| p.to_string())

@@ -368,6 +368,33 @@ fn a_better_fresh_candidate_makes_me_wait() {
         "{}",
         p.reason
     );
+    // A head start, not a veto: pg3 never takes the key (its host died right after
+    // it published; its member key lives on for a member-lease TTL). Within
+    // 2 (L_w + R) = 6 s of the vacancy pg1 still defers; after it, pg1 acquires
+    // (simulation seed 29722 waited for the member key to expire instead).
+    let fresh = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 21, "replica", 1000, None),
+        member("pg3", 22, "replica", 1200, None),
+    ];
+    let p = c.step(
+        t(109.0),
+        &obs(
+            view(22, None, fresh.clone()),
+            pg(PgRole::Replica, 1000, None),
+        ),
+    );
+    assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+    let p = c.step(
+        t(110.0),
+        &obs(view(22, None, fresh), pg(PgRole::Replica, 1000, None)),
+    );
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    assert!(
+        matches!(p.reason, Reason::Acquiring(ref s) if s.contains("pg3 placed better")),
+        "{}",
+        p.reason
+    );
 }
 
 #[test]

@@ -52,7 +52,8 @@
 //! pauses and clock-rate drift, fences slower than `demote_budget`, lingering
 //! backends, a reload slower than a loop.
 //!
-//! `TENURE_SIM_SEEDS=N` runs N schedules (default below); `TENURE_SIM_SEED=S` runs
+//! `TENURE_SIM_SEEDS=N` runs N schedules (default below) from seed
+//! `TENURE_SIM_SEED_BASE` (default 0); `TENURE_SIM_SEED=S` runs
 //! one schedule and prints its log (`TENURE_SIM_FULL_LOG=1`: every step of the run).
 
 mod sim {
@@ -253,6 +254,16 @@ fn sim_schedules() {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(2000);
+    // `TENURE_SIM_SEED_BASE=B` runs seeds B..B+N: `make soak` picks a new base each
+    // run so repeated soaks cover new schedules (printed, so a failure replays).
+    let base: u64 = match std::env::var("TENURE_SIM_SEED_BASE") {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .expect("TENURE_SIM_SEED_BASE must be an integer"),
+        Err(_) => 0,
+    };
+    println!("simulating seeds {base}..{}", base + n);
     let started = std::time::Instant::now();
     // Panics inside a run are caught and reported per seed: keep them quiet here.
     std::panic::set_hook(Box::new(|_| {}));
@@ -288,7 +299,7 @@ fn sim_schedules() {
     // Liveness skipped because no healthy node held the newest timeline.
     let mut no_candidate = (0u64, 0u64);
     let mut secs_by_mode = [0f64; 3];
-    for seed in 0..n {
+    for seed in base..base + n {
         let t0 = std::time::Instant::now();
         let o = run(seed);
         secs_by_mode[o.sched.sync() as usize] += t0.elapsed().as_secs_f64();

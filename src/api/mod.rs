@@ -36,7 +36,9 @@ use serde_json::{Map, Value, json};
 use crate::core::model::{PgReport, Tags};
 use crate::core::time::Instant;
 
+pub mod auth;
 pub mod fill;
+pub mod mgmt;
 pub mod server;
 
 /// Longest request head accepted (request line + headers + CRLFCRLF).
@@ -44,13 +46,59 @@ pub const MAX_HEAD: usize = 8 * 1024;
 /// Most header lines accepted (httparse needs a fixed table).
 pub const MAX_HEADERS: usize = 64;
 
-/// A request method. Anything but GET, HEAD and OPTIONS is answered with 405.
+/// A request method. GET, HEAD and OPTIONS read (health and cluster endpoints, open
+/// to anyone, as Patroni's); POST, PUT, PATCH and DELETE write (the table in
+/// [`mgmt`], behind HTTP basic auth); anything else is answered with 405.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Method {
     Get,
     Head,
     Options,
+    Post,
+    Put,
+    Patch,
+    Delete,
     Other(String),
+}
+
+impl Method {
+    /// The method's name as sent.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Method::Get => "GET",
+            Method::Head => "HEAD",
+            Method::Options => "OPTIONS",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Patch => "PATCH",
+            Method::Delete => "DELETE",
+            Method::Other(m) => m,
+        }
+    }
+
+    /// POST, PUT, PATCH, DELETE: routed through [`mgmt`].
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Method::Post | Method::Put | Method::Patch | Method::Delete
+        )
+    }
+}
+
+/// What the server needs from a request head besides the request line: its length
+/// (the body starts there) and the headers that frame and authorise a body.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Head {
+    /// Bytes of the head, CRLFCRLF included.
+    pub len: usize,
+    /// `Content-Length`, if sent (repeated with different values is a 400).
+    pub content_length: Option<u64>,
+    /// A `Transfer-Encoding` header was sent (chunked bodies are not accepted: 411).
+    pub transfer_encoding: bool,
+    /// The `Authorization` header's value, if sent.
+    pub authorization: Option<String>,
+    /// `Expect: 100-continue` (curl sends it before larger bodies).
+    pub expect_continue: bool,
 }
 
 /// The outcome of parsing the bytes received so far.
@@ -64,6 +112,7 @@ pub enum Parsed {
         method: Method,
         path: String,
         query: String,
+        head: Head,
     },
     /// Refuse with this status; the text names what is wrong.
     Bad(u16, String),
@@ -203,8 +252,8 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
     let head = &buf[..buf.len().min(MAX_HEAD)];
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
-    match req.parse(head) {
-        Ok(httparse::Status::Complete(_)) => {}
+    let head_len = match req.parse(head) {
+        Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             if buf.len() >= MAX_HEAD {
                 return Parsed::Bad(431, format!("request head larger than {MAX_HEAD} bytes"));
@@ -215,7 +264,7 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
             return Parsed::Bad(431, format!("more than {MAX_HEADERS} header lines"));
         }
         Err(e) => return bad_head(head, e),
-    }
+    };
     let (Some(method), Some(target)) = (req.method, req.path) else {
         return Parsed::Bad(400, "incomplete request line".into());
     };
@@ -234,12 +283,45 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
         "GET" => Method::Get,
         "HEAD" => Method::Head,
         "OPTIONS" => Method::Options,
+        "POST" => Method::Post,
+        "PUT" => Method::Put,
+        "PATCH" => Method::Patch,
+        "DELETE" => Method::Delete,
         other => Method::Other(other.to_string()),
     };
+    let mut h = Head {
+        len: head_len,
+        ..Head::default()
+    };
+    for hdr in req.headers.iter() {
+        let name = hdr.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            // RFC 9110: digits only; a repeated header must agree (a request
+            // smuggling guard: two framings of one body are refused).
+            let v = std::str::from_utf8(hdr.value).unwrap_or("").trim();
+            let n = match v.parse::<u64>() {
+                Ok(n) if !v.is_empty() && v.bytes().all(|c| c.is_ascii_digit()) => n,
+                _ => {
+                    return Parsed::Bad(400, format!("malformed Content-Length {:?}", truncate(v)));
+                }
+            };
+            if h.content_length.is_some_and(|m| m != n) {
+                return Parsed::Bad(400, "conflicting Content-Length headers".into());
+            }
+            h.content_length = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            h.transfer_encoding = true;
+        } else if name.eq_ignore_ascii_case("authorization") {
+            h.authorization = Some(String::from_utf8_lossy(hdr.value).into_owned());
+        } else if name.eq_ignore_ascii_case("expect") {
+            h.expect_continue = hdr.value.eq_ignore_ascii_case(b"100-continue");
+        }
+    }
     Parsed::Request {
         method,
         path: path.to_string(),
         query: query.to_string(),
+        head: h,
     }
 }
 
@@ -689,12 +771,23 @@ fn readiness(q: &Query, s: &ApiStatus) -> Verdict {
 
 fn reason_phrase(status: u16) -> &'static str {
     match status {
+        100 => "Continue",
         200 => "OK",
+        202 => "Accepted",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
+        409 => "Conflict",
+        411 => "Length Required",
+        412 => "Precondition Failed",
+        413 => "Content Too Large",
+        422 => "Unprocessable Content",
         431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
         503 => "Service Unavailable",
         505 => "HTTP Version Not Supported",
         _ => "Error",
@@ -715,11 +808,22 @@ enum Shape {
 const ALLOW: &str = "Allow: GET, HEAD, OPTIONS\r\n";
 
 fn write_response(status: u16, body: &str, shape: Shape, extra: &str, out: &mut Vec<u8>) {
+    write_typed(status, "application/json", body, shape, extra, out);
+}
+
+fn write_typed(
+    status: u16,
+    content_type: &str,
+    body: &str,
+    shape: Shape,
+    extra: &str,
+    out: &mut Vec<u8>,
+) {
     let mut head = String::with_capacity(160);
     // Writing to a String cannot fail.
     let _ = write!(
         head,
-        "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
          Cache-Control: no-store\r\n{extra}Connection: close\r\n\r\n",
         reason_phrase(status),
         if shape == Shape::Empty { 0 } else { body.len() },
@@ -835,9 +939,11 @@ pub fn respond(method: &Method, path: &str, query: &str, s: &ApiStatus, out: &mu
         Method::Get => Shape::Full,
         Method::Head => Shape::HeadOnly,
         Method::Options => Shape::Empty,
-        Method::Other(m) => {
-            let body =
-                json!({ "error": format!("method {} not allowed", truncate(m)) }).to_string();
+        // Writes are routed by `mgmt::on_head` before this; one that gets here has
+        // no handler.
+        m => {
+            let body = json!({ "error": format!("method {} not allowed", truncate(m.as_str())) })
+                .to_string();
             write_response(405, &body, Shape::Full, ALLOW, out);
             return;
         }

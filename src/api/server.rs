@@ -26,7 +26,9 @@ use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use tokio::net::TcpStream;
 
+use super::mgmt::{self, HeadDecision, Intent, Reply, Response};
 use super::{ApiStatus, MAX_HEAD, Parsed, parse_request, respond, respond_error};
+use crate::config::ApiAuth;
 use crate::core::time::Instant;
 
 /// Connections open at once; more are accepted and closed at once (no answer).
@@ -38,8 +40,11 @@ pub const ACCEPTS_PER_SERVICE: usize = 16;
 pub const CONN_DEADLINE: Duration = Duration::from_secs(2);
 
 enum Phase {
-    /// Reading the request head into `inbuf[..len]`.
+    /// Reading the request head (and a write's body) into `inbuf[..len]`.
     Reading,
+    /// The request became an [`Intent`] the loop carries out; the connection waits
+    /// for [`ApiServer::complete`] (or its deadline: a 503).
+    Waiting,
     /// Writing `out[written..]`.
     Writing,
     /// The answer is out and our side shut down: reading what the client still
@@ -55,6 +60,18 @@ struct Conn {
     len: usize,
     written: usize,
     deadline: Instant,
+    /// Tells this connection from a later one in the same slot (a [`Ticket`]).
+    generation: u64,
+    /// `100 Continue` was sent (or is not needed any more).
+    continued: bool,
+}
+
+/// Names a parked connection for [`ApiServer::complete`]; stale once the
+/// connection is gone (its answer is then dropped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticket {
+    slot: usize,
+    generation: u64,
 }
 
 /// One slot of the table: its buffers live as long as the server, whether a
@@ -63,6 +80,8 @@ struct Slot {
     conn: Option<Conn>,
     inbuf: Box<[u8]>,
     out: Vec<u8>,
+    /// An intent handed over by this slot's request, not yet taken by the loop.
+    intent: Option<Intent>,
 }
 
 /// What one service call did (for the log and the tests).
@@ -74,6 +93,8 @@ pub struct Served {
     pub answered: usize,
     /// Closed at their deadline without a complete exchange.
     pub expired: usize,
+    /// Requests handed to the loop as intents (parked until answered).
+    pub parked: usize,
 }
 
 pub struct ApiServer {
@@ -87,7 +108,14 @@ pub struct ApiServer {
     /// readiness was cleared so the loop does not spin on it; accepting is tried
     /// again at this instant (the loop wakes for it through `next_deadline`).
     accept_retry_at: Option<Instant>,
+    /// `[api] username`/`password`: the write endpoints' credentials.
+    auth: Option<ApiAuth>,
+    /// The next connection's generation.
+    generation: u64,
 }
+
+/// How long a parked connection whose deadline passed may take to receive its 503.
+const LATE_ANSWER: Duration = Duration::from_millis(500);
 
 /// How long to leave the listener alone after an accept failed for want of a
 /// resource: the loop must not spin at full CPU on a readiness it cannot consume.
@@ -106,8 +134,9 @@ impl ApiServer {
         let slots = (0..MAX_CONNS)
             .map(|_| Slot {
                 conn: None,
-                inbuf: vec![0u8; MAX_HEAD].into_boxed_slice(),
+                inbuf: vec![0u8; MAX_HEAD + mgmt::MAX_BODY].into_boxed_slice(),
                 out: Vec::with_capacity(2048),
+                intent: None,
             })
             .collect();
         Ok(ApiServer {
@@ -115,7 +144,57 @@ impl ApiServer {
             slots,
             refused_total: 0,
             accept_retry_at: None,
+            auth: None,
+            generation: 0,
         })
+    }
+
+    /// The write endpoints' credentials (at start-up and on reload).
+    pub fn set_auth(&mut self, auth: Option<ApiAuth>) {
+        self.auth = auth;
+    }
+
+    /// The next intent handed over and not taken yet (in slot order). The loop
+    /// carries it out and answers it with [`ApiServer::complete`].
+    pub fn take_intent(&mut self) -> Option<(Ticket, Intent)> {
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if let Some(c) = slot.conn.as_ref()
+                && let Some(intent) = slot.intent.take()
+            {
+                return Some((
+                    Ticket {
+                        slot: i,
+                        generation: c.generation,
+                    },
+                    intent,
+                ));
+            }
+        }
+        None
+    }
+
+    /// Whether an intent waits to be taken.
+    pub fn has_intents(&self) -> bool {
+        self.slots.iter().any(|s| s.intent.is_some())
+    }
+
+    /// Answer a parked connection. Returns false when it is gone (closed by the
+    /// client or at its deadline): the answer is dropped. The bytes go out at the
+    /// next `service` (the connection is then ready to write).
+    pub fn complete(&mut self, ticket: Ticket, r: &Response) -> bool {
+        let Some(slot) = self.slots.get_mut(ticket.slot) else {
+            return false;
+        };
+        match slot.conn.as_mut() {
+            Some(c) if c.generation == ticket.generation && matches!(c.phase, Phase::Waiting) => {
+                slot.out.clear();
+                r.render(&mut slot.out);
+                c.phase = Phase::Writing;
+                c.written = 0;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Open connections.
@@ -144,12 +223,16 @@ impl ApiServer {
             };
             match self.slots.iter_mut().find(|s| s.conn.is_none()) {
                 Some(slot) => {
+                    self.generation += 1;
+                    slot.intent = None;
                     slot.conn = Some(Conn {
                         stream,
                         phase: Phase::Reading,
                         len: 0,
                         written: 0,
                         deadline: now.add(CONN_DEADLINE),
+                        generation: self.generation,
+                        continued: false,
                     });
                     served.accepted += 1;
                 }
@@ -167,8 +250,26 @@ impl ApiServer {
                 continue;
             };
             if now >= conn.deadline {
-                slot.conn = None;
-                served.expired += 1;
+                if let Phase::Waiting = conn.phase {
+                    // The loop did not answer in time: say so rather than drop it.
+                    slot.intent = None;
+                    slot.out.clear();
+                    Response::text(
+                        503,
+                        "the agent did not carry the request out in time (its loop gives \
+                         renewals and the fence precedence); retry",
+                    )
+                    .render(&mut slot.out);
+                    conn.phase = Phase::Writing;
+                    conn.written = 0;
+                    conn.deadline = now.add(LATE_ANSWER);
+                } else {
+                    slot.conn = None;
+                    served.expired += 1;
+                    continue;
+                }
+            }
+            if let Phase::Waiting = conn.phase {
                 continue;
             }
             if let Phase::Draining = conn.phase {
@@ -199,7 +300,7 @@ impl ApiServer {
                 }
                 slot.out.clear();
                 match parse_request(&slot.inbuf[..conn.len]) {
-                    Parsed::Incomplete if conn.len < slot.inbuf.len() => continue,
+                    Parsed::Incomplete if conn.len < MAX_HEAD => continue,
                     Parsed::Incomplete => respond_error(
                         431,
                         &format!("request head larger than {MAX_HEAD} bytes"),
@@ -209,6 +310,55 @@ impl ApiServer {
                         method,
                         path,
                         query,
+                        head,
+                    } if method.is_write() => {
+                        match mgmt::on_head(
+                            &method,
+                            &path,
+                            &head,
+                            self.auth.as_ref(),
+                            &mut slot.out,
+                        ) {
+                            HeadDecision::Answered => {}
+                            HeadDecision::ReadBody { route, len } => {
+                                let end = head.len + len;
+                                if conn.len < end {
+                                    if head.expect_continue && !conn.continued {
+                                        // Access and framing passed: let the client send
+                                        // the body now rather than after its own timeout.
+                                        // A fresh socket takes these 25 bytes whole; a
+                                        // short write would garble the answer: give up.
+                                        conn.continued = true;
+                                        let c = b"HTTP/1.1 100 Continue\r\n\r\n";
+                                        if !matches!(conn.stream.try_write(c), Ok(n) if n == c.len())
+                                        {
+                                            slot.conn = None;
+                                        }
+                                    }
+                                    continue;
+                                }
+                                let body = &slot.inbuf[head.len..end];
+                                match mgmt::on_body(route, &path, &query, body, status) {
+                                    Reply::Now(r) => r.render(&mut slot.out),
+                                    Reply::Intent { intent, wait } => {
+                                        slot.intent = Some(intent);
+                                        conn.phase = Phase::Waiting;
+                                        let until = now.add(wait);
+                                        if until > conn.deadline {
+                                            conn.deadline = until;
+                                        }
+                                        served.parked += 1;
+                                        continue;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Parsed::Request {
+                        method,
+                        path,
+                        query,
+                        ..
                     } => respond(&method, &path, &query, status, &mut slot.out),
                     Parsed::Bad(code, why) => respond_error(code, &why, &mut slot.out),
                 }
@@ -308,6 +458,8 @@ impl Future for Ready<'_> {
                 let ready = match c.phase {
                     Phase::Reading | Phase::Draining => c.stream.poll_read_ready(cx).is_ready(),
                     Phase::Writing => c.stream.poll_write_ready(cx).is_ready(),
+                    // Nothing to do until the loop answers (or the deadline).
+                    Phase::Waiting => false,
                 };
                 if ready {
                     return Poll::Ready(());
@@ -358,6 +510,7 @@ mod tests {
             all.refused += d.refused;
             all.answered += d.answered;
             all.expired += d.expired;
+            all.parked += d.parked;
             if f(s, &all) {
                 break;
             }
@@ -436,5 +589,142 @@ mod tests {
         let mut out = String::new();
         c.read_to_string(&mut out).unwrap();
         assert!(out.starts_with("HTTP/1.1 431"), "{out}");
+    }
+
+    fn read_all(c: &mut std::net::TcpStream) -> String {
+        c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut out = String::new();
+        let _ = c.read_to_string(&mut out);
+        out
+    }
+
+    fn with_auth(s: &mut ApiServer) {
+        s.set_auth(Some(ApiAuth {
+            username: "admin".into(),
+            password: "pw".into(),
+        }));
+    }
+
+    /// `admin:pw`.
+    const AUTH: &str = "Authorization: Basic YWRtaW46cHc=\r\n";
+
+    #[test]
+    fn a_write_body_sent_in_pieces_becomes_an_intent_and_the_loops_answer_goes_out() {
+        let rt = rt();
+        let (mut s, addr) = server(&rt);
+        with_auth(&mut s);
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        let body = br#"{"pause": true}"#;
+        c.write_all(
+            format!(
+                "PATCH /config HTTP/1.1\r\n{AUTH}Content-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        c.write_all(&body[..5]).unwrap();
+        let now = Instant::from_nanos(1_000_000_000);
+        service_until(&rt, &mut s, now, |s, _| s.open() == 1);
+        // Half a body: nothing is handed over yet, nothing answered.
+        let d = service_until(&rt, &mut s, now, |_, d| d.parked > 0 || d.answered > 0);
+        assert_eq!((d.parked, d.answered), (0, 0));
+        assert!(!s.has_intents());
+        c.write_all(&body[5..]).unwrap();
+        let d = service_until(&rt, &mut s, now, |_, d| d.parked == 1);
+        assert_eq!((d.parked, d.answered), (1, 0));
+        let taken = s.take_intent().expect("one intent");
+        let mut want = serde_json::Map::new();
+        want.insert("pause".into(), serde_json::Value::Bool(true));
+        assert_eq!(taken.1, Intent::PatchConfig(want));
+        assert!(s.take_intent().is_none(), "an intent is handed over once");
+        // Parked: waits for the loop, well past the 2 s a reading client gets.
+        assert!(s.next_deadline() >= Some(now.add(mgmt::INTENT_WAIT)));
+        assert!(s.complete(taken.0, &Response::text(200, "done")));
+        assert!(!s.complete(taken.0, &Response::text(200, "twice")));
+        service_until(&rt, &mut s, now, |s, _| s.open() == 0);
+        let out = read_all(&mut c);
+        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+        assert!(out.ends_with("\r\n\r\ndone"), "{out}");
+    }
+
+    #[test]
+    fn a_write_without_credentials_is_refused_before_its_body_is_read() {
+        let rt = rt();
+        let (mut s, addr) = server(&rt);
+        with_auth(&mut s);
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        // Announces a body it never sends: the 401 must not wait for it.
+        c.write_all(b"PUT /config HTTP/1.1\r\nContent-Length: 100\r\n\r\n")
+            .unwrap();
+        let now = Instant::from_nanos(1_000_000_000);
+        let d = service_until(&rt, &mut s, now, |_, d| d.answered == 1);
+        assert_eq!((d.answered, d.parked), (1, 0));
+        let _ = c.shutdown(std::net::Shutdown::Write);
+        let out = read_all(&mut c);
+        assert!(out.starts_with("HTTP/1.1 401 Unauthorized\r\n"), "{out}");
+        assert!(
+            out.contains("WWW-Authenticate: Basic realm=\"tenure\"\r\n"),
+            "{out}"
+        );
+        // No credentials configured at all: 403.
+        s.set_auth(None);
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.write_all(b"PATCH /config HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+            .unwrap();
+        service_until(&rt, &mut s, now, |_, d| d.answered == 1);
+        let _ = c.shutdown(std::net::Shutdown::Write);
+        let out = read_all(&mut c);
+        assert!(out.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{out}");
+    }
+
+    #[test]
+    fn expect_100_continue_is_answered_once_access_passed() {
+        let rt = rt();
+        let (mut s, addr) = server(&rt);
+        with_auth(&mut s);
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.write_all(
+            format!(
+                "PUT /config HTTP/1.1\r\n{AUTH}Content-Length: 10\r\nExpect: 100-continue\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let now = Instant::from_nanos(1_000_000_000);
+        service_until(&rt, &mut s, now, |s, _| s.open() == 1);
+        service_until(&rt, &mut s, now, |_, _| false);
+        c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buf = [0u8; 25];
+        c.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"HTTP/1.1 100 Continue\r\n\r\n");
+        c.write_all(br#"{"ttl": 7}"#).unwrap();
+        let d = service_until(&rt, &mut s, now, |_, d| d.parked == 1);
+        assert_eq!(d.parked, 1);
+    }
+
+    #[test]
+    fn a_parked_request_the_loop_never_answers_gets_a_503_at_its_deadline() {
+        let rt = rt();
+        let (mut s, addr) = server(&rt);
+        with_auth(&mut s);
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.write_all(
+            format!("PATCH /config HTTP/1.1\r\n{AUTH}Content-Length: 14\r\n\r\n{{\"pause\":true}}")
+                .as_bytes(),
+        )
+        .unwrap();
+        let now = Instant::from_nanos(1_000_000_000);
+        service_until(&rt, &mut s, now, |_, d| d.parked == 1);
+        let late = now.add(mgmt::INTENT_WAIT);
+        service_until(&rt, &mut s, late, |s, _| s.open() == 0);
+        let out = read_all(&mut c);
+        assert!(out.starts_with("HTTP/1.1 503 "), "{out}");
+        assert!(
+            out.contains("did not carry the request out in time"),
+            "{out}"
+        );
+        // The intent was never taken: it is gone with its connection.
+        assert!(s.take_intent().is_none());
     }
 }

@@ -354,7 +354,7 @@ fn worked_example_1() {
     assert_eq!(b.pet_window, Some(Duration::from_secs(2)));
     assert_eq!(b.fence_deadline, Duration::from_secs(13));
     assert_eq!(b.fence_start, Duration::from_secs(12));
-    assert_eq!(b.failover_worst, Duration::from_millis(35_500));
+    assert_eq!(b.failover_worst, Duration::from_millis(38_500));
     assert_eq!(b.early_expiry_delay, Duration::from_secs(29));
     let s = b.to_string();
     assert!(s.contains("4 < W <= 13 "), "{s}");
@@ -712,4 +712,35 @@ fn tags_booleans_and_custom_strings() {
     assert!(e.contains("tags.rack: expected a string"), "{e}");
     let e = err(&format!("{GOOD}\n[tags]\n\"a b\" = \"x\"\n"));
     assert!(e.contains("tag name must match"), "{e}");
+}
+
+#[test]
+fn api_credentials_are_both_or_neither_and_never_printed() {
+    assert!(parse(GOOD).expect("valid").api.auth.is_none());
+    let with = |extra: &str| {
+        GOOD.replace(
+            "listen = \"127.0.0.1:8008\"",
+            &format!("listen = \"127.0.0.1:8008\"\n{extra}"),
+        )
+    };
+    let c = parse(&with("username = \"admin\"\npassword = \"pw:x y\"")).expect("valid");
+    let auth = c.api.auth.expect("credentials");
+    assert_eq!(
+        (auth.username.as_str(), auth.password.as_str()),
+        ("admin", "pw:x y")
+    );
+    assert!(!format!("{auth:?}").contains("pw:x y"));
+    let e = err(&with("username = \"admin\""));
+    assert!(
+        e.contains("api.password: missing") && e.contains("both or neither"),
+        "{e}"
+    );
+    let e = err(&with("password = \"pw\""));
+    assert!(e.contains("api.username: missing"), "{e}");
+    let e = err(&with("username = \"a:b\"\npassword = \"pw\""));
+    assert!(e.contains("api.username") && e.contains("colon"), "{e}");
+    let e = err(&with("username = \"a\"\npassword = \"\""));
+    assert!(e.contains("api.password: must be non-empty"), "{e}");
+    let e = err(&with("username = \"a\"\npassword = \"x\\ny\""));
+    assert!(e.contains("control characters"), "{e}");
 }

@@ -28,6 +28,12 @@ pub fn excerpt(raw: &[u8]) -> String {
 /// The member JSON: Patroni's field names, plus ours (`epoch`, `watchdog_timeout`,
 /// `leader_lease`, `pg_healthy`). `None` fields are left out.
 pub fn encode_member(info: &MemberInfo) -> String {
+    encode_member_with(info, Vec::new())
+}
+
+/// [`encode_member`] plus fields the core does not model (the published timing,
+/// `pause`), added last.
+pub fn encode_member_with(info: &MemberInfo, extra: Vec<(&str, Value)>) -> String {
     let mut m = Map::new();
     m.insert("conn_url".into(), json!(info.conn_url));
     m.insert("api_url".into(), json!(info.api_url));
@@ -72,6 +78,9 @@ pub fn encode_member(info: &MemberInfo) -> String {
         m.insert("released".into(), json!(e));
     }
     m.insert("pg_healthy".into(), json!(info.pg_healthy));
+    for (k, v) in extra {
+        m.insert(k.into(), v);
+    }
     Value::Object(m).to_string()
 }
 

@@ -35,7 +35,7 @@ use crate::core::model::{
 };
 use crate::core::time::Instant;
 
-pub use keys::{encode_member, encode_rollback, parse_member, parse_rollback};
+pub use keys::{encode_member, encode_member_with, encode_rollback, parse_member, parse_rollback};
 
 /// A failure talking to etcd (timeout, no leader, connection refused...). The text
 /// names what failed; the loop treats it as an observation.
@@ -46,6 +46,14 @@ impl std::fmt::Display for DcsError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// What [`Etcd::read_config_and_members`] read: the `config` key (value, mod
+/// revision) and each member key (name, raw JSON).
+#[derive(Debug, Clone, Default)]
+pub struct ConfigAndMembers {
+    pub config: Option<(String, i64)>,
+    pub members: Vec<(String, String)>,
 }
 
 /// A change to `leader` seen by the watch.
@@ -634,6 +642,61 @@ impl Etcd {
             )));
         }
         Ok(marker)
+    }
+
+    /// `PATCH`/`PUT /config` (the API's intents): one linearizable range over the
+    /// scope, keeping the `config` key (value and mod revision) and every member
+    /// key's raw value, for the check against each member's published timing before
+    /// a compare-and-set.
+    pub fn read_config_and_members(
+        &mut self,
+        rt: &Runtime,
+        deadline: Instant,
+    ) -> Result<ConfigAndMembers, DcsError> {
+        let prefix = self.prefix.clone();
+        let mut kv = self.client.kv_client();
+        let resp = bounded(
+            rt,
+            deadline,
+            "read config and members",
+            kv.get(prefix.clone(), Some(GetOptions::new().with_prefix())),
+        )?;
+        let mut out = ConfigAndMembers::default();
+        for item in resp.kvs() {
+            let Some(rel) = item.key().strip_prefix(prefix.as_bytes()) else {
+                continue;
+            };
+            let value = String::from_utf8_lossy(item.value()).into_owned();
+            if rel == b"config" {
+                out.config = Some((value, item.mod_revision()));
+            } else if let Some(name) = rel.strip_prefix(b"members/") {
+                out.members
+                    .push((String::from_utf8_lossy(name).into_owned(), value));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Store `config` with a compare-and-set: only if its mod revision is still
+    /// `expect` (`None`: only if the key does not exist). `Ok(false)`: it changed
+    /// since it was read (Patroni answers 409).
+    pub fn put_config_cas(
+        &mut self,
+        rt: &Runtime,
+        value: &str,
+        expect: Option<i64>,
+        deadline: Instant,
+    ) -> Result<bool, DcsError> {
+        let key = self.key("config");
+        let cmp = match expect {
+            Some(rev) => Compare::mod_revision(key.clone(), CompareOp::Equal, rev),
+            None => Compare::version(key.clone(), CompareOp::Equal, 0),
+        };
+        let txn = Txn::new()
+            .when(vec![cmp])
+            .and_then(vec![TxnOp::put(key, value, None)]);
+        let mut kv = self.client.kv_client();
+        bounded(rt, deadline, "write config (compare-and-set)", kv.txn(txn)).map(|r| r.succeeded())
     }
 
     /// Create `config` only if absent (bootstrap seeding). `Ok(true)` = created.

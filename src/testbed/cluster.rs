@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::etcd::{EtcdCluster, http_get};
+use super::etcd::{EtcdCluster, http_get, http_request};
 use super::etcdkv::{self, Kv};
 #[cfg(feature = "testbed")]
 use super::netns::NetTopology;
@@ -89,7 +89,13 @@ pub struct ClusterOptions {
     pub etcd_relays: bool,
     /// `[api] primary_min_remaining` (`None`: the agent's default).
     pub primary_min_remaining: Option<Duration>,
+    /// `[api] username`/`password` (`API_USER` and a generated password) on every
+    /// node; `false`: none, so every write endpoint answers 403.
+    pub api_auth: bool,
 }
+
+/// The API user the bed configures (`[api] username`).
+pub const API_USER: &str = "admin";
 
 /// One node's watchdog settings in the bed (DESIGN §6 "Watchdog:", "systemd notify").
 #[derive(Clone, Debug, Default)]
@@ -192,6 +198,7 @@ impl ClusterOptions {
             #[cfg(feature = "testbed")]
             etcd_relays: false,
             primary_min_remaining: None,
+            api_auth: true,
         }
     }
 }
@@ -202,6 +209,8 @@ pub struct Passwords {
     pub superuser: String,
     pub replication: String,
     pub rewind: String,
+    /// `[api] password` (with [`API_USER`]).
+    pub api: String,
 }
 
 /// One node's fixed identity: paths and ports stay the same across agent restarts.
@@ -371,8 +380,13 @@ listen = "{addr}:{api_port}"
         hba = observer_hba(spec),
         api_extra = opts
             .primary_min_remaining
-            .map(|d| format!("primary_min_remaining = {:?}", d.as_secs_f64()))
-            .unwrap_or_default(),
+            .map(|d| format!("primary_min_remaining = {:?}\n", d.as_secs_f64()))
+            .unwrap_or_default()
+            + &if opts.api_auth {
+                format!("username = \"{API_USER}\"\npassword = \"{}\"\n", pw.api)
+            } else {
+                String::new()
+            },
         scope = opts.scope,
         name = spec.name,
         ttl = opts.ttl,
@@ -463,6 +477,7 @@ impl TestCluster {
             superuser: format!("su{stamp}x{salt}"),
             replication: format!("repl{stamp}x{salt}"),
             rewind: format!("rw{stamp}x{salt}"),
+            api: format!("api{stamp}x{salt}"),
         };
         // Build the struct first so Drop cleans up whatever a later step fails on.
         let mut c = TestCluster {
@@ -1185,6 +1200,39 @@ impl TestCluster {
         Some((status, body))
     }
 
+    /// `method path` with a JSON `body` on node `i`'s API, with the bed's
+    /// credentials when `auth` (HTTP basic): status and body; `None` if it did
+    /// not answer.
+    pub fn api_write(
+        &self,
+        i: usize,
+        method: &str,
+        path: &str,
+        body: &str,
+        auth: bool,
+    ) -> Option<(u16, String)> {
+        use base64::Engine as _;
+        let header = auth.then(|| {
+            let token = base64::engine::general_purpose::STANDARD
+                .encode(format!("{API_USER}:{}", self.passwords.api));
+            format!("Authorization: Basic {token}\r\n")
+        });
+        let text = http_request(
+            self.addr(i).into(),
+            self.api_port(i),
+            method,
+            path,
+            header.as_deref().unwrap_or(""),
+            body,
+        )?;
+        let status = etcdkv::http_status(&text)?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Some((status, body))
+    }
+
     /// The node whose `/primary` answers 200 (the first, if several would).
     /// Node `i` runs as a streaming replica: `/replica` answers 200, PostgreSQL is
     /// in recovery and its WAL receiver streams.
@@ -1576,6 +1624,7 @@ mod tests {
             superuser: "a".into(),
             replication: "b".into(),
             rewind: "c".into(),
+            api: "d".into(),
         };
         let eps = vec![
             "http://127.0.0.1:1".to_string(),
@@ -1607,6 +1656,8 @@ mod tests {
         assert_eq!(auth["replication"]["username"].as_str(), Some("replicator"));
         assert_eq!(auth["rewind"]["password"].as_str(), Some("c"));
         assert_eq!(v["api"]["listen"].as_str(), Some("127.0.0.1:20002"));
+        assert_eq!(v["api"]["username"].as_str(), Some(API_USER));
+        assert_eq!(v["api"]["password"].as_str(), Some("d"));
         assert_eq!(v["watchdog"]["mode"].as_str(), Some("off"));
     }
 

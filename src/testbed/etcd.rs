@@ -264,3 +264,31 @@ pub fn http_get(ip: IpAddr, port: u16, path: &str) -> Option<String> {
     let text = String::from_utf8_lossy(&buf).into_owned();
     Some(text)
 }
+
+/// `method path` with `extra` header lines and a body (`Content-Length`), against
+/// `ip:port`: the whole response as text. Bounded: 2 s per write, 6 s per read
+/// (a write endpoint may wait for the agent's loop, `api::mgmt::INTENT_WAIT`).
+pub fn http_request(
+    ip: IpAddr,
+    port: u16,
+    method: &str,
+    path: &str,
+    extra: &str,
+    body: &str,
+) -> Option<String> {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::new(ip, port);
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(6))).ok()?;
+    s.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {ip}\r\n{extra}Content-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    let mut buf = Vec::new();
+    let _ = s.take(1 << 20).read_to_end(&mut buf);
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}

@@ -14,7 +14,7 @@
 //! - **Where it applies**: from `C = max(end of the last fault, start of the final
 //!   healthy-majority interval)`; the majority must hold from then to the end.
 //! - **The bound** (`Schedule::budget`, i.e. `tenure::config::budget`):
-//!   `failover_worst = ttl + 0.5 s sweep + 2 L_w + R`, plus `early_expiry_delay`
+//!   `failover_worst = ttl + 0.5 s sweep + 3 L_w + 2 R`, plus `early_expiry_delay`
 //!   (`2W + R + M` if the old leader ran a watchdog, `ttl + R` if not) when the
 //!   expiry was early, plus one `L_w` for fresh positions ([`fresh_allowance`]),
 //!   plus [`SLACK`], counted from
@@ -51,14 +51,16 @@ use super::world::Schedule;
 /// 0.09 s for slow etcd answers (the world delays 3 % of them by up to 0.12 s).
 pub const SLACK: Duration = Duration::from_millis(600);
 
-/// The fresh-position allowance, now part of the printed takeover `2 L_w + R`
+/// The fresh-position allowance, now part of the printed takeover `3 L_w + 2 R`
 /// (zero here; kept so the bound's terms stay visible). A candidate compares only positions written after the first read that
 /// showed the key absent (DESIGN §3a, "bounded wait" of `L_w + R`), and the loop
 /// re-evaluates only at its ticks. Replicas woken by the same watch event publish
 /// before that read as often as after it, so their fresh positions count only from
 /// their next tick, or the wait runs out at `L_w + R` and is noticed at the tick after:
 /// the takeover takes up to `2 L_w + R` after the DELETE (seed 1978: 3.77 s with
-/// `L_w` 2 s, `R` 1 s).
+/// `L_w` 2 s, `R` 1 s). A better rival that dies after publishing holds the others
+/// back for its head start `2 (L_w + R)`, noticed at the next tick: `3 L_w + 2 R`
+/// (seed 29722).
 pub fn fresh_allowance(_sched: &Schedule) -> Duration {
     Duration::ZERO
 }

@@ -1,0 +1,108 @@
+//! The loop's side of the cluster-wide `config` key (DESIGN §3 "Configuration", §5
+//! "Every timing change is checked against what is armed"): what this node
+//! publishes of its own timing, and `PATCH`/`PUT /config`.
+//!
+//! Owns: the member JSON's `timing` (`W`, `M`, `B`, `P`), and writing the key for the
+//! API: read it and every member, merge, check S6 for every member's published
+//! values, then a compare-and-set on the mod revision read.
+//! Must never: store a value that breaks S6 for a member that published its timing,
+//! or overwrite a value it did not read (the compare-and-set answers 409 instead).
+//! Every call is capped by `Agent::deadline` (S1, S6 d).
+
+use log::info;
+use serde_json::{Map, Value};
+
+use crate::api::mgmt::Response;
+use crate::config::cluster::{PublishedTiming, check_members, merge_patch};
+
+use super::Agent;
+
+impl Agent {
+    /// What this node publishes of the values its own S6 check uses (member JSON
+    /// `timing`), so `PATCH /config` can refuse a value before it is stored.
+    pub(super) fn published_timing(&self) -> PublishedTiming {
+        let mut watchdogs = Vec::new();
+        if let Some(dev) = &self.wd.device {
+            watchdogs.push(dev.timeout());
+        }
+        if let Some(w) = self.wd.systemd_w {
+            let secs =
+                u32::try_from(w.as_secs() + u64::from(w.subsec_nanos() > 0)).unwrap_or(u32::MAX);
+            watchdogs.push(secs);
+        }
+        let t = &self.cfg.timing;
+        PublishedTiming {
+            watchdogs,
+            arms_watchdog: self.wd.use_device && self.wd.device.is_none(),
+            safety_margin: t.safety_margin,
+            demote_budget: t.demote_budget,
+            iteration_budget: t.iteration_budget,
+            iteration_budget_default: t.iteration_budget
+                == t.loop_wait.saturating_sub(t.retry_timeout),
+            leader_ttl: self.core.leadership().map(|l| l.ttl),
+        }
+    }
+
+    /// `PATCH /config` (`patch`, a JSON merge patch on the stored value) or `PUT
+    /// /config` (`whole`): Patroni's answers — 200 with the value stored, 409 when
+    /// the key changed since it was read, 503 when etcd does not answer or (PATCH)
+    /// the key does not exist — plus 400 with the inequality and the numbers when
+    /// the result breaks S6 for any member, before anything is stored.
+    pub(super) fn write_config(
+        &mut self,
+        patch: Option<Map<String, Value>>,
+        whole: Option<Map<String, Value>>,
+    ) -> Response {
+        let deadline = self.deadline(self.core.timing().retry_timeout);
+        let Some((etcd, rt)) = self.connect(deadline) else {
+            return Response::text(503, "etcd unreachable: nothing written");
+        };
+        let read = match etcd.read_config_and_members(rt, deadline) {
+            Ok(r) => r,
+            Err(e) => return Response::text(503, format!("cannot read the config key: {e}")),
+        };
+        let (value, expect) = match (patch, whole) {
+            (Some(p), _) => {
+                let Some((raw, rev)) = read.config else {
+                    return Response::text(
+                        503,
+                        "the config key does not exist (the bootstrapping node seeds it): \
+                         PUT /config writes a whole value",
+                    );
+                };
+                // Garbage in the key (written straight to etcd) is patched as `{}`,
+                // as Patroni reads it.
+                let mut v = match serde_json::from_str::<Value>(&raw) {
+                    Ok(v @ Value::Object(_)) => v,
+                    _ => Value::Object(Map::new()),
+                };
+                merge_patch(&mut v, &Value::Object(p));
+                (v, Some(rev))
+            }
+            (None, w) => (
+                Value::Object(w.unwrap_or_default()),
+                read.config.as_ref().map(|(_, rev)| *rev),
+            ),
+        };
+        let text = value.to_string();
+        // DESIGN §5: refused before it is stored when S6 breaks for any member.
+        if let Err(e) = check_members(&self.cfg, &text, &read.members) {
+            return Response::text(400, format!("config refused, nothing stored: {e}"));
+        }
+        let deadline = self.deadline(self.core.timing().retry_timeout);
+        let Some((etcd, rt)) = self.connect(deadline) else {
+            return Response::text(503, "etcd unreachable: nothing written");
+        };
+        match etcd.put_config_cas(rt, &text, expect, deadline) {
+            Ok(true) => {
+                info!("api: config key written: {text}");
+                Response::json(200, &value)
+            }
+            Ok(false) => Response::text(
+                409,
+                "the config key changed since it was read: nothing written, retry",
+            ),
+            Err(e) => Response::text(503, format!("config key write: {e}")),
+        }
+    }
+}

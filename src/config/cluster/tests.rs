@@ -1,0 +1,215 @@
+//! The `config` key checked against every member's published timing, the member
+//! JSON's `timing` object, Patroni's merge patch, and the seed's round trip.
+
+use std::path::Path;
+
+use super::*;
+
+/// ttl 7, loop 0.5, retry 0.25, margin 0.5, budget 0.3 (DESIGN S6's worked example).
+const FILE: &str = r#"
+scope = "demo"
+name = "pg1"
+[etcd]
+endpoints = ["http://127.0.0.1:2379"]
+[timing]
+ttl = 7
+loop_wait = 0.5
+retry_timeout = 0.25
+safety_margin = 0.5
+demote_budget = 0.3
+[postgresql]
+data_dir = "/dev/shm/x/pg1"
+listen = "127.0.0.1:5432"
+[postgresql.authentication.superuser]
+password = "su"
+[postgresql.authentication.replication]
+password = "rep"
+[postgresql.authentication.rewind]
+password = "rw"
+[api]
+listen = "127.0.0.1:8008"
+"#;
+
+fn base() -> Config {
+    Config::parse(Path::new("t.toml"), FILE).expect("valid")
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A member with a watchdog armed at `w`, the file's M, B, P.
+fn member(w: Option<u32>) -> PublishedTiming {
+    PublishedTiming {
+        watchdogs: w.into_iter().collect(),
+        arms_watchdog: false,
+        safety_margin: ms(500),
+        demote_budget: ms(300),
+        iteration_budget: ms(250),
+        iteration_budget_default: true,
+        leader_ttl: None,
+    }
+}
+
+fn member_json(pt: &PublishedTiming) -> String {
+    json!({"conn_url": "postgres://x", "role": "replica", "timing": pt.to_json(),
+           "leader_ttl": pt.leader_ttl})
+    .to_string()
+}
+
+#[test]
+fn published_timing_round_trips_through_the_member_json() {
+    let mut pt = member(Some(3));
+    pt.leader_ttl = Some(7);
+    pt.iteration_budget_default = false;
+    let back = PublishedTiming::from_member_json(&member_json(&pt)).expect("parses");
+    assert_eq!(back, Some(pt));
+    assert_eq!(
+        PublishedTiming::from_member_json(r#"{"role": "replica"}"#),
+        Ok(None)
+    );
+    let bad = r#"{"timing": {"W": ["x"], "M": 0.5, "B": 0.3, "P": 0.25}}"#;
+    assert!(
+        PublishedTiming::from_member_json(bad)
+            .unwrap_err()
+            .contains("timing.W")
+    );
+    let bad = r#"{"timing": {"W": [], "M": "0.5", "B": 0.3, "P": 0.25}}"#;
+    assert!(
+        PublishedTiming::from_member_json(bad)
+            .unwrap_err()
+            .contains("timing.M")
+    );
+}
+
+#[test]
+fn a_value_that_breaks_s6_for_any_member_is_refused_naming_it_and_the_numbers() {
+    let c = base();
+    let members = vec![
+        ("pg1".to_string(), member_json(&member(Some(3)))),
+        ("pg2".to_string(), member_json(&member(None))),
+    ];
+    // The seed itself passes for both.
+    assert_eq!(check_members(&c, &c.dynamic_json(), &members), Ok(()));
+    // ttl 6 leaves (6 - 0.5 - 0.25) / 2 = 2.625 < W = 3: pg1's armed W breaks S6(b).
+    let e = check_members(&c, r#"{"ttl": 6}"#, &members).unwrap_err();
+    assert!(
+        e.starts_with("refused for member pg1 (W = [3] s, M = 0.5 s"),
+        "{e}"
+    );
+    assert!(
+        e.contains("S6(b) violated") && e.contains("W = 3 > (6 - 0.5 - 0.25) / 2 = 2.625"),
+        "{e}"
+    );
+    // Without pg1 the same value passes: pg2 has no watchdog.
+    assert_eq!(check_members(&c, r#"{"ttl": 6}"#, &members[1..]), Ok(()));
+    // loop_wait 5 and retry_timeout 2 with ttl 7 break (a) for everyone.
+    let e = check_members(&c, r#"{"loop_wait": 5, "retry_timeout": 2}"#, &members).unwrap_err();
+    assert!(e.contains("S6(a) violated"), "{e}");
+    // A member with a larger margin of its own is checked with it.
+    let mut big_m = member(None);
+    big_m.safety_margin = ms(6_000);
+    let e = check_members(
+        &c,
+        &c.dynamic_json(),
+        &[("pg3".into(), member_json(&big_m))],
+    )
+    .unwrap_err();
+    assert!(
+        e.starts_with("refused for member pg3") && e.contains("S6(c)"),
+        "{e}"
+    );
+    // A leader is also checked with the TTL of the lease it holds.
+    let mut leader = member(Some(3));
+    leader.leader_ttl = Some(6);
+    let e = check_members(
+        &c,
+        &c.dynamic_json(),
+        &[("pg1".into(), member_json(&leader))],
+    )
+    .unwrap_err();
+    assert!(e.contains("with ttl 6 s"), "{e}");
+    // A member that will arm a device needs some whole-second W for the new ttl.
+    let mut arms = member(None);
+    arms.arms_watchdog = true;
+    assert_eq!(
+        check_members(&c, &c.dynamic_json(), &[("pg4".into(), member_json(&arms))]),
+        Ok(())
+    );
+    let e = check_members(
+        &c,
+        r#"{"ttl": 4, "loop_wait": 1, "retry_timeout": 0.5}"#,
+        &[("pg4".into(), member_json(&arms))],
+    )
+    .unwrap_err();
+    assert!(e.contains("S6(b)+(e)") || e.contains("S6("), "{e}");
+}
+
+#[test]
+fn wrong_types_and_garbage_are_refused_before_any_member_is_asked() {
+    let c = base();
+    for (v, want) in [
+        ("not json", "not JSON"),
+        ("[1]", "not a JSON object"),
+        (r#"{"ttl": "7"}"#, "ttl: expected a number"),
+        (r#"{"ttl": 7.5}"#, "ttl: expected a whole number"),
+        (r#"{"loop_wait": -1}"#, "loop_wait"),
+        (r#"{"pause": "yes"}"#, "pause: expected true or false"),
+        (r#"{"synchronous_mode": "quorum"}"#, "synchronous_mode"),
+    ] {
+        let e = check_members(&c, v, &[]).unwrap_err();
+        assert!(e.contains(want), "{v}: {e}");
+    }
+    // Members whose keys do not parse are not asked (they check for themselves).
+    assert_eq!(
+        check_members(&c, &c.dynamic_json(), &[("pgx".into(), "garbage".into())]),
+        Ok(())
+    );
+}
+
+#[test]
+fn merge_patch_is_rfc_7396() {
+    let mut v = json!({"ttl": 7, "pause": true, "postgresql": {"parameters": {"a": 1, "b": 2}}});
+    merge_patch(
+        &mut v,
+        &json!({"pause": null, "loop_wait": 0.5, "postgresql": {"parameters": {"a": null, "c": 3}}}),
+    );
+    assert_eq!(
+        v,
+        json!({"ttl": 7, "loop_wait": 0.5, "postgresql": {"parameters": {"b": 2, "c": 3}}})
+    );
+    let mut scalar = json!(3);
+    merge_patch(&mut scalar, &json!({"a": 1}));
+    assert_eq!(scalar, json!({"a": 1}));
+}
+
+#[test]
+fn the_seed_round_trips_fractional_seconds_and_pause() {
+    let mut c = base();
+    c.dynamic.pause = true;
+    c.timing.promote_delay = Some(ms(100));
+    let seed = c.dynamic_json();
+    let v: Value = serde_json::from_str(&seed).expect("json");
+    // Patroni's names, whole seconds as integers, fractions as floats.
+    assert_eq!(v["ttl"], json!(7));
+    assert_eq!(v["loop_wait"], json!(0.5));
+    assert_eq!(v["retry_timeout"], json!(0.25));
+    assert_eq!(v["primary_start_timeout"], json!(30));
+    assert_eq!(v["pause"], json!(true));
+    let (t, d) = base().merge_dynamic(&seed).expect("parses");
+    assert_eq!((t.ttl, t.loop_wait, t.retry_timeout), (7, ms(500), ms(250)));
+    assert_eq!(t.promote_delay, Some(ms(100)));
+    assert!(d.pause);
+    // Awkward fractions survive the float on the way: 0.1, 0.3, 1.05.
+    for n in [100, 300, 1_050, 333] {
+        let mut c = base();
+        c.timing.retry_timeout = ms(n);
+        let (t, _) = base().merge_dynamic(&c.dynamic_json()).expect("parses");
+        assert_eq!(t.retry_timeout, ms(n));
+    }
+    // Absent `pause` is not paused, whatever the file said (resume deletes it).
+    let mut paused_file = base();
+    paused_file.dynamic.pause = true;
+    let (_, d) = paused_file.merge_dynamic(r#"{"ttl": 7}"#).expect("parses");
+    assert!(!d.pause);
+}

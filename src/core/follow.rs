@@ -1,0 +1,334 @@
+//! Everything a node without leadership does: start-up decisions (S4 before all),
+//! following a leader (clone, rewind, retarget), and handing over to the
+//! candidacy when nobody leads.
+//!
+//! Owns: the follower's order of checks, the rewind bookkeeping, divergence
+//! detection (DESIGN §3a), and data directories found unusable.
+//!
+//! Must never: leave a local PostgreSQL that may accept writes running while this
+//! node does not lead (S4), or resume on a stale key of its own.
+
+use std::time::Duration;
+
+use super::model::*;
+use super::time::Instant;
+use super::{Core, Planner, State};
+
+impl Core {
+    /// Everything a node without leadership does.
+    pub(super) fn follow(&mut self, now: Instant, obs: &Observation, p: &mut Planner) -> Reason {
+        let me = self.cfg.name.clone();
+        let first = self.state == State::Init;
+        if obs.shutdown {
+            self.state = State::Stopping;
+            return self.stopping(obs, p);
+        }
+        let view = match &obs.cluster {
+            Ok(v) => v,
+            Err(e) => {
+                // S4: without etcd we cannot adopt: a local primary is fenced (a wedged
+                // one too: it may still take writes).
+                if obs.pg.may_accept_writes() {
+                    return self
+                        .start_fence(p, format!("local primary but etcd is unreachable ({e})"));
+                }
+                return Reason::Waiting(format!("etcd unreachable: {e}"));
+            }
+        };
+
+        // Outcomes of last iteration's DCS actions.
+        if let Some(out) = &obs.acquire
+            && let AcquireOutcome::Won {
+                lease,
+                granted_ttl,
+                granted_at,
+                epoch,
+            } = out
+        {
+            return self.won(now, obs, p, *lease, *granted_ttl, *granted_at, *epoch);
+        }
+        if let Some(ClaimOutcome::Won { lease }) = &obs.claim {
+            self.state = State::Bootstrapping { lease: *lease };
+            p.push(Action::StartJob(JobKind::InitDb));
+            return Reason::Bootstrapping("won the initialize lock; running initdb".into());
+        }
+
+        // S4 (issue 8 finding 8) before anything that may return early (a running job,
+        // `initialize` missing, locked or garbage, a system-identifier mismatch, an
+        // unusable data directory): a local PostgreSQL that may accept writes while
+        // this node does not lead is fenced. The only exception is the key naming us
+        // at start-up, which `Adopting` confirms or fences.
+        // Adoptable only where `follow` reaches the adoption below: `initialize` done
+        // and matching the local data (S4: "the system identifier matches
+        // `initialize`"); otherwise an early return would leave the primary running.
+        let sysid_matches = match (&view.initialize, &obs.pg.data) {
+            (Some(Initialize::Done { sysid }), DataDir::Present { sysid: mine, .. }) => {
+                sysid == mine
+            }
+            _ => false,
+        };
+        let adoptable = first
+            && self.lead_refusal.is_none()
+            && sysid_matches
+            && view.leader.as_ref().is_some_and(|k| k.name == me);
+        if obs.pg.may_accept_writes() && !adoptable {
+            let why = match (&view.leader, obs.pg.role) {
+                (Some(k), PgRole::Primary) => {
+                    format!("local primary while {} holds the leader key (S4)", k.name)
+                }
+                (None, PgRole::Primary) => "local primary but nobody holds the leader key".into(),
+                (_, _) => "local PostgreSQL does not answer and its data directory says it runs \
+                           as a primary (S4)"
+                    .into(),
+            };
+            return self.start_fence(p, why);
+        }
+
+        if let Job::Running { kind, .. } = &obs.job {
+            return Reason::Waiting(format!("{kind:?} running"));
+        }
+        if let Job::Finished {
+            kind: JobKind::Rewind { .. },
+            ok: false,
+            detail,
+        } = &obs.job
+            && !detail.starts_with(REWIND_SOURCE_STEP)
+        {
+            // Only a rewind that ran counts towards giving up; an unreachable source
+            // (a partition that heals) is retried for as long as it takes.
+            self.rewind_failures += 1;
+        }
+        if let Job::Finished {
+            kind: JobKind::Rewind { .. },
+            ok: true,
+            ..
+        } = &obs.job
+        {
+            self.needs_rewind = false;
+            self.rewind_failures = 0;
+        }
+
+        // The bootstrap.
+        let sysid = match self.cluster_sysid(obs, p, view) {
+            Ok(sysid) => sysid,
+            Err(reason) => return reason,
+        };
+
+        let leader = view.leader.clone();
+        match (&obs.pg.data, &leader) {
+            (DataDir::Present { sysid: mine, .. }, _) if *mine != sysid => {
+                return Reason::Refusing(format!(
+                    "system identifier mismatch: my data is {mine}, the cluster's is {sysid}"
+                ));
+            }
+            (DataDir::Unusable(why), _) => return self.unusable(p, why),
+            _ => {}
+        }
+        if let DataDir::Present {
+            was_primary: true, ..
+        } = obs.pg.data
+            && first
+            && obs.pg.role != PgRole::Primary
+        {
+            self.needs_rewind = true;
+        }
+
+        match leader {
+            Some(k) if k.name == me => {
+                if let Some(why) = self.lead_refusal.clone() {
+                    // Never become or stay leader without the required watchdog.
+                    self.state = State::Follower;
+                    if obs.pg.role == PgRole::Primary {
+                        return self.start_fence(p, format!("cannot adopt the leader key: {why}"));
+                    }
+                    p.push(Action::Revoke { lease: k.lease });
+                    return Reason::Refusing(format!("cannot adopt the leader key: {why}"));
+                }
+                if first {
+                    // S4: adopt only through a confirmed renewal of the key's lease.
+                    self.state = State::Adopting {
+                        lease: k.lease,
+                        epoch: k.epoch,
+                    };
+                    p.again = true;
+                    return Reason::Waiting(format!(
+                        "the leader key names me (epoch {}); confirming before adopting (S4)",
+                        k.epoch
+                    ));
+                }
+                // A key of ours from before a fence: never resume on it.
+                self.state = State::Follower;
+                if obs.pg.role == PgRole::Primary {
+                    return self.start_fence(p, "a stale leader key of mine lingers".into());
+                }
+                p.push(Action::Revoke { lease: k.lease });
+                Reason::Waiting("a stale leader key of mine lingers; revoking its lease".into())
+            }
+            Some(k) => {
+                self.state = State::Follower;
+                self.follow_leader(now, obs, p, view, &k)
+            }
+            None => {
+                self.state = State::Follower;
+                if obs.pg.role == PgRole::Primary {
+                    return self
+                        .start_fence(p, "local primary but nobody holds the leader key".into());
+                }
+                self.candidate(now, obs, p, view)
+            }
+        }
+    }
+
+    pub(super) fn follow_leader(
+        &mut self,
+        now: Instant,
+        obs: &Observation,
+        p: &mut Planner,
+        view: &ClusterView,
+        k: &LeaderKey,
+    ) -> Reason {
+        let me = self.cfg.name.clone();
+        if obs.pg.role == PgRole::Primary {
+            return self.start_fence(
+                p,
+                format!("local primary while {} holds the leader key (S4)", k.name),
+            );
+        }
+        let Some(lm) = view.member(&k.name) else {
+            return Reason::Waiting(format!(
+                "leader {} has not published its member key",
+                k.name
+            ));
+        };
+        if lm.info.conn_url.is_empty() {
+            return Reason::Waiting(format!("leader {} publishes no conn_url", k.name));
+        }
+        match (&obs.pg.data, obs.pg.role) {
+            (DataDir::Empty, _) => {
+                if lm.info.role != "primary" || !lm.info.pg_healthy {
+                    return Reason::Waiting(format!(
+                        "leader {} is not running as primary yet",
+                        k.name
+                    ));
+                }
+                p.push(Action::StartJob(JobKind::Basebackup {
+                    from: k.name.clone(),
+                }));
+                Reason::Other(format!("cloning from leader {} with pg_basebackup", k.name))
+            }
+            (_, PgRole::Stopped) => {
+                if self.needs_rewind {
+                    if lm.info.role != "primary" || !lm.info.pg_healthy {
+                        return Reason::Waiting(format!(
+                            "need a rewind from {} once it runs as primary",
+                            k.name
+                        ));
+                    }
+                    if self.rewind_failures >= 2 && self.cfg.move_aside_unusable {
+                        self.rewind_failures = 0;
+                        self.needs_rewind = false;
+                        p.push(Action::MoveDataAside);
+                        return Reason::Other(
+                            "pg_rewind failed twice; moving the data directory aside for a fresh basebackup".into(),
+                        );
+                    }
+                    if self.rewind_failures >= 2 {
+                        return Reason::Refusing(
+                            "pg_rewind failed twice; set move_aside_unusable to allow a fresh basebackup".into(),
+                        );
+                    }
+                    p.push(Action::StartJob(JobKind::Rewind {
+                        from: k.name.clone(),
+                    }));
+                    return Reason::Other(format!("rewinding from {} before following it", k.name));
+                }
+                p.push(Action::StartJob(JobKind::StartReplica {
+                    leader: k.name.clone(),
+                }));
+                Reason::Other(format!("starting PostgreSQL as a replica of {}", k.name))
+            }
+            (_, PgRole::Replica) => {
+                if obs.pg.following.as_deref() != Some(k.name.as_str()) {
+                    self.stuck_since = None;
+                    p.push(Action::Retarget {
+                        leader: k.name.clone(),
+                    });
+                    return Reason::Other(format!(
+                        "pointing replication at the new leader {}",
+                        k.name
+                    ));
+                }
+                if let Some(why) = self.diverged(now, obs, view, &lm.info) {
+                    // DESIGN §3a: rewind whenever the local WAL ran past the switch
+                    // point. A replica that kept streaming from a frozen old primary
+                    // can hold WAL the new timeline never had; it would never stream
+                    // again. Stop cleanly, then the Stopped arm rewinds.
+                    self.needs_rewind = true;
+                    self.stuck_since = None;
+                    p.push(Action::StartJob(JobKind::Stop));
+                    return Reason::Other(format!("{why}; stopping to rewind from {}", k.name));
+                }
+                Reason::Following {
+                    me: me.clone(),
+                    leader: k.name.clone(),
+                }
+            }
+            (_, PgRole::Unresponsive) => Reason::Waiting("PostgreSQL is not answering yet".into()),
+            (_, PgRole::Primary) => Reason::Other("local primary: fencing first (S4)".into()),
+        }
+    }
+
+    /// A replica that follows the right leader but cannot stream from it because
+    /// its WAL forked off (DESIGN §3a): the leader runs a newer timeline, the WAL
+    /// receiver is not streaming, and either the local position is past the switch
+    /// point `history` recorded for the local timeline, or the receiver has not
+    /// streamed for a lease TTL (the recorded point is the promoted node's position
+    /// when it decided, which can be a little short of the real one). A streaming
+    /// replica is never judged diverged; a rewind that finds nothing to do is
+    /// harmless.
+    pub(super) fn diverged(
+        &mut self,
+        now: Instant,
+        obs: &Observation,
+        view: &ClusterView,
+        leader: &MemberInfo,
+    ) -> Option<String> {
+        let mine = obs.pg.timeline;
+        // Only a running primary can be rewound from (and only its timeline counts).
+        let leader_runs = leader.role == "primary" && leader.pg_healthy;
+        if obs.pg.streaming || mine == 0 || leader.timeline <= mine || !leader_runs {
+            self.stuck_since = None;
+            return None;
+        }
+        let since = *self.stuck_since.get_or_insert(now);
+        if let Some(h) = view.history.iter().find(|h| h.timeline == mine)
+            && obs.pg.lsn > h.lsn
+        {
+            return Some(format!(
+                "my WAL (position {}) runs past timeline {mine}'s switch point {} to timeline {}",
+                obs.pg.lsn,
+                h.lsn,
+                mine + 1
+            ));
+        }
+        let patience = Duration::from_secs(u64::from(self.timing.ttl));
+        (now.since(since) >= patience).then(|| {
+            format!(
+                "on timeline {mine} and not streaming for {:.1} s while the leader runs timeline {}",
+                now.since(since).as_secs_f64(),
+                leader.timeline
+            )
+        })
+    }
+
+    pub(super) fn unusable(&mut self, p: &mut Planner, why: &str) -> Reason {
+        if self.cfg.move_aside_unusable {
+            p.push(Action::MoveDataAside);
+            Reason::Other(format!("data directory unusable ({why}); moving it aside"))
+        } else {
+            Reason::Refusing(format!(
+                "data directory unusable ({why}); set move_aside_unusable or fix it by hand"
+            ))
+        }
+    }
+}

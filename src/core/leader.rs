@@ -1,0 +1,400 @@
+//! Holding leadership: winning the key, adopting it at start-up, running as the
+//! leader, and the leader's clean shutdown.
+//!
+//! Owns: the promote delay after an early expiry (DESIGN §1 step 4), S6(b) for the
+//! granted TTL, adoption through a confirmed renewal (S4), and the order in which a
+//! leader promotes or starts PostgreSQL as primary (fence armed, guardian holding,
+//! epoch and rollback checks, synchronous mode first: S3).
+//!
+//! Must never: promote or start a primary before the promote delay passed and the
+//! fence is armed, adopt without a confirmed renewal, or release the key before a
+//! clean stop was checked by a fence.
+
+use std::time::Duration;
+
+use super::fence::stop_checked;
+use super::model::*;
+use super::time::Instant;
+use super::{Core, Leadership, Planner, State};
+
+impl Core {
+    pub(super) fn lead(
+        &mut self,
+        now: Instant,
+        obs: &Observation,
+        p: &mut Planner,
+        mut l: Leadership,
+    ) -> Reason {
+        // S2: the pet that follows a counted renewal is no longer planned here: the
+        // shell asks `pet_on_renewal` right after the renewal (nothing in between) and
+        // reports it; `decide` took that report into `last_pet` already.
+        if obs.shutdown {
+            return self.lead_shutdown(obs, p, l);
+        }
+
+        let me = self.cfg.name.clone();
+        let valid_for = now.until(self.fence_deadline_of(&l));
+
+        if obs.promoted == Some(true) {
+            l.promoted = true;
+        }
+        let reason = match (obs.pg.role, &obs.job) {
+            (_, Job::Running { kind, .. }) => {
+                Reason::Waiting(format!("leader with the lock; {kind:?} running"))
+            }
+            (PgRole::Primary, _) if self.epoch_regression(l.epoch).is_some() => {
+                // A primary (adopted, or started before its row could be read) whose
+                // data is ahead of the key's epoch: stop it, keep the key (DESIGN §3).
+                let why = self.epoch_regression(l.epoch).unwrap_or_default();
+                l.promoted = false;
+                p.push(Action::Fence);
+                p.again = true;
+                Reason::Refusing(format!("{why}; fencing the local primary"))
+            }
+            (PgRole::Primary, _) => {
+                l.promoted = true;
+                l.down_since = None;
+                let mut sync_note = None;
+                if let Ok(view) = &obs.cluster {
+                    let others: Vec<String> = view
+                        .members
+                        .iter()
+                        .filter(|m| m.name != me)
+                        .map(|m| m.name.clone())
+                        .collect();
+                    p.push(Action::SyncSlots { members: others });
+                    sync_note = self.manage_sync(now, view, &obs.pg, l.epoch, p);
+                }
+                match sync_note {
+                    Some(note) => Reason::Other(format!(
+                        "I am {me}, leader with the lock, lease valid {:.1} s; {note}",
+                        valid_for.as_secs_f64()
+                    )),
+                    None => Reason::Leading { me, valid_for },
+                }
+            }
+            (PgRole::Replica, _) => {
+                let refusal = self.epoch_regression(l.epoch);
+                if let Some(why) = refusal.or_else(|| self.rollback_refusal()) {
+                    // Keep the key, so nobody else promotes either, and wait for the
+                    // operator (DESIGN §3).
+                    l.down_since = None;
+                    self.state = State::Leader(l);
+                    return Reason::Refusing(why);
+                }
+                if now < l.promote_after {
+                    Reason::PromoteDelayed {
+                        remaining: now.until(l.promote_after),
+                        why: l.delay_reason.clone().unwrap_or_default(),
+                    }
+                } else if !self.fence_armed(&l) {
+                    // S3: the watchdog is armed (a pet reported done) before promotion.
+                    Reason::Waiting("leader with the lock; waiting to arm the watchdog".into())
+                } else if self.guardian_unarmed(obs) {
+                    p.again = true;
+                    Reason::Waiting(
+                        "leader with the lock; waiting for the guardian to hold its deadline G"
+                            .into(),
+                    )
+                } else if let Err(why) = self.sync_before_writes(now, obs, l.epoch, p, true) {
+                    Reason::Waiting(format!("leader with the lock, not promoting yet: {why}"))
+                } else {
+                    p.push(Action::Promote { epoch: l.epoch });
+                    p.again = true;
+                    Reason::Promoting { epoch: l.epoch }
+                }
+            }
+            (PgRole::Stopped, _) | (PgRole::Unresponsive, _) => {
+                let since = *l.down_since.get_or_insert(now);
+                if now.since(since) > self.timing.primary_start_timeout {
+                    // Give the key up; a replica will take over. Fence first: an
+                    // unresponsive postmaster may still accept writes.
+                    let why = format!(
+                        "PostgreSQL not running as primary for {:.1} s > primary_start_timeout",
+                        now.since(since).as_secs_f64()
+                    );
+                    self.enter_fencing(Some(l.lease), Some(l.epoch), true, why.clone());
+                    self.needs_rewind = true;
+                    p.push(Action::Fence);
+                    return Reason::Fencing(why);
+                }
+                if obs.pg.role == PgRole::Stopped {
+                    let data = matches!(obs.pg.data, DataDir::Present { .. });
+                    let unread = !self.local_epoch_known && !self.led_from_bootstrap;
+                    let refused = self.epoch_regression(l.epoch).is_some()
+                        || self.rollback_refusal().is_some();
+                    if data && (unread || refused) {
+                        // Read the epoch row (or keep the data readable while refusing)
+                        // as a standby: a primary could write before we know (DESIGN §3).
+                        l.down_since = None;
+                        p.push(Action::StartJob(JobKind::StartReplica {
+                            leader: String::new(),
+                        }));
+                        Reason::Waiting(
+                            "leader with the lock; starting PostgreSQL as a standby first to read its epoch"
+                                .into(),
+                        )
+                    } else if data && now >= l.promote_after && !self.fence_armed(&l) {
+                        // S3 (issue 8 finding 9): a primary starts only with the fence
+                        // armed, exactly as a promotion does.
+                        Reason::Waiting(
+                            "leader with the lock; waiting to arm the watchdog before starting PostgreSQL as primary"
+                                .into(),
+                        )
+                    } else if data && now >= l.promote_after && self.guardian_unarmed(obs) {
+                        p.again = true;
+                        Reason::Waiting(
+                            "leader with the lock; waiting for the guardian to hold its deadline G"
+                                .into(),
+                        )
+                    } else if data && now >= l.promote_after {
+                        match self.sync_before_writes(now, obs, l.epoch, p, false) {
+                            Ok(()) => {
+                                p.push(Action::StartJob(JobKind::StartPrimary));
+                                Reason::Waiting(
+                                    "leader with the lock; starting PostgreSQL as primary".into(),
+                                )
+                            }
+                            Err(why) => Reason::Waiting(format!(
+                                "leader with the lock, not starting PostgreSQL yet: {why}"
+                            )),
+                        }
+                    } else {
+                        Reason::Waiting("leader with the lock; PostgreSQL is stopped".into())
+                    }
+                } else {
+                    Reason::Waiting("leader with the lock; PostgreSQL is not answering yet".into())
+                }
+            }
+        };
+        self.state = State::Leader(l);
+        reason
+    }
+
+    pub(super) fn lead_shutdown(
+        &mut self,
+        obs: &Observation,
+        p: &mut Planner,
+        l: Leadership,
+    ) -> Reason {
+        let stopped = obs.pg.role == PgRole::Stopped && !matches!(obs.job, Job::Running { .. });
+        if stopped && !stop_checked(obs) {
+            // DESIGN §1 step 4 and S1: a stopped postmaster is not proof that nothing
+            // of this PostgreSQL runs (a backend can outlive it and commit, §3a). The
+            // key, the `released` marker and the watchdog go only after a fence found
+            // nothing left; an incomplete one is retried, armed.
+            p.push(Action::Fence);
+            p.again = true;
+            self.state = State::Leader(l);
+            return Reason::ShuttingDown(
+                "PostgreSQL stopped; checking that no process of it remains before releasing the key"
+                    .into(),
+            );
+        }
+        if stopped {
+            // Clean stop finished: release the key so a replica takes over at once.
+            if self.has_fence() {
+                p.push(Action::DisarmWatchdog);
+            }
+            p.push(Action::Release {
+                lease: l.lease,
+                epoch: l.epoch,
+            });
+            p.push(Action::Exit);
+            self.released = Some(l.epoch);
+            self.state = State::Stopping;
+            return Reason::ShuttingDown("PostgreSQL stopped; releasing the leader key".into());
+        }
+        let reason = match &obs.job {
+            Job::Running { .. } => Reason::ShuttingDown("waiting for PostgreSQL to stop".into()),
+            Job::Finished {
+                ok: false, detail, ..
+            } => {
+                p.push(Action::Fence);
+                Reason::ShuttingDown(format!("clean stop failed ({detail}); fencing"))
+            }
+            _ => {
+                p.push(Action::StartJob(JobKind::Stop));
+                Reason::ShuttingDown("stopping PostgreSQL cleanly before releasing the key".into())
+            }
+        };
+        self.state = State::Leader(l);
+        reason
+    }
+
+    pub(super) fn adopting(
+        &mut self,
+        now: Instant,
+        obs: &Observation,
+        p: &mut Planner,
+        lease: LeaseId,
+        epoch: Epoch,
+    ) -> Reason {
+        let Some(r) = &obs.renewal else {
+            p.again = true;
+            return Reason::Waiting("confirming the leader key that names me (S4)".into());
+        };
+        match r.outcome {
+            RenewalOutcome::Counted { .. }
+                if r.lease == lease && obs.cluster.is_err() && obs.pg.may_accept_writes() =>
+            {
+                // S4 (issue 8 finding 11): adoption checks the local primary's timeline
+                // against `history`, which this iteration could not read: a PostgreSQL
+                // that may accept writes is fenced rather than adopted on an unchecked
+                // timeline. One that cannot (a standby, stopped) has no timeline to
+                // check: it adopts below, so a read that keeps failing while the
+                // keepalives succeed cannot leave the cluster without a primary.
+                let why = "could not read history to check the local primary's timeline \
+                           before adopting (S4)"
+                    .to_string();
+                self.start_fence(p, why)
+            }
+            RenewalOutcome::Counted { ttl } if r.lease == lease => {
+                let newest = obs
+                    .cluster
+                    .as_ref()
+                    .map(|v| v.newest_timeline())
+                    .unwrap_or(1);
+                let tl_ok = obs.pg.role != PgRole::Primary || obs.pg.timeline >= newest;
+                if !tl_ok {
+                    self.enter_fencing(
+                        Some(lease),
+                        Some(epoch),
+                        true,
+                        format!(
+                            "local primary on timeline {} but history is at {newest}",
+                            obs.pg.timeline
+                        ),
+                    );
+                    self.needs_rewind = true;
+                    p.push(Action::Fence);
+                    return Reason::Fencing("refusing to adopt: timeline behind history".into());
+                }
+                let l = Leadership {
+                    lease,
+                    epoch,
+                    ttl: u32::try_from(ttl).unwrap_or(u32::MAX),
+                    renewed_at: r.sent_at,
+                    last_pet: None,
+                    pet_pending: None,
+                    promote_after: now,
+                    delay_reason: None,
+                    promoted: obs.pg.role == PgRole::Primary,
+                    down_since: None,
+                };
+                let mut l = l;
+                // S4 then S2: the device is opened only after adopting, and the open
+                // is a pet, so it needs `now + 2W <= H` like any other.
+                self.plan_arm(now, &mut l, p);
+                self.led_from_bootstrap = false;
+                self.state = State::Leader(l);
+                p.again = true;
+                Reason::Other(format!(
+                    "adopted the leader key: confirmed renewal of lease {lease:x} at epoch {epoch}"
+                ))
+            }
+            _ => {
+                // Not ours after all: fence any local primary, never resume on it.
+                let why = format!("could not adopt the leader key ({:?})", r.outcome);
+                self.start_fence(p, why)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn won(
+        &mut self,
+        now: Instant,
+        obs: &Observation,
+        p: &mut Planner,
+        lease: LeaseId,
+        granted_ttl: u32,
+        granted_at: Instant,
+        epoch: Epoch,
+    ) -> Reason {
+        let t = &self.timing;
+        // DESIGN §1 step 4: after an early (or unknowable) expiry the old primary may
+        // not know yet; wait until it has fenced or been reset.
+        let (mut after, mut why) = (now, None);
+        if let Some(v) = &self.vacancy
+            && v.early
+        {
+            let d = match v.old_watchdog {
+                Some(w) => {
+                    Duration::from_secs(2 * u64::from(w)) + t.retry_timeout + t.safety_margin
+                }
+                // The old leader fenced by its own horizon, `s + ttl_old - M`: its
+                // lease's granted TTL, not the config in force now (issue 8 finding
+                // 2: a ttl lowered in `config` then an early revoke gave ~15 s of two
+                // primaries). Unknown: the largest leader TTL seen in this run. The
+                // current ttl and ours only ever lengthen the wait.
+                None => {
+                    let old = v.old_ttl.unwrap_or(self.max_leader_ttl_seen);
+                    Duration::from_secs(u64::from(old.max(t.ttl).max(granted_ttl)))
+                        + t.retry_timeout
+                }
+            };
+            after = v.at.add(d);
+            why = Some(format!(
+                "the old leader's key vanished before its lease could have expired; waiting {:.1} s from {}",
+                d.as_secs_f64(),
+                v.at
+            ));
+        }
+        if let Some(d) = t.promote_delay
+            && now.add(d) > after
+        {
+            after = now.add(d);
+            why = Some(format!("promote_delay {:.1} s", d.as_secs_f64()));
+        }
+        let mut l = Leadership {
+            lease,
+            epoch,
+            ttl: granted_ttl,
+            renewed_at: granted_at,
+            last_pet: None,
+            pet_pending: None,
+            promote_after: after,
+            delay_reason: why,
+            promoted: obs.pg.role == PgRole::Primary,
+            down_since: None,
+        };
+        // S6(b) for the TTL etcd granted (issue 8 finding 4): with `2W > ttl - M - R` a
+        // renewal that took up to R leaves no instant with `t + 2W <= H`, so this
+        // leadership could never arm the watchdog, never promote and never fence:
+        // a cluster without a primary for good. Give the key back at once.
+        if let Some(w) = self.cfg.watchdog {
+            let room = Duration::from_secs(u64::from(granted_ttl))
+                .saturating_sub(t.safety_margin)
+                .saturating_sub(t.retry_timeout);
+            if w + w > room {
+                let why = format!(
+                    "watchdog W = {} s cannot be petted under the granted TTL {granted_ttl} s \
+                     (S6 b: 2W <= ttl - M - R = {:.3} s); releasing the key",
+                    w.as_secs(),
+                    room.as_secs_f64()
+                );
+                self.vacancy = None;
+                // Backstop: the shell sizes `W` from the ttl in force and refuses
+                // changes that break S6 for it, so this takes a ttl change racing the
+                // acquire (granted under the old ttl, `W` already for the new one).
+                // The next acquire asks for the ttl in force, so no refusal for the
+                // run: a two-node cluster would be left without a primary.
+                self.enter_fencing(Some(lease), Some(epoch), true, why.clone());
+                p.push(Action::Fence);
+                p.again = true;
+                return Reason::Refusing(why);
+            }
+        }
+        // S3: arm before promotion; S2: only if now + 2W <= H.
+        self.plan_arm(now, &mut l, p);
+        self.vacancy = None;
+        self.led_from_bootstrap = self.bootstrapped_here;
+        // INVARIANT: the bootstrap shortcut is one-shot: once this node has led, a
+        // later vacancy is judged like any other (it may be the fenced old primary).
+        self.bootstrapped_here = false;
+        self.state = State::Leader(l);
+        p.again = true;
+        Reason::Promoting { epoch }
+    }
+}

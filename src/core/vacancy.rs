@@ -1,0 +1,255 @@
+//! The replica's view of the leader's lease and of the key's absence.
+//!
+//! Owns: `E_max` and the last poll (DESIGN §1 step 4), the holder's published
+//! watchdog, TTL and position, and the [`Vacancy`] record: when the key vanished,
+//! whether that was early, and whether the old lease is confirmed gone.
+//!
+//! Must never: plan actions (it only records facts the candidacy judges), or judge
+//! a DELETE on time without a fresh poll.
+
+use std::time::Duration;
+
+use super::model::*;
+use super::time::Instant;
+use super::{Core, State};
+
+/// What a replica knows about the current or last leader's lease.
+#[derive(Clone, Debug, Default)]
+pub(super) struct LeaseTrack {
+    pub(super) holder: Option<String>,
+    pub(super) lease: Option<LeaseId>,
+    pub(super) epoch: Option<Epoch>,
+    /// Largest lower bound on the lease's expiry seen (`E_max`).
+    pub(super) e_max: Option<Instant>,
+    /// Send instant of the last successful poll.
+    pub(super) last_poll: Option<Instant>,
+    /// The holder's published watchdog timeout.
+    pub(super) holder_watchdog: Option<u32>,
+    /// The TTL the holder's lease was granted with (`grantedTTL` from a poll, or the
+    /// holder's published `leader_ttl`).
+    pub(super) holder_ttl: Option<u32>,
+    /// The holder's last published WAL position.
+    pub(super) holder_xlog: Lsn,
+}
+
+/// The key was found absent after we knew a leader (or never knew one).
+#[derive(Clone, Debug)]
+pub(super) struct Vacancy {
+    /// When we first learned of the absence.
+    pub(super) at: Instant,
+    /// Cluster revision of the first read that showed it absent: member entries
+    /// written after it carry fresh positions (DESIGN §3a).
+    pub(super) seen_revision: i64,
+    /// The lease the previous holder had, if known (must be confirmed gone).
+    pub(super) old_lease: Option<LeaseId>,
+    pub(super) old_holder: Option<String>,
+    /// The expiry came early (or we cannot tell): promotion waits.
+    pub(super) early: bool,
+    pub(super) old_watchdog: Option<u32>,
+    /// The granted TTL of the old lease, if known.
+    pub(super) old_ttl: Option<u32>,
+    pub(super) old_xlog: Lsn,
+    /// The old lease was confirmed gone (TTL -1).
+    pub(super) lease_gone: bool,
+    /// Newest leadership epoch a member published when this vacancy was judged.
+    pub(super) seen_epoch: Epoch,
+}
+
+impl Core {
+    /// The leader lease a replica should poll with `LeaseTimeToLive` this iteration.
+    pub fn lease_to_poll(&self) -> Option<LeaseId> {
+        if matches!(self.state, State::Leader(_)) {
+            return None;
+        }
+        if let Some(v) = &self.vacancy {
+            if !v.lease_gone {
+                return v.old_lease;
+            }
+            return None;
+        }
+        self.track.lease
+    }
+
+    /// Replica-side lease tracking: `E_max`, the holder, and the vacancy record.
+    pub(super) fn track_leader(&mut self, now: Instant, obs: &Observation) {
+        if let Some(poll) = &obs.lease_poll
+            && self.track.lease == Some(poll.lease)
+            && let Some(ttl) = poll.ttl
+        {
+            // A lower bound on the expiry: etcd truncates the TTL to whole
+            // seconds and cannot expire the lease before poll + ttl. An answer of
+            // 0 or less (expired, revoke in flight) is still a successful poll
+            // (DESIGN §1 step 4): it keeps the prediction fresh. Counting only
+            // TTL >= 1 would leave the last poll >= 1 s before expiry, older than
+            // L_w + R with short loops, and make every expiry look early.
+            let e = poll
+                .sent_at
+                .add(Duration::from_secs(ttl.max(0).unsigned_abs()));
+            self.track.e_max = Some(self.track.e_max.map_or(e, |m| m.max(e)));
+            self.track.last_poll = Some(poll.sent_at);
+        }
+        // The old lease's own TTL (issue 8 finding 2): from `grantedTTL`, whichever
+        // lease was polled, and from every leader's published `leader_ttl`.
+        if let Some(poll) = &obs.lease_poll
+            && let Some(g) = poll.granted_ttl.and_then(|g| u32::try_from(g).ok())
+        {
+            self.max_leader_ttl_seen = self.max_leader_ttl_seen.max(g);
+            if self.track.lease == Some(poll.lease) {
+                self.track.holder_ttl = Some(self.track.holder_ttl.map_or(g, |t| t.max(g)));
+            }
+            if let Some(v) = &mut self.vacancy
+                && v.old_lease == Some(poll.lease)
+            {
+                v.old_ttl = Some(v.old_ttl.map_or(g, |t| t.max(g)));
+            }
+        }
+        if let Ok(view) = &obs.cluster {
+            for m in &view.members {
+                if let Some(t) = m.info.leader_ttl {
+                    self.max_leader_ttl_seen = self.max_leader_ttl_seen.max(t);
+                }
+            }
+        }
+        self.track_vacancy(now, obs);
+        // After the vacancy is known: this iteration's poll may already show the old
+        // lease gone (the poll runs after the read that showed the key absent).
+        if let (Some(poll), Some(v)) = (&obs.lease_poll, &mut self.vacancy)
+            && v.old_lease == Some(poll.lease)
+            && poll.ttl.is_none()
+        {
+            v.lease_gone = true;
+        }
+    }
+
+    pub(super) fn track_vacancy(&mut self, now: Instant, obs: &Observation) {
+        let me = self.cfg.name.clone();
+        let Ok(view) = &obs.cluster else { return };
+        match &view.leader {
+            Some(k) => {
+                // A DELETE the watch reported after the previous step, of a key our
+                // reads showed before too, is this key's: keep its instant for the
+                // vacancy the next read shows (else the DELETE is dated a loop late,
+                // the last poll looks stale and the expiry early: seed 11713).
+                let known = self.track.lease == Some(k.lease);
+                self.late_delete = match (obs.leader_deleted_at, self.last_step) {
+                    (Some(d), Some(prev)) if known && d > prev => Some(d),
+                    _ => None,
+                };
+                if k.name != me || !matches!(self.state, State::Leader(_)) {
+                    if self.track.lease != Some(k.lease) {
+                        self.track = LeaseTrack {
+                            holder: Some(k.name.clone()),
+                            lease: Some(k.lease),
+                            epoch: Some(k.epoch),
+                            ..LeaseTrack::default()
+                        };
+                    }
+                    if let Some(m) = view.member(&k.name) {
+                        self.track.holder_watchdog = m.info.watchdog_timeout;
+                        if m.info.leader_lease == Some(k.lease)
+                            && let Some(t) = m.info.leader_ttl
+                        {
+                            self.track.holder_ttl =
+                                Some(self.track.holder_ttl.map_or(t, |h| h.max(t)));
+                        }
+                        self.track.holder_xlog = self.track.holder_xlog.max(m.info.xlog_location);
+                    }
+                }
+                // The read that follows our own winning acquire shows our new key:
+                // the vacancy it ends must survive until `won` has taken its promote
+                // delay from it (DESIGN §1 step 4).
+                let won_now = k.name == me
+                    && matches!(
+                        &obs.acquire,
+                        Some(AcquireOutcome::Won { lease, .. }) if *lease == k.lease
+                    );
+                if !won_now {
+                    self.vacancy = None;
+                }
+            }
+            None => {
+                // A member publishing a newer leadership epoch held the key after this
+                // vacancy began, unseen by us (it came and went between two reads): its
+                // DELETE is a new vacancy, judged early (DESIGN §1 step 4; seed 16393:
+                // else we promote at once beside it).
+                let newest = view
+                    .members
+                    .iter()
+                    .filter(|m| m.name != me)
+                    .filter_map(|m| m.info.epoch.map(|e| (e, m)))
+                    .max_by_key(|(e, _)| *e);
+                if let (Some(v), Some((e, m))) = (&self.vacancy, newest)
+                    && e > v.seen_epoch
+                    && Some(e) > self.track.epoch
+                {
+                    self.vacancy = Some(Vacancy {
+                        at: now,
+                        seen_revision: view.revision,
+                        old_lease: m.info.leader_lease,
+                        old_holder: Some(m.name.clone()),
+                        early: true,
+                        old_watchdog: m.info.watchdog_timeout,
+                        old_ttl: m.info.leader_ttl,
+                        old_xlog: v.old_xlog.max(m.info.xlog_location),
+                        lease_gone: m.info.leader_lease.is_none(),
+                        seen_epoch: e,
+                    });
+                }
+                if self.vacancy.is_none() {
+                    let at = obs
+                        .leader_deleted_at
+                        .or(self.late_delete.take())
+                        .map_or(now, |d| d.min(now));
+                    let l_w_r = self.timing.loop_wait + self.timing.retry_timeout;
+                    // DESIGN §1 step 4: early if before E_max, or if our last poll is too
+                    // old to predict anything, or if we never knew the lease at all.
+                    let early = match (self.track.lease, self.track.e_max, self.track.last_poll) {
+                        (Some(_), Some(e), Some(lp)) => at < e || at.since(lp) > l_w_r,
+                        _ => !self.bootstrapped_here,
+                    };
+                    // A clean release: the old leader published, before deleting the key,
+                    // that its PostgreSQL had stopped under this epoch. Nothing to wait for.
+                    let released = match (&self.track.holder, self.track.epoch) {
+                        (Some(h), Some(e)) => view
+                            .member(h)
+                            .is_some_and(|m| m.info.released == Some(e) && !m.info.pg_healthy),
+                        _ => false,
+                    };
+                    let early = early && !released;
+                    // A holder we never watched may have published its lease.
+                    let old_lease = self.track.lease.or_else(|| {
+                        view.members
+                            .iter()
+                            .filter(|m| m.info.role == "primary")
+                            .find_map(|m| m.info.leader_lease)
+                    });
+                    let seen_epoch = view
+                        .members
+                        .iter()
+                        .filter_map(|m| m.info.epoch)
+                        .chain(self.track.epoch)
+                        .max()
+                        .unwrap_or(0);
+                    self.vacancy = Some(Vacancy {
+                        at,
+                        seen_revision: view.revision,
+                        seen_epoch,
+                        old_lease,
+                        old_holder: self.track.holder.clone(),
+                        early,
+                        old_watchdog: self.track.holder_watchdog,
+                        old_ttl: self.track.holder_ttl,
+                        old_xlog: self.track.holder_xlog,
+                        // This observation's poll may already have answered TTL -1
+                        // for that lease (polled before the read showed the key gone).
+                        lease_gone: old_lease.is_none()
+                            || obs
+                                .lease_poll
+                                .as_ref()
+                                .is_some_and(|lp| Some(lp.lease) == old_lease && lp.ttl.is_none()),
+                    });
+                }
+            }
+        }
+    }
+}
