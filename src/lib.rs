@@ -4,6 +4,7 @@ pub mod api;
 pub mod clock;
 pub mod config;
 pub mod core;
+pub mod ctl;
 pub mod dcs;
 pub mod demo;
 pub mod guardian;

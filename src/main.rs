@@ -30,6 +30,9 @@ Usage:
                                 this node's data carries (N defaults to the local
                                 PostgreSQL's tenure.epoch row)
   tenure demo [--keep]          run a local demo cluster (--keep: keep its files)
+  tenure ctl [--config FILE] COMMAND
+                                operate the cluster: list, switchover, pause, ... (exit
+                                codes of its own: tenure ctl --help)
   tenure --version              print the version and the git revision
   tenure --help                 print this help
 
@@ -406,6 +409,10 @@ fn main_exec() -> Result<(), MainError> {
 }
 
 fn main() -> ExitCode {
+    // `tenure ctl` has its own parser, help and exit codes (src/ctl).
+    if std::env::args_os().nth(1).is_some_and(|a| a == "ctl") {
+        return ExitCode::from(tenure::ctl::main(std::env::args_os().skip(2)));
+    }
     match main_exec() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

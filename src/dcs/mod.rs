@@ -14,6 +14,7 @@
 //! channel, HTTP/2 connections) run on the caller's runtime whenever it is driven.
 
 mod keys;
+mod raw;
 
 pub use keys::{encode_status, encode_sync};
 

@@ -1,0 +1,481 @@
+//! `tenure ctl`'s command line, parsed with `lexopt`.
+//!
+//! Owns: turning the arguments after `ctl` into an [`Invocation`], and the help
+//! text. Must never: read a file, touch the network, or accept an option a
+//! command does not use (a misplaced `--force` must not go unnoticed).
+//!
+//! Options may come before or after the command (`tenure ctl --json list` and
+//! `tenure ctl list --json` are the same), as patronictl users type them.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The configuration file read when `--config` is not given (the packages
+/// install the example next to it).
+pub const DEFAULT_CONFIG: &str = "/etc/tenure/tenure.toml";
+
+/// How long `--wait` and the wait after a switchover or failover last by default.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(60);
+
+pub const HELP: &str = "\
+tenure ctl: operate a tenure cluster (reads etcd, talks to the members' REST APIs)
+
+Usage:
+  tenure ctl [--config FILE] [--json] COMMAND [ARGS]
+
+Commands:
+  list                     members, host, role, state, timeline, lag in MB, epoch and
+                           the time left on the leader's lease; the leader marked
+  topology                 the same as a tree: the leader, then its replicas
+  history                  the timeline history (the history key)
+  show-config              the dynamic configuration (the config key)
+  version                  this program's version and every member's (from its API)
+  switchover [--leader NAME] [--candidate NAME] [--scheduled TIME] [--force]
+                           planned hand-over from the leader to a replica
+  failover --candidate NAME [--force]
+                           make NAME the leader, also when no leader exists (the
+                           safety checks of an automatic failover still apply)
+  pause [--wait]           maintenance mode: no automatic failover, promotion or restart
+  resume [--wait]          leave maintenance mode
+  restart [MEMBER...] [--pending] [--role primary|replica|any] [--pg-version V] [--force]
+                           restart PostgreSQL on MEMBERs (default: every member)
+  reload [MEMBER...]       reload the agents' configuration (default: every member)
+  reinit MEMBER... [--wait] [--force]
+                           rebuild MEMBER's data directory from the leader (the old one
+                           is moved aside, never deleted)
+  edit-config --set KEY=VALUE... [--force]
+                           change the config key; checked here against the timing
+                           contract (DESIGN S6) before anything is sent
+
+Options:
+  -c, --config FILE        the node configuration to read etcd endpoints, scope and
+                           [api] username/password from (default /etc/tenure/tenure.toml)
+      --json               JSON on stdout for scripts instead of tables
+      --force              do not ask for confirmation
+      --wait               pause/resume: until every member reports it; reinit: until
+                           the member runs again
+      --timeout SECONDS    how long --wait and the wait after a switchover or failover
+                           last (default 60)
+  -h, --help               this help
+
+Confirmation: switchover, failover, restart, reinit and edit-config ask on the
+terminal unless --force; an answer other than y/yes aborts (exit 5).
+
+Removing the cluster's keys (`patronictl remove`, `etcdctl del --prefix`): the leader
+sees its key deleted and fences its PostgreSQL; the first node that finds the
+initialize key missing next to its data re-creates it together with the rollback
+marker, and no node takes the leader key or promotes until an operator runs
+`tenure confirm-epoch --config FILE`. The cluster has no primary until then.
+
+Exit codes:
+  0 success
+  1 failure: etcd or a member's API unreachable, a member refused the request, a
+    wait ran out of time, an unknown member
+  2 usage error
+  3 invalid configuration file
+  4 edit-config: the change breaks the timing contract (S6); nothing was sent
+  5 aborted at the confirmation prompt
+  6 credentials rejected (401: set [api] username/password) or forbidden (403)
+";
+
+/// A parsed `tenure ctl` command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    pub config: PathBuf,
+    pub json: bool,
+    pub force: bool,
+    pub timeout: Duration,
+    pub command: Command,
+}
+
+/// `restart --role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoleFilter {
+    Primary,
+    Replica,
+    Any,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Help,
+    List,
+    Topology,
+    History,
+    ShowConfig,
+    Version,
+    Switchover {
+        leader: Option<String>,
+        candidate: Option<String>,
+        /// RFC 3339 with an offset, as given; `None` = now.
+        scheduled: Option<String>,
+    },
+    Failover {
+        candidate: String,
+        leader: Option<String>,
+    },
+    Pause {
+        wait: bool,
+    },
+    Resume {
+        wait: bool,
+    },
+    Restart {
+        members: Vec<String>,
+        pending: bool,
+        role: Option<RoleFilter>,
+        pg_version: Option<String>,
+    },
+    Reload {
+        members: Vec<String>,
+    },
+    Reinit {
+        members: Vec<String>,
+        wait: bool,
+    },
+    EditConfig {
+        /// `(dotted key, value text)` in the order given.
+        set: Vec<(String, String)>,
+    },
+}
+
+/// Everything seen on the command line before it is checked against the command.
+#[derive(Default)]
+struct Seen {
+    config: Option<PathBuf>,
+    json: bool,
+    force: bool,
+    wait: bool,
+    pending: bool,
+    timeout: Option<Duration>,
+    leader: Option<String>,
+    candidate: Option<String>,
+    scheduled: Option<String>,
+    role: Option<RoleFilter>,
+    pg_version: Option<String>,
+    set: Vec<(String, String)>,
+    help: bool,
+    /// Options given, by their long name, to refuse those the command does not use.
+    given: Vec<&'static str>,
+    positional: Vec<String>,
+}
+
+fn string(v: OsString, opt: &str) -> Result<String, String> {
+    v.into_string()
+        .map_err(|v| format!("{opt} {v:?}: not valid UTF-8"))
+}
+
+/// Parse the arguments after `ctl`. `Err` is a usage error naming the argument.
+pub fn parse<I>(args: I) -> Result<Invocation, String>
+where
+    I: IntoIterator,
+    I::Item: Into<OsString>,
+{
+    use lexopt::prelude::*;
+    let mut p = lexopt::Parser::from_args(args);
+    let mut s = Seen::default();
+    loop {
+        let arg = match p.next() {
+            Ok(Some(a)) => a,
+            Ok(None) => break,
+            Err(e) => return Err(e.to_string()),
+        };
+        let value = |p: &mut lexopt::Parser, name: &str| -> Result<String, String> {
+            let v = p.value().map_err(|_| format!("{name} needs a value"))?;
+            string(v, name)
+        };
+        match arg {
+            Short('c') | Long("config") => {
+                s.config = Some(PathBuf::from(value(&mut p, "--config")?))
+            }
+            Long("json") => s.json = true,
+            Long("force") => {
+                s.force = true;
+                s.given.push("--force");
+            }
+            Long("wait") => {
+                s.wait = true;
+                s.given.push("--wait");
+            }
+            Long("pending") => {
+                s.pending = true;
+                s.given.push("--pending");
+            }
+            Long("timeout") => {
+                let t = value(&mut p, "--timeout")?;
+                let secs = t
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x > 0.0 && *x <= 86_400.0)
+                    .ok_or_else(|| {
+                        format!("--timeout {t:?}: expected a number of seconds (0 < t <= 86400)")
+                    })?;
+                s.timeout = Some(Duration::from_secs_f64(secs));
+                s.given.push("--timeout");
+            }
+            // Patroni 4 calls it --leader (--primary, and --master before 3.0).
+            Long("leader") | Long("primary") | Long("master") => {
+                s.leader = Some(value(&mut p, "--leader")?);
+                s.given.push("--leader");
+            }
+            Long("candidate") => {
+                s.candidate = Some(value(&mut p, "--candidate")?);
+                s.given.push("--candidate");
+            }
+            Long("scheduled") => {
+                let t = value(&mut p, "--scheduled")?;
+                s.scheduled = if t == "now" {
+                    None
+                } else {
+                    check_timestamp(&t)?;
+                    Some(t)
+                };
+                s.given.push("--scheduled");
+            }
+            Short('r') | Long("role") => {
+                let r = value(&mut p, "--role")?;
+                s.role = Some(match r.as_str() {
+                    "primary" | "leader" | "master" => RoleFilter::Primary,
+                    "replica" => RoleFilter::Replica,
+                    "any" => RoleFilter::Any,
+                    _ => {
+                        return Err(format!("--role {r:?}: expected primary, replica or any"));
+                    }
+                });
+                s.given.push("--role");
+            }
+            Long("pg-version") => {
+                let v = value(&mut p, "--pg-version")?;
+                check_pg_version(&v)?;
+                s.pg_version = Some(v);
+                s.given.push("--pg-version");
+            }
+            Short('s') | Long("set") => {
+                let kv = value(&mut p, "--set")?;
+                s.set.push(split_set(&kv)?);
+                s.given.push("--set");
+            }
+            Short('h') | Long("help") => s.help = true,
+            Value(v) => s.positional.push(string(v, "argument")?),
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    build(s)
+}
+
+fn build(mut s: Seen) -> Result<Invocation, String> {
+    let config = s
+        .config
+        .take()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+    let mut pos = std::mem::take(&mut s.positional).into_iter();
+    let verb = pos.next();
+    let rest: Vec<String> = pos.collect();
+    let done = |command: Command, s: &Seen| Invocation {
+        config: config.clone(),
+        json: s.json,
+        force: s.force,
+        timeout: s.timeout.unwrap_or(DEFAULT_WAIT),
+        command,
+    };
+    if s.help || verb.as_deref() == Some("help") {
+        return Ok(done(Command::Help, &s));
+    }
+    let Some(verb) = verb else {
+        return Err("no command given (list, switchover, pause, ...)".into());
+    };
+    let no_args = |rest: &[String]| match rest.first() {
+        Some(a) => Err(format!("unexpected argument {a:?} for {verb}")),
+        None => Ok(()),
+    };
+    let (command, allowed): (Command, &[&str]) = match verb.as_str() {
+        "list" => (no_args(&rest).map(|_| Command::List)?, &[]),
+        "topology" => (no_args(&rest).map(|_| Command::Topology)?, &[]),
+        "history" => (no_args(&rest).map(|_| Command::History)?, &[]),
+        "show-config" => (no_args(&rest).map(|_| Command::ShowConfig)?, &[]),
+        "version" => (no_args(&rest).map(|_| Command::Version)?, &[]),
+        "switchover" => {
+            no_args(&rest)?;
+            (
+                Command::Switchover {
+                    leader: s.leader.clone(),
+                    candidate: s.candidate.clone(),
+                    scheduled: s.scheduled.clone(),
+                },
+                &[
+                    "--leader",
+                    "--candidate",
+                    "--scheduled",
+                    "--force",
+                    "--timeout",
+                ],
+            )
+        }
+        "failover" => {
+            no_args(&rest)?;
+            let candidate = s.candidate.clone().ok_or_else(|| {
+                "failover needs --candidate NAME (a failover is always to a named member)"
+                    .to_string()
+            })?;
+            (
+                Command::Failover {
+                    candidate,
+                    leader: s.leader.clone(),
+                },
+                &["--candidate", "--leader", "--force", "--timeout"],
+            )
+        }
+        "pause" => {
+            no_args(&rest)?;
+            (Command::Pause { wait: s.wait }, &["--wait", "--timeout"])
+        }
+        "resume" => {
+            no_args(&rest)?;
+            (Command::Resume { wait: s.wait }, &["--wait", "--timeout"])
+        }
+        "restart" => (
+            Command::Restart {
+                members: rest.clone(),
+                pending: s.pending,
+                role: s.role,
+                pg_version: s.pg_version.clone(),
+            },
+            &["--pending", "--role", "--pg-version", "--force"],
+        ),
+        "reload" => (
+            Command::Reload {
+                members: rest.clone(),
+            },
+            &["--force"],
+        ),
+        "reinit" => {
+            if rest.is_empty() {
+                return Err("reinit needs the MEMBER to rebuild".into());
+            }
+            (
+                Command::Reinit {
+                    members: rest.clone(),
+                    wait: s.wait,
+                },
+                &["--wait", "--force", "--timeout"],
+            )
+        }
+        "edit-config" => {
+            no_args(&rest)?;
+            if s.set.is_empty() {
+                return Err(
+                    "edit-config needs --set KEY=VALUE (interactive editing is not \
+                            supported: the change is checked against the timing contract \
+                            before it is sent)"
+                        .into(),
+                );
+            }
+            (
+                Command::EditConfig { set: s.set.clone() },
+                &["--set", "--force"],
+            )
+        }
+        other => return Err(format!("unknown command {other:?}")),
+    };
+    if let Some(bad) = s.given.iter().find(|g| !allowed.contains(g)) {
+        return Err(format!("{bad} does not apply to {verb}"));
+    }
+    Ok(done(command, &s))
+}
+
+/// `KEY=VALUE`; the key is dotted (`postgresql.parameters.work_mem`).
+fn split_set(kv: &str) -> Result<(String, String), String> {
+    let (k, v) = kv
+        .split_once('=')
+        .ok_or_else(|| format!("--set {kv:?}: expected KEY=VALUE"))?;
+    let k = k.trim();
+    if k.is_empty() || k.split('.').any(str::is_empty) {
+        return Err(format!(
+            "--set {kv:?}: the key is empty or has an empty part"
+        ));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// RFC 3339 with an explicit offset: `2026-12-01T10:30[:00][.5](Z|+01:00)`. A time
+/// without an offset is refused rather than guessed (the members' clocks decide
+/// when it happens, and their time zone may not be ours).
+pub fn check_timestamp(t: &str) -> Result<(), String> {
+    let bad = || {
+        format!(
+            "--scheduled {t:?}: expected \"now\" or an RFC 3339 time with an offset, e.g. \
+             2026-12-01T10:30:00+01:00 or 2026-12-01T09:30:00Z"
+        )
+    };
+    let b = t.as_bytes();
+    let digits = |r: std::ops::Range<usize>| {
+        b.get(r.clone())
+            .is_some_and(|s| s.len() == r.len() && s.iter().all(u8::is_ascii_digit))
+    };
+    let num = |r: std::ops::Range<usize>| -> u32 {
+        t.get(r).and_then(|s| s.parse().ok()).unwrap_or(u32::MAX)
+    };
+    if !(digits(0..4)
+        && b.get(4) == Some(&b'-')
+        && digits(5..7)
+        && b.get(7) == Some(&b'-')
+        && digits(8..10)
+        && matches!(b.get(10), Some(b'T' | b't' | b' '))
+        && digits(11..13)
+        && b.get(13) == Some(&b':')
+        && digits(14..16))
+    {
+        return Err(bad());
+    }
+    if !(1..=12).contains(&num(5..7))
+        || !(1..=31).contains(&num(8..10))
+        || num(11..13) > 23
+        || num(14..16) > 59
+    {
+        return Err(bad());
+    }
+    let mut i = 16;
+    if b.get(i) == Some(&b':') {
+        if !digits(i + 1..i + 3) || num(i + 1..i + 3) > 60 {
+            return Err(bad());
+        }
+        i += 3;
+        if b.get(i) == Some(&b'.') {
+            i += 1;
+            let start = i;
+            while b.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            if i == start {
+                return Err(bad());
+            }
+        }
+    }
+    let zone = &t[i..];
+    let ok = zone == "Z"
+        || zone == "z"
+        || (zone.len() == 6
+            && matches!(zone.as_bytes()[0], b'+' | b'-')
+            && digits(i + 1..i + 3)
+            && b.get(i + 3) == Some(&b':')
+            && digits(i + 4..i + 6)
+            && num(i + 1..i + 3) <= 23
+            && num(i + 4..i + 6) <= 59);
+    if ok { Ok(()) } else { Err(bad()) }
+}
+
+/// `--pg-version 15.4` (or `15`, `9.6.24`): digits and dots, as Patroni compares.
+fn check_pg_version(v: &str) -> Result<(), String> {
+    let parts: Vec<&str> = v.split('.').collect();
+    if parts.len() > 3
+        || parts
+            .iter()
+            .any(|p| p.is_empty() || !p.bytes().all(|c| c.is_ascii_digit()))
+    {
+        return Err(format!(
+            "--pg-version {v:?}: expected a PostgreSQL version such as 15.4"
+        ));
+    }
+    Ok(())
+}

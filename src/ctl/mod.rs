@@ -1,0 +1,259 @@
+//! `tenure ctl --config FILE <command>`: operate a cluster, like patronictl. Reads
+//! etcd directly (through [`crate::dcs`], every call bounded by a deadline) and
+//! talks to the members' REST APIs (a small blocking client, [`http`]).
+//!
+//! Owns: the command line after `ctl`, what is printed (tables for people, JSON
+//! for scripts), the confirmation prompts, the exit codes ([`CtlError::exit_code`],
+//! listed in [`args::HELP`], docs/operations.md and tenure(8)), and checking an
+//! `edit-config` change against the timing contract (DESIGN S6) before it is sent.
+//! Must never: write to etcd (every change goes through a member's API, which
+//! applies the same checks as for any client), decide anything for the cluster,
+//! print a password, or panic on what etcd or an API returns.
+//!
+//! Patroni 4.1's `patroni/ctl.py` is the reference for the verbs, the endpoints
+//! they call, the bodies they send and the order of the checks.
+
+pub mod args;
+pub mod http;
+pub mod render;
+mod verbs;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::runtime::Runtime;
+
+use crate::clock;
+use crate::config::{Config, ConfigError};
+use crate::dcs::Etcd;
+use args::Invocation;
+use http::Credentials;
+use render::Snapshot;
+
+/// How long one etcd read may take.
+const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one API request may take (a restart or a switchover answers after
+/// the member acted; the server bounds its own side).
+const API_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// ctl's own version line, with the git revision the binary was built from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("TENURE_GIT_REV"),
+    ")"
+);
+
+/// Everything ctl can fail with; each variant is one exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CtlError {
+    /// A usage error naming the argument (exit 2).
+    Usage(String),
+    /// The configuration file is unreadable or invalid (exit 3).
+    Config(String),
+    /// `edit-config`: the change breaks DESIGN S6; nothing was sent (exit 4).
+    Timing(String),
+    /// The operator did not confirm (exit 5).
+    Aborted(String),
+    /// 401 or 403 from a member's API (exit 6).
+    Auth(String),
+    /// Anything else: etcd unreachable, an API unreachable or refusing, an
+    /// unknown member, a wait that ran out of time (exit 1).
+    Failed(String),
+}
+
+impl CtlError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CtlError::Failed(_) => 1,
+            CtlError::Usage(_) => 2,
+            CtlError::Config(_) => 3,
+            CtlError::Timing(_) => 4,
+            CtlError::Aborted(_) => 5,
+            CtlError::Auth(_) => 6,
+        }
+    }
+}
+
+impl fmt::Display for CtlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CtlError::Usage(s) => write!(f, "usage error: {s} (see tenure ctl --help)"),
+            CtlError::Config(s) => write!(f, "invalid configuration: {s}"),
+            CtlError::Timing(s) => write!(f, "refused, nothing sent: {s}"),
+            CtlError::Aborted(s) => write!(f, "aborted: {s}"),
+            CtlError::Auth(s) | CtlError::Failed(s) => f.write_str(s),
+        }
+    }
+}
+
+/// `tenure ctl ARGS...`: run it and return the exit code. Errors go to stderr.
+pub fn main<I>(args: I) -> u8
+where
+    I: IntoIterator,
+    I::Item: Into<OsString>,
+{
+    match run(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("tenure ctl: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn run<I>(args: I) -> Result<(), CtlError>
+where
+    I: IntoIterator,
+    I::Item: Into<OsString>,
+{
+    let inv = args::parse(args).map_err(CtlError::Usage)?;
+    if inv.command == args::Command::Help {
+        print!("{}", args::HELP);
+        return Ok(());
+    }
+    // Problems in keys other writers left are logged once on stderr (warn), so
+    // an operator sees them next to the table.
+    let _ = crate::logging::init(log::LevelFilter::Warn, None);
+    // A timing violation in the node's own file is a file problem here (exit 3).
+    let cfg =
+        Config::load(&inv.config).map_err(|e: ConfigError| CtlError::Config(e.to_string()))?;
+    let creds = credentials(&inv.config)?;
+    let mut ctx = Ctx {
+        cfg,
+        creds,
+        inv,
+        dcs: None,
+    };
+    verbs::run(&mut ctx)
+}
+
+/// `[api] username` and `password` of the file, read on their own so ctl works
+/// with files written before those keys existed. Both or neither.
+pub fn credentials(path: &Path) -> Result<Option<Credentials>, CtlError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CtlError::Config(format!("{}: {e}", path.display())))?;
+    credentials_from(path, &text)
+}
+
+pub fn credentials_from(path: &Path, text: &str) -> Result<Option<Credentials>, CtlError> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| CtlError::Config(format!("{}: {e}", path.display())))?;
+    let api = match table.get("api") {
+        Some(toml::Value::Table(t)) => t,
+        _ => return Ok(None),
+    };
+    let field = |k: &str| -> Result<Option<String>, CtlError> {
+        match api.get(k) {
+            None => Ok(None),
+            Some(toml::Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(CtlError::Config(format!(
+                "{}: api.{k}: expected a string",
+                path.display()
+            ))),
+        }
+    };
+    match (field("username")?, field("password")?) {
+        (Some(username), Some(password)) => Ok(Some(Credentials { username, password })),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(CtlError::Config(format!(
+            "{}: api.username is set but api.password is not",
+            path.display()
+        ))),
+        (None, Some(_)) => Err(CtlError::Config(format!(
+            "{}: api.password is set but api.username is not",
+            path.display()
+        ))),
+    }
+}
+
+/// etcd, connected on first use.
+struct Dcs {
+    rt: Runtime,
+    etcd: Etcd,
+    endpoints: String,
+}
+
+/// What every verb works with.
+pub(crate) struct Ctx {
+    cfg: Config,
+    creds: Option<Credentials>,
+    inv: Invocation,
+    dcs: Option<Dcs>,
+}
+
+impl Ctx {
+    fn prefix(&self) -> String {
+        format!(
+            "{}/{}/",
+            self.cfg.namespace.trim_end_matches('/'),
+            self.cfg.scope
+        )
+    }
+
+    fn dcs(&mut self) -> Result<&mut Dcs, CtlError> {
+        if self.dcs.is_none() {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .enable_time()
+                .build()
+                .map_err(|e| CtlError::Failed(format!("cannot build the event loop: {e}")))?;
+            let endpoints = self.cfg.etcd.endpoints.join(",");
+            let deadline = clock::now().add(ETCD_TIMEOUT);
+            let etcd = Etcd::connect(&rt, &self.cfg.etcd.endpoints, &self.prefix(), deadline)
+                .map_err(|e| CtlError::Failed(format!("etcd unreachable ({endpoints}): {e}")))?;
+            self.dcs = Some(Dcs {
+                rt,
+                etcd,
+                endpoints,
+            });
+        }
+        self.dcs
+            .as_mut()
+            .ok_or_else(|| CtlError::Failed("etcd: not connected".into()))
+    }
+
+    /// One read of the scope: the parsed view, the raw member values and the
+    /// leader lease's time to live.
+    fn snapshot(&mut self) -> Result<Snapshot, CtlError> {
+        let scope = self.cfg.scope.clone();
+        let d = self.dcs()?;
+        let deadline = clock::now().add(ETCD_TIMEOUT);
+        let endpoints = d.endpoints.clone();
+        let fail = |e: crate::dcs::DcsError| {
+            CtlError::Failed(format!("etcd unreachable ({endpoints}): {e}"))
+        };
+        let view = d.etcd.read_cluster(&d.rt, deadline).map_err(fail)?;
+        let raw = d.etcd.read_raw(&d.rt, "members/", deadline).map_err(fail)?;
+        let raw_members = raw
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let name = k.strip_prefix("members/")?.to_string();
+                match serde_json::from_slice::<serde_json::Value>(&v) {
+                    Ok(serde_json::Value::Object(o)) => Some((name, o)),
+                    _ => None,
+                }
+            })
+            .collect();
+        let leader_lease_ttl = match &view.leader {
+            Some(k) if k.lease != 0 => d
+                .etcd
+                .lease_ttl(&d.rt, k.lease, deadline)
+                .ok()
+                .and_then(|p| p.ttl),
+            _ => None,
+        };
+        Ok(Snapshot {
+            scope,
+            view,
+            raw_members,
+            leader_lease_ttl,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

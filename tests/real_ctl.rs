@@ -1,0 +1,425 @@
+//! `tenure ctl` against a running three-node cluster (issue 9): what `list`,
+//! `topology`, `history`, `show-config` and `version` print with `--json` is what
+//! the cluster is — the leader in `list` is the node whose `/primary` answers 200,
+//! the lag numbers are those the member keys and the `status` key give, the
+//! config is the `config` key, the versions come from every member's API. A
+//! second, crafted scope in the same etcd (no agent runs there) shows the
+//! history and garbled keys as stored. The refusals that must send nothing
+//! (an unknown member, a switchover not confirmed) leave the leader key as it was.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tenure::testbed::cluster::TestCluster;
+use tenure::testbed::etcdkv;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tenure");
+
+/// `tenure ctl --config FILE ARGS...` with `stdin` fed to it.
+fn ctl_in(config: &Path, args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(BIN)
+        .arg("ctl")
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tenure ctl");
+    if let Some(mut i) = child.stdin.take() {
+        let _ = i.write_all(stdin.as_bytes());
+    }
+    child.wait_with_output().expect("tenure ctl output")
+}
+
+fn ctl(config: &Path, args: &[&str]) -> Output {
+    ctl_in(config, args, "")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Run ctl and parse its stdout as JSON; exit 0 required.
+fn ctl_json(config: &Path, args: &[&str]) -> Value {
+    let o = ctl(config, args);
+    assert_eq!(o.status.code(), Some(0), "{:?}: {}", args, text(&o));
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}", text(&o)))
+}
+
+/// Every member key (parsed) and the `status` optime, as stored.
+fn keys(c: &TestCluster) -> (Vec<(String, Value)>, Option<u64>) {
+    let mut members: Vec<(String, Value)> = c
+        .get_prefix("members/")
+        .expect("members")
+        .into_iter()
+        .map(|kv| {
+            let name = kv.key.rsplit('/').next().unwrap_or("").to_string();
+            (name, serde_json::from_str(&kv.value).unwrap_or(Value::Null))
+        })
+        .collect();
+    members.sort_by(|a, b| a.0.cmp(&b.0));
+    let optime = c
+        .get_key("status")
+        .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+        .and_then(|v| v["optime"].as_u64());
+    (members, optime)
+}
+
+#[test]
+fn real_ctl_reads_the_running_cluster() {
+    let mut c = common::bed("ctl", "read");
+    let p = common::settled(&mut c);
+    let leader = c.name(p).to_string();
+    let cfg = c.config_path(0).to_path_buf();
+    let (key_name, epoch) = c.leader_key().expect("leader key");
+    assert_eq!(key_name, leader);
+
+    // Every replica has published a position and the leader its optime.
+    let ready =
+        tenure::testbed::wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
+            let (m, optime) = keys(&c);
+            (m.len() == 3
+                && optime.is_some()
+                && m.iter()
+                    .all(|(_, v)| v["xlog_location"].as_u64().unwrap_or(0) > 0))
+            .then_some(())
+        });
+    assert!(
+        ready.is_some(),
+        "member positions and status never published{}",
+        c.logs_tail(30)
+    );
+
+    // list --json: the keys before and after agree, so the comparison is exact.
+    let mut compared = false;
+    for _ in 0..20 {
+        let before = keys(&c);
+        let list = ctl_json(&cfg, &["list", "--json"]);
+        let after = keys(&c);
+        if before != after {
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
+        }
+        let (members, optime) = before;
+        println!("tenure ctl list --json: {list}");
+        let primaries = c.primaries();
+        assert_eq!(primaries, vec![p], "one primary");
+        assert_eq!(list["scope"], c.opts.scope.as_str());
+        assert_eq!(list["leader"], leader.as_str(), "{list}");
+        assert_eq!(list["epoch"], epoch, "{list}");
+        assert_eq!(list["paused"], false);
+        let ttl = list["lease_ttl_left"].as_i64().expect("lease left");
+        assert!(ttl > 0 && ttl <= i64::from(c.opts.ttl) + 1, "{list}");
+        let rows = list["members"].as_array().expect("members");
+        assert_eq!(rows.len(), 3, "{list}");
+        let marked: Vec<&str> = rows
+            .iter()
+            .filter(|r| r["leader"] == true)
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        assert_eq!(
+            marked,
+            vec![leader.as_str()],
+            "the leader is the node /primary names"
+        );
+        let leader_xlog = members
+            .iter()
+            .find(|(n, _)| *n == leader)
+            .and_then(|(_, v)| v["xlog_location"].as_u64())
+            .expect("leader xlog");
+        let reference = optime.unwrap_or(0).max(leader_xlog);
+        for (name, v) in &members {
+            let row = rows
+                .iter()
+                .find(|r| r["name"] == name.as_str())
+                .unwrap_or_else(|| panic!("{name} missing from {list}"));
+            assert_eq!(row["epoch"], v["epoch"], "{name}");
+            assert_eq!(row["timeline"], v["timeline"], "{name}");
+            assert_eq!(row["state"], v["state"], "{name}");
+            let xlog = v["xlog_location"].as_u64().expect("xlog");
+            assert_eq!(row["xlog_location"], xlog, "{name}");
+            if *name == leader {
+                assert_eq!(row["role"], "Leader");
+                assert_eq!(row["lag_bytes"], 0);
+                assert_eq!(row["lease_ttl_left"], ttl);
+            } else {
+                assert_eq!(row["role"], "Replica", "{name}");
+                assert_eq!(row["lag_bytes"], reference.saturating_sub(xlog), "{name}");
+                assert_eq!(row["lease_ttl_left"], Value::Null);
+            }
+        }
+        compared = true;
+        break;
+    }
+    assert!(compared, "the member keys never held still for a read");
+
+    // The table, as an operator sees it (the README's example is one of these).
+    let o = ctl(&cfg, &["list"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let table = String::from_utf8_lossy(&o.stdout).into_owned();
+    println!("tenure ctl list:\n{table}");
+    let leader_line = table
+        .lines()
+        .find(|l| l.starts_with(&format!("| {leader} ")))
+        .unwrap_or_else(|| panic!("no row for {leader}:\n{table}"));
+    assert!(leader_line.contains("| Leader "), "{table}");
+    assert!(
+        table.starts_with(&format!("+ Cluster: {} (", c.opts.scope)),
+        "{table}"
+    );
+
+    // topology: the leader at the root, the two others under it.
+    let topo = ctl_json(&cfg, &["topology", "--json"]);
+    assert_eq!(topo["topology"].as_array().map(Vec::len), Some(1), "{topo}");
+    assert_eq!(topo["topology"][0]["name"], leader.as_str());
+    let mut reps: Vec<String> = topo["topology"][0]["replicas"]
+        .as_array()
+        .expect("replicas")
+        .iter()
+        .filter_map(|r| r["name"].as_str().map(str::to_string))
+        .collect();
+    reps.sort();
+    let mut others: Vec<String> = (0..3)
+        .filter(|&i| i != p)
+        .map(|i| c.name(i).to_string())
+        .collect();
+    others.sort();
+    assert_eq!(reps, others);
+
+    // show-config: the config key.
+    let shown = ctl_json(&cfg, &["show-config", "--json"]);
+    let stored: Value =
+        serde_json::from_str(&c.get_key("config").expect("config key")).expect("JSON");
+    assert_eq!(shown, stored);
+    assert_eq!(shown["ttl"], c.opts.ttl);
+
+    // version: ours, and every member's from its API.
+    let v = ctl_json(&cfg, &["version", "--json"]);
+    assert_eq!(v["ctl"], env!("CARGO_PKG_VERSION"));
+    let vm = v["members"].as_array().expect("members");
+    assert_eq!(vm.len(), 3, "{v}");
+    for m in vm {
+        assert_eq!(m["error"], Value::Null, "{v}");
+        assert_eq!(m["version"], env!("CARGO_PKG_VERSION"), "{v}");
+        let pg = m["server_version"].as_u64().expect("server_version");
+        assert!((150_000..160_000).contains(&pg), "{v}");
+    }
+
+    // Refusals that must send nothing: an unknown candidate, the leader as the
+    // candidate, a switchover not confirmed. The leader key stays as it was.
+    let o = ctl(&cfg, &["failover", "--candidate", "nosuch", "--force"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("unknown member \"nosuch\""),
+        "{}",
+        text(&o)
+    );
+    let o = ctl(&cfg, &["failover", "--candidate", &leader, "--force"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("already the leader"),
+        "{}",
+        text(&o)
+    );
+    let o = ctl_in(&cfg, &["switchover", "--candidate", &others[0]], "n\n");
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Are you sure"),
+        "{}",
+        text(&o)
+    );
+    let o = ctl(&cfg, &["switchover", "--leader", &others[0], "--force"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is not the leader"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        c.leader_key(),
+        Some((leader.clone(), epoch)),
+        "nothing was sent"
+    );
+
+    // edit-config: a ttl that breaks S6 is refused before anything is sent.
+    let o = ctl(&cfg, &["edit-config", "--set", "ttl=1", "--force"]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("ttl"),
+        "{}",
+        text(&o)
+    );
+    let after: Value =
+        serde_json::from_str(&c.get_key("config").expect("config key")).expect("JSON");
+    assert_eq!(after, stored, "the config key is unchanged");
+
+    crafted_scope(&c, &cfg);
+    removed_scope(&c, &cfg);
+}
+
+/// What `tenure ctl --help` and docs/operations.md say happens after `patronictl
+/// remove` (every key of the scope deleted in one txn): the leader fences, the
+/// rollback marker keeps every node from promoting until `tenure confirm-epoch`,
+/// then a leader is elected again.
+fn removed_scope(c: &TestCluster, cfg: &Path) {
+    let prefix = c.prefix();
+    common::etcdctl(c, &["del", "--prefix", &prefix]).expect("etcdctl del --prefix");
+    let fenced = tenure::testbed::wait_for(common::FAILOVER, Duration::from_millis(50), || {
+        c.primaries().is_empty().then_some(())
+    });
+    assert!(
+        fenced.is_some(),
+        "the leader did not fence{}",
+        c.logs_tail(30)
+    );
+    let marked = tenure::testbed::wait_for(common::FAILOVER, Duration::from_millis(100), || {
+        c.get_key("rollback").map(|_| ())
+    });
+    assert!(marked.is_some(), "no rollback marker{}", c.logs_tail(30));
+    // Two lease lengths: nobody takes the key, nobody promotes.
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_secs(2 * u64::from(c.opts.ttl)) {
+        assert_eq!(
+            c.try_leader_key().ok().flatten(),
+            None,
+            "a node took the key{}",
+            c.logs_tail(30)
+        );
+        assert!(
+            c.primaries().is_empty(),
+            "a node promoted{}",
+            c.logs_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let l = ctl_json(cfg, &["list", "--json"]);
+    assert_eq!(l["leader"], Value::Null, "{l}");
+    assert!(
+        l["rollback_marker"]
+            .as_str()
+            .is_some_and(|k| k.ends_with("/rollback")),
+        "{l}"
+    );
+    let o = ctl(cfg, &["list"]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(" Rollback marker set"),
+        "{}",
+        text(&o)
+    );
+    // The operator's confirmation lets the cluster elect a leader again.
+    let o = Command::new(BIN)
+        .args(["confirm-epoch", "--config"])
+        .arg(cfg)
+        .output()
+        .expect("confirm-epoch");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        c.wait_primary(common::FAILOVER).is_some(),
+        "no leader after confirm-epoch{}",
+        c.logs_tail(30)
+    );
+}
+
+/// A scope no agent runs: ctl shows what is stored, garbage included, and says
+/// there is no leader.
+fn crafted_scope(c: &TestCluster, cfg: &Path) {
+    let original = std::fs::read_to_string(cfg).expect("config");
+    let scope = "ctl-crafted";
+    let crafted: String = original
+        .lines()
+        .map(|l| {
+            if l.starts_with("scope = ") {
+                format!("scope = \"{scope}\"")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let path = c.dir().join("ctl-crafted.toml");
+    std::fs::write(&path, crafted).expect("write config");
+    let prefix = c
+        .prefix()
+        .replace(&format!("/{}/", c.opts.scope), &format!("/{scope}/"));
+    let put = |k: &str, v: &str| {
+        etcdkv::put(
+            &c.endpoints(),
+            &format!("{prefix}{k}"),
+            v,
+            Duration::from_secs(2),
+        )
+        .unwrap_or_else(|e| panic!("put {k}: {e}"))
+    };
+    put(
+        "history",
+        &json!([
+            [
+                1,
+                50_331_744u64,
+                "no recovery target specified",
+                "2026-12-01T10:00:00Z",
+                "pg-a"
+            ],
+            "garbage",
+            [
+                2,
+                4_294_967_336u64,
+                "switchover",
+                "2026-12-01T11:00:00Z",
+                "pg-b"
+            ]
+        ])
+        .to_string(),
+    );
+    put("members/pg-a", "not json at all");
+    put("config", r#"{"ttl": 9, "pause": true}"#);
+    let h = ctl_json(&path, &["history", "--json"]);
+    assert_eq!(
+        h,
+        json!([
+            {"timeline": 1, "lsn": 50_331_744u64, "lsn_text": "0/3000060",
+             "reason": "no recovery target specified", "timestamp": "2026-12-01T10:00:00Z",
+             "new_leader": "pg-a"},
+            {"timeline": 2, "lsn": 4_294_967_336u64, "lsn_text": "1/28",
+             "reason": "switchover", "timestamp": "2026-12-01T11:00:00Z", "new_leader": "pg-b"}
+        ])
+    );
+    let l = ctl_json(&path, &["list", "--json"]);
+    assert_eq!(l["leader"], Value::Null, "{l}");
+    assert_eq!(l["paused"], true, "{l}");
+    assert_eq!(l["members"][0]["name"], "pg-a", "{l}");
+    assert!(
+        l["members"][0]["problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("not JSON")),
+        "{l}"
+    );
+    let o = ctl(&path, &["list"]);
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        t.contains(" Maintenance mode: on") && t.contains(" No leader"),
+        "{}",
+        text(&o)
+    );
+    // A switchover needs a leader: refused, nothing sent.
+    let o = ctl(&path, &["switchover", "--force"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("has no leader"),
+        "{}",
+        text(&o)
+    );
+}
