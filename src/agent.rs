@@ -936,9 +936,30 @@ impl Agent {
                 self.cfg.dynamic = d;
                 self.core.set_timing(timing_of(&self.cfg));
                 self.follow_ttl_with_w();
+                self.status.config_refused = None;
+                self.status.pause = self.cfg.dynamic.pause;
+                if self.core.paused() != self.cfg.dynamic.pause {
+                    warn!(
+                        "maintenance mode {}: {}",
+                        if self.cfg.dynamic.pause { "on" } else { "off" },
+                        if self.cfg.dynamic.pause {
+                            "no automatic failover, no restart of a stopped PostgreSQL, no \
+                             rewind; the lease, the fence (S1) and the watchdog (S2) go on"
+                        } else {
+                            "automatic failover again"
+                        }
+                    );
+                }
+                self.core.set_pause(self.cfg.dynamic.pause);
             }
             Err(e) => {
-                error!("refusing the cluster's dynamic configuration (keeping the old values): {e}")
+                // Once per distinct value (`applied_config` below), in the log and in
+                // the status JSON's `config_refused` until a good value replaces it.
+                error!(
+                    "refusing the cluster's dynamic configuration {raw} (keeping the last \
+                     good values): {e}"
+                );
+                self.status.config_refused = Some(e);
             }
         }
         self.applied_config = Some(raw.clone());
@@ -1037,10 +1058,12 @@ impl Agent {
             released: self.core.released_epoch(),
             parse_error: None,
         };
-        let json = crate::dcs::encode_member_with(
-            &info,
-            vec![("timing", self.published_timing().to_json())],
-        );
+        let mut extra = vec![("timing", self.published_timing().to_json())];
+        if self.core.paused() {
+            // Every agent says it saw the pause (Patroni's status JSON `pause`).
+            extra.push(("pause", serde_json::Value::Bool(true)));
+        }
+        let json = crate::dcs::encode_member_with(&info, extra);
         let deadline = self.deadline(self.core.timing().retry_timeout);
         let me = self.cfg.name.clone();
         if self.etcd.is_none() {
@@ -1195,8 +1218,11 @@ impl Agent {
                     }
                 }
                 Action::Acquire => {
+                    // DESIGN §3 (pause): the txn also compares the `config` key's
+                    // revision this decision was made on.
+                    let seen = obs.cluster.as_ref().ok().map(|v| v.config_revision);
                     let out = match self.connect(deadline) {
-                        Some((etcd, rt)) => etcd.acquire(rt, &me, ttl, deadline),
+                        Some((etcd, rt)) => etcd.acquire_seen(rt, &me, ttl, seen, deadline),
                         None => AcquireOutcome::Failed("etcd unreachable".into()),
                     };
                     match &out {

@@ -2109,3 +2109,114 @@ fn a_required_guardian_that_died_releases_the_key() {
     assert!(c.leadership().is_none());
     assert!(c.refuses_leadership());
 }
+
+// ----- maintenance mode (pause), DESIGN §3 "Configuration" -------------------------
+
+/// The vacancy of `take_over`, seen by a paused pg2: the plan of that step.
+fn paused_vacancy_step(c: &mut Core, at: f64, pg_st: PgStatus) -> Plan {
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+    ];
+    let mut o = obs(view(20, None, members), pg_st);
+    o.leader_deleted_at = Some(t(at));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(at + 0.05),
+        ttl: None,
+        granted_ttl: None,
+        has_keys: false,
+    });
+    c.step(t(at + 0.1), &o)
+}
+
+#[test]
+fn a_paused_cluster_never_takes_the_vacant_key_and_resume_fails_over() {
+    let mut c = follower_with_poll(None);
+    c.set_pause(true);
+    // The leader's key expired (host crash), its lease is gone: normally pg2 races.
+    for i in 0..20 {
+        let p = paused_vacancy_step(
+            &mut c,
+            104.0 + f64::from(i),
+            pg(PgRole::Replica, 1000, None),
+        );
+        no_acquire_nor_promote(&p);
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+        assert!(
+            p.reason.to_string().contains("paused (maintenance mode)"),
+            "{}",
+            p.reason
+        );
+    }
+    // A stopped PostgreSQL stays stopped while paused (no standby start either).
+    let p = paused_vacancy_step(&mut c, 130.0, pg(PgRole::Stopped, 1000, None));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    // Resume: the same facts lead to the race at once, no other failover.
+    c.set_pause(false);
+    let p = paused_vacancy_step(&mut c, 131.0, pg(PgRole::Replica, 1000, None));
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+}
+
+#[test]
+fn a_paused_replica_neither_restarts_nor_rewinds_a_stopped_postgresql() {
+    let mut c = follower_with_poll(None);
+    c.set_pause(true);
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+    ];
+    let v = view(30, Some(key("pg1", 5, 0xA)), members);
+    let p = c.step(t(110.0), &obs(v.clone(), pg(PgRole::Stopped, 1000, None)));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(
+        p.reason
+            .to_string()
+            .contains("not starting the stopped PostgreSQL"),
+        "{}",
+        p.reason
+    );
+    c.set_pause(false);
+    let p = c.step(t(111.0), &obs(v, pg(PgRole::Stopped, 1000, None)));
+    assert_eq!(
+        p.actions,
+        vec![Action::StartJob(JobKind::StartReplica {
+            leader: "pg1".into()
+        })]
+    );
+}
+
+#[test]
+fn a_paused_leader_keeps_its_key_and_still_fences_by_f_minus_b() {
+    // S1 holds under a pause (unlike Patroni): no renewal by F - B is a fence.
+    let mut c = adopted_leader(100.0);
+    c.set_pause(true);
+    let v = view(11, Some(key("pg1", 5, 0xA)), vec![]);
+    // PostgreSQL stops while paused: not restarted, the key is not given up, even
+    // long past primary_start_timeout (renewals keep counting).
+    for i in 0..6 {
+        let at = 101.0 + f64::from(i) * 10.0;
+        let mut o = obs(v.clone(), pg(PgRole::Stopped, 500, None));
+        o.renewal = counted(0xA, at);
+        let p = c.step(t(at + 0.01), &o);
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| matches!(a, Action::StartJob(_) | Action::Fence)),
+            "{:?}",
+            p.actions
+        );
+        assert!(c.leadership().is_some());
+    }
+    // Renewals stop: at F - B the paused leader fences all the same.
+    let f = c.fence_deadline().expect("leading");
+    let b = timing30().demote_budget;
+    let at = f.sub(b).add(Duration::from_millis(1));
+    let p = c.step(at, &obs(v, pg(PgRole::Primary, 500, None)));
+    assert!(
+        p.actions.contains(&Action::Fence),
+        "{:?} {}",
+        p.actions,
+        p.reason
+    );
+}

@@ -128,7 +128,11 @@ fn usage_and_file_errors_have_their_codes() {
     let o = run(&["ctl", "--config", p.to_str().expect("utf8"), "list"]);
     let _ = std::fs::remove_dir_all(&d);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    assert!(stderr(&o).contains("api.username"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("api.password") && stderr(&o).contains("both or neither"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

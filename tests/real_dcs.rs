@@ -1097,3 +1097,59 @@ fn no_threads_are_started() {
     let new: Vec<_> = after.difference(&before).collect();
     assert!(new.is_empty(), "threads appeared during the burst: {new:?}");
 }
+
+/// DESIGN §3 (pause): the acquire txn compares the `config` key's mod revision the
+/// candidate decided on. A candidate that read the key before an operator's change
+/// (a `pause` written meanwhile) loses the race; one that read the current
+/// revision wins; with the key absent, revision 0 is "still absent". Also the
+/// compare-and-set `PATCH /config` stores with.
+#[test]
+fn a_stale_config_revision_loses_the_acquire() {
+    let b = bed("dcs-cfgrev");
+    let mut e = b.client(PREFIX);
+    // Absent config: the revision read is 0, and it still compares.
+    let first = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert_eq!((first.config.as_deref(), first.config_revision), (None, 0));
+    assert!(
+        e.put_config_cas(&b.rt, r#"{"ttl": 7}"#, None, in_ms(2000))
+            .expect("create config")
+    );
+    let seen = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert!(seen.config_revision > 0);
+    // The create-only write does not overwrite; a stale revision does not either.
+    assert!(
+        !e.put_config_cas(&b.rt, "{}", None, in_ms(2000))
+            .expect("cas")
+    );
+    // An operator pauses the cluster after the candidate read the key.
+    assert!(
+        e.put_config_cas(
+            &b.rt,
+            r#"{"ttl": 7, "pause": true}"#,
+            Some(seen.config_revision),
+            in_ms(2000)
+        )
+        .expect("cas")
+    );
+    assert!(
+        !e.put_config_cas(&b.rt, "{}", Some(seen.config_revision), in_ms(2000))
+            .expect("stale cas")
+    );
+    let stale = e.acquire_seen(&b.rt, "pg1", 5, Some(seen.config_revision), in_ms(2000));
+    assert_eq!(
+        stale,
+        AcquireOutcome::Lost,
+        "a stale config revision must lose"
+    );
+    assert!(
+        e.read_cluster(&b.rt, in_ms(2000))
+            .expect("read")
+            .leader
+            .is_none()
+    );
+    // Decided on the current revision: the race is won as usual.
+    let now = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    let (_, _, epoch) =
+        won(e.acquire_seen(&b.rt, "pg2", 5, Some(now.config_revision), in_ms(2000)));
+    assert!(epoch > now.config_revision);
+}

@@ -37,6 +37,7 @@ use crate::core::model::{PgReport, Tags};
 use crate::core::time::Instant;
 
 pub mod auth;
+pub mod cluster;
 pub mod fill;
 pub mod mgmt;
 pub mod server;
@@ -175,6 +176,13 @@ pub struct ApiStatus {
     pub fence_deadline: Option<Instant>,
     /// Start of the last loop iteration (refreshed per service call).
     pub last_iteration: Option<Instant>,
+    /// What `/cluster`, `/history` and `/config` answer from (the last read).
+    pub cluster: cluster::ClusterSnapshot,
+    /// The `config` key in force says `pause: true` (maintenance mode).
+    pub pause: bool,
+    /// Why the `config` key's current value was refused (the last good one is
+    /// kept), if it was.
+    pub config_refused: Option<String>,
 }
 
 impl ApiStatus {
@@ -712,7 +720,8 @@ fn replica_check(q: &Query, s: &ApiStatus) -> Verdict {
 }
 
 /// Patroni's `/liveness`: the loop ran within `ttl` (on a primary) or `2 × ttl`
-/// (elsewhere) of when it was due. Maintenance mode does not exist yet.
+/// (elsewhere) of when it was due. Unlike Patroni's, a pause does not make it 200:
+/// a stuck loop is as dangerous paused as not (the lease and S1 do not pause).
 fn liveness(s: &ApiStatus) -> Verdict {
     let ttl = Duration::from_secs(u64::from(s.ttl));
     let limit = if s.pg_running && s.pg_primary {
@@ -887,6 +896,9 @@ pub fn status_json(s: &ApiStatus, check: Option<&Verdict>) -> String {
     } else {
         m.insert("role".into(), json!(s.role));
     }
+    if s.pause {
+        m.insert("pause".into(), json!(true));
+    }
     if s.cluster_unlocked {
         m.insert("cluster_unlocked".into(), json!(true));
     }
@@ -924,6 +936,15 @@ pub fn status_json(s: &ApiStatus, check: Option<&Verdict>) -> String {
     t.insert("streaming".into(), json!(s.streaming));
     t.insert("sync_standby".into(), json!(s.sync_standby));
     t.insert("reason".into(), json!(s.reason));
+    t.insert("pause".into(), json!(s.pause));
+    // The cluster values in force (the `config` key's, once applied).
+    t.insert("ttl".into(), json!(s.ttl));
+    t.insert("loop_wait".into(), secs(s.loop_wait));
+    t.insert(
+        "maximum_lag_on_failover".into(),
+        json!(s.maximum_lag_on_failover),
+    );
+    t.insert("config_refused".into(), json!(s.config_refused));
     if let Some(c) = check {
         t.insert("check".into(), json!(c.why));
     }
@@ -953,6 +974,11 @@ pub fn respond(method: &Method, path: &str, query: &str, s: &ApiStatus, out: &mu
     } else {
         ""
     };
+    if mgmt::READ_PATHS.contains(&path) {
+        let (code, body) = cluster::answer(path, s);
+        write_response(code, &body, shape, extra, out);
+        return;
+    }
     let Some(ep) = endpoint(path) else {
         let body = json!({ "error": format!("no such endpoint: {}", truncate(path)) }).to_string();
         write_response(404, &body, shape, extra, out);

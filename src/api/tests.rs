@@ -676,7 +676,7 @@ fn unknown_paths_are_404_naming_them() {
         "/status",
         "/primary/",
         "//",
-        "/cluster",
+        "/clusters",
         "/Primary",
         "",
     ] {

@@ -33,6 +33,11 @@ impl Core {
             p.again = true;
             return Reason::Acquiring("bootstrapped the cluster; taking the leader key".into());
         }
+        // Maintenance mode: no automatic failover, and a stopped PostgreSQL stays
+        // stopped (the standby start below is a restart).
+        if let Some(held) = self.held_by_pause("taking the vacant leader key") {
+            return held;
+        }
         // A stopped node with data starts as a standby with no upstream so it can
         // publish a live position.
         match (&obs.pg.data, obs.pg.role) {

@@ -217,6 +217,13 @@ impl Core {
                 Reason::Other(format!("cloning from leader {} with pg_basebackup", k.name))
             }
             (_, PgRole::Stopped) => {
+                if let Some(held) = self.held_by_pause(if self.needs_rewind {
+                    "rewinding or starting the stopped PostgreSQL"
+                } else {
+                    "starting the stopped PostgreSQL"
+                }) {
+                    return held;
+                }
                 if self.needs_rewind {
                     if lm.info.role != "primary" || !lm.info.pg_healthy {
                         return Reason::Waiting(format!(
@@ -258,7 +265,9 @@ impl Core {
                         k.name
                     ));
                 }
-                if let Some(why) = self.diverged(now, obs, view, &lm.info) {
+                if let Some(why) = self.diverged(now, obs, view, &lm.info)
+                    && !self.paused
+                {
                     // DESIGN §3a: rewind whenever the local WAL ran past the switch
                     // point. A replica that kept streaming from a frozen old primary
                     // can hold WAL the new timeline never had; it would never stream

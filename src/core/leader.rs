@@ -104,6 +104,16 @@ impl Core {
                     Reason::Promoting { epoch: l.epoch }
                 }
             }
+            (PgRole::Stopped, _) | (PgRole::Unresponsive, _) if self.paused => {
+                // Maintenance mode: keep the key (renewals and S1 go on), neither
+                // restart PostgreSQL nor give the key up; `primary_start_timeout`
+                // counts from the resume.
+                l.down_since = None;
+                self.held_by_pause(
+                    "restarting PostgreSQL or giving up the leader key (leader with the lock)",
+                )
+                .unwrap_or_else(|| Reason::Waiting("paused".into()))
+            }
             (PgRole::Stopped, _) | (PgRole::Unresponsive, _) => {
                 let since = *l.down_since.get_or_insert(now);
                 if now.since(since) > self.timing.primary_start_timeout {

@@ -24,6 +24,7 @@ mod follow;
 mod leader;
 mod lease;
 pub mod model;
+mod pause;
 mod sync;
 pub mod time;
 mod vacancy;
@@ -145,6 +146,9 @@ pub struct Core {
     /// `B_g` while the guardian process is this node's fence (DESIGN §2 "The
     /// guardian"); `None`: no guardian (a device, systemd's watchdog, or no fence).
     guardian: Option<Duration>,
+    /// Maintenance mode (`pause` in the `config` key): health-driven actions are
+    /// held back (`pause`); S1–S4 are not.
+    paused: bool,
 }
 
 impl Core {
@@ -177,6 +181,7 @@ impl Core {
             max_leader_ttl_seen: 0,
             watchdog_fence: None,
             guardian: None,
+            paused: false,
         }
     }
 

@@ -189,6 +189,9 @@ pub struct ClusterView {
     pub history: Vec<HistoryEntry>,
     /// The raw `config` key (parsed and validated by the shell, not the core).
     pub config: Option<String>,
+    /// The `config` key's mod revision (0: absent). The acquire txn compares it, so
+    /// a candidate that missed a change (a pause) cannot take the key.
+    pub config_revision: i64,
     /// An operator's `confirm_epoch` (garbage is logged by the shell and left out).
     pub confirm_epoch: Option<ConfirmEpoch>,
     /// The `sync` key: `Err` names what is wrong with a value another writer left

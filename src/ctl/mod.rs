@@ -20,7 +20,6 @@ mod verbs;
 
 use std::ffi::OsString;
 use std::fmt;
-use std::path::Path;
 use std::time::Duration;
 
 use tokio::runtime::Runtime;
@@ -120,7 +119,11 @@ where
     // A timing violation in the node's own file is a file problem here (exit 3).
     let cfg =
         Config::load(&inv.config).map_err(|e: ConfigError| CtlError::Config(e.to_string()))?;
-    let creds = credentials(&inv.config)?;
+    // `Config::load` already checked `[api] username`/`password` (both or neither).
+    let creds = cfg.api.auth.as_ref().map(|a| Credentials {
+        username: a.username.clone(),
+        password: a.password.clone(),
+    });
     let mut ctx = Ctx {
         cfg,
         creds,
@@ -128,46 +131,6 @@ where
         dcs: None,
     };
     verbs::run(&mut ctx)
-}
-
-/// `[api] username` and `password` of the file, read on their own so ctl works
-/// with files written before those keys existed. Both or neither.
-pub fn credentials(path: &Path) -> Result<Option<Credentials>, CtlError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CtlError::Config(format!("{}: {e}", path.display())))?;
-    credentials_from(path, &text)
-}
-
-pub fn credentials_from(path: &Path, text: &str) -> Result<Option<Credentials>, CtlError> {
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| CtlError::Config(format!("{}: {e}", path.display())))?;
-    let api = match table.get("api") {
-        Some(toml::Value::Table(t)) => t,
-        _ => return Ok(None),
-    };
-    let field = |k: &str| -> Result<Option<String>, CtlError> {
-        match api.get(k) {
-            None => Ok(None),
-            Some(toml::Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(CtlError::Config(format!(
-                "{}: api.{k}: expected a string",
-                path.display()
-            ))),
-        }
-    };
-    match (field("username")?, field("password")?) {
-        (Some(username), Some(password)) => Ok(Some(Credentials { username, password })),
-        (None, None) => Ok(None),
-        (Some(_), None) => Err(CtlError::Config(format!(
-            "{}: api.username is set but api.password is not",
-            path.display()
-        ))),
-        (None, Some(_)) => Err(CtlError::Config(format!(
-            "{}: api.password is set but api.username is not",
-            path.display()
-        ))),
-    }
 }
 
 /// etcd, connected on first use.

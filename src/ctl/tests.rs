@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use super::CtlError;
 use super::args::{self, Command, RoleFilter};
 use super::http::{self, Credentials};
 use super::render::{self, Snapshot};
 use super::verbs;
-use super::{CtlError, credentials_from};
 use crate::core::model::{
     ClusterView, HistoryEntry, Initialize, LeaderKey, Member, MemberInfo, SyncKey,
 };
@@ -638,27 +638,6 @@ fn edit_config_is_checked_against_s6_for_every_member() {
     );
     // A bad value is refused too.
     assert!(verbs::check_timing(&cfg, r#"{"ttl": "ten"}"#, &[]).is_err());
-}
-
-#[test]
-fn credentials_both_or_neither() {
-    let p = Path::new("f.toml");
-    assert_eq!(credentials_from(p, "scope = \"x\"\n"), Ok(None));
-    assert_eq!(
-        credentials_from(p, "[api]\nusername = \"a\"\npassword = \"b\"\n"),
-        Ok(Some(Credentials {
-            username: "a".into(),
-            password: "b".into()
-        }))
-    );
-    match credentials_from(p, "[api]\nusername = \"a\"\n") {
-        Err(CtlError::Config(e)) => assert!(e.contains("api.password"), "{e}"),
-        other => panic!("{other:?}"),
-    }
-    match credentials_from(p, "[api]\npassword = 3\n") {
-        Err(CtlError::Config(e)) => assert!(e.contains("api.password: expected a string")),
-        other => panic!("{other:?}"),
-    }
 }
 
 #[test]

@@ -321,6 +321,7 @@ impl Etcd {
                         self.warn_once("config", "value is not UTF-8");
                     }
                     view.config = Some(String::from_utf8_lossy(item.value()).into_owned());
+                    view.config_revision = item.mod_revision();
                 }
                 _ => {
                     if let Some(name) = rel.strip_prefix(b"members/") {
@@ -453,19 +454,40 @@ impl Etcd {
         ttl: u32,
         deadline: Instant,
     ) -> AcquireOutcome {
+        self.acquire_seen(rt, me, ttl, None, deadline)
+    }
+
+    /// [`Etcd::acquire`], and only if the `config` key's mod revision is still
+    /// `config_revision` (0: the key is absent), the one the candidate decided on:
+    /// a node that missed a change of `config` (a pause) loses the race (DESIGN §3).
+    pub fn acquire_seen(
+        &mut self,
+        rt: &Runtime,
+        me: &str,
+        ttl: u32,
+        config_revision: Option<i64>,
+        deadline: Instant,
+    ) -> AcquireOutcome {
         let granted_at = clock::now();
         let (lease, granted_ttl) = match self.grant(rt, ttl, deadline) {
             Ok(g) => g,
             Err(e) => return AcquireOutcome::Failed(e.0),
         };
         let key = self.key("leader");
-        let txn = Txn::new()
-            .when(vec![Compare::version(key.clone(), CompareOp::Equal, 0)])
-            .and_then(vec![TxnOp::put(
-                key,
-                me,
-                Some(PutOptions::new().with_lease(lease)),
-            )]);
+        let mut when = vec![Compare::version(key.clone(), CompareOp::Equal, 0)];
+        if let Some(rev) = config_revision {
+            // A missing key compares as mod revision 0.
+            when.push(Compare::mod_revision(
+                self.key("config"),
+                CompareOp::Equal,
+                rev,
+            ));
+        }
+        let txn = Txn::new().when(when).and_then(vec![TxnOp::put(
+            key,
+            me,
+            Some(PutOptions::new().with_lease(lease)),
+        )]);
         let mut kv = self.client.kv_client();
         match bounded(rt, deadline, "acquire txn on leader", kv.txn(txn)) {
             Ok(resp) if resp.succeeded() => match txn_put_revision(&resp) {
