@@ -21,7 +21,7 @@
 //! - `patroni_standby_leader`, `patroni_quorum_standby`,
 //!   `patroni_postgres_in_archive_recovery`, `patroni_failsafe_mode_is_active` are
 //!   always 0 (tenure has no standby clusters, quorum commit, archive recovery or
-//!   failsafe mode); `patroni_pending_restart` is 0 (tenure does not track it).
+//!   failsafe mode).
 //! - `patroni_postgres_state` is left out: its values are indexes into Patroni's
 //!   own enum, which has no stable meaning outside Patroni.
 
@@ -181,43 +181,13 @@ fn padded_version(v: &str) -> f64 {
 }
 
 /// Seconds since the Unix epoch of a timestamp as the probe prints it
-/// (`2024-05-01 10:00:00.123456+00:00`, PostgreSQL's text form: the offset may be
-/// `+HH`, `+HH:MM` or `+HH:MM:SS`); `None` if it does not read as one.
+/// (`2024-05-01 10:00:00.123456+00:00`); `None` if it does not read as one.
+/// `clock::parse_timestamp` reads it (one parser for every timestamp; it does not
+/// allocate).
 pub fn epoch_seconds(ts: &str) -> Option<f64> {
-    let ts = ts.trim();
-    let (date, rest) = ts.split_once(' ').or_else(|| ts.split_once('T'))?;
-    let mut d = date.splitn(3, '-');
-    let y: i64 = d.next()?.parse().ok()?;
-    let mo: i64 = d.next()?.parse().ok()?;
-    let da: i64 = d.next()?.parse().ok()?;
-    let off_at = rest.find(['+', '-']).unwrap_or(rest.len());
-    let (time, off) = rest.split_at(off_at);
-    let mut t = time.splitn(3, ':');
-    let h: i64 = t.next()?.parse().ok()?;
-    let mi: i64 = t.next()?.parse().ok()?;
-    let s: f64 = t.next()?.parse().ok()?;
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) || h > 24 || mi > 59 || s >= 61.0 {
-        return None;
-    }
-    let offset = if off.is_empty() {
-        0
-    } else {
-        let sign = if off.starts_with('-') { -1 } else { 1 };
-        let mut o = off[1..].splitn(3, ':');
-        let oh: i64 = o.next()?.parse().ok()?;
-        let om: i64 = o.next().map_or(Some(0), |m| m.parse().ok())?;
-        let os: i64 = o.next().map_or(Some(0), |m| m.parse().ok())?;
-        sign * (oh * 3600 + om * 60 + os)
-    };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let yy = if mo <= 2 { y - 1 } else { y };
-    let era = yy.div_euclid(400);
-    let yoe = yy - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + da - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some((days * 86_400 + h * 3600 + mi * 60 - offset) as f64 + s)
+    crate::clock::parse_timestamp(ts)
+        .ok()
+        .map(|d| d.as_secs_f64())
 }
 
 /// The body of a scrape, appended to `out`.
@@ -583,7 +553,7 @@ pub fn render(s: &ApiStatus, out: &mut Vec<u8>) {
     o.gauge(
         "patroni_pending_restart",
         "Value is 1 if the node needs a restart, 0 otherwise.",
-        0.0,
+        b(s.pg_running && s.report.pending_restart),
     );
     o.gauge(
         "patroni_is_paused",
@@ -723,6 +693,7 @@ mod tests {
     fn every_family_has_help_then_type_once_before_its_samples() {
         let mut s = primary();
         s.cluster.sync_standby = Some("pg2".into());
+        s.report.pending_restart = true;
         let text = body(&s);
         let mut seen: Vec<(String, String)> = Vec::new();
         let lines: Vec<&str> = text.lines().collect();
@@ -777,6 +748,7 @@ mod tests {
         let one = |n: &str| samples(&text, n)[0].rsplit(' ').next().unwrap().to_string();
         assert_eq!(one("patroni_version"), "100"); // 0.1.0 -> 000100
         assert_eq!(one("patroni_primary"), "1");
+        assert_eq!(one("patroni_pending_restart"), "1");
         assert_eq!(one("patroni_xlog_location"), "123456");
         assert_eq!(one("patroni_postmaster_start_time"), "1767261600.5");
         assert_eq!(one("tenure_epoch"), "73");
