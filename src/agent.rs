@@ -31,6 +31,7 @@ use crate::watchdog::{Device, Notifier, WatchdogError};
 mod cluster_config;
 mod guardian_hooks;
 mod intents;
+mod manage;
 mod switchover;
 
 /// The cluster "read" of an iteration cut short past `F - B` after its renewal.
@@ -131,6 +132,8 @@ struct Agent {
     wd: Watchdogs,
     /// The guardian, where it is the fence (DESIGN §2, `guardian_hooks`).
     guardian: guardian_hooks::GuardianSlot,
+    /// The operator's restart and reinitialize (`manage`).
+    ops: manage::OperatorJobs,
 }
 
 /// Run the agent until a clean shutdown. Errors are start-up failures; once the loop
@@ -286,6 +289,7 @@ impl Agent {
             state_file,
             wd,
             guardian,
+            ops: manage::OperatorJobs::default(),
             config_path: config_path.to_path_buf(),
             cfg,
         })
@@ -353,6 +357,8 @@ impl Agent {
             let tick = now >= self.next_tick || self.core.renew_now();
             if now >= self.next_tick {
                 let lw = self.core.timing().loop_wait;
+                let late = now.since(self.next_tick);
+                self.status.metrics.loop_lateness.observe(late);
                 self.next_tick = self.next_tick.add(lw);
                 if self.next_tick <= now {
                     // INVARIANT: ticks stay on a fixed grid unless we fell a whole period
@@ -362,6 +368,7 @@ impl Agent {
                         now.since(self.next_tick).as_secs_f64()
                     );
                     self.next_tick = now.add(lw);
+                    self.status.metrics.schedule_overruns += 1;
                 }
             }
             // S5: stalls are lease loss. CLOCK_BOOTTIME counts through suspend; a
@@ -462,6 +469,7 @@ impl Agent {
             self.check_iteration_budget(iteration_start, tick);
             // The API's write intents deferred because a deadline was near.
             self.carry_out_intents();
+            self.run_scheduled_restart();
             if exit {
                 self.stop_guardian();
                 self.wd.notifier.stopping();
@@ -539,6 +547,7 @@ impl Agent {
         self.etcd = None;
         let n = self.cfg.etcd.endpoints.len().max(1);
         self.endpoint = (self.endpoint + 1) % n;
+        self.status.metrics.endpoint_switched(self.endpoint);
         debug!(
             "etcd: switching to endpoint {}",
             self.cfg.etcd.endpoints[self.endpoint]
@@ -588,6 +597,7 @@ impl Agent {
             };
         if took > budget {
             self.budget_overruns += 1;
+            self.status.metrics.iteration_overruns += 1;
             warn!(
                 "iteration took {:.3} s, over its budget of {:.3} s (P{}; {} so far)",
                 took.as_secs_f64(),
@@ -694,35 +704,37 @@ impl Agent {
     }
 
     fn reload(&mut self) {
-        match Config::load(&self.config_path) {
-            Ok(new) => {
-                if new.name != self.cfg.name || new.scope != self.cfg.scope {
-                    error!("SIGHUP: name and scope cannot change at runtime; reload refused");
-                    return;
-                }
-                // S6 against what is armed (issue 8 finding 4): the new M, B, P with
-                // the timing in force and the watchdogs in use, before anything moves.
-                let mut t = self.cfg.timing.clone();
-                t.safety_margin = new.timing.safety_margin;
-                t.demote_budget = new.timing.demote_budget;
-                t.iteration_budget = new.timing.iteration_budget;
-                if let Err(e) = self.timing_fits_node(&t) {
-                    error!("SIGHUP: reload refused, keeping the running configuration: {e}");
-                    return;
-                }
-                info!(
-                    "SIGHUP: configuration reloaded from {}",
-                    self.config_path.display()
-                );
-                self.cfg.timing = t;
-                self.core.set_timing(timing_of(&self.cfg));
-                self.guardian_reloaded(&new);
-                self.api.set_auth(new.api.auth.clone());
-                self.cfg.api.auth = new.api.auth;
-                self.applied_config = None; // re-apply the cluster's config with new local values
-            }
+        match self.reload_config() {
+            Ok(()) => info!(
+                "SIGHUP: configuration reloaded from {}",
+                self.config_path.display()
+            ),
             Err(e) => error!("SIGHUP: reload refused, keeping the running configuration: {e}"),
         }
+    }
+
+    /// The configuration file again (SIGHUP, `POST /reload`): the new `M`, `B`, `P`
+    /// checked with S6 against what is armed before anything moves. `Err`: why it
+    /// was refused; nothing changed then.
+    fn reload_config(&mut self) -> Result<(), String> {
+        let new = Config::load(&self.config_path).map_err(|e| e.to_string())?;
+        if new.name != self.cfg.name || new.scope != self.cfg.scope {
+            return Err("name and scope cannot change at runtime".into());
+        }
+        // S6 against what is armed (issue 8 finding 4): the new M, B, P with
+        // the timing in force and the watchdogs in use, before anything moves.
+        let mut t = self.cfg.timing.clone();
+        t.safety_margin = new.timing.safety_margin;
+        t.demote_budget = new.timing.demote_budget;
+        t.iteration_budget = new.timing.iteration_budget;
+        self.timing_fits_node(&t)?;
+        self.cfg.timing = t;
+        self.core.set_timing(timing_of(&self.cfg));
+        self.guardian_reloaded(&new);
+        self.api.set_auth(new.api.auth.clone());
+        self.cfg.api.auth = new.api.auth;
+        self.applied_config = None; // re-apply the cluster's config with new local values
+        Ok(())
     }
 
     fn observe(&mut self, now: Instant, tick: bool) -> Observation {
@@ -742,6 +754,9 @@ impl Agent {
                         outcome: RenewalOutcome::Failed("etcd unreachable".into()),
                     },
                 };
+                let counted = matches!(r.outcome, RenewalOutcome::Counted { .. });
+                let rtt = clock::now().since(r.sent_at);
+                self.status.metrics.renewal(counted, rtt);
                 if matches!(r.outcome, RenewalOutcome::Failed(_)) {
                     // The read below already tries the next member.
                     self.switch_endpoint();
@@ -834,6 +849,7 @@ impl Agent {
             } else {
                 error!("{kind:?} failed: {detail}");
             }
+            self.operator_job_ended(kind, *ok, detail);
             // A job that changed the data directory: probe again for the new state.
             pg = self.pg.probe(pg_deadline);
         }
@@ -1070,6 +1086,7 @@ impl Agent {
             parse_error: None,
         };
         let mut extra = vec![("timing", self.published_timing().to_json())];
+        extra.extend(self.operator_member_fields(pg.report.pending_restart));
         if self.core.paused() {
             // Every agent says it saw the pause (Patroni's status JSON `pause`).
             extra.push(("pause", serde_json::Value::Bool(true)));
@@ -1279,12 +1296,14 @@ impl Agent {
                                 );
                             }
                             self.pending.promoted = Some(true);
+                            self.status.metrics.promotion(true);
                             self.write_epoch(epoch);
                             self.append_history(obs, epoch);
                         }
                         Err(e) => {
                             error!("promote failed: {e}");
                             self.pending.promoted = Some(false);
+                            self.status.metrics.promotion(false);
                         }
                     }
                 }
@@ -1300,13 +1319,18 @@ impl Agent {
                 Action::Fence => {
                     self.slots = None;
                     let b = self.cfg.timing.demote_budget;
-                    let fence_deadline = clock::now().add(b);
+                    let fence_start = clock::now();
+                    let fence_deadline = fence_start.add(b);
                     warn!(
                         "fencing PostgreSQL (SIGQUIT to the postmaster; budget {:.1} s)",
                         b.as_secs_f64()
                     );
                     let out = self.pg.fence(fence_deadline);
                     info!("fence: {out:?}");
+                    let took = clock::now().since(fence_start);
+                    self.status
+                        .metrics
+                        .fence(out == FenceOutcome::Complete, took);
                     if out == FenceOutcome::Complete {
                         // S2: once no process of the primary remains, a pet proves
                         // nothing and harms nothing; systemd must not wait for the next

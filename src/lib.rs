@@ -9,6 +9,7 @@ pub mod dcs;
 pub mod demo;
 pub mod guardian;
 pub mod logging;
+pub mod metrics;
 pub mod pg;
 pub mod testbed;
 pub mod watchdog;

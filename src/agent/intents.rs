@@ -48,7 +48,12 @@ impl Agent {
                     None => continue,
                 }
             } else {
-                self.carry_out(intent)
+                match self.carry_out_operator(ticket, intent) {
+                    super::manage::Handled::Now(r) => r,
+                    // Answered when the job it started ends.
+                    super::manage::Handled::Later => continue,
+                    super::manage::Handled::NotMine(intent) => self.carry_out(intent),
+                }
             };
             if !self.api.complete(ticket, &resp) {
                 log::debug!("api: the client left before its answer ({})", resp.code);
@@ -65,6 +70,13 @@ impl Agent {
                 .request_failover(None, f)
                 .unwrap_or_else(|| Response::text(202, "queued")),
             Intent::CancelSwitchover => self.cancel_switchover(),
+            // `manage` takes these before this match (`carry_out_operator`).
+            Intent::Restart(_)
+            | Intent::CancelRestart
+            | Intent::Reload
+            | Intent::Reinitialize { .. } => {
+                Response::text(500, "not carried out: no handler in the loop")
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::ApiStatus;
 use crate::config::Config;
 use crate::core::Core;
-use crate::core::model::{Lsn, Observation, PgRole, PgStatus, SyncMode, Tags};
+use crate::core::model::{Job, JobKind, Lsn, Observation, PgRole, PgStatus, SyncMode, Tags};
 use crate::core::time::Instant;
 
 /// The tags this node publishes (member key, status JSON, `?tag_` matching).
@@ -40,6 +40,10 @@ pub fn initial(cfg: &Config) -> ApiStatus {
         ttl: cfg.timing.ttl,
         loop_wait: cfg.timing.loop_wait,
         primary_min_remaining: cfg.api.primary_min_remaining,
+        metrics: crate::metrics::Metrics {
+            etcd_endpoints: cfg.etcd.endpoints.clone(),
+            ..crate::metrics::Metrics::default()
+        },
         ..ApiStatus::default()
     }
 }
@@ -90,6 +94,18 @@ pub fn update(
         _ => "unknown",
     };
     s.state = pg_state(pg.role).into();
+    if let Job::Running {
+        kind: JobKind::Restart { .. },
+        ..
+    } = &obs.job
+    {
+        // An operator's restart (Patroni's state): whatever the probe caught on the
+        // way down or up, nothing routes here until the job ended.
+        s.state = "restarting".into();
+        s.pg_running = false;
+        s.pg_primary = false;
+        s.streaming = false;
+    }
     s.timeline = pg.timeline;
     s.lsn = pg.lsn;
     s.report.clone_from(&pg.report);
@@ -139,4 +155,6 @@ pub fn refresh(s: &mut ApiStatus, core: &Core, now: Instant, last_iteration: Opt
     s.fence_deadline = core.fence_deadline();
     s.holds_leader_key = core.leadership().is_some();
     s.last_iteration = last_iteration;
+    s.horizon = core.horizon();
+    s.lease_ttl = core.leadership().map(|l| l.ttl);
 }

@@ -26,6 +26,8 @@ use serde_json::{Map, Value, json};
 use super::{ApiStatus, Head, Method, Shape, endpoint, truncate, write_typed};
 use crate::config::ApiAuth;
 
+pub mod manage;
+
 /// Largest request body accepted (a `config` value with PostgreSQL parameters fits
 /// many times over); larger is 413. Each connection's buffer holds a head and this.
 pub const MAX_BODY: usize = 32 * 1024;
@@ -117,6 +119,15 @@ pub enum Intent {
     Failover(switchover::FailoverIntent),
     /// `DELETE /switchover`: delete a scheduled request.
     CancelSwitchover,
+    /// `POST /restart` ([`manage`]): now, as a supervised job the loop answers for
+    /// when it ends, or at its `schedule`.
+    Restart(manage::RestartRequest),
+    /// `DELETE /restart`: cancel the scheduled restart.
+    CancelRestart,
+    /// `POST /reload`: the agent's configuration file, then PostgreSQL's.
+    Reload,
+    /// `POST /reinitialize`: move this replica's data aside, clone the leader.
+    Reinitialize { force: bool },
 }
 
 /// A handler's answer.
@@ -187,13 +198,37 @@ pub static WRITE_ROUTES: &[WriteRoute] = &[
         body: BodyRule::Required,
         handler: switchover::post_failover,
     },
+    WriteRoute {
+        method: Method::Post,
+        path: "/restart",
+        body: BodyRule::Optional,
+        handler: manage::post_restart,
+    },
+    WriteRoute {
+        method: Method::Delete,
+        path: "/restart",
+        body: BodyRule::Optional,
+        handler: manage::delete_restart,
+    },
+    WriteRoute {
+        method: Method::Post,
+        path: "/reload",
+        body: BodyRule::Optional,
+        handler: manage::post_reload,
+    },
+    WriteRoute {
+        method: Method::Post,
+        path: "/reinitialize",
+        body: BodyRule::Optional,
+        handler: manage::post_reinitialize,
+    },
 ];
 
 /// Read endpoints that are not health checks (answered by [`super::respond`]).
 pub const READ_PATHS: &[&str] = &["/cluster", "/history", "/config"];
 
 fn readable(path: &str) -> bool {
-    endpoint(path).is_some() || READ_PATHS.contains(&path)
+    endpoint(path).is_some() || READ_PATHS.contains(&path) || path == "/metrics"
 }
 
 /// What the server does once a write request's head is complete.

@@ -39,6 +39,7 @@ use crate::core::time::Instant;
 pub mod auth;
 pub mod cluster;
 pub mod fill;
+pub mod metrics;
 pub mod mgmt;
 pub mod server;
 
@@ -176,6 +177,9 @@ pub struct ApiStatus {
     pub fence_deadline: Option<Instant>,
     /// Start of the last loop iteration (refreshed per service call).
     pub last_iteration: Option<Instant>,
+    /// Patroni's `scheduled_restart` (`{"schedule": ..., conditions}`), while one
+    /// is scheduled (`POST /restart` with `schedule`).
+    pub scheduled_restart: Option<Value>,
     /// What `/cluster`, `/history` and `/config` answer from (the last read).
     pub cluster: cluster::ClusterSnapshot,
     /// The `config` key in force says `pause: true` (maintenance mode).
@@ -183,6 +187,13 @@ pub struct ApiStatus {
     /// Why the `config` key's current value was refused (the last good one is
     /// kept), if it was.
     pub config_refused: Option<String>,
+    /// The horizon `H` of this node's leadership (refreshed per service call).
+    pub horizon: Option<Instant>,
+    /// The TTL etcd granted for this node's lease, while it leads (refreshed per
+    /// service call).
+    pub lease_ttl: Option<u32>,
+    /// The agent's counters and histograms (`GET /metrics`).
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl ApiStatus {
@@ -903,6 +914,13 @@ pub fn status_json(s: &ApiStatus, check: Option<&Verdict>) -> String {
         m.insert("cluster_unlocked".into(), json!(true));
     }
     m.insert("dcs_last_seen".into(), json!(s.dcs_last_seen));
+    // Patroni's: present only when set.
+    if s.report.pending_restart {
+        m.insert("pending_restart".into(), json!(true));
+    }
+    if let Some(r) = &s.scheduled_restart {
+        m.insert("scheduled_restart".into(), r.clone());
+    }
     let mut tags = Map::new();
     tags.insert("nofailover".into(), json!(s.tags.nofailover));
     if s.tags.noloadbalance {
@@ -974,6 +992,10 @@ pub fn respond(method: &Method, path: &str, query: &str, s: &ApiStatus, out: &mu
     } else {
         ""
     };
+    if path == "/metrics" {
+        metrics::respond(s, shape, extra, out);
+        return;
+    }
     if mgmt::READ_PATHS.contains(&path) {
         let (code, body) = cluster::answer(path, s);
         write_response(code, &body, shape, extra, out);

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::{Intent, Reply, WriteRequest, field_str, only_fields};
 use crate::api::ApiStatus;
-use crate::dcs::parse_rfc3339;
+use crate::clock::TimestampError;
 
 /// Which endpoint asked (Patroni's `action`): it words the answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,26 +156,25 @@ fn post(mut action: Action, req: &WriteRequest<'_>, s: &ApiStatus) -> Reply {
     }
 }
 
-/// Patroni's `parse_schedule`, for RFC 3339: without an offset 400 (the time
-/// zone is mandatory), unparseable 422.
+/// Patroni's `parse_schedule` (ISO 8601 / RFC 3339 through
+/// [`crate::clock::parse_timestamp`], as everything an operator sends): without an
+/// offset 400 (the time zone is mandatory), unparseable 422.
 fn schedule(t: &str, action: Action) -> Result<f64, Reply> {
-    if let Some(secs) = parse_rfc3339(t) {
-        return Ok(secs);
-    }
-    if parse_rfc3339(&format!("{}Z", t.trim())).is_some() {
-        return Err(Reply::now(
+    match crate::clock::parse_timestamp(t) {
+        Ok(d) => Ok(d.as_secs_f64()),
+        Err(TimestampError::NoTimezone) => Err(Reply::now(
             400,
             format!(
                 "Timezone information is mandatory for the scheduled {}",
                 action.word()
             ),
-        ));
+        )),
+        Err(TimestampError::Unparsable) => Err(Reply::now(
+            422,
+            "Unable to parse scheduled timestamp. It should be in an unambiguous format, \
+             e.g. ISO 8601 (2026-12-01T10:00:00+01:00)",
+        )),
     }
-    Err(Reply::now(
-        422,
-        "Unable to parse scheduled timestamp. It should be in an unambiguous format, \
-         e.g. ISO 8601 (RFC 3339 with an offset: 2026-12-01T10:00:00+01:00)",
-    ))
 }
 
 /// Patroni's `is_failover_possible` from the last cluster read, with the reason a
