@@ -376,7 +376,7 @@ impl Agent {
                 if self.next_tick <= now {
                     // INVARIANT: ticks stay on a fixed grid unless we fell a whole period
                     // behind, which is an overrun worth saying out loud.
-                    crate::events::emit(&crate::events::Event::DeadlineOverrun {
+                    self.deadline_overrun(crate::events::Event::DeadlineOverrun {
                         what: "renewal schedule",
                         took: now.since(self.next_tick),
                         budget: Duration::ZERO,
@@ -403,7 +403,7 @@ impl Agent {
                 }
                 let limit = self.core.timing().loop_wait + self.cfg.timing.iteration_budget;
                 if gap > limit + self.core.timing().loop_wait {
-                    crate::events::emit(&crate::events::Event::DeadlineOverrun {
+                    self.deadline_overrun(crate::events::Event::DeadlineOverrun {
                         what: "stall between iterations",
                         took: gap,
                         budget: limit,
@@ -609,7 +609,7 @@ impl Agent {
             };
         if took > budget {
             self.budget_overruns += 1;
-            crate::events::emit(&crate::events::Event::DeadlineOverrun {
+            self.deadline_overrun(crate::events::Event::DeadlineOverrun {
                 what: if tick {
                     "iteration (P + R)"
                 } else {
@@ -618,6 +618,8 @@ impl Agent {
                 took,
                 budget,
             });
+        } else {
+            self.on_time();
         }
     }
 

@@ -34,6 +34,11 @@ pub(super) struct EventState {
     sync_degraded: bool,
     /// The last release marker seen, for `SWITCHOVER_COMPLETED`.
     release: Option<ReleaseMarker>,
+    /// The epoch `LEASE_LOST` named, for the `FENCED` that follows in the same
+    /// iteration (the core has already dropped the leadership by then).
+    fence_epoch: Option<Epoch>,
+    /// The last iteration overran: a run of overruns is said once, when it starts.
+    overrunning: bool,
 }
 
 /// The agent's hook runner for `cfg`.
@@ -75,6 +80,7 @@ impl Agent {
             && plan.actions.contains(&Action::Fence)
             && !self.shutdown
         {
+            self.ev.fence_epoch = Some(epoch);
             events::emit(&Event::LeaseLost {
                 epoch,
                 why: plan.reason.to_string(),
@@ -189,7 +195,7 @@ impl Agent {
     /// a complete fence runs the `on_role_change replica` hook (no primary runs here
     /// any more).
     pub(super) fn fence_events(&mut self, out: &FenceOutcome, took: Duration, budget: Duration) {
-        let epoch = self.ev.led;
+        let epoch = self.ev.fence_epoch.take().or(self.ev.led);
         if *out == FenceOutcome::Complete && took <= budget {
             events::emit(&Event::Fenced {
                 epoch,
@@ -214,6 +220,23 @@ impl Agent {
     pub(super) fn handed_over_hook(&mut self) {
         self.hooks
             .fire(HookAction::RoleChange, "replica", crate::clock::now());
+    }
+
+    /// A deadline overrun (an iteration over `P`, the schedule a period behind, a
+    /// stall): `DEADLINE_OVERRUN` when a run of them starts, the rest at debug (an
+    /// etcd outage makes every iteration wait out its timeouts).
+    pub(super) fn deadline_overrun(&mut self, ev: Event) {
+        if self.ev.overrunning {
+            log::debug!("{}", ev.line(&self.cfg.scope, &self.cfg.name));
+        } else {
+            self.ev.overrunning = true;
+            events::emit(&ev);
+        }
+    }
+
+    /// An iteration within its budget ends a run of overruns.
+    pub(super) fn on_time(&mut self) {
+        self.ev.overrunning = false;
     }
 
     /// Reap or kill hooks; on every wake-up of the loop (never waits).
