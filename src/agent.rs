@@ -484,6 +484,7 @@ impl Agent {
             // The API's write intents deferred because a deadline was near.
             self.carry_out_intents();
             if exit {
+                self.hooks.finish();
                 self.stop_guardian();
                 self.wd.notifier.stopping();
                 info!("exiting");

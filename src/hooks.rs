@@ -245,6 +245,20 @@ impl Hooks {
         }
     }
 
+    /// At a clean exit (the loop is over: no lease, no primary): let the running
+    /// hook (an `on_stop`, say) finish until its deadline, then kill its group.
+    /// Bounded by `[hooks] timeout`.
+    pub fn finish(&mut self) {
+        while let Some(deadline) = self.deadline() {
+            let now = crate::clock::now();
+            self.service(now);
+            if now >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20).min(now.until(deadline)));
+        }
+    }
+
     /// When the loop must wake to kill the running hook.
     pub fn deadline(&self) -> Option<Instant> {
         self.running.as_ref().map(|r| r.deadline)
@@ -356,6 +370,36 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(!alive(gc), "the hook's process group was killed");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn finish_lets_a_hook_end_but_not_past_its_deadline() {
+        let dir = crate::testbed::scratch_dir("hooks-finish").expect("scratch");
+        let out = dir.join("out");
+        let cfg = HooksConfig {
+            on_stop: Some(sh(&format!("sleep 0.2; echo \"$1\" > {}", out.display()))),
+            timeout: Duration::from_secs(5),
+            ..HooksConfig::default()
+        };
+        let mut h = Hooks::new(cfg, "demo");
+        h.fire(HookAction::Stop, "replica", crate::clock::now());
+        h.finish();
+        assert_eq!(
+            std::fs::read_to_string(&out).expect("the hook finished"),
+            "on_stop\n"
+        );
+        let cfg = HooksConfig {
+            on_stop: Some(sh("sleep 1000")),
+            timeout: Duration::from_millis(200),
+            ..HooksConfig::default()
+        };
+        let mut h = Hooks::new(cfg, "demo");
+        let t0 = crate::clock::now();
+        h.fire(HookAction::Stop, "replica", t0);
+        h.finish();
+        assert!(h.deadline().is_none(), "killed at the deadline");
+        assert!(crate::clock::now().since(t0) < Duration::from_secs(5));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

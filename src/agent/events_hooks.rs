@@ -239,6 +239,15 @@ impl Agent {
         self.ev.overrunning = false;
     }
 
+    /// The `on_restart` / `on_reload` hooks, for the loop's restart and reload of
+    /// PostgreSQL (the management endpoints, issue 10 branch `pgm`), called once
+    /// the restart or reload succeeded.
+    #[allow(dead_code)] // until the restart/reload intents land (branch pgm)
+    pub(super) fn pg_hook(&mut self, action: HookAction) {
+        let role = self.role_name();
+        self.hooks.fire(action, role, crate::clock::now());
+    }
+
     /// Reap or kill hooks; on every wake-up of the loop (never waits).
     pub(super) fn service_hooks(&mut self) {
         self.hooks.service(crate::clock::now());
