@@ -723,7 +723,9 @@ impl Agent {
         match Config::load(&self.config_path) {
             Ok(new) => {
                 if new.name != self.cfg.name || new.scope != self.cfg.scope {
-                    config_refused("SIGHUP: name and scope cannot change at runtime".into());
+                    config_refused(
+                        "SIGHUP: name and scope cannot change at runtime; reload refused".into(),
+                    );
                     return;
                 }
                 // S6 against what is armed (issue 8 finding 4): the new M, B, P with
@@ -733,7 +735,9 @@ impl Agent {
                 t.demote_budget = new.timing.demote_budget;
                 t.iteration_budget = new.timing.iteration_budget;
                 if let Err(e) = self.timing_fits_node(&t) {
-                    config_refused(format!("SIGHUP: keeping the running configuration: {e}"));
+                    config_refused(format!(
+                        "SIGHUP: reload refused, keeping the running configuration: {e}"
+                    ));
                     return;
                 }
                 info!(
@@ -749,7 +753,9 @@ impl Agent {
                 self.cfg.hooks = new.hooks;
                 self.applied_config = None; // re-apply the cluster's config with new local values
             }
-            Err(e) => config_refused(format!("SIGHUP: keeping the running configuration: {e}")),
+            Err(e) => config_refused(format!(
+                "SIGHUP: reload refused, keeping the running configuration: {e}"
+            )),
         }
     }
 
@@ -996,7 +1002,10 @@ impl Agent {
                 // the status JSON's `config_refused` until a good value replaces it.
                 crate::events::emit(&crate::events::Event::ConfigRefused {
                     source: "config key",
-                    error: format!("{e} (keeping the last good values; refused value {raw})"),
+                    error: format!(
+                        "refusing the cluster's dynamic configuration {raw} (keeping the last \
+                         good values): {e}"
+                    ),
                 });
                 self.status.config_refused = Some(e);
             }
