@@ -2,7 +2,9 @@
 #
 # One build profile everywhere: `dev` (its dependencies are opt-level 2, see
 # Cargo.toml). `make build`, `make demo` and `make test` share target/debug, so
-# nothing is compiled twice.
+# no dependency is compiled twice; only the tenure crate itself is built both
+# without the `testbed` feature (build, demo) and with it (test: its
+# dev-dependency turns it on; docs/packaging.md).
 
 CARGO     ?= cargo
 TENURE    := target/debug/tenure

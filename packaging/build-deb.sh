@@ -3,9 +3,10 @@
 # tools (dpkg-deb, dpkg-shlibdeps); no debhelper tree, no cargo-deb to compile
 # (docs/packaging.md says why).
 #
-# Usage: packaging/build-deb.sh BINARY VERSION OUTDIR
+# Usage: packaging/build-deb.sh [--test-build] BINARY VERSION OUTDIR
 #   `make deb` passes target/release/tenure; tests/real_package.rs passes the
-#   binary `make test` built. Prints the path of the .deb it wrote.
+#   binary `make test` built, with --test-build (it carries the test bed, which a
+#   package refuses otherwise: packaging/lib.sh). Prints the path of the .deb it wrote.
 source "$(dirname "$0")/lib.sh"
 args "$@"
 

@@ -3,8 +3,8 @@
 # package has it); no cargo-generate-rpm to compile (docs/packaging.md says why).
 # The files and paths are the .deb's (packaging/lib.sh stages both).
 #
-# Usage: packaging/build-rpm.sh BINARY VERSION OUTDIR
-#   Prints the path of the .rpm it wrote.
+# Usage: packaging/build-rpm.sh [--test-build] BINARY VERSION OUTDIR
+#   As build-deb.sh. Prints the path of the .rpm it wrote.
 source "$(dirname "$0")/lib.sh"
 args "$@"
 

@@ -14,12 +14,25 @@ die() {
     exit 1
 }
 
-# args BINARY VERSION OUTDIR: sets BIN, VERSION, OUTDIR (absolute), REV (from the
-# binary's own --version, so the package says what it carries).
+# args [--test-build] BINARY VERSION OUTDIR: sets BIN, VERSION, OUTDIR (absolute),
+# REV (from the binary's own --version, so the package says what it carries).
+# The binary must not carry the test bed (check-no-testbed.sh): what `make deb` and
+# `make rpm` ship never does. --test-build lifts that for tests/real_package.rs,
+# which packages the binary `make test` built, with the `testbed` feature on
+# (docs/packaging.md, "The test bed", says what differs).
 args() {
-    [ $# = 3 ] || die "usage: $(basename "$0") BINARY VERSION OUTDIR"
+    local test_build=0
+    if [ "${1:-}" = --test-build ]; then
+        test_build=1
+        shift
+    fi
+    [ $# = 3 ] || die "usage: $(basename "$0") [--test-build] BINARY VERSION OUTDIR"
     BIN=$1 VERSION=$2 OUTDIR=$3
     [ -x "$BIN" ] || die "$BIN: not an executable file"
+    if [ "$test_build" = 0 ]; then
+        "$SRC/packaging/check-no-testbed.sh" "$BIN" \
+            || die "refusing to package $BIN: it carries the test bed (--test-build packages a test build)"
+    fi
     [[ $VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+([~+.][0-9A-Za-z.~+]*)?$ ]] \
         || die "$VERSION: not a version like 0.1.0"
     local said

@@ -32,6 +32,7 @@ mod cluster_config;
 mod events_hooks;
 mod guardian_hooks;
 mod intents;
+mod manage;
 mod switchover;
 
 /// The cluster "read" of an iteration cut short past `F - B` after its renewal.
@@ -136,6 +137,8 @@ struct Agent {
     ev: events_hooks::EventState,
     /// `[hooks]`: children reaped and killed on the loop's wake-ups, never waited on.
     hooks: crate::hooks::Hooks,
+    /// The operator's restart and reinitialize (`manage`).
+    ops: manage::OperatorJobs,
 }
 
 /// Run the agent until a clean shutdown. Errors are start-up failures; once the loop
@@ -292,6 +295,7 @@ impl Agent {
             guardian,
             ev: events_hooks::EventState::default(),
             hooks: events_hooks::hooks(&cfg),
+            ops: manage::OperatorJobs::default(),
             config_path: config_path.to_path_buf(),
             cfg,
         })
@@ -483,6 +487,7 @@ impl Agent {
             self.check_iteration_budget(iteration_start, tick);
             // The API's write intents deferred because a deadline was near.
             self.carry_out_intents();
+            self.run_scheduled_restart();
             if exit {
                 self.hooks.finish();
                 self.stop_guardian();
@@ -720,43 +725,41 @@ impl Agent {
     }
 
     fn reload(&mut self) {
-        match Config::load(&self.config_path) {
-            Ok(new) => {
-                if new.name != self.cfg.name || new.scope != self.cfg.scope {
-                    config_refused(
-                        "SIGHUP: name and scope cannot change at runtime; reload refused".into(),
-                    );
-                    return;
-                }
-                // S6 against what is armed (issue 8 finding 4): the new M, B, P with
-                // the timing in force and the watchdogs in use, before anything moves.
-                let mut t = self.cfg.timing.clone();
-                t.safety_margin = new.timing.safety_margin;
-                t.demote_budget = new.timing.demote_budget;
-                t.iteration_budget = new.timing.iteration_budget;
-                if let Err(e) = self.timing_fits_node(&t) {
-                    config_refused(format!(
-                        "SIGHUP: reload refused, keeping the running configuration: {e}"
-                    ));
-                    return;
-                }
-                info!(
-                    "SIGHUP: configuration reloaded from {}",
-                    self.config_path.display()
-                );
-                self.cfg.timing = t;
-                self.core.set_timing(timing_of(&self.cfg));
-                self.guardian_reloaded(&new);
-                self.api.set_auth(new.api.auth.clone());
-                self.cfg.api.auth = new.api.auth;
-                self.hooks.set_config(new.hooks.clone());
-                self.cfg.hooks = new.hooks;
-                self.applied_config = None; // re-apply the cluster's config with new local values
-            }
+        match self.reload_config() {
+            Ok(()) => info!(
+                "SIGHUP: configuration reloaded from {}",
+                self.config_path.display()
+            ),
             Err(e) => config_refused(format!(
                 "SIGHUP: reload refused, keeping the running configuration: {e}"
             )),
         }
+    }
+
+    /// The configuration file again (SIGHUP, `POST /reload`): the new `M`, `B`, `P`
+    /// checked with S6 against what is armed before anything moves. `Err`: why it
+    /// was refused; nothing changed then.
+    fn reload_config(&mut self) -> Result<(), String> {
+        let new = Config::load(&self.config_path).map_err(|e| e.to_string())?;
+        if new.name != self.cfg.name || new.scope != self.cfg.scope {
+            return Err("name and scope cannot change at runtime".into());
+        }
+        // S6 against what is armed (issue 8 finding 4): the new M, B, P with
+        // the timing in force and the watchdogs in use, before anything moves.
+        let mut t = self.cfg.timing.clone();
+        t.safety_margin = new.timing.safety_margin;
+        t.demote_budget = new.timing.demote_budget;
+        t.iteration_budget = new.timing.iteration_budget;
+        self.timing_fits_node(&t)?;
+        self.cfg.timing = t;
+        self.core.set_timing(timing_of(&self.cfg));
+        self.guardian_reloaded(&new);
+        self.api.set_auth(new.api.auth.clone());
+        self.cfg.api.auth = new.api.auth;
+        self.hooks.set_config(new.hooks.clone());
+        self.cfg.hooks = new.hooks;
+        self.applied_config = None; // re-apply the cluster's config with new local values
+        Ok(())
     }
 
     fn observe(&mut self, now: Instant, tick: bool) -> Observation {
@@ -868,6 +871,7 @@ impl Agent {
             } else {
                 error!("{kind:?} failed: {detail}");
             }
+            self.operator_job_ended(kind, *ok, detail);
             // A job that changed the data directory: probe again for the new state.
             pg = self.pg.probe(pg_deadline);
         }
@@ -1107,6 +1111,7 @@ impl Agent {
             parse_error: None,
         };
         let mut extra = vec![("timing", self.published_timing().to_json())];
+        extra.extend(self.operator_member_fields(pg.report.pending_restart));
         if self.core.paused() {
             // Every agent says it saw the pause (Patroni's status JSON `pause`).
             extra.push(("pause", serde_json::Value::Bool(true)));

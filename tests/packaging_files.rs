@@ -1,7 +1,8 @@
 //! The files the packages ship agree with each other (issue 11; docs/packaging.md):
 //! the template unit is the plain unit but for its Description= and ExecStart=,
-//! the group the units and the udev rule name is the one sysusers.d creates, and
-//! the man page covers every subcommand `tenure --help` lists. Pure: reads the
+//! the group the units and the udev rule name is the one sysusers.d creates, the
+//! man page covers every subcommand `tenure --help` lists, and the test bed stays
+//! out of what the packages ship (the `testbed` feature). Pure: reads the
 //! source tree and runs the built binary. The installed packages are checked by
 //! tests/real_package.rs.
 
@@ -115,4 +116,111 @@ fn the_man_page_covers_every_subcommand() {
     }
     assert!(man.starts_with(".\\\"") || man.starts_with(".TH"), "roff");
     assert!(man.contains(".TH TENURE 8"), "section 8");
+}
+
+/// packaging/testbed-markers.txt: `(source file, string)`.
+fn test_bed_markers() -> Vec<(String, String)> {
+    let markers: Vec<(String, String)> = read("packaging/testbed-markers.txt")
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (file, s) = l
+                .split_once('\t')
+                .unwrap_or_else(|| panic!("no tab: {l:?}"));
+            (file.to_string(), s.to_string())
+        })
+        .collect();
+    assert!(markers.len() >= 4, "{markers:?}");
+    markers
+}
+
+/// `packaging/check-no-testbed.sh BINARY`: its exit code and stderr.
+fn check_no_testbed(binary: &str) -> (Option<i32>, String) {
+    let o = Command::new(format!("{SRC}/packaging/check-no-testbed.sh"))
+        .arg(binary)
+        .output()
+        .expect("run check-no-testbed.sh");
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Issue 11: the test bed's test-only parts are a feature nothing but the tests,
+/// examples and benches turn on, so `cargo build` (and `make build`, `make demo`,
+/// `make deb`, `make rpm`) builds the binary without them.
+#[test]
+fn the_test_bed_is_a_feature_only_tests_turn_on() {
+    let manifest: toml::Value = toml::from_str(&read("Cargo.toml")).expect("Cargo.toml");
+    let features = manifest["features"].as_table().expect("[features]");
+    assert!(features.contains_key("testbed"), "{features:?}");
+    let default: Vec<&str> = features
+        .get("default")
+        .and_then(|d| d.as_array())
+        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        !default.iter().any(|f| f.contains("testbed")),
+        "a default feature would put the test bed back into the shipped binary: {default:?}"
+    );
+    // Turned on for tests, examples and benches by the dev-dependency on itself.
+    let me = &manifest["dev-dependencies"]["tenure"];
+    assert_eq!(me["path"].as_str(), Some("."), "{me:?}");
+    assert!(
+        me["features"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|v| v.as_str() == Some("testbed"))),
+        "{me:?}"
+    );
+    // Nothing is skipped without the feature: a test cannot compile to nothing.
+    for kind in ["bin", "test", "example", "bench"] {
+        for t in manifest
+            .get(kind)
+            .and_then(|t| t.as_array())
+            .into_iter()
+            .flatten()
+        {
+            assert!(t.get("required-features").is_none(), "[[{kind}]] {t:?}");
+        }
+    }
+}
+
+/// The markers `make deb`/`make rpm` look for are still what the test bed's parts
+/// compile in: each one is in its source file and in the binary this run built,
+/// which has the feature (a dev-dependency turns it on for the whole test build),
+/// and the check finds every one of them there. A binary without the test bed
+/// passes it.
+#[test]
+fn the_test_bed_markers_are_found_where_the_test_bed_is() {
+    let bin = env!("CARGO_BIN_EXE_tenure");
+    let (code, said) = check_no_testbed(bin);
+    assert_eq!(code, Some(1), "the test build carries the test bed: {said}");
+    for (file, s) in test_bed_markers() {
+        assert!(read(&file).contains(&s), "{s:?} is not in {file} any more");
+        assert!(
+            said.contains(&format!("\"{s}\"")),
+            "{s:?} not found in {bin}: {said}"
+        );
+    }
+    let (code, said) = check_no_testbed("/bin/true");
+    assert_eq!(code, Some(0), "{said}");
+}
+
+/// A package is never built from a binary with the test bed unless the caller says
+/// it is a test build (tests/real_package.rs does): `make deb` and `make rpm` would
+/// refuse a release binary the test bed came back into.
+#[test]
+fn a_package_refuses_a_binary_with_the_test_bed() {
+    let bin = env!("CARGO_BIN_EXE_tenure");
+    let out = std::env::temp_dir().join(format!("tenure-pkg-refuse-{}", std::process::id()));
+    for script in ["build-deb.sh", "build-rpm.sh"] {
+        let o = Command::new(format!("{SRC}/packaging/{script}"))
+            .args([bin, env!("CARGO_PKG_VERSION"), &out.display().to_string()])
+            .output()
+            .expect("run the packaging script");
+        let said = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{script} packaged the test build");
+        assert!(said.contains("refusing to package"), "{script}: {said}");
+        assert!(!out.exists(), "{script} wrote {}", out.display());
+    }
 }

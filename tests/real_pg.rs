@@ -642,6 +642,54 @@ fn fence_during_pg_ctl_start_leaves_nothing_running() {
     assert!(n.pids().unwrap().is_empty());
 }
 
+/// S1 through an operator's restart (issue 9): a fence that lands after the
+/// restart's `pg_ctl stop` exited successfully, before the loop polled the job,
+/// must not let the job go on to its `pg_ctl start`. Before the fix the next poll
+/// saw the stop's success and started PostgreSQL again after the fence.
+#[test]
+fn a_fence_between_a_restarts_stop_and_start_aborts_the_start() {
+    let (mut g, _c) = one_node("pg-fence-restart");
+    let n = &mut g.nodes[0];
+    run_job(n, JobKind::StartPrimary, None, secs(60));
+    probe_until(n, secs(10), "primary", |s| s.role == PgRole::Primary);
+    n.start_job(
+        &JobKind::Restart {
+            start_timeout: None,
+        },
+        None,
+        clock::now(),
+    )
+    .unwrap();
+    let stop = n.job_pid().expect("pg_ctl stop runs");
+    // The stop finishes (PostgreSQL gone, pg_ctl exited), unpolled.
+    let t0 = clock::now();
+    while running(stop) || n.postmaster_pid().is_some() {
+        assert!(
+            clock::now().since(t0) < secs(30),
+            "the fast stop did not end"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(n.fence(clock::now().add(secs(3))), FenceOutcome::Complete);
+    match n.poll_job(clock::now()) {
+        Job::Finished {
+            ok: false, detail, ..
+        } => {
+            assert!(detail.contains("fence"), "{detail}")
+        }
+        other => panic!("the aborted restart reports failure, got {other:?}"),
+    }
+    // Long enough for a start to be up and answering.
+    std::thread::sleep(secs(3));
+    assert_eq!(
+        n.postmaster_pid(),
+        None,
+        "PostgreSQL started after the fence"
+    );
+    assert_eq!(n.pids().unwrap(), Vec::<u32>::new());
+    assert_eq!(n.poll_job(clock::now()), Job::Idle);
+}
+
 /// DESIGN §1 step 4 and §3a, issue 8 finding 7, end to end with a real PostgreSQL 15
 /// and the real core: a leader's postmaster dies (SIGKILL) while a backend holds a
 /// transaction and keeps running; then the agent is told to shut down. The probe

@@ -239,10 +239,8 @@ impl Agent {
         self.ev.overrunning = false;
     }
 
-    /// The `on_restart` / `on_reload` hooks, for the loop's restart and reload of
-    /// PostgreSQL (the management endpoints, issue 10 branch `pgm`), called once
-    /// the restart or reload succeeded.
-    #[allow(dead_code)] // until the restart/reload intents land (branch pgm)
+    /// The `on_restart` / `on_reload` hooks, after the operator's restart or reload
+    /// of PostgreSQL succeeded (`manage`).
     pub(super) fn pg_hook(&mut self, action: HookAction) {
         let role = self.role_name();
         self.hooks.fire(action, role, crate::clock::now());

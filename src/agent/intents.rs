@@ -40,7 +40,12 @@ impl Agent {
                      retry on another member",
                 )
             } else {
-                self.carry_out(intent)
+                match self.carry_out_operator(ticket, intent) {
+                    super::manage::Handled::Now(r) => r,
+                    // Answered when the job it started ends.
+                    super::manage::Handled::Later => continue,
+                    super::manage::Handled::NotMine(intent) => self.carry_out(intent),
+                }
             };
             if !self.api.complete(ticket, &resp) {
                 log::debug!("api: the client left before its answer ({})", resp.code);
@@ -53,6 +58,13 @@ impl Agent {
         match intent {
             Intent::PatchConfig(patch) => self.write_config(Some(patch), None),
             Intent::PutConfig(value) => self.write_config(None, Some(value)),
+            // `manage` takes these before this match (`carry_out_operator`).
+            Intent::Restart(_)
+            | Intent::CancelRestart
+            | Intent::Reload
+            | Intent::Reinitialize { .. } => {
+                Response::text(500, "not carried out: no handler in the loop")
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::ApiStatus;
 use crate::config::Config;
 use crate::core::Core;
-use crate::core::model::{Lsn, Observation, PgRole, PgStatus, SyncMode, Tags};
+use crate::core::model::{Job, JobKind, Lsn, Observation, PgRole, PgStatus, SyncMode, Tags};
 use crate::core::time::Instant;
 
 /// The tags this node publishes (member key, status JSON, `?tag_` matching).
@@ -90,6 +90,18 @@ pub fn update(
         _ => "unknown",
     };
     s.state = pg_state(pg.role).into();
+    if let Job::Running {
+        kind: JobKind::Restart { .. },
+        ..
+    } = &obs.job
+    {
+        // An operator's restart (Patroni's state): whatever the probe caught on the
+        // way down or up, nothing routes here until the job ended.
+        s.state = "restarting".into();
+        s.pg_running = false;
+        s.pg_primary = false;
+        s.streaming = false;
+    }
     s.timeline = pg.timeline;
     s.lsn = pg.lsn;
     s.report.clone_from(&pg.report);

@@ -26,6 +26,8 @@ use serde_json::{Map, Value, json};
 use super::{ApiStatus, Head, Method, Shape, endpoint, truncate, write_typed};
 use crate::config::ApiAuth;
 
+pub mod manage;
+
 /// Largest request body accepted (a `config` value with PostgreSQL parameters fits
 /// many times over); larger is 413. Each connection's buffer holds a head and this.
 pub const MAX_BODY: usize = 32 * 1024;
@@ -111,6 +113,15 @@ pub enum Intent {
     PatchConfig(Map<String, Value>),
     /// `PUT /config`: the whole value, with the same checks.
     PutConfig(Map<String, Value>),
+    /// `POST /restart` ([`manage`]): now, as a supervised job the loop answers for
+    /// when it ends, or at its `schedule`.
+    Restart(manage::RestartRequest),
+    /// `DELETE /restart`: cancel the scheduled restart.
+    CancelRestart,
+    /// `POST /reload`: the agent's configuration file, then PostgreSQL's.
+    Reload,
+    /// `POST /reinitialize`: move this replica's data aside, clone the leader.
+    Reinitialize { force: bool },
 }
 
 /// A handler's answer.
@@ -162,6 +173,30 @@ pub static WRITE_ROUTES: &[WriteRoute] = &[
         path: "/config",
         body: BodyRule::Required,
         handler: put_config,
+    },
+    WriteRoute {
+        method: Method::Post,
+        path: "/restart",
+        body: BodyRule::Optional,
+        handler: manage::post_restart,
+    },
+    WriteRoute {
+        method: Method::Delete,
+        path: "/restart",
+        body: BodyRule::Optional,
+        handler: manage::delete_restart,
+    },
+    WriteRoute {
+        method: Method::Post,
+        path: "/reload",
+        body: BodyRule::Optional,
+        handler: manage::post_reload,
+    },
+    WriteRoute {
+        method: Method::Post,
+        path: "/reinitialize",
+        body: BodyRule::Optional,
+        handler: manage::post_reinitialize,
     },
 ];
 

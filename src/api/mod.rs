@@ -176,6 +176,9 @@ pub struct ApiStatus {
     pub fence_deadline: Option<Instant>,
     /// Start of the last loop iteration (refreshed per service call).
     pub last_iteration: Option<Instant>,
+    /// Patroni's `scheduled_restart` (`{"schedule": ..., conditions}`), while one
+    /// is scheduled (`POST /restart` with `schedule`).
+    pub scheduled_restart: Option<Value>,
     /// What `/cluster`, `/history` and `/config` answer from (the last read).
     pub cluster: cluster::ClusterSnapshot,
     /// The `config` key in force says `pause: true` (maintenance mode).
@@ -903,6 +906,13 @@ pub fn status_json(s: &ApiStatus, check: Option<&Verdict>) -> String {
         m.insert("cluster_unlocked".into(), json!(true));
     }
     m.insert("dcs_last_seen".into(), json!(s.dcs_last_seen));
+    // Patroni's: present only when set.
+    if s.report.pending_restart {
+        m.insert("pending_restart".into(), json!(true));
+    }
+    if let Some(r) = &s.scheduled_restart {
+        m.insert("scheduled_restart".into(), r.clone());
+    }
     let mut tags = Map::new();
     tags.insert("nofailover".into(), json!(s.tags.nofailover));
     if s.tags.noloadbalance {

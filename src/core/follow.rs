@@ -213,6 +213,10 @@ impl Core {
                         k.name
                     ));
                 }
+                // A fresh copy of the leader has nothing to rewind (a former
+                // primary reinitialized by the operator, `core::manage`).
+                self.needs_rewind = false;
+                self.rewind_failures = 0;
                 p.push(Action::StartJob(JobKind::Basebackup {
                     from: k.name.clone(),
                 }));

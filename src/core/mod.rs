@@ -23,6 +23,7 @@ mod fence;
 mod follow;
 mod leader;
 mod lease;
+mod manage;
 pub mod model;
 mod pause;
 mod switchover;
@@ -36,6 +37,7 @@ use model::*;
 use time::Instant;
 
 pub use lease::Leadership;
+pub use manage::job_name;
 pub use switchover::{Handover, HandoverPhase};
 pub use sync::sync_names_for;
 use vacancy::{LeaseTrack, Vacancy};

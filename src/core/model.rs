@@ -441,6 +441,9 @@ pub struct PgReport {
     /// (`usename`, `application_name`, `client_addr`, `state`, `sync_state`,
     /// `sync_priority`), as PostgreSQL rendered it.
     pub replication_json: Option<String>,
+    /// `pg_settings.pending_restart` is set for some parameter (Patroni's
+    /// `pending_restart`; `POST /restart`'s `restart_pending` condition).
+    pub pending_restart: bool,
 }
 
 impl PgStatus {
@@ -503,6 +506,18 @@ pub enum JobKind {
     /// (`StartReplica { leader: "" }` starts a standby with no upstream: it replays
     /// its own WAL so it can publish a position while no leader exists.)
     Stop,
+    /// An operator's restart (`POST /restart`, `Core::restart_job`): a fast stop,
+    /// then a start with the files as they are, so a primary starts again as a
+    /// primary under the same leadership and a standby as a standby.
+    /// `start_timeout`: `pg_ctl start -t`, in seconds (the request's `timeout`).
+    Restart {
+        start_timeout: Option<u32>,
+    },
+    /// An operator's reinitialize (`POST /reinitialize`, `Core::reinitialize_job`)
+    /// of a replica: a fast stop if PostgreSQL runs, then the data directory is
+    /// moved aside (never deleted, DESIGN §3a); the follower then finds it empty and
+    /// clones the leader afresh (`Basebackup`).
+    Reinitialize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -402,67 +402,13 @@ fn split_set(kv: &str) -> Result<(String, String), String> {
 /// without an offset is refused rather than guessed (the members' clocks decide
 /// when it happens, and their time zone may not be ours).
 pub fn check_timestamp(t: &str) -> Result<(), String> {
-    let bad = || {
+    // The agents parse it with the same function (`clock::parse_timestamp`).
+    crate::clock::parse_timestamp(t).map(|_| ()).map_err(|_| {
         format!(
             "--scheduled {t:?}: expected \"now\" or an RFC 3339 time with an offset, e.g. \
              2026-12-01T10:30:00+01:00 or 2026-12-01T09:30:00Z"
         )
-    };
-    let b = t.as_bytes();
-    let digits = |r: std::ops::Range<usize>| {
-        b.get(r.clone())
-            .is_some_and(|s| s.len() == r.len() && s.iter().all(u8::is_ascii_digit))
-    };
-    let num = |r: std::ops::Range<usize>| -> u32 {
-        t.get(r).and_then(|s| s.parse().ok()).unwrap_or(u32::MAX)
-    };
-    if !(digits(0..4)
-        && b.get(4) == Some(&b'-')
-        && digits(5..7)
-        && b.get(7) == Some(&b'-')
-        && digits(8..10)
-        && matches!(b.get(10), Some(b'T' | b't' | b' '))
-        && digits(11..13)
-        && b.get(13) == Some(&b':')
-        && digits(14..16))
-    {
-        return Err(bad());
-    }
-    if !(1..=12).contains(&num(5..7))
-        || !(1..=31).contains(&num(8..10))
-        || num(11..13) > 23
-        || num(14..16) > 59
-    {
-        return Err(bad());
-    }
-    let mut i = 16;
-    if b.get(i) == Some(&b':') {
-        if !digits(i + 1..i + 3) || num(i + 1..i + 3) > 60 {
-            return Err(bad());
-        }
-        i += 3;
-        if b.get(i) == Some(&b'.') {
-            i += 1;
-            let start = i;
-            while b.get(i).is_some_and(u8::is_ascii_digit) {
-                i += 1;
-            }
-            if i == start {
-                return Err(bad());
-            }
-        }
-    }
-    let zone = &t[i..];
-    let ok = zone == "Z"
-        || zone == "z"
-        || (zone.len() == 6
-            && matches!(zone.as_bytes()[0], b'+' | b'-')
-            && digits(i + 1..i + 3)
-            && b.get(i + 3) == Some(&b':')
-            && digits(i + 4..i + 6)
-            && num(i + 1..i + 3) <= 23
-            && num(i + 4..i + 6) <= 59);
-    if ok { Ok(()) } else { Err(bad()) }
+    })
 }
 
 /// `--pg-version 15.4` (or `15`, `9.6.24`): digits and dots, as Patroni compares.

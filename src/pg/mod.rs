@@ -431,6 +431,10 @@ impl PgCtl {
     /// to die anyway, and must not be reused).
     pub fn fence(&mut self, deadline: Instant) -> FenceOutcome {
         self.client = None;
+        // S1: nothing planned before the fence runs after it (a restart's start).
+        if let Some(j) = self.job.as_mut() {
+            j.abort("aborted by a fence: the remaining steps were dropped (S1)");
+        }
         let held = self.postmaster_fd.take();
         let out = procs::fence(
             &procs::ProcFs::system(),
@@ -480,7 +484,8 @@ impl PgCtl {
              (SELECT json_agg(json_build_object('usename', usename, \
                  'application_name', application_name, 'client_addr', client_addr, \
                  'state', state, 'sync_state', sync_state, 'sync_priority', sync_priority)) \
-                 FROM pg_stat_replication)";
+                 FROM pg_stat_replication), \
+             EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart)";
         let row = match self.query_row(pm, sql, deadline) {
             Ok(r) => r,
             Err(e) => {
@@ -529,6 +534,7 @@ impl PgCtl {
         // Only for the API's status (Patroni's fields): never decided on.
         st.report.server_version = col(11).and_then(|v| v.parse().ok());
         st.report.postmaster_start_time = col(12);
+        st.report.pending_restart = col(17).as_deref() == Some("t");
         if col(8).as_deref() == Some("t") {
             // A missing row or a failed read is "no epoch known", never an error: the
             // role found above stands.
@@ -985,6 +991,21 @@ impl PgCtl {
     /// Advance the job without blocking: Running / Finished (once) / Idle.
     pub fn poll_job(&mut self, now: Instant) -> Job {
         job::poll(self, now)
+    }
+
+    /// The job in progress, if any.
+    pub fn running_job(&self) -> Option<&JobKind> {
+        self.job.as_ref().map(|j| j.kind())
+    }
+
+    /// `SELECT pg_reload_conf()` (`POST /reload`): PostgreSQL re-reads its files.
+    /// `Ok(false)`: PostgreSQL is not running (its next start reads them anyway).
+    pub fn reload_conf(&mut self, deadline: Instant) -> Result<bool, PgError> {
+        let Some(pm) = self.postmaster_pid() else {
+            return Ok(false);
+        };
+        self.query_row(pm, "SELECT pg_reload_conf()", deadline)?;
+        Ok(true)
     }
 
     /// The pid of the job's current child, if one runs.

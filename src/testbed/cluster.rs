@@ -10,6 +10,10 @@
 //! a process whose cwd is one of its own data directories, or a member of its own
 //! cgroup), or send traffic outside 127.0.0.0/8 and, with `ClusterOptions::netns`,
 //! the namespaces its `NetTopology` created (see `testbed::netns`).
+//!
+//! `tenure demo` runs this cluster on loopback. Namespaces, relays, watchdog
+//! stand-ins and notify sockets are test-only: built with the `testbed` feature
+//! (tests, examples and benches), absent from the shipped binary (see `testbed`).
 
 use std::fs;
 use std::io::Write;
@@ -24,9 +28,12 @@ use nix::unistd::Pid;
 
 use super::etcd::{EtcdCluster, http_get, http_request};
 use super::etcdkv::{self, Kv};
+#[cfg(feature = "testbed")]
 use super::netns::NetTopology;
 use super::probe::{PROBE_TABLE, ProbeTarget, WriteProbe};
+#[cfg(feature = "testbed")]
 use super::relay::Relay;
+#[cfg(feature = "testbed")]
 use super::watchdog::{HostKill, StandinOptions, WatchdogStandin};
 use super::{free_port, scratch_dir, wait_for};
 
@@ -66,6 +73,7 @@ pub struct ClusterOptions {
     pub log_level: Option<String>,
     /// Run every node and every etcd member in its own network namespace (see
     /// `testbed::netns`), so a test can cut them apart; `false`: loopback.
+    #[cfg(feature = "testbed")]
     pub netns: bool,
     /// Per-node watchdog settings, by node index; a node without an entry gets
     /// [`NodeWatchdog::default`] (mode off, no stand-in, no notify socket).
@@ -77,6 +85,7 @@ pub struct ClusterOptions {
     /// Give every node its own delaying relays (`testbed::relay`), one per etcd
     /// member, and only their URLs as `[etcd] endpoints`, so a test can slow down
     /// or hold one node's etcd traffic (`TestCluster::relays`). Loopback only.
+    #[cfg(feature = "testbed")]
     pub etcd_relays: bool,
     /// `[api] primary_min_remaining` (`None`: the agent's default).
     pub primary_min_remaining: Option<Duration>,
@@ -101,10 +110,13 @@ pub struct NodeWatchdog {
     pub mode: Option<String>,
     /// Start a stand-in device at `<node dir>/watchdog` (before the agent), which
     /// "resets the host" through the node's freezer cgroup.
+    #[cfg(feature = "testbed")]
     pub standin: Option<StandinSettings>,
     /// A test-owned `NOTIFY_SOCKET` at `<node dir>/notify.sock`.
+    #[cfg(feature = "testbed")]
     pub notify: bool,
     /// `WATCHDOG_USEC` for the agent (only with `notify`).
+    #[cfg(feature = "testbed")]
     pub watchdog_usec: Option<u64>,
     /// `[watchdog] guardian` ("auto", "allow", "off"; `None`: the default, "auto").
     /// Only meaningful with a mode; the guardian runs where no stand-in and no
@@ -112,10 +124,12 @@ pub struct NodeWatchdog {
     pub guardian: Option<String>,
     /// `WATCHDOG_PID` = the agent's own pid, as systemd sets it (only with
     /// `notify`; a shell exports its `$$` and execs the agent, keeping the pid).
+    #[cfg(feature = "testbed")]
     pub watchdog_pid: bool,
 }
 
 /// The stand-in's options a test chooses (the rest follow the node).
+#[cfg(feature = "testbed")]
 #[derive(Clone, Debug)]
 pub struct StandinSettings {
     /// `nowayout` (also written to `<node dir>/sysfs/watchdog0/nowayout`, where the
@@ -125,6 +139,7 @@ pub struct StandinSettings {
     pub magic_close: bool,
 }
 
+#[cfg(feature = "testbed")]
 impl Default for StandinSettings {
     fn default() -> StandinSettings {
         StandinSettings {
@@ -138,6 +153,8 @@ impl Default for StandinSettings {
 impl NodeWatchdog {
     /// Mode `mode` with no device and no notify socket: the guardian is the fence
     /// (with `guardian` "auto" or "allow" as the mode needs), or none ("off").
+    // Without the `testbed` feature these two are all the fields there are.
+    #[cfg_attr(not(feature = "testbed"), allow(clippy::needless_update))]
     pub fn guardian(mode: &str, guardian: &str) -> NodeWatchdog {
         NodeWatchdog {
             mode: Some(mode.into()),
@@ -147,6 +164,7 @@ impl NodeWatchdog {
     }
 
     /// Mode `mode` with a default stand-in.
+    #[cfg(feature = "testbed")]
     pub fn with_standin(mode: &str) -> NodeWatchdog {
         NodeWatchdog {
             mode: Some(mode.into()),
@@ -157,6 +175,7 @@ impl NodeWatchdog {
 }
 
 /// Messages a node's agent sent to its notify socket: `(CLOCK_BOOTTIME, text)`.
+#[cfg(feature = "testbed")]
 type NotifyLog = std::sync::Arc<std::sync::Mutex<Vec<(crate::core::time::Instant, String)>>>;
 
 impl ClusterOptions {
@@ -177,10 +196,12 @@ impl ClusterOptions {
             start_agents: true,
             use_freezer: true,
             log_level: None,
+            #[cfg(feature = "testbed")]
             netns: false,
             watchdog: Vec::new(),
             synchronous_mode: false,
             synchronous_mode_strict: false,
+            #[cfg(feature = "testbed")]
             etcd_relays: false,
             primary_min_remaining: None,
             api_auth: true,
@@ -222,20 +243,26 @@ struct Node {
     agent: Option<Child>,
     /// This node's freezer cgroup directory, once created.
     cgroup: Option<PathBuf>,
+    #[cfg(feature = "testbed")]
     wd: NodeWatchdog,
+    #[cfg(feature = "testbed")]
     standin: Option<WatchdogStandin>,
+    #[cfg(feature = "testbed")]
     notify: Option<NotifyReader>,
     /// With `opts.etcd_relays`: one relay per etcd member, the agent's only endpoints.
+    #[cfg(feature = "testbed")]
     relays: Vec<Relay>,
 }
 
 /// The test-owned end of a node's `NOTIFY_SOCKET` and the thread reading it.
+#[cfg(feature = "testbed")]
 struct NotifyReader {
     path: PathBuf,
     log: NotifyLog,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
+#[cfg(feature = "testbed")]
 impl NotifyReader {
     fn start(path: &Path) -> Result<NotifyReader, String> {
         let _ = fs::remove_file(path);
@@ -270,6 +297,7 @@ impl NotifyReader {
     }
 }
 
+#[cfg(feature = "testbed")]
 impl Drop for NotifyReader {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -288,6 +316,7 @@ pub struct TestCluster {
     leave_running: bool,
     /// With `opts.netns`: hosts `0..nodes` are the nodes, then the etcd members.
     /// Declared last: dropped after `Drop::drop` stopped every process.
+    #[cfg(feature = "testbed")]
     net: Option<NetTopology>,
 }
 
@@ -472,21 +501,13 @@ impl TestCluster {
             nodes: Vec::new(),
             passwords,
             leave_running: false,
+            #[cfg(feature = "testbed")]
             net: None,
         };
-        let nodes = c.opts.nodes;
-        let etcd = if c.opts.netns {
-            let net = NetTopology::create(nodes + 3)?;
-            let placement: Vec<_> = (nodes..nodes + 3)
-                .map(|h| (net.addr(h), Some(net.ns(h).to_string())))
-                .collect();
-            c.net = Some(net);
-            EtcdCluster::start_placed(&dir, &placement)?
-        } else {
-            EtcdCluster::start(&dir, 3)?
-        };
+        let etcd = c.start_etcd()?;
         c.endpoints = etcd.endpoints();
         c.etcd = Some(etcd);
+        #[cfg(feature = "testbed")]
         if c.opts.etcd_relays && c.opts.netns {
             return Err(
                 "etcd_relays listen on 127.0.0.1 in the test's namespace: not with netns".into(),
@@ -502,11 +523,8 @@ impl TestCluster {
                 log_path: dir.join(format!("{name}.agent.log")),
                 dir: ndir,
                 name,
-                addr: c
-                    .net
-                    .as_ref()
-                    .map_or(std::net::Ipv4Addr::LOCALHOST, |n| n.addr(i)),
-                netns: c.net.as_ref().map(|n| n.ns(i).to_string()),
+                addr: c.node_addr(i),
+                netns: c.node_netns(i),
                 pg_port: free_port(),
                 api_port: free_port(),
             };
@@ -517,6 +535,7 @@ impl TestCluster {
                 fs::set_permissions(d, fs::Permissions::from_mode(0o700))
                     .map_err(|e| format!("chmod {}: {e}", d.display()))?;
             }
+            #[cfg(feature = "testbed")]
             let relays = if c.opts.etcd_relays {
                 c.endpoints
                     .iter()
@@ -526,21 +545,29 @@ impl TestCluster {
             } else {
                 Vec::new()
             };
+            #[cfg(feature = "testbed")]
             let endpoints = if relays.is_empty() {
                 c.endpoints.clone()
             } else {
                 relays.iter().map(Relay::url).collect()
             };
+            #[cfg(not(feature = "testbed"))]
+            let endpoints = c.endpoints.clone();
             let toml = agent_config_toml(&c.opts, &spec, &endpoints, &c.passwords);
             write_file(&spec.config_path, &toml, 0o600)?;
+            #[cfg(feature = "testbed")]
             let wd = node_watchdog(&c.opts, &spec);
             c.nodes.push(Node {
                 spec,
                 agent: None,
                 cgroup: None,
+                #[cfg(feature = "testbed")]
                 wd,
+                #[cfg(feature = "testbed")]
                 standin: None,
+                #[cfg(feature = "testbed")]
                 notify: None,
+                #[cfg(feature = "testbed")]
                 relays,
             });
         }
@@ -550,6 +577,42 @@ impl TestCluster {
             }
         }
         Ok(c)
+    }
+
+    /// The etcd members: with `opts.netns` each in a host namespace of its own
+    /// (the topology is made here: the nodes' hosts first), else on loopback.
+    fn start_etcd(&mut self) -> Result<EtcdCluster, String> {
+        #[cfg(feature = "testbed")]
+        if self.opts.netns {
+            let nodes = self.opts.nodes;
+            let net = NetTopology::create(nodes + 3)?;
+            let placement: Vec<_> = (nodes..nodes + 3)
+                .map(|h| (net.addr(h), Some(net.ns(h).to_string())))
+                .collect();
+            self.net = Some(net);
+            return EtcdCluster::start_placed(&self.dir, &placement);
+        }
+        EtcdCluster::start(&self.dir, 3)
+    }
+
+    /// Node `i`'s address: its host's in the namespace topology, else 127.0.0.1.
+    #[cfg_attr(not(feature = "testbed"), allow(unused_variables))]
+    fn node_addr(&self, i: usize) -> std::net::Ipv4Addr {
+        #[cfg(feature = "testbed")]
+        if let Some(n) = &self.net {
+            return n.addr(i);
+        }
+        std::net::Ipv4Addr::LOCALHOST
+    }
+
+    /// Node `i`'s network namespace (`None`: ours).
+    #[cfg_attr(not(feature = "testbed"), allow(unused_variables))]
+    fn node_netns(&self, i: usize) -> Option<String> {
+        #[cfg(feature = "testbed")]
+        if let Some(n) = &self.net {
+            return Some(n.ns(i).to_string());
+        }
+        None
     }
 
     // ----- identity -------------------------------------------------------------
@@ -595,7 +658,15 @@ impl TestCluster {
     pub fn addr(&self, i: usize) -> std::net::Ipv4Addr {
         self.nodes[i].spec.addr
     }
+    /// `/service/<scope>/`
+    pub fn prefix(&self) -> String {
+        format!("/service/{}/", self.opts.scope)
+    }
+}
 
+/// Partitions and etcd relays: test-only (the `testbed` feature).
+#[cfg(feature = "testbed")]
+impl TestCluster {
     // ----- partitions (with `opts.netns`) ----------------------------------------
 
     /// The namespace topology: hosts `0..node_count()` are the nodes, then the
@@ -674,11 +745,9 @@ impl TestCluster {
         }
         Ok(r)
     }
-    /// `/service/<scope>/`
-    pub fn prefix(&self) -> String {
-        format!("/service/{}/", self.opts.scope)
-    }
+}
 
+impl TestCluster {
     // ----- processes ------------------------------------------------------------
 
     /// Node `i`'s freezer cgroup directory, once its agent was started in one.
@@ -732,6 +801,7 @@ impl TestCluster {
             return Err(format!("agent of {} is already running", self.name(i)));
         }
         let cgroup = self.ensure_cgroup(i)?;
+        #[cfg(feature = "testbed")]
         self.ensure_watchdog_parts(i, cgroup.as_deref())?;
         let n = &mut self.nodes[i];
         let log = fs::File::options()
@@ -768,6 +838,7 @@ impl TestCluster {
                 None => Command::new(&self.opts.binary),
             },
         };
+        #[cfg(feature = "testbed")]
         if n.notify.is_some() && n.wd.watchdog_pid {
             // systemd names the main pid; every step above execs, so the shell's
             // `$$` is the agent's pid.
@@ -795,19 +866,18 @@ impl TestCluster {
                 .map_err(|e| format!("stat {}: {e}", n.spec.log_path.display()))?;
             cmd.env("JOURNAL_STREAM", format!("{}:{}", st.st_dev, st.st_ino));
         }
+        // Nothing of ours leaks in (a test or a demo run under systemd would
+        // otherwise hand every agent its watchdog); only a node with a test-owned
+        // notify socket gets one, below.
+        cmd.env_remove("NOTIFY_SOCKET")
+            .env_remove("WATCHDOG_USEC")
+            .env_remove("WATCHDOG_PID");
+        #[cfg(feature = "testbed")]
         if let Some(nr) = &n.notify {
             cmd.env("NOTIFY_SOCKET", &nr.path);
-            match n.wd.watchdog_usec {
-                Some(u) => cmd.env("WATCHDOG_USEC", u.to_string()),
-                None => cmd.env_remove("WATCHDOG_USEC"),
-            };
-            cmd.env_remove("WATCHDOG_PID");
-        } else {
-            // No notify socket for this node: nothing of ours leaks in (a test run
-            // under systemd would otherwise hand every agent its watchdog).
-            cmd.env_remove("NOTIFY_SOCKET")
-                .env_remove("WATCHDOG_USEC")
-                .env_remove("WATCHDOG_PID");
+            if let Some(u) = n.wd.watchdog_usec {
+                cmd.env("WATCHDOG_USEC", u.to_string());
+            }
         }
         let child = cmd
             .spawn()
@@ -850,6 +920,7 @@ impl TestCluster {
 
     /// Node `i`'s stand-in and notify socket, started once (before its first agent)
     /// and kept across agent restarts, like a host's device.
+    #[cfg(feature = "testbed")]
     fn ensure_watchdog_parts(&mut self, i: usize, cgroup: Option<&Path>) -> Result<(), String> {
         let n = &mut self.nodes[i];
         if let Some(st) = n.wd.standin.clone()
@@ -890,16 +961,19 @@ impl TestCluster {
     }
 
     /// Node `i`'s watchdog stand-in, once its agent was first started.
+    #[cfg(feature = "testbed")]
     pub fn standin(&self, i: usize) -> Option<&WatchdogStandin> {
         self.nodes[i].standin.as_ref()
     }
 
+    #[cfg(feature = "testbed")]
     pub fn standin_mut(&mut self, i: usize) -> Option<&mut WatchdogStandin> {
         self.nodes[i].standin.as_mut()
     }
 
     /// Every line node `i`'s agents sent to its notify socket so far, with the
     /// `CLOCK_BOOTTIME` instant it arrived.
+    #[cfg(feature = "testbed")]
     pub fn notify_messages(&self, i: usize) -> Vec<(crate::core::time::Instant, String)> {
         self.nodes[i]
             .notify
@@ -1369,16 +1443,20 @@ impl Drop for TestCluster {
             // let go without running their destructors; the agents' handles never
             // kill on drop.
             std::mem::forget(self.etcd.take());
-            for n in &mut self.nodes {
-                std::mem::forget(std::mem::take(&mut n.relays));
-                std::mem::forget(n.standin.take());
-                std::mem::forget(n.notify.take());
+            #[cfg(feature = "testbed")]
+            {
+                for n in &mut self.nodes {
+                    std::mem::forget(std::mem::take(&mut n.relays));
+                    std::mem::forget(n.standin.take());
+                    std::mem::forget(n.notify.take());
+                }
+                std::mem::forget(self.net.take());
             }
-            std::mem::forget(self.net.take());
             return;
         }
         // Stand-ins first: one must not fire and "reset" a node while the bed is
         // already taking it down.
+        #[cfg(feature = "testbed")]
         for n in &mut self.nodes {
             drop(n.standin.take());
             drop(n.notify.take());

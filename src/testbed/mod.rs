@@ -1,5 +1,13 @@
 //! Test bed: real etcd and PostgreSQL processes for `tenure demo` and the tests.
 //!
+//! Two layers. Always built, because `tenure demo` runs on them: the cluster on
+//! loopback (`cluster`), etcd (`etcd`, `etcdkv`), the write probe (`probe`, the
+//! demo measures its failover with it) and the helpers below. Built only with the
+//! `testbed` feature, which tests, examples and benches turn on through their
+//! dev-dependency and the shipped binary never has (docs/packaging.md): network
+//! namespaces (`netns`), the delaying relay (`relay`), the watchdog stand-in's
+//! support (`watchdog`), the cluster's notify sockets and `Stopped`.
+//!
 //! Owns: starting and stopping processes the bed itself started (by pid, never by
 //! name), picking loopback ports below 32768, scratch directories on tmpfs.
 //! Must never: touch a process it did not start, or send traffic anywhere but
@@ -8,9 +16,12 @@
 pub mod cluster;
 pub mod etcd;
 pub mod etcdkv;
+#[cfg(feature = "testbed")]
 pub mod netns;
 pub mod probe;
+#[cfg(feature = "testbed")]
 pub mod relay;
+#[cfg(feature = "testbed")]
 pub mod watchdog;
 
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
@@ -99,8 +110,10 @@ pub fn wait_for<T>(
 
 /// SIGSTOPs processes the bed started and SIGCONTs them when dropped (or at
 /// `resume`), so a failing test never leaves a process stopped.
+#[cfg(feature = "testbed")]
 pub struct Stopped(Vec<u32>);
 
+#[cfg(feature = "testbed")]
 impl Stopped {
     /// SIGSTOP every pid. Err names the pid that could not be stopped (those
     /// already stopped are resumed on drop).
@@ -121,6 +134,7 @@ impl Stopped {
     pub fn resume(self) {}
 }
 
+#[cfg(feature = "testbed")]
 impl Drop for Stopped {
     fn drop(&mut self) {
         for &p in &self.0 {

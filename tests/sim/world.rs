@@ -1259,6 +1259,9 @@ impl World {
             JobKind::Rewind { .. } => 1500,
             JobKind::StartPrimary | JobKind::StartReplica { .. } => 140,
             JobKind::Stop => 120,
+            // Operator jobs (the API's): the core never plans them.
+            JobKind::Restart { .. } => 260,
+            JobKind::Reinitialize => 120,
         };
         let d = self.rng.ms(ms / 2, ms * 3 / 2);
         let n = &mut self.nodes[node];
@@ -1376,6 +1379,9 @@ impl World {
                     // Only a stop of a running server writes a shutdown checkpoint.
                     self.nodes[node].pg.clean = true;
                 }
+            }
+            JobKind::Restart { .. } | JobKind::Reinitialize => {
+                return Err("operator jobs (the API's) are not simulated".into());
             }
         }
         Ok(())
