@@ -34,6 +34,9 @@ pub(super) struct EventState {
     sync_degraded: bool,
     /// The last release marker seen, for `SWITCHOVER_COMPLETED`.
     release: Option<ReleaseMarker>,
+    /// The epoch of the last leader key seen held by another member: a marker
+    /// counts only for the leadership it vacated (an old one may linger).
+    foreign_epoch: Option<Epoch>,
     /// The epoch `LEASE_LOST` named, for the `FENCED` that follows in the same
     /// iteration (the core has already dropped the leadership by then).
     fence_epoch: Option<Epoch>,
@@ -138,7 +141,10 @@ impl Agent {
             None => {
                 self.ev.vacant_since.get_or_insert(now);
             }
-            Some(k) if k.name != self.cfg.name => self.ev.vacant_since = None,
+            Some(k) if k.name != self.cfg.name => {
+                self.ev.vacant_since = None;
+                self.ev.foreign_epoch = Some(k.epoch);
+            }
             Some(_) => {}
         }
         if let Some(Ok(m)) = &view.release {
@@ -184,6 +190,7 @@ impl Agent {
         if let Some(m) = self.ev.release.take()
             && m.candidate.as_deref().is_none_or(|c| c == self.cfg.name)
             && m.by != self.cfg.name
+            && self.ev.foreign_epoch == Some(m.epoch)
         {
             events::emit(&Event::SwitchoverCompleted { from: m.by, epoch });
         }
