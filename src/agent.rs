@@ -376,6 +376,8 @@ impl Agent {
             let tick = now >= self.next_tick || self.core.renew_now();
             if now >= self.next_tick {
                 let lw = self.core.timing().loop_wait;
+                let late = now.since(self.next_tick);
+                self.status.metrics.loop_lateness.observe(late);
                 self.next_tick = self.next_tick.add(lw);
                 if self.next_tick <= now {
                     // INVARIANT: ticks stay on a fixed grid unless we fell a whole period
@@ -386,6 +388,7 @@ impl Agent {
                         budget: Duration::ZERO,
                     });
                     self.next_tick = now.add(lw);
+                    self.status.metrics.schedule_overruns += 1;
                 }
             }
             // S5: stalls are lease loss. CLOCK_BOOTTIME counts through suspend; a
@@ -566,6 +569,7 @@ impl Agent {
         self.etcd = None;
         let n = self.cfg.etcd.endpoints.len().max(1);
         self.endpoint = (self.endpoint + 1) % n;
+        self.status.metrics.endpoint_switched(self.endpoint);
         debug!(
             "etcd: switching to endpoint {}",
             self.cfg.etcd.endpoints[self.endpoint]
@@ -615,6 +619,7 @@ impl Agent {
             };
         if took > budget {
             self.budget_overruns += 1;
+            self.status.metrics.iteration_overruns += 1;
             self.deadline_overrun(crate::events::Event::DeadlineOverrun {
                 what: if tick {
                     "iteration (P + R)"
@@ -779,6 +784,9 @@ impl Agent {
                         outcome: RenewalOutcome::Failed("etcd unreachable".into()),
                     },
                 };
+                let counted = matches!(r.outcome, RenewalOutcome::Counted { .. });
+                let rtt = clock::now().since(r.sent_at);
+                self.status.metrics.renewal(counted, rtt);
                 if matches!(r.outcome, RenewalOutcome::Failed(_)) {
                     // The read below already tries the next member.
                     self.switch_endpoint();
@@ -1328,6 +1336,7 @@ impl Agent {
                                 );
                             }
                             self.pending.promoted = Some(true);
+                            self.status.metrics.promotion(true);
                             self.write_epoch(epoch);
                             self.append_history(obs, epoch);
                             self.promoted_events(epoch);
@@ -1335,6 +1344,7 @@ impl Agent {
                         Err(e) => {
                             error!("promote failed: {e}");
                             self.pending.promoted = Some(false);
+                            self.status.metrics.promotion(false);
                         }
                     }
                 }
@@ -1350,15 +1360,19 @@ impl Agent {
                 Action::Fence => {
                     self.slots = None;
                     let b = self.cfg.timing.demote_budget;
-                    let fence_deadline = clock::now().add(b);
+                    let fence_start = clock::now();
+                    let fence_deadline = fence_start.add(b);
                     warn!(
                         "fencing PostgreSQL (SIGQUIT to the postmaster; budget {:.1} s)",
                         b.as_secs_f64()
                     );
-                    let fence_start = clock::now();
                     let out = self.pg.fence(fence_deadline);
                     info!("fence: {out:?}");
-                    self.fence_events(&out, clock::now().since(fence_start), b);
+                    let took = clock::now().since(fence_start);
+                    self.status
+                        .metrics
+                        .fence(out == FenceOutcome::Complete, took);
+                    self.fence_events(&out, took, b);
                     if out == FenceOutcome::Complete {
                         // S2: once no process of the primary remains, a pet proves
                         // nothing and harms nothing; systemd must not wait for the next

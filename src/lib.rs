@@ -11,6 +11,7 @@ pub mod events;
 pub mod guardian;
 pub mod hooks;
 pub mod logging;
+pub mod metrics;
 pub mod pg;
 pub mod testbed;
 pub mod watchdog;

@@ -204,7 +204,7 @@ pub static WRITE_ROUTES: &[WriteRoute] = &[
 pub const READ_PATHS: &[&str] = &["/cluster", "/history", "/config"];
 
 fn readable(path: &str) -> bool {
-    endpoint(path).is_some() || READ_PATHS.contains(&path)
+    endpoint(path).is_some() || READ_PATHS.contains(&path) || path == "/metrics"
 }
 
 /// What the server does once a write request's head is complete.
