@@ -29,6 +29,7 @@ use crate::pg::{ConnTarget, PgCtl};
 use crate::watchdog::{Device, Notifier, WatchdogError};
 
 mod cluster_config;
+mod events_hooks;
 mod guardian_hooks;
 mod intents;
 mod manage;
@@ -72,6 +73,8 @@ struct Watchdogs {
     systemd_w: Option<Duration>,
     ready_sent: bool,
     last_status: String,
+    /// `WATCHDOG_RESET` was said this run (sysfs at start-up or the first open).
+    boot_reset_said: bool,
 }
 
 /// Outcomes of this iteration's actions, reported in the next observation.
@@ -132,6 +135,10 @@ struct Agent {
     wd: Watchdogs,
     /// The guardian, where it is the fence (DESIGN §2, `guardian_hooks`).
     guardian: guardian_hooks::GuardianSlot,
+    /// What the events last said (edge-triggered, `events_hooks`).
+    ev: events_hooks::EventState,
+    /// `[hooks]`: children reaped and killed on the loop's wake-ups, never waited on.
+    hooks: crate::hooks::Hooks,
     /// The operator's restart and reinitialize (`manage`).
     ops: manage::OperatorJobs,
 }
@@ -289,6 +296,8 @@ impl Agent {
             state_file,
             wd,
             guardian,
+            ev: events_hooks::EventState::default(),
+            hooks: events_hooks::hooks(&cfg),
             ops: manage::OperatorJobs::default(),
             config_path: config_path.to_path_buf(),
             cfg,
@@ -327,8 +336,21 @@ impl Agent {
                         None => self.next_tick,
                     }
                 };
-                self.wait(until)
+                // A hook's deadline wakes the wait too, but only to kill the hook:
+                // it runs no iteration (the renewal keeps its fixed schedule, S6 d).
+                match self.hooks.deadline() {
+                    Some(h) if h < until => {
+                        let w = self.wait(h);
+                        self.service_hooks();
+                        if matches!(w, Wake::Tick) {
+                            continue;
+                        }
+                        w
+                    }
+                    _ => self.wait(until),
+                }
             };
+            self.service_hooks();
             match wake {
                 Wake::Api => {
                     // Non-blocking and bounded (issue 8 finding 1): the wait serves
@@ -363,10 +385,11 @@ impl Agent {
                 if self.next_tick <= now {
                     // INVARIANT: ticks stay on a fixed grid unless we fell a whole period
                     // behind, which is an overrun worth saying out loud.
-                    warn!(
-                        "loop overrun: {:.3} s behind the renewal schedule",
-                        now.since(self.next_tick).as_secs_f64()
-                    );
+                    self.deadline_overrun(crate::events::Event::DeadlineOverrun {
+                        what: "renewal schedule",
+                        took: now.since(self.next_tick),
+                        budget: Duration::ZERO,
+                    });
                     self.next_tick = now.add(lw);
                     self.status.metrics.schedule_overruns += 1;
                 }
@@ -390,11 +413,11 @@ impl Agent {
                 }
                 let limit = self.core.timing().loop_wait + self.cfg.timing.iteration_budget;
                 if gap > limit + self.core.timing().loop_wait {
-                    warn!(
-                        "stall: {:.3} s since the last iteration (budget {:.3} s)",
-                        gap.as_secs_f64(),
-                        limit.as_secs_f64()
-                    );
+                    self.deadline_overrun(crate::events::Event::DeadlineOverrun {
+                        what: "stall between iterations",
+                        took: gap,
+                        budget: limit,
+                    });
                 }
             }
             self.last_iteration = Some((now, real));
@@ -435,6 +458,7 @@ impl Agent {
             let now = clock::now();
             let plan = self.core.step(now, &obs);
             self.guardian_after_step();
+            self.events_after_step(now, &obs, &plan);
             let reason = plan.reason.to_string();
             if reason != self.last_reason || tick {
                 info!("{reason}");
@@ -471,6 +495,7 @@ impl Agent {
             self.carry_out_intents();
             self.run_scheduled_restart();
             if exit {
+                self.hooks.finish();
                 self.stop_guardian();
                 self.wd.notifier.stopping();
                 info!("exiting");
@@ -598,13 +623,17 @@ impl Agent {
         if took > budget {
             self.budget_overruns += 1;
             self.status.metrics.iteration_overruns += 1;
-            warn!(
-                "iteration took {:.3} s, over its budget of {:.3} s (P{}; {} so far)",
-                took.as_secs_f64(),
-                budget.as_secs_f64(),
-                if tick { " + R" } else { "" },
-                self.budget_overruns
-            );
+            self.deadline_overrun(crate::events::Event::DeadlineOverrun {
+                what: if tick {
+                    "iteration (P + R)"
+                } else {
+                    "iteration (P)"
+                },
+                took,
+                budget,
+            });
+        } else {
+            self.on_time();
         }
     }
 
@@ -654,7 +683,7 @@ impl Agent {
     fn reap_orphans(&self) {
         let job = self.pg.job_pid();
         for pid in crate::pg::procs::zombie_children(std::process::id()) {
-            if Some(pid) != job {
+            if Some(pid) != job && !self.hooks.owns(pid) {
                 let _ = nix::sys::wait::waitpid(
                     nix::unistd::Pid::from_raw(pid as i32),
                     Some(nix::sys::wait::WaitPidFlag::WNOHANG),
@@ -709,7 +738,9 @@ impl Agent {
                 "SIGHUP: configuration reloaded from {}",
                 self.config_path.display()
             ),
-            Err(e) => error!("SIGHUP: reload refused, keeping the running configuration: {e}"),
+            Err(e) => config_refused(format!(
+                "SIGHUP: reload refused, keeping the running configuration: {e}"
+            )),
         }
     }
 
@@ -733,6 +764,8 @@ impl Agent {
         self.guardian_reloaded(&new);
         self.api.set_auth(new.api.auth.clone());
         self.cfg.api.auth = new.api.auth;
+        self.hooks.set_config(new.hooks.clone());
+        self.cfg.hooks = new.hooks;
         self.applied_config = None; // re-apply the cluster's config with new local values
         Ok(())
     }
@@ -982,10 +1015,13 @@ impl Agent {
             Err(e) => {
                 // Once per distinct value (`applied_config` below), in the log and in
                 // the status JSON's `config_refused` until a good value replaces it.
-                error!(
-                    "refusing the cluster's dynamic configuration {raw} (keeping the last \
-                     good values): {e}"
-                );
+                crate::events::emit(&crate::events::Event::ConfigRefused {
+                    source: "config key",
+                    error: format!(
+                        "refusing the cluster's dynamic configuration {raw} (keeping the last \
+                         good values): {e}"
+                    ),
+                });
                 self.status.config_refused = Some(e);
             }
         }
@@ -1217,11 +1253,14 @@ impl Agent {
                     let at = clock::rfc3339_utc(clock::realtime());
                     if let Some((etcd, rt)) = self.connect(deadline) {
                         match etcd.create_initialize(rt, sysid, &rollback, &me, &at, deadline) {
-                            Ok(true) => error!(
-                                "ALERT: initialize was missing: re-created it from local data \
-                                 (system identifier {sysid}) with the rollback marker: etcd lost \
-                                 its memory; no node leads until `tenure confirm-epoch`"
-                            ),
+                            Ok(true) => {
+                                crate::events::emit(&crate::events::Event::RollbackMarked {
+                                    reason: format!(
+                                        "initialize was missing: re-created from local data (system \
+                                     identifier {sysid}); no node leads until `tenure confirm-epoch`"
+                                    ),
+                                })
+                            }
                             Ok(false) => info!("initialize exists already; not re-created"),
                             Err(e) => warn!("re-creating initialize: {e}"),
                         }
@@ -1231,11 +1270,15 @@ impl Agent {
                     let at = clock::rfc3339_utc(clock::realtime());
                     if let Some((etcd, rt)) = self.connect(deadline) {
                         match etcd.mark_rollback(rt, &seen, &me, &at, deadline) {
-                            Ok(true) => error!(
-                                "ALERT: etcd went back in time ({}): wrote the rollback marker; \
-                                 no node leads until `tenure confirm-epoch`",
-                                seen.reason
-                            ),
+                            Ok(true) => {
+                                crate::events::emit(&crate::events::Event::RollbackMarked {
+                                    reason: format!(
+                                        "etcd went back in time ({}); no node leads until `tenure \
+                                     confirm-epoch`",
+                                        seen.reason
+                                    ),
+                                })
+                            }
                             Ok(false) => error!(
                                 "ALERT: etcd went back in time ({}); the rollback marker was \
                                  already written; no node leads until `tenure confirm-epoch`",
@@ -1299,6 +1342,7 @@ impl Agent {
                             self.status.metrics.promotion(true);
                             self.write_epoch(epoch);
                             self.append_history(obs, epoch);
+                            self.promoted_events(epoch);
                         }
                         Err(e) => {
                             error!("promote failed: {e}");
@@ -1331,6 +1375,7 @@ impl Agent {
                     self.status
                         .metrics
                         .fence(out == FenceOutcome::Complete, took);
+                    self.fence_events(&out, took, b);
                     if out == FenceOutcome::Complete {
                         // S2: once no process of the primary remains, a pet proves
                         // nothing and harms nothing; systemd must not wait for the next
@@ -1614,11 +1659,12 @@ impl Agent {
                 Err(e) => return Err(e.to_string()),
             }
         };
-        if dev.boot_status_watchdog_reset() {
-            error!(
-                "ALERT: the last reset of this host was caused by the watchdog {}",
-                self.wd.path.display()
-            );
+        if dev.boot_status_watchdog_reset() && !self.wd.boot_reset_said {
+            self.wd.boot_reset_said = true;
+            crate::events::emit(&crate::events::Event::WatchdogReset {
+                device: self.wd.path.display().to_string(),
+                via: "WDIOC_GETBOOTSTATUS",
+            });
         }
         // S2 at the instant of this open with the W the device really took (review of
         // issue 8: the planned `not_after` assumed the requested W; a device that
@@ -1660,6 +1706,10 @@ impl Agent {
             return Err(why);
         }
         let w = Duration::from_secs(u64::from(dev.timeout()));
+        crate::events::emit(&crate::events::Event::WatchdogArmed {
+            device: self.wd.path.display().to_string(),
+            w: dev.timeout(),
+        });
         info!(
             "watchdog {} ({}) armed: W = {} s (requested {} s), nowayout {:?}",
             self.wd.path.display(),
@@ -1702,7 +1752,9 @@ impl Agent {
         };
         match dev.disarm() {
             Ok(d) => {
-                info!("watchdog {} disarmed", d.path.display());
+                crate::events::emit(&crate::events::Event::WatchdogDisarmed {
+                    device: d.path.display().to_string(),
+                });
                 // A change refused for the armed W is judged again without it.
                 self.applied_config = None;
             }
@@ -1793,6 +1845,7 @@ impl Watchdogs {
         let range = crate::config::watchdog_range(&cfg.timing, cfg.timing.ttl);
         let mut use_device = false;
         let mut requested = 0;
+        let mut boot_reset_said = false;
         // Where no device will be used, the guardian may be the fence (DESIGN §2): it
         // is started and said right after this, by `guardian_hooks::start`.
         let guardian = cfg.watchdog.guardian_applies(false, systemd_w.is_some());
@@ -1817,10 +1870,11 @@ impl Watchdogs {
                 if crate::watchdog::device::sysfs_boot_reset(&cfg.watchdog.sysfs_dir, &path)
                     == Some(true)
                 {
-                    error!(
-                        "ALERT: the last reset of this host was caused by the watchdog {}",
-                        path.display()
-                    );
+                    boot_reset_said = true;
+                    crate::events::emit(&crate::events::Event::WatchdogReset {
+                        device: path.display().to_string(),
+                        via: "sysfs bootstatus",
+                    });
                 }
             }
             (_, Some(_)) if guardian => {
@@ -1856,6 +1910,7 @@ impl Watchdogs {
                 systemd_w,
                 ready_sent: false,
                 last_status: String::new(),
+                boot_reset_said,
             },
             core,
         ))
@@ -1922,4 +1977,12 @@ fn nonblocking_log_pipe() {
             warn!("cannot make the stderr pipe non-blocking: {e}");
         }
     }
+}
+
+/// `CONFIG_REFUSED` for a SIGHUP reload (the running configuration stays).
+fn config_refused(error: String) {
+    crate::events::emit(&crate::events::Event::ConfigRefused {
+        source: "reload",
+        error,
+    });
 }

@@ -47,6 +47,7 @@ impl Agent {
                                     "released the leader key (epoch {epoch}) with the release \
                                      marker: shutdown checkpoint {lsn} on timeline {timeline}"
                                 );
+                                self.handed_over_hook();
                                 HandOverOutcome::Released(marker)
                             }
                             Ok(false) => {

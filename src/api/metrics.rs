@@ -316,6 +316,11 @@ pub fn render(s: &ApiStatus, out: &mut Vec<u8>) {
         "Promotions that failed.",
         m.promotions_failed,
     );
+    o.counter(
+        "tenure_log_dropped_total",
+        "Log lines a receiver (syslog, journald) did not take in time: dropped, never waited for.",
+        crate::logging::dropped(),
+    );
     o.gauge(
         "tenure_watchdog_armed",
         "1 while the watchdog device is open and armed.",
