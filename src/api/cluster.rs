@@ -77,15 +77,7 @@ pub fn cluster_json(s: &ApiStatus) -> Value {
             }
         }
         o.insert("timeline".into(), json!(info.timeline));
-        let mut tags = Map::new();
-        tags.insert("nofailover".into(), json!(info.tags.nofailover));
-        if info.tags.noloadbalance {
-            tags.insert("noloadbalance".into(), json!(true));
-        }
-        for (k, v) in &info.tags.custom {
-            tags.insert(k.clone(), json!(v));
-        }
-        o.insert("tags".into(), Value::Object(tags));
+        o.insert("tags".into(), crate::dcs::tags_json(info));
         if role != "leader" {
             let positions = [
                 ("receive_", info.receive_lsn),

@@ -25,6 +25,20 @@ pub fn excerpt(raw: &[u8]) -> String {
     format!("{out:?}")
 }
 
+/// A member's tags as Patroni writes them (`nofailover` always, `noloadbalance` when
+/// set, then the custom ones): the member key and `GET /cluster` show the same.
+pub fn tags_json(info: &MemberInfo) -> Value {
+    let mut tags = Map::new();
+    tags.insert("nofailover".into(), json!(info.tags.nofailover));
+    if info.tags.noloadbalance {
+        tags.insert("noloadbalance".into(), json!(true));
+    }
+    for (k, v) in &info.tags.custom {
+        tags.insert(k.clone(), json!(v));
+    }
+    Value::Object(tags)
+}
+
 /// The member JSON: Patroni's field names, plus ours (`epoch`, `watchdog_timeout`,
 /// `leader_lease`, `pg_healthy`). `None` fields are left out.
 pub fn encode_member(info: &MemberInfo) -> String {
@@ -53,15 +67,7 @@ pub fn encode_member_with(info: &MemberInfo, extra: Vec<(&str, Value)>) -> Strin
         m.insert("replication_state".into(), json!(r));
     }
     m.insert("timeline".into(), json!(info.timeline));
-    let mut tags = Map::new();
-    tags.insert("nofailover".into(), json!(info.tags.nofailover));
-    if info.tags.noloadbalance {
-        tags.insert("noloadbalance".into(), json!(true));
-    }
-    for (k, v) in &info.tags.custom {
-        tags.insert(k.clone(), json!(v));
-    }
-    m.insert("tags".into(), Value::Object(tags));
+    m.insert("tags".into(), tags_json(info));
     if let Some(e) = info.epoch {
         m.insert("epoch".into(), json!(e));
     }

@@ -39,7 +39,9 @@ use crate::core::model::{
 };
 use crate::core::time::Instant;
 
-pub use keys::{encode_member, encode_member_with, encode_rollback, parse_member, parse_rollback};
+pub use keys::{
+    encode_member, encode_member_with, encode_rollback, parse_member, parse_rollback, tags_json,
+};
 
 /// A failure talking to etcd (timeout, no leader, connection refused...). The text
 /// names what failed; the loop treats it as an observation.
