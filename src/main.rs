@@ -357,6 +357,9 @@ fn main_exec() -> Result<(), MainError> {
         }
         Command::CheckConfig { config } => {
             let c = Config::load(&config)?;
+            if let Some(w) = tenure::config::readable_secret_warning(&config) {
+                println!("warning: {w}");
+            }
             print!("{}", budget_report(&config, &c));
             Ok(())
         }
@@ -365,6 +368,9 @@ fn main_exec() -> Result<(), MainError> {
             let c = Config::load(&config)?;
             let level = tenure::logging::level_from_env().map_err(MainError::Usage)?;
             tenure::logging::init(level, c.syslog_socket.as_deref()).map_err(MainError::Runtime)?;
+            if let Some(w) = tenure::config::readable_secret_warning(&config) {
+                log::warn!("{w}");
+            }
             log::info!(
                 "tenure {VERSION} starting: scope {}, member {}, config {}",
                 c.scope,
