@@ -805,6 +805,10 @@ impl Agent {
             None => Err("etcd unreachable".to_string()),
         };
         let mut cluster = cluster;
+        if cluster.is_ok() {
+            // A certificate or permission error logged before is over: log the next.
+            self.security_error = None;
+        }
         if let Ok(view) = &mut cluster {
             switchover::schedule_on_boottime(view, clock::now());
         }

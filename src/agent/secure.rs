@@ -28,10 +28,7 @@ impl Agent {
             return;
         }
         match etcd.authenticate(rt, deadline) {
-            Ok(()) => {
-                debug!("etcd: authenticated");
-                self.security_error = None;
-            }
+            Ok(()) => debug!("etcd: authenticated"),
             Err(e) => {
                 let msg = e.to_string();
                 self.etcd_failed(&msg);

@@ -270,17 +270,20 @@ pub fn check_tls_files(tls: &EtcdTls, now_unix: i64) -> Result<(), String> {
             }
             Some((not_before, _)) if now_unix < not_before => {
                 return Err(format!(
-                    "etcd cert {}: not valid yet (from {} s after the Unix epoch; check the \
-                     clock)",
+                    "etcd cert {}: not valid yet (valid from {}; check the clock)",
                     cert.display(),
-                    not_before
+                    crate::clock::rfc3339_utc(std::time::Duration::from_secs(
+                        u64::try_from(not_before).unwrap_or(0)
+                    ))
                 ));
             }
             Some((_, not_after)) if now_unix > not_after => {
                 return Err(format!(
-                    "etcd cert {}: expired ({} s ago)",
+                    "etcd cert {}: expired at {} (not valid after it)",
                     cert.display(),
-                    now_unix - not_after
+                    crate::clock::rfc3339_utc(std::time::Duration::from_secs(
+                        u64::try_from(not_after).unwrap_or(0)
+                    ))
                 ));
             }
             Some(_) => {}
