@@ -20,6 +20,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{FAILOVER, options, settled, start};
+use tenure::config::EtcdAuth;
+use tenure::dcs::{Etcd, Security};
 use tenure::testbed::cluster::TestCluster;
 use tenure::testbed::etcd::EtcdServerTls;
 use tenure::testbed::{etcdkv, free_port, stop_child};
@@ -432,6 +434,77 @@ fn real_etcd_tls_auth_failover_refusals_and_no_secret_leaks() {
         "ctl with the credential: {}{}",
         listed,
         String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Tokens forgotten by etcd (`auth disable` + `auth enable` drops every simple
+    // token, as a member restart drops its own): a call with the old token fails
+    // with "invalid auth token" and is NOT retried with a fresh token inside the
+    // call (etcd-client's automatic refresh stays off); the explicit step gets a
+    // new one. The running cluster keeps its leader (pg2 re-authenticates in its
+    // own step, its member key is written again).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let in_s = |s: u64| tenure::clock::now().add(Duration::from_secs(s));
+    let sec = Security {
+        tls: None,
+        auth: Some(EtcdAuth {
+            username: "pwuser".into(),
+            password: pw_secret.clone(),
+        }),
+    };
+    let mut e = Etcd::connect_with(&rt, &c.endpoints(), &prefix, &sec, in_s(3)).expect("connect");
+    assert!(!e.authenticated());
+    e.authenticate(&rt, in_s(3)).expect("authenticate");
+    e.read_cluster(&rt, in_s(3)).expect("read with a token");
+    let (key_before, epoch_before) = c.leader_key().expect("leader key");
+    let pg2_rev = c
+        .get_kv("members/pg2")
+        .map(|kv| kv.mod_revision)
+        .unwrap_or(0);
+    etcdctl(&c, &[&format!("--user=root:{ROOT_PW}"), "auth", "disable"]);
+    etcdctl(&c, &["auth", "enable"]);
+    let err = e
+        .read_cluster(&rt, in_s(3))
+        .expect_err("the old token must be refused, not refreshed inside the call")
+        .to_string();
+    assert!(tenure::dcs::is_invalid_auth_token(&err), "{err}");
+    e.auth_lost();
+    e.authenticate(&rt, in_s(3)).expect("authenticate again");
+    e.read_cluster(&rt, in_s(3))
+        .expect("read with the new token");
+    etcdkv::use_auth(
+        &c.endpoints(),
+        Some(("root", ROOT_PW)),
+        Duration::from_secs(5),
+    )
+    .expect("bed authenticates again");
+    let rewritten =
+        tenure::testbed::wait_for(Duration::from_secs(15), Duration::from_millis(200), || {
+            c.get_kv("members/pg2")
+                .filter(|kv| kv.mod_revision > pg2_rev)
+                .map(|_| ())
+        });
+    assert!(
+        rewritten.is_some(),
+        "pg2 did not write its member key with a new token{}",
+        c.logs_tail(30)
+    );
+    let pg2_log = c.agent_log(1);
+    let refused = pg2_log
+        .lines()
+        .find(|l| l.contains("ERROR") && l.contains("invalid auth token"));
+    assert!(
+        refused.is_some(),
+        "pg2 never saw its token refused:\n{pg2_log}"
+    );
+    println!("token refused: {}", refused.unwrap_or_default());
+    assert_eq!(
+        c.leader_key(),
+        Some((key_before, epoch_before)),
+        "the leader changed while tokens were renewed{}",
+        c.logs_tail(30)
     );
 
     // No configured secret in any log line or API answer of the run.

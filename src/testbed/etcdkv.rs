@@ -122,6 +122,8 @@ pub fn use_auth(
     user: Option<(&str, &str)>,
     timeout: Duration,
 ) -> Result<(), String> {
+    // `Authenticate` must go without the old token: etcd refuses a stale one.
+    *TOKEN.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let token = match user {
         None => None,
         Some((name, password)) => {
