@@ -1058,7 +1058,7 @@ impl Config {
             .parse()
             .map_err(|e: toml::de::Error| ConfigError::Syntax {
                 file: path.to_path_buf(),
-                message: e.to_string(),
+                message: secrets::syntax_message(&e, text),
             })?;
         let root = Sect {
             file: path,

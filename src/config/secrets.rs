@@ -237,6 +237,22 @@ fn holds_password(t: &toml::Table) -> bool {
     })
 }
 
+/// A TOML syntax error without the parser's quote of the offending line: that
+/// line may hold a password (an unclosed quote after `password =`), and the
+/// message goes to stderr and the journal. Line and column are kept.
+pub(super) fn syntax_message(e: &toml::de::Error, text: &str) -> String {
+    let msg = e.message().trim_end();
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {col}: {msg}")
+        }
+        None => msg.to_string(),
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Certificate files
 // ---------------------------------------------------------------------------
@@ -469,6 +485,14 @@ listen = "127.0.0.1:8008"
 
     fn etcd(extra: &str) -> String {
         format!("[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\n{extra}\n")
+    }
+
+    #[test]
+    fn a_syntax_error_does_not_quote_a_password_line() {
+        let text = format!("{BASE}{}{}", etcd(""), pg_roles("password = \"s3cretXY"));
+        let e = parse(&text).expect_err("unclosed quote").to_string();
+        assert!(e.contains("not valid TOML") && e.contains("line "), "{e}");
+        assert!(!e.contains("s3cretXY"), "{e}");
     }
 
     #[test]
