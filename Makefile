@@ -86,9 +86,9 @@ soak-real: deps
 # builds the release profile (target/release, once); `make test` never builds it
 # (bench targets are not test targets). The real-part ones skip with a message
 # without root, etcd or PostgreSQL; knobs: TENURE_BENCH_ROUNDS (host crashes, 5),
-# TENURE_BENCH_SWITCHOVERS (3), TENURE_BENCH_SECONDS (footprint window, 60),
+# TENURE_BENCH_SWITCHOVERS (3), TENURE_BENCH_SWITCHOVER_ROUNDS (10), TENURE_BENCH_SECONDS (footprint window, 60),
 # TENURE_BENCH_RENEWALS (2000), TENURE_BENCH_READS (1000), TENURE_BENCH_PACED (100).
-BENCHES := core_step renewal agent_footprint failover
+BENCHES := core_step renewal agent_footprint failover switchover
 
 bench: deps
 	$(CARGO) bench --no-run $(addprefix --bench ,$(BENCHES))

@@ -29,6 +29,7 @@ use crate::pg::{ConnTarget, PgCtl};
 use crate::watchdog::{Device, Notifier, WatchdogError};
 
 mod cluster_config;
+mod events_hooks;
 mod guardian_hooks;
 mod intents;
 mod manage;
@@ -73,6 +74,8 @@ struct Watchdogs {
     systemd_w: Option<Duration>,
     ready_sent: bool,
     last_status: String,
+    /// `WATCHDOG_RESET` was said this run (sysfs at start-up or the first open).
+    boot_reset_said: bool,
 }
 
 /// Outcomes of this iteration's actions, reported in the next observation.
@@ -115,6 +118,8 @@ struct Agent {
     pending: Pending,
     leader_deleted_at: Option<Instant>,
     last_view: Option<ClusterView>,
+    /// Immediate switchover/failover requests waiting for their outcome (issue 9).
+    awaiting: Vec<switchover::Awaiting>,
     last_pg: Option<PgStatus>,
     applied_config: Option<String>,
     /// The slots last made on the running primary: (postmaster pid, members). Only
@@ -133,6 +138,10 @@ struct Agent {
     wd: Watchdogs,
     /// The guardian, where it is the fence (DESIGN §2, `guardian_hooks`).
     guardian: guardian_hooks::GuardianSlot,
+    /// What the events last said (edge-triggered, `events_hooks`).
+    ev: events_hooks::EventState,
+    /// `[hooks]`: children reaped and killed on the loop's wake-ups, never waited on.
+    hooks: crate::hooks::Hooks,
     /// The operator's restart and reinitialize (`manage`).
     ops: manage::OperatorJobs,
 }
@@ -280,6 +289,7 @@ impl Agent {
             pending: Pending::default(),
             leader_deleted_at: None,
             last_view: None,
+            awaiting: Vec::new(),
             last_pg: None,
             applied_config: None,
             slots: None,
@@ -291,6 +301,8 @@ impl Agent {
             state_file,
             wd,
             guardian,
+            ev: events_hooks::EventState::default(),
+            hooks: events_hooks::hooks(&cfg),
             ops: manage::OperatorJobs::default(),
             config_path: config_path.to_path_buf(),
             cfg,
@@ -329,8 +341,21 @@ impl Agent {
                         None => self.next_tick,
                     }
                 };
-                self.wait(until)
+                // A hook's deadline wakes the wait too, but only to kill the hook:
+                // it runs no iteration (the renewal keeps its fixed schedule, S6 d).
+                match self.hooks.deadline() {
+                    Some(h) if h < until => {
+                        let w = self.wait(h);
+                        self.service_hooks();
+                        if matches!(w, Wake::Tick) {
+                            continue;
+                        }
+                        w
+                    }
+                    _ => self.wait(until),
+                }
             };
+            self.service_hooks();
             match wake {
                 Wake::Api => {
                     // Non-blocking and bounded (issue 8 finding 1): the wait serves
@@ -359,15 +384,19 @@ impl Agent {
             let tick = now >= self.next_tick || self.core.renew_now();
             if now >= self.next_tick {
                 let lw = self.core.timing().loop_wait;
+                let late = now.since(self.next_tick);
+                self.status.metrics.loop_lateness.observe(late);
                 self.next_tick = self.next_tick.add(lw);
                 if self.next_tick <= now {
                     // INVARIANT: ticks stay on a fixed grid unless we fell a whole period
                     // behind, which is an overrun worth saying out loud.
-                    warn!(
-                        "loop overrun: {:.3} s behind the renewal schedule",
-                        now.since(self.next_tick).as_secs_f64()
-                    );
+                    self.deadline_overrun(crate::events::Event::DeadlineOverrun {
+                        what: "renewal schedule",
+                        took: now.since(self.next_tick),
+                        budget: Duration::ZERO,
+                    });
                     self.next_tick = now.add(lw);
+                    self.status.metrics.schedule_overruns += 1;
                 }
             }
             // S5: stalls are lease loss. CLOCK_BOOTTIME counts through suspend; a
@@ -389,11 +418,11 @@ impl Agent {
                 }
                 let limit = self.core.timing().loop_wait + self.cfg.timing.iteration_budget;
                 if gap > limit + self.core.timing().loop_wait {
-                    warn!(
-                        "stall: {:.3} s since the last iteration (budget {:.3} s)",
-                        gap.as_secs_f64(),
-                        limit.as_secs_f64()
-                    );
+                    self.deadline_overrun(crate::events::Event::DeadlineOverrun {
+                        what: "stall between iterations",
+                        took: gap,
+                        budget: limit,
+                    });
                 }
             }
             self.last_iteration = Some((now, real));
@@ -434,6 +463,7 @@ impl Agent {
             let now = clock::now();
             let plan = self.core.step(now, &obs);
             self.guardian_after_step();
+            self.events_after_step(now, &obs, &plan);
             let reason = plan.reason.to_string();
             if reason != self.last_reason || tick {
                 info!("{reason}");
@@ -470,6 +500,7 @@ impl Agent {
             self.carry_out_intents();
             self.run_scheduled_restart();
             if exit {
+                self.hooks.finish();
                 self.stop_guardian();
                 self.wd.notifier.stopping();
                 info!("exiting");
@@ -549,6 +580,7 @@ impl Agent {
         self.etcd = None;
         let n = self.cfg.etcd.endpoints.len().max(1);
         self.endpoint = (self.endpoint + 1) % n;
+        self.status.metrics.endpoint_switched(self.endpoint);
         debug!(
             "etcd: switching to endpoint {}",
             self.cfg.etcd.endpoints[self.endpoint]
@@ -598,13 +630,18 @@ impl Agent {
             };
         if took > budget {
             self.budget_overruns += 1;
-            warn!(
-                "iteration took {:.3} s, over its budget of {:.3} s (P{}; {} so far)",
-                took.as_secs_f64(),
-                budget.as_secs_f64(),
-                if tick { " + R" } else { "" },
-                self.budget_overruns
-            );
+            self.status.metrics.iteration_overruns += 1;
+            self.deadline_overrun(crate::events::Event::DeadlineOverrun {
+                what: if tick {
+                    "iteration (P + R)"
+                } else {
+                    "iteration (P)"
+                },
+                took,
+                budget,
+            });
+        } else {
+            self.on_time();
         }
     }
 
@@ -654,7 +691,7 @@ impl Agent {
     fn reap_orphans(&self) {
         let job = self.pg.job_pid();
         for pid in crate::pg::procs::zombie_children(std::process::id()) {
-            if Some(pid) != job {
+            if Some(pid) != job && !self.hooks.owns(pid) {
                 let _ = nix::sys::wait::waitpid(
                     nix::unistd::Pid::from_raw(pid as i32),
                     Some(nix::sys::wait::WaitPidFlag::WNOHANG),
@@ -709,7 +746,9 @@ impl Agent {
                 "SIGHUP: configuration reloaded from {}",
                 self.config_path.display()
             ),
-            Err(e) => error!("SIGHUP: reload refused, keeping the running configuration: {e}"),
+            Err(e) => config_refused(format!(
+                "SIGHUP: reload refused, keeping the running configuration: {e}"
+            )),
         }
     }
 
@@ -733,6 +772,8 @@ impl Agent {
         self.guardian_reloaded(&new);
         self.api.set_auth(new.api.auth.clone());
         self.cfg.api.auth = new.api.auth;
+        self.hooks.set_config(new.hooks.clone());
+        self.cfg.hooks = new.hooks;
         self.etcd_reloaded(new.etcd);
         self.applied_config = None; // re-apply the cluster's config with new local values
         Ok(())
@@ -764,6 +805,9 @@ impl Agent {
                         outcome: RenewalOutcome::Failed("etcd unreachable".into()),
                     },
                 };
+                let counted = matches!(r.outcome, RenewalOutcome::Counted { .. });
+                let rtt = clock::now().since(r.sent_at);
+                self.status.metrics.renewal(counted, rtt);
                 if let RenewalOutcome::Failed(e) = &r.outcome {
                     self.etcd_failed(&format!("renewal: {e}"));
                     // The read below already tries the next member.
@@ -1000,10 +1044,13 @@ impl Agent {
             Err(e) => {
                 // Once per distinct value (`applied_config` below), in the log and in
                 // the status JSON's `config_refused` until a good value replaces it.
-                error!(
-                    "refusing the cluster's dynamic configuration {raw} (keeping the last \
-                     good values): {e}"
-                );
+                crate::events::emit(&crate::events::Event::ConfigRefused {
+                    source: "config key",
+                    error: format!(
+                        "refusing the cluster's dynamic configuration {raw} (keeping the last \
+                         good values): {e}"
+                    ),
+                });
                 self.status.config_refused = Some(e);
             }
         }
@@ -1235,11 +1282,14 @@ impl Agent {
                     let at = clock::rfc3339_utc(clock::realtime());
                     if let Some((etcd, rt)) = self.connect(deadline) {
                         match etcd.create_initialize(rt, sysid, &rollback, &me, &at, deadline) {
-                            Ok(true) => error!(
-                                "ALERT: initialize was missing: re-created it from local data \
-                                 (system identifier {sysid}) with the rollback marker: etcd lost \
-                                 its memory; no node leads until `tenure confirm-epoch`"
-                            ),
+                            Ok(true) => {
+                                crate::events::emit(&crate::events::Event::RollbackMarked {
+                                    reason: format!(
+                                        "initialize was missing: re-created from local data (system \
+                                     identifier {sysid}); no node leads until `tenure confirm-epoch`"
+                                    ),
+                                })
+                            }
                             Ok(false) => info!("initialize exists already; not re-created"),
                             Err(e) => warn!("re-creating initialize: {e}"),
                         }
@@ -1249,11 +1299,15 @@ impl Agent {
                     let at = clock::rfc3339_utc(clock::realtime());
                     if let Some((etcd, rt)) = self.connect(deadline) {
                         match etcd.mark_rollback(rt, &seen, &me, &at, deadline) {
-                            Ok(true) => error!(
-                                "ALERT: etcd went back in time ({}): wrote the rollback marker; \
-                                 no node leads until `tenure confirm-epoch`",
-                                seen.reason
-                            ),
+                            Ok(true) => {
+                                crate::events::emit(&crate::events::Event::RollbackMarked {
+                                    reason: format!(
+                                        "etcd went back in time ({}); no node leads until `tenure \
+                                     confirm-epoch`",
+                                        seen.reason
+                                    ),
+                                })
+                            }
                             Ok(false) => error!(
                                 "ALERT: etcd went back in time ({}); the rollback marker was \
                                  already written; no node leads until `tenure confirm-epoch`",
@@ -1314,12 +1368,15 @@ impl Agent {
                                 );
                             }
                             self.pending.promoted = Some(true);
+                            self.status.metrics.promotion(true);
                             self.write_epoch(epoch);
                             self.append_history(obs, epoch);
+                            self.promoted_events(epoch);
                         }
                         Err(e) => {
                             error!("promote failed: {e}");
                             self.pending.promoted = Some(false);
+                            self.status.metrics.promotion(false);
                         }
                     }
                 }
@@ -1335,13 +1392,19 @@ impl Agent {
                 Action::Fence => {
                     self.slots = None;
                     let b = self.cfg.timing.demote_budget;
-                    let fence_deadline = clock::now().add(b);
+                    let fence_start = clock::now();
+                    let fence_deadline = fence_start.add(b);
                     warn!(
                         "fencing PostgreSQL (SIGQUIT to the postmaster; budget {:.1} s)",
                         b.as_secs_f64()
                     );
                     let out = self.pg.fence(fence_deadline);
                     info!("fence: {out:?}");
+                    let took = clock::now().since(fence_start);
+                    self.status
+                        .metrics
+                        .fence(out == FenceOutcome::Complete, took);
+                    self.fence_events(&out, took, b);
                     if out == FenceOutcome::Complete {
                         // S2: once no process of the primary remains, a pet proves
                         // nothing and harms nothing; systemd must not wait for the next
@@ -1349,6 +1412,12 @@ impl Agent {
                         self.wd.notifier.watchdog();
                     }
                     self.pending.fence = Some(out);
+                }
+                Action::Release { .. }
+                    if matches!(self.pending.handed_over, Some(HandOverOutcome::Released(_))) =>
+                {
+                    // A clean stop's hand-over just deleted the key with the marker; this
+                    // plain release is only its fallback (agent/switchover.rs).
                 }
                 Action::Release { lease, epoch } => {
                     let out = self
@@ -1619,11 +1688,12 @@ impl Agent {
                 Err(e) => return Err(e.to_string()),
             }
         };
-        if dev.boot_status_watchdog_reset() {
-            error!(
-                "ALERT: the last reset of this host was caused by the watchdog {}",
-                self.wd.path.display()
-            );
+        if dev.boot_status_watchdog_reset() && !self.wd.boot_reset_said {
+            self.wd.boot_reset_said = true;
+            crate::events::emit(&crate::events::Event::WatchdogReset {
+                device: self.wd.path.display().to_string(),
+                via: "WDIOC_GETBOOTSTATUS",
+            });
         }
         // S2 at the instant of this open with the W the device really took (review of
         // issue 8: the planned `not_after` assumed the requested W; a device that
@@ -1665,6 +1735,10 @@ impl Agent {
             return Err(why);
         }
         let w = Duration::from_secs(u64::from(dev.timeout()));
+        crate::events::emit(&crate::events::Event::WatchdogArmed {
+            device: self.wd.path.display().to_string(),
+            w: dev.timeout(),
+        });
         info!(
             "watchdog {} ({}) armed: W = {} s (requested {} s), nowayout {:?}",
             self.wd.path.display(),
@@ -1707,7 +1781,9 @@ impl Agent {
         };
         match dev.disarm() {
             Ok(d) => {
-                info!("watchdog {} disarmed", d.path.display());
+                crate::events::emit(&crate::events::Event::WatchdogDisarmed {
+                    device: d.path.display().to_string(),
+                });
                 // A change refused for the armed W is judged again without it.
                 self.applied_config = None;
             }
@@ -1798,6 +1874,7 @@ impl Watchdogs {
         let range = crate::config::watchdog_range(&cfg.timing, cfg.timing.ttl);
         let mut use_device = false;
         let mut requested = 0;
+        let mut boot_reset_said = false;
         // Where no device will be used, the guardian may be the fence (DESIGN §2): it
         // is started and said right after this, by `guardian_hooks::start`.
         let guardian = cfg.watchdog.guardian_applies(false, systemd_w.is_some());
@@ -1822,10 +1899,11 @@ impl Watchdogs {
                 if crate::watchdog::device::sysfs_boot_reset(&cfg.watchdog.sysfs_dir, &path)
                     == Some(true)
                 {
-                    error!(
-                        "ALERT: the last reset of this host was caused by the watchdog {}",
-                        path.display()
-                    );
+                    boot_reset_said = true;
+                    crate::events::emit(&crate::events::Event::WatchdogReset {
+                        device: path.display().to_string(),
+                        via: "sysfs bootstatus",
+                    });
                 }
             }
             (_, Some(_)) if guardian => {
@@ -1861,6 +1939,7 @@ impl Watchdogs {
                 systemd_w,
                 ready_sent: false,
                 last_status: String::new(),
+                boot_reset_said,
             },
             core,
         ))
@@ -1927,4 +2006,12 @@ fn nonblocking_log_pipe() {
             warn!("cannot make the stderr pipe non-blocking: {e}");
         }
     }
+}
+
+/// `CONFIG_REFUSED` for a SIGHUP reload (the running configuration stays).
+fn config_refused(error: String) {
+    crate::events::emit(&crate::events::Event::ConfigRefused {
+        source: "reload",
+        error,
+    });
 }

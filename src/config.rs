@@ -212,8 +212,10 @@ pub struct Config {
     /// `[tags]` string values other than the boolean tags, sorted by name: published
     /// in the member key and matched by `?tag_<name>=<value>`.
     pub custom_tags: Vec<(String, String)>,
-    /// `[log] syslog_socket`; `None` = log to stderr only.
-    pub syslog_socket: Option<PathBuf>,
+    /// `[log]`: where syslog lines go (`logging`).
+    pub log: crate::logging::LogConfig,
+    /// `[hooks]`: the operator's commands and their deadline (`hooks`).
+    pub hooks: crate::hooks::HooksConfig,
     pub agent: AgentConfig,
 }
 
@@ -935,6 +937,77 @@ impl<'a> Sect<'a> {
     }
 }
 
+/// `[log]` (issue 10): a datagram socket or a UDP target (an `IP:port`, never a
+/// name: resolving would block the loop), the facility, or `syslog = false`.
+fn parse_log(lg: &Sect<'_>) -> Result<crate::logging::LogConfig, ConfigError> {
+    let mut log = crate::logging::LogConfig {
+        syslog_socket: lg.path("syslog_socket")?,
+        ..Default::default()
+    };
+    if let Some(u) = lg.nonempty("syslog_udp")? {
+        let addr = u.parse::<std::net::SocketAddr>().map_err(|_| {
+            lg.err(
+                "syslog_udp",
+                format!("expected an IP address and port (\"127.0.0.1:514\"), found \"{u}\""),
+            )
+        })?;
+        if log.syslog_socket.is_some() {
+            return Err(lg.err("syslog_udp", "set syslog_socket or syslog_udp, not both"));
+        }
+        log.syslog_udp = Some(addr);
+    }
+    if let Some(f) = lg.nonempty("syslog_facility")? {
+        if crate::logging::parse_facility(&f).is_none() {
+            return Err(lg.err(
+                "syslog_facility",
+                format!("unknown facility \"{f}\" (daemon, user, local0 ... local7, ...)"),
+            ));
+        }
+        log.facility = f;
+    }
+    if let Some(b) = lg.boolean("syslog")? {
+        log.syslog = b;
+    }
+    Ok(log)
+}
+
+/// `[hooks]` (issue 10): `on_start`, `on_stop`, `on_restart`, `on_reload`,
+/// `on_role_change` (absolute program plus fixed words, no shell) and `timeout`.
+fn parse_hooks(h: &Sect<'_>) -> Result<crate::hooks::HooksConfig, ConfigError> {
+    use crate::hooks::{HookAction, MAX_TIMEOUT, parse_command};
+    let mut keys: Vec<&str> = HookAction::ALL.iter().map(|a| a.name()).collect();
+    keys.push("timeout");
+    h.only(&keys)?;
+    let mut cfg = crate::hooks::HooksConfig::default();
+    for a in HookAction::ALL {
+        let cmd = match h.nonempty(a.name())? {
+            None => None,
+            Some(s) => Some(parse_command(&s).map_err(|p| h.err(a.name(), p))?),
+        };
+        match a {
+            HookAction::Start => cfg.on_start = cmd,
+            HookAction::Stop => cfg.on_stop = cmd,
+            HookAction::Restart => cfg.on_restart = cmd,
+            HookAction::Reload => cfg.on_reload = cmd,
+            HookAction::RoleChange => cfg.on_role_change = cmd,
+        }
+    }
+    if let Some(t) = h.secs("timeout")? {
+        if t > MAX_TIMEOUT {
+            return Err(h.err(
+                "timeout",
+                format!(
+                    "at most {} s, found {}",
+                    MAX_TIMEOUT.as_secs(),
+                    t.as_secs_f64()
+                ),
+            ));
+        }
+        cfg.timeout = t;
+    }
+    Ok(cfg)
+}
+
 /// Seconds from a float: finite, > 0, at most a day (a typo in ms would be
 /// 1000 × too large; a day is beyond any sane lease timing).
 fn secs_from_f64(x: f64) -> Result<Duration, String> {
@@ -1077,6 +1150,7 @@ impl Config {
             "api",
             "watchdog",
             "log",
+            "hooks",
             "agent",
         ])?;
         let scope = root.required("scope", root.string("scope")?)?;
@@ -1493,8 +1567,10 @@ impl Config {
 
         // [log]
         let lg = root.sub("log")?;
-        lg.only(&["syslog_socket"])?;
-        let syslog_socket = lg.path("syslog_socket")?;
+        lg.only(&["syslog", "syslog_socket", "syslog_udp", "syslog_facility"])?;
+        let log = parse_log(&lg)?;
+        // [hooks]
+        let hooks = parse_hooks(&root.sub("hooks")?)?;
 
         let timing_err = |error| ConfigError::Timing {
             file: path.to_path_buf(),
@@ -1565,7 +1641,8 @@ impl Config {
             nofailover,
             noloadbalance,
             custom_tags,
-            syslog_socket,
+            log,
+            hooks,
             agent: AgentConfig {
                 lock_memory,
                 realtime_priority,

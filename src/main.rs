@@ -367,7 +367,8 @@ fn main_exec() -> Result<(), MainError> {
             // INVARIANT: nothing is started before the file is fully validated.
             let c = Config::load(&config)?;
             let level = tenure::logging::level_from_env().map_err(MainError::Usage)?;
-            tenure::logging::init(level, c.syslog_socket.as_deref()).map_err(MainError::Runtime)?;
+            tenure::logging::init(level, &c.log).map_err(MainError::Runtime)?;
+            tenure::events::set_identity(&c.scope, &c.name);
             if let Some(w) = tenure::config::readable_secret_warning(&config) {
                 log::warn!("{w}");
             }
@@ -408,7 +409,12 @@ fn main_exec() -> Result<(), MainError> {
         }
         Command::Demo { keep } => {
             let level = tenure::logging::level_from_env().map_err(MainError::Usage)?;
-            tenure::logging::init(level, None).map_err(MainError::Runtime)?;
+            // The demo's agents log for themselves; the demo itself to stderr only.
+            let stderr_only = tenure::logging::LogConfig {
+                syslog: false,
+                ..Default::default()
+            };
+            tenure::logging::init(level, &stderr_only).map_err(MainError::Runtime)?;
             tenure::demo::run(keep).map_err(|e| MainError::Runtime(format!("demo: {e}")))
         }
     }

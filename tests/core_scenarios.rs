@@ -427,6 +427,11 @@ fn sigterm_on_a_leader_stops_then_releases_and_exits() {
     assert_eq!(
         p.actions,
         vec![
+            Action::HandOver {
+                lease: 0xA,
+                epoch: 5,
+                candidate: None
+            },
             Action::Release {
                 lease: 0xA,
                 epoch: 5
@@ -487,6 +492,11 @@ fn clean_shutdown_with_an_orphan_backend_releases_only_after_a_complete_fence() 
         p.actions,
         vec![
             Action::DisarmWatchdog,
+            Action::HandOver {
+                lease: 0xA,
+                epoch: 5,
+                candidate: None
+            },
             Action::Release {
                 lease: 0xA,
                 epoch: 5
@@ -2088,6 +2098,11 @@ fn with_the_guardian_a_clean_stop_stands_it_down_before_the_release() {
         p.actions,
         vec![
             Action::DisarmWatchdog,
+            Action::HandOver {
+                lease: 0xA,
+                epoch: 5,
+                candidate: None
+            },
             Action::Release {
                 lease: 0xA,
                 epoch: 5
@@ -2618,13 +2633,21 @@ fn while_paused_a_scheduled_switchover_is_refused_an_immediate_one_runs() {
 /// at 1000), with pg2 at `my_lsn`. The key is seen deleted at 102.5, before E_max
 /// (103): an early DELETE. Returns the plan of the step after pg2 won.
 fn take_over_after_release(marker: ReleaseMarker, my_lsn: Lsn) -> Plan {
+    take_over_with(Some(marker), None, my_lsn)
+}
+
+/// As `take_over_after_release`, with the marker optional and the old leader's
+/// member key saying `released: old_released` (its PostgreSQL down).
+fn take_over_with(marker: Option<ReleaseMarker>, old_released: Option<Epoch>, my_lsn: Lsn) -> Plan {
     let mut c = follower_with_poll(None);
-    let members = vec![
-        member("pg1", 8, "primary", 1000, None),
-        member("pg2", 9, "replica", my_lsn, None),
-    ];
+    let mut old = member("pg1", 8, "primary", 1000, None);
+    if old_released.is_some() {
+        old.info.released = old_released;
+        old.info.pg_healthy = false;
+    }
+    let members = vec![old, member("pg2", 9, "replica", my_lsn, None)];
     let mut v = view(20, None, members.clone());
-    v.release = Some(Ok(marker.clone()));
+    v.release = marker.clone().map(Ok);
     let mut o = obs(v, pg(PgRole::Replica, my_lsn, Some("pg1")));
     o.leader_deleted_at = Some(t(102.5));
     o.lease_poll = Some(LeasePoll {
@@ -2637,7 +2660,7 @@ fn take_over_after_release(marker: ReleaseMarker, my_lsn: Lsn) -> Plan {
     let p = c.step(t(102.6), &o);
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
     let mut v = view(21, Some(key("pg2", 21, 0xB)), members.clone());
-    v.release = Some(Ok(marker.clone()));
+    v.release = marker.clone().map(Ok);
     let mut o = obs(v, pg(PgRole::Replica, my_lsn, None));
     o.acquire = Some(AcquireOutcome::Won {
         lease: 0xB,
@@ -2648,7 +2671,7 @@ fn take_over_after_release(marker: ReleaseMarker, my_lsn: Lsn) -> Plan {
     let p = c.step(t(102.7), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
     let mut v = view(22, Some(key("pg2", 21, 0xB)), members);
-    v.release = Some(Ok(marker));
+    v.release = marker.map(Ok);
     c.step(t(102.8), &obs(v, pg(PgRole::Replica, my_lsn, None)))
 }
 
@@ -2715,6 +2738,22 @@ fn a_candidate_the_marker_does_not_name_uses_the_normal_delay() {
         release(5, 1000, Some("pg3")),
         1000,
     ));
+}
+
+/// Issue 9 item 2: a clean stop's `released` field in the old leader's member key is
+/// not epoch-guarded and carries no LSN: without the release marker the early
+/// DELETE is judged as any other (DESIGN §1 step 4). With the marker naming nobody
+/// (what a clean stop now writes) the candidate promotes at once.
+#[test]
+fn a_clean_stop_proves_itself_only_with_the_release_marker() {
+    delayed(&take_over_with(None, Some(5), 1000));
+    let p = take_over_with(Some(release(5, 1000, None)), Some(5), 1000);
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 21 }],
+        "{}",
+        p.reason
+    );
 }
 
 /// The marker is on another timeline than the candidate: positions do not compare.

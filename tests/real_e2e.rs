@@ -302,6 +302,12 @@ fn real_clean_shutdown_releases_the_key() {
     let (leader, new_epoch) = c.leader_key().expect("leader key after switchover");
     assert_eq!(leader, c.name(np), "the key changed hands");
     assert!(new_epoch > epoch);
+    // Issue 9: the clean stop's proof is the release marker of its epoch, naming
+    // nobody (DESIGN §1 step 4), not a field of its member key.
+    let marker: serde_json::Value =
+        serde_json::from_str(&c.get_key("release").expect("a release marker")).expect("JSON");
+    assert_eq!(marker["epoch"].as_i64(), Some(epoch), "{marker}");
+    assert!(marker["candidate"].is_null(), "{marker}");
     println!(
         "clean shutdown: agent exited after {:.2} s, {} primary after {:.2} s (ttl {} s)",
         exited.as_secs_f64(),

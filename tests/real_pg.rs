@@ -802,9 +802,10 @@ fn clean_shutdown_releases_only_after_the_orphan_backend_is_gone() {
     o.shutdown = true;
     let p = core.step(clock::now(), &o);
     assert!(
-        !p.actions
-            .iter()
-            .any(|a| matches!(a, Action::Release { .. } | Action::Exit)),
+        !p.actions.iter().any(|a| matches!(
+            a,
+            Action::Release { .. } | Action::HandOver { .. } | Action::Exit
+        )),
         "no release while backend {backend} runs: {:?} ({})",
         p.actions,
         p.reason
@@ -824,6 +825,12 @@ fn clean_shutdown_releases_only_after_the_orphan_backend_is_gone() {
     assert_eq!(
         p.actions,
         vec![
+            // Issue 9: the clean stop's release is the hand-over with the marker.
+            Action::HandOver {
+                lease: 0xA,
+                epoch: 5,
+                candidate: None
+            },
             Action::Release {
                 lease: 0xA,
                 epoch: 5

@@ -36,6 +36,7 @@ pub(super) fn start(cfg: &Config, wd: &Watchdogs, core: &mut Core) -> GuardianSl
     }
     match Guardian::spawn(&cfg.postgresql.data_dir, cfg.agent.realtime_priority) {
         Ok(g) => {
+            crate::events::emit(&crate::events::Event::GuardianStarted { pid: g.pid() });
             info!(
                 "fence for a frozen agent: the guardian (pid {}, its own session): it SIGKILLs \
                  PostgreSQL at G = H - B_g (B_g = {:.3} s) unless a newer G arrives, and at once if \
@@ -151,6 +152,7 @@ impl Agent {
     /// `automatic` runs without a fence and says so.
     fn guardian_lost(&mut self, why: String) {
         self.guardian.g = None;
+        crate::events::emit(&crate::events::Event::GuardianLost { why: why.clone() });
         if self.cfg.watchdog.mode == WatchdogMode::Required {
             error!("ALERT: {why}: the required fence is gone; giving up leadership (S3)");
             self.core.refuse_leadership(why.clone());

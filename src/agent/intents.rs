@@ -21,6 +21,8 @@ impl Agent {
     /// deadline holds an etcd call of `retry_timeout`; otherwise leave them for the
     /// end of the next iteration (the agent calls this there too).
     pub(super) fn carry_out_intents(&mut self) {
+        // Immediate switchovers parked until their outcome shows (agent/switchover.rs).
+        self.answer_awaiting();
         while self.api.has_intents() {
             let r = self.core.timing().retry_timeout;
             let now = clock::now();
@@ -39,6 +41,12 @@ impl Agent {
                     "this node is fencing its PostgreSQL (its lease could not be renewed): \
                      retry on another member",
                 )
+            } else if let Intent::Failover(f) = intent {
+                // Answered after its outcome: parked until then (agent/switchover.rs).
+                match self.request_failover(Some(ticket), f) {
+                    Some(r) => r,
+                    None => continue,
+                }
             } else {
                 match self.carry_out_operator(ticket, intent) {
                     super::manage::Handled::Now(r) => r,
@@ -58,6 +66,10 @@ impl Agent {
         match intent {
             Intent::PatchConfig(patch) => self.write_config(Some(patch), None),
             Intent::PutConfig(value) => self.write_config(None, Some(value)),
+            Intent::Failover(f) => self
+                .request_failover(None, f)
+                .unwrap_or_else(|| Response::text(202, "queued")),
+            Intent::CancelSwitchover => self.cancel_switchover(),
             // `manage` takes these before this match (`carry_out_operator`).
             Intent::Restart(_)
             | Intent::CancelRestart

@@ -223,7 +223,12 @@ impl Agent {
     /// the refusal (nothing changed); 500 when PostgreSQL's reload failed.
     fn reload_for_api(&mut self) -> Response {
         if let Err(e) = self.reload_config() {
-            error!("POST /reload: reload refused, keeping the running configuration: {e}");
+            crate::events::emit(&crate::events::Event::ConfigRefused {
+                source: "reload",
+                error: format!(
+                    "POST /reload: reload refused, keeping the running configuration: {e}"
+                ),
+            });
             return Response::text(
                 400,
                 format!("reload refused, keeping the running configuration: {e}"),
@@ -234,7 +239,11 @@ impl Agent {
             self.config_path.display()
         );
         let deadline = self.deadline(Duration::from_secs(1));
-        match self.pg.reload_conf(deadline) {
+        let reloaded = self.pg.reload_conf(deadline);
+        if matches!(reloaded, Ok(true)) {
+            self.pg_hook(crate::hooks::HookAction::Reload);
+        }
+        match reloaded {
             Ok(true) => Response::text(
                 202,
                 format!(
@@ -270,6 +279,9 @@ impl Agent {
             } else {
                 error!("reinitialize failed: {detail}");
             }
+        }
+        if ok && matches!(kind, JobKind::Restart { .. }) {
+            self.pg_hook(crate::hooks::HookAction::Restart);
         }
         let Some((ticket, _)) = self.ops.waiting.take_if(|(_, k)| same(k)) else {
             return;

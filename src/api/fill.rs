@@ -40,6 +40,10 @@ pub fn initial(cfg: &Config) -> ApiStatus {
         ttl: cfg.timing.ttl,
         loop_wait: cfg.timing.loop_wait,
         primary_min_remaining: cfg.api.primary_min_remaining,
+        metrics: crate::metrics::Metrics {
+            etcd_endpoints: cfg.etcd.endpoints.clone(),
+            ..crate::metrics::Metrics::default()
+        },
         ..ApiStatus::default()
     }
 }
@@ -151,4 +155,6 @@ pub fn refresh(s: &mut ApiStatus, core: &Core, now: Instant, last_iteration: Opt
     s.fence_deadline = core.fence_deadline();
     s.holds_leader_key = core.leadership().is_some();
     s.last_iteration = last_iteration;
+    s.horizon = core.horizon();
+    s.lease_ttl = core.leadership().map(|l| l.ttl);
 }

@@ -113,6 +113,12 @@ pub enum Intent {
     PatchConfig(Map<String, Value>),
     /// `PUT /config`: the whole value, with the same checks.
     PutConfig(Map<String, Value>),
+    /// `POST /switchover`, `POST /failover`: write the `failover` key; a scheduled
+    /// request is answered 202 once written, an immediate one after its outcome
+    /// (bounded by [`switchover::outcome_wait`]).
+    Failover(switchover::FailoverIntent),
+    /// `DELETE /switchover`: delete a scheduled request.
+    CancelSwitchover,
     /// `POST /restart` ([`manage`]): now, as a supervised job the loop answers for
     /// when it ends, or at its `schedule`.
     Restart(manage::RestartRequest),
@@ -176,6 +182,24 @@ pub static WRITE_ROUTES: &[WriteRoute] = &[
     },
     WriteRoute {
         method: Method::Post,
+        path: "/switchover",
+        body: BodyRule::Required,
+        handler: switchover::post_switchover,
+    },
+    WriteRoute {
+        method: Method::Delete,
+        path: "/switchover",
+        body: BodyRule::Optional,
+        handler: switchover::delete_switchover,
+    },
+    WriteRoute {
+        method: Method::Post,
+        path: "/failover",
+        body: BodyRule::Required,
+        handler: switchover::post_failover,
+    },
+    WriteRoute {
+        method: Method::Post,
         path: "/restart",
         body: BodyRule::Optional,
         handler: manage::post_restart,
@@ -204,7 +228,7 @@ pub static WRITE_ROUTES: &[WriteRoute] = &[
 pub const READ_PATHS: &[&str] = &["/cluster", "/history", "/config"];
 
 fn readable(path: &str) -> bool {
-    endpoint(path).is_some() || READ_PATHS.contains(&path)
+    endpoint(path).is_some() || READ_PATHS.contains(&path) || path == "/metrics"
 }
 
 /// What the server does once a write request's head is complete.
@@ -411,6 +435,8 @@ fn patch_config(req: &WriteRequest<'_>, _s: &ApiStatus) -> Reply {
 fn put_config(req: &WriteRequest<'_>, _s: &ApiStatus) -> Reply {
     Reply::intent(Intent::PutConfig(req.body.clone()))
 }
+
+pub mod switchover;
 
 #[cfg(test)]
 mod tests;

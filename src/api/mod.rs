@@ -39,6 +39,7 @@ use crate::core::time::Instant;
 pub mod auth;
 pub mod cluster;
 pub mod fill;
+pub mod metrics;
 pub mod mgmt;
 pub mod server;
 
@@ -186,6 +187,13 @@ pub struct ApiStatus {
     /// Why the `config` key's current value was refused (the last good one is
     /// kept), if it was.
     pub config_refused: Option<String>,
+    /// The horizon `H` of this node's leadership (refreshed per service call).
+    pub horizon: Option<Instant>,
+    /// The TTL etcd granted for this node's lease, while it leads (refreshed per
+    /// service call).
+    pub lease_ttl: Option<u32>,
+    /// The agent's counters and histograms (`GET /metrics`).
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl ApiStatus {
@@ -984,6 +992,10 @@ pub fn respond(method: &Method, path: &str, query: &str, s: &ApiStatus, out: &mu
     } else {
         ""
     };
+    if path == "/metrics" {
+        metrics::respond(s, shape, extra, out);
+        return;
+    }
     if mgmt::READ_PATHS.contains(&path) {
         let (code, body) = cluster::answer(path, s);
         write_response(code, &body, shape, extra, out);

@@ -135,7 +135,8 @@ impl ApiServer {
             .map(|_| Slot {
                 conn: None,
                 inbuf: vec![0u8; MAX_HEAD + mgmt::MAX_BODY].into_boxed_slice(),
-                out: Vec::with_capacity(2048),
+                // Sized for the largest answer, a `/metrics` scrape: it never grows.
+                out: Vec::with_capacity(super::metrics::SCRAPE_CAPACITY),
                 intent: None,
             })
             .collect();

@@ -83,7 +83,8 @@ fn good_file_and_defaults() {
     assert_eq!(c.watchdog.mode, WatchdogMode::Automatic);
     assert_eq!(c.watchdog.device, PathBuf::from("/dev/watchdog"));
     assert_eq!(c.watchdog.sysfs_dir, PathBuf::from("/sys/class/watchdog"));
-    assert_eq!(c.syslog_socket, None);
+    assert_eq!(c.log, crate::logging::LogConfig::default());
+    assert_eq!(c.hooks, crate::hooks::HooksConfig::default());
 }
 
 #[test]
@@ -118,7 +119,7 @@ fn parameters_and_optional_keys() {
         ]
     );
     assert_eq!(c.watchdog.mode, WatchdogMode::Off);
-    assert_eq!(c.syslog_socket, Some(PathBuf::from("/dev/shm/log")));
+    assert_eq!(c.log.syslog_socket, Some(PathBuf::from("/dev/shm/log")));
     assert!(c.nofailover);
 }
 
@@ -743,4 +744,60 @@ fn api_credentials_are_both_or_neither_and_never_printed() {
     assert!(e.contains("api.password: must be non-empty"), "{e}");
     let e = err(&with("username = \"a\"\npassword = \"x\\ny\""));
     assert!(e.contains("control characters"), "{e}");
+}
+
+#[test]
+fn log_section_values_and_errors() {
+    let c = parse(&format!(
+        "{GOOD}\n[log]\nsyslog_udp = \"127.0.0.1:5514\"\nsyslog_facility = \"local2\"\n"
+    ))
+    .expect("udp and facility");
+    assert_eq!(c.log.syslog_udp, Some("127.0.0.1:5514".parse().unwrap()));
+    assert_eq!(c.log.facility, "local2");
+    assert!(c.log.syslog);
+    let c = parse(&format!("{GOOD}\n[log]\nsyslog = false\n")).expect("off");
+    assert!(!c.log.syslog);
+    // A host name would need a resolver (it blocks): refused.
+    let e = err(&format!("{GOOD}\n[log]\nsyslog_udp = \"loghost:514\"\n"));
+    assert!(
+        e.contains("log.syslog_udp: expected an IP address and port"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{GOOD}\n[log]\nsyslog_udp = \"127.0.0.1:514\"\nsyslog_socket = \"/dev/log\"\n"
+    ));
+    assert!(e.contains("not both"), "{e}");
+    let e = err(&format!("{GOOD}\n[log]\nsyslog_facility = \"local9\"\n"));
+    assert!(e.contains("log.syslog_facility: unknown facility"), "{e}");
+    let e = err(&format!("{GOOD}\n[log]\nsyslog_tcp = \"127.0.0.1:514\"\n"));
+    assert!(e.contains("log.syslog_tcp: unknown key"), "{e}");
+}
+
+#[test]
+fn hooks_section_values_and_errors() {
+    let c = parse(&format!(
+        "{GOOD}\n[hooks]\non_role_change = \"/usr/local/bin/vip --dev eth0\"\ntimeout = 2.5\n"
+    ))
+    .expect("hooks");
+    assert_eq!(
+        c.hooks.on_role_change,
+        Some(vec![
+            "/usr/local/bin/vip".to_string(),
+            "--dev".into(),
+            "eth0".into()
+        ])
+    );
+    assert_eq!(c.hooks.on_start, None);
+    assert_eq!(c.hooks.timeout, Duration::from_millis(2500));
+    let e = err(&format!("{GOOD}\n[hooks]\non_start = \"vip.sh\"\n"));
+    assert!(e.contains("hooks.on_start: the program"), "{e}");
+    assert!(e.contains("absolute path"), "{e}");
+    let e = err(&format!("{GOOD}\n[hooks]\non_stop = \"\"\n"));
+    assert!(e.contains("hooks.on_stop: must not be empty"), "{e}");
+    let e = err(&format!("{GOOD}\n[hooks]\ntimeout = 0\n"));
+    assert!(e.contains("hooks.timeout"), "{e}");
+    let e = err(&format!("{GOOD}\n[hooks]\ntimeout = 601\n"));
+    assert!(e.contains("hooks.timeout: at most 600 s"), "{e}");
+    let e = err(&format!("{GOOD}\n[hooks]\non_promote = \"/bin/true\"\n"));
+    assert!(e.contains("hooks.on_promote: unknown key"), "{e}");
 }

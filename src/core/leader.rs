@@ -218,10 +218,23 @@ impl Core {
             );
         }
         if stopped {
-            // Clean stop finished: release the key so a replica takes over at once.
+            // Clean stop finished and no process of it remains: hand the key over with
+            // the release marker (no candidate named), the one proof that lets a
+            // replica skip the early-expiry delay (DESIGN §1 step 4, S1, S3): guarded
+            // by the epoch and carrying the shutdown checkpoint's LSN, which the
+            // successor's WAL must reach. The member key's `released` is only shown.
             if self.has_fence() {
                 p.push(Action::DisarmWatchdog);
             }
+            p.push(Action::HandOver {
+                lease: l.lease,
+                epoch: l.epoch,
+                candidate: None,
+            });
+            // Its fallback, skipped by the shell once the hand-over released the key:
+            // without a marker (no shutdown checkpoint: the postmaster had died) the
+            // key still goes at once with a guarded delete, and the successor judges
+            // that DELETE as in DESIGN §1 step 4 (the early-expiry delay).
             p.push(Action::Release {
                 lease: l.lease,
                 epoch: l.epoch,

@@ -79,8 +79,9 @@ pub struct MemberInfo {
     /// PostgreSQL running and answering queries.
     pub pg_healthy: bool,
     /// Set by a leader that stopped its PostgreSQL cleanly and is about to release the
-    /// key of this epoch: a replica seeing the key vanish need not wait for the old
-    /// primary to fence (it already stopped).
+    /// key of this epoch. Shown only (ctl, tools): it is not epoch-guarded and carries
+    /// no LSN, so no candidate skips the early-expiry delay on it — the `release`
+    /// marker is the one proof (DESIGN §1 step 4).
     pub released: Option<Epoch>,
     pub parse_error: Option<String>,
 }

@@ -211,15 +211,10 @@ impl Core {
                         (Some(_), Some(e), Some(lp)) => at < e || at.since(lp) > l_w_r,
                         _ => !self.bootstrapped_here,
                     };
-                    // A clean release: the old leader published, before deleting the key,
-                    // that its PostgreSQL had stopped under this epoch. Nothing to wait for.
-                    let released = match (&self.track.holder, self.track.epoch) {
-                        (Some(h), Some(e)) => view
-                            .member(h)
-                            .is_some_and(|m| m.info.released == Some(e) && !m.info.pg_healthy),
-                        _ => false,
-                    };
-                    let early = early && !released;
+                    // A clean stop or a switchover is not judged here: only the release
+                    // marker (epoch-guarded, with the shutdown checkpoint's LSN) lets the
+                    // winner skip the delay, checked when it won (`release_proves`,
+                    // DESIGN §1 step 4). The member key's `released` proves nothing.
                     // A holder we never watched may have published its lease.
                     let old_lease = self.track.lease.or_else(|| {
                         view.members

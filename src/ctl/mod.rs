@@ -115,7 +115,11 @@ where
     }
     // Problems in keys other writers left are logged once on stderr (warn), so
     // an operator sees them next to the table.
-    let _ = crate::logging::init(log::LevelFilter::Warn, None);
+    let stderr_only = crate::logging::LogConfig {
+        syslog: false,
+        ..Default::default()
+    };
+    let _ = crate::logging::init(log::LevelFilter::Warn, &stderr_only);
     // A timing violation in the node's own file is a file problem here (exit 3).
     let cfg =
         Config::load(&inv.config).map_err(|e: ConfigError| CtlError::Config(e.to_string()))?;

@@ -199,12 +199,13 @@ impl Etcd {
     }
 
     /// Write a request as Patroni's API does (unguarded: anyone allowed to ask may).
+    /// Returns the revision of the write: a cluster read at or after it shows it.
     pub fn put_failover(
         &mut self,
         rt: &Runtime,
         value: &str,
         deadline: Instant,
-    ) -> Result<(), DcsError> {
+    ) -> Result<i64, DcsError> {
         let mut kv = self.client.kv_client();
         bounded(
             rt,
@@ -212,19 +213,45 @@ impl Etcd {
             "write the failover key",
             kv.put(self.key("failover"), value, None),
         )
-        .map(|_| ())
+        .map(|r| r.header().map_or(0, |h| h.revision()))
     }
 
-    /// Delete the request, whatever it is (`DELETE /switchover`).
-    pub fn delete_failover(&mut self, rt: &Runtime, deadline: Instant) -> Result<bool, DcsError> {
+    /// The request as stored now (linearizable), for `DELETE /switchover`.
+    pub fn read_failover(
+        &mut self,
+        rt: &Runtime,
+        deadline: Instant,
+    ) -> Result<Option<FailoverRequest>, DcsError> {
         let mut kv = self.client.kv_client();
-        bounded(
+        let r = bounded(
             rt,
             deadline,
-            "delete the failover key",
-            kv.delete(self.key("failover"), None),
-        )
-        .map(|r| r.deleted() > 0)
+            "read the failover key",
+            kv.get(self.key("failover"), None),
+        )?;
+        Ok(r.kvs()
+            .first()
+            .and_then(|kv| parse_failover(kv.value(), kv.mod_revision())))
+    }
+
+    /// Delete the request at `mod_revision` only (`DELETE /switchover`, as Patroni's
+    /// compare on the key's version): `Ok(false)` when it changed in between.
+    pub fn delete_failover_at(
+        &mut self,
+        rt: &Runtime,
+        mod_revision: i64,
+        deadline: Instant,
+    ) -> Result<bool, DcsError> {
+        let key = self.key("failover");
+        let txn = Txn::new()
+            .when(vec![Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                mod_revision,
+            )])
+            .and_then(vec![TxnOp::delete(key, None)]);
+        let mut kv = self.client.kv_client();
+        bounded(rt, deadline, "delete the failover key", kv.txn(txn)).map(|r| r.succeeded())
     }
 }
 

@@ -15,7 +15,7 @@
 //! from `/proc` first).
 
 pub mod conf;
-mod control;
+pub mod control;
 mod job;
 pub mod procs;
 

@@ -97,6 +97,12 @@ pub struct ClusterOptions {
     pub etcd_tls: Option<EtcdServerTls>,
     /// Extra `[etcd]` lines per node index (`cacert`, `cert`, `username`, ...).
     pub etcd_extra: Vec<String>,
+    /// TOML appended to every node's file (`[log]`, `[hooks]`, ...), with `{name}`
+    /// replaced by the node's name and `{dir}` by its directory.
+    pub extra_config: String,
+    /// Run each agent as systemd would with its stderr on the journal:
+    /// `JOURNAL_STREAM` = the device and inode of its log file (issue 10).
+    pub journal_stream: bool,
 }
 
 /// The API user the bed configures (`[api] username`).
@@ -206,6 +212,8 @@ impl ClusterOptions {
             api_auth: true,
             etcd_tls: None,
             etcd_extra: Vec::new(),
+            extra_config: String::new(),
+            journal_stream: false,
         }
     }
 }
@@ -383,8 +391,13 @@ password = "{rewind}"
 listen = "{addr}:{api_port}"
 {api_extra}
 
-{watchdog}"#,
+{watchdog}
+{extra}"#,
         watchdog = watchdog_section(&node_watchdog(opts, spec), spec),
+        extra = opts
+            .extra_config
+            .replace("{name}", &spec.name)
+            .replace("{dir}", &spec.dir.display().to_string()),
         hba = observer_hba(spec),
         etcd_extra = node_index(spec)
             .and_then(|i| opts.etcd_extra.get(i))
@@ -873,6 +886,13 @@ impl TestCluster {
             .stderr(log2);
         if let Some(level) = &self.opts.log_level {
             cmd.env("TENURE_LOG", level);
+        }
+        // Never the test runner's own (a run under systemd): only what the test asks.
+        cmd.env_remove("JOURNAL_STREAM");
+        if self.opts.journal_stream {
+            let st = nix::sys::stat::stat(&n.spec.log_path)
+                .map_err(|e| format!("stat {}: {e}", n.spec.log_path.display()))?;
+            cmd.env("JOURNAL_STREAM", format!("{}:{}", st.st_dev, st.st_ino));
         }
         // Nothing of ours leaks in (a test or a demo run under systemd would
         // otherwise hand every agent its watchdog); only a node with a test-owned
