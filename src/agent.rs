@@ -33,6 +33,7 @@ mod events_hooks;
 mod guardian_hooks;
 mod intents;
 mod manage;
+mod secure;
 mod switchover;
 
 /// The cluster "read" of an iteration cut short past `F - B` after its renewal.
@@ -104,6 +105,8 @@ struct Agent {
     etcd: Option<Etcd>,
     /// The one etcd endpoint `etcd` talks to (an index into `[etcd] endpoints`).
     endpoint: usize,
+    /// The last certificate/auth error logged (agent/secure.rs: once per distinct text).
+    security_error: Option<String>,
     pg: PgCtl,
     core: Core,
     api: api::server::ApiServer,
@@ -184,8 +187,9 @@ pub fn confirm_epoch(
         .build()
         .map_err(|e| format!("cannot build the event loop: {e}"))?;
     let prefix = format!("{}/{}/", cfg.namespace.trim_end_matches('/'), cfg.scope);
-    let mut etcd =
-        Etcd::connect(&rt, &cfg.etcd.endpoints, &prefix, deadline).map_err(|e| e.to_string())?;
+    let sec = crate::dcs::Security::of(&cfg.etcd);
+    let mut etcd = Etcd::connect_authenticated(&rt, &cfg.etcd.endpoints, &prefix, &sec, deadline)
+        .map_err(|e| e.to_string())?;
     let c = ConfirmEpoch {
         up_to,
         by: by.to_string(),
@@ -274,6 +278,7 @@ impl Agent {
             rt,
             etcd: None,
             endpoint: 0,
+            security_error: None,
             pg,
             core,
             api,
@@ -520,7 +525,8 @@ impl Agent {
         let name = self.cfg.name.clone();
         let attempt = match self.connect(deadline) {
             Some((etcd, rt)) => etcd
-                .member_held_elsewhere(rt, &name, mine, deadline)
+                .authenticate(rt, deadline)
+                .and_then(|()| etcd.member_held_elsewhere(rt, &name, mine, deadline))
                 .map_err(|e| e.to_string()),
             None => Err("etcd unreachable".to_string()),
         };
@@ -553,10 +559,12 @@ impl Agent {
         if self.etcd.is_none() {
             let eps = &self.cfg.etcd.endpoints;
             let i = self.endpoint % eps.len().max(1);
-            match Etcd::connect(&self.rt, &eps[i..=i], &self.prefix, deadline) {
+            let sec = crate::dcs::Security::of(&self.cfg.etcd);
+            match Etcd::connect_with(&self.rt, &eps[i..=i], &self.prefix, &sec, deadline) {
                 Ok(e) => self.etcd = Some(e),
                 Err(e) => {
-                    debug!("etcd connect to {}: {e}", eps[i]);
+                    let msg = format!("etcd connect to {}: {e}", eps[i]);
+                    self.etcd_failed(&msg);
                     self.switch_endpoint();
                     return None;
                 }
@@ -766,6 +774,7 @@ impl Agent {
         self.cfg.api.auth = new.api.auth;
         self.hooks.set_config(new.hooks.clone());
         self.cfg.hooks = new.hooks;
+        self.etcd_reloaded(new.etcd);
         self.applied_config = None; // re-apply the cluster's config with new local values
         Ok(())
     }
@@ -780,6 +789,15 @@ impl Agent {
             if let Some((lease, epoch)) = self.core.lease_to_renew() {
                 let deadline = self.deadline(r);
                 let r = match self.connect(deadline) {
+                    // Never authenticate on the renewal path (agent/secure.rs): a
+                    // client without a token fails this renewal at once.
+                    Some((etcd, _)) if !etcd.authenticated() => Renewal {
+                        lease,
+                        sent_at: now,
+                        outcome: RenewalOutcome::Failed(
+                            "etcd: not authenticated yet (authentication is its own step)".into(),
+                        ),
+                    },
                     Some((etcd, rt)) => etcd.confirmed_renew(rt, lease, epoch, &me, deadline),
                     None => Renewal {
                         lease,
@@ -790,7 +808,8 @@ impl Agent {
                 let counted = matches!(r.outcome, RenewalOutcome::Counted { .. });
                 let rtt = clock::now().since(r.sent_at);
                 self.status.metrics.renewal(counted, rtt);
-                if matches!(r.outcome, RenewalOutcome::Failed(_)) {
+                if let RenewalOutcome::Failed(e) = &r.outcome {
+                    self.etcd_failed(&format!("renewal: {e}"));
                     // The read below already tries the next member.
                     self.switch_endpoint();
                 }
@@ -819,6 +838,9 @@ impl Agent {
             }
             self.keep_alive_side_leases();
         }
+        // Authentication in its own step, after the renewal, with its own deadline
+        // (capped at the next tick and `F - B` like every call: S1, S6 d).
+        self.authenticate_step(self.deadline(r));
 
         let deadline = self.deadline(r);
         let cut = self.cut_by_tick(r);
@@ -827,6 +849,10 @@ impl Agent {
             None => Err("etcd unreachable".to_string()),
         };
         let mut cluster = cluster;
+        if cluster.is_ok() {
+            // A certificate or permission error logged before is over: log the next.
+            self.security_error = None;
+        }
         if let Ok(view) = &mut cluster {
             switchover::schedule_on_boottime(view, clock::now());
         }
@@ -835,8 +861,11 @@ impl Agent {
             // from the quorum, or its channel broken for good — unless the read only
             // ran out of the time left before the tick.
             debug!("cluster read failed: {e}");
+            self.etcd_failed(&format!("cluster read: {e}"));
             if !cut {
                 self.switch_endpoint();
+                // The next renewal needs a token: get it now, not on its path.
+                self.authenticate_step(self.deadline(r));
             }
         }
         if let Ok(view) = &cluster {

@@ -77,11 +77,16 @@ impl DynamicConfig {
 #[derive(Clone, Debug)]
 pub struct EtcdConfig {
     /// `http://127.0.0.1:2379` style URLs; hosts must be IP addresses (no name
-    /// resolution in the loop, DESIGN §5).
+    /// resolution in the loop, DESIGN §5). All `http://` or all `https://`.
     pub endpoints: Vec<String>,
+    /// `Some` with `https://` endpoints: CA bundle, client certificate, server name.
+    pub tls: Option<EtcdTls>,
+    /// etcd user/password authentication (`[etcd] username` + a password).
+    pub auth: Option<EtcdAuth>,
 }
 
-#[derive(Clone, Debug)]
+/// `Debug` hides the passwords (config/secrets.rs).
+#[derive(Clone)]
 pub struct PgConfig {
     pub bin_dir: PathBuf,
     pub data_dir: PathBuf,
@@ -1105,7 +1110,19 @@ impl Config {
             file: path.to_path_buf(),
             error,
         })?;
-        Config::parse(path, &text)
+        let c = Config::parse(path, &text)?;
+        // The etcd TLS files here, not in `parse`: they are files of their own,
+        // and a reload (SIGHUP) with an expired or unreadable one is refused.
+        if let Some(tls) = &c.etcd.tls {
+            check_tls_files(tls, crate::clock::realtime().as_secs() as i64).map_err(|problem| {
+                ConfigError::Key {
+                    file: path.to_path_buf(),
+                    key: "etcd".into(),
+                    problem,
+                }
+            })?;
+        }
+        Ok(c)
     }
 
     /// [`Config::load`] on text already read; `path` only names it in errors.
@@ -1114,7 +1131,7 @@ impl Config {
             .parse()
             .map_err(|e: toml::de::Error| ConfigError::Syntax {
                 file: path.to_path_buf(),
-                message: e.to_string(),
+                message: secrets::syntax_message(&e, text),
             })?;
         let root = Sect {
             file: path,
@@ -1168,7 +1185,16 @@ impl Config {
 
         // [etcd]
         let etcd = root.sub("etcd")?;
-        etcd.only(&["endpoints"])?;
+        etcd.only(&[
+            "endpoints",
+            "cacert",
+            "cert",
+            "key",
+            "tls_server_name",
+            "username",
+            "password",
+            "password_file",
+        ])?;
         let endpoints = match etcd.table.get("endpoints") {
             None => return Err(etcd.err("endpoints", "missing")),
             Some(Value::Array(a)) => {
@@ -1188,6 +1214,14 @@ impl Config {
             }
             Some(v) => return Err(etcd.wrong("endpoints", "an array of URLs", v)),
         };
+        let https = endpoints.iter().any(|e| e.starts_with("https://"));
+        if https && endpoints.iter().any(|e| e.starts_with("http://")) {
+            return Err(etcd.err(
+                "endpoints",
+                "mixes http:// and https:// (one TLS setting serves every member)",
+            ));
+        }
+        let (etcd_tls, etcd_auth) = secrets::etcd_security(&etcd, https)?;
 
         // [timing]
         let tm = root.sub("timing")?;
@@ -1344,21 +1378,26 @@ impl Config {
 
         let auth = pg.sub("authentication")?;
         auth.only(&["superuser", "replication", "rewind"])?;
-        let role = |k: &str, default: &str| -> Result<(String, String), ConfigError> {
+        let role = |k: &str, default: &str, cred: &str| -> Result<(String, String), ConfigError> {
             let s = auth.sub(k)?;
-            s.only(&["username", "password"])?;
+            s.only(&["username", "password", "password_file"])?;
             let user = s
                 .nonempty("username")?
                 .unwrap_or_else(|| default.to_string());
-            let password = s.required("password", s.string("password")?)?;
-            if password.contains(['\n', '\r', '\0']) {
-                return Err(s.err("password", "must not contain a newline or NUL"));
-            }
+            let password = secrets::secret(&s, cred)?.ok_or_else(|| {
+                s.err(
+                    "password",
+                    format!("missing (or password_file, or the {cred} credential)"),
+                )
+            })?;
             Ok((user, password))
         };
-        let (superuser, superuser_password) = role("superuser", "postgres")?;
-        let (replication_user, replication_password) = role("replication", "replicator")?;
-        let (rewind_user, rewind_password) = role("rewind", "rewind_user")?;
+        let (superuser, superuser_password) =
+            role("superuser", "postgres", secrets::CRED_PG_SUPERUSER)?;
+        let (replication_user, replication_password) =
+            role("replication", "replicator", secrets::CRED_PG_REPLICATION)?;
+        let (rewind_user, rewind_password) =
+            role("rewind", "rewind_user", secrets::CRED_PG_REWIND)?;
 
         let params = pg.sub("parameters")?;
         let mut parameters = Vec::with_capacity(params.table.len());
@@ -1393,6 +1432,7 @@ impl Config {
             "primary_min_remaining",
             "username",
             "password",
+            "password_file",
         ])?;
         let api_listen = api.required("listen", api.string("listen")?)?;
         if api_listen.parse::<SocketAddr>().is_err() {
@@ -1412,12 +1452,16 @@ impl Config {
             None => format!("http://{api_listen}"),
         };
         let primary_min_remaining = api.secs("primary_min_remaining")?;
-        let auth = match (api.string("username")?, api.string("password")?) {
+        let auth = match (
+            api.string("username")?,
+            secrets::secret(&api, secrets::CRED_API)?,
+        ) {
             (None, None) => None,
             (Some(_), None) => {
                 return Err(api.err(
                     "password",
-                    "missing: username and password are set together (both or neither)",
+                    "missing: username and password (or password_file, or the \
+                     tenure-api-password credential) are set together (both or neither)",
                 ));
             }
             (None, Some(_)) => {
@@ -1556,7 +1600,11 @@ impl Config {
             scope,
             name,
             namespace,
-            etcd: EtcdConfig { endpoints },
+            etcd: EtcdConfig {
+                endpoints,
+                tls: etcd_tls,
+                auth: etcd_auth,
+            },
             timing,
             dynamic,
             postgresql: PgConfig {
@@ -1829,6 +1877,11 @@ fn secs_json(d: Duration) -> serde_json::Value {
 }
 
 pub mod cluster;
+mod secrets;
+pub use secrets::{
+    CRED_API, CRED_ETCD, CRED_PG_REPLICATION, CRED_PG_REWIND, CRED_PG_SUPERUSER, EtcdAuth, EtcdTls,
+    check_tls_files, readable_secret_warning,
+};
 
 #[cfg(test)]
 mod tests;

@@ -357,6 +357,9 @@ fn main_exec() -> Result<(), MainError> {
         }
         Command::CheckConfig { config } => {
             let c = Config::load(&config)?;
+            if let Some(w) = tenure::config::readable_secret_warning(&config) {
+                println!("warning: {w}");
+            }
             print!("{}", budget_report(&config, &c));
             Ok(())
         }
@@ -366,6 +369,9 @@ fn main_exec() -> Result<(), MainError> {
             let level = tenure::logging::level_from_env().map_err(MainError::Usage)?;
             tenure::logging::init(level, &c.log).map_err(MainError::Runtime)?;
             tenure::events::set_identity(&c.scope, &c.name);
+            if let Some(w) = tenure::config::readable_secret_warning(&config) {
+                log::warn!("{w}");
+            }
             log::info!(
                 "tenure {VERSION} starting: scope {}, member {}, config {}",
                 c.scope,

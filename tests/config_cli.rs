@@ -422,3 +422,23 @@ fn run_env_clean(args: &[&str]) -> Output {
         .stderr(Stdio::piped());
     cmd.output().expect("run tenure")
 }
+
+/// Issue 12: a config file holding a password and readable by every user is
+/// warned about (check-config prints it; `run` logs it at start-up), a 0600 one is not.
+#[test]
+fn check_config_warns_about_a_world_readable_file_with_a_password() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tenure::testbed::scratch_dir("modecfg").expect("scratch dir");
+    let file = dir.join("tenure.toml");
+    std::fs::write(&file, good(&dir)).expect("write");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let o = run(&["check-config", file.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("readable by every user"), "{out}");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let o = run(&["check-config", file.to_str().expect("utf8")]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains("readable by every user"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

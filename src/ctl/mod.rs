@@ -170,8 +170,15 @@ impl Ctx {
                 .map_err(|e| CtlError::Failed(format!("cannot build the event loop: {e}")))?;
             let endpoints = self.cfg.etcd.endpoints.join(",");
             let deadline = clock::now().add(ETCD_TIMEOUT);
-            let etcd = Etcd::connect(&rt, &self.cfg.etcd.endpoints, &self.prefix(), deadline)
-                .map_err(|e| CtlError::Failed(format!("etcd unreachable ({endpoints}): {e}")))?;
+            let sec = crate::dcs::Security::of(&self.cfg.etcd);
+            let etcd = Etcd::connect_authenticated(
+                &rt,
+                &self.cfg.etcd.endpoints,
+                &self.prefix(),
+                &sec,
+                deadline,
+            )
+            .map_err(|e| CtlError::Failed(format!("etcd unreachable ({endpoints}): {e}")))?;
             self.dcs = Some(Dcs {
                 rt,
                 etcd,

@@ -16,6 +16,9 @@
 mod handover;
 mod keys;
 mod raw;
+mod secure;
+
+pub use secure::{Security, is_invalid_auth_token, is_security_error};
 
 pub use handover::{encode_failover, parse_rfc3339};
 
@@ -99,6 +102,10 @@ pub struct Etcd {
     pending: VecDeque<WatchEvent>,
     /// Parse problems already logged (log once per distinct problem).
     warned: HashSet<String>,
+    /// `[etcd] username`/password, used only by `authenticate` (secure.rs).
+    user: Option<crate::config::EtcdAuth>,
+    /// Whether `authenticate` got a token that no call has refused since.
+    authed: bool,
 }
 
 /// Why a keepalive on a fresh stream did not give a TTL.
@@ -121,12 +128,28 @@ where
     // The `async` block matters: `timeout` must be created inside the runtime.
     match rt.block_on(async { tokio::time::timeout(d, fut).await }) {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(DcsError(format!("{what}: {e}"))),
+        Ok(Err(e)) => Err(DcsError(format!("{what}: {}", with_sources(&e)))),
         Err(_) => Err(DcsError(format!(
             "{what}: no answer within {:.3} s",
             d.as_secs_f64()
         ))),
     }
+}
+
+/// `e` and its sources: tonic's transport error says only "transport error"; the
+/// cause an operator needs (a certificate, a refused connection) is in its sources.
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
 }
 
 /// True for etcd's "etcdserver: requested lease not found" (gRPC NotFound). The
@@ -136,11 +159,18 @@ fn is_lease_not_found(e: &etcd_client::Error) -> bool {
     matches!(e, etcd_client::Error::GRpcStatus(s) if s.message().contains("lease not found"))
 }
 
-/// `http://IP:port` only: a host name would need the resolver (a blocking thread).
-fn check_endpoint(e: &str) -> Result<(), DcsError> {
-    let rest = e.strip_prefix("http://").ok_or_else(|| {
+/// `http://IP:port`, or `https://IP:port` with TLS settings: a host name would
+/// need the resolver (a blocking thread).
+fn check_endpoint(e: &str, tls: bool) -> Result<(), DcsError> {
+    let scheme = if tls { "https://" } else { "http://" };
+    let rest = e.strip_prefix(scheme).ok_or_else(|| {
         DcsError(format!(
-            "etcd endpoint {e:?}: must start with http:// (TLS is not supported yet)"
+            "etcd endpoint {e:?}: must start with {scheme} ({})",
+            if tls {
+                "TLS is configured"
+            } else {
+                "https:// needs [etcd] cacert"
+            }
         ))
     })?;
     let rest = rest.strip_suffix('/').unwrap_or(rest);
@@ -184,11 +214,24 @@ impl Etcd {
         prefix: &str,
         deadline: Instant,
     ) -> Result<Etcd, DcsError> {
+        Etcd::connect_with(rt, endpoints, prefix, &Security::default(), deadline)
+    }
+
+    /// [`Etcd::connect`] with TLS and credentials (secure.rs). Sends nothing
+    /// either: the credentials are used by [`Etcd::authenticate`], a step of its
+    /// own, never by a connect on the renewal path.
+    pub fn connect_with(
+        rt: &Runtime,
+        endpoints: &[String],
+        prefix: &str,
+        sec: &Security,
+        deadline: Instant,
+    ) -> Result<Etcd, DcsError> {
         if endpoints.is_empty() {
             return Err(DcsError("etcd endpoints: the list is empty".into()));
         }
         for e in endpoints {
-            check_endpoint(e)?;
+            check_endpoint(e, sec.tls.is_some())?;
         }
         if !prefix.ends_with('/') || prefix.len() < 2 {
             return Err(DcsError(format!(
@@ -202,6 +245,12 @@ impl Etcd {
             .with_connect_timeout(CONNECT_TIMEOUT)
             .with_keep_alive(H2_PING_INTERVAL, H2_PING_TIMEOUT)
             .with_keep_alive_while_idle(false);
+        // No `with_user`: etcd-client would authenticate inside `connect`
+        // (secure.rs); `with_auto_token_refresh` stays off (its default).
+        let opts = match &sec.tls {
+            Some(tls) => secure::with_tls(opts, tls)?,
+            None => opts,
+        };
         let eps = endpoints.to_vec();
         let client = bounded(
             rt,
@@ -215,6 +264,8 @@ impl Etcd {
             watch: None,
             pending: VecDeque::new(),
             warned: HashSet::new(),
+            user: sec.auth.clone(),
+            authed: false,
         })
     }
 

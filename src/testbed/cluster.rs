@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::etcd::{EtcdCluster, http_get, http_request};
+use super::etcd::{EtcdCluster, EtcdServerTls, http_get, http_request};
 use super::etcdkv::{self, Kv};
 #[cfg(feature = "testbed")]
 use super::netns::NetTopology;
@@ -92,6 +92,11 @@ pub struct ClusterOptions {
     /// `[api] username`/`password` (`API_USER` and a generated password) on every
     /// node; `false`: none, so every write endpoint answers 403.
     pub api_auth: bool,
+    /// etcd with server TLS and client-certificate auth (issue 12): the agents get
+    /// the `https://` endpoints, the bed keeps a plain listener of its own.
+    pub etcd_tls: Option<EtcdServerTls>,
+    /// Extra `[etcd]` lines per node index (`cacert`, `cert`, `username`, ...).
+    pub etcd_extra: Vec<String>,
     /// TOML appended to every node's file (`[log]`, `[hooks]`, ...), with `{name}`
     /// replaced by the node's name and `{dir}` by its directory.
     pub extra_config: String,
@@ -205,6 +210,8 @@ impl ClusterOptions {
             etcd_relays: false,
             primary_min_remaining: None,
             api_auth: true,
+            etcd_tls: None,
+            etcd_extra: Vec::new(),
             extra_config: String::new(),
             journal_stream: false,
         }
@@ -339,6 +346,7 @@ name = "{name}"
 
 [etcd]
 endpoints = [{eps}]
+{etcd_extra}
 
 [timing]
 ttl = {ttl}
@@ -391,6 +399,10 @@ listen = "{addr}:{api_port}"
             .replace("{name}", &spec.name)
             .replace("{dir}", &spec.dir.display().to_string()),
         hba = observer_hba(spec),
+        etcd_extra = node_index(spec)
+            .and_then(|i| opts.etcd_extra.get(i))
+            .cloned()
+            .unwrap_or_default(),
         api_extra = opts
             .primary_min_remaining
             .map(|d| format!("primary_min_remaining = {:?}\n", d.as_secs_f64()))
@@ -432,6 +444,14 @@ fn observer_hba(spec: &NodeSpec) -> String {
     }
     let [a, b, c, _] = spec.addr.octets();
     format!("pg_hba = [\"host all all {a}.{b}.{c}.254/32 scram-sha-256\"]")
+}
+
+/// The bed names node `i` `pg<i+1>`: its index.
+fn node_index(spec: &NodeSpec) -> Option<usize> {
+    spec.name
+        .strip_prefix("pg")
+        .and_then(|n| n.parse::<usize>().ok())
+        .map(|n| n.wrapping_sub(1))
 }
 
 /// The bed names node `i` `pg<i+1>`: its watchdog settings.
@@ -553,6 +573,10 @@ impl TestCluster {
             };
             #[cfg(not(feature = "testbed"))]
             let endpoints = c.endpoints.clone();
+            let endpoints = match (&c.opts.etcd_tls, &c.etcd) {
+                (Some(_), Some(e)) => e.tls_endpoints(),
+                _ => endpoints,
+            };
             let toml = agent_config_toml(&c.opts, &spec, &endpoints, &c.passwords);
             write_file(&spec.config_path, &toml, 0o600)?;
             #[cfg(feature = "testbed")]
@@ -590,9 +614,13 @@ impl TestCluster {
                 .map(|h| (net.addr(h), Some(net.ns(h).to_string())))
                 .collect();
             self.net = Some(net);
-            return EtcdCluster::start_placed(&self.dir, &placement);
+            return EtcdCluster::start_secure(&self.dir, &placement, self.opts.etcd_tls.clone());
         }
-        EtcdCluster::start(&self.dir, 3)
+        EtcdCluster::start_secure(
+            &self.dir,
+            &vec![(std::net::Ipv4Addr::LOCALHOST, None); 3],
+            self.opts.etcd_tls.clone(),
+        )
     }
 
     /// Node `i`'s address: its host's in the namespace topology, else 127.0.0.1.

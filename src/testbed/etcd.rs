@@ -21,6 +21,20 @@ pub struct EtcdMember {
     pub addr: Ipv4Addr,
     /// The network namespace it runs in (`None`: ours).
     pub netns: Option<String>,
+    /// With TLS: a second, plain `http://` client listener for the bed's own
+    /// health checks and JSON-gateway reads (`endpoints()`); the agents get the
+    /// `https://` one (`tls_endpoints()`). Without TLS: the client port.
+    pub plain_port: u16,
+}
+
+/// Server TLS of a bed's etcd (issue 12): every member serves `cert`/`key` on its
+/// `https://` client URL and requires a client certificate signed by `ca`
+/// (`--client-cert-auth`). Peer traffic stays plain (loopback).
+#[derive(Clone, Debug)]
+pub struct EtcdServerTls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 pub struct EtcdCluster {
@@ -28,6 +42,7 @@ pub struct EtcdCluster {
     pub binary: PathBuf,
     token: String,
     initial_cluster: String,
+    tls: Option<EtcdServerTls>,
 }
 
 impl EtcdCluster {
@@ -42,6 +57,15 @@ impl EtcdCluster {
         dir: &Path,
         placement: &[(Ipv4Addr, Option<String>)],
     ) -> Result<EtcdCluster, String> {
+        EtcdCluster::start_secure(dir, placement, None)
+    }
+
+    /// [`EtcdCluster::start_placed`] with server TLS (`None`: plain).
+    pub fn start_secure(
+        dir: &Path,
+        placement: &[(Ipv4Addr, Option<String>)],
+        tls: Option<EtcdServerTls>,
+    ) -> Result<EtcdCluster, String> {
         let binary = which_etcd()?;
         let n = placement.len();
         if n == 0 {
@@ -50,15 +74,21 @@ impl EtcdCluster {
         let mut members = Vec::new();
         for (i, (addr, netns)) in placement.iter().enumerate() {
             let name = format!("etcd{i}");
+            let client_port = free_port();
             members.push(EtcdMember {
                 addr: *addr,
                 netns: netns.clone(),
                 data_dir: dir.join(format!("{name}.data")),
                 log: dir.join(format!("{name}.log")),
                 name,
-                client_port: free_port(),
+                client_port,
                 peer_port: free_port(),
                 child: None,
+                plain_port: if tls.is_some() {
+                    free_port()
+                } else {
+                    client_port
+                },
             });
         }
         let initial_cluster = members
@@ -72,6 +102,7 @@ impl EtcdCluster {
             binary,
             token,
             initial_cluster,
+            tls,
         };
         for i in 0..n {
             c.start_member(i, "new")?;
@@ -85,11 +116,22 @@ impl EtcdCluster {
         Ok(c)
     }
 
-    /// Client URLs of all members.
+    /// Plain client URLs of all members (with TLS: the bed's own listener).
     pub fn endpoints(&self) -> Vec<String> {
         self.members
             .iter()
-            .map(|m| format!("http://{}:{}", m.addr, m.client_port))
+            .map(|m| format!("http://{}:{}", m.addr, m.plain_port))
+            .collect()
+    }
+
+    /// `https://` client URLs of all members (with TLS; else the plain ones).
+    pub fn tls_endpoints(&self) -> Vec<String> {
+        if self.tls.is_none() {
+            return self.endpoints();
+        }
+        self.members
+            .iter()
+            .map(|m| format!("https://{}:{}", m.addr, m.client_port))
             .collect()
     }
 
@@ -112,14 +154,29 @@ impl EtcdCluster {
             None => Command::new(&self.binary),
         };
         let a = m.addr;
+        if let Some(t) = &self.tls {
+            cmd.arg(format!(
+                "--listen-client-urls=https://{a}:{},http://{a}:{}",
+                m.client_port, m.plain_port
+            ))
+            .arg(format!(
+                "--advertise-client-urls=https://{a}:{}",
+                m.client_port
+            ))
+            .arg(format!("--cert-file={}", t.cert.display()))
+            .arg(format!("--key-file={}", t.key.display()))
+            .arg(format!("--trusted-ca-file={}", t.ca.display()))
+            .arg("--client-cert-auth");
+        } else {
+            cmd.arg(format!("--listen-client-urls=http://{a}:{}", m.client_port))
+                .arg(format!(
+                    "--advertise-client-urls=http://{a}:{}",
+                    m.client_port
+                ));
+        }
         let child = cmd
             .arg(format!("--name={}", m.name))
             .arg(format!("--data-dir={}", m.data_dir.display()))
-            .arg(format!("--listen-client-urls=http://{a}:{}", m.client_port))
-            .arg(format!(
-                "--advertise-client-urls=http://{a}:{}",
-                m.client_port
-            ))
             .arg(format!("--listen-peer-urls=http://{a}:{}", m.peer_port))
             .arg(format!(
                 "--initial-advertise-peer-urls=http://{a}:{}",
@@ -202,7 +259,7 @@ impl EtcdCluster {
             .filter(|&i| {
                 let m = &self.members[i];
                 m.child.is_some()
-                    && http_get(IpAddr::V4(m.addr), m.client_port, "/metrics")
+                    && http_get(IpAddr::V4(m.addr), m.plain_port, "/metrics")
                         .is_some_and(|b| b.lines().any(|l| l.trim() == "etcd_server_is_leader 1"))
             })
             .collect();
@@ -213,7 +270,7 @@ impl EtcdCluster {
     pub fn wait_healthy(&self, limit: Duration) -> bool {
         wait_for(limit, Duration::from_millis(100), || {
             let all = self.members.iter().filter(|m| m.child.is_some()).all(|m| {
-                http_get(IpAddr::V4(m.addr), m.client_port, "/health")
+                http_get(IpAddr::V4(m.addr), m.plain_port, "/health")
                     .is_some_and(|b| b.contains("\"health\":\"true\""))
             });
             all.then_some(())

@@ -111,6 +111,41 @@ const ATTEMPT: Duration = Duration::from_secs(1);
 /// POST `body` to the endpoints round-robin, each attempt at most `ATTEMPT`,
 /// until one answers 200 or `timeout` passes. (A retried put writes the same
 /// value again; a retried delete may report 0 keys deleted.)
+/// The etcd auth token the bed's reads and writes send (`Authorization:`), once a
+/// test enabled etcd authentication (issue 12); `None`: no header.
+static TOKEN: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Authenticate as `user` through the gateway and send the token with every
+/// later request of this process (`None` user: stop sending one).
+pub fn use_auth(
+    endpoints: &[String],
+    user: Option<(&str, &str)>,
+    timeout: Duration,
+) -> Result<(), String> {
+    // `Authenticate` must go without the old token: etcd refuses a stale one.
+    *TOKEN.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    let token = match user {
+        None => None,
+        Some((name, password)) => {
+            let body = serde_json::json!({ "name": name, "password": password });
+            let v = post_any(
+                endpoints,
+                "/v3/auth/authenticate",
+                &body.to_string(),
+                timeout,
+            )?;
+            Some(
+                v.get("token")
+                    .and_then(|t| t.as_str())
+                    .ok_or_else(|| format!("etcd authenticate: no token in {v}"))?
+                    .to_string(),
+            )
+        }
+    };
+    *TOKEN.lock().unwrap_or_else(|e| e.into_inner()) = token;
+    Ok(())
+}
+
 fn post_any(
     endpoints: &[String],
     path: &str,
@@ -182,8 +217,14 @@ fn post(
     let mut s = TcpStream::connect_timeout(&addr, left()?).map_err(|e| format!("connect: {e}"))?;
     s.set_write_timeout(Some(left()?))
         .map_err(|e| e.to_string())?;
+    let auth = TOKEN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map(|t| format!("Authorization: {t}\r\n"))
+        .unwrap_or_default();
     let req = format!(
-        "POST {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes())

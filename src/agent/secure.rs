@@ -1,0 +1,73 @@
+//! The loop's side of etcd TLS and authentication (issue 12): the authentication
+//! step, certificate and permission errors at error level, and a reconnect when
+//! SIGHUP brings new `[etcd]` settings.
+//!
+//! Owns: when the agent authenticates. Must never: authenticate on the renewal
+//! path (an etcd `Authenticate` is a Raft write and a bcrypt; DESIGN S1, S6 d: the
+//! renewal's deadline is for the keepalive and the read alone), or log a secret.
+
+use log::{debug, error, info};
+
+use super::Agent;
+use crate::config::EtcdConfig;
+use crate::core::time::Instant;
+use crate::dcs::{is_invalid_auth_token, is_security_error};
+
+impl Agent {
+    /// Authenticate the client if it has credentials and no token, bounded by
+    /// `deadline`. Runs after the renewal (and after a failed read): the renewal
+    /// never waits for it. A failure is logged; the next iteration tries again.
+    pub(super) fn authenticate_step(&mut self, deadline: Instant) {
+        if self.cfg.etcd.auth.is_none() {
+            return;
+        }
+        let Some((etcd, rt)) = self.connect(deadline) else {
+            return;
+        };
+        if etcd.authenticated() {
+            return;
+        }
+        match etcd.authenticate(rt, deadline) {
+            Ok(()) => debug!("etcd: authenticated"),
+            Err(e) => {
+                let msg = e.to_string();
+                self.etcd_failed(&msg);
+                self.switch_endpoint();
+            }
+        }
+    }
+
+    /// A failed etcd call or connect: an "invalid auth token" drops the token (a
+    /// new one is fetched by `authenticate_step`, never by the call); a
+    /// certificate, TLS or permission problem is logged at error level once per
+    /// distinct text (an operator must act; etcd being down stays at debug).
+    pub(super) fn etcd_failed(&mut self, msg: &str) {
+        if is_invalid_auth_token(msg)
+            && let Some(etcd) = self.etcd.as_mut()
+        {
+            etcd.auth_lost();
+        }
+        if is_security_error(msg) {
+            if self.security_error.as_deref() != Some(msg) {
+                error!("etcd: {msg}");
+                self.security_error = Some(msg.to_string());
+            }
+        } else {
+            debug!("{msg}");
+        }
+    }
+
+    /// SIGHUP: new TLS files or credentials take effect through a new connection
+    /// (the files are read at every connect). Endpoints stay as started.
+    pub(super) fn etcd_reloaded(&mut self, new: EtcdConfig) {
+        if new.tls.is_some() || new.auth.is_some() || self.cfg.etcd.tls.is_some() {
+            info!("SIGHUP: reconnecting to etcd to re-read its certificates and credentials");
+            self.cfg.etcd.tls = new.tls;
+            self.cfg.etcd.auth = new.auth;
+            self.etcd = None;
+            self.security_error = None;
+            // The token now, in the signal's step: not on the next renewal's path.
+            self.authenticate_step(self.deadline(self.core.timing().retry_timeout));
+        }
+    }
+}

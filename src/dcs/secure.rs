@@ -1,0 +1,167 @@
+//! etcd over TLS and etcd authentication (issue 12).
+//!
+//! Owns: turning `[etcd]` TLS settings into the client's TLS options (files read
+//! afresh at every connect, so a renewed certificate or a SIGHUP is picked up by
+//! the next connection) and the explicit authentication step. Must never:
+//! authenticate inside a renewal (DESIGN S1/S6 d: an etcd `Authenticate` is a Raft
+//! write plus a bcrypt, with no bound we control), print a password, or resolve a
+//! name (the TLS server name only names what the certificate must carry; the
+//! connection still goes to the endpoint's IP address, DESIGN §5).
+//!
+//! Token handling. etcd-client 0.21 authenticates once inside `Client::connect`
+//! when `ConnectOptions::with_user` is set, and re-authenticates inside any call
+//! that fails with "invalid auth token" only when `with_auto_token_refresh(true)`
+//! is set (off by default). We set neither: the client is built without a user,
+//! so connecting sends nothing, and [`Etcd::authenticate`] sets the credentials
+//! with `Client::update_user`, bounded by its own deadline. With no automatic
+//! refresh, a call whose token etcd forgot (a member restart, a password change,
+//! 300 s of silence with `simple` tokens) fails as any failed call does; the
+//! caller counts that renewal as failed and authenticates again in its own step.
+
+use std::path::Path;
+
+use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+use tokio::runtime::Runtime;
+
+use super::{DcsError, Etcd, bounded};
+use crate::config::{EtcdAuth, EtcdConfig, EtcdTls, check_tls_files};
+use crate::core::time::Instant;
+
+/// What a connection needs besides its endpoints: TLS and credentials.
+#[derive(Clone, Debug, Default)]
+pub struct Security {
+    pub tls: Option<EtcdTls>,
+    pub auth: Option<EtcdAuth>,
+}
+
+impl Security {
+    pub fn of(cfg: &EtcdConfig) -> Security {
+        Security {
+            tls: cfg.tls.clone(),
+            auth: cfg.auth.clone(),
+        }
+    }
+}
+
+fn read(path: &Path, what: &str) -> Result<Vec<u8>, DcsError> {
+    std::fs::read(path).map_err(|e| {
+        DcsError(format!(
+            "etcd TLS: {what} {}: cannot read: {e}",
+            path.display()
+        ))
+    })
+}
+
+/// `opts` with the TLS settings of `tls`: the files are checked (readable, PEM,
+/// the client certificate in its validity period) and read now.
+pub(super) fn with_tls(opts: ConnectOptions, tls: &EtcdTls) -> Result<ConnectOptions, DcsError> {
+    let now = crate::clock::realtime().as_secs() as i64;
+    check_tls_files(tls, now).map_err(|e| DcsError(format!("etcd TLS: {e}")))?;
+    let mut t =
+        TlsOptions::new().ca_certificate(Certificate::from_pem(read(&tls.cacert, "cacert")?));
+    if let Some((cert, key)) = &tls.cert {
+        t = t.identity(Identity::from_pem(read(cert, "cert")?, read(key, "key")?));
+    }
+    if let Some(name) = &tls.server_name {
+        t = t.domain_name(name.clone());
+    }
+    Ok(opts.with_tls(t))
+}
+
+/// True when an etcd error says the request's token is no longer known.
+pub fn is_invalid_auth_token(msg: &str) -> bool {
+    msg.contains("invalid auth token")
+}
+
+/// True when an error is about who we are rather than whether etcd answered: a
+/// certificate, the TLS handshake, a password or a role. These are logged at
+/// error level (an operator must act), the others at debug (etcd being down is an
+/// observation).
+pub fn is_security_error(msg: &str) -> bool {
+    let m = msg.to_ascii_lowercase();
+    [
+        "etcd tls",
+        "certificate",
+        "unknownissuer",
+        "tls handshake",
+        "handshake",
+        "permission denied",
+        "authentication failed",
+        "invalid auth token",
+        "user name is empty",
+        "invalid peer",
+        "expired",
+    ]
+    .iter()
+    .any(|k| m.contains(k))
+}
+
+impl Etcd {
+    /// Whether the client holds a token it may use (always true without
+    /// `[etcd] username`).
+    pub fn authenticated(&self) -> bool {
+        self.user.is_none() || self.authed
+    }
+
+    /// Forget the token (a call failed with "invalid auth token"): the next
+    /// [`Etcd::authenticate`] gets a new one.
+    pub fn auth_lost(&mut self) {
+        self.authed = false;
+    }
+
+    /// Authenticate with `[etcd] username`/password, bounded by `deadline`: its own
+    /// step, never inside a renewal. Does nothing without credentials or when the
+    /// token is still good.
+    pub fn authenticate(&mut self, rt: &Runtime, deadline: Instant) -> Result<(), DcsError> {
+        if self.authenticated() {
+            return Ok(());
+        }
+        let Some(user) = self.user.clone() else {
+            return Ok(());
+        };
+        let name = user.username.clone();
+        let client = &mut self.client;
+        bounded(
+            rt,
+            deadline,
+            &format!("etcd authentication as {name}"),
+            client.update_user(Some((user.username, user.password))),
+        )?;
+        self.authed = true;
+        Ok(())
+    }
+
+    /// Connect with `sec` and authenticate at once (for one-shot users: `ctl`,
+    /// `confirm-epoch`, start-up checks, which renew nothing), within `deadline`.
+    pub fn connect_authenticated(
+        rt: &Runtime,
+        endpoints: &[String],
+        prefix: &str,
+        sec: &Security,
+        deadline: Instant,
+    ) -> Result<Etcd, DcsError> {
+        let mut e = Etcd::connect_with(rt, endpoints, prefix, sec, deadline)?;
+        e.authenticate(rt, deadline)?;
+        Ok(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn security_errors_are_told_apart() {
+        assert!(is_security_error(
+            "read cluster: status: Unavailable, message: \"error trying to connect: invalid \
+             peer certificate: UnknownIssuer\""
+        ));
+        assert!(is_security_error("read: etcdserver: permission denied"));
+        assert!(is_security_error(
+            "etcd TLS: etcd cert /x: expired (3 s ago)"
+        ));
+        assert!(!is_security_error("read cluster: no answer within 0.300 s"));
+        assert!(!is_security_error("etcdserver: no leader"));
+        assert!(is_invalid_auth_token("etcdserver: invalid auth token"));
+    }
+}
