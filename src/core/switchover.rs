@@ -52,14 +52,14 @@ pub(super) enum Request {
 }
 
 impl Core {
-    /// Maintenance mode (`core::pause`): Patroni's rule — a switchover while paused
-    /// must be immediate; a scheduled one is refused (nobody would be watching the
-    /// cluster when it fires). An immediate one is the operator's own action and
-    /// goes on with every check of a switchover.
-    fn pause_refuses(&self, req: &FailoverRequest) -> Option<String> {
-        (self.paused() && req.scheduled_at.is_some()).then(|| {
-            "the cluster is paused (maintenance mode): a switchover cannot be scheduled; \
-             resume, or ask for an immediate one"
+    /// Maintenance mode (`core::pause`): every switchover is refused while paused.
+    /// Patroni lets an immediate one through, but here the pause also holds every
+    /// candidate back (`candidacy`), so the leader would stop and nobody would take
+    /// the key until `resume` (review finding F3). Refusing changes nothing.
+    fn pause_refuses(&self) -> Option<String> {
+        self.paused().then(|| {
+            "the cluster is paused (maintenance mode): no switchover until it resumes \
+             (no candidate would take the key)"
                 .to_string()
         })
     }
@@ -103,7 +103,7 @@ impl Core {
         if req.leader.is_none() && req.member.is_none() {
             return refuse(p, "it names neither a leader nor a candidate".into());
         }
-        if let Some(why) = self.pause_refuses(req) {
+        if let Some(why) = self.pause_refuses() {
             return refuse(p, why);
         }
         if let Some(at) = req.scheduled_at {
@@ -406,6 +406,14 @@ impl Core {
             Some(Err(e)) => return Err(format!("the release marker does not parse ({e})")),
             Some(Ok(m)) => m,
         };
+        // A newer epoch published by any member means a leadership came after the
+        // marker's: it proves nothing about this DELETE (review F1).
+        if v.seen_epoch > m.epoch {
+            return Err(format!(
+                "the release marker is of epoch {}, but epoch {} led since",
+                m.epoch, v.seen_epoch
+            ));
+        }
         if v.old_epoch != Some(m.epoch) {
             return Err(format!(
                 "the release marker is of epoch {}, not of the vacated one",

@@ -229,11 +229,15 @@ impl Core {
                         .chain(self.track.epoch)
                         .max()
                         .unwrap_or(0);
+                    // A member published a newer epoch than the last key we saw: a
+                    // whole leadership came and went unseen, so the vacated epoch is not
+                    // known, and no release marker can prove this DELETE (review F1).
+                    let old_epoch = self.track.epoch.filter(|e| *e >= seen_epoch);
                     self.vacancy = Some(Vacancy {
                         at,
                         seen_revision: view.revision,
                         seen_epoch,
-                        old_epoch: self.track.epoch,
+                        old_epoch,
                         old_lease,
                         old_holder: self.track.holder.clone(),
                         early,

@@ -124,8 +124,15 @@ fn post(mut action: Action, req: &WriteRequest<'_>, s: &ApiStatus) -> Reply {
             Err(r) => return r,
         }
     }
-    if s.pause && candidate.is_none() {
-        return bad("Switchover is possible only to a specific candidate in a paused state".into());
+    if s.pause {
+        // Patroni lets a manual switchover or failover to a named candidate through
+        // while paused; tenure's pause holds every candidate back (`core::pause`), so
+        // the leader would stop and nobody would take the key (review finding F3).
+        return bad(
+            "the cluster is paused (maintenance mode): no switchover or failover until it \
+             resumes (every candidate is held back)"
+                .into(),
+        );
     }
     if action == Action::Failover && leader.is_some() {
         // Patroni: "received failover request with leader specified - performing
@@ -419,7 +426,13 @@ mod tests {
         ));
         assert_eq!((c, t.contains("paused state")), (400, true), "{t}");
         let (c, t) = refused(call(post_switchover, json!({"leader": "pg1"}), &p));
-        assert_eq!((c, t.contains("specific candidate")), (400, true), "{t}");
+        assert_eq!((c, t.contains("paused")), (400, true), "{t}");
+        let (c, t) = refused(call(
+            post_switchover,
+            json!({"leader": "pg1", "candidate": "pg2"}),
+            &p,
+        ));
+        assert_eq!((c, t.contains("paused")), (400, true), "{t}");
         // No candidate named and none fits.
         let mut s = status();
         s.cluster.members.retain(|m| m.name != "pg2");
