@@ -1042,6 +1042,26 @@ impl Agent {
                 self.core.set_pause(self.cfg.dynamic.pause);
             }
             Err(e) => {
+                // A refused value still pauses (review finding F4): a pause holds back
+                // only health-driven actions, never a fence or an S1–S4 check, so
+                // honouring `pause: true` from a value refused for its other fields is
+                // the safe side (and the acquire's compare on the key's revision would
+                // otherwise let this node take the key the operator meant to hold).
+                // Without `pause: true` the last good state stays.
+                let pauses = serde_json::from_str::<serde_json::Value>(raw)
+                    .ok()
+                    .and_then(|v| v.get("pause").and_then(serde_json::Value::as_bool))
+                    == Some(true);
+                if pauses && !self.core.paused() {
+                    warn!(
+                        "maintenance mode on, from a dynamic configuration refused for its \
+                         other values: no automatic failover, no restart of a stopped \
+                         PostgreSQL, no rewind; the lease, the fence (S1) and the watchdog \
+                         (S2) go on"
+                    );
+                    self.core.set_pause(true);
+                    self.status.pause = true;
+                }
                 // Once per distinct value (`applied_config` below), in the log and in
                 // the status JSON's `config_refused` until a good value replaces it.
                 crate::events::emit(&crate::events::Event::ConfigRefused {

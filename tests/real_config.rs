@@ -149,6 +149,29 @@ fn real_config_patch_checks_every_member_and_agents_refuse_garbage() {
         );
     }
     assert_eq!(c.api_body(r, "/config").map(|x| x.0), Some(502));
+    // A value that pauses but breaks S6 (ttl 1) is refused, and still pauses every
+    // agent (review finding F4: else a node that refused it could take the key the
+    // operator meant to hold).
+    etcdctl(
+        &c,
+        &[
+            "put",
+            &format!("{}config", c.prefix()),
+            "{\"ttl\": 1, \"loop_wait\": 0.5, \"retry_timeout\": 0.25, \"pause\": true}",
+        ],
+    )
+    .expect("put a pausing value that breaks S6");
+    assert!(
+        all_status(&c, Duration::from_secs(10), |s| {
+            s["tenure"]["config_refused"]
+                .as_str()
+                .is_some_and(|e| e.contains("S6"))
+                && s["pause"] == true
+                && s["tenure"]["ttl"] == 7
+        }),
+        "a refused value's pause not honoured by every agent{}",
+        c.logs_tail(30)
+    );
     // PUT of a whole good value repairs it (compare-and-set on the garbage's
     // revision); every agent takes it and the refusal clears.
     let mut good = serde_json::from_str::<Value>(&before.value).expect("json");
