@@ -611,42 +611,21 @@ fn toggle_pause(ctx: &mut Ctx, pause: bool, wait: bool) -> Result<(), CtlError> 
     }
     let mut seen_by = Vec::new();
     if wait {
-        let members: Vec<(String, String)> = leader_first(&s);
-        let t0 = Instant::now();
-        let mut waiting: Vec<(String, String)> = members.clone();
         let mut last_shown = Vec::new();
-        while !waiting.is_empty() {
-            let names: Vec<String> = waiting.iter().map(|(n, _)| n.clone()).collect();
-            if names != last_shown && !ctx.inv.json {
-                println!("Waiting for {} to report it", names.join(", "));
-                last_shown = names;
-            }
-            let mut still = Vec::new();
-            for (name, url) in waiting {
-                let shows = api(ctx, &name, &url, "GET", "/patroni", None, API_TIMEOUT)
-                    .ok()
-                    .and_then(|r| serde_json::from_str::<Value>(&r.body).ok())
-                    .is_some_and(|v| reports_pause(&v) == pause);
-                if shows {
-                    seen_by.push(name);
-                } else {
-                    still.push((name, url));
-                }
-            }
-            waiting = still;
-            if waiting.is_empty() {
-                break;
-            }
-            if t0.elapsed() >= ctx.inv.timeout {
+        wait_for_members(
+            ctx,
+            leader_first(&s),
+            |v| reports_pause(v) == pause,
+            |waiting| {
                 let names: Vec<String> = waiting.iter().map(|(n, _)| n.clone()).collect();
-                return Err(CtlError::Failed(format!(
-                    "after {:.0} s, {} do not report the cluster {word} yet",
-                    ctx.inv.timeout.as_secs_f64(),
-                    names.join(", ")
-                )));
-            }
-            sleep(POLL);
-        }
+                if names != last_shown && !ctx.inv.json {
+                    println!("Waiting for {} to report it", names.join(", "));
+                    last_shown = names;
+                }
+            },
+            |name| seen_by.push(name.to_string()),
+            &format!("do not report the cluster {word} yet"),
+        )?;
         if !ctx.inv.json {
             println!("Every member reports the cluster {word}");
         }
@@ -865,19 +844,45 @@ fn reinit(ctx: &mut Ctx, names: Vec<String>, wait: bool) -> Result<(), CtlError>
     if !wait {
         return Ok(());
     }
+    let json = ctx.inv.json;
+    wait_for_members(
+        ctx,
+        members,
+        |v| v.get("state").and_then(Value::as_str) == Some("running"),
+        |_| {},
+        |name| {
+            if !json {
+                println!("Reinitialize is completed on: {name}");
+            }
+        },
+        "not running yet",
+    )?;
+    Ok(())
+}
+
+/// Poll `GET /patroni` of every member in `waiting` (`(name, api_url)`) every
+/// `POLL` until `done` holds for its status, reporting each once through
+/// `reached`; `round` sees who is still waited for before each pass. Past
+/// `--timeout` the error names those left: "after N s, pg2, pg3 {what}".
+fn wait_for_members(
+    ctx: &Ctx,
+    mut waiting: Vec<(String, String)>,
+    done: impl Fn(&Value) -> bool,
+    mut round: impl FnMut(&[(String, String)]),
+    mut reached: impl FnMut(&str),
+    what: &str,
+) -> Result<(), CtlError> {
     let t0 = Instant::now();
-    let mut waiting = members;
     while !waiting.is_empty() {
+        round(&waiting);
         let mut still = Vec::new();
         for (name, url) in waiting {
-            let state = api(ctx, &name, &url, "GET", "/patroni", None, API_TIMEOUT)
+            let ok = api(ctx, &name, &url, "GET", "/patroni", None, API_TIMEOUT)
                 .ok()
                 .and_then(|r| serde_json::from_str::<Value>(&r.body).ok())
-                .and_then(|v| v.get("state").and_then(Value::as_str).map(str::to_string));
-            if state.as_deref() == Some("running") {
-                if !ctx.inv.json {
-                    println!("Reinitialize is completed on: {name}");
-                }
+                .is_some_and(|v| done(&v));
+            if ok {
+                reached(&name);
             } else {
                 still.push((name, url));
             }
@@ -889,7 +894,7 @@ fn reinit(ctx: &mut Ctx, names: Vec<String>, wait: bool) -> Result<(), CtlError>
         if t0.elapsed() >= ctx.inv.timeout {
             let names: Vec<&str> = waiting.iter().map(|(n, _)| n.as_str()).collect();
             return Err(CtlError::Failed(format!(
-                "after {:.0} s, {} not running yet",
+                "after {:.0} s, {} {what}",
                 ctx.inv.timeout.as_secs_f64(),
                 names.join(", ")
             )));
