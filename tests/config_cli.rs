@@ -6,38 +6,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "support/node_config.rs"]
+mod node_config;
+use node_config::node_config;
+
 const BIN: &str = env!("CARGO_BIN_EXE_tenure");
 
 /// A valid config whose data_dir is `<dir>/data` (never created by a refusal).
 fn good(dir: &Path) -> String {
-    format!(
-        r#"
-scope = "clitest"
-name = "pg1"
-[etcd]
-endpoints = ["http://127.0.0.1:2379"]
-[timing]
-ttl = 30
-loop_wait = 2
-retry_timeout = 1
-safety_margin = 2
-demote_budget = 1
-[postgresql]
-data_dir = "{}/data"
-listen = "127.0.0.1:15432"
-[postgresql.authentication.superuser]
-password = "a"
-[postgresql.authentication.replication]
-password = "b"
-[postgresql.authentication.rewind]
-password = "c"
-[api]
-listen = "127.0.0.1:18008"
-[watchdog]
-mode = "off"
-"#,
-        dir.display()
-    )
+    node_config(dir, "clitest", "http://127.0.0.1:2379", "")
 }
 
 fn run(args: &[&str]) -> Output {

@@ -6,6 +6,10 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+#[path = "support/node_config.rs"]
+mod node_config;
+use node_config::node_config;
+
 const BIN: &str = env!("CARGO_BIN_EXE_tenure");
 
 fn run(args: &[&str]) -> Output {
@@ -24,35 +28,12 @@ fn stderr(o: &Output) -> String {
 
 /// A valid node file whose etcd is a closed loopback port.
 fn config(dir: &Path, api_extra: &str) -> std::path::PathBuf {
-    let text = format!(
-        r#"
-scope = "ctltest"
-name = "pg1"
-[etcd]
-endpoints = ["http://127.0.0.1:9"]
-[timing]
-ttl = 30
-loop_wait = 2
-retry_timeout = 1
-safety_margin = 2
-demote_budget = 1
-[postgresql]
-data_dir = "{}/data"
-listen = "127.0.0.1:15432"
-[postgresql.authentication.superuser]
-password = "a"
-[postgresql.authentication.replication]
-password = "b"
-[postgresql.authentication.rewind]
-password = "c"
-[api]
-listen = "127.0.0.1:18008"
-{api_extra}
-[watchdog]
-mode = "off"
-"#,
-        dir.display()
-    );
+    let extra = if api_extra.is_empty() {
+        String::new()
+    } else {
+        format!("{api_extra}\n")
+    };
+    let text = node_config(dir, "ctltest", "http://127.0.0.1:9", &extra);
     let p = dir.join("tenure.toml");
     std::fs::write(&p, text).expect("write config");
     p
