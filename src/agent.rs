@@ -24,7 +24,7 @@ use crate::config::WatchdogMode;
 use crate::core::model::*;
 use crate::core::time::Instant;
 use crate::core::{Core, CoreConfig};
-use crate::dcs::{Etcd, WatchEvent};
+use crate::dcs::{AcquireBasis, Etcd, WatchEvent};
 use crate::pg::{ConnTarget, PgCtl};
 use crate::watchdog::{Device, Notifier, WatchdogError};
 
@@ -144,6 +144,8 @@ struct Agent {
     hooks: crate::hooks::Hooks,
     /// The operator's restart and reinitialize (`manage`).
     ops: manage::OperatorJobs,
+    /// The last failed `history` append's text (logged once per distinct text).
+    history_warned: Option<String>,
 }
 
 /// Run the agent until a clean shutdown. Errors are start-up failures; once the loop
@@ -304,6 +306,7 @@ impl Agent {
             ev: events_hooks::EventState::default(),
             hooks: events_hooks::hooks(&cfg),
             ops: manage::OperatorJobs::default(),
+            history_warned: None,
             config_path: config_path.to_path_buf(),
             cfg,
         })
@@ -1338,11 +1341,14 @@ impl Agent {
                     }
                 }
                 Action::Acquire => {
-                    // DESIGN §3 (pause): the txn also compares the `config` key's
-                    // revision this decision was made on.
-                    let seen = obs.cluster.as_ref().ok().map(|v| v.config_revision);
+                    // DESIGN §3 (pause) and the release marker (review F1): the txn
+                    // also compares the `config` and `release` keys' revisions this
+                    // decision was made on, and marks the marker taken.
+                    let basis = obs.cluster.as_ref().ok().map(AcquireBasis::of);
                     let out = match self.connect(deadline) {
-                        Some((etcd, rt)) => etcd.acquire_seen(rt, &me, ttl, seen, deadline),
+                        Some((etcd, rt)) => {
+                            etcd.acquire_seen(rt, &me, ttl, basis.as_ref(), deadline)
+                        }
                         None => AcquireOutcome::Failed("etcd unreachable".into()),
                     };
                     match &out {
@@ -1390,7 +1396,8 @@ impl Agent {
                             self.pending.promoted = Some(true);
                             self.status.metrics.promotion(true);
                             self.write_epoch(epoch);
-                            self.append_history(obs, epoch);
+                            // The `history` entry: the next iteration (at once,
+                            // `again`) sees the new timeline and plans it (F2).
                             self.promoted_events(epoch);
                         }
                         Err(e) => {
@@ -1458,12 +1465,8 @@ impl Agent {
                         debug!("revoke {lease:x}: {e}");
                     }
                 }
-                Action::AppendHistory { epoch, entry } => {
-                    if let Some((etcd, rt)) = self.connect(deadline)
-                        && let Ok(false) = etcd.append_history(rt, &entry, &me, epoch, deadline)
-                    {
-                        self.pending.guard_refused = Some("the history append".into());
-                    }
+                Action::AppendHistory { epoch, timeline } => {
+                    self.append_history(epoch, timeline, deadline);
                 }
                 Action::WriteSync {
                     epoch,
@@ -1608,25 +1611,55 @@ impl Agent {
         }
     }
 
-    fn append_history(&mut self, obs: &Observation, epoch: Epoch) {
+    /// The `history` entry for the fork into `timeline` (review F2): its parent and
+    /// switch point from PostgreSQL's timeline history file, appended under the
+    /// epoch guard. A failure is logged when its text changes; the core plans the
+    /// append again next iteration while `history` lacks it.
+    fn append_history(&mut self, epoch: Epoch, timeline: u32, deadline: Instant) {
+        let (parent, lsn) = match self.pg.timeline_fork(timeline) {
+            Ok(f) => f,
+            Err(e) => {
+                self.history_problem(format!(
+                    "cannot record the fork into timeline {timeline} in history: {e}; retrying"
+                ));
+                return;
+            }
+        };
         let entry = HistoryEntry {
-            timeline: obs.pg.timeline,
-            lsn: obs.pg.lsn,
-            reason: "no leader: promoted by tenure".into(),
+            timeline: parent,
+            lsn,
+            reason: format!("no leader: promoted by tenure at epoch {epoch}"),
             timestamp: clock::rfc3339_utc(clock::realtime()),
             new_leader: self.cfg.name.clone(),
         };
         let me = self.cfg.name.clone();
-        let deadline = self.deadline_past_tick(self.core.timing().retry_timeout);
-        if let Some((etcd, rt)) = self.connect(deadline) {
-            match etcd.append_history(rt, &entry, &me, epoch, deadline) {
-                Ok(true) => {}
-                Ok(false) => {
-                    warn!("history append refused by the epoch guard");
-                    self.pending.guard_refused = Some("the history append".into());
-                }
-                Err(e) => warn!("history append failed: {e}"),
+        let Some((etcd, rt)) = self.connect(deadline) else {
+            return;
+        };
+        match etcd.append_history(rt, &entry, &me, epoch, deadline) {
+            Ok(true) => {
+                info!(
+                    "history: timeline {timeline} forked from {parent} at {}",
+                    crate::core::model::lsn_text(lsn)
+                );
+                self.history_warned = None;
             }
+            Ok(false) => {
+                warn!("history append refused by the epoch guard");
+                self.pending.guard_refused = Some("the history append".into());
+            }
+            Err(e) => self.history_problem(format!("history append failed: {e}; retrying")),
+        }
+    }
+
+    /// Log a failed `history` append once per distinct text (it is retried every
+    /// iteration).
+    fn history_problem(&mut self, why: String) {
+        if self.history_warned.as_deref() != Some(why.as_str()) {
+            warn!("{why}");
+            self.history_warned = Some(why);
+        } else {
+            debug!("{why}");
         }
     }
 

@@ -12,10 +12,10 @@ use std::time::Duration;
 use tenure::clock;
 use tenure::core::model::{
     AcquireOutcome, ClaimOutcome, ConfirmEpoch, HistoryEntry, Initialize, MemberInfo,
-    RenewalOutcome, RollbackSeen,
+    ReleaseMarker, RenewalOutcome, RollbackSeen,
 };
 use tenure::core::time::Instant;
-use tenure::dcs::{Etcd, WatchEvent, encode_member};
+use tenure::dcs::{AcquireBasis, Etcd, WatchEvent, encode_member};
 use tenure::testbed::etcd::EtcdCluster;
 use tenure::testbed::scratch_dir;
 use tokio::runtime::Runtime;
@@ -1135,7 +1135,7 @@ fn a_stale_config_revision_loses_the_acquire() {
         !e.put_config_cas(&b.rt, "{}", Some(seen.config_revision), in_ms(2000))
             .expect("stale cas")
     );
-    let stale = e.acquire_seen(&b.rt, "pg1", 5, Some(seen.config_revision), in_ms(2000));
+    let stale = e.acquire_seen(&b.rt, "pg1", 5, Some(&AcquireBasis::of(&seen)), in_ms(2000));
     assert_eq!(
         stale,
         AcquireOutcome::Lost,
@@ -1150,6 +1150,84 @@ fn a_stale_config_revision_loses_the_acquire() {
     // Decided on the current revision: the race is won as usual.
     let now = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
     let (_, _, epoch) =
-        won(e.acquire_seen(&b.rt, "pg2", 5, Some(now.config_revision), in_ms(2000)));
+        won(e.acquire_seen(&b.rt, "pg2", 5, Some(&AcquireBasis::of(&now)), in_ms(2000)));
     assert!(epoch > now.config_revision);
+}
+
+/// Review F1: the release marker is bound to the DELETE it proves. An acquisition
+/// that read a marker compares its mod revision and marks it taken in the same txn,
+/// so a candidate that read the marker before another node's whole leadership came
+/// and went loses the race with that stale read, and a fresh read shows the marker
+/// taken (it proves nothing for the later DELETE).
+#[test]
+fn the_acquire_txn_binds_and_takes_the_release_marker() {
+    let b = bed("dcs-relbind");
+    let mut e = b.client(PREFIX);
+    let (l1, _, e1) = won(e.acquire(&b.rt, "pg1", 5, in_ms(2000)));
+    let marker = ReleaseMarker {
+        epoch: e1,
+        lsn: 0x3000028,
+        timeline: 1,
+        candidate: Some("pg2".into()),
+        by: "pg1".into(),
+        taken_by: None,
+    };
+    assert!(
+        e.hand_over(&b.rt, "pg1", e1, l1, &marker, in_ms(2000))
+            .expect("hand over"),
+        "the release txn's guard refused"
+    );
+    // pg2 reads the vacancy and its marker (and is then delayed).
+    let stale = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert!(stale.leader.is_none());
+    assert_eq!(stale.release, Some(Ok(marker.clone())));
+    assert!(stale.release_revision > e1);
+    // Meanwhile pg3 takes the key on the same read: the marker is marked taken in
+    // the acquire's own txn, with every field kept for operators.
+    let (l3, _, e3) = won(e.acquire_seen(
+        &b.rt,
+        "pg3",
+        5,
+        Some(&AcquireBasis::of(&stale)),
+        in_ms(2000),
+    ));
+    let after = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    let taken = ReleaseMarker {
+        taken_by: Some("pg3".into()),
+        ..marker.clone()
+    };
+    assert_eq!(after.release, Some(Ok(taken.clone())));
+    assert_eq!(after.release_revision, e3, "marked in the acquire's txn");
+    // pg3's leadership ends without a hand-over (its lease revoked).
+    e.revoke(&b.rt, l3, in_ms(2000)).expect("revoke");
+    // pg2, still deciding on its stale read, cannot win with it...
+    assert_eq!(
+        e.acquire_seen(
+            &b.rt,
+            "pg2",
+            5,
+            Some(&AcquireBasis::of(&stale)),
+            in_ms(2000)
+        ),
+        AcquireOutcome::Lost,
+        "a candidate that read the marker before another acquisition must lose"
+    );
+    // ...and a fresh read shows the marker taken, which proves nothing (the core's
+    // `release_proves`); deciding on it wins as usual and keeps it taken.
+    let fresh = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert!(fresh.leader.is_none());
+    assert_eq!(fresh.release, Some(Ok(taken)));
+    let (_, _, e2) = won(e.acquire_seen(
+        &b.rt,
+        "pg2",
+        5,
+        Some(&AcquireBasis::of(&fresh)),
+        in_ms(2000),
+    ));
+    let last = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert_eq!(
+        last.release.and_then(Result::ok).and_then(|m| m.taken_by),
+        Some("pg2".into())
+    );
+    assert_eq!(last.release_revision, e2);
 }

@@ -176,7 +176,16 @@ impl Core {
                     return self
                         .start_fence(p, "local primary but nobody holds the leader key".into());
                 }
-                self.candidate(now, obs, p, view)
+                let r = self.candidate(now, obs, p, view);
+                if p.actions.contains(&Action::Acquire) {
+                    // What the acquire txn will be bound to (the shell compares this
+                    // read's `release` revision): a proof now is a proof at the win.
+                    self.acquire_proof = self
+                        .vacancy
+                        .as_ref()
+                        .and_then(|v| self.release_proves(obs, v).ok());
+                }
+                r
             }
         }
     }

@@ -373,6 +373,7 @@ impl Core {
         }
         if let Some(Ok(m)) = &view.release
             && v.old_epoch == Some(m.epoch)
+            && m.taken_by.is_none()
             && m.candidate.is_some()
         {
             return m.candidate.clone();
@@ -406,6 +407,13 @@ impl Core {
             Some(Err(e)) => return Err(format!("the release marker does not parse ({e})")),
             Some(Ok(m)) => m,
         };
+        // Taken by an acquisition after it: it speaks for an older DELETE (review F1).
+        if let Some(t) = &m.taken_by {
+            return Err(format!(
+                "the release marker of epoch {} was taken by {t}",
+                m.epoch
+            ));
+        }
         // A newer epoch published by any member means a leadership came after the
         // marker's: it proves nothing about this DELETE (review F1).
         if v.seen_epoch > m.epoch {
