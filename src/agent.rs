@@ -146,6 +146,8 @@ struct Agent {
     ops: manage::OperatorJobs,
     /// The last failed `history` append's text (logged once per distinct text).
     history_warned: Option<String>,
+    /// The timeline whose fork `history` was seen to hold (`append_history`).
+    history_recorded: Option<(u32, (u32, Lsn))>,
 }
 
 /// Run the agent until a clean shutdown. Errors are start-up failures; once the loop
@@ -307,6 +309,7 @@ impl Agent {
             hooks: events_hooks::hooks(&cfg),
             ops: manage::OperatorJobs::default(),
             history_warned: None,
+            history_recorded: None,
             config_path: config_path.to_path_buf(),
             cfg,
         })
@@ -603,8 +606,8 @@ impl Agent {
     }
 
     /// `min(now + d, F - B)`, not capped at the next tick: for the few one-off
-    /// actions whose failure costs more than a late keepalive — `pg_promote()`, the
-    /// `history` append that follows it, the epoch row — so a promotion that starts
+    /// actions whose failure costs more than a late keepalive — `pg_promote()` and
+    /// the epoch row — so a promotion that starts
     /// just before a tick is not cut short (review of issue 8). S1 still caps them.
     fn deadline_past_tick(&self, d: Duration) -> Instant {
         let t = clock::now().add(d);
@@ -1156,7 +1159,9 @@ impl Agent {
                 _ => "replica",
             }
             .into(),
-            version: "15".into(),
+            // The agent's own version, as Patroni publishes its own: release markers
+            // prove something only when every member binds them (`release_proves`).
+            version: env!("CARGO_PKG_VERSION").into(),
             xlog_location: pg.lsn,
             receive_lsn,
             replay_lsn,
@@ -1344,12 +1349,17 @@ impl Agent {
                     // DESIGN §3 (pause) and the release marker (review F1): the txn
                     // also compares the `config` and `release` keys' revisions this
                     // decision was made on, and marks the marker taken.
+                    // INVARIANT: no acquire without the read it was decided on
+                    // (fail closed; the core plans none without one today).
                     let basis = obs.cluster.as_ref().ok().map(AcquireBasis::of);
-                    let out = match self.connect(deadline) {
-                        Some((etcd, rt)) => {
-                            etcd.acquire_seen(rt, &me, ttl, basis.as_ref(), deadline)
+                    let out = match (basis, self.connect(deadline)) {
+                        (None, _) => {
+                            AcquireOutcome::Failed("no cluster read to bind the acquire to".into())
                         }
-                        None => AcquireOutcome::Failed("etcd unreachable".into()),
+                        (Some(b), Some((etcd, rt))) => {
+                            etcd.acquire_seen(rt, &me, ttl, &b, deadline)
+                        }
+                        (Some(_), None) => AcquireOutcome::Failed("etcd unreachable".into()),
                     };
                     match &out {
                         AcquireOutcome::Won {
@@ -1466,7 +1476,8 @@ impl Agent {
                     }
                 }
                 Action::AppendHistory { epoch, timeline } => {
-                    self.append_history(epoch, timeline, deadline);
+                    let history = obs.cluster.as_ref().map_or(&[][..], |v| &v.history[..]);
+                    self.append_history(epoch, timeline, history, deadline);
                 }
                 Action::WriteSync {
                     epoch,
@@ -1615,7 +1626,28 @@ impl Agent {
     /// switch point from PostgreSQL's timeline history file, appended under the
     /// epoch guard. A failure is logged when its text changes; the core plans the
     /// append again next iteration while `history` lacks it.
-    fn append_history(&mut self, epoch: Epoch, timeline: u32, deadline: Instant) {
+    ///
+    /// Idempotent: the core asks while `history`'s newest timeline is below ours,
+    /// which stays true when PostgreSQL skipped a timeline number (it takes the
+    /// newest history file it finds, + 1), so an entry already in `history` (the
+    /// same parent and switch point) is not appended again, and that fork is not
+    /// read again.
+    fn append_history(
+        &mut self,
+        epoch: Epoch,
+        timeline: u32,
+        history: &[HistoryEntry],
+        deadline: Instant,
+    ) {
+        let holds = |(parent, lsn): (u32, Lsn)| {
+            history.iter().any(|h| h.timeline == parent && h.lsn == lsn)
+        };
+        if let Some((tl, fork)) = self.history_recorded
+            && tl == timeline
+            && holds(fork)
+        {
+            return;
+        }
         let (parent, lsn) = match self.pg.timeline_fork(timeline) {
             Ok(f) => f,
             Err(e) => {
@@ -1625,6 +1657,10 @@ impl Agent {
                 return;
             }
         };
+        if holds((parent, lsn)) {
+            self.history_recorded = Some((timeline, (parent, lsn)));
+            return;
+        }
         let entry = HistoryEntry {
             timeline: parent,
             lsn,

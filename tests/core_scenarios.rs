@@ -70,6 +70,7 @@ fn member(name: &str, rev: i64, role: &str, xlog: Lsn, wd: Option<u32>) -> Membe
             timeline: 1,
             watchdog_timeout: wd,
             pg_healthy: true,
+            version: env!("CARGO_PKG_VERSION").into(),
             ..MemberInfo::default()
         },
     }
@@ -2782,6 +2783,21 @@ fn a_release_marker_taken_by_an_acquisition_proves_nothing() {
     let mut m = release(5, 1000, Some("pg2"));
     m.taken_by = Some("pg3".into());
     delayed(&take_over_with(Some(m), None, 1000));
+}
+
+/// Review of F1, mixed versions: a member whose tenure does not take release
+/// markers when it acquires (an older build; they published PostgreSQL's `15` as
+/// their version) could have led since without a trace on the marker: no proof.
+#[test]
+fn no_release_marker_proves_anything_beside_a_member_that_does_not_take_them() {
+    let mut old = member("pg3", 10, "replica", 1000, None);
+    old.info.version = "15".into();
+    delayed(&take_over_seeing(
+        Some(release(5, 1000, Some("pg2"))),
+        None,
+        1000,
+        vec![old],
+    ));
 }
 
 /// Review finding F1: the win is judged on the marker the acquire txn was bound to

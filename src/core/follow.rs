@@ -329,10 +329,8 @@ impl Core {
             && obs.pg.lsn > h.lsn
         {
             return Some(format!(
-                "my WAL (position {}) runs past timeline {mine}'s switch point {} to timeline {}",
-                obs.pg.lsn,
-                h.lsn,
-                mine + 1
+                "my WAL (position {}) runs past timeline {mine}'s switch point {} to a later timeline",
+                obs.pg.lsn, h.lsn,
             ));
         }
         let patience = Duration::from_secs(u64::from(self.timing.ttl));

@@ -537,14 +537,18 @@ impl Etcd {
     /// key's create_revision (the revision of the txn's put). On Lost/Failed the
     /// granted lease is revoked (best effort, same deadline): if the txn timed out
     /// but did create the key, the revoke deletes it again.
-    pub fn acquire(
+    ///
+    /// Bound to no read: for tests and benchmarks only. The agent always uses
+    /// [`Etcd::acquire_seen`] (review F1: an unbound acquire would not take a
+    /// release marker).
+    pub fn acquire_unbound(
         &mut self,
         rt: &Runtime,
         me: &str,
         ttl: u32,
         deadline: Instant,
     ) -> AcquireOutcome {
-        self.acquire_seen(rt, me, ttl, None, deadline)
+        self.acquire_txn(rt, me, ttl, None, deadline)
     }
 
     /// [`Etcd::acquire`], and only if the keys the candidate decided on are as it
@@ -558,6 +562,17 @@ impl Etcd {
     /// key, after the last acquisition before ours: no leadership came between that
     /// DELETE and this one, and the marker speaks for the key we take over.
     pub fn acquire_seen(
+        &mut self,
+        rt: &Runtime,
+        me: &str,
+        ttl: u32,
+        basis: &AcquireBasis,
+        deadline: Instant,
+    ) -> AcquireOutcome {
+        self.acquire_txn(rt, me, ttl, Some(basis), deadline)
+    }
+
+    fn acquire_txn(
         &mut self,
         rt: &Runtime,
         me: &str,

@@ -334,7 +334,7 @@ pub async fn run(cx: Cx) {
                     PgRole::Replica => "replica".into(),
                     _ => String::new(),
                 },
-                version: "15".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
                 xlog_location: pg.lsn,
                 receive_lsn: None,
                 replay_lsn: None,
