@@ -862,13 +862,17 @@ impl Agent {
         if let Ok(view) = &mut cluster {
             switchover::schedule_on_boottime(view, clock::now());
         }
-        if let Err(e) = &cluster {
+        if let Err(e) = &mut cluster {
             // A fresh connection to the next member: this one may be dead, cut off
             // from the quorum, or its channel broken for good — unless the read only
             // ran out of the time left before the tick.
             debug!("cluster read failed: {e}");
             self.etcd_failed(&format!("cluster read: {e}"));
-            if !cut {
+            if cut {
+                // Out of the time left before the tick: no evidence about etcd, so
+                // no ETCD_UNREACHABLE (`etcd_events` skips "not read").
+                *e = format!("not read: cut short by the next tick ({e})");
+            } else {
                 self.switch_endpoint();
                 // The next renewal needs a token: get it now, not on its path.
                 self.authenticate_step(self.deadline(r));
