@@ -42,6 +42,7 @@ pub mod fill;
 pub mod metrics;
 pub mod mgmt;
 pub mod server;
+mod tls;
 
 /// Longest request head accepted (request line + headers + CRLFCRLF).
 pub const MAX_HEAD: usize = 8 * 1024;
