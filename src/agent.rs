@@ -24,7 +24,7 @@ use crate::config::WatchdogMode;
 use crate::core::model::*;
 use crate::core::time::Instant;
 use crate::core::{Core, CoreConfig};
-use crate::dcs::{Etcd, WatchEvent};
+use crate::dcs::{AcquireBasis, Etcd, WatchEvent};
 use crate::pg::{ConnTarget, PgCtl};
 use crate::watchdog::{Device, Notifier, WatchdogError};
 
@@ -144,6 +144,10 @@ struct Agent {
     hooks: crate::hooks::Hooks,
     /// The operator's restart and reinitialize (`manage`).
     ops: manage::OperatorJobs,
+    /// The last failed `history` append's text (logged once per distinct text).
+    history_warned: Option<String>,
+    /// The timeline whose fork `history` was seen to hold (`append_history`).
+    history_recorded: Option<(u32, (u32, Lsn))>,
 }
 
 /// Run the agent until a clean shutdown. Errors are start-up failures; once the loop
@@ -308,6 +312,8 @@ impl Agent {
             ev: events_hooks::EventState::default(),
             hooks: events_hooks::hooks(&cfg),
             ops: manage::OperatorJobs::default(),
+            history_warned: None,
+            history_recorded: None,
             config_path: config_path.to_path_buf(),
             cfg,
         })
@@ -604,8 +610,8 @@ impl Agent {
     }
 
     /// `min(now + d, F - B)`, not capped at the next tick: for the few one-off
-    /// actions whose failure costs more than a late keepalive — `pg_promote()`, the
-    /// `history` append that follows it, the epoch row — so a promotion that starts
+    /// actions whose failure costs more than a late keepalive — `pg_promote()` and
+    /// the epoch row — so a promotion that starts
     /// just before a tick is not cut short (review of issue 8). S1 still caps them.
     fn deadline_past_tick(&self, d: Duration) -> Instant {
         let t = clock::now().add(d);
@@ -876,13 +882,17 @@ impl Agent {
         if let Ok(view) = &mut cluster {
             switchover::schedule_on_boottime(view, clock::now());
         }
-        if let Err(e) = &cluster {
+        if let Err(e) = &mut cluster {
             // A fresh connection to the next member: this one may be dead, cut off
             // from the quorum, or its channel broken for good — unless the read only
             // ran out of the time left before the tick.
             debug!("cluster read failed: {e}");
             self.etcd_failed(&format!("cluster read: {e}"));
-            if !cut {
+            if cut {
+                // Out of the time left before the tick: no evidence about etcd, so
+                // no ETCD_UNREACHABLE (`etcd_events` skips "not read").
+                *e = format!("not read: cut short by the next tick ({e})");
+            } else {
                 self.switch_endpoint();
                 // The next renewal needs a token: get it now, not on its path.
                 self.authenticate_step(self.deadline(r));
@@ -1173,7 +1183,9 @@ impl Agent {
                 _ => "replica",
             }
             .into(),
-            version: "15".into(),
+            // The agent's own version, as Patroni publishes its own: release markers
+            // prove something only when every member binds them (`release_proves`).
+            version: env!("CARGO_PKG_VERSION").into(),
             xlog_location: pg.lsn,
             receive_lsn,
             replay_lsn,
@@ -1358,12 +1370,20 @@ impl Agent {
                     }
                 }
                 Action::Acquire => {
-                    // DESIGN §3 (pause): the txn also compares the `config` key's
-                    // revision this decision was made on.
-                    let seen = obs.cluster.as_ref().ok().map(|v| v.config_revision);
-                    let out = match self.connect(deadline) {
-                        Some((etcd, rt)) => etcd.acquire_seen(rt, &me, ttl, seen, deadline),
-                        None => AcquireOutcome::Failed("etcd unreachable".into()),
+                    // DESIGN §3 (pause) and the release marker (review F1): the txn
+                    // also compares the `config` and `release` keys' revisions this
+                    // decision was made on, and marks the marker taken.
+                    // INVARIANT: no acquire without the read it was decided on
+                    // (fail closed; the core plans none without one today).
+                    let basis = obs.cluster.as_ref().ok().map(AcquireBasis::of);
+                    let out = match (basis, self.connect(deadline)) {
+                        (None, _) => {
+                            AcquireOutcome::Failed("no cluster read to bind the acquire to".into())
+                        }
+                        (Some(b), Some((etcd, rt))) => {
+                            etcd.acquire_seen(rt, &me, ttl, &b, deadline)
+                        }
+                        (Some(_), None) => AcquireOutcome::Failed("etcd unreachable".into()),
                     };
                     match &out {
                         AcquireOutcome::Won {
@@ -1410,7 +1430,8 @@ impl Agent {
                             self.pending.promoted = Some(true);
                             self.status.metrics.promotion(true);
                             self.write_epoch(epoch);
-                            self.append_history(obs, epoch);
+                            // The `history` entry: the next iteration (at once,
+                            // `again`) sees the new timeline and plans it (F2).
                             self.promoted_events(epoch);
                         }
                         Err(e) => {
@@ -1478,12 +1499,9 @@ impl Agent {
                         debug!("revoke {lease:x}: {e}");
                     }
                 }
-                Action::AppendHistory { epoch, entry } => {
-                    if let Some((etcd, rt)) = self.connect(deadline)
-                        && let Ok(false) = etcd.append_history(rt, &entry, &me, epoch, deadline)
-                    {
-                        self.pending.guard_refused = Some("the history append".into());
-                    }
+                Action::AppendHistory { epoch, timeline } => {
+                    let history = obs.cluster.as_ref().map_or(&[][..], |v| &v.history[..]);
+                    self.append_history(epoch, timeline, history, deadline);
                 }
                 Action::WriteSync {
                     epoch,
@@ -1628,25 +1646,80 @@ impl Agent {
         }
     }
 
-    fn append_history(&mut self, obs: &Observation, epoch: Epoch) {
+    /// The `history` entry for the fork into `timeline` (review F2): its parent and
+    /// switch point from PostgreSQL's timeline history file, appended under the
+    /// epoch guard. A failure is logged when its text changes; the core plans the
+    /// append again next iteration while `history` lacks it.
+    ///
+    /// Idempotent: the core asks while `history`'s newest timeline is below ours,
+    /// which stays true when PostgreSQL skipped a timeline number (it takes the
+    /// newest history file it finds, + 1), so an entry already in `history` (the
+    /// same parent and switch point) is not appended again, and that fork is not
+    /// read again.
+    fn append_history(
+        &mut self,
+        epoch: Epoch,
+        timeline: u32,
+        history: &[HistoryEntry],
+        deadline: Instant,
+    ) {
+        let holds = |(parent, lsn): (u32, Lsn)| {
+            history.iter().any(|h| h.timeline == parent && h.lsn == lsn)
+        };
+        if let Some((tl, fork)) = self.history_recorded
+            && tl == timeline
+            && holds(fork)
+        {
+            return;
+        }
+        let (parent, lsn) = match self.pg.timeline_fork(timeline) {
+            Ok(f) => f,
+            Err(e) => {
+                self.history_problem(format!(
+                    "cannot record the fork into timeline {timeline} in history: {e}; retrying"
+                ));
+                return;
+            }
+        };
+        if holds((parent, lsn)) {
+            self.history_recorded = Some((timeline, (parent, lsn)));
+            return;
+        }
         let entry = HistoryEntry {
-            timeline: obs.pg.timeline,
-            lsn: obs.pg.lsn,
-            reason: "no leader: promoted by tenure".into(),
+            timeline: parent,
+            lsn,
+            reason: format!("no leader: promoted by tenure at epoch {epoch}"),
             timestamp: clock::rfc3339_utc(clock::realtime()),
             new_leader: self.cfg.name.clone(),
         };
         let me = self.cfg.name.clone();
-        let deadline = self.deadline_past_tick(self.core.timing().retry_timeout);
-        if let Some((etcd, rt)) = self.connect(deadline) {
-            match etcd.append_history(rt, &entry, &me, epoch, deadline) {
-                Ok(true) => {}
-                Ok(false) => {
-                    warn!("history append refused by the epoch guard");
-                    self.pending.guard_refused = Some("the history append".into());
-                }
-                Err(e) => warn!("history append failed: {e}"),
+        let Some((etcd, rt)) = self.connect(deadline) else {
+            return;
+        };
+        match etcd.append_history(rt, &entry, &me, epoch, deadline) {
+            Ok(true) => {
+                info!(
+                    "history: timeline {timeline} forked from {parent} at {}",
+                    crate::core::model::lsn_text(lsn)
+                );
+                self.history_warned = None;
             }
+            Ok(false) => {
+                warn!("history append refused by the epoch guard");
+                self.pending.guard_refused = Some("the history append".into());
+            }
+            Err(e) => self.history_problem(format!("history append failed: {e}; retrying")),
+        }
+    }
+
+    /// Log a failed `history` append once per distinct text (it is retried every
+    /// iteration).
+    fn history_problem(&mut self, why: String) {
+        if self.history_warned.as_deref() != Some(why.as_str()) {
+            warn!("{why}");
+            self.history_warned = Some(why);
+        } else {
+            debug!("{why}");
         }
     }
 

@@ -213,8 +213,9 @@ impl Core {
                     };
                     // A clean stop or a switchover is not judged here: only the release
                     // marker (epoch-guarded, with the shutdown checkpoint's LSN) lets the
-                    // winner skip the delay, checked when it won (`release_proves`,
-                    // DESIGN §1 step 4). The member key's `released` proves nothing.
+                    // winner skip the delay, checked when it plans `Acquire` and bound
+                    // to that txn (`release_proves`, `acquire_proof`; DESIGN §1 step
+                    // 4). The member key's `released` proves nothing.
                     // A holder we never watched may have published its lease.
                     let old_lease = self.track.lease.or_else(|| {
                         view.members
