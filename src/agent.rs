@@ -255,6 +255,10 @@ impl Agent {
             let mut api =
                 api::server::ApiServer::new(std_l).map_err(|e| format!("api socket: {e}"))?;
             api.set_auth(cfg.api.auth.clone());
+            // Issue 12: https:// only when [api] certfile is set.
+            let tls = api::server::tls_of(&cfg.api)?;
+            let verify = cfg.api.tls.as_ref().map(|t| t.verify_client);
+            api.set_tls(tls, verify.unwrap_or_default(), cfg.api.read_auth);
             (pipe, api)
         };
 
@@ -791,6 +795,17 @@ impl Agent {
     /// was refused; nothing changed then.
     fn reload_config(&mut self) -> Result<(), String> {
         let new = Config::load(&self.config_path).map_err(|e| e.to_string())?;
+        // The API's certificates before anything moves: a bad one keeps the old.
+        // Switching between http:// and https:// changes the published api_url:
+        // that takes a restart.
+        if new.api.tls.is_some() != self.cfg.api.tls.is_some() {
+            return Err(
+                "[api] certfile was added or removed: switching the API between \
+                        http:// and https:// needs a restart"
+                    .into(),
+            );
+        }
+        let api_tls = api::server::tls_of(&new.api)?;
         if new.name != self.cfg.name || new.scope != self.cfg.scope {
             return Err("name and scope cannot change at runtime".into());
         }
@@ -806,6 +821,11 @@ impl Agent {
         self.guardian_reloaded(&new);
         self.api.set_auth(new.api.auth.clone());
         self.cfg.api.auth = new.api.auth;
+        let verify = new.api.tls.as_ref().map(|t| t.verify_client);
+        self.api
+            .set_tls(api_tls, verify.unwrap_or_default(), new.api.read_auth);
+        self.cfg.api.tls = new.api.tls;
+        self.cfg.api.read_auth = new.api.read_auth;
         self.hooks.set_config(new.hooks.clone());
         self.cfg.hooks = new.hooks;
         self.etcd_reloaded(new.etcd);
