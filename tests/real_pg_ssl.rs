@@ -12,8 +12,9 @@
 //! After the primary's host crash a replica takes over and the old primary
 //! rejoins through pg_rewind (or a basebackup) over TLS: the new primary's log
 //! (`log_connections`) shows the connection with `SSL enabled`. Last, a node given
-//! a wrong root certificate cannot basebackup and its agent's log names the
-//! cause. `tenure check-config` refuses a key others can read, naming it.
+//! a wrong root certificate cannot basebackup, its agent's log names the cause,
+//! and it retries once per loop (not at every wake-up). `tenure check-config`
+//! refuses a key others can read, naming it.
 
 #[path = "support/certs.rs"]
 mod certs;
@@ -116,6 +117,14 @@ fn server_log(c: &TestCluster, i: usize) -> String {
     let mut p = c.data_dir(i).as_os_str().to_os_string();
     p.push(".log");
     std::fs::read_to_string(PathBuf::from(p)).unwrap_or_default()
+}
+
+/// The instants (agent log stamps, seconds) of every "starting job Basebackup".
+fn basebackup_starts(log: &str) -> Vec<f64> {
+    log.lines()
+        .filter(|l| l.contains("starting job Basebackup"))
+        .filter_map(|l| l.strip_prefix('[')?.split_once("s]")?.0.parse().ok())
+        .collect()
 }
 
 #[test]
@@ -301,6 +310,19 @@ fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
     assert!(
         cause.contains("certificate verify failed"),
         "the cause is named: {cause}"
+    );
+    // Retried once per loop (0.5 s here), not at every wake-up the failed child's
+    // exit causes (it fails within milliseconds): the starts in its log, on the
+    // agent's own clock, are a loop_wait apart.
+    let starts = wait_for(BOOT, Duration::from_millis(200), || {
+        let s = basebackup_starts(&c.agent_log(w));
+        (s.len() >= 4).then_some(s)
+    })
+    .unwrap_or_else(|| panic!("no retries{}", c.logs_tail(40)));
+    let gaps: Vec<f64> = starts.windows(2).map(|p| p[1] - p[0]).collect();
+    assert!(
+        gaps.iter().all(|&g| g >= 0.45),
+        "basebackup starts: {starts:?}"
     );
     assert!(!c.is_streaming_replica(w));
     assert!(
