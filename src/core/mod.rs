@@ -93,7 +93,7 @@ pub struct Core {
     /// Consecutive failed rewinds (for the basebackup fallback).
     rewind_failures: u32,
     /// The last basebackup or rewind started, and when: the next of the same kind
-    /// waits a `loop_wait` after it (`follow::data_job_paced`).
+    /// waits for the next loop (`follow::data_job_paced`).
     data_job_started: Option<(&'static str, Instant)>,
     /// Epoch this node released after a clean stop (published in its member key).
     released: Option<Epoch>,
