@@ -109,9 +109,12 @@ pub struct PgConfig {
     pub parameters: Vec<(String, String)>,
     /// Move an unusable data directory aside instead of refusing to start.
     pub move_aside_unusable: bool,
-    /// libpq `sslmode` for replication, pg_rewind and pg_basebackup connections
-    /// (default `prefer`).
-    pub sslmode: String,
+    /// libpq TLS settings of the replication role's connections: streaming
+    /// replication (`primary_conninfo`) and pg_basebackup. `sslmode` defaults to
+    /// `[postgresql] sslmode`, else `prefer`.
+    pub replication_ssl: PgSsl,
+    /// The same for the rewind role: pg_rewind and the CHECKPOINT before it.
+    pub rewind_ssl: PgSsl,
     /// Extra `pg_hba.conf` lines (applications, monitoring), after the entries
     /// tenure writes per member.
     pub pg_hba: Vec<String>,
@@ -1137,6 +1140,14 @@ impl Config {
                 },
             )?;
         }
+        // PostgreSQL's TLS files likewise, as its OS user will read them (issue 12).
+        pgssl::check_files(&c.postgresql, crate::clock::realtime().as_secs() as i64).map_err(
+            |(key, problem)| ConfigError::Key {
+                file: path.to_path_buf(),
+                key,
+                problem,
+            },
+        )?;
         Ok(c)
     }
 
@@ -1359,21 +1370,8 @@ impl Config {
             .unwrap_or_else(|| data_parent.join(format!("{name}-socket")));
         let user = pg.nonempty("user")?;
         let move_aside_unusable = pg.boolean("move_aside_unusable")?.unwrap_or(false);
-        let sslmode = match pg.string("sslmode")?.as_deref() {
-            None => "prefer".to_string(),
-            Some(
-                m @ ("disable" | "allow" | "prefer" | "require" | "verify-ca" | "verify-full"),
-            ) => m.to_string(),
-            Some(other) => {
-                return Err(pg.err(
-                    "sslmode",
-                    format!(
-                        "expected disable, allow, prefer, require, verify-ca or verify-full, \
-                         found \"{other}\""
-                    ),
-                ));
-            }
-        };
+        // The default of each role's own `sslmode` (issue 12, config/pgssl.rs).
+        let sslmode = pgssl::sslmode(&pg)?.unwrap_or_else(|| "prefer".to_string());
 
         let pg_hba = match pg.table.get("pg_hba") {
             None => Vec::new(),
@@ -1396,7 +1394,12 @@ impl Config {
         auth.only(&["superuser", "replication", "rewind"])?;
         let role = |k: &str, default: &str, cred: &str| -> Result<(String, String), ConfigError> {
             let s = auth.sub(k)?;
-            s.only(&["username", "password", "password_file"])?;
+            // The superuser connects over the Unix socket only: no TLS keys there.
+            let mut keys = vec!["username", "password", "password_file"];
+            if k != "superuser" {
+                keys.extend_from_slice(pgssl::ROLE_KEYS);
+            }
+            s.only(&keys)?;
             let user = s
                 .nonempty("username")?
                 .unwrap_or_else(|| default.to_string());
@@ -1414,6 +1417,9 @@ impl Config {
             role("replication", "replicator", secrets::CRED_PG_REPLICATION)?;
         let (rewind_user, rewind_password) =
             role("rewind", "rewind_user", secrets::CRED_PG_REWIND)?;
+        let (repl_sect, rewind_sect) = (auth.sub("replication")?, auth.sub("rewind")?);
+        let replication_ssl = pgssl::role_ssl(&repl_sect, &sslmode)?;
+        let rewind_ssl = pgssl::role_ssl(&rewind_sect, &sslmode)?;
 
         let params = pg.sub("parameters")?;
         let mut parameters = Vec::with_capacity(params.table.len());
@@ -1439,6 +1445,11 @@ impl Config {
             }
             parameters.push((k.clone(), value));
         }
+        pgssl::check_server(
+            &params,
+            &parameters,
+            &[(&repl_sect, &replication_ssl), (&rewind_sect, &rewind_ssl)],
+        )?;
 
         // [api]
         let api = root.sub("api")?;
@@ -1649,7 +1660,8 @@ impl Config {
                 rewind_password,
                 parameters,
                 move_aside_unusable,
-                sslmode,
+                replication_ssl,
+                rewind_ssl,
                 pg_hba,
             },
             api: ApiConfig {
@@ -1908,8 +1920,10 @@ fn secs_json(d: Duration) -> serde_json::Value {
 
 mod api_tls;
 pub mod cluster;
+mod pgssl;
 mod secrets;
 pub use api_tls::{ApiTls, CtlConfig, ReadAuth, VerifyClient, check_api_tls_files};
+pub use pgssl::{PgSsl, server_ssl_on};
 pub use secrets::{
     CRED_API, CRED_ETCD, CRED_PG_REPLICATION, CRED_PG_REWIND, CRED_PG_SUPERUSER, EtcdAuth, EtcdTls,
     check_tls_files, readable_secret_warning,

@@ -1534,6 +1534,44 @@ fn an_unreachable_rewind_source_is_retried_but_a_failed_rewind_counts() {
     );
 }
 
+/// Issue 12: a basebackup that fails at once (a wrong root certificate: "SSL error:
+/// certificate verify failed" within milliseconds) is retried at the next loop,
+/// not at every wake-up its child's exit causes.
+#[test]
+fn a_failed_basebackup_is_retried_once_per_loop() {
+    let mut c = core("pg3", None);
+    let empty = |job: Job| {
+        let mut o = third_node_obs(1500, false);
+        o.pg = pg(PgRole::Stopped, 0, None);
+        o.pg.data = DataDir::Empty;
+        o.job = job;
+        o
+    };
+    let clone = Action::StartJob(JobKind::Basebackup { from: "pg2".into() });
+    let failed = Job::Finished {
+        kind: JobKind::Basebackup { from: "pg2".into() },
+        ok: false,
+        detail: "pg_basebackup failed (exit status: 1): SSL error: certificate verify failed"
+            .into(),
+    };
+    let p = c.step(t(100.0), &empty(Job::Idle));
+    assert_eq!(p.actions, vec![clone.clone()], "{}", p.reason);
+    // The failure 30 ms later, and wake-ups after it within the loop: no retry.
+    for at in [100.03, 100.5, 100.99] {
+        let job = if at == 100.03 {
+            failed.clone()
+        } else {
+            Job::Idle
+        };
+        let p = c.step(t(at), &empty(job));
+        assert!(p.actions.is_empty(), "at {at}: {:?}", p.actions);
+        assert!(p.reason.to_string().contains("next loop"), "{}", p.reason);
+    }
+    // At the next tick (loop_wait 2 s; from half of it on): again.
+    let p = c.step(t(102.0), &empty(Job::Idle));
+    assert_eq!(p.actions, vec![clone], "{}", p.reason);
+}
+
 // ----- Issue 8, the safety review: each test failed before its fix -----
 
 /// pg2 under a `config` whose ttl was lowered to 10 (its own leases are 10 s).

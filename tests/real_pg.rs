@@ -38,7 +38,8 @@ fn node_cfg(dir: &Path, name: &str) -> PgConfig {
             ("fsync".into(), "off".into()),
         ],
         move_aside_unusable: false,
-        sslmode: "prefer".into(),
+        replication_ssl: Default::default(),
+        rewind_ssl: Default::default(),
         pg_hba: Vec::new(),
     }
 }

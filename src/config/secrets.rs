@@ -202,7 +202,8 @@ impl fmt::Debug for PgConfig {
             .field("rewind_password", &HIDDEN)
             .field("parameters", &self.parameters)
             .field("move_aside_unusable", &self.move_aside_unusable)
-            .field("sslmode", &self.sslmode)
+            .field("replication_ssl", &self.replication_ssl)
+            .field("rewind_ssl", &self.rewind_ssl)
             .field("pg_hba", &self.pg_hba)
             .finish()
     }
@@ -277,33 +278,8 @@ pub fn check_tls_files(tls: &EtcdTls, now_unix: i64) -> Result<(), String> {
                 cert.display()
             ));
         };
-        match validity(first) {
-            None => {
-                return Err(format!(
-                    "etcd cert {}: not an X.509 certificate tenure can read",
-                    cert.display()
-                ));
-            }
-            Some((not_before, _)) if now_unix < not_before => {
-                return Err(format!(
-                    "etcd cert {}: not valid yet (valid from {}; check the clock)",
-                    cert.display(),
-                    crate::clock::rfc3339_utc(std::time::Duration::from_secs(
-                        u64::try_from(not_before).unwrap_or(0)
-                    ))
-                ));
-            }
-            Some((_, not_after)) if now_unix > not_after => {
-                return Err(format!(
-                    "etcd cert {}: expired at {} (not valid after it)",
-                    cert.display(),
-                    crate::clock::rfc3339_utc(std::time::Duration::from_secs(
-                        u64::try_from(not_after).unwrap_or(0)
-                    ))
-                ));
-            }
-            Some(_) => {}
-        }
+        check_validity(first, now_unix)
+            .map_err(|e| format!("etcd cert {}: {e}", cert.display()))?;
         let text = std::fs::read_to_string(key)
             .map_err(|e| format!("etcd key {}: cannot read: {e}", key.display()))?;
         if !text.contains("PRIVATE KEY-----") {
@@ -316,27 +292,50 @@ pub fn check_tls_files(tls: &EtcdTls, now_unix: i64) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether the DER certificate `cert` is valid at `now_unix`; the problem otherwise
+/// (the caller names the file).
+pub(super) fn check_validity(cert: &[u8], now_unix: i64) -> Result<(), String> {
+    match validity(cert) {
+        None => Err("not an X.509 certificate tenure can read".into()),
+        Some((not_before, _)) if now_unix < not_before => Err(format!(
+            "not valid yet (valid from {}; check the clock)",
+            crate::clock::rfc3339_utc(std::time::Duration::from_secs(
+                u64::try_from(not_before).unwrap_or(0)
+            ))
+        )),
+        Some((_, not_after)) if now_unix > not_after => Err(format!(
+            "expired at {} (not valid after it)",
+            crate::clock::rfc3339_utc(std::time::Duration::from_secs(
+                u64::try_from(not_after).unwrap_or(0)
+            ))
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
 /// The DER bodies of the PEM blocks labelled `label` in `path`.
 fn read_pem(path: &Path, label: &str) -> Result<Vec<Vec<u8>>, String> {
-    use base64::Engine;
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("etcd TLS file {}: cannot read: {e}", path.display()))?;
+    pem_blocks(&text, label).map_err(|e| format!("etcd TLS file {}: {e}", path.display()))
+}
+
+/// The DER bodies of the PEM blocks labelled `label` in `text`.
+pub(super) fn pem_blocks(text: &str, label: &str) -> Result<Vec<Vec<u8>>, String> {
+    use base64::Engine;
     let begin = format!("-----BEGIN {label}-----");
     let end = format!("-----END {label}-----");
     let mut out = Vec::new();
-    let mut rest = text.as_str();
+    let mut rest = text;
     while let Some(i) = rest.find(&begin) {
         let after = &rest[i + begin.len()..];
         let Some(j) = after.find(&end) else {
-            return Err(format!(
-                "etcd TLS file {}: a PEM block is not closed",
-                path.display()
-            ));
+            return Err("a PEM block is not closed".into());
         };
         let b64: String = after[..j].split_whitespace().collect();
         let der = base64::engine::general_purpose::STANDARD
             .decode(b64)
-            .map_err(|e| format!("etcd TLS file {}: bad PEM: {e}", path.display()))?;
+            .map_err(|e| format!("bad PEM: {e}"))?;
         out.push(der);
         rest = &after[j + end.len()..];
     }

@@ -548,23 +548,99 @@ fn agent_section_defaults_values_and_errors() {
 
 #[test]
 fn sslmode_default_values_and_errors() {
-    assert_eq!(parse(GOOD).expect("valid").postgresql.sslmode, "prefer");
+    let c = parse(GOOD).expect("valid");
+    assert_eq!(c.postgresql.replication_ssl, PgSsl::default());
+    assert_eq!(c.postgresql.rewind_ssl.sslmode, "prefer");
     let with = |m: &str| {
         GOOD.replace(
             "[postgresql]\n",
             &format!("[postgresql]\nsslmode = \"{m}\"\n"),
         )
     };
-    assert_eq!(
-        parse(&with("verify-full"))
-            .expect("valid")
-            .postgresql
-            .sslmode,
-        "verify-full"
-    );
+    let c = parse(&with("verify-full")).expect("valid");
+    assert_eq!(c.postgresql.replication_ssl.sslmode, "verify-full");
+    assert_eq!(c.postgresql.rewind_ssl.sslmode, "verify-full");
     let e = err(&with("sometimes"));
     assert!(
         e.contains("postgresql.sslmode") && e.contains("sometimes"),
+        "{e}"
+    );
+}
+
+/// Issue 12: libpq's TLS keys per role, as Patroni's `authentication.<role>`
+/// spells them; the server side as `[postgresql.parameters] ssl = on`.
+#[test]
+fn pg_tls_keys_per_role_and_server_side() {
+    let repl = |extra: &str| {
+        GOOD.replace(
+            "[postgresql.authentication.replication]\n",
+            &format!("[postgresql.authentication.replication]\n{extra}"),
+        )
+    };
+    let c = parse(&repl(
+        "sslmode = \"verify-full\"\nsslrootcert = \"/c/root.crt\"\nsslcert = \"/c/r.crt\"\n\
+         sslkey = \"/c/r.key\"\nsslcrl = \"/c/x.crl\"\nsslcrldir = \"/c/crl\"\n",
+    ))
+    .expect("valid");
+    let r = &c.postgresql.replication_ssl;
+    assert_eq!(r.sslmode, "verify-full");
+    assert_eq!(r.sslrootcert.as_deref(), Some(Path::new("/c/root.crt")));
+    assert_eq!(r.sslkey.as_deref(), Some(Path::new("/c/r.key")));
+    assert_eq!(r.sslcrldir.as_deref(), Some(Path::new("/c/crl")));
+    // The rewind role keeps its own (here: the default).
+    assert_eq!(c.postgresql.rewind_ssl, PgSsl::default());
+
+    let e = err(&repl("sslcert = \"/c/r.crt\"\n"));
+    assert!(
+        e.contains("replication.sslkey") && e.contains("together"),
+        "{e}"
+    );
+    let e = err(&repl("sslrootcert = \"root.crt\"\n"));
+    assert!(
+        e.contains("replication.sslrootcert") && e.contains("absolute"),
+        "{e}"
+    );
+    let e = err(&repl(
+        "sslmode = \"disable\"\nsslrootcert = \"/c/root.crt\"\n",
+    ));
+    assert!(e.contains("sslrootcert") && e.contains("disable"), "{e}");
+    let e = err(&GOOD.replace(
+        "[postgresql.authentication.superuser]\n",
+        "[postgresql.authentication.superuser]\nsslmode = \"require\"\n",
+    ));
+    assert!(
+        e.contains("superuser.sslmode") && e.contains("unknown"),
+        "{e}"
+    );
+
+    let server = |extra: &str| format!("{GOOD}\n[postgresql.parameters]\n{extra}");
+    let files = "ssl_cert_file = \"/c/s.crt\"\nssl_key_file = \"/c/s.key\"\n";
+    let c = parse(&server(&format!("ssl = true\n{files}"))).expect("valid");
+    assert!(server_ssl_on(&c.postgresql.parameters));
+    assert!(!server_ssl_on(
+        &parse(GOOD).expect("valid").postgresql.parameters
+    ));
+    let e = err(&server("ssl = \"on\"\n"));
+    assert!(
+        e.contains("parameters.ssl_cert_file") && e.contains("missing"),
+        "{e}"
+    );
+    let e = err(&server(
+        "ssl = \"on\"\nssl_cert_file = \"server.crt\"\nssl_key_file = \"/k\"\n",
+    ));
+    assert!(e.contains("ssl_cert_file") && e.contains("absolute"), "{e}");
+    let e = err(&server("ssl = \"sometimes\"\n"));
+    assert!(
+        e.contains("parameters.ssl") && e.contains("on or off"),
+        "{e}"
+    );
+    // hostssl lines refuse a connection without TLS: refused here, not at a failover.
+    let e = err(&repl("sslmode = \"disable\"\n").replace(
+        "[api]",
+        &format!("[postgresql.parameters]\nssl = \"on\"\n{files}\n[api]"),
+    ));
+    assert!(
+        e.contains("replication.sslmode") && e.contains("hostssl"),
         "{e}"
     );
 }

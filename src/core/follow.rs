@@ -226,6 +226,9 @@ impl Core {
                 // primary reinitialized by the operator, `core::manage`).
                 self.needs_rewind = false;
                 self.rewind_failures = 0;
+                if let Some(r) = self.data_job_paced(now, "basebackup") {
+                    return r;
+                }
                 p.push(Action::StartJob(JobKind::Basebackup {
                     from: k.name.clone(),
                 }));
@@ -258,6 +261,9 @@ impl Core {
                         return Reason::Refusing(
                             "pg_rewind failed twice; set move_aside_unusable to allow a fresh basebackup".into(),
                         );
+                    }
+                    if let Some(r) = self.data_job_paced(now, "rewind") {
+                        return r;
                     }
                     p.push(Action::StartJob(JobKind::Rewind {
                         from: k.name.clone(),
@@ -300,6 +306,28 @@ impl Core {
             (_, PgRole::Unresponsive) => Reason::Waiting("PostgreSQL is not answering yet".into()),
             (_, PgRole::Primary) => Reason::Other("local primary: fencing first (S4)".into()),
         }
+    }
+
+    /// `Some(reason to wait)` while the last job of kind `what` (basebackup,
+    /// rewind) started less than half a `loop_wait` ago; else `None`, and `now` is
+    /// recorded as its new start. A refused TLS handshake or password fails such a
+    /// job in milliseconds, and the child's exit wakes the loop at once: without
+    /// this it would be retried tens of times a second, each time an error line and
+    /// a connection to the leader. Half a loop, not a whole one: the tick after a
+    /// start comes a loop_wait after that tick, which can be a hair less than a
+    /// loop_wait after the instant the step saw; the next tick retries.
+    fn data_job_paced(&mut self, now: Instant, what: &'static str) -> Option<Reason> {
+        if let Some((kind, at)) = self.data_job_started
+            && kind == what
+            && now < at.add(self.timing.loop_wait / 2)
+        {
+            return Some(Reason::Waiting(format!(
+                "the last {what} started {:.1} s ago: the next waits for the next loop",
+                now.since(at).as_secs_f64()
+            )));
+        }
+        self.data_job_started = Some((what, now));
+        None
     }
 
     /// A replica that follows the right leader but cannot stream from it because

@@ -92,6 +92,9 @@ pub struct Core {
     bootstrapped_here: bool,
     /// Consecutive failed rewinds (for the basebackup fallback).
     rewind_failures: u32,
+    /// The last basebackup or rewind started, and when: the next of the same kind
+    /// waits for the next loop (`follow::data_job_paced`).
+    data_job_started: Option<(&'static str, Instant)>,
     /// Epoch this node released after a clean stop (published in its member key).
     released: Option<Epoch>,
     /// Why this node may not take leadership (a required watchdog is missing or
@@ -171,6 +174,7 @@ impl Core {
             needs_rewind: false,
             bootstrapped_here: false,
             rewind_failures: 0,
+            data_job_started: None,
             released: None,
             lead_refusal: None,
             late_delete: None,

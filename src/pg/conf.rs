@@ -5,7 +5,7 @@
 //! writes is unit-tested. Must never: put a password anywhere but the passfile and
 //! the bootstrap SQL (which is fed on stdin and never stored in the data dir).
 
-use crate::config::PgConfig;
+use crate::config::{PgConfig, PgSsl};
 
 use super::ConnTarget;
 
@@ -197,31 +197,50 @@ pub fn tenure_conf(cfg: &PgConfig, standby: Option<&Standby<'_>>) -> Result<Stri
 /// passfile (DESIGN §3a).
 pub fn primary_conninfo(cfg: &PgConfig, sb: &Standby<'_>) -> String {
     format!(
-        "host={} port={} user={} passfile={} application_name={} sslmode={}",
+        "host={} port={} user={} passfile={} application_name={}{}",
         conninfo_value(&sb.leader.host),
         sb.leader.port,
         conninfo_value(&cfg.replication_user),
         conninfo_value(sb.passfile),
         conninfo_value(sb.me),
-        conninfo_value(&cfg.sslmode),
+        ssl_conninfo(&cfg.replication_ssl),
     )
 }
 
 /// `--source-server` for pg_rewind.
 pub fn rewind_conninfo(cfg: &PgConfig, source: &ConnTarget, passfile: &str) -> String {
     format!(
-        "host={} port={} user={} dbname=postgres passfile={} connect_timeout=10 application_name=tenure-rewind sslmode={}",
+        "host={} port={} user={} dbname=postgres passfile={} connect_timeout=10 application_name=tenure-rewind{}",
         conninfo_value(&source.host),
         source.port,
         conninfo_value(&cfg.rewind_user),
         conninfo_value(passfile),
-        conninfo_value(&cfg.sslmode),
+        ssl_conninfo(&cfg.rewind_ssl),
     )
 }
 
+/// ` sslmode=... sslrootcert=...`: a role's TLS settings as conninfo pairs, each
+/// value quoted as libpq reads it (a path with a space or a quote stays one value).
+fn ssl_conninfo(ssl: &PgSsl) -> String {
+    let mut s = String::new();
+    for (k, v) in ssl.conninfo_params() {
+        s.push(' ');
+        s.push_str(k);
+        s.push('=');
+        s.push_str(&conninfo_value(&v));
+    }
+    s
+}
+
 /// `pg_hba.conf`: trust on the socket (its directory is 0700, only the PostgreSQL
-/// OS user and root reach it), passwords over TCP.
+/// OS user and root reach it), passwords over TCP — over TLS only (`hostssl`) when
+/// the server side is on (`[postgresql.parameters] ssl = on`, issue 12).
 pub fn pg_hba(cfg: &PgConfig, hosts: &[String]) -> String {
+    let host = if crate::config::server_ssl_on(&cfg.parameters) {
+        "hostssl"
+    } else {
+        "host"
+    };
     let repl = hba_role(&cfg.replication_user);
     let admins = format!(
         "{},{}",
@@ -237,8 +256,8 @@ pub fn pg_hba(cfg: &PgConfig, hosts: &[String]) -> String {
         let Some(addr) = hba_address(h) else {
             continue;
         };
-        s.push_str(&format!("host replication {repl} {addr} scram-sha-256\n"));
-        s.push_str(&format!("host all {admins} {addr} scram-sha-256\n"));
+        s.push_str(&format!("{host} replication {repl} {addr} scram-sha-256\n"));
+        s.push_str(&format!("{host} all {admins} {addr} scram-sha-256\n"));
     }
     if !cfg.pg_hba.is_empty() {
         s.push_str("# postgresql.pg_hba\n");
@@ -357,7 +376,8 @@ mod tests {
             rewind_password: "rw".into(),
             parameters: vec![("shared_buffers".into(), "32MB".into())],
             move_aside_unusable: false,
-            sslmode: "prefer".into(),
+            replication_ssl: PgSsl::default(),
+            rewind_ssl: PgSsl::default(),
             pg_hba: vec!["hostssl all app 10.0.0.0/8 scram-sha-256".into()],
         }
     }
@@ -427,6 +447,80 @@ mod tests {
         assert_eq!(parse_following(&t), Some("pg-1".into()));
         // Standby settings come after the free-form parameters.
         assert!(t.find("shared_buffers").unwrap() < t.find("primary_conninfo").unwrap());
+    }
+
+    /// Issue 12: every TLS key reaches `primary_conninfo` and pg_rewind's
+    /// conninfo, quoted so that a path with a space or a quote stays one value
+    /// (libpq: `\'` inside single quotes), and the conninfo as a whole quoted again
+    /// for `postgresql.conf`.
+    #[test]
+    fn tls_settings_reach_the_conninfos_quoted() {
+        let mut c = cfg();
+        c.replication_ssl = PgSsl {
+            sslmode: "verify-full".into(),
+            sslrootcert: Some(PathBuf::from("/etc/pg ssl/it's/root.crt")),
+            sslcert: Some(PathBuf::from("/c/repl.crt")),
+            sslkey: Some(PathBuf::from("/c/repl.key")),
+            sslcrl: Some(PathBuf::from("/c/ca.crl")),
+            sslcrldir: Some(PathBuf::from("/c/crl.d")),
+        };
+        c.rewind_ssl = PgSsl {
+            sslmode: "verify-ca".into(),
+            sslrootcert: Some(PathBuf::from("/c/root.crt")),
+            ..PgSsl::default()
+        };
+        let leader = ConnTarget {
+            name: "pg-1".into(),
+            host: "10.0.0.1".into(),
+            port: 5432,
+        };
+        let sb = Standby {
+            leader: &leader,
+            passfile: "/d/pgpass",
+            me: "pg-2",
+        };
+        let ci = primary_conninfo(&c, &sb);
+        assert_eq!(
+            ci,
+            "host=10.0.0.1 port=5432 user=replicator passfile=/d/pgpass application_name=pg-2 \
+             sslmode=verify-full sslrootcert='/etc/pg ssl/it\\'s/root.crt' \
+             sslcert=/c/repl.crt sslkey=/c/repl.key sslcrl=/c/ca.crl sslcrldir=/c/crl.d"
+        );
+        let t = tenure_conf(&c, Some(&sb)).unwrap();
+        assert!(
+            t.contains("sslrootcert=''/etc/pg ssl/it\\\\''s/root.crt'' sslcert="),
+            "{t}"
+        );
+        let rw = rewind_conninfo(&c, &leader, "/d/pgpass");
+        assert!(
+            rw.ends_with(" sslmode=verify-ca sslrootcert=/c/root.crt"),
+            "{rw}"
+        );
+        assert!(
+            !rw.contains("repl.key"),
+            "the rewind role has its own: {rw}"
+        );
+    }
+
+    /// Issue 12: with the server side on, the member lines are hostssl.
+    #[test]
+    fn hba_is_hostssl_when_the_server_side_is_on() {
+        let hosts = vec!["10.1.2.3".to_string()];
+        let mut c = cfg();
+        c.parameters.push(("ssl".into(), "on".into()));
+        let h = pg_hba(&c, &hosts);
+        assert!(
+            h.contains("hostssl replication \"replicator\" 10.1.2.3/32 scram-sha-256\n"),
+            "{h}"
+        );
+        assert!(
+            h.contains("hostssl all \"postgres\",\"rewinder\" 10.1.2.3/32 scram-sha-256\n"),
+            "{h}"
+        );
+        assert!(!h.lines().any(|l| l.starts_with("host ")), "{h}");
+        c.parameters.retain(|(k, _)| k != "ssl");
+        c.parameters.push(("ssl".into(), "off".into()));
+        assert!(pg_hba(&c, &hosts).contains("\nhost replication "));
     }
 
     #[test]

@@ -569,12 +569,22 @@ fn plan(
                     os("fast"),
                     os("-w"),
                 ],
-                env: vec![
+                // The replication role's TLS settings (issue 12) as libpq's
+                // PGSSL* variables: env_clear() leaves no others behind.
+                env: [
                     ("PGPASSFILE", passfile),
                     ("PGCONNECT_TIMEOUT", os("10")),
                     ("PGAPPNAME", os("tenure-basebackup")),
-                    ("PGSSLMODE", os(&ctl.cfg.sslmode)),
-                ],
+                ]
+                .into_iter()
+                .chain(
+                    ctl.cfg
+                        .replication_ssl
+                        .env()
+                        .into_iter()
+                        .map(|(k, v)| (k, os(v))),
+                )
+                .collect(),
                 stdin: None,
             }));
             job.steps.push_back(Step::Local(

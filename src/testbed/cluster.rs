@@ -100,6 +100,10 @@ pub struct ClusterOptions {
     /// TOML appended to every node's file (`[log]`, `[hooks]`, ...), with `{name}`
     /// replaced by the node's name and `{dir}` by its directory.
     pub extra_config: String,
+    /// Lines added to a table the bed already writes, which TOML cannot reopen
+    /// later: `(header, lines)`, e.g. `("[postgresql.parameters]", "ssl = \"on\"")`,
+    /// inserted right after that header, `{name}` and `{dir}` replaced as above.
+    pub section_extra: Vec<(String, String)>,
     /// Run each agent as systemd would with its stderr on the journal:
     /// `JOURNAL_STREAM` = the device and inode of its log file (issue 10).
     pub journal_stream: bool,
@@ -213,6 +217,7 @@ impl ClusterOptions {
             etcd_tls: None,
             etcd_extra: Vec::new(),
             extra_config: String::new(),
+            section_extra: Vec::new(),
             journal_stream: false,
         }
     }
@@ -340,7 +345,7 @@ pub fn agent_config_toml(
         .collect::<Vec<_>>()
         .join(", ");
     // `{:?}` on f64 always prints a decimal point (1.0, 0.5), so TOML reads a float.
-    format!(
+    let toml = format!(
         r#"scope = "{scope}"
 name = "{name}"
 
@@ -432,7 +437,22 @@ listen = "{addr}:{api_port}"
         repl = pw.replication,
         rewind = pw.rewind,
         api_port = spec.api_port,
-    )
+    );
+    with_section_extra(toml, opts, spec)
+}
+
+/// `opts.section_extra` inserted after each named header of `toml`.
+fn with_section_extra(mut toml: String, opts: &ClusterOptions, spec: &NodeSpec) -> String {
+    for (header, lines) in &opts.section_extra {
+        let lines = lines
+            .replace("{name}", &spec.name)
+            .replace("{dir}", &spec.dir.display().to_string());
+        let at = format!("\n{header}\n");
+        if let Some(i) = toml.find(&at) {
+            toml.insert_str(i + at.len(), &format!("{}\n", lines.trim_end()));
+        }
+    }
+    toml
 }
 
 /// `pg_hba.conf` admits members' addresses only (DESIGN §3a). On loopback the

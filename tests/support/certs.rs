@@ -1,7 +1,8 @@
 //! Certificates for the TLS tests, made with Debian's `openssl` in a scratch
 //! directory (`#[path = "support/certs.rs"] mod certs;`): a CA, certificates it
 //! signs (EC P-256 by default, RSA 2048 on request), and an expired one through
-//! `openssl ca -startdate/-enddate` (OpenSSL 3 refuses `-days -1`).
+//! `openssl ca -startdate/-enddate` (OpenSSL 3 refuses `-days -1`), and a CRL.
+//! Used by tests/real_tls.rs, real_api_tls.rs, api_tls.rs and real_pg_ssl.rs.
 
 #![allow(dead_code)]
 
@@ -91,18 +92,7 @@ pub fn sign(dir: &Path, name: &str, cn: &str, ext: &str) {
 /// explicit dates), with extensions `ext`.
 pub fn sign_expired_with(dir: &Path, name: &str, cn: &str, ext: &str) {
     key_csr(dir, name, cn, false);
-    let d = dir.display();
-    std::fs::write(dir.join("index.txt"), "").expect("index");
-    std::fs::write(dir.join("serial"), "1000\n").expect("serial");
-    std::fs::write(
-        dir.join("ca.cnf"),
-        format!(
-            "[ca]\ndefault_ca = c\n[c]\ndatabase = {d}/index.txt\nnew_certs_dir = {d}\n\
-             certificate = {d}/ca.pem\nprivate_key = {d}/ca.key\nserial = {d}/serial\n\
-             default_md = sha256\npolicy = p\n[p]\ncommonName = supplied\n"
-        ),
-    )
-    .expect("ca.cnf");
+    ca_config(dir);
     let ext_file = format!("{name}.ext");
     std::fs::write(dir.join(&ext_file), ext).expect("ext");
     sh(
@@ -130,6 +120,32 @@ pub fn sign_expired_with(dir: &Path, name: &str, cn: &str, ext: &str) {
 /// A client certificate valid only in 2020.
 pub fn sign_expired(dir: &Path, name: &str, cn: &str) {
     sign_expired_with(dir, name, cn, "extendedKeyUsage=clientAuth\n");
+}
+
+/// `ca.crl`: ca.pem's certificate revocation list (nothing revoked), valid two days.
+pub fn crl(dir: &Path) {
+    ca_config(dir);
+    sh(
+        dir,
+        &[
+            "openssl", "ca", "-gencrl", "-config", "ca.cnf", "-crldays", "2", "-out", "ca.crl",
+        ],
+    );
+}
+
+/// `openssl ca`'s configuration for ca.pem/ca.key, an empty index and a serial.
+/// Paths relative to `dir` (every command runs there): OpenSSL's config syntax
+/// would take quotes in a directory's name as its own.
+fn ca_config(dir: &Path) {
+    std::fs::write(dir.join("index.txt"), "").expect("index");
+    std::fs::write(dir.join("serial"), "1000\n").expect("serial");
+    std::fs::write(
+        dir.join("ca.cnf"),
+        "[ca]\ndefault_ca = c\n[c]\ndatabase = index.txt\nnew_certs_dir = .\n\
+         certificate = ca.pem\nprivate_key = ca.key\nserial = serial\n\
+         default_md = sha256\ndefault_crl_days = 2\npolicy = p\n[p]\ncommonName = supplied\n",
+    )
+    .expect("ca.cnf");
 }
 
 /// A scratch directory on tmpfs, removed on drop.
