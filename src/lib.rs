@@ -13,5 +13,6 @@ pub mod hooks;
 pub mod logging;
 pub mod metrics;
 pub mod pg;
+pub mod resolve;
 pub mod testbed;
 pub mod watchdog;
