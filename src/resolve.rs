@@ -31,8 +31,9 @@
 //!   costs about a millisecond of the loop's time, and whatever it waits for, it
 //!   waits in its own process: the loop reads its pipe only when it is readable,
 //!   kills it at its deadline, and keeps the last good addresses meanwhile.
-//!   The child also sets an `alarm` for its own deadline (plus a second), so one
-//!   whose parent died never outlives it by long.
+//!   The child also sets an `alarm` for its own deadline (rounded up, plus a
+//!   second), so one whose parent died, or polls late, never outlives it by long;
+//!   a child that ended so is counted as timed out.
 //!
 //! Wire format (child → parent, one line per name, in the order asked):
 //! `NAME ADDR ADDR ...` or `NAME !why it failed`.
@@ -99,7 +100,13 @@ impl Lookup {
     ) -> Result<Lookup, String> {
         let names: Vec<String> = names.iter().take(MAX_NAMES).cloned().collect();
         let now = clock::now();
-        let secs = now.until(deadline).as_secs().saturating_add(1);
+        // The child's own end: its deadline rounded up, plus a second, so the
+        // parent (which polls at its loop's pace) normally kills it first.
+        let left = now.until(deadline);
+        let secs = left
+            .as_secs()
+            .saturating_add(u64::from(left.subsec_nanos() > 0))
+            .saturating_add(1);
         cmd.arg(secs.to_string())
             .args(&names)
             .stdin(Stdio::null())
@@ -173,6 +180,10 @@ impl Lookup {
                 let answers = parse_output(&self.buf, &self.names);
                 if answers.len() == self.names.len() {
                     Some(Outcome::Done(answers))
+                } else if now >= self.deadline {
+                    // Its own alarm (set past the deadline) ended it before we
+                    // polled: a timeout all the same.
+                    Some(Outcome::TimedOut(answers))
                 } else {
                     Some(Outcome::Failed(format!(
                         "resolver ended after {} of {} names",
