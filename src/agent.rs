@@ -33,6 +33,7 @@ mod events_hooks;
 mod guardian_hooks;
 mod intents;
 mod manage;
+mod names;
 mod secure;
 mod switchover;
 
@@ -105,6 +106,8 @@ struct Agent {
     etcd: Option<Etcd>,
     /// The one etcd endpoint `etcd` talks to (an index into `[etcd] endpoints`).
     endpoint: usize,
+    /// Endpoint names, their last good addresses and the resolver child (names.rs).
+    names: names::Names,
     /// The last certificate/auth error logged (agent/secure.rs: once per distinct text).
     security_error: Option<String>,
     pg: PgCtl,
@@ -294,6 +297,7 @@ impl Agent {
             rt,
             etcd: None,
             endpoint: 0,
+            names: names::Names::new(&cfg.etcd),
             security_error: None,
             pg,
             core,
@@ -340,6 +344,8 @@ impl Agent {
         );
         tune_process(&self.cfg.agent);
         nonblocking_log_pipe();
+        // Before any lease: the only place the agent waits for a resolver.
+        self.resolve_at_startup();
         self.startup_member_check()?;
         let mut again_budget = 0u32;
         let mut again = false;
@@ -584,11 +590,15 @@ impl Agent {
         if self.etcd.is_none() {
             let eps = &self.cfg.etcd.endpoints;
             let i = self.endpoint % eps.len().max(1);
-            let sec = crate::dcs::Security::of(&self.cfg.etcd);
-            match Etcd::connect_with(&self.rt, &eps[i..=i], &self.prefix, &sec, deadline) {
+            // A name connects to its last good address (names.rs).
+            let connected = self.etcd_target(i).and_then(|(url, sec)| {
+                Etcd::connect_with(&self.rt, &[url], &self.prefix, &sec, deadline)
+                    .map_err(|e| e.to_string())
+            });
+            match connected {
                 Ok(e) => self.etcd = Some(e),
                 Err(e) => {
-                    let msg = format!("etcd connect to {}: {e}", eps[i]);
+                    let msg = format!("etcd connect to {}: {e}", self.cfg.etcd.endpoints[i]);
                     self.etcd_failed(&msg);
                     self.switch_endpoint();
                     return None;
@@ -603,6 +613,8 @@ impl Agent {
     /// on; the watch is reopened after the next successful read.
     fn switch_endpoint(&mut self) {
         self.etcd = None;
+        // Its name is resolved again in `resolve_step`, never here (names.rs).
+        self.names.failed(self.endpoint);
         let n = self.cfg.etcd.endpoints.len().max(1);
         self.endpoint = (self.endpoint + 1) % n;
         self.status.metrics.endpoint_switched(self.endpoint);
@@ -716,7 +728,7 @@ impl Agent {
     fn reap_orphans(&self) {
         let job = self.pg.job_pid();
         for pid in crate::pg::procs::zombie_children(std::process::id()) {
-            if Some(pid) != job && !self.hooks.owns(pid) {
+            if Some(pid) != job && !self.hooks.owns(pid) && !self.names.owns(pid) {
                 let _ = nix::sys::wait::waitpid(
                     nix::unistd::Pid::from_raw(pid as i32),
                     Some(nix::sys::wait::WaitPidFlag::WNOHANG),
@@ -895,6 +907,8 @@ impl Agent {
         // Authentication in its own step, after the renewal, with its own deadline
         // (capped at the next tick and `F - B` like every call: S1, S6 d).
         self.authenticate_step(self.deadline(r));
+        // Endpoint names: poll or start the resolver child; never waits (names.rs).
+        self.resolve_step();
 
         let deadline = self.deadline(r);
         let cut = self.cut_by_tick(r);

@@ -76,9 +76,13 @@ impl DynamicConfig {
 
 #[derive(Clone, Debug)]
 pub struct EtcdConfig {
-    /// `http://127.0.0.1:2379` style URLs; hosts must be IP addresses (no name
-    /// resolution in the loop, DESIGN §5). All `http://` or all `https://`.
+    /// `http://127.0.0.1:2379` or `https://etcd1.example:2379` style URLs (checked
+    /// by [`Endpoint::parse`]); names are resolved in a child process, never in
+    /// the loop (DESIGN §5, crate::resolve). All `http://` or all `https://`.
     pub endpoints: Vec<String>,
+    /// `[etcd] resolve_timeout`: how long one resolution of the endpoints' names
+    /// may take before its child process is killed (the last good addresses stay).
+    pub resolve_timeout: Duration,
     /// `Some` with `https://` endpoints: CA bundle, client certificate, server name.
     pub tls: Option<EtcdTls>,
     /// etcd user/password authentication (`[etcd] username` + a password).
@@ -170,6 +174,12 @@ pub struct WatchdogConfig {
     /// take to leave no process; it kills from `G = H - B_g`. `0 < B_g <= B`.
     pub guardian_kill_budget: Duration,
 }
+
+/// `[etcd] resolve_timeout` when not set: a resolver that has not answered by
+/// then is killed and the last good addresses stay in use (crate::resolve). A
+/// DNS server that lost a packet is not waited for (glibc retries only after its
+/// `timeout`, 5 s by default): the next endpoint failure resolves again.
+pub const DEFAULT_RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// `guardian_kill_budget`'s default, unless `demote_budget` is smaller.
 pub const GUARDIAN_KILL_BUDGET: Duration = Duration::from_millis(500);
@@ -1043,20 +1053,9 @@ fn valid_name(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
-/// `http(s)://<ip>:<port>[/]`, the host an IP literal.
+/// `http(s)://<host>:<port>[/]`, the host an IP literal or a host name.
 fn check_endpoint(url: &str) -> Result<(), String> {
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))
-        .ok_or_else(|| format!("\"{url}\" must start with http:// or https://"))?;
-    let hostport = rest.strip_suffix('/').unwrap_or(rest);
-    hostport.parse::<SocketAddr>().map_err(|_| {
-        format!(
-            "\"{url}\": host must be an IP literal with a port, e.g. http://127.0.0.1:2379 \
-             (no name resolution in the loop)"
-        )
-    })?;
-    Ok(())
+    Endpoint::parse(url).map(|_| ())
 }
 
 /// `[api] primary_min_remaining` must stay below the least time a healthy leader
@@ -1221,7 +1220,11 @@ impl Config {
             "username",
             "password",
             "password_file",
+            "resolve_timeout",
         ])?;
+        let resolve_timeout = etcd
+            .secs("resolve_timeout")?
+            .unwrap_or(DEFAULT_RESOLVE_TIMEOUT);
         let endpoints = match etcd.table.get("endpoints") {
             None => return Err(etcd.err("endpoints", "missing")),
             Some(Value::Array(a)) => {
@@ -1642,6 +1645,7 @@ impl Config {
                 endpoints,
                 tls: etcd_tls,
                 auth: etcd_auth,
+                resolve_timeout,
             },
             timing,
             dynamic,
@@ -1920,9 +1924,11 @@ fn secs_json(d: Duration) -> serde_json::Value {
 
 mod api_tls;
 pub mod cluster;
+mod endpoint;
 mod pgssl;
 mod secrets;
 pub use api_tls::{ApiTls, CtlConfig, ReadAuth, VerifyClient, check_api_tls_files};
+pub use endpoint::{Endpoint, Host};
 pub use pgssl::{PgSsl, server_ssl_on};
 pub use secrets::{
     CRED_API, CRED_ETCD, CRED_PG_REPLICATION, CRED_PG_REWIND, CRED_PG_SUPERUSER, EtcdAuth, EtcdTls,

@@ -13,6 +13,7 @@ pub mod hooks;
 pub mod logging;
 pub mod metrics;
 pub mod pg;
+pub mod resolve;
 pub mod testbed;
 pub mod tls;
 pub mod watchdog;

@@ -421,6 +421,14 @@ fn main_exec() -> Result<(), MainError> {
 }
 
 fn main() -> ExitCode {
+    // The resolver child the agent re-executes itself as (src/resolve.rs): before
+    // anything else, so it reads no config and opens no log.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == tenure::resolve::SUBCOMMAND)
+    {
+        return tenure::resolve::child_main(std::env::args_os().skip(2));
+    }
     // `tenure ctl` has its own parser, help and exit codes (src/ctl).
     if std::env::args_os().nth(1).is_some_and(|a| a == "ctl") {
         return ExitCode::from(tenure::ctl::main(std::env::args_os().skip(2)));

@@ -105,6 +105,11 @@ pub struct Metrics {
     pub etcd_endpoint: usize,
     /// Switches from one endpoint to the next (after a failed call).
     pub etcd_endpoint_switches: u64,
+    /// Resolutions of endpoint names (start-up, after a failure) that answered
+    /// for every name asked / that failed or timed out (crate::resolve).
+    pub etcd_resolves: u64,
+    pub etcd_resolve_failures: u64,
+    pub etcd_resolve_timeouts: u64,
 }
 
 impl Default for Metrics {
@@ -124,6 +129,9 @@ impl Default for Metrics {
             etcd_endpoints: Vec::new(),
             etcd_endpoint: 0,
             etcd_endpoint_switches: 0,
+            etcd_resolves: 0,
+            etcd_resolve_failures: 0,
+            etcd_resolve_timeouts: 0,
         }
     }
 }

@@ -179,10 +179,10 @@ fn bad_config_files_are_refused() {
             names: &["api.listen_port", "unknown key"],
         },
         Case {
-            tag: "nonip",
-            edit: |s| s.replace("http://127.0.0.1:2379", "http://etcd1.example:2379"),
+            tag: "badport",
+            edit: |s| s.replace("http://127.0.0.1:2379", "http://etcd1.example:x"),
             code: 3,
-            names: &["etcd.endpoints[0]", "IP literal"],
+            names: &["etcd.endpoints[0]", "port \"x\" is not a number"],
         },
         Case {
             tag: "syntax",

@@ -347,6 +347,21 @@ pub fn render(s: &ApiStatus, out: &mut Vec<u8>) {
         "Switches to the next etcd endpoint after a failed call.",
         m.etcd_endpoint_switches,
     );
+    o.counter(
+        "tenure_etcd_resolves_total",
+        "Resolutions of etcd endpoint names that answered for every name asked.",
+        m.etcd_resolves,
+    );
+    o.counter(
+        "tenure_etcd_resolve_failures_total",
+        "Resolutions of etcd endpoint names that failed (the last good addresses stay).",
+        m.etcd_resolve_failures,
+    );
+    o.counter(
+        "tenure_etcd_resolve_timeouts_total",
+        "Resolutions of etcd endpoint names killed at resolve_timeout (the last good addresses stay).",
+        m.etcd_resolve_timeouts,
+    );
     o.gauge(
         "tenure_paused",
         "1 while the cluster is paused (maintenance mode).",

@@ -187,9 +187,15 @@ fn bad_values_are_named() {
     assert!(e.contains("timing.ttl: must be > 0"), "{e}");
     let e = err(&GOOD.replace("\"pg1\"", "\"pg 1\""));
     assert!(e.contains("name: must match"), "{e}");
-    let e = err(&GOOD.replace("http://127.0.0.1:2379", "http://localhost:2379"));
+    // Names are endpoints too (issue 12); a bad one says what is wrong with it.
+    let e = err(&GOOD.replace("http://127.0.0.1:2379", "http://localhost:99999"));
     assert!(
-        e.contains("etcd.endpoints[0]") && e.contains("IP literal"),
+        e.contains("etcd.endpoints[0]") && e.contains("port \"99999\" is not a number"),
+        "{e}"
+    );
+    let e = err(&GOOD.replace("http://127.0.0.1:2379", "http://::1:2379"));
+    assert!(
+        e.contains("etcd.endpoints[0]") && e.contains("must be in brackets"),
         "{e}"
     );
     let e = err(&GOOD.replace("http://127.0.0.1:2379", "127.0.0.1:2379"));
@@ -876,4 +882,26 @@ fn hooks_section_values_and_errors() {
     assert!(e.contains("hooks.timeout: at most 600 s"), "{e}");
     let e = err(&format!("{GOOD}\n[hooks]\non_promote = \"/bin/true\"\n"));
     assert!(e.contains("hooks.on_promote: unknown key"), "{e}");
+}
+
+#[test]
+fn endpoint_names_and_resolve_timeout() {
+    let c = parse(&GOOD.replace(
+        "http://127.0.0.1:2379",
+        "http://etcd1.example:2379\", \"http://[::1]:2379",
+    ))
+    .expect("names and IPv6 literals are endpoints");
+    assert_eq!(
+        c.etcd.endpoints[..2],
+        ["http://etcd1.example:2379", "http://[::1]:2379"]
+    );
+    assert_eq!(
+        c.etcd.resolve_timeout,
+        crate::config::DEFAULT_RESOLVE_TIMEOUT
+    );
+    let c =
+        parse(&GOOD.replace("[etcd]", "[etcd]\nresolve_timeout = 0.5")).expect("resolve_timeout");
+    assert_eq!(c.etcd.resolve_timeout, Duration::from_millis(500));
+    let e = err(&GOOD.replace("[etcd]", "[etcd]\nresolve_timeout = 0"));
+    assert!(e.contains("etcd.resolve_timeout: must be > 0"), "{e}");
 }

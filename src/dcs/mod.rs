@@ -10,7 +10,8 @@
 //! `rt.block_on(async { tokio::time::timeout(d, call).await })` on the caller's
 //! current-thread runtime, with `d` the time left until the call's deadline. No
 //! threads are started: endpoints are IP literals (hyper skips the resolver, which
-//! would use `spawn_blocking`), and the client's own background tasks (the balance
+//! would use `spawn_blocking`; endpoint names are resolved by a child process,
+//! crate::resolve, and reach this module as addresses), and the client's own background tasks (the balance
 //! channel, HTTP/2 connections) run on the caller's runtime whenever it is driven.
 
 mod handover;
@@ -199,7 +200,8 @@ fn check_endpoint(e: &str, tls: bool) -> Result<(), DcsError> {
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     rest.parse::<SocketAddr>().map(|_| ()).map_err(|_| {
         DcsError(format!(
-            "etcd endpoint {e:?}: must be http://IP:port (an IP address, not a host name)"
+            "etcd endpoint {e:?}: must be http://IP:port here (names are resolved before: \
+             crate::resolve)"
         ))
     })
 }

@@ -5,8 +5,9 @@
 //! the next connection) and the explicit authentication step. Must never:
 //! authenticate inside a renewal (DESIGN S1/S6 d: an etcd `Authenticate` is a Raft
 //! write plus a bcrypt, with no bound we control), print a password, or resolve a
-//! name (the TLS server name only names what the certificate must carry; the
-//! connection still goes to the endpoint's IP address, DESIGN §5).
+//! name in this process (the TLS server name only names what the certificate
+//! must carry; the connection goes to an IP address, DESIGN §5: names are
+//! resolved by a child process, crate::resolve).
 //!
 //! Token handling. etcd-client 0.21 authenticates once inside `Client::connect`
 //! when `ConnectOptions::with_user` is set, and re-authenticates inside any call
@@ -140,7 +141,23 @@ impl Etcd {
         sec: &Security,
         deadline: Instant,
     ) -> Result<Etcd, DcsError> {
-        let mut e = Etcd::connect_with(rt, endpoints, prefix, sec, deadline)?;
+        // Names are resolved first, in a child process within the deadline
+        // (crate::resolve); the client gets addresses, TLS the name.
+        let (urls, name) = crate::resolve::targets_now(
+            endpoints,
+            sec.tls.is_some(),
+            sec.tls.as_ref().and_then(|t| t.server_name.as_deref()),
+            // One-shot commands (ctl, confirm-epoch) wait the default
+            // `resolve_timeout` at most, within their own deadline.
+            crate::config::DEFAULT_RESOLVE_TIMEOUT,
+            deadline,
+        )
+        .map_err(DcsError)?;
+        let mut sec = sec.clone();
+        if let (Some(n), Some(tls)) = (name, sec.tls.as_mut()) {
+            tls.server_name = Some(n);
+        }
+        let mut e = Etcd::connect_with(rt, &urls, prefix, &sec, deadline)?;
         e.authenticate(rt, deadline)?;
         Ok(e)
     }

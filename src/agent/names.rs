@@ -1,0 +1,324 @@
+//! The loop's side of etcd endpoint names (issue 12, "Host names"): which
+//! address each endpoint stands for, when a name is resolved again, and the name
+//! TLS checks.
+//!
+//! Owns: the last good addresses of every endpoint given as a name, and the
+//! resolver child in flight (crate::resolve). Names are resolved at start-up
+//! (before the loop, holding no lease, bounded by `[etcd] resolve_timeout`) and
+//! again only after an endpoint failed (`switch_endpoint` marks its name).
+//! Must never: resolve in this process or wait for the resolver inside the loop
+//! (the child runs on its own; the loop polls its pipe in `resolve_step`, which
+//! never blocks, so a resolver that hangs holds neither a renewal nor a fence:
+//! S1, S6 d), forget the last good addresses because a resolution failed or
+//! timed out, or count a failed renewal as anything but failed (the re-resolve
+//! is never part of it).
+
+use std::net::IpAddr;
+
+use log::{debug, info, warn};
+
+use super::Agent;
+use crate::clock;
+use crate::config::{Endpoint, EtcdConfig, Host};
+use crate::core::time::Instant;
+use crate::dcs::Security;
+use crate::resolve::{Outcome, Resolver};
+
+/// One `[etcd] endpoints` entry and what its name resolved to.
+struct Ep {
+    ep: Option<Endpoint>,
+    /// The last good addresses (empty: never resolved).
+    addrs: Vec<IpAddr>,
+    /// Which of `addrs` the next connect uses (moves on after a failure).
+    next: usize,
+    /// Resolve this name again (it failed, or has no address yet).
+    stale: bool,
+}
+
+/// Every endpoint's addresses and the resolver.
+pub(super) struct Names {
+    eps: Vec<Ep>,
+    resolver: Resolver,
+    /// When the last lookup ended: the next starts no sooner than
+    /// `resolve_timeout` after it (a resolver that always hangs costs one child
+    /// at a time, not one per iteration).
+    last_end: Option<Instant>,
+}
+
+impl Names {
+    pub(super) fn new(cfg: &EtcdConfig) -> Names {
+        let eps = cfg
+            .endpoints
+            .iter()
+            .map(|u| {
+                // The configuration was checked with the same parser; an entry
+                // that fails here stays unusable rather than panicking.
+                let ep = Endpoint::parse(u).ok();
+                let (addrs, stale) = match ep.as_ref().map(|e| &e.host) {
+                    Some(Host::Ip(ip)) => (vec![*ip], false),
+                    _ => (Vec::new(), true),
+                };
+                Ep {
+                    ep,
+                    addrs,
+                    next: 0,
+                    stale,
+                }
+            })
+            .collect();
+        Names {
+            eps,
+            resolver: Resolver::default(),
+            last_end: None,
+        }
+    }
+
+    /// The names to resolve now (stale, deduplicated).
+    fn stale_names(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for e in &self.eps {
+            if let Some(n) = e.ep.as_ref().and_then(Endpoint::name)
+                && e.stale
+                && !out.iter().any(|x| x == n)
+            {
+                out.push(n.to_string());
+            }
+        }
+        out
+    }
+
+    /// Endpoint `i` failed: its next address from now on, and its name (if any)
+    /// is resolved again.
+    pub(super) fn failed(&mut self, i: usize) {
+        if let Some(e) = self.eps.get_mut(i) {
+            e.next = e.next.wrapping_add(1);
+            e.stale = e.ep.as_ref().and_then(Endpoint::name).is_some();
+        }
+    }
+
+    /// Apply a lookup's answers: a name that resolved gets its new addresses, one
+    /// that failed keeps its last good ones (and stays stale).
+    fn apply(&mut self, answers: &[crate::resolve::Answer]) {
+        for (name, r) in answers {
+            for e in &mut self.eps {
+                if e.ep.as_ref().and_then(Endpoint::name) != Some(name.as_str()) {
+                    continue;
+                }
+                match r {
+                    Ok(addrs) => {
+                        if *addrs != e.addrs {
+                            info!(
+                                "etcd: {name} resolves to {}",
+                                addrs
+                                    .iter()
+                                    .map(IpAddr::to_string)
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            );
+                            e.addrs = addrs.clone();
+                            e.next = 0;
+                        }
+                        e.stale = false;
+                    }
+                    Err(why) => warn!(
+                        "etcd: cannot resolve {name}: {why}; keeping {}",
+                        last_good(&e.addrs)
+                    ),
+                }
+            }
+        }
+    }
+
+    /// Whether `pid` is a resolver child (the orphan reaper leaves it alone).
+    pub(super) fn owns(&self, pid: u32) -> bool {
+        self.resolver.owns(pid)
+    }
+}
+
+fn last_good(addrs: &[IpAddr]) -> String {
+    if addrs.is_empty() {
+        "no address (none resolved yet)".into()
+    } else {
+        addrs
+            .iter()
+            .map(IpAddr::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl Agent {
+    /// What endpoint `i` connects to: an address URL and the security settings,
+    /// with the endpoint's name as the TLS server name unless `tls_server_name`
+    /// is configured (the certificate is checked against the name, the
+    /// connection goes to the address). `Err`: a name with no address yet.
+    pub(super) fn etcd_target(&self, i: usize) -> Result<(String, Security), String> {
+        let mut sec = Security::of(&self.cfg.etcd);
+        let Some(e) = self.names.eps.get(i) else {
+            return Err(format!("etcd endpoint #{i}: not configured"));
+        };
+        let Some(ep) = &e.ep else {
+            return Err(format!(
+                "etcd endpoint {}: not a valid endpoint",
+                self.cfg.etcd.endpoints.get(i).map_or("?", String::as_str)
+            ));
+        };
+        if e.addrs.is_empty() {
+            return Err(format!(
+                "etcd endpoint {ep}: name not resolved yet (resolution is its own step, \
+                 outside the loop)"
+            ));
+        }
+        let ip = e.addrs[e.next % e.addrs.len()];
+        if let (Some(name), Some(tls)) = (ep.name(), sec.tls.as_mut())
+            && tls.server_name.is_none()
+        {
+            tls.server_name = Some(name.to_string());
+        }
+        Ok((ep.url_with(ip), sec))
+    }
+
+    /// Start-up, before the loop and before any lease: resolve every name,
+    /// waiting at most `[etcd] resolve_timeout`. Names that do not resolve now
+    /// are retried by `resolve_step`.
+    pub(super) fn resolve_at_startup(&mut self) {
+        let names = self.names.stale_names();
+        if names.is_empty() {
+            return;
+        }
+        let deadline = clock::now().add(self.cfg.etcd.resolve_timeout);
+        let o = match crate::resolve::Lookup::start(&names, deadline) {
+            Ok(l) => l.wait(),
+            Err(e) => Outcome::Failed(e),
+        };
+        self.resolved(&names, o);
+        self.names.last_end = Some(clock::now());
+    }
+
+    /// Poll the resolver and start one for stale names. Never blocks: the child
+    /// does the waiting; its answers are read when they are there, and it is
+    /// killed once past its deadline. Runs after the renewal and the
+    /// authentication step, never inside a renewal.
+    pub(super) fn resolve_step(&mut self) {
+        let now = clock::now();
+        if let Some((names, started, o)) = self.names.resolver.service(now) {
+            debug!(
+                "etcd: resolver for {} ended after {:.3} s",
+                names.join(", "),
+                now.since(started).as_secs_f64()
+            );
+            self.resolved(&names, o);
+            self.names.last_end = Some(now);
+        }
+        if self.names.resolver.running() {
+            return;
+        }
+        let timeout = self.cfg.etcd.resolve_timeout;
+        if self.names.last_end.is_some_and(|t| now < t.add(timeout)) {
+            return;
+        }
+        let names = self.names.stale_names();
+        if names.is_empty() {
+            return;
+        }
+        debug!("etcd: resolving {} again", names.join(", "));
+        if let Err(e) = self.names.resolver.start(&names, now.add(timeout)) {
+            warn!("etcd: {e}");
+            self.status.metrics.etcd_resolve_failures += 1;
+            self.names.last_end = Some(now);
+        }
+    }
+
+    /// Count and log a lookup's outcome, and keep what it found.
+    fn resolved(&mut self, names: &[String], o: Outcome) {
+        match o {
+            Outcome::Done(a) => {
+                if a.iter().all(|(_, r)| r.is_ok()) {
+                    self.status.metrics.etcd_resolves += 1;
+                } else {
+                    self.status.metrics.etcd_resolve_failures += 1;
+                }
+                self.names.apply(&a);
+            }
+            Outcome::TimedOut(a) => {
+                self.status.metrics.etcd_resolve_timeouts += 1;
+                self.names.apply(&a);
+                let missing: Vec<&String> = names
+                    .iter()
+                    .filter(|n| !a.iter().any(|(k, _)| k == *n))
+                    .collect();
+                for n in missing {
+                    let kept = self
+                        .names
+                        .eps
+                        .iter()
+                        .find(|e| e.ep.as_ref().and_then(Endpoint::name) == Some(n.as_str()))
+                        .map(|e| last_good(&e.addrs))
+                        .unwrap_or_default();
+                    warn!(
+                        "etcd: resolving {n} took longer than resolve_timeout = {:.3} s \
+                         (resolver killed); keeping {kept}",
+                        self.cfg.etcd.resolve_timeout.as_secs_f64()
+                    );
+                }
+            }
+            Outcome::Failed(why) => {
+                self.status.metrics.etcd_resolve_failures += 1;
+                warn!("etcd: resolving {}: {why}", names.join(", "));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn cfg(eps: &[&str]) -> EtcdConfig {
+        EtcdConfig {
+            endpoints: eps.iter().map(|s| s.to_string()).collect(),
+            tls: None,
+            auth: None,
+            resolve_timeout: Duration::from_secs(2),
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("ip")
+    }
+
+    /// A failure marks only a name stale; a failed or timed-out answer keeps the
+    /// last good addresses; a new answer replaces them.
+    #[test]
+    fn last_good_addresses_survive_a_failed_resolution() {
+        let mut n = Names::new(&cfg(&[
+            "http://10.0.0.1:2379",
+            "http://etcd2.example:2379",
+            "http://etcd2.example:2380",
+        ]));
+        assert_eq!(n.stale_names(), vec!["etcd2.example".to_string()]);
+        n.apply(&[(
+            "etcd2.example".into(),
+            Ok(vec![ip("10.0.0.2"), ip("10.0.0.3")]),
+        )]);
+        assert!(n.stale_names().is_empty());
+        assert_eq!(n.eps[1].addrs, vec![ip("10.0.0.2"), ip("10.0.0.3")]);
+        assert_eq!(n.eps[2].addrs, vec![ip("10.0.0.2"), ip("10.0.0.3")]);
+
+        // An IP endpoint's failure resolves nothing.
+        n.failed(0);
+        assert!(n.stale_names().is_empty());
+        // A name's failure moves to its next address and asks again.
+        n.failed(1);
+        assert_eq!(n.eps[1].next, 1);
+        assert_eq!(n.stale_names(), vec!["etcd2.example".to_string()]);
+        n.apply(&[("etcd2.example".into(), Err("timed out".into()))]);
+        assert_eq!(n.eps[1].addrs, vec![ip("10.0.0.2"), ip("10.0.0.3")]);
+        assert_eq!(n.stale_names(), vec!["etcd2.example".to_string()]);
+        n.apply(&[("etcd2.example".into(), Ok(vec![ip("10.0.0.9")]))]);
+        assert_eq!(n.eps[1].addrs, vec![ip("10.0.0.9")]);
+        assert_eq!(n.eps[1].next, 0);
+        assert!(n.stale_names().is_empty());
+    }
+}
