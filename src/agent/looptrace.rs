@@ -249,3 +249,53 @@ fn faults() -> (u64, u64) {
     }
     (ru.ru_minflt as u64, ru.ru_majflt as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bench parses lines by column (bench/loop_stress.rs): every line has one
+    /// field per `HEADER` column, in that order, and an iteration's line is written
+    /// when the next one begins.
+    #[test]
+    fn a_line_per_iteration_with_one_field_per_header_column() {
+        let dir = std::env::temp_dir().join(format!("looptrace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("pg1.trace");
+        let file = File::create(&path).expect("trace file");
+        let origin = Instant::from_nanos(1_000_000_000);
+        let mut t = LoopTrace {
+            inner: Some(Box::new(Inner {
+                file,
+                origin,
+                cpu_mark: thread_cpu_ns(),
+                line: Line::default(),
+                faults_at: faults(),
+                allocs_at: alloc_count::snapshot(),
+                open: false,
+            })),
+        };
+        t.begin(origin.add(Duration::from_millis(500)), true);
+        t.late(Duration::from_micros(1234));
+        t.renewal(Duration::from_micros(2000));
+        t.pet(Duration::from_micros(2100));
+        t.phase(Phase::Renew);
+        t.end(Duration::from_micros(9000), false, true);
+        t.begin(origin.add(Duration::from_millis(1000)), false);
+        t.end(Duration::from_micros(100), true, false);
+        drop(t);
+        let text = std::fs::read_to_string(&path).expect("read trace");
+        let _ = std::fs::remove_dir_all(&dir);
+        let columns = HEADER.trim_start_matches("# ").split_whitespace().count();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        // The second iteration has not been followed by a third: one line.
+        assert_eq!(lines.len(), 1, "{text}");
+        let f: Vec<&str> = lines[0].split_whitespace().collect();
+        assert_eq!(f.len(), columns, "{text}");
+        // t_ms tick late_us rtt_us pet_us took_us over sched leader
+        assert_eq!(
+            &f[..9],
+            &["500", "1", "1234", "2000", "2100", "9000", "0", "0", "1"]
+        );
+    }
+}
