@@ -235,6 +235,35 @@ fn proc_sample(pid: u32) -> Option<ProcSample> {
     })
 }
 
+/// The agent's scheduling policy and priority (/proc/<pid>/stat fields 40, 41) and
+/// locked memory (`VmLck`): proof that `[agent]` took effect.
+fn sched_line(pid: u32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    let policy = match f.get(38).copied() {
+        Some("0") => "SCHED_OTHER",
+        Some("1") => "SCHED_FIFO",
+        Some("2") => "SCHED_RR",
+        Some(other) => other,
+        None => "?",
+    };
+    let lck = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmLck:"))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "?".into());
+    format!(
+        "policy {policy}, rt priority {}, VmLck {lck}",
+        f.get(37).copied().unwrap_or("?")
+    )
+}
+
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -352,6 +381,9 @@ fn one_run(cfg: &RunCfg) -> Result<(), String> {
         })
         .collect::<Result<_, _>>()?;
 
+    for (i, &pid) in pids.iter().enumerate() {
+        println!("{}: {}", names[i], sched_line(pid));
+    }
     let stress = if cfg.stress {
         let out = PathBuf::from(format!("{TRACE_DIR}/stress-ng.{}.log", cfg.name));
         let child = start_stress(seconds + 30, &out)?;
