@@ -98,7 +98,7 @@ fn run(dir: &std::path::Path) -> Result<(), String> {
         Etcd::connect(&rt, &endpoints, PREFIX, deadline()).map_err(|e| format!("connect: {e}"))?;
 
     // The leader key, as the acquire txn writes it.
-    let (lease, epoch) = match client.acquire(&rt, "pg1", 7, deadline()) {
+    let (lease, epoch) = match client.acquire_unbound(&rt, "pg1", 7, deadline()) {
         tenure::core::model::AcquireOutcome::Won { lease, epoch, .. } => (lease, epoch),
         other => return Err(format!("acquire: {other:?}")),
     };

@@ -24,7 +24,7 @@ use crate::config::WatchdogMode;
 use crate::core::model::*;
 use crate::core::time::Instant;
 use crate::core::{Core, CoreConfig};
-use crate::dcs::{Etcd, WatchEvent};
+use crate::dcs::{AcquireBasis, Etcd, WatchEvent};
 use crate::pg::{ConnTarget, PgCtl};
 use crate::watchdog::{Device, Notifier, WatchdogError};
 
@@ -113,6 +113,14 @@ struct Agent {
     api: api::server::ApiServer,
     signals: Signals,
     member_lease: Option<LeaseId>,
+    /// The member key as last written (lease, JSON): an idle cluster writes nothing
+    /// (issue 13 item 5); `publish_member` says when it is written anyway.
+    member_written: Option<(LeaseId, String)>,
+    /// When the member lease was last kept alive: at a third of its TTL, not every
+    /// tick (it is no part of any safety rule: a lost member key is re-published).
+    member_kept_at: Option<Instant>,
+    /// The member lease's granted TTL (`None`: reused from an earlier run, unknown).
+    member_ttl: Option<u32>,
     next_tick: Instant,
     /// Boottime and realtime at the start of the last iteration (S5).
     last_iteration: Option<(Instant, Duration)>,
@@ -145,6 +153,10 @@ struct Agent {
     hooks: crate::hooks::Hooks,
     /// The operator's restart and reinitialize (`manage`).
     ops: manage::OperatorJobs,
+    /// The last failed `history` append's text (logged once per distinct text).
+    history_warned: Option<String>,
+    /// The timeline whose fork `history` was seen to hold (`append_history`).
+    history_recorded: Option<(u32, (u32, Lsn))>,
     /// Benchmarks' per-iteration trace (`TENURE_LOOP_TRACE`; off by default).
     trace: looptrace::LoopTrace,
 }
@@ -246,6 +258,10 @@ impl Agent {
             let mut api =
                 api::server::ApiServer::new(std_l).map_err(|e| format!("api socket: {e}"))?;
             api.set_auth(cfg.api.auth.clone());
+            // Issue 12: https:// only when [api] certfile is set.
+            let tls = api::server::tls_of(&cfg.api)?;
+            let verify = cfg.api.tls.as_ref().map(|t| t.verify_client);
+            api.set_tls(tls, verify.unwrap_or_default(), cfg.api.read_auth);
             (pipe, api)
         };
 
@@ -287,6 +303,9 @@ impl Agent {
             api,
             signals: Signals { term, hup, pipe },
             member_lease: None,
+            member_written: None,
+            member_kept_at: None,
+            member_ttl: None,
             next_tick: clock::now(),
             last_iteration: None,
             pending: Pending::default(),
@@ -307,6 +326,8 @@ impl Agent {
             ev: events_hooks::EventState::default(),
             hooks: events_hooks::hooks(&cfg),
             ops: manage::OperatorJobs::default(),
+            history_warned: None,
+            history_recorded: None,
             trace: looptrace::LoopTrace::from_env(&cfg.name),
             config_path: config_path.to_path_buf(),
             cfg,
@@ -368,7 +389,11 @@ impl Agent {
                     self.serve_api();
                     continue;
                 }
-                Wake::Watch(ev) => self.on_watch(ev),
+                Wake::Watch(ev) => {
+                    if !self.on_watch(ev) {
+                        continue;
+                    }
+                }
                 Wake::Signal => {
                     self.drain_signals();
                     self.reap_orphans();
@@ -609,8 +634,8 @@ impl Agent {
     }
 
     /// `min(now + d, F - B)`, not capped at the next tick: for the few one-off
-    /// actions whose failure costs more than a late keepalive — `pg_promote()`, the
-    /// `history` append that follows it, the epoch row — so a promotion that starts
+    /// actions whose failure costs more than a late keepalive — `pg_promote()` and
+    /// the epoch row — so a promotion that starts
     /// just before a tick is not cut short (review of issue 8). S1 still caps them.
     fn deadline_past_tick(&self, d: Duration) -> Instant {
         let t = clock::now().add(d);
@@ -720,7 +745,8 @@ impl Agent {
         }
     }
 
-    fn on_watch(&mut self, ev: WatchEvent) {
+    /// What a watch event means for this node; `false`: no iteration for it.
+    fn on_watch(&mut self, ev: WatchEvent) -> bool {
         match ev {
             WatchEvent::LeaderDeleted { revision } => {
                 debug!("watch: leader deleted at revision {revision}");
@@ -740,7 +766,19 @@ impl Agent {
             WatchEvent::Broken(why) => {
                 debug!("watch broken: {why}; reopening at the next read");
             }
+            // Issue 13 item 4: during a vacancy a candidate waits for its rivals'
+            // fresh positions (DESIGN §3a); it looks again the moment one is
+            // published instead of at its next tick. Any other member write wakes
+            // nothing (an idle cluster writes none; a busy one, positions).
+            WatchEvent::MemberPut { name, revision } => {
+                return name != self.cfg.name
+                    && self
+                        .core
+                        .vacancy_revision()
+                        .is_some_and(|seen| revision > seen);
+            }
         }
+        true
     }
 
     /// An event older than our own leadership says nothing about it.
@@ -768,6 +806,17 @@ impl Agent {
     /// was refused; nothing changed then.
     fn reload_config(&mut self) -> Result<(), String> {
         let new = Config::load(&self.config_path).map_err(|e| e.to_string())?;
+        // The API's certificates before anything moves: a bad one keeps the old.
+        // Switching between http:// and https:// changes the published api_url:
+        // that takes a restart.
+        if new.api.tls.is_some() != self.cfg.api.tls.is_some() {
+            return Err(
+                "[api] certfile was added or removed: switching the API between \
+                        http:// and https:// needs a restart"
+                    .into(),
+            );
+        }
+        let api_tls = api::server::tls_of(&new.api)?;
         if new.name != self.cfg.name || new.scope != self.cfg.scope {
             return Err("name and scope cannot change at runtime".into());
         }
@@ -783,6 +832,11 @@ impl Agent {
         self.guardian_reloaded(&new);
         self.api.set_auth(new.api.auth.clone());
         self.cfg.api.auth = new.api.auth;
+        let verify = new.api.tls.as_ref().map(|t| t.verify_client);
+        self.api
+            .set_tls(api_tls, verify.unwrap_or_default(), new.api.read_auth);
+        self.cfg.api.tls = new.api.tls;
+        self.cfg.api.read_auth = new.api.read_auth;
         self.hooks.set_config(new.hooks.clone());
         self.cfg.hooks = new.hooks;
         self.etcd_reloaded(new.etcd);
@@ -870,13 +924,17 @@ impl Agent {
         if let Ok(view) = &mut cluster {
             switchover::schedule_on_boottime(view, clock::now());
         }
-        if let Err(e) = &cluster {
+        if let Err(e) = &mut cluster {
             // A fresh connection to the next member: this one may be dead, cut off
             // from the quorum, or its channel broken for good — unless the read only
             // ran out of the time left before the tick.
             debug!("cluster read failed: {e}");
             self.etcd_failed(&format!("cluster read: {e}"));
-            if !cut {
+            if cut {
+                // Out of the time left before the tick: no evidence about etcd, so
+                // no ETCD_UNREACHABLE (`etcd_events` skips "not read").
+                *e = format!("not read: cut short by the next tick ({e})");
+            } else {
                 self.switch_endpoint();
                 // The next renewal needs a token: get it now, not on its path.
                 self.authenticate_step(self.deadline(r));
@@ -980,7 +1038,8 @@ impl Agent {
         }
     }
 
-    /// The member lease and the bootstrap lock: kept alive at every tick.
+    /// The bootstrap lock, kept alive at every tick, and the member lease, at a third
+    /// of its TTL.
     fn keep_alive_side_leases(&mut self) {
         let r = self.core.timing().retry_timeout;
         let ttl = self.core.timing().ttl;
@@ -988,6 +1047,8 @@ impl Agent {
         let cut = self.cut_by_tick(r);
         let side = self.core.lease_to_keep_alive();
         let member_lease0 = self.member_lease;
+        let mut kept_at = self.member_kept_at;
+        let mut member_ttl = self.member_ttl;
         let state_file = self.state_file.clone();
         let Some((etcd, rt)) = self.connect(deadline) else {
             return;
@@ -998,18 +1059,31 @@ impl Agent {
             warn!("bootstrap lock lease {lease:x}: {e}");
         }
         let mut member_lease = member_lease0;
-        // A keepalive that only ran out of the time left before the tick says
-        // nothing about the lease: keep it (a new one would churn the member key).
+        // Issue 13 item 5: the member lease (TTL `ttl`) is kept alive at a third of
+        // its TTL, not every tick: two keepalives may fail before it expires, and a
+        // member key lost with it is written again (`publish_member`).
+        let now = clock::now();
+        let lease_ttl = member_ttl.map_or(ttl, |g| g.min(ttl));
+        let every = Duration::from_secs(u64::from(lease_ttl)) / 3;
+        let due = kept_at.is_none_or(|at| now.since(at) >= every.saturating_sub(r));
         if let Some(lease) = member_lease
-            && etcd.keep_alive_once(rt, lease, deadline).is_err()
-            && !cut
+            && due
         {
-            member_lease = None;
+            match etcd.keep_alive_once(rt, lease, deadline) {
+                Ok(_) => kept_at = Some(now),
+                // A keepalive that only ran out of the time left before the tick
+                // says nothing about the lease: keep it (a new one would churn the
+                // member key).
+                Err(_) if cut => {}
+                Err(_) => member_lease = None,
+            }
         }
         if member_lease.is_none() {
             match etcd.grant(rt, ttl, deadline) {
-                Ok((lease, _)) => {
+                Ok((lease, granted)) => {
                     member_lease = Some(lease);
+                    member_ttl = Some(granted);
+                    kept_at = Some(now);
                     if let Err(e) = std::fs::write(&state_file, format!("{lease}\n")) {
                         warn!(
                             "cannot record the member lease in {}: {e}",
@@ -1021,6 +1095,8 @@ impl Agent {
             }
         }
         self.member_lease = member_lease;
+        self.member_kept_at = kept_at;
+        self.member_ttl = member_ttl;
     }
 
     /// DESIGN §3: `config` wins once it exists; a change that breaks S6 for this node
@@ -1169,7 +1245,9 @@ impl Agent {
                 _ => "replica",
             }
             .into(),
-            version: "15".into(),
+            // The agent's own version, as Patroni publishes its own: release markers
+            // prove something only when every member binds them (`release_proves`).
+            version: env!("CARGO_PKG_VERSION").into(),
             xlog_location: pg.lsn,
             receive_lsn,
             replay_lsn,
@@ -1193,15 +1271,49 @@ impl Agent {
             extra.push(("pause", serde_json::Value::Bool(true)));
         }
         let json = crate::dcs::encode_member_with(&info, extra);
-        let deadline = self.deadline(self.core.timing().retry_timeout);
         let me = self.cfg.name.clone();
+        // Issue 13 item 5: written when it changed, not every iteration (a Raft
+        // round and an fsync on every etcd member each time). Written anyway while
+        // no leader key is seen: candidates wait for positions published after the
+        // vacancy (DESIGN §3a), identical or not. And when the read lacks it (deleted
+        // by an operator, its lease expired).
+        let unchanged = self
+            .member_written
+            .as_ref()
+            .is_some_and(|(l, j)| *l == lease && *j == json);
+        let needed_anyway = match &obs.cluster {
+            Ok(view) => match view.member(&me) {
+                None => true,
+                // Once per vacancy: the first write past the read that showed it
+                // is this node's fresh position; later ones add nothing.
+                Some(m) => {
+                    view.leader.is_none()
+                        && self
+                            .core
+                            .vacancy_revision()
+                            .is_none_or(|seen| m.mod_revision <= seen)
+                }
+            },
+            Err(_) => false,
+        };
+        if unchanged && !needed_anyway {
+            return;
+        }
+        let deadline = self.deadline(self.core.timing().retry_timeout);
         if self.etcd.is_none() {
             return;
         }
-        if let Some((etcd, rt)) = self.connect(deadline)
-            && let Err(e) = etcd.put_member(rt, &me, &json, lease, deadline)
-        {
-            debug!("member key: {e}");
+        if let Some((etcd, rt)) = self.connect(deadline) {
+            match etcd.put_member(rt, &me, &json, lease, deadline) {
+                Ok(()) => self.member_written = Some((lease, json)),
+                Err(e) => {
+                    debug!("member key: {e}");
+                    // Written again next iteration; and if the lease is gone, the
+                    // next tick's keepalive finds out and a new one is granted.
+                    self.member_written = None;
+                    self.member_kept_at = None;
+                }
+            }
         }
     }
 
@@ -1354,12 +1466,20 @@ impl Agent {
                     }
                 }
                 Action::Acquire => {
-                    // DESIGN §3 (pause): the txn also compares the `config` key's
-                    // revision this decision was made on.
-                    let seen = obs.cluster.as_ref().ok().map(|v| v.config_revision);
-                    let out = match self.connect(deadline) {
-                        Some((etcd, rt)) => etcd.acquire_seen(rt, &me, ttl, seen, deadline),
-                        None => AcquireOutcome::Failed("etcd unreachable".into()),
+                    // DESIGN §3 (pause) and the release marker (review F1): the txn
+                    // also compares the `config` and `release` keys' revisions this
+                    // decision was made on, and marks the marker taken.
+                    // INVARIANT: no acquire without the read it was decided on
+                    // (fail closed; the core plans none without one today).
+                    let basis = obs.cluster.as_ref().ok().map(AcquireBasis::of);
+                    let out = match (basis, self.connect(deadline)) {
+                        (None, _) => {
+                            AcquireOutcome::Failed("no cluster read to bind the acquire to".into())
+                        }
+                        (Some(b), Some((etcd, rt))) => {
+                            etcd.acquire_seen(rt, &me, ttl, &b, deadline)
+                        }
+                        (Some(_), None) => AcquireOutcome::Failed("etcd unreachable".into()),
                     };
                     match &out {
                         AcquireOutcome::Won {
@@ -1406,7 +1526,8 @@ impl Agent {
                             self.pending.promoted = Some(true);
                             self.status.metrics.promotion(true);
                             self.write_epoch(epoch);
-                            self.append_history(obs, epoch);
+                            // The `history` entry: the next iteration (at once,
+                            // `again`) sees the new timeline and plans it (F2).
                             self.promoted_events(epoch);
                         }
                         Err(e) => {
@@ -1474,12 +1595,9 @@ impl Agent {
                         debug!("revoke {lease:x}: {e}");
                     }
                 }
-                Action::AppendHistory { epoch, entry } => {
-                    if let Some((etcd, rt)) = self.connect(deadline)
-                        && let Ok(false) = etcd.append_history(rt, &entry, &me, epoch, deadline)
-                    {
-                        self.pending.guard_refused = Some("the history append".into());
-                    }
+                Action::AppendHistory { epoch, timeline } => {
+                    let history = obs.cluster.as_ref().map_or(&[][..], |v| &v.history[..]);
+                    self.append_history(epoch, timeline, history, deadline);
                 }
                 Action::WriteSync {
                     epoch,
@@ -1624,25 +1742,80 @@ impl Agent {
         }
     }
 
-    fn append_history(&mut self, obs: &Observation, epoch: Epoch) {
+    /// The `history` entry for the fork into `timeline` (review F2): its parent and
+    /// switch point from PostgreSQL's timeline history file, appended under the
+    /// epoch guard. A failure is logged when its text changes; the core plans the
+    /// append again next iteration while `history` lacks it.
+    ///
+    /// Idempotent: the core asks while `history`'s newest timeline is below ours,
+    /// which stays true when PostgreSQL skipped a timeline number (it takes the
+    /// newest history file it finds, + 1), so an entry already in `history` (the
+    /// same parent and switch point) is not appended again, and that fork is not
+    /// read again.
+    fn append_history(
+        &mut self,
+        epoch: Epoch,
+        timeline: u32,
+        history: &[HistoryEntry],
+        deadline: Instant,
+    ) {
+        let holds = |(parent, lsn): (u32, Lsn)| {
+            history.iter().any(|h| h.timeline == parent && h.lsn == lsn)
+        };
+        if let Some((tl, fork)) = self.history_recorded
+            && tl == timeline
+            && holds(fork)
+        {
+            return;
+        }
+        let (parent, lsn) = match self.pg.timeline_fork(timeline) {
+            Ok(f) => f,
+            Err(e) => {
+                self.history_problem(format!(
+                    "cannot record the fork into timeline {timeline} in history: {e}; retrying"
+                ));
+                return;
+            }
+        };
+        if holds((parent, lsn)) {
+            self.history_recorded = Some((timeline, (parent, lsn)));
+            return;
+        }
         let entry = HistoryEntry {
-            timeline: obs.pg.timeline,
-            lsn: obs.pg.lsn,
-            reason: "no leader: promoted by tenure".into(),
+            timeline: parent,
+            lsn,
+            reason: format!("no leader: promoted by tenure at epoch {epoch}"),
             timestamp: clock::rfc3339_utc(clock::realtime()),
             new_leader: self.cfg.name.clone(),
         };
         let me = self.cfg.name.clone();
-        let deadline = self.deadline_past_tick(self.core.timing().retry_timeout);
-        if let Some((etcd, rt)) = self.connect(deadline) {
-            match etcd.append_history(rt, &entry, &me, epoch, deadline) {
-                Ok(true) => {}
-                Ok(false) => {
-                    warn!("history append refused by the epoch guard");
-                    self.pending.guard_refused = Some("the history append".into());
-                }
-                Err(e) => warn!("history append failed: {e}"),
+        let Some((etcd, rt)) = self.connect(deadline) else {
+            return;
+        };
+        match etcd.append_history(rt, &entry, &me, epoch, deadline) {
+            Ok(true) => {
+                info!(
+                    "history: timeline {timeline} forked from {parent} at {}",
+                    crate::core::model::lsn_text(lsn)
+                );
+                self.history_warned = None;
             }
+            Ok(false) => {
+                warn!("history append refused by the epoch guard");
+                self.pending.guard_refused = Some("the history append".into());
+            }
+            Err(e) => self.history_problem(format!("history append failed: {e}; retrying")),
+        }
+    }
+
+    /// Log a failed `history` append once per distinct text (it is retried every
+    /// iteration).
+    fn history_problem(&mut self, why: String) {
+        if self.history_warned.as_deref() != Some(why.as_str()) {
+            warn!("{why}");
+            self.history_warned = Some(why);
+        } else {
+            debug!("{why}");
         }
     }
 

@@ -70,6 +70,7 @@ fn member(name: &str, rev: i64, role: &str, xlog: Lsn, wd: Option<u32>) -> Membe
             timeline: 1,
             watchdog_timeout: wd,
             pg_healthy: true,
+            version: env!("CARGO_PKG_VERSION").into(),
             ..MemberInfo::default()
         },
     }
@@ -2445,6 +2446,7 @@ fn a_switchover_stops_checks_then_releases_with_the_marker() {
         timeline: 1,
         candidate: Some("pg2".into()),
         by: "pg1".into(),
+        taken_by: None,
     }));
     let p = c.step(t(101.5), &o);
     assert!(!p.actions.contains(&Action::Fence), "{:?}", p.actions);
@@ -2647,9 +2649,26 @@ fn take_over_with(marker: Option<ReleaseMarker>, old_released: Option<Epoch>, my
     take_over_seeing(marker, old_released, my_lsn, vec![])
 }
 
-/// As `take_over_with`, with `extra` members in every view.
+/// As `take_over_with`, with `extra` members in every view. After the win the
+/// reads show the marker taken by pg2, as the acquire txn leaves it (review F1).
 fn take_over_seeing(
     marker: Option<ReleaseMarker>,
+    old_released: Option<Epoch>,
+    my_lsn: Lsn,
+    extra: Vec<Member>,
+) -> Plan {
+    let after = marker.clone().map(|m| ReleaseMarker {
+        taken_by: Some("pg2".into()),
+        ..m
+    });
+    take_over_reading(marker, after, old_released, my_lsn, extra)
+}
+
+/// As `take_over_seeing`, with the marker pg2 decided on (`marker`) and the one
+/// the reads after its win show (`after`) given apart.
+fn take_over_reading(
+    marker: Option<ReleaseMarker>,
+    after: Option<ReleaseMarker>,
     old_released: Option<Epoch>,
     my_lsn: Lsn,
     extra: Vec<Member>,
@@ -2676,7 +2695,7 @@ fn take_over_seeing(
     let p = c.step(t(102.6), &o);
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
     let mut v = view(21, Some(key("pg2", 21, 0xB)), members.clone());
-    v.release = marker.clone().map(Ok);
+    v.release = after.clone().map(Ok);
     let mut o = obs(v, pg(PgRole::Replica, my_lsn, None));
     o.acquire = Some(AcquireOutcome::Won {
         lease: 0xB,
@@ -2687,7 +2706,7 @@ fn take_over_seeing(
     let p = c.step(t(102.7), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
     let mut v = view(22, Some(key("pg2", 21, 0xB)), members);
-    v.release = marker.map(Ok);
+    v.release = after.map(Ok);
     c.step(t(102.8), &obs(v, pg(PgRole::Replica, my_lsn, None)))
 }
 
@@ -2698,6 +2717,7 @@ fn release(epoch: Epoch, lsn: Lsn, candidate: Option<&str>) -> ReleaseMarker {
         timeline: 1,
         candidate: candidate.map(String::from),
         by: "pg1".into(),
+        taken_by: None,
     }
 }
 
@@ -2753,6 +2773,54 @@ fn a_release_marker_older_than_a_published_epoch_proves_nothing() {
         1000,
         vec![pg3],
     ));
+}
+
+/// Review finding F1, the binding: a marker another acquisition has taken (pg3's,
+/// which then lost the key early, its PostgreSQL perhaps still writable) speaks for
+/// an older DELETE, even when nobody published pg3's epoch: the normal delay.
+#[test]
+fn a_release_marker_taken_by_an_acquisition_proves_nothing() {
+    let mut m = release(5, 1000, Some("pg2"));
+    m.taken_by = Some("pg3".into());
+    delayed(&take_over_with(Some(m), None, 1000));
+}
+
+/// Review of F1, mixed versions: a member whose tenure does not take release
+/// markers when it acquires (an older build; they published PostgreSQL's `15` as
+/// their version) could have led since without a trace on the marker: no proof.
+#[test]
+fn no_release_marker_proves_anything_beside_a_member_that_does_not_take_them() {
+    let mut old = member("pg3", 10, "replica", 1000, None);
+    old.info.version = "15".into();
+    delayed(&take_over_seeing(
+        Some(release(5, 1000, Some("pg2"))),
+        None,
+        1000,
+        vec![old],
+    ));
+}
+
+/// Review finding F1: the win is judged on the marker the acquire txn was bound to
+/// (the one read when `Acquire` was planned), never on one a later read shows: pg2
+/// decided without a marker, so a marker read after its win proves nothing.
+#[test]
+fn only_the_marker_the_acquire_was_decided_on_skips_the_delay() {
+    delayed(&take_over_reading(
+        None,
+        Some(release(5, 1000, Some("pg2"))),
+        None,
+        1000,
+        vec![],
+    ));
+    // And the other way round: decided on the proof, the win keeps it although the
+    // reads after it show the marker taken (by pg2 itself, as the txn leaves it).
+    let p = take_over_with(Some(release(5, 1000, Some("pg2"))), None, 1000);
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 21 }],
+        "{}",
+        p.reason
+    );
 }
 
 /// A candidate whose WAL falls short of the shutdown checkpoint may lack
@@ -2898,4 +2966,57 @@ fn a_key_whose_epoch_my_marker_released_is_never_adopted() {
         p.reason
     );
     assert_eq!(c.lease_to_renew(), None);
+}
+
+/// Review F2: the leader records the fork into its timeline in `history` whenever
+/// `history` does not know it, not only right after `pg_promote()`: an append lost
+/// with its answer, or an entry an operator deleted, is planned again each
+/// iteration until a read shows it. The switch point is the shell's to read (from
+/// PostgreSQL's timeline history file).
+#[test]
+fn the_leader_appends_the_fork_history_lacks_until_it_is_there() {
+    let entry = |tl: u32| HistoryEntry {
+        timeline: tl,
+        lsn: 400,
+        reason: "r".into(),
+        timestamp: "t".into(),
+        new_leader: "pg1".into(),
+    };
+    let appends = |p: &Plan| -> Vec<Action> {
+        p.actions
+            .iter()
+            .filter(|a| matches!(a, Action::AppendHistory { .. }))
+            .cloned()
+            .collect()
+    };
+    let mut c = adopted_leader(100.0);
+    for (i, (tl, history, want)) in [
+        // Timeline 1 needs no entry (initdb's).
+        (1, vec![], None),
+        // Promoted to 2, the append lost: planned, and again next iteration.
+        (2, vec![], Some(2)),
+        (2, vec![], Some(2)),
+        // The read shows it: nothing more.
+        (2, vec![entry(1)], None),
+        // A later fork (3) while history knows only the first.
+        (3, vec![entry(1)], Some(3)),
+        (3, vec![entry(1), entry(2)], None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut v = view(30 + i as i64, Some(key("pg1", 5, 0xA)), vec![]);
+        v.history = history;
+        let mut g = pg(PgRole::Primary, 500, None);
+        g.timeline = tl;
+        let mut o = obs(v, g);
+        let at = 101.0 + i as f64;
+        o.renewal = counted(0xA, at);
+        let p = c.step(t(at + 0.01), &o);
+        let expect: Vec<Action> = want
+            .map(|timeline| Action::AppendHistory { epoch: 5, timeline })
+            .into_iter()
+            .collect();
+        assert_eq!(appends(&p), expect, "step {i}: {}", p.reason);
+    }
 }

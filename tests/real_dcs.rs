@@ -12,10 +12,10 @@ use std::time::Duration;
 use tenure::clock;
 use tenure::core::model::{
     AcquireOutcome, ClaimOutcome, ConfirmEpoch, HistoryEntry, Initialize, MemberInfo,
-    RenewalOutcome, RollbackSeen,
+    ReleaseMarker, RenewalOutcome, RollbackSeen,
 };
 use tenure::core::time::Instant;
-use tenure::dcs::{Etcd, WatchEvent, encode_member};
+use tenure::dcs::{AcquireBasis, Etcd, WatchEvent, encode_member};
 use tenure::testbed::etcd::EtcdCluster;
 use tenure::testbed::scratch_dir;
 use tokio::runtime::Runtime;
@@ -111,7 +111,7 @@ fn acquire_race_has_one_winner_and_renewal_counts() {
                 // Warm the connection so both txns really race.
                 e.read_cluster(&rt, in_ms(2000)).expect("read");
                 barrier.wait();
-                (me, e.acquire(&rt, me, 5, in_ms(2000)))
+                (me, e.acquire_unbound(&rt, me, 5, in_ms(2000)))
             })
         })
         .collect();
@@ -195,7 +195,7 @@ fn acquire_race_many_rounds_one_winner_each() {
                 e.read_cluster(&rt, in_ms(2000)).expect("read");
                 for round in 0..ROUNDS {
                     start.wait();
-                    let out = e.acquire(&rt, &me, ttl_of(round), in_ms(2000));
+                    let out = e.acquire_unbound(&rt, &me, ttl_of(round), in_ms(2000));
                     if tx.send((round, me.clone(), out)).is_err() {
                         return;
                     }
@@ -310,7 +310,7 @@ fn acquire_race_many_rounds_one_winner_each() {
 fn renewal_sees_key_deleted_behind_its_back_then_lease_gone() {
     let b = bed("dcs-renew");
     let mut e = b.client(PREFIX);
-    let (lease, _, epoch) = won(e.acquire(&b.rt, "pg1", 5, in_ms(2000)));
+    let (lease, _, epoch) = won(e.acquire_unbound(&b.rt, "pg1", 5, in_ms(2000)));
     let before = clock::now();
     let r = e.confirmed_renew(&b.rt, lease, epoch, "pg1", in_ms(2000));
     assert!(matches!(r.outcome, RenewalOutcome::Counted { .. }), "{r:?}");
@@ -353,7 +353,7 @@ fn renewal_sees_key_deleted_behind_its_back_then_lease_gone() {
 fn stale_epoch_writes_are_refused() {
     let b = bed("dcs-fence");
     let mut e = b.client(PREFIX);
-    let (l1, _, e1) = won(e.acquire(&b.rt, "pg1", 5, in_ms(2000)));
+    let (l1, _, e1) = won(e.acquire_unbound(&b.rt, "pg1", 5, in_ms(2000)));
     assert!(
         e.guarded_put(&b.rt, "sync", r#"{"leader":"pg1"}"#, "pg1", e1, in_ms(2000))
             .expect("put")
@@ -380,7 +380,7 @@ fn stale_epoch_writes_are_refused() {
             .expect("release again")
     );
 
-    let (l2, _, e2) = won(e.acquire(&b.rt, "pg1", 5, in_ms(2000)));
+    let (l2, _, e2) = won(e.acquire_unbound(&b.rt, "pg1", 5, in_ms(2000)));
     assert!(e2 > e1);
     assert!(
         !e.guarded_put(&b.rt, "sync", "stale", "pg1", e1, in_ms(2000))
@@ -446,7 +446,7 @@ fn watch_wakes_on_release_and_acquire() {
     let b = bed("dcs-watch");
     let mut a = b.client(PREFIX);
     let mut w = b.client(PREFIX);
-    let (l1, _, e1) = won(a.acquire(&b.rt, "pg1", 5, in_ms(2000)));
+    let (l1, _, e1) = won(a.acquire_unbound(&b.rt, "pg1", 5, in_ms(2000)));
 
     // No watch open: the event future pends, the timer wins.
     let got = b.rt.block_on(async {
@@ -486,7 +486,7 @@ fn watch_wakes_on_release_and_acquire() {
         "{ev:?}"
     );
 
-    let (_, _, e2) = won(a.acquire(&b.rt, "pg2", 5, in_ms(2000)));
+    let (_, _, e2) = won(a.acquire_unbound(&b.rt, "pg2", 5, in_ms(2000)));
     let t0 = clock::now();
     let ev = b.rt.block_on(async {
         tokio::select! {
@@ -501,6 +501,26 @@ fn watch_wakes_on_release_and_acquire() {
             name: "pg2".into(),
             revision: e2
         })
+    );
+
+    // The watch covers the scope (issue 13 item 4): a member key's write is
+    // reported, any other key's is not.
+    assert!(
+        a.put_config_cas(&b.rt, r#"{"ttl": 7}"#, None, in_ms(2000))
+            .expect("config")
+    );
+    let (ml, _) = a.grant(&b.rt, 5, in_ms(2000)).expect("grant");
+    a.put_member(&b.rt, "pg3", r#"{"role":"replica"}"#, ml, in_ms(2000))
+        .expect("member");
+    let ev = b.rt.block_on(async {
+        tokio::select! {
+            ev = w.next_watch_event() => Some(ev),
+            _ = tokio::time::sleep(Duration::from_secs(5)) => None,
+        }
+    });
+    assert!(
+        matches!(&ev, Some(WatchEvent::MemberPut { name, .. }) if name == "pg3"),
+        "{ev:?}"
     );
 
     // A watch from a compacted revision breaks (at open or as its first event).
@@ -809,7 +829,7 @@ fn member_key_held_by_another_live_lease() {
 fn calls_keep_their_deadlines_with_etcd_dead() {
     let mut b = bed("dcs-dead");
     let mut e = b.client(PREFIX);
-    let (lease, _, epoch) = won(e.acquire(&b.rt, "pg1", 5, in_ms(2000)));
+    let (lease, _, epoch) = won(e.acquire_unbound(&b.rt, "pg1", 5, in_ms(2000)));
     let rev = e.read_cluster(&b.rt, in_ms(2000)).expect("read").revision;
     e.watch_leader(&b.rt, rev + 1, in_ms(2000)).expect("watch");
     for i in 0..3 {
@@ -872,7 +892,7 @@ fn wait_ok<T>(mut f: impl FnMut() -> Result<T, tenure::dcs::DcsError>) -> T {
 fn calls_keep_their_deadlines_with_etcd_hung() {
     let b = bed("dcs-hung");
     let mut e = b.client(PREFIX);
-    let (lease, _, epoch) = won(e.acquire(&b.rt, "pg1", 30, in_ms(2000)));
+    let (lease, _, epoch) = won(e.acquire_unbound(&b.rt, "pg1", 30, in_ms(2000)));
     let (spare, _) = e.grant(&b.rt, 30, in_ms(2000)).expect("grant");
     let rev = e.read_cluster(&b.rt, in_ms(2000)).expect("read").revision;
     let pids: Vec<_> = (0..3)
@@ -989,7 +1009,7 @@ fn every_call_by_its_deadline(
         )
     });
     check("acquire", &mut |d| {
-        format!("{:?}", e.acquire(rt, "pg1", 5, d))
+        format!("{:?}", e.acquire_unbound(rt, "pg1", 5, d))
     });
     check("claim_initialize", &mut |d| {
         format!("{:?}", e.claim_initialize(rt, 5, d))
@@ -1060,7 +1080,7 @@ fn no_threads_are_started() {
     let rt = runtime();
     let before = task_ids();
     let mut e = Etcd::connect(&rt, &b.cluster.endpoints(), PREFIX, in_ms(2000)).expect("connect");
-    let (lease, _, epoch) = won(e.acquire(&rt, "pg1", 5, in_ms(2000)));
+    let (lease, _, epoch) = won(e.acquire_unbound(&rt, "pg1", 5, in_ms(2000)));
     let rev = e.read_cluster(&rt, in_ms(2000)).expect("read").revision;
     e.watch_leader(&rt, rev + 1, in_ms(2000)).expect("watch");
     for _ in 0..20 {
@@ -1077,9 +1097,18 @@ fn no_threads_are_started() {
         e.release(&rt, "pg1", epoch, lease, in_ms(2000))
             .expect("release")
     );
+    // The watch covers the scope: the member writes above come first.
     let ev = rt.block_on(async {
+        let skip_members = async {
+            loop {
+                match e.next_watch_event().await {
+                    WatchEvent::MemberPut { .. } => continue,
+                    other => return other,
+                }
+            }
+        };
         tokio::select! {
-            ev = e.next_watch_event() => Some(ev),
+            ev = skip_members => Some(ev),
             _ = tokio::time::sleep(Duration::from_secs(5)) => None,
         }
     });
@@ -1135,7 +1164,7 @@ fn a_stale_config_revision_loses_the_acquire() {
         !e.put_config_cas(&b.rt, "{}", Some(seen.config_revision), in_ms(2000))
             .expect("stale cas")
     );
-    let stale = e.acquire_seen(&b.rt, "pg1", 5, Some(seen.config_revision), in_ms(2000));
+    let stale = e.acquire_seen(&b.rt, "pg1", 5, &AcquireBasis::of(&seen), in_ms(2000));
     assert_eq!(
         stale,
         AcquireOutcome::Lost,
@@ -1149,7 +1178,66 @@ fn a_stale_config_revision_loses_the_acquire() {
     );
     // Decided on the current revision: the race is won as usual.
     let now = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
-    let (_, _, epoch) =
-        won(e.acquire_seen(&b.rt, "pg2", 5, Some(now.config_revision), in_ms(2000)));
+    let (_, _, epoch) = won(e.acquire_seen(&b.rt, "pg2", 5, &AcquireBasis::of(&now), in_ms(2000)));
     assert!(epoch > now.config_revision);
+}
+
+/// Review F1: the release marker is bound to the DELETE it proves. An acquisition
+/// that read a marker compares its mod revision and marks it taken in the same txn,
+/// so a candidate that read the marker before another node's whole leadership came
+/// and went loses the race with that stale read, and a fresh read shows the marker
+/// taken (it proves nothing for the later DELETE).
+#[test]
+fn the_acquire_txn_binds_and_takes_the_release_marker() {
+    let b = bed("dcs-relbind");
+    let mut e = b.client(PREFIX);
+    let (l1, _, e1) = won(e.acquire_unbound(&b.rt, "pg1", 5, in_ms(2000)));
+    let marker = ReleaseMarker {
+        epoch: e1,
+        lsn: 0x3000028,
+        timeline: 1,
+        candidate: Some("pg2".into()),
+        by: "pg1".into(),
+        taken_by: None,
+    };
+    assert!(
+        e.hand_over(&b.rt, "pg1", e1, l1, &marker, in_ms(2000))
+            .expect("hand over"),
+        "the release txn's guard refused"
+    );
+    // pg2 reads the vacancy and its marker (and is then delayed).
+    let stale = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert!(stale.leader.is_none());
+    assert_eq!(stale.release, Some(Ok(marker.clone())));
+    assert!(stale.release_revision > e1);
+    // Meanwhile pg3 takes the key on the same read: the marker is marked taken in
+    // the acquire's own txn, with every field kept for operators.
+    let (l3, _, e3) = won(e.acquire_seen(&b.rt, "pg3", 5, &AcquireBasis::of(&stale), in_ms(2000)));
+    let after = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    let taken = ReleaseMarker {
+        taken_by: Some("pg3".into()),
+        ..marker.clone()
+    };
+    assert_eq!(after.release, Some(Ok(taken.clone())));
+    assert_eq!(after.release_revision, e3, "marked in the acquire's txn");
+    // pg3's leadership ends without a hand-over (its lease revoked).
+    e.revoke(&b.rt, l3, in_ms(2000)).expect("revoke");
+    // pg2, still deciding on its stale read, cannot win with it...
+    assert_eq!(
+        e.acquire_seen(&b.rt, "pg2", 5, &AcquireBasis::of(&stale), in_ms(2000)),
+        AcquireOutcome::Lost,
+        "a candidate that read the marker before another acquisition must lose"
+    );
+    // ...and a fresh read shows the marker taken, which proves nothing (the core's
+    // `release_proves`); deciding on it wins as usual and keeps it taken.
+    let fresh = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert!(fresh.leader.is_none());
+    assert_eq!(fresh.release, Some(Ok(taken)));
+    let (_, _, e2) = won(e.acquire_seen(&b.rt, "pg2", 5, &AcquireBasis::of(&fresh), in_ms(2000)));
+    let last = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert_eq!(
+        last.release.and_then(Result::ok).and_then(|m| m.taken_by),
+        Some("pg2".into())
+    );
+    assert_eq!(last.release_revision, e2);
 }

@@ -90,6 +90,12 @@ fn check_switched(
         "{what}: marker {m}"
     );
     assert_eq!(m["by"].as_str(), Some(c.name(p)), "{what}: marker {m}");
+    // Review F1: the new leader's acquire txn marked it taken.
+    assert_eq!(
+        m["taken_by"].as_str(),
+        Some(c.name(np)),
+        "{what}: marker {m}"
+    );
     wait_for(REJOIN, Duration::from_millis(100), || {
         c.is_streaming_replica(p).then_some(())
     })
@@ -519,6 +525,38 @@ fn real_failover_to_a_named_replica_after_a_host_crash() {
         new_at.duration_since(crash).as_secs_f64(),
         c.opts.ttl
     );
+    // Review F2: `history` records the fork at the switch point PostgreSQL wrote in
+    // its timeline history file; and an entry lost after the promotion (here the
+    // whole key, deleted by an operator) is appended again by the leader.
+    let tl = timeline(&c, np);
+    let file = c
+        .data_dir(np)
+        .join("pg_wal")
+        .join(format!("{tl:08X}.history"));
+    let text = std::fs::read_to_string(&file).expect("the timeline history file");
+    let last = text
+        .lines()
+        .rfind(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .expect("an entry");
+    let mut f = last.split('\t');
+    let (parent, lsn) = (f.next().unwrap(), f.next().unwrap());
+    let expect = Value::from(vec![
+        Value::from(parent.parse::<u64>().unwrap()),
+        Value::from(tenure::core::model::parse_lsn(lsn).unwrap()),
+    ]);
+    let fork_of = |h: &Value| -> Option<Value> {
+        let last = h.as_array()?.last()?.as_array()?.clone();
+        Some(Value::from(last[..2].to_vec()))
+    };
+    let history = || -> Option<Value> { serde_json::from_str(&c.get_key("history")?).ok() };
+    let before = history().expect("history after the failover");
+    assert_eq!(fork_of(&before), Some(expect.clone()), "{before} vs {text}");
+    c.delete_key("history").expect("delete history");
+    let again = wait_for(Duration::from_secs(10), Duration::from_millis(50), || {
+        history()
+    })
+    .unwrap_or_else(|| panic!("history was not appended again{}", c.logs_tail(20)));
+    assert_eq!(fork_of(&again), Some(expect), "{again} vs {text}");
 }
 
 /// The shutdown checkpoint tenure reads from `global/pg_control` (its offsets) is
@@ -564,6 +602,7 @@ fn real_clean_stop_marker_carries_pg_controls_checkpoint() {
     assert_eq!(m["lsn"].as_u64(), Some(lsn), "{m}");
     assert_eq!(m["timeline"].as_u64(), Some(tl), "{m}");
     assert!(m["candidate"].is_null(), "{m}");
+    assert!(m["taken_by"].is_null(), "nobody took the key since: {m}");
     assert!(c.leader_key().is_none(), "the key was deleted with it");
     let log = c.agent_log(p);
     assert!(log.contains("with the release marker"), "{log}");

@@ -147,7 +147,10 @@ impl Agent {
             }
             Some(_) => {}
         }
-        if let Some(Ok(m)) = &view.release {
+        // A marker another node's acquisition took speaks for an older hand-over.
+        if let Some(Ok(m)) = &view.release
+            && m.taken_by.as_deref().is_none_or(|t| t == self.cfg.name)
+        {
             self.ev.release = Some(m.clone());
         }
         // The leader says a request once (per value of the key).

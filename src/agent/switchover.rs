@@ -37,6 +37,7 @@ impl Agent {
                     timeline,
                     candidate,
                     by: me.clone(),
+                    taken_by: None,
                 };
                 match self.connect(deadline) {
                     None => HandOverOutcome::NotSent("etcd unreachable".into()),

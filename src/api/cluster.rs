@@ -10,7 +10,7 @@
 use serde_json::{Map, Value, json};
 
 use super::ApiStatus;
-use crate::core::model::{HistoryEntry, Member};
+use crate::core::model::{HistoryEntry, Member, lsn_text};
 
 /// What the loop last read of the cluster, kept for these endpoints.
 #[derive(Clone, Debug, Default)]
@@ -21,11 +21,6 @@ pub struct ClusterSnapshot {
     pub config: Option<String>,
     /// Synchronous mode is on and the `sync` key names this standby.
     pub sync_standby: Option<String>,
-}
-
-/// `0/3000060`, as PostgreSQL and Patroni's `format_lsn` print a position.
-pub fn format_lsn(lsn: u64) -> String {
-    format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
 }
 
 /// Host and port of a `postgres://host:port/...` URL (IPv6 in brackets).
@@ -92,7 +87,7 @@ pub fn cluster_json(s: &ApiStatus) -> Value {
                         o.insert(lag_k, json!("unknown"));
                     }
                     Some(l) => {
-                        o.insert(lsn_k, json!(format_lsn(l)));
+                        o.insert(lsn_k, json!(lsn_text(l)));
                         o.insert(lag_k, json!(cluster_lsn.saturating_sub(l)));
                     }
                 }
@@ -299,6 +294,6 @@ mod tests {
         );
         assert_eq!(host_port("postgres://h/x"), Some(("h".into(), None)));
         assert_eq!(host_port("garbage"), None);
-        assert_eq!(format_lsn(0x1_0000_0060), "1/60");
+        assert_eq!(lsn_text(0x1_0000_0060), "1/60");
     }
 }

@@ -88,7 +88,7 @@ impl Core {
             };
             // A hand-over deletes the key, then revokes the lease: poll again at once
             // for a little while rather than a loop later (the write gap).
-            if matches!(&view.release, Some(Ok(m)) if v.old_epoch == Some(m.epoch))
+            if matches!(&view.release, Some(Ok(m)) if v.old_epoch == Some(m.epoch) && m.taken_by.is_none())
                 && now.since(v.at) < self.timing.retry_timeout
             {
                 p.again = true;

@@ -15,7 +15,7 @@
 //! A standby listed while its flush trails that WAL may be the only node allowed to
 //! take over, and would lose acknowledged commits.
 
-use super::model::{Epoch, Lsn, StandbyStat};
+use super::model::{Epoch, Lsn, StandbyStat, lsn_text};
 use super::time::Instant;
 
 /// The position a switch waits for: taken once per (leadership, names value, the
@@ -90,11 +90,6 @@ pub(super) fn standby_caught_up(
             lsn_text(standby.flush)
         ))
     }
-}
-
-/// PostgreSQL's text form of an LSN (`16/B374D848`).
-pub fn lsn_text(l: Lsn) -> String {
-    format!("{:X}/{:X}", l >> 32, l & 0xFFFF_FFFF)
 }
 
 #[cfg(test)]

@@ -176,7 +176,16 @@ impl Core {
                     return self
                         .start_fence(p, "local primary but nobody holds the leader key".into());
                 }
-                self.candidate(now, obs, p, view)
+                let r = self.candidate(now, obs, p, view);
+                if p.actions.contains(&Action::Acquire) {
+                    // What the acquire txn will be bound to (the shell compares this
+                    // read's `release` revision): a proof now is a proof at the win.
+                    self.acquire_proof = self
+                        .vacancy
+                        .as_ref()
+                        .and_then(|v| self.release_proves(obs, v).ok());
+                }
+                r
             }
         }
     }
@@ -320,10 +329,8 @@ impl Core {
             && obs.pg.lsn > h.lsn
         {
             return Some(format!(
-                "my WAL (position {}) runs past timeline {mine}'s switch point {} to timeline {}",
-                obs.pg.lsn,
-                h.lsn,
-                mine + 1
+                "my WAL (position {}) runs past timeline {mine}'s switch point {} to a later timeline",
+                obs.pg.lsn, h.lsn,
             ));
         }
         let patience = Duration::from_secs(u64::from(self.timing.ttl));

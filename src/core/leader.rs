@@ -75,6 +75,16 @@ impl Core {
                         .map(|m| m.name.clone())
                         .collect();
                     p.push(Action::SyncSlots { members: others });
+                    // Review F2: `history` records every fork this leadership made;
+                    // an append lost with its answer (or refused by a timeout) is
+                    // planned again until a read shows it. Replicas compare their
+                    // timeline with it before they may take the key (candidacy).
+                    if view.newest_timeline() < obs.pg.timeline {
+                        p.push(Action::AppendHistory {
+                            epoch: l.epoch,
+                            timeline: obs.pg.timeline,
+                        });
+                    }
                     sync_note = self.manage_sync(now, view, &obs.pg, l.epoch, p);
                 }
                 let sync_note = match (sync_note, request_note) {
@@ -356,9 +366,15 @@ impl Core {
         // DESIGN §1 step 4: after an early (or unknowable) expiry the old primary may
         // not know yet; wait until it has fenced or been reset.
         let (mut after, mut why) = (now, None);
+        // The marker the winning txn was bound to (review F1), re-checked against
+        // this node's WAL now: the read after the win shows it taken.
+        let proof = self
+            .acquire_proof
+            .take()
+            .filter(|m| obs.pg.timeline == m.timeline && obs.pg.lsn >= m.lsn);
         if let Some(v) = &self.vacancy
             && v.early
-            && self.release_proves(obs, v).is_err()
+            && proof.is_none()
         {
             let d = match v.old_watchdog {
                 Some(w) => {

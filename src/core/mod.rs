@@ -153,6 +153,11 @@ pub struct Core {
     /// Maintenance mode (`pause` in the `config` key): health-driven actions are
     /// held back (`pause`); S1–S4 are not.
     paused: bool,
+    /// The release marker that proved the vacancy when this node last planned
+    /// `Acquire` (review F1): the acquire txn compares its mod revision and marks it
+    /// taken, so the read after a win no longer shows it untaken; `won` judges the
+    /// early-expiry delay on this, the marker the winning txn was bound to.
+    acquire_proof: Option<ReleaseMarker>,
 }
 
 impl Core {
@@ -186,6 +191,7 @@ impl Core {
             watchdog_fence: None,
             guardian: None,
             paused: false,
+            acquire_proof: None,
         }
     }
 

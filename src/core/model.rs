@@ -106,6 +106,21 @@ pub enum Initialize {
     Garbage(String),
 }
 
+/// PostgreSQL's text form of an LSN (`16/B374D848`), as Patroni prints it too.
+/// The one formatter of the crate.
+pub fn lsn_text(l: Lsn) -> String {
+    format!("{:X}/{:X}", l >> 32, l & 0xFFFF_FFFF)
+}
+
+/// PostgreSQL's `X/Y` LSN text (two hex numbers of up to 32 bits each; spaces
+/// around it allowed). The one parser of the crate.
+pub fn parse_lsn(s: &str) -> Option<Lsn> {
+    let (hi, lo) = s.trim().split_once('/')?;
+    let hi = u32::from_str_radix(hi, 16).ok()?;
+    let lo = u32::from_str_radix(lo, 16).ok()?;
+    Some((u64::from(hi) << 32) | u64::from(lo))
+}
+
 /// One `history` entry: `[timeline, lsn, reason, timestamp, new_leader]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HistoryEntry {
@@ -210,6 +225,10 @@ pub struct ClusterView {
     /// The `release` key: the marker of the last planned hand-over (DESIGN §1 step 4);
     /// `Err` says what is wrong with a value that does not parse (it proves nothing).
     pub release: Option<Result<ReleaseMarker, String>>,
+    /// The `release` key's mod revision (0: absent). The acquire txn compares it and
+    /// marks the marker taken in the same txn, so a marker still at this revision
+    /// proves no acquisition came between its DELETE and ours (review F1).
+    pub release_revision: i64,
 }
 
 /// The `failover` key as Patroni writes it (`{"leader", "member", "scheduled_at"}`):
@@ -246,6 +265,10 @@ pub struct ReleaseMarker {
     pub candidate: Option<String>,
     /// The member that wrote it.
     pub by: String,
+    /// Set by the acquire txn that took the key after this marker (in the same txn):
+    /// the marker no longer proves anything about a later DELETE. Shown to
+    /// operators; `None` while the vacancy it records is still open.
+    pub taken_by: Option<String>,
 }
 
 /// The `confirm_epoch` key, written by `tenure confirm-epoch` after an operator
@@ -694,7 +717,8 @@ pub enum Action {
     Acquire,
     /// Start a supervised job.
     StartJob(JobKind),
-    /// `pg_promote()`; on success the shell appends the `history` entry (guarded).
+    /// `pg_promote()`. The `history` entry follows from `AppendHistory`, planned
+    /// while the leader's timeline is newer than `history` knows.
     Promote { epoch: Epoch },
     /// Point a running replica at another leader (rewrite its conninfo, reload).
     Retarget { leader: String },
@@ -704,8 +728,11 @@ pub enum Action {
     Release { lease: LeaseId, epoch: Epoch },
     /// Revoke a lease we no longer use (after a fence, never resume on it).
     Revoke { lease: LeaseId },
-    /// Append to `history` (guarded by epoch).
-    AppendHistory { epoch: Epoch, entry: HistoryEntry },
+    /// Append to `history` (guarded by epoch) the fork into `timeline`: its parent
+    /// timeline and switch point, which the shell reads from PostgreSQL's own
+    /// timeline history file (`pg_wal/<timeline>.history`), not from a position
+    /// probed around the promotion (review F2).
+    AppendHistory { epoch: Epoch, timeline: u32 },
     /// Write the `sync` key (guarded by epoch). DESIGN §3a's order: a standby is
     /// listed only after it is `sync`; it is unlisted before the names drop it.
     WriteSync {

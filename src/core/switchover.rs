@@ -373,6 +373,7 @@ impl Core {
         }
         if let Some(Ok(m)) = &view.release
             && v.old_epoch == Some(m.epoch)
+            && m.taken_by.is_none()
             && m.candidate.is_some()
         {
             return m.candidate.clone();
@@ -406,6 +407,25 @@ impl Core {
             Some(Err(e)) => return Err(format!("the release marker does not parse ({e})")),
             Some(Ok(m)) => m,
         };
+        // Taken by an acquisition after it: it speaks for an older DELETE (review F1).
+        if let Some(t) = &m.taken_by {
+            return Err(format!(
+                "the release marker of epoch {} was taken by {t}",
+                m.epoch
+            ));
+        }
+        // Mixed versions: a member whose acquisitions do not take markers could have
+        // led since without a trace on the marker (review of F1).
+        if let Some(old) = view
+            .members
+            .iter()
+            .find(|m| !binds_release_markers(&m.info.version))
+        {
+            return Err(format!(
+                "member {} runs tenure version {:?}, whose acquisitions do not take release markers",
+                old.name, old.info.version
+            ));
+        }
         // A newer epoch published by any member means a leadership came after the
         // marker's: it proves nothing about this DELETE (review F1).
         if v.seen_epoch > m.epoch {
@@ -444,5 +464,43 @@ impl Core {
     /// hand-over was under way when the agent stopped. Never resume on it (S4).
     pub(super) fn released_by_marker(&self, view: &ClusterView, epoch: Epoch) -> bool {
         matches!(&view.release, Some(Ok(m)) if m.epoch == epoch && m.by == self.cfg.name)
+    }
+}
+
+/// The first tenure version whose acquire txn binds release markers to their DELETE
+/// and takes them (review F1).
+const BINDS_MARKERS_SINCE: (u64, u64, u64) = (0, 1, 0);
+
+/// Whether a member publishing `version` (its agent's `X.Y.Z`, a pre-release or
+/// build suffix allowed) takes release markers when it acquires. Anything else —
+/// an older tenure, a PostgreSQL version number older builds published, garbage —
+/// does not, and no marker proves anything while such a member is in the cluster.
+pub fn binds_release_markers(version: &str) -> bool {
+    let core = version.split(['-', '+']).next().unwrap_or("");
+    let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(Some(a)), Some(Some(b)), Some(Some(c)), None) => (a, b, c) >= BINDS_MARKERS_SINCE,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::binds_release_markers;
+
+    #[test]
+    fn versions_that_bind_release_markers() {
+        for v in [
+            "0.1.0",
+            "0.1.1",
+            "0.2.0-rc1",
+            "1.0.0+deb12",
+            env!("CARGO_PKG_VERSION"),
+        ] {
+            assert!(binds_release_markers(v), "{v}");
+        }
+        for v in ["15", "", "0.0.9", "0.1", "0.1.0.1", "x.y.z", "3.2.0x"] {
+            assert!(!binds_release_markers(v), "{v}");
+        }
     }
 }

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value, json};
 
-use crate::core::model::{ClusterView, HistoryEntry, Initialize, Member};
+use crate::core::model::{ClusterView, HistoryEntry, Initialize, Member, lsn_text};
 
 /// Everything ctl read from etcd in one go.
 #[derive(Clone, Debug, Default)]
@@ -131,11 +131,6 @@ pub fn host_port(conn_url: &str) -> (String, Option<u16>) {
         }
         _ => (authority.to_string(), None),
     }
-}
-
-/// `0/3000060`, PostgreSQL's way of writing an LSN.
-pub fn lsn_text(l: u64) -> String {
-    format!("{:X}/{:X}", l >> 32, l & 0xFFFF_FFFF)
 }
 
 fn title(s: &str) -> String {

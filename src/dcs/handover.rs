@@ -96,14 +96,17 @@ pub fn encode_failover(
 }
 
 pub fn encode_release(m: &ReleaseMarker) -> String {
-    json!({
+    let mut v = json!({
         "epoch": m.epoch,
         "lsn": m.lsn,
         "timeline": m.timeline,
         "candidate": m.candidate,
         "by": m.by,
-    })
-    .to_string()
+    });
+    if let (Some(t), Some(o)) = (&m.taken_by, v.as_object_mut()) {
+        o.insert("taken_by".into(), json!(t));
+    }
+    v.to_string()
 }
 
 /// `release` as read; `Err` says what is wrong (such a marker proves nothing).
@@ -128,12 +131,18 @@ pub fn parse_release(raw: &[u8]) -> Result<ReleaseMarker, String> {
         .and_then(Value::as_str)
         .ok_or("by: expected a string")?
         .to_string();
+    let taken_by = match v.get("taken_by") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err("taken_by: expected a string or null".into()),
+    };
     Ok(ReleaseMarker {
         epoch,
         lsn,
         timeline,
         candidate,
         by,
+        taken_by,
     })
 }
 
@@ -330,19 +339,27 @@ mod tests {
             timeline: 2,
             candidate: Some("pg2".into()),
             by: "pg1".into(),
+            taken_by: None,
         };
         assert_eq!(parse_release(encode_release(&m).as_bytes()), Ok(m.clone()));
+        assert!(!encode_release(&m).contains("taken_by"));
         let any = ReleaseMarker {
             candidate: None,
-            ..m
+            ..m.clone()
         };
         assert_eq!(parse_release(encode_release(&any).as_bytes()), Ok(any));
+        let taken = ReleaseMarker {
+            taken_by: Some("pg2".into()),
+            ..m
+        };
+        assert_eq!(parse_release(encode_release(&taken).as_bytes()), Ok(taken));
         for raw in [
             &b"x"[..],
             br#"{"epoch":"42","lsn":1,"timeline":1,"by":"a"}"#,
             br#"{"epoch":42,"lsn":-1,"timeline":1,"by":"a"}"#,
             br#"{"epoch":42,"lsn":1,"timeline":1}"#,
             br#"{"epoch":42,"lsn":1,"timeline":1,"by":"a","candidate":3}"#,
+            br#"{"epoch":42,"lsn":1,"timeline":1,"by":"a","taken_by":1}"#,
         ] {
             assert!(parse_release(raw).is_err(), "{raw:?}");
         }

@@ -553,17 +553,9 @@ pub fn parse_status(raw: &[u8]) -> Result<Lsn, String> {
 fn parse_lsn_value(v: &Value) -> Option<Lsn> {
     match v {
         Value::Number(n) => n.as_u64(),
-        Value::String(s) => parse_lsn_text(s),
+        Value::String(s) => crate::core::model::parse_lsn(s),
         _ => None,
     }
-}
-
-/// PostgreSQL's `X/Y` LSN text (two hex numbers of up to 32 bits each).
-pub fn parse_lsn_text(s: &str) -> Option<Lsn> {
-    let (hi, lo) = s.trim().split_once('/')?;
-    let hi = u32::from_str_radix(hi, 16).ok()?;
-    let lo = u32::from_str_radix(lo, 16).ok()?;
-    Some((u64::from(hi) << 32) | u64::from(lo))
 }
 
 /// Booleans as Patroni accepts them in tags: JSON booleans or the usual words.
@@ -996,10 +988,13 @@ mod tests {
 
     #[test]
     fn lsn_text() {
-        assert_eq!(parse_lsn_text("0/0"), Some(0));
-        assert_eq!(parse_lsn_text("FFFFFFFF/FFFFFFFF"), Some(u64::MAX));
-        assert_eq!(parse_lsn_text("1/"), None);
-        assert_eq!(parse_lsn_text("100000000/0"), None);
-        assert_eq!(parse_lsn_text("12"), None);
+        assert_eq!(crate::core::model::parse_lsn("0/0"), Some(0));
+        assert_eq!(
+            crate::core::model::parse_lsn("FFFFFFFF/FFFFFFFF"),
+            Some(u64::MAX)
+        );
+        assert_eq!(crate::core::model::parse_lsn("1/"), None);
+        assert_eq!(crate::core::model::parse_lsn("100000000/0"), None);
+        assert_eq!(crate::core::model::parse_lsn("12"), None);
     }
 }

@@ -5,7 +5,7 @@
 //! cluster read whose member values did not change (every idle loop: each agent
 //! rewrites its key with the same bytes) then costs a clone of the parsed fields
 //! instead of a JSON parse into a `serde_json::Value` — about 33 heap allocations
-//! per member per loop fewer (docs/benchmarks.md §7). A value that changes every loop (a member under
+//! per member per loop fewer (docs/benchmarks.md §8). A value that changes every loop (a member under
 //! write load publishes a new position each time) costs what it cost before: the
 //! parse, plus a copy of the bytes into a buffer that keeps its capacity.
 //! Must never: return anything but what `parse_member` returns for the same bytes

@@ -39,7 +39,7 @@ use tokio::runtime::Runtime;
 use crate::clock;
 use crate::core::model::{
     AcquireOutcome, ClaimOutcome, ClusterView, Epoch, HistoryEntry, LeaderKey, LeaseId, LeasePoll,
-    Member, Renewal, RenewalOutcome, RollbackMarker, RollbackSeen,
+    Member, ReleaseMarker, Renewal, RenewalOutcome, RollbackMarker, RollbackSeen,
 };
 use crate::core::time::Instant;
 
@@ -66,13 +66,36 @@ pub struct ConfigAndMembers {
     pub members: Vec<(String, String)>,
 }
 
-/// A change to `leader` seen by the watch.
+/// What a candidate decided to take the key on, compared by the acquire txn
+/// ([`Etcd::acquire_seen`]): the `config` and `release` keys' mod revisions as it
+/// read them (0: absent) and the marker it read (`None` if absent or garbage).
+#[derive(Debug, Clone, Copy)]
+pub struct AcquireBasis<'a> {
+    pub config_revision: i64,
+    pub release_revision: i64,
+    pub release: Option<&'a ReleaseMarker>,
+}
+
+impl<'a> AcquireBasis<'a> {
+    /// The basis a decision made on `view` had.
+    pub fn of(view: &'a ClusterView) -> AcquireBasis<'a> {
+        AcquireBasis {
+            config_revision: view.config_revision,
+            release_revision: view.release_revision,
+            release: view.release.as_ref().and_then(|r| r.as_ref().ok()),
+        }
+    }
+}
+
+/// A change to `leader` or to a member key seen by the watch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchEvent {
     /// `leader` was deleted (expiry, release, revoke, operator).
     LeaderDeleted { revision: i64 },
     /// `leader` was written (created or overwritten) with this value.
     LeaderPut { name: String, revision: i64 },
+    /// `members/<name>` was written (a member published its state).
+    MemberPut { name: String, revision: i64 },
     /// The watch broke (cancelled, compacted, no leader): reopen it.
     Broken(String),
 }
@@ -384,6 +407,7 @@ impl Etcd {
                         self.warn_once("release", &format!("{why}; it proves nothing"));
                     }
                     view.release = Some(m);
+                    view.release_revision = item.mod_revision();
                 }
                 b"status" => match keys::parse_status(item.value()) {
                     Ok(o) => view.status_optime = Some(o),
@@ -519,25 +543,47 @@ impl Etcd {
     /// key's create_revision (the revision of the txn's put). On Lost/Failed the
     /// granted lease is revoked (best effort, same deadline): if the txn timed out
     /// but did create the key, the revoke deletes it again.
-    pub fn acquire(
+    ///
+    /// Bound to no read: for tests and benchmarks only. The agent always uses
+    /// [`Etcd::acquire_seen`] (review F1: an unbound acquire would not take a
+    /// release marker).
+    pub fn acquire_unbound(
         &mut self,
         rt: &Runtime,
         me: &str,
         ttl: u32,
         deadline: Instant,
     ) -> AcquireOutcome {
-        self.acquire_seen(rt, me, ttl, None, deadline)
+        self.acquire_txn(rt, me, ttl, None, deadline)
     }
 
-    /// [`Etcd::acquire`], and only if the `config` key's mod revision is still
-    /// `config_revision` (0: the key is absent), the one the candidate decided on:
-    /// a node that missed a change of `config` (a pause) loses the race (DESIGN §3).
+    /// [`Etcd::acquire`], and only if the keys the candidate decided on are as it
+    /// read them ([`AcquireBasis`]): a node that missed a change of `config` (a
+    /// pause) loses the race (DESIGN §3), and so does one that read a `release`
+    /// marker another acquisition has taken since.
+    ///
+    /// INVARIANT (review F1): every acquisition that sees a `release` marker marks
+    /// it taken in its own txn, and compares its mod revision. So a marker still at
+    /// the revision this txn compares was written, with the DELETE of its epoch's
+    /// key, after the last acquisition before ours: no leadership came between that
+    /// DELETE and this one, and the marker speaks for the key we take over.
     pub fn acquire_seen(
         &mut self,
         rt: &Runtime,
         me: &str,
         ttl: u32,
-        config_revision: Option<i64>,
+        basis: &AcquireBasis,
+        deadline: Instant,
+    ) -> AcquireOutcome {
+        self.acquire_txn(rt, me, ttl, Some(basis), deadline)
+    }
+
+    fn acquire_txn(
+        &mut self,
+        rt: &Runtime,
+        me: &str,
+        ttl: u32,
+        basis: Option<&AcquireBasis>,
         deadline: Instant,
     ) -> AcquireOutcome {
         let granted_at = clock::now();
@@ -547,19 +593,42 @@ impl Etcd {
         };
         let key = self.key("leader");
         let mut when = vec![Compare::version(key.clone(), CompareOp::Equal, 0)];
-        if let Some(rev) = config_revision {
+        let mut then = vec![TxnOp::put(
+            key,
+            me,
+            Some(PutOptions::new().with_lease(lease)),
+        )];
+        if let Some(b) = basis {
             // A missing key compares as mod revision 0.
             when.push(Compare::mod_revision(
                 self.key("config"),
                 CompareOp::Equal,
-                rev,
+                b.config_revision,
             ));
+            when.push(Compare::mod_revision(
+                self.key("release"),
+                CompareOp::Equal,
+                b.release_revision,
+            ));
+            match (b.release_revision, b.release) {
+                (0, _) => {}
+                // The marker stays readable for operators, marked taken.
+                (_, Some(m)) => {
+                    let taken = ReleaseMarker {
+                        taken_by: Some(me.to_string()),
+                        ..m.clone()
+                    };
+                    then.push(TxnOp::put(
+                        self.key("release"),
+                        handover::encode_release(&taken),
+                        None,
+                    ));
+                }
+                // A value that does not parse proves nothing: it goes.
+                (_, None) => then.push(TxnOp::delete(self.key("release"), None)),
+            }
         }
-        let txn = Txn::new().when(when).and_then(vec![TxnOp::put(
-            key,
-            me,
-            Some(PutOptions::new().with_lease(lease)),
-        )]);
+        let txn = Txn::new().when(when).and_then(then);
         let mut kv = self.client.kv_client();
         match bounded(rt, deadline, "acquire txn on leader", kv.txn(txn)) {
             Ok(resp) if resp.succeeded() => match txn_put_revision(&resp) {
@@ -1115,8 +1184,10 @@ impl Etcd {
         deleted
     }
 
-    /// (Re)open the watch on `leader` from `start_revision` (cluster read revision +
-    /// 1). Returns once etcd confirmed the watch was created.
+    /// (Re)open the watch from `start_revision` (cluster read revision + 1): on the
+    /// whole scope, of which `leader` and the member keys are reported (a vacancy's
+    /// candidates wake on their rivals' fresh positions, issue 13 item 4), every
+    /// other key dropped here. Returns once etcd confirmed the watch was created.
     pub fn watch_leader(
         &mut self,
         rt: &Runtime,
@@ -1125,9 +1196,11 @@ impl Etcd {
     ) -> Result<(), DcsError> {
         self.watch = None;
         self.pending.clear();
-        let key = self.key("leader");
+        let key = self.key("");
         let mut wc = self.client.watch_client();
-        let opts = WatchOptions::new().with_start_revision(start_revision);
+        let opts = WatchOptions::new()
+            .with_start_revision(start_revision)
+            .with_prefix();
         let fut = async move {
             let mut stream = wc.watch(key, Some(opts)).await?;
             // etcd answers the create request first; events follow.
@@ -1182,20 +1255,31 @@ impl Etcd {
                     return WatchEvent::Broken("watch on leader: stream ended".into());
                 }
                 Ok(Some(r)) => {
+                    let prefix = self.prefix.as_bytes();
                     for ev in r.events() {
                         let Some(kv) = ev.kv() else { continue };
+                        let Some(rel) = kv.key().strip_prefix(prefix) else {
+                            continue;
+                        };
                         // A DELETE event's kv is a tombstone with version 0; a PUT
                         // has version >= 1. Read it that way rather than through
                         // `event_type()`, which panics on a type it does not know.
-                        let we = if kv.version() == 0 {
-                            WatchEvent::LeaderDeleted {
-                                revision: kv.mod_revision(),
-                            }
-                        } else {
-                            WatchEvent::LeaderPut {
+                        let put = kv.version() != 0;
+                        let we = match rel {
+                            b"leader" if put => WatchEvent::LeaderPut {
                                 name: String::from_utf8_lossy(kv.value()).into_owned(),
                                 revision: kv.mod_revision(),
-                            }
+                            },
+                            b"leader" => WatchEvent::LeaderDeleted {
+                                revision: kv.mod_revision(),
+                            },
+                            _ => match rel.strip_prefix(b"members/") {
+                                Some(name) if put => WatchEvent::MemberPut {
+                                    name: String::from_utf8_lossy(name).into_owned(),
+                                    revision: kv.mod_revision(),
+                                },
+                                _ => continue,
+                            },
                         };
                         self.pending.push_back(we);
                     }

@@ -18,6 +18,7 @@ pub mod conf;
 pub mod control;
 mod job;
 pub mod procs;
+pub mod timeline;
 
 use std::fmt;
 use std::fs;
@@ -29,7 +30,7 @@ use std::time::Duration;
 use crate::clock;
 use crate::config::PgConfig;
 use crate::core::model::{
-    DataDir, Epoch, FenceOutcome, Job, JobKind, Lsn, PgRole, PgStatus, StandbyStat,
+    DataDir, Epoch, FenceOutcome, Job, JobKind, PgRole, PgStatus, StandbyStat,
 };
 use crate::core::time::Instant;
 
@@ -163,16 +164,7 @@ pub fn slot_name(member: &str) -> String {
     format!("{base}_{hash:08x}")
 }
 
-/// Parse a `pg_lsn` text (`16/B374D848`).
-pub fn parse_lsn(s: &str) -> Option<Lsn> {
-    let (hi, lo) = s.split_once('/')?;
-    let hi = u64::from_str_radix(hi, 16).ok()?;
-    let lo = u64::from_str_radix(lo, 16).ok()?;
-    if hi > u64::from(u32::MAX) || lo > u64::from(u32::MAX) {
-        return None;
-    }
-    Some((hi << 32) | lo)
-}
+pub use crate::core::model::parse_lsn;
 
 /// The OS user PostgreSQL's programs run as, when it differs from ours.
 #[derive(Clone, Debug)]
@@ -1237,7 +1229,7 @@ mod tests {
                 ["pg5","streaming","sync","1/"],
                 [null,"streaming","sync","0/1"]]"#,
         );
-        let got: Vec<(&str, bool, bool, Lsn)> = rows
+        let got: Vec<(&str, bool, bool, u64)> = rows
             .iter()
             .map(|s| (s.name.as_str(), s.streaming, s.sync, s.flush))
             .collect();

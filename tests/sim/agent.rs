@@ -334,7 +334,7 @@ pub async fn run(cx: Cx) {
                     PgRole::Replica => "replica".into(),
                     _ => String::new(),
                 },
-                version: "15".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
                 xlog_location: pg.lsn,
                 receive_lsn: None,
                 replay_lsn: None,
@@ -537,6 +537,8 @@ pub async fn run(cx: Cx) {
                     let _ = cx.call(op, d).await;
                 }
                 Action::Acquire => {
+                    // Bound to the read this decision was made on (review F1).
+                    let release_rev = obs.cluster.as_ref().map_or(0, |v| v.release_revision);
                     let g = cx.now();
                     let d = g.add(r);
                     out.acquire = Some(match cx.call(Op::Grant { ttl: timing.ttl }, d).await {
@@ -545,6 +547,7 @@ pub async fn run(cx: Cx) {
                             let op = Op::CreateLeader {
                                 me: name.clone(),
                                 lease: id,
+                                release_rev,
                             };
                             match cx.call(op, d).await {
                                 Ok(Resp::Created(Some(epoch))) => AcquireOutcome::Won {
@@ -571,14 +574,8 @@ pub async fn run(cx: Cx) {
                         w.start_job(cx.node, kind);
                     }
                 }
-                Action::Promote { epoch } => {
-                    let (done, old_tl, lsn) = {
-                        let mut w = cx.w.borrow_mut();
-                        let now = w.now;
-                        let pg = &w.nodes[cx.node].pg;
-                        let (tl, lsn) = (pg.timeline, w.lsn_of(cx.node, now));
-                        (w.promote(cx.node), tl, lsn)
-                    };
+                Action::Promote { .. } => {
+                    let done = cx.w.borrow_mut().promote(cx.node);
                     // pg_promote() waits; the call is still capped at F - B.
                     let until = core.call_cap().unwrap_or(done).min(done).max(cx.now());
                     cx.sleep_until(until).await;
@@ -586,25 +583,8 @@ pub async fn run(cx: Cx) {
                         let w = cx.w.borrow();
                         w.nodes[cx.node].pg.run == super::world::Run::Primary
                     };
+                    // The `history` entry comes from a later `AppendHistory` (F2).
                     out.promoted = Some(ok);
-                    if ok {
-                        let entry = HistoryEntry {
-                            timeline: old_tl,
-                            lsn,
-                            reason: "no recovery target specified".into(),
-                            timestamp: format!("{}", cx.now()),
-                            new_leader: name.clone(),
-                        };
-                        let d = cap(&core, cx.now());
-                        let op = Op::AppendHistory {
-                            me: name.clone(),
-                            epoch,
-                            entry,
-                        };
-                        if let Ok(Resp::Done(false)) = cx.call(op, d).await {
-                            out.guard_refused = Some("the history append".into());
-                        }
-                    }
                 }
                 Action::Retarget { leader } => {
                     cx.w.borrow_mut().retarget(cx.node, &leader);
@@ -650,6 +630,7 @@ pub async fn run(cx: Cx) {
                                 timeline,
                                 candidate,
                                 by: name.clone(),
+                                taken_by: None,
                             };
                             let d = cap(&core, cx.now());
                             let op = Op::HandOver {
@@ -690,7 +671,25 @@ pub async fn run(cx: Cx) {
                     };
                     let _ = cx.call(op, d).await;
                 }
-                Action::AppendHistory { epoch, entry } => {
+                Action::AppendHistory { epoch, timeline } => {
+                    // The fork as PostgreSQL's history file records it; none (the
+                    // data came from elsewhere): nothing appended, as in the shell.
+                    let fork = cx.w.borrow().nodes[cx.node]
+                        .pg
+                        .forks
+                        .iter()
+                        .find(|f| f.0 == timeline)
+                        .copied();
+                    let Some((_, parent, lsn)) = fork else {
+                        continue;
+                    };
+                    let entry = HistoryEntry {
+                        timeline: parent,
+                        lsn,
+                        reason: "no recovery target specified".into(),
+                        timestamp: format!("{}", cx.now()),
+                        new_leader: name.clone(),
+                    };
                     let d = cap(&core, cx.now());
                     let op = Op::AppendHistory {
                         me: name.clone(),

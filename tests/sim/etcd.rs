@@ -57,10 +57,13 @@ pub enum Op {
     },
     ReadLeader,
     ReadScope,
-    /// `If(version(leader) == 0) Then(put(leader, me, lease))`.
+    /// `If(version(leader) == 0 && mod_revision(release) == release_rev)
+    /// Then(put(leader, me, lease), mark release taken by me)` (review F1; the
+    /// `config` compare is not modelled: the simulation has no pause).
     CreateLeader {
         me: String,
         lease: LeaseId,
+        release_rev: i64,
     },
     ClaimInit {
         me: String,
@@ -295,11 +298,32 @@ impl Etcd {
             Op::Revoke { lease } => Resp::Done(self.revoke(*lease)),
             Op::ReadLeader => Resp::Leader(self.leader_key()),
             Op::ReadScope => Resp::Scope(Box::new(self.scope())),
-            Op::CreateLeader { me, lease } => {
-                if self.kv.contains_key("leader") || self.expired(*lease, now) {
+            Op::CreateLeader {
+                me,
+                lease,
+                release_rev,
+            } => {
+                let rel = self.kv.get("release").map_or(0, |k| k.mod_rev);
+                if self.kv.contains_key("leader")
+                    || self.expired(*lease, now)
+                    || rel != *release_rev
+                {
                     return Resp::Created(None);
                 }
-                Resp::Created(Some(self.put("leader", Val::Name(me.clone()), *lease)))
+                let epoch = self.put("leader", Val::Name(me.clone()), *lease);
+                if let Some(Val::Release(m)) = self.kv.get("release").map(|k| k.val.clone()) {
+                    // One txn: one revision for both.
+                    self.rev -= 1;
+                    self.put(
+                        "release",
+                        Val::Release(ReleaseMarker {
+                            taken_by: Some(me.clone()),
+                            ..m
+                        }),
+                        0,
+                    );
+                }
+                Resp::Created(Some(epoch))
             }
             Op::ClaimInit { me, lease } => {
                 if self.kv.contains_key("initialize") || self.expired(*lease, now) {
@@ -464,7 +488,10 @@ impl Etcd {
                         ..r.clone()
                     })
                 }
-                (Val::Release(m), _) => v.release = Some(Ok(m.clone())),
+                (Val::Release(m), _) => {
+                    v.release = Some(Ok(m.clone()));
+                    v.release_revision = kv.mod_rev;
+                }
                 _ => {}
             }
         }

@@ -400,6 +400,9 @@ pub struct Pg {
     /// The server was last stopped by a fast stop (its shutdown checkpoint is the
     /// last WAL: `pg_control` says `shut down`); a crash, a fence or a start clears it.
     pub clean: bool,
+    /// `(timeline, parent, switch point)` of each promotion of this data: the
+    /// timeline history files `AppendHistory` reads (review F2).
+    pub forks: Vec<(u32, u32, u64)>,
 }
 
 /// The writer of the WAL initdb made.
@@ -684,6 +687,7 @@ impl World {
                     lag: Duration::ZERO,
                     stalled_until: Instant::ZERO,
                     clean: false,
+                    forks: Vec::new(),
                 },
                 wd: Wd::default(),
                 job: None,
@@ -1444,6 +1448,7 @@ impl World {
             pg.timeline = 1;
             pg.lsn = 0;
             pg.hist.clear();
+            pg.forks.clear();
             pg.sync_conf.clear();
         }
         self.ups = None;
@@ -1779,6 +1784,7 @@ impl World {
                             timeline,
                             candidate: None,
                             by: k.name.clone(),
+                            taken_by: None,
                         }),
                         0,
                     );
@@ -2004,7 +2010,10 @@ impl World {
                 let pg = &self.nodes[node].pg;
                 if pg.pgen == pgen && pg.dying.is_none() && matches!(pg.run, Run::Replica { .. }) {
                     self.advance(at);
-                    self.nodes[node].pg.timeline += 1;
+                    let lsn = self.lsn_of(node, at);
+                    let pg = &mut self.nodes[node].pg;
+                    pg.forks.push((pg.timeline + 1, pg.timeline, lsn));
+                    pg.timeline += 1;
                     self.text(Some(node), "PostgreSQL promoted".into());
                     self.begin_reign(node);
                 }
