@@ -20,7 +20,7 @@ DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler libproto
 VERSION   := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 PACKAGES  := target/packages
 
-.PHONY: all deps print-deps check-deps build demo test soak soak-real bench lint deny deb rpm clean
+.PHONY: all deps print-deps check-deps build demo test soak soak-real bench bench-deps lint deny deb rpm clean
 
 all: build
 
@@ -88,13 +88,37 @@ soak-real: deps
 # without root, etcd or PostgreSQL; knobs: TENURE_BENCH_ROUNDS (host crashes, 5),
 # TENURE_BENCH_SWITCHOVERS (3), TENURE_BENCH_SWITCHOVER_ROUNDS (10), TENURE_BENCH_SECONDS (footprint window, 60),
 # TENURE_BENCH_RENEWALS (2000), TENURE_BENCH_READS (1000), TENURE_BENCH_PACED (100).
-BENCHES := core_step renewal agent_footprint failover switchover
+# loop_stress (issue 13): TENURE_BENCH_STRESS_RUNS (idle,stress,stress-rt-mlock),
+# TENURE_BENCH_STRESS_SECONDS (180 per run); its agents are a release build with the
+# bench-only `count-allocs` feature (never the shipped binary), copied aside
+# before `cargo bench` rebuilds target/release/tenure with the test bed.
+BENCHES := core_step renewal agent_footprint failover switchover loop_stress
+# Debian packages only the benchmarks need (not `make test`, not DEB_PACKAGES):
+# stress-ng loads the host for loop_stress.
+BENCH_PACKAGES := stress-ng
+COUNTING_AGENT := target/release/tenure-count-allocs
 
-bench: deps
+bench-deps:
+	@missing=""; \
+	for p in $(BENCH_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q '^install ok installed$$' || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then \
+	  echo "bench-deps: all present ($(BENCH_PACKAGES))"; \
+	elif [ "$$(id -u)" != 0 ]; then \
+	  echo "bench-deps: missing:$$missing - run \`make bench-deps\` as root" >&2; exit 1; \
+	else \
+	  echo "bench-deps: installing$$missing"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	fi
+
+bench: deps bench-deps
+	$(CARGO) build --release --bin tenure --features count-allocs
+	cp target/release/tenure $(COUNTING_AGENT)
 	$(CARGO) bench --no-run $(addprefix --bench ,$(BENCHES))
 	@for b in $(BENCHES); do \
 	  echo; echo "=== $$b ==="; \
-	  $(CARGO) bench -q --bench $$b || exit 1; \
+	  TENURE_BENCH_AGENT=$(CURDIR)/$(COUNTING_AGENT) $(CARGO) bench -q --bench $$b || exit 1; \
 	done
 
 lint:

@@ -25,6 +25,8 @@ pub struct Stats {
     pub min: f64,
     pub median: f64,
     pub p99: f64,
+    /// 99.9th percentile (nearest rank: with fewer than 1000 samples, the max).
+    pub p999: f64,
     pub max: f64,
     pub mean: f64,
 }
@@ -43,6 +45,7 @@ impl Stats {
             min: s[0],
             median: quantile(&s, 0.5),
             p99: quantile(&s, 0.99),
+            p999: quantile(&s, 0.999),
             max: s[n - 1],
             mean: s.iter().sum::<f64>() / n as f64,
         })

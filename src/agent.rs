@@ -32,6 +32,7 @@ mod cluster_config;
 mod events_hooks;
 mod guardian_hooks;
 mod intents;
+mod looptrace;
 mod manage;
 mod names;
 mod secure;
@@ -159,6 +160,8 @@ struct Agent {
     history_warned: Option<String>,
     /// The timeline whose fork `history` was seen to hold (`append_history`).
     history_recorded: Option<(u32, (u32, Lsn))>,
+    /// Benchmarks' per-iteration trace (`TENURE_LOOP_TRACE`; off by default).
+    trace: looptrace::LoopTrace,
 }
 
 /// Run the agent until a clean shutdown. Errors are start-up failures; once the loop
@@ -329,6 +332,7 @@ impl Agent {
             ops: manage::OperatorJobs::default(),
             history_warned: None,
             history_recorded: None,
+            trace: looptrace::LoopTrace::from_env(&cfg.name),
             config_path: config_path.to_path_buf(),
             cfg,
         })
@@ -413,10 +417,12 @@ impl Agent {
             let now = clock::now();
             let iteration_start = now;
             let tick = now >= self.next_tick || self.core.renew_now();
+            self.trace.begin(now, tick);
             if now >= self.next_tick {
                 let lw = self.core.timing().loop_wait;
                 let late = now.since(self.next_tick);
                 self.status.metrics.loop_lateness.observe(late);
+                self.trace.late(late);
                 self.next_tick = self.next_tick.add(lw);
                 if self.next_tick <= now {
                     // INVARIANT: ticks stay on a fixed grid unless we fell a whole period
@@ -428,6 +434,7 @@ impl Agent {
                     });
                     self.next_tick = now.add(lw);
                     self.status.metrics.schedule_overruns += 1;
+                    self.trace.schedule_overrun();
                 }
             }
             // S5: stalls are lease loss. CLOCK_BOOTTIME counts through suspend; a
@@ -495,12 +502,14 @@ impl Agent {
             let plan = self.core.step(now, &obs);
             self.guardian_after_step();
             self.events_after_step(now, &obs, &plan);
+            self.trace.phase(looptrace::Phase::Step);
             let reason = plan.reason.to_string();
             if reason != self.last_reason || tick {
                 info!("{reason}");
             }
             self.update_status(now, &obs, &reason);
             self.last_reason = reason;
+            self.trace.phase(looptrace::Phase::Log);
             // A plan that fences runs the fence before any call (issue 8 finding
             // 6): the member key is published after it. Otherwise before the
             // actions, so a clean release's marker precedes the key's deletion.
@@ -665,6 +674,8 @@ impl Agent {
             } else {
                 Duration::ZERO
             };
+        self.trace
+            .end(took, took > budget, self.core.leadership().is_some());
         if took > budget {
             self.budget_overruns += 1;
             self.status.metrics.iteration_overruns += 1;
@@ -874,6 +885,7 @@ impl Agent {
                 let counted = matches!(r.outcome, RenewalOutcome::Counted { .. });
                 let rtt = clock::now().since(r.sent_at);
                 self.status.metrics.renewal(counted, rtt);
+                self.trace.renewal(rtt);
                 if let RenewalOutcome::Failed(e) = &r.outcome {
                     self.etcd_failed(&format!("renewal: {e}"));
                     // The read below already tries the next member.
@@ -885,9 +897,11 @@ impl Agent {
                 if let Some(not_after) = self.core.pet_on_renewal(clock::now(), &r) {
                     let report = self.pet_watchdog(not_after);
                     self.pending.pet = Some(PetReport::fold(self.pending.pet.take(), report));
+                    self.trace.pet(clock::now().since(r.sent_at));
                 }
                 renewal = Some(r);
             }
+            self.trace.phase(looptrace::Phase::Renew);
             // S5 inside an iteration: a stall (SIGSTOP, a swap storm) can land after
             // the renewal and its pet. Past `F - B` nothing else may come first.
             if self.core.call_cap().is_some_and(|cap| clock::now() >= cap) {
@@ -975,6 +989,7 @@ impl Agent {
                 .iteration_budget
                 .max(Duration::from_millis(100)),
         );
+        self.trace.phase(looptrace::Phase::Etcd);
         let mut pg = self.pg.probe(pg_deadline);
         let job = self.pg.poll_job(clock::now());
         if let Job::Finished { kind, ok, detail } = &job {
@@ -987,6 +1002,7 @@ impl Agent {
             // A job that changed the data directory: probe again for the new state.
             pg = self.pg.probe(pg_deadline);
         }
+        self.trace.phase(looptrace::Phase::Probe);
         self.assemble(cluster, renewal, lease_poll, pg, job, Duration::ZERO)
     }
 

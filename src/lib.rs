@@ -1,5 +1,6 @@
 //! tenure: lease-based automatic failover for PostgreSQL.
 pub mod agent;
+pub mod alloc_count;
 pub mod api;
 pub mod clock;
 pub mod config;

@@ -18,6 +18,12 @@ use std::process::ExitCode;
 
 use tenure::config::{Config, ConfigError, WatchdogMode};
 
+/// Benchmarks only (`--features count-allocs`, issue 13): count every allocation
+/// (`tenure::alloc_count`). Never in a shipped build: the feature is off by default.
+#[cfg(feature = "count-allocs")]
+#[global_allocator]
+static COUNTING: tenure::alloc_count::Counting = tenure::alloc_count::Counting;
+
 const USAGE: &str = "\
 tenure: lease-based automatic failover for PostgreSQL with no split brain
 

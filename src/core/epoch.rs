@@ -93,8 +93,15 @@ impl Core {
             self.member_revisions.clear();
         }
         for m in &view.members {
-            let r = self.member_revisions.entry(m.name.clone()).or_insert(0);
-            *r = (*r).max(m.mod_revision);
+            // A known member costs no allocation (issue 13): `entry` would need an
+            // owned key, a clone of the name on every loop.
+            match self.member_revisions.get_mut(&m.name) {
+                Some(r) => *r = (*r).max(m.mod_revision),
+                None => {
+                    self.member_revisions
+                        .insert(m.name.clone(), m.mod_revision.max(0));
+                }
+            }
         }
         if view.rollback.is_some() && !detected {
             // The marker is in etcd now: it governs, and only the operator clears it.

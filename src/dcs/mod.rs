@@ -16,6 +16,7 @@
 
 mod handover;
 mod keys;
+mod member_cache;
 mod raw;
 mod secure;
 
@@ -130,6 +131,8 @@ pub struct Etcd {
     user: Option<crate::config::EtcdAuth>,
     /// Whether `authenticate` got a token that no call has refused since.
     authed: bool,
+    /// The member values last parsed (issue 13: no JSON parse of an unchanged one).
+    members: member_cache::MemberCache,
 }
 
 /// Why a keepalive on a fresh stream did not give a TTL.
@@ -291,6 +294,7 @@ impl Etcd {
             warned: HashSet::new(),
             user: sec.auth.clone(),
             authed: false,
+            members: member_cache::MemberCache::default(),
         })
     }
 
@@ -428,7 +432,7 @@ impl Etcd {
                             );
                             continue;
                         }
-                        let info = keys::parse_member(item.value());
+                        let info = self.members.parse(name, item.value());
                         if let Some(p) = &info.parse_error {
                             let p = p.clone();
                             self.warn_once(&format!("members/{name_s}"), &p);

@@ -1,0 +1,184 @@
+//! The core's steady-state step allocates the same whatever the number of members
+//! (issue 13 item 2: "a small fixed number per iteration"). A counting global
+//! allocator wraps the system's and counts on the calling thread only, so the test
+//! harness's other threads never show up in a count.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::time::Duration;
+
+use tenure::core::model::*;
+use tenure::core::time::Instant;
+use tenure::core::{Core, CoreConfig};
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+struct Counting;
+
+// SAFETY: every call is passed on unchanged to the system allocator, which upholds
+// the GlobalAlloc contract; the thread-local counter (const-initialised, no
+// destructor, so it never allocates) has no effect on the memory returned.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller's contract for `alloc` is passed on as is.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` above with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller's contract for `realloc` is passed on as is.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocs() -> u64 {
+    ALLOCS.with(Cell::get)
+}
+
+const SYSID: u64 = 7_000_000_000_000_000_042;
+
+fn at(ns: u64) -> Instant {
+    Instant::from_nanos(ns)
+}
+
+fn core(name: &str) -> Core {
+    Core::new(
+        CoreConfig {
+            name: name.into(),
+            nofailover: false,
+            watchdog: None,
+            move_aside_unusable: false,
+        },
+        Timing {
+            ttl: 7,
+            loop_wait: Duration::from_millis(500),
+            retry_timeout: Duration::from_millis(250),
+            safety_margin: Duration::from_millis(500),
+            demote_budget: Duration::from_secs(1),
+            promote_delay: None,
+            maximum_lag_on_failover: 1 << 20,
+            primary_start_timeout: Duration::from_secs(30),
+            synchronous: SyncMode::Off,
+        },
+    )
+}
+
+fn member(name: &str, rev: i64, role: &str) -> Member {
+    Member {
+        name: name.into(),
+        mod_revision: rev,
+        lease: 0x100,
+        info: MemberInfo {
+            conn_url: format!("postgres://127.0.0.1:5432/postgres?name={name}"),
+            api_url: format!("http://127.0.0.1:8008/{name}"),
+            state: "running".into(),
+            role: role.into(),
+            version: "0.1.0".into(),
+            xlog_location: 1000,
+            timeline: 1,
+            epoch: Some(5),
+            leader_lease: (role == "primary").then_some(0xA),
+            pg_healthy: true,
+            ..MemberInfo::default()
+        },
+    }
+}
+
+/// pg2 follows pg1 and polls pg1's lease every step; the cluster has `n` members.
+/// Returns the allocations of one steady-state step (after 50 warm-up steps).
+fn replica_step_allocs(n: usize) -> u64 {
+    let mut c = core("pg2");
+    let members: Vec<Member> = (1..=n)
+        .map(|i| {
+            member(
+                &format!("pg{i}"),
+                90 + i as i64,
+                if i == 1 { "primary" } else { "replica" },
+            )
+        })
+        .collect();
+    let view = ClusterView {
+        revision: 100,
+        leader: Some(LeaderKey {
+            name: "pg1".into(),
+            epoch: 5,
+            mod_revision: 5,
+            lease: 0xA,
+        }),
+        members,
+        initialize: Some(Initialize::Done { sysid: SYSID }),
+        config: Some(r#"{"ttl":7,"loop_wait":0.5,"retry_timeout":0.25}"#.into()),
+        ..ClusterView::default()
+    };
+    let pg = PgStatus {
+        data: DataDir::Present {
+            sysid: SYSID,
+            was_primary: false,
+        },
+        role: PgRole::Replica,
+        timeline: 1,
+        lsn: 1000,
+        following: Some("pg1".into()),
+        streaming: true,
+        epoch: Some(5),
+        sync_names: Some(String::new()),
+        standbys: Vec::new(),
+        report: Default::default(),
+    };
+    let mut o = Observation::reading(Ok(view), pg);
+    let start = 10_000_000_000u64;
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: at(start),
+        ttl: Some(6),
+        granted_ttl: None,
+        has_keys: true,
+    });
+    let mut last = None;
+    for i in 0..50u64 {
+        let now = at(start + i * 500_000_000);
+        if let Some(p) = &mut o.lease_poll {
+            p.sent_at = now;
+        }
+        last = Some(c.step(now, &o));
+    }
+    let plan = last.expect("50 steps ran");
+    assert!(
+        matches!(plan.reason, Reason::Following { .. }) && plan.actions.is_empty(),
+        "not the steady state of a replica: {:?} ({})",
+        plan.actions,
+        plan.reason
+    );
+    drop(plan);
+    let now = at(start + 50 * 500_000_000);
+    if let Some(p) = &mut o.lease_poll {
+        p.sent_at = now;
+    }
+    let before = allocs();
+    let plan = c.step(now, &o);
+    let n_allocs = allocs() - before;
+    drop(plan);
+    n_allocs
+}
+
+/// Issue 13 item 2: the revision bookkeeping (`note_revisions`, the rollback check
+/// of DESIGN §3) cloned every member's name into its map on every step, known or
+/// not: one allocation per member per loop. A known member now costs nothing.
+#[test]
+fn a_replica_step_allocates_the_same_with_3_or_30_members() {
+    let three = replica_step_allocs(3);
+    let thirty = replica_step_allocs(30);
+    assert_eq!(
+        three, thirty,
+        "a steady-state step allocates per member: {three} with 3 members, {thirty} with 30"
+    );
+}
