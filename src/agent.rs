@@ -129,6 +129,8 @@ struct Agent {
     last_iteration: Option<(Instant, Duration)>,
     pending: Pending,
     leader_deleted_at: Option<Instant>,
+    /// The latest such watch event's revision (`Observation::leader_deleted_revision`).
+    leader_deleted_revision: Option<i64>,
     last_view: Option<ClusterView>,
     /// Immediate switchover/failover requests waiting for their outcome (issue 9).
     awaiting: Vec<switchover::Awaiting>,
@@ -314,6 +316,7 @@ impl Agent {
             last_iteration: None,
             pending: Pending::default(),
             leader_deleted_at: None,
+            leader_deleted_revision: None,
             last_view: None,
             awaiting: Vec::new(),
             last_pg: None,
@@ -764,6 +767,7 @@ impl Agent {
                 debug!("watch: leader deleted at revision {revision}");
                 if self.is_fresh_event(revision) {
                     self.leader_deleted_at.get_or_insert(clock::now());
+                    self.leader_deleted_revision = self.leader_deleted_revision.max(Some(revision));
                 }
             }
             WatchEvent::LeaderPut { name, revision } => {
@@ -1040,6 +1044,7 @@ impl Agent {
             released: pending.released,
             lease_poll,
             leader_deleted_at: self.leader_deleted_at.take(),
+            leader_deleted_revision: self.leader_deleted_revision.take(),
             pg,
             job,
             shutdown: self.shutdown,

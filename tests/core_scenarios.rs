@@ -3058,3 +3058,46 @@ fn the_leader_appends_the_fork_history_lacks_until_it_is_there() {
         assert_eq!(appends(&p), expect, "step {i}: {}", p.reason);
     }
 }
+
+/// Issue 13 item 4 (seen in bench/failover_dist: a 1.2 s election): a rival's
+/// position written after the DELETE is fresh (DESIGN §3a), even when it came
+/// before this node's own first read of the vacancy. Judged against that read, pg3's
+/// key (written at 22, after the DELETE at 21, before pg2's read at 25) never
+/// counted, and pg3, having published once, had no reason to publish again.
+#[test]
+fn a_position_written_after_the_delete_is_fresh_whatever_my_first_read() {
+    let step = |deleted_revision: Option<i64>| {
+        let mut c = follower_with_poll(None);
+        let members = vec![
+            member("pg1", 8, "primary", 1000, None),
+            member("pg2", 9, "replica", 1000, None),
+            member("pg3", 22, "replica", 900, None),
+        ];
+        let mut o = obs(view(25, None, members), pg(PgRole::Replica, 1000, None));
+        o.leader_deleted_at = Some(t(103.2));
+        o.leader_deleted_revision = deleted_revision;
+        o.lease_poll = Some(LeasePoll {
+            lease: 0xA,
+            sent_at: t(103.25),
+            ttl: None,
+            granted_ttl: None,
+            has_keys: false,
+        });
+        c.step(t(103.3), &o)
+    };
+    let p = step(Some(21));
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    // Without the DELETE's revision (no watch event): this read is the bound, and
+    // pg3's key is older than it.
+    let p = step(None);
+    assert!(
+        p.reason
+            .to_string()
+            .contains("waiting for pg3 to publish a fresh position"),
+        "{}",
+        p.reason
+    );
+    // A revision that is not of the key we followed (older than its epoch) is not used.
+    let p = step(Some(4));
+    assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+}

@@ -102,7 +102,7 @@ pub struct Core {
     lead_refusal: Option<String>,
     /// The watch's DELETE of the key that this iteration's read (sent before it)
     /// still showed: the vacancy the next read finds began then, not at that read.
-    late_delete: Option<Instant>,
+    late_delete: Option<(Instant, Option<i64>)>,
     /// Instant of the previous step.
     last_step: Option<Instant>,
     /// The epoch in the local data's `tenure.epoch` row, as last read while

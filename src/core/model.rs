@@ -627,6 +627,10 @@ pub struct Observation {
     /// The watch saw `leader` deleted (or taken by another) since the last iteration,
     /// at this instant (first such event).
     pub leader_deleted_at: Option<Instant>,
+    /// That event's etcd revision: the same for every node, so every candidate
+    /// judges its rivals' positions fresh against the same DELETE (DESIGN §3a:
+    /// "compare only entries written after the DELETE").
+    pub leader_deleted_revision: Option<i64>,
     pub pg: PgStatus,
     pub job: Job,
     /// SIGTERM/SIGINT arrived: shut down cleanly.
@@ -685,6 +689,7 @@ impl Observation {
             released: None,
             lease_poll: None,
             leader_deleted_at: None,
+            leader_deleted_revision: None,
             pg,
             job: Job::Idle,
             shutdown: false,

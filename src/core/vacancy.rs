@@ -145,7 +145,9 @@ impl Core {
                 // the last poll looks stale and the expiry early: seed 11713).
                 let known = self.track.lease == Some(k.lease);
                 self.late_delete = match (obs.leader_deleted_at, self.last_step) {
-                    (Some(d), Some(prev)) if known && d > prev => Some(d),
+                    (Some(d), Some(prev)) if known && d > prev => {
+                        Some((d, obs.leader_deleted_revision))
+                    }
                     _ => None,
                 };
                 if k.name != me || !matches!(self.state, State::Leader(_)) {
@@ -210,10 +212,21 @@ impl Core {
                     });
                 }
                 if self.vacancy.is_none() {
-                    let at = obs
-                        .leader_deleted_at
-                        .or(self.late_delete.take())
-                        .map_or(now, |d| d.min(now));
+                    let late = self.late_delete.take();
+                    let (at, deleted_revision) = match obs.leader_deleted_at {
+                        Some(d) => (Some(d), obs.leader_deleted_revision),
+                        None => late.map_or((None, None), |(d, r)| (Some(d), r)),
+                    };
+                    let at = at.map_or(now, |d| d.min(now));
+                    // DESIGN §3a: positions written after the DELETE are fresh. Its
+                    // revision (the watch's, the same for every node) when it is the
+                    // DELETE of the key we tracked, else this read's (later: stricter).
+                    // Judged against each node's own first read, a rival that
+                    // published between the two reads never counted (issue 13 item 4,
+                    // seen in bench/failover_dist: a 1.2 s election).
+                    let seen_revision = deleted_revision
+                        .filter(|r| *r <= view.revision && self.track.epoch.is_some_and(|e| *r > e))
+                        .unwrap_or(view.revision);
                     let l_w_r = self.timing.loop_wait + self.timing.retry_timeout;
                     // DESIGN §1 step 4: early if before E_max, or if our last poll is too
                     // old to predict anything, or if we never knew the lease at all.
@@ -246,7 +259,7 @@ impl Core {
                     let old_epoch = self.track.epoch.filter(|e| *e >= seen_epoch);
                     self.vacancy = Some(Vacancy {
                         at,
-                        seen_revision: view.revision,
+                        seen_revision,
                         seen_epoch,
                         old_epoch,
                         old_lease,

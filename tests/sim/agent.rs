@@ -316,12 +316,18 @@ pub async fn run(cx: Cx) {
                 });
             }
         }
-        let (pg, job, leader_deleted_at, shutdown) = {
+        let (pg, job, leader_deleted_at, leader_deleted_revision, shutdown) = {
             let mut w = cx.w.borrow_mut();
             let pg = w.probe(cx.node);
             let job = w.job_obs(cx.node);
             let n = &mut w.nodes[cx.node];
-            (pg, job, n.watch_deleted_at.take(), n.shutdown)
+            (
+                pg,
+                job,
+                n.watch_deleted_at.take(),
+                n.watch_deleted_rev.take(),
+                n.shutdown,
+            )
         };
         if cluster.is_ok() {
             let l = core.leadership();
@@ -372,6 +378,7 @@ pub async fn run(cx: Cx) {
             released: out.released.take(),
             lease_poll,
             leader_deleted_at,
+            leader_deleted_revision,
             pg,
             job,
             shutdown,

@@ -525,6 +525,8 @@ pub struct Node {
     pub idle: Option<u64>,
     pub mailbox: Option<(u64, Payload)>,
     pub watch_deleted_at: Option<Instant>,
+    /// That DELETE's etcd revision (the latest one reported).
+    pub watch_deleted_rev: Option<i64>,
     pub shutdown: bool,
     pub reign: Option<usize>,
     /// `HostLost`: a pending restart never happens.
@@ -553,6 +555,8 @@ pub enum Ev {
     Watch {
         node: usize,
         inc: u32,
+        /// The revision of the DELETE it reports.
+        rev: i64,
     },
     Sweep,
     EtcdUp,
@@ -697,6 +701,7 @@ impl World {
                 idle: None,
                 mailbox: None,
                 watch_deleted_at: None,
+                watch_deleted_rev: None,
                 shutdown: false,
                 reign: None,
                 lost: false,
@@ -1532,6 +1537,7 @@ impl World {
         n.mailbox = None;
         n.frozen_until = None;
         n.watch_deleted_at = None;
+        n.watch_deleted_rev = None;
         n.job = None;
         n.job_done = None;
         n.shutdown = false;
@@ -1836,7 +1842,8 @@ impl World {
                 let inc = n.inc;
                 let d = self.rng.dur(secs(0.0002), secs(0.005));
                 let at = self.now.add(d);
-                self.push(at, Ev::Watch { node, inc });
+                let rev = self.etcd.rev;
+                self.push(at, Ev::Watch { node, inc, rev });
             }
         }
     }
@@ -1946,7 +1953,7 @@ impl World {
                     );
                 }
             }
-            Ev::Watch { node, inc } => {
+            Ev::Watch { node, inc, rev } => {
                 let n = &mut self.nodes[node];
                 if n.inc != inc || !n.agent_alive {
                     return cmds;
@@ -1954,10 +1961,11 @@ impl World {
                 if let Some(t) = n.frozen_until
                     && t > at
                 {
-                    self.push(t, Ev::Watch { node, inc });
+                    self.push(t, Ev::Watch { node, inc, rev });
                     return cmds;
                 }
                 n.watch_deleted_at.get_or_insert(at);
+                n.watch_deleted_rev = n.watch_deleted_rev.max(Some(rev));
                 self.wake(node);
             }
             Ev::Sweep => {
