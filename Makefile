@@ -87,10 +87,13 @@ soak-real: deps
 # (bench targets are not test targets). The real-part ones skip with a message
 # without root, etcd or PostgreSQL; knobs: TENURE_BENCH_ROUNDS (host crashes, 5),
 # TENURE_BENCH_SWITCHOVERS (3), TENURE_BENCH_SWITCHOVER_ROUNDS (10), TENURE_BENCH_SECONDS (footprint window, 60),
-# TENURE_BENCH_RENEWALS (2000), TENURE_BENCH_READS (1000), TENURE_BENCH_PACED (100).
-BENCHES := core_step renewal agent_footprint failover switchover
+# TENURE_BENCH_RENEWALS (2000), TENURE_BENCH_READS (1000), TENURE_BENCH_PACED (100),
+# TENURE_BENCH_FAILOVER_N (10) and TENURE_BENCH_FAILOVER_CONFIGS (wd7,sync4,ttl30,revoke7)
+# for failover_dist, whose wd7 needs the watchdog stand-in (a debug example).
+BENCHES := core_step renewal agent_footprint failover switchover failover_dist
 
 bench: deps
+	$(CARGO) build --example wdt_standin
 	$(CARGO) bench --no-run $(addprefix --bench ,$(BENCHES))
 	@for b in $(BENCHES); do \
 	  echo; echo "=== $$b ==="; \
