@@ -210,12 +210,14 @@ struct Measured {
     delayed: usize,
     /// Rounds where the old leader took the key again (revoke).
     same_node: usize,
+    /// Rounds where more than one node acquired the key before a primary ran.
+    reacquired: usize,
     /// Settings the agents logged (the watchdog's `W`), once.
     notes: Vec<String>,
 }
 
 fn options(cfg: Config) -> ClusterOptions {
-    let mut o = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
+    let mut o = ClusterOptions::new(agent_binary());
     o.tag = format!("bench-fodist-{}", cfg.key);
     o.scope = format!("bench-fodist-{}", cfg.key);
     o.log_level = Some("info".into());
@@ -227,6 +229,14 @@ fn options(cfg: Config) -> ClusterOptions {
         o.watchdog = vec![NodeWatchdog::with_standin("required"); o.nodes];
     }
     o
+}
+
+/// The agent: this profile's build, or `TENURE_BENCH_AGENT` (another build of the
+/// agent, to measure a before/after with the same bench and test bed).
+fn agent_binary() -> std::path::PathBuf {
+    std::env::var_os("TENURE_BENCH_AGENT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_tenure").into())
 }
 
 /// The exact settings, for the report.
@@ -276,6 +286,7 @@ fn floor(cfg: Config, o: &ClusterOptions) -> Duration {
 fn run_config(cfg: Config, n: usize, m: &mut Measured) -> Result<(), String> {
     let o = options(cfg);
     println!("\n[{}] {}", cfg.key, settings_line(cfg, &o));
+    println!("[{}] agent: {}", cfg.key, o.binary.display());
     println!(
         "[{}] machine at start: {}",
         cfg.key,
@@ -442,6 +453,22 @@ fn first_after(log: &str, needle: &str, from: f64) -> Option<f64> {
         .find(|&s| s >= from)
 }
 
+/// How many "acquired the leader key" lines all nodes logged since `log_len`, at
+/// or after `from` (a boot-clock stamp less a second).
+fn new_text_all(c: &TestCluster, log_len: &[usize], from: f64) -> usize {
+    (0..c.node_count())
+        .map(|i| {
+            let log = c.agent_log(i);
+            let text = log.get(log_len[i].min(log.len())..).unwrap_or("");
+            text.lines()
+                .filter(|l| l.contains("acquired the leader key"))
+                .filter_map(stamp)
+                .filter(|&s| s >= from - 1.0)
+                .count()
+        })
+        .sum()
+}
+
 /// One fault of primary `p` and the recovery; returns the new primary.
 fn one_round(
     c: &mut TestCluster,
@@ -486,43 +513,43 @@ fn one_round(
     let (_, holder, epoch) = seen
         .taken
         .clone()
-        .ok_or_else(|| format!("no new leader within {limit:?}{}", c.logs_tail(40)))?;
-    let np = c
-        .index_of(&holder)
-        .ok_or_else(|| format!("the leader key names {holder:?}, not a node"))?;
+        .ok_or_else(|| format!("no new leader key within {limit:?}{}", c.logs_tail(40)))?;
+    if c.index_of(&holder).is_none() {
+        return Err(format!("the leader key names {holder:?}, not a node"));
+    }
 
-    // The new primary's first acknowledged write after the fault. When the old
-    // leader took the key again (possible after a revoke), only a write after its
-    // fence counts: the first failed attempt after the fault marks it.
-    let after = if np == p {
-        m.same_node += 1;
-        wait_for(Duration::from_secs(30), Duration::from_millis(20), || {
+    // The new primary: the node whose first acknowledged write after the fault
+    // comes first. Not simply the first new key holder: a winner may give the key
+    // up again before promoting (seen: a required watchdog found unusable only
+    // after the win), and the next holder then promotes. The old node counts only
+    // with a write after its fence (after a revoke it may lead again): after its
+    // first refused write since the fault.
+    let first_after_fault = |k: usize| {
+        let after = if k == p {
             probe
                 .attempts(p)
                 .into_iter()
                 .find(|a| a.sent >= t0 && a.acked.is_none())
-                .map(|a| a.sent)
-        })
-        .ok_or_else(|| {
-            format!(
-                "{} took the key again without a refused write (no fence){}",
-                c.name(p),
-                c.logs_tail(30)
-            )
-        })?
-    } else {
-        t0
+                .map(|a| a.sent)?
+        } else {
+            t0
+        };
+        probe.first_ack_after(k, after)
     };
-    let first = wait_for(Duration::from_secs(30), Duration::from_millis(20), || {
-        probe.first_ack_after(np, after)
+    let (np, first) = wait_for(limit, Duration::from_millis(20), || {
+        (0..c.node_count())
+            .filter_map(|k| first_after_fault(k).map(|a| (k, a)))
+            .min_by_key(|(_, a)| a.acked)
     })
     .ok_or_else(|| {
         format!(
-            "new primary {} acknowledged no write{}",
-            c.name(np),
+            "no node acknowledged a write within {limit:?} of the fault{}",
             c.logs_tail(30)
         )
     })?;
+    if np == p {
+        m.same_node += 1;
+    }
     probe.stop(Duration::from_secs(2));
     if np != p {
         probe.check_no_overlap(p, np, t0)?;
@@ -531,10 +558,29 @@ fn one_round(
     let acked = first.acked.unwrap_or(first.sent);
 
     // Where DELETE → write went, from the winner's log; and whether it waited.
-    let log = c.agent_log(np);
-    let new_text = log.get(log_len[np].min(log.len())..).unwrap_or("");
-    let acquired = first_after(new_text, "acquired the leader key", gone_boot - 1.0);
-    let promoted = acquired.and_then(|a| first_after(new_text, "promoted PostgreSQL", a));
+    // `pg_promote()` may return (and the line be logged) after the first write
+    // was already acknowledged: wait for the line.
+    let promoted_line = |c: &TestCluster| {
+        let log = c.agent_log(np);
+        let text = log
+            .get(log_len[np].min(log.len())..)
+            .unwrap_or("")
+            .to_string();
+        first_after(&text, "promoted PostgreSQL", gone_boot - 1.0).map(|pr| (pr, text))
+    };
+    let (promoted, new_text) = wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+        promoted_line(c)
+    })
+    .map_or((None, String::new()), |(pr, text)| (Some(pr), text));
+    // The winner's last acquire before its promotion.
+    let acquired = promoted.and_then(|pr| {
+        new_text
+            .lines()
+            .filter(|l| l.contains("acquired the leader key"))
+            .filter_map(stamp)
+            .rfind(|&s| s >= gone_boot - 1.0 && s <= pr)
+    });
+    let acquisitions = new_text_all(c, &log_len, gone_boot);
     let delayed = new_text.contains("vanished before its lease");
     if delayed {
         m.delayed += 1;
@@ -546,13 +592,14 @@ fn one_round(
             c.logs_tail(30)
         ));
     }
-    if let Some(a) = acquired {
+    if let (Some(a), Some(pr)) = (acquired, promoted) {
         m.delete_acquired
             .push(Duration::from_secs_f64((a - gone_boot).max(0.0)));
-        if let Some(pr) = promoted {
-            m.acquired_promoted
-                .push(Duration::from_secs_f64((pr - a).max(0.0)));
-        }
+        m.acquired_promoted
+            .push(Duration::from_secs_f64((pr - a).max(0.0)));
+    }
+    if acquisitions > 1 {
+        m.reacquired += 1;
     }
     m.delete.push(gone_at.saturating_duration_since(t0));
     m.first.push(acked.saturating_duration_since(t0));
@@ -561,6 +608,13 @@ fn one_round(
 
     // Bring the old node back and wait until every node streams from `np`.
     let back_from = Instant::now();
+    // A real host reboots with a working device: the stand-in stays dead after it
+    // fired (opens fail with ENODEV) until revived.
+    if let Some(s) = c.standin_mut(p)
+        && s.fired().is_some()
+    {
+        s.revive()?;
+    }
     if cfg.fault == Fault::Crash || c.agent_exited(p).is_some() {
         c.start_agent(p)?;
     }
@@ -579,7 +633,7 @@ fn one_round(
     println!(
         "[{}] round {label}: {} -> {} (epoch {epoch}): DELETE seen {:.3} s after the fault, \
          first write acked {:.3} s after the fault = {:.3} s after the DELETE (acquired {}, \
-         promoted {}){}; all stream again {:.2} s later; {} key reads, {} failed",
+         promoted {}){}{}; all stream again {:.2} s later; {} key reads, {} failed",
         cfg.key,
         c.name(p),
         c.name(np),
@@ -592,6 +646,11 @@ fn one_round(
             ", promote delay waited"
         } else {
             ""
+        },
+        if acquisitions > 1 {
+            format!(", {acquisitions} acquisitions of the key (one given up)")
+        } else {
+            String::new()
         },
         back.as_secs_f64(),
         seen.reads,
@@ -653,13 +712,15 @@ fn report(cfg: Config, n: usize, m: &Measured) {
     println!(
         "[{}] {} of {n} rounds on one cluster; floor of {fault} -> first write: {:.2} s \
          (target: median <= floor + 0.3 s); DELETE seen by a {} ms poll (+ one read's round \
-         trip); {} rounds with a promote delay, {} where the old leader took the key again",
+         trip); {} rounds with a promote delay, {} where the old leader took the key again, {} \
+         where a winner gave the key up before promoting",
         cfg.key,
         m.first.len(),
         fl.as_secs_f64(),
         POLL.as_millis(),
         m.delayed,
-        m.same_node
+        m.same_node,
+        m.reacquired
     );
     for note in &m.notes {
         println!("[{}] {note}", cfg.key);
