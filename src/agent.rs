@@ -112,6 +112,14 @@ struct Agent {
     api: api::server::ApiServer,
     signals: Signals,
     member_lease: Option<LeaseId>,
+    /// The member key as last written (lease, JSON): an idle cluster writes nothing
+    /// (issue 13 item 5); `publish_member` says when it is written anyway.
+    member_written: Option<(LeaseId, String)>,
+    /// When the member lease was last kept alive: at a third of its TTL, not every
+    /// tick (it is no part of any safety rule: a lost member key is re-published).
+    member_kept_at: Option<Instant>,
+    /// The member lease's granted TTL (`None`: reused from an earlier run, unknown).
+    member_ttl: Option<u32>,
     next_tick: Instant,
     /// Boottime and realtime at the start of the last iteration (S5).
     last_iteration: Option<(Instant, Duration)>,
@@ -247,6 +255,10 @@ impl Agent {
             let mut api =
                 api::server::ApiServer::new(std_l).map_err(|e| format!("api socket: {e}"))?;
             api.set_auth(cfg.api.auth.clone());
+            // Issue 12: https:// only when [api] certfile is set.
+            let tls = api::server::tls_of(&cfg.api)?;
+            let verify = cfg.api.tls.as_ref().map(|t| t.verify_client);
+            api.set_tls(tls, verify.unwrap_or_default(), cfg.api.read_auth);
             (pipe, api)
         };
 
@@ -288,6 +300,9 @@ impl Agent {
             api,
             signals: Signals { term, hup, pipe },
             member_lease: None,
+            member_written: None,
+            member_kept_at: None,
+            member_ttl: None,
             next_tick: clock::now(),
             last_iteration: None,
             pending: Pending::default(),
@@ -370,7 +385,11 @@ impl Agent {
                     self.serve_api();
                     continue;
                 }
-                Wake::Watch(ev) => self.on_watch(ev),
+                Wake::Watch(ev) => {
+                    if !self.on_watch(ev) {
+                        continue;
+                    }
+                }
                 Wake::Signal => {
                     self.drain_signals();
                     self.reap_orphans();
@@ -715,7 +734,8 @@ impl Agent {
         }
     }
 
-    fn on_watch(&mut self, ev: WatchEvent) {
+    /// What a watch event means for this node; `false`: no iteration for it.
+    fn on_watch(&mut self, ev: WatchEvent) -> bool {
         match ev {
             WatchEvent::LeaderDeleted { revision } => {
                 debug!("watch: leader deleted at revision {revision}");
@@ -735,7 +755,19 @@ impl Agent {
             WatchEvent::Broken(why) => {
                 debug!("watch broken: {why}; reopening at the next read");
             }
+            // Issue 13 item 4: during a vacancy a candidate waits for its rivals'
+            // fresh positions (DESIGN §3a); it looks again the moment one is
+            // published instead of at its next tick. Any other member write wakes
+            // nothing (an idle cluster writes none; a busy one, positions).
+            WatchEvent::MemberPut { name, revision } => {
+                return name != self.cfg.name
+                    && self
+                        .core
+                        .vacancy_revision()
+                        .is_some_and(|seen| revision > seen);
+            }
         }
+        true
     }
 
     /// An event older than our own leadership says nothing about it.
@@ -763,6 +795,17 @@ impl Agent {
     /// was refused; nothing changed then.
     fn reload_config(&mut self) -> Result<(), String> {
         let new = Config::load(&self.config_path).map_err(|e| e.to_string())?;
+        // The API's certificates before anything moves: a bad one keeps the old.
+        // Switching between http:// and https:// changes the published api_url:
+        // that takes a restart.
+        if new.api.tls.is_some() != self.cfg.api.tls.is_some() {
+            return Err(
+                "[api] certfile was added or removed: switching the API between \
+                        http:// and https:// needs a restart"
+                    .into(),
+            );
+        }
+        let api_tls = api::server::tls_of(&new.api)?;
         if new.name != self.cfg.name || new.scope != self.cfg.scope {
             return Err("name and scope cannot change at runtime".into());
         }
@@ -778,6 +821,11 @@ impl Agent {
         self.guardian_reloaded(&new);
         self.api.set_auth(new.api.auth.clone());
         self.cfg.api.auth = new.api.auth;
+        let verify = new.api.tls.as_ref().map(|t| t.verify_client);
+        self.api
+            .set_tls(api_tls, verify.unwrap_or_default(), new.api.read_auth);
+        self.cfg.api.tls = new.api.tls;
+        self.cfg.api.read_auth = new.api.read_auth;
         self.hooks.set_config(new.hooks.clone());
         self.cfg.hooks = new.hooks;
         self.etcd_reloaded(new.etcd);
@@ -974,7 +1022,8 @@ impl Agent {
         }
     }
 
-    /// The member lease and the bootstrap lock: kept alive at every tick.
+    /// The bootstrap lock, kept alive at every tick, and the member lease, at a third
+    /// of its TTL.
     fn keep_alive_side_leases(&mut self) {
         let r = self.core.timing().retry_timeout;
         let ttl = self.core.timing().ttl;
@@ -982,6 +1031,8 @@ impl Agent {
         let cut = self.cut_by_tick(r);
         let side = self.core.lease_to_keep_alive();
         let member_lease0 = self.member_lease;
+        let mut kept_at = self.member_kept_at;
+        let mut member_ttl = self.member_ttl;
         let state_file = self.state_file.clone();
         let Some((etcd, rt)) = self.connect(deadline) else {
             return;
@@ -992,18 +1043,31 @@ impl Agent {
             warn!("bootstrap lock lease {lease:x}: {e}");
         }
         let mut member_lease = member_lease0;
-        // A keepalive that only ran out of the time left before the tick says
-        // nothing about the lease: keep it (a new one would churn the member key).
+        // Issue 13 item 5: the member lease (TTL `ttl`) is kept alive at a third of
+        // its TTL, not every tick: two keepalives may fail before it expires, and a
+        // member key lost with it is written again (`publish_member`).
+        let now = clock::now();
+        let lease_ttl = member_ttl.map_or(ttl, |g| g.min(ttl));
+        let every = Duration::from_secs(u64::from(lease_ttl)) / 3;
+        let due = kept_at.is_none_or(|at| now.since(at) >= every.saturating_sub(r));
         if let Some(lease) = member_lease
-            && etcd.keep_alive_once(rt, lease, deadline).is_err()
-            && !cut
+            && due
         {
-            member_lease = None;
+            match etcd.keep_alive_once(rt, lease, deadline) {
+                Ok(_) => kept_at = Some(now),
+                // A keepalive that only ran out of the time left before the tick
+                // says nothing about the lease: keep it (a new one would churn the
+                // member key).
+                Err(_) if cut => {}
+                Err(_) => member_lease = None,
+            }
         }
         if member_lease.is_none() {
             match etcd.grant(rt, ttl, deadline) {
-                Ok((lease, _)) => {
+                Ok((lease, granted)) => {
                     member_lease = Some(lease);
+                    member_ttl = Some(granted);
+                    kept_at = Some(now);
                     if let Err(e) = std::fs::write(&state_file, format!("{lease}\n")) {
                         warn!(
                             "cannot record the member lease in {}: {e}",
@@ -1015,6 +1079,8 @@ impl Agent {
             }
         }
         self.member_lease = member_lease;
+        self.member_kept_at = kept_at;
+        self.member_ttl = member_ttl;
     }
 
     /// DESIGN §3: `config` wins once it exists; a change that breaks S6 for this node
@@ -1189,15 +1255,49 @@ impl Agent {
             extra.push(("pause", serde_json::Value::Bool(true)));
         }
         let json = crate::dcs::encode_member_with(&info, extra);
-        let deadline = self.deadline(self.core.timing().retry_timeout);
         let me = self.cfg.name.clone();
+        // Issue 13 item 5: written when it changed, not every iteration (a Raft
+        // round and an fsync on every etcd member each time). Written anyway while
+        // no leader key is seen: candidates wait for positions published after the
+        // vacancy (DESIGN §3a), identical or not. And when the read lacks it (deleted
+        // by an operator, its lease expired).
+        let unchanged = self
+            .member_written
+            .as_ref()
+            .is_some_and(|(l, j)| *l == lease && *j == json);
+        let needed_anyway = match &obs.cluster {
+            Ok(view) => match view.member(&me) {
+                None => true,
+                // Once per vacancy: the first write past the read that showed it
+                // is this node's fresh position; later ones add nothing.
+                Some(m) => {
+                    view.leader.is_none()
+                        && self
+                            .core
+                            .vacancy_revision()
+                            .is_none_or(|seen| m.mod_revision <= seen)
+                }
+            },
+            Err(_) => false,
+        };
+        if unchanged && !needed_anyway {
+            return;
+        }
+        let deadline = self.deadline(self.core.timing().retry_timeout);
         if self.etcd.is_none() {
             return;
         }
-        if let Some((etcd, rt)) = self.connect(deadline)
-            && let Err(e) = etcd.put_member(rt, &me, &json, lease, deadline)
-        {
-            debug!("member key: {e}");
+        if let Some((etcd, rt)) = self.connect(deadline) {
+            match etcd.put_member(rt, &me, &json, lease, deadline) {
+                Ok(()) => self.member_written = Some((lease, json)),
+                Err(e) => {
+                    debug!("member key: {e}");
+                    // Written again next iteration; and if the lease is gone, the
+                    // next tick's keepalive finds out and a new one is granted.
+                    self.member_written = None;
+                    self.member_kept_at = None;
+                }
+            }
         }
     }
 

@@ -131,6 +131,10 @@ pub struct ApiConfig {
     /// `[api] username` / `password`: HTTP basic credentials every write endpoint
     /// requires (both or neither). `None`: write endpoints answer 403.
     pub auth: Option<ApiAuth>,
+    /// `[api] certfile`/`keyfile`/`cafile`/`verify_client`: https:// only (issue 12).
+    pub tls: Option<ApiTls>,
+    /// `[api] read_auth`: which reads need the write endpoints' access.
+    pub read_auth: ReadAuth,
 }
 
 /// Credentials for the API's write endpoints (HTTP basic, as patronictl sends them).
@@ -217,6 +221,8 @@ pub struct Config {
     /// `[hooks]`: the operator's commands and their deadline (`hooks`).
     pub hooks: crate::hooks::HooksConfig,
     pub agent: AgentConfig,
+    /// `[ctl]`: how `tenure ctl` checks an https:// API.
+    pub ctl: CtlConfig,
 }
 
 // ---------------------------------------------------------------------------
@@ -1122,6 +1128,15 @@ impl Config {
                 }
             })?;
         }
+        if let Some(tls) = &c.api.tls {
+            check_api_tls_files(tls, crate::clock::realtime().as_secs() as i64).map_err(
+                |problem| ConfigError::Key {
+                    file: path.to_path_buf(),
+                    key: "api".into(),
+                    problem,
+                },
+            )?;
+        }
         Ok(c)
     }
 
@@ -1152,6 +1167,7 @@ impl Config {
             "log",
             "hooks",
             "agent",
+            "ctl",
         ])?;
         let scope = root.required("scope", root.string("scope")?)?;
         if !valid_name(&scope) {
@@ -1426,14 +1442,16 @@ impl Config {
 
         // [api]
         let api = root.sub("api")?;
-        api.only(&[
+        let mut api_keys = vec![
             "listen",
             "connect_url",
             "primary_min_remaining",
             "username",
             "password",
             "password_file",
-        ])?;
+        ];
+        api_keys.extend_from_slice(api_tls::API_KEYS);
+        api.only(&api_keys)?;
         let api_listen = api.required("listen", api.string("listen")?)?;
         if api_listen.parse::<SocketAddr>().is_err() {
             return Err(api.err(
@@ -1441,14 +1459,20 @@ impl Config {
                 format!("expected \"ip:port\" (an IP literal), found \"{api_listen}\""),
             ));
         }
+        let has_credentials = api.table.contains_key("username");
+        let (api_tls, read_auth) = api_tls::parse_api(&api, has_credentials)?;
         let connect_url = match api.string("connect_url")? {
-            Some(u) if u.starts_with("http://") || u.starts_with("https://") => u,
+            Some(u) if u.starts_with("http://") || u.starts_with("https://") => {
+                api_tls::check_connect_url(&api, &u, api_tls.as_ref())?;
+                u
+            }
             Some(u) => {
                 return Err(api.err(
                     "connect_url",
                     format!("must start with http:// or https://, found \"{u}\""),
                 ));
             }
+            None if api_tls.is_some() => format!("https://{api_listen}"),
             None => format!("http://{api_listen}"),
         };
         let primary_min_remaining = api.secs("primary_min_remaining")?;
@@ -1565,6 +1589,9 @@ impl Config {
             Some(v) => return Err(ag.wrong("realtime_priority", "an integer 1..=99", v)),
         };
 
+        // [ctl]
+        let ctl = api_tls::parse_ctl(&root.sub("ctl")?, api_tls.as_ref())?;
+
         // [log]
         let lg = root.sub("log")?;
         lg.only(&["syslog", "syslog_socket", "syslog_udp", "syslog_facility"])?;
@@ -1630,6 +1657,8 @@ impl Config {
                 connect_url,
                 primary_min_remaining,
                 auth,
+                tls: api_tls.clone(),
+                read_auth,
             },
             watchdog: WatchdogConfig {
                 mode,
@@ -1647,6 +1676,7 @@ impl Config {
                 lock_memory,
                 realtime_priority,
             },
+            ctl,
         })
     }
 
@@ -1876,8 +1906,10 @@ fn secs_json(d: Duration) -> serde_json::Value {
     }
 }
 
+mod api_tls;
 pub mod cluster;
 mod secrets;
+pub use api_tls::{ApiTls, CtlConfig, ReadAuth, VerifyClient, check_api_tls_files};
 pub use secrets::{
     CRED_API, CRED_ETCD, CRED_PG_REPLICATION, CRED_PG_REWIND, CRED_PG_SUPERUSER, EtcdAuth, EtcdTls,
     check_tls_files, readable_secret_warning,

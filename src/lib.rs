@@ -14,4 +14,5 @@ pub mod logging;
 pub mod metrics;
 pub mod pg;
 pub mod testbed;
+pub mod tls;
 pub mod watchdog;

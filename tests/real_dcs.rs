@@ -503,6 +503,26 @@ fn watch_wakes_on_release_and_acquire() {
         })
     );
 
+    // The watch covers the scope (issue 13 item 4): a member key's write is
+    // reported, any other key's is not.
+    assert!(
+        a.put_config_cas(&b.rt, r#"{"ttl": 7}"#, None, in_ms(2000))
+            .expect("config")
+    );
+    let (ml, _) = a.grant(&b.rt, 5, in_ms(2000)).expect("grant");
+    a.put_member(&b.rt, "pg3", r#"{"role":"replica"}"#, ml, in_ms(2000))
+        .expect("member");
+    let ev = b.rt.block_on(async {
+        tokio::select! {
+            ev = w.next_watch_event() => Some(ev),
+            _ = tokio::time::sleep(Duration::from_secs(5)) => None,
+        }
+    });
+    assert!(
+        matches!(&ev, Some(WatchEvent::MemberPut { name, .. }) if name == "pg3"),
+        "{ev:?}"
+    );
+
     // A watch from a compacted revision breaks (at open or as its first event).
     let now_rev = w.read_cluster(&b.rt, in_ms(2000)).expect("read").revision;
     b.raw(async move |c| c.compact(now_rev, None).await);
@@ -1077,9 +1097,18 @@ fn no_threads_are_started() {
         e.release(&rt, "pg1", epoch, lease, in_ms(2000))
             .expect("release")
     );
+    // The watch covers the scope: the member writes above come first.
     let ev = rt.block_on(async {
+        let skip_members = async {
+            loop {
+                match e.next_watch_event().await {
+                    WatchEvent::MemberPut { .. } => continue,
+                    other => return other,
+                }
+            }
+        };
         tokio::select! {
-            ev = e.next_watch_event() => Some(ev),
+            ev = skip_members => Some(ev),
             _ = tokio::time::sleep(Duration::from_secs(5)) => None,
         }
     });

@@ -114,10 +114,45 @@ fn real_bootstrap_from_empty() {
     }
 }
 
+/// Issue 13 item 5: a settled, idle cluster writes nothing to etcd: every key of
+/// the scope keeps its mod revision over 10 loops (member keys are written when
+/// they change, or while no leader key is seen). Up to three windows, so a write
+/// the settling itself caused (a checkpoint moving a position) is not counted.
+fn idle_cluster_writes_nothing(c: &TestCluster) {
+    let revisions = || -> Vec<(String, i64)> {
+        let mut v: Vec<_> = c
+            .get_prefix("")
+            .expect("read the scope")
+            .into_iter()
+            .map(|kv| (kv.key, kv.mod_revision))
+            .collect();
+        v.sort();
+        v
+    };
+    let window = c.opts.loop_wait * 10;
+    let mut changed = Vec::new();
+    for _ in 0..3 {
+        let before = revisions();
+        std::thread::sleep(window);
+        let after = revisions();
+        if before == after {
+            println!("idle: no key of the scope written in {window:?}");
+            return;
+        }
+        changed = after
+            .into_iter()
+            .filter(|k| !before.contains(k))
+            .map(|(k, _)| k)
+            .collect();
+    }
+    panic!("an idle cluster wrote {changed:?} in each of three {window:?} windows");
+}
+
 #[test]
 fn real_host_crash_of_the_primary() {
     let mut c = bed("crash");
     let p = settled(&mut c);
+    idle_cluster_writes_nothing(&c);
     let (_, epoch) = c.leader_key().expect("leader key");
     for n in 1..=50 {
         c.write_row(p, n).expect("write on the primary");

@@ -13,12 +13,15 @@
 //! Certificates are made here with Debian's `openssl` (an expired one with
 //! `openssl ca -startdate/-enddate`: OpenSSL 3 refuses `-days -1`).
 
+#[path = "support/certs.rs"]
+mod certs;
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use certs::{ca, sign, sign_expired};
 use common::{FAILOVER, options, settled, start};
 use tenure::config::EtcdAuth;
 use tenure::dcs::{Etcd, Security};
@@ -27,133 +30,6 @@ use tenure::testbed::etcd::EtcdServerTls;
 use tenure::testbed::{etcdkv, free_port, stop_child};
 
 const ROOT_PW: &str = "rootpwTLS9";
-
-fn sh(dir: &Path, args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("spawn {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A key and a CSR with subject CN=`cn` (EC P-256: fast to make).
-fn key_csr(dir: &Path, name: &str, cn: &str) {
-    sh(
-        dir,
-        &[
-            "openssl",
-            "req",
-            "-new",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-            "-subj",
-            &format!("/CN={cn}"),
-        ],
-    );
-}
-
-/// A self-signed CA `name`.pem/.key.
-fn ca(dir: &Path, name: &str) {
-    sh(
-        dir,
-        &[
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.pem"),
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN={name}"),
-        ],
-    );
-}
-
-/// `name`.pem signed by ca.pem, valid now, with extensions `ext`.
-fn sign(dir: &Path, name: &str, cn: &str, ext: &str) {
-    key_csr(dir, name, cn);
-    std::fs::write(dir.join(format!("{name}.ext")), ext).expect("ext");
-    sh(
-        dir,
-        &[
-            "openssl",
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            &format!("{name}.pem"),
-            "-days",
-            "2",
-            "-extfile",
-            &format!("{name}.ext"),
-        ],
-    );
-}
-
-/// `name`.pem signed by ca.pem and valid only in 2020 (`openssl ca` takes
-/// explicit dates).
-fn sign_expired(dir: &Path, name: &str, cn: &str) {
-    key_csr(dir, name, cn);
-    let d = dir.display();
-    std::fs::write(dir.join("index.txt"), "").expect("index");
-    std::fs::write(dir.join("serial"), "1000\n").expect("serial");
-    std::fs::write(
-        dir.join("ca.cnf"),
-        format!(
-            "[ca]\ndefault_ca = c\n[c]\ndatabase = {d}/index.txt\nnew_certs_dir = {d}\n\
-             certificate = {d}/ca.pem\nprivate_key = {d}/ca.key\nserial = {d}/serial\n\
-             default_md = sha256\npolicy = p\n[p]\ncommonName = supplied\n"
-        ),
-    )
-    .expect("ca.cnf");
-    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("ext");
-    sh(
-        dir,
-        &[
-            "openssl",
-            "ca",
-            "-batch",
-            "-config",
-            "ca.cnf",
-            "-in",
-            &format!("{name}.csr"),
-            "-out",
-            &format!("{name}.pem"),
-            "-startdate",
-            "20200101000000Z",
-            "-enddate",
-            "20200102000000Z",
-            "-extfile",
-            "client.ext",
-        ],
-    );
-}
 
 struct Certs {
     dir: PathBuf,

@@ -1,16 +1,20 @@
-//! HTTP basic authentication of the API's write endpoints (Patroni's `check_access`,
-//! without the allowlist and client certificates, which belong to the security
-//! issue).
+//! HTTP basic authentication of the API's write endpoints and client certificates
+//! (Patroni's `check_access`, without the allowlist): when `[api] verify_client`
+//! asks for a certificate, a request without a verified one is refused first (403
+//! "client certificate required"), then HTTP basic is checked: certificate AND
+//! credentials, as Patroni does, never one instead of the other. `[api]
+//! read_auth` puts reads behind the same checks ([`read_needs_access`]).
 //!
-//! Owns: deciding from the `Authorization` header and the configured credentials
-//! whether a write may proceed, and the refusal's status and words.
+//! Owns: deciding from the `Authorization` header, the client certificate and the
+//! configured credentials whether a request may proceed, and the refusal's status
+//! and words.
 //! Must never: let a write through while no credentials are configured (that is a
 //! 403 saying how to enable them), compare secrets in time that depends on where
 //! they differ, log or echo a password, or panic on any header.
 
 use base64::Engine as _;
 
-use crate::config::ApiAuth;
+use crate::config::{ApiAuth, ReadAuth};
 
 /// The realm of the `WWW-Authenticate` challenge on a 401.
 pub const REALM: &str = "tenure";
@@ -73,6 +77,41 @@ pub fn check(authorization: Option<&str>, creds: Option<&ApiAuth>) -> Result<(),
         Ok(())
     } else {
         Err(unauthenticated("not authenticated"))
+    }
+}
+
+/// What the TLS layer knows about the client's certificate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientCert {
+    /// None was asked for (plain HTTP, or `verify_client = "none"`).
+    NotAsked,
+    /// One was asked for and none came (`verify_client = "optional"`).
+    Missing,
+    /// One came and chains to `[api] cafile`.
+    Verified,
+}
+
+/// Patroni's first check: a certificate was asked for and none verified: 403.
+pub fn check_cert(cert: ClientCert) -> Result<(), Refusal> {
+    match cert {
+        ClientCert::Missing => Err(Refusal {
+            code: 403,
+            message: "client certificate required".into(),
+        }),
+        ClientCert::NotAsked | ClientCert::Verified => Ok(()),
+    }
+}
+
+/// Whether a read of `path` needs the write endpoints' access under `mode`. The
+/// health checks are every path of [`super::endpoint`] but `/patroni`.
+pub fn read_needs_access(mode: ReadAuth, path: &str) -> bool {
+    match mode {
+        ReadAuth::None => false,
+        ReadAuth::All => true,
+        ReadAuth::ExceptHealth => !matches!(
+            super::endpoint(path),
+            Some(ep) if ep != super::Endpoint::Status
+        ),
     }
 }
 
@@ -146,6 +185,47 @@ mod tests {
                 "WWW-Authenticate: Basic realm=\"tenure\"\r\n"
             );
             assert!(!r.message.contains("s3cret"));
+        }
+    }
+
+    #[test]
+    fn a_missing_client_certificate_is_403_before_credentials() {
+        let r = check_cert(ClientCert::Missing).unwrap_err();
+        assert_eq!(
+            (r.code, r.message.as_str()),
+            (403, "client certificate required")
+        );
+        assert_eq!(check_cert(ClientCert::Verified), Ok(()));
+        assert_eq!(check_cert(ClientCert::NotAsked), Ok(()));
+    }
+
+    #[test]
+    fn read_auth_keeps_health_checks_open_only_where_asked() {
+        let health = [
+            "/",
+            "/primary",
+            "/read-write",
+            "/replica",
+            "/health",
+            "/liveness",
+            "/readiness",
+            "/leader",
+            "/read-only",
+            "/sync",
+            "/async",
+        ];
+        let others = [
+            "/patroni", "/cluster", "/history", "/config", "/metrics", "/nope",
+        ];
+        for p in health.iter().chain(others.iter()) {
+            assert!(!read_needs_access(ReadAuth::None, p), "{p}");
+            assert!(read_needs_access(ReadAuth::All, p), "{p}");
+        }
+        for p in health {
+            assert!(!read_needs_access(ReadAuth::ExceptHealth, p), "{p}");
+        }
+        for p in others {
+            assert!(read_needs_access(ReadAuth::ExceptHealth, p), "{p}");
         }
     }
 

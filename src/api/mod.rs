@@ -42,6 +42,7 @@ pub mod fill;
 pub mod metrics;
 pub mod mgmt;
 pub mod server;
+mod tls;
 
 /// Longest request head accepted (request line + headers + CRLFCRLF).
 pub const MAX_HEAD: usize = 8 * 1024;
@@ -49,8 +50,10 @@ pub const MAX_HEAD: usize = 8 * 1024;
 pub const MAX_HEADERS: usize = 64;
 
 /// A request method. GET, HEAD and OPTIONS read (health and cluster endpoints, open
-/// to anyone, as Patroni's); POST, PUT, PATCH and DELETE write (the table in
-/// [`mgmt`], behind HTTP basic auth); anything else is answered with 405.
+/// to anyone, as Patroni's, unless `[api] read_auth` says otherwise:
+/// [`auth::read_needs_access`]); POST, PUT, PATCH and DELETE write (the table in
+/// [`mgmt`], behind HTTP basic auth and, over TLS, `verify_client`); anything else
+/// is answered with 405.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Method {
     Get,

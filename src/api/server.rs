@@ -11,7 +11,11 @@
 //! which reads `/proc`), or decide when it runs: the loop calls [`ApiServer::service`]
 //! only when no deadline is due (DESIGN §5 "Order of service", issue 8 finding 1), and
 //! one call does a bounded amount of work: at most [`ACCEPTS_PER_SERVICE`] accepts
-//! and one read and one write per open connection.
+//! and one read and one write per open connection, and with TLS (issue 12, the
+//! [`super::tls`] module) at most [`HANDSHAKE_STEPS_PER_SERVICE`] handshake steps
+//! (a step that processes handshake records: the server's signature, a client
+//! certificate's verification), so a flood of TLS clients adds at most that many
+//! signatures to a pass (docs/hardening.md has the measured cost).
 //!
 //! Hand-written rather than an HTTP server crate: a server crate owns its own task
 //! scheduling and buffers; this one must stay on the loop's terms (fixed buffers,
@@ -20,15 +24,18 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
 use tokio::net::TcpStream;
 
+use super::auth::{self, ClientCert};
 use super::mgmt::{self, HeadDecision, Intent, Reply, Response};
+use super::tls::{Got, Tls};
 use super::{ApiStatus, MAX_HEAD, Parsed, parse_request, respond, respond_error};
-use crate::config::ApiAuth;
+use crate::config::{ApiAuth, ReadAuth, VerifyClient};
 use crate::core::time::Instant;
 
 /// Connections open at once; more are accepted and closed at once (no answer).
@@ -38,6 +45,13 @@ pub const ACCEPTS_PER_SERVICE: usize = 16;
 /// How long one connection may take from accept to the last byte written: a slow or
 /// idle client loses its connection, never the loop's time.
 pub const CONN_DEADLINE: Duration = Duration::from_secs(2);
+/// TLS handshake steps per service call (each may cost a signature or a
+/// certificate chain's verification): more wait for the next call, their
+/// readiness kept, while the loop's deadlines keep their precedence.
+pub const HANDSHAKE_STEPS_PER_SERVICE: usize = 4;
+/// The answer to a plain HTTP request on the TLS port (nginx's words).
+pub const PLAIN_HTTP_ON_TLS: &str = "The plain HTTP request was sent to HTTPS port: this API \
+     serves https:// only (see [api] certfile)";
 
 enum Phase {
     /// Reading the request head (and a write's body) into `inbuf[..len]`.
@@ -64,6 +78,28 @@ struct Conn {
     generation: u64,
     /// `100 Continue` was sent (or is not needed any more).
     continued: bool,
+    /// TLS state, when the API serves https:// (`None`: plain HTTP, or a plain
+    /// request on the TLS port being answered with a plain 400).
+    tls: Option<Box<Tls>>,
+}
+
+impl Conn {
+    /// Whether a verified client certificate came with this connection.
+    fn client_cert(&self, verify: VerifyClient) -> ClientCert {
+        match (verify, &self.tls) {
+            (VerifyClient::None, _) | (_, None) => ClientCert::NotAsked,
+            (_, Some(t)) if t.client_cert_verified() => ClientCert::Verified,
+            _ => ClientCert::Missing,
+        }
+    }
+
+    /// Send `bytes` (plain or through TLS); false when they did not all go out.
+    fn send_small(&mut self, bytes: &[u8]) -> bool {
+        match self.tls.as_mut() {
+            None => matches!(self.stream.try_write(bytes), Ok(n) if n == bytes.len()),
+            Some(t) => matches!(t.write(&self.stream, bytes), Ok(n) if n == bytes.len()),
+        }
+    }
 }
 
 /// Names a parked connection for [`ApiServer::complete`]; stale once the
@@ -95,6 +131,13 @@ pub struct Served {
     pub expired: usize,
     /// Requests handed to the loop as intents (parked until answered).
     pub parked: usize,
+    /// TLS connections ended by a TLS error (a failed handshake: no client
+    /// certificate under `verify_client = "required"`, an unknown CA, ...).
+    pub tls_failed: usize,
+    /// Plain HTTP requests on the TLS port (answered 400 in plain text).
+    pub plain_http: usize,
+    /// TLS handshake steps run (at most [`HANDSHAKE_STEPS_PER_SERVICE`] a call).
+    pub handshake_steps: usize,
 }
 
 pub struct ApiServer {
@@ -110,6 +153,12 @@ pub struct ApiServer {
     accept_retry_at: Option<Instant>,
     /// `[api] username`/`password`: the write endpoints' credentials.
     auth: Option<ApiAuth>,
+    /// `[api] certfile`...: new connections speak TLS with this configuration.
+    tls: Option<Arc<rustls::ServerConfig>>,
+    /// `[api] verify_client`.
+    verify_client: VerifyClient,
+    /// `[api] read_auth`.
+    read_auth: ReadAuth,
     /// The next connection's generation.
     generation: u64,
 }
@@ -146,6 +195,9 @@ impl ApiServer {
             refused_total: 0,
             accept_retry_at: None,
             auth: None,
+            tls: None,
+            verify_client: VerifyClient::None,
+            read_auth: ReadAuth::None,
             generation: 0,
         })
     }
@@ -153,6 +205,24 @@ impl ApiServer {
     /// The write endpoints' credentials (at start-up and on reload).
     pub fn set_auth(&mut self, auth: Option<ApiAuth>) {
         self.auth = auth;
+    }
+
+    /// TLS for connections accepted from now on (at start-up and on reload:
+    /// open connections finish with the configuration they started with), the
+    /// client-certificate rule and which reads need access.
+    pub fn set_tls(
+        &mut self,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        verify_client: VerifyClient,
+        read_auth: ReadAuth,
+    ) {
+        self.verify_client = if tls.is_some() {
+            verify_client
+        } else {
+            VerifyClient::None
+        };
+        self.tls = tls;
+        self.read_auth = read_auth;
     }
 
     /// The next intent handed over and not taken yet (in slot order). The loop
@@ -218,9 +288,18 @@ impl ApiServer {
     /// context (accepted sockets are registered with its poller).
     pub fn service(&mut self, now: Instant, status: &ApiStatus) -> Served {
         let mut served = Served::default();
+        let mut handshake_steps = HANDSHAKE_STEPS_PER_SERVICE;
         for _ in 0..ACCEPTS_PER_SERVICE {
             let Some(stream) = self.try_accept(now) else {
                 break;
+            };
+            let tls = match self.tls.as_ref().map(|c| Tls::new(Arc::clone(c))) {
+                None => None,
+                Some(Ok(t)) => Some(Box::new(t)),
+                Some(Err(e)) => {
+                    log::debug!("api: cannot start TLS on a connection: {e}");
+                    continue;
+                }
             };
             match self.slots.iter_mut().find(|s| s.conn.is_none()) {
                 Some(slot) => {
@@ -234,6 +313,7 @@ impl ApiServer {
                         deadline: now.add(CONN_DEADLINE),
                         generation: self.generation,
                         continued: false,
+                        tls,
                     });
                     served.accepted += 1;
                 }
@@ -285,20 +365,51 @@ impl ApiServer {
             if let Phase::Reading = conn.phase {
                 // A full buffer is answered below (431), never read into.
                 if conn.len < slot.inbuf.len() {
-                    match conn.stream.try_read(&mut slot.inbuf[conn.len..]) {
-                        Ok(0) => {
-                            // The client closed before a complete head.
+                    let got = match conn.tls.as_mut() {
+                        Some(t) => t.read(
+                            &conn.stream,
+                            &mut slot.inbuf[conn.len..],
+                            &mut handshake_steps,
+                        ),
+                        None => match conn.stream.try_read(&mut slot.inbuf[conn.len..]) {
+                            Ok(0) => Got::Closed,
+                            Ok(n) => Got::Data(n),
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Got::Nothing,
+                            Err(e) => Got::Failed(e.to_string()),
+                        },
+                    };
+                    match got {
+                        Got::Data(n) => conn.len += n,
+                        Got::Nothing | Got::Throttled => {}
+                        // The client closed before a complete head.
+                        Got::Closed => {
                             slot.conn = None;
                             continue;
                         }
-                        Ok(n) => conn.len += n,
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                        Err(_) => {
+                        Got::Failed(e) => {
+                            if conn.tls.is_some() {
+                                log::debug!("api: TLS connection ended: {e}");
+                                served.tls_failed += 1;
+                            }
                             slot.conn = None;
                             continue;
+                        }
+                        Got::PlainHttp => {
+                            // Answered in plain text, which the client can read;
+                            // the request itself is drained unread.
+                            log::debug!("api: a plain HTTP request on the TLS port, answered 400");
+                            served.plain_http += 1;
+                            conn.tls = None;
+                            slot.out.clear();
+                            Response::text(400, PLAIN_HTTP_ON_TLS).render(&mut slot.out);
+                            conn.phase = Phase::Writing;
+                            conn.written = 0;
+                            served.answered += 1;
                         }
                     }
                 }
+            }
+            if let Phase::Reading = conn.phase {
                 slot.out.clear();
                 match parse_request(&slot.inbuf[..conn.len]) {
                     Parsed::Incomplete if conn.len < MAX_HEAD => continue,
@@ -313,13 +424,21 @@ impl ApiServer {
                         query,
                         head,
                     } if method.is_write() => {
-                        match mgmt::on_head(
-                            &method,
-                            &path,
-                            &head,
-                            self.auth.as_ref(),
-                            &mut slot.out,
-                        ) {
+                        let cert = conn.client_cert(self.verify_client);
+                        let decision = match auth::check_cert(cert) {
+                            Err(refusal) => {
+                                refused(&refusal).render(&mut slot.out);
+                                HeadDecision::Answered
+                            }
+                            Ok(()) => mgmt::on_head(
+                                &method,
+                                &path,
+                                &head,
+                                self.auth.as_ref(),
+                                &mut slot.out,
+                            ),
+                        };
+                        match decision {
                             HeadDecision::Answered => {}
                             HeadDecision::ReadBody { route, len } => {
                                 let end = head.len + len;
@@ -331,8 +450,7 @@ impl ApiServer {
                                         // short write would garble the answer: give up.
                                         conn.continued = true;
                                         let c = b"HTTP/1.1 100 Continue\r\n\r\n";
-                                        if !matches!(conn.stream.try_write(c), Ok(n) if n == c.len())
-                                        {
+                                        if !conn.send_small(c) {
                                             slot.conn = None;
                                         }
                                     }
@@ -359,18 +477,40 @@ impl ApiServer {
                         method,
                         path,
                         query,
-                        ..
-                    } => respond(&method, &path, &query, status, &mut slot.out),
+                        head,
+                    } => {
+                        let access = if auth::read_needs_access(self.read_auth, &path) {
+                            auth::check_cert(conn.client_cert(self.verify_client)).and_then(|()| {
+                                auth::check(head.authorization.as_deref(), self.auth.as_ref())
+                            })
+                        } else {
+                            Ok(())
+                        };
+                        match access {
+                            Ok(()) => respond(&method, &path, &query, status, &mut slot.out),
+                            Err(refusal) => refused(&refusal).render(&mut slot.out),
+                        }
+                    }
                     Parsed::Bad(code, why) => respond_error(code, &why, &mut slot.out),
                 }
                 conn.phase = Phase::Writing;
                 conn.written = 0;
                 served.answered += 1;
             }
-            match conn.stream.try_write(&slot.out[conn.written..]) {
+            let wrote = match conn.tls.as_mut() {
+                None => conn.stream.try_write(&slot.out[conn.written..]),
+                Some(t) => t.write(&conn.stream, &slot.out[conn.written..]),
+            };
+            match wrote {
                 Ok(n) => {
                     conn.written += n;
-                    if conn.written >= slot.out.len() {
+                    if conn.written >= slot.out.len()
+                        && conn.tls.as_mut().is_none_or(|t| {
+                            // Everything taken by rustls must reach the socket first.
+                            t.close(&conn.stream);
+                            !t.wants_write()
+                        })
+                    {
                         // `Connection: close`: our side is done; the client's close
                         // (or the deadline) ends the connection.
                         use std::os::fd::AsRawFd;
@@ -385,6 +525,7 @@ impl ApiServer {
                 Err(_) => slot.conn = None,
             }
         }
+        served.handshake_steps = HANDSHAKE_STEPS_PER_SERVICE - handshake_steps;
         served
     }
 
@@ -442,6 +583,30 @@ impl ApiServer {
     }
 }
 
+/// The TLS configuration `[api]` asks for (`None`: plain HTTP), built from its
+/// files now; the error names the file. At start-up and on reload, before
+/// anything moves: a failed reload keeps the running certificates.
+pub fn tls_of(api: &crate::config::ApiConfig) -> Result<Option<Arc<rustls::ServerConfig>>, String> {
+    api.tls
+        .as_ref()
+        .map(|t| {
+            crate::tls::server_config(
+                &t.certfile,
+                &t.keyfile,
+                t.cafile.as_deref(),
+                t.verify_client,
+            )
+        })
+        .transpose()
+}
+
+/// The answer to a refused access (403, or 401 with the challenge).
+fn refused(r: &auth::Refusal) -> Response {
+    let mut resp = Response::text(r.code, &r.message);
+    resp.extra = r.extra_headers();
+    resp
+}
+
 /// See [`ApiServer::ready`].
 pub struct Ready<'a> {
     server: &'a ApiServer,
@@ -457,7 +622,11 @@ impl Future for Ready<'_> {
         for slot in &s.slots {
             if let Some(c) = &slot.conn {
                 let ready = match c.phase {
-                    Phase::Reading | Phase::Draining => c.stream.poll_read_ready(cx).is_ready(),
+                    Phase::Reading | Phase::Draining => {
+                        c.stream.poll_read_ready(cx).is_ready()
+                            || (c.tls.as_ref().is_some_and(|t| t.wants_write())
+                                && c.stream.poll_write_ready(cx).is_ready())
+                    }
                     Phase::Writing => c.stream.poll_write_ready(cx).is_ready(),
                     // Nothing to do until the loop answers (or the deadline).
                     Phase::Waiting => false,

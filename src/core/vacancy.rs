@@ -59,6 +59,16 @@ pub(super) struct Vacancy {
 }
 
 impl Core {
+    /// The cluster revision of the first read that showed the open vacancy (none
+    /// open: `None`). Member keys written after it carry fresh positions (DESIGN
+    /// §3a): the shell publishes this node's once past it, and wakes on a rival's.
+    pub fn vacancy_revision(&self) -> Option<i64> {
+        if matches!(self.state, State::Leader(_)) {
+            return None;
+        }
+        self.vacancy.as_ref().map(|v| v.seen_revision)
+    }
+
     /// The leader lease a replica should poll with `LeaseTimeToLive` this iteration.
     pub fn lease_to_poll(&self) -> Option<LeaseId> {
         if matches!(self.state, State::Leader(_)) {

@@ -1,9 +1,12 @@
 //! A small blocking HTTP/1.1 client for the members' REST APIs.
 //!
 //! Owns: one request per connection (`Connection: close`), HTTP basic auth as
-//! patronictl sends it, a connect deadline and a deadline on the whole exchange,
-//! and a cap on the answer's size. Must never: follow redirects, speak TLS
-//! (refused by name), block past its deadline, or panic on what a server sends.
+//! patronictl sends it, TLS for `https://` URLs (rustls's `ClientConnection` over
+//! the same blocking socket, [`crate::tls::client_config`]: `[ctl] cacert`,
+//! `certfile`/`keyfile`, `insecure`), a connect deadline and a deadline on the
+//! whole exchange, and a cap on the answer's size. Must never: follow redirects,
+//! send a request to an https:// URL unencrypted, block past its deadline, or
+//! panic on what a server sends.
 //!
 //! Why not a crate: ctl needs GET, POST and PATCH with a JSON body against
 //! servers it knows; std's `TcpStream` with timeouts plus `httparse` (already a
@@ -13,7 +16,11 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
 /// The most of an answer read (heads and bodies of the API are a few kB).
 pub const MAX_RESPONSE: usize = 4 * 1024 * 1024;
@@ -41,17 +48,20 @@ pub struct Response {
     pub body: String,
 }
 
-/// `http://host:port[/path]` → `(host, port)`. The path of Patroni's `api_url`
-/// (`/patroni`) is dropped: every endpoint is at the root.
+/// Whether `url` is `https://`.
+pub fn is_https(url: &str) -> bool {
+    url.starts_with("https://")
+}
+
+/// `http[s]://host:port[/path]` → `(host, port)` (default port 80, or 443 for
+/// https). The path of Patroni's `api_url` (`/patroni`) is dropped: every
+/// endpoint is at the root.
 pub fn parse_api_url(url: &str) -> Result<(String, u16), String> {
-    if url.starts_with("https://") {
-        return Err(format!(
-            "{url}: https is not supported by tenure ctl yet (the API serves plain HTTP)"
-        ));
-    }
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{url:?}: not an http:// URL"))?;
+    let (rest, default_port) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(r), _) => (r, 80),
+        (None, Some(r)) => (r, 443),
+        (None, None) => return Err(format!("{url:?}: not an http:// or https:// URL")),
+    };
     let authority = rest.split('/').next().unwrap_or("");
     if authority.is_empty() || authority.contains('@') {
         return Err(format!("{url:?}: no host:port in it"));
@@ -63,7 +73,7 @@ pub fn parse_api_url(url: &str) -> Result<(String, u16), String> {
                 .map_err(|_| format!("{url:?}: the port {p:?} is not a number"))?;
             (h, port)
         }
-        _ => (authority, 80),
+        _ => (authority, default_port),
     };
     let host = host.trim_start_matches('[').trim_end_matches(']');
     if host.is_empty() {
@@ -155,14 +165,77 @@ pub fn parse_response(buf: &[u8], eof: bool) -> Result<Option<Response>, String>
     }))
 }
 
-/// One request to the API at `api_url`. `timeout` bounds the whole exchange
-/// (connect included); the text of an `Err` names the URL and what failed.
+/// The connection: plain, or TLS over the same socket.
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+}
+
+impl Conn {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Conn::Plain(s) => s,
+            Conn::Tls(t) => t.get_ref(),
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(buf),
+            Conn::Tls(t) => t.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.write(buf),
+            Conn::Tls(t) => t.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.flush(),
+            Conn::Tls(t) => t.flush(),
+        }
+    }
+}
+
+/// One request to the API at `api_url` over plain HTTP (an https:// URL is
+/// refused: [`request_with`] takes the TLS configuration).
 pub fn request(
     api_url: &str,
     method: &str,
     path: &str,
     body: Option<&str>,
     auth: Option<&Credentials>,
+    timeout: Duration,
+) -> Result<Response, String> {
+    request_with(
+        api_url,
+        method,
+        path,
+        body,
+        auth,
+        Err("no TLS client configuration"),
+        timeout,
+    )
+}
+
+/// One request to the API at `api_url`. `timeout` bounds the whole exchange
+/// (connect and TLS handshake included); the text of an `Err` names the URL and
+/// what failed. `tls`: the client configuration for https:// URLs, or why there
+/// is none (said when the URL needs one).
+pub fn request_with(
+    api_url: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    auth: Option<&Credentials>,
+    tls: Result<&Arc<ClientConfig>, &str>,
     timeout: Duration,
 ) -> Result<Response, String> {
     let deadline = Instant::now() + timeout;
@@ -187,7 +260,17 @@ pub fn request(
             Err(e) => last = format!("cannot connect to {a}: {e}"),
         }
     }
-    let mut stream = stream.ok_or_else(|| fail(last))?;
+    let stream = stream.ok_or_else(|| fail(last))?;
+    let mut stream = if is_https(api_url) {
+        let config = tls.map_err(|why| fail(format!("https: {why}")))?;
+        let name = ServerName::try_from(host.clone())
+            .map_err(|e| fail(format!("TLS: {host:?} is not a server name: {e}")))?;
+        let conn = ClientConnection::new(Arc::clone(config), name)
+            .map_err(|e| fail(format!("TLS: {e}")))?;
+        Conn::Tls(Box::new(StreamOwned::new(conn, stream)))
+    } else {
+        Conn::Plain(stream)
+    };
     let left = |d: Instant| {
         let l = d.saturating_duration_since(Instant::now());
         // A zero timeout means "none" to std: never pass it.
@@ -198,7 +281,13 @@ pub fn request(
         }
     };
     stream
+        .tcp()
         .set_write_timeout(Some(left(deadline)?))
+        .map_err(|e| fail(e.to_string()))?;
+    // The handshake reads too: bounded by the same deadline.
+    stream
+        .tcp()
+        .set_read_timeout(Some(left(deadline)?))
         .map_err(|e| fail(e.to_string()))?;
     stream
         .write_all(&encode_request(method, &host, port, path, body, auth))
@@ -207,6 +296,7 @@ pub fn request(
     let mut chunk = [0u8; 8192];
     loop {
         stream
+            .tcp()
             .set_read_timeout(Some(left(deadline)?))
             .map_err(|e| fail(e.to_string()))?;
         match stream.read(&mut chunk) {

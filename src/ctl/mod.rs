@@ -128,9 +128,19 @@ where
         username: a.username.clone(),
         password: a.password.clone(),
     });
+    // Built now, needed only for https:// APIs: the error waits until one is.
+    let tls = crate::tls::client_config(
+        cfg.ctl.cacert.as_deref(),
+        cfg.ctl
+            .cert
+            .as_ref()
+            .map(|(c, k)| (c.as_path(), k.as_path())),
+        cfg.ctl.insecure,
+    );
     let mut ctx = Ctx {
         cfg,
         creds,
+        tls,
         inv,
         dcs: None,
     };
@@ -148,6 +158,8 @@ struct Dcs {
 pub(crate) struct Ctx {
     cfg: Config,
     creds: Option<Credentials>,
+    /// `[ctl]` TLS for https:// APIs, or why there is none.
+    tls: Result<std::sync::Arc<rustls::ClientConfig>, String>,
     inv: Invocation,
     dcs: Option<Dcs>,
 }

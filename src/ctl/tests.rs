@@ -193,11 +193,13 @@ fn base64_and_urls() {
         Ok(("::1".into(), 8008))
     );
     assert_eq!(http::parse_api_url("http://db1"), Ok(("db1".into(), 80)));
-    assert!(
-        http::parse_api_url("https://10.0.0.1:8008")
-            .unwrap_err()
-            .contains("https")
+    // Issue 12: https:// is spoken (443 by default).
+    assert_eq!(
+        http::parse_api_url("https://10.0.0.1:8008/patroni"),
+        Ok(("10.0.0.1".into(), 8008))
     );
+    assert_eq!(http::parse_api_url("https://db1"), Ok(("db1".into(), 443)));
+    assert!(http::is_https("https://db1") && !http::is_https("http://db1"));
     assert!(http::parse_api_url("ftp://x").is_err());
     assert!(http::parse_api_url("http://h:port").is_err());
     assert!(http::parse_api_url("http://").is_err());
@@ -668,6 +670,7 @@ fn auth_answers_name_the_fix() {
     let ctx = super::Ctx {
         cfg: example_config(),
         creds: None,
+        tls: Err("no TLS".into()),
         inv: parse(&["-c", "/etc/tenure/node.toml", "list"]).expect("parses"),
         dcs: None,
     };

@@ -119,12 +119,13 @@ pub(super) fn api(
         )));
     }
     let text = body.map(|b| b.to_string());
-    let r = http::request(
+    let r = http::request_with(
         api_url,
         method,
         path,
         text.as_deref(),
         ctx.creds.as_ref(),
+        ctx.tls.as_ref().map_err(String::as_str),
         timeout,
     )
     .map_err(|e| CtlError::Failed(format!("{member}: {e}")))?;

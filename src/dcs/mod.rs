@@ -86,13 +86,15 @@ impl<'a> AcquireBasis<'a> {
     }
 }
 
-/// A change to `leader` seen by the watch.
+/// A change to `leader` or to a member key seen by the watch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchEvent {
     /// `leader` was deleted (expiry, release, revoke, operator).
     LeaderDeleted { revision: i64 },
     /// `leader` was written (created or overwritten) with this value.
     LeaderPut { name: String, revision: i64 },
+    /// `members/<name>` was written (a member published its state).
+    MemberPut { name: String, revision: i64 },
     /// The watch broke (cancelled, compacted, no leader): reopen it.
     Broken(String),
 }
@@ -1178,8 +1180,10 @@ impl Etcd {
         deleted
     }
 
-    /// (Re)open the watch on `leader` from `start_revision` (cluster read revision +
-    /// 1). Returns once etcd confirmed the watch was created.
+    /// (Re)open the watch from `start_revision` (cluster read revision + 1): on the
+    /// whole scope, of which `leader` and the member keys are reported (a vacancy's
+    /// candidates wake on their rivals' fresh positions, issue 13 item 4), every
+    /// other key dropped here. Returns once etcd confirmed the watch was created.
     pub fn watch_leader(
         &mut self,
         rt: &Runtime,
@@ -1188,9 +1192,11 @@ impl Etcd {
     ) -> Result<(), DcsError> {
         self.watch = None;
         self.pending.clear();
-        let key = self.key("leader");
+        let key = self.key("");
         let mut wc = self.client.watch_client();
-        let opts = WatchOptions::new().with_start_revision(start_revision);
+        let opts = WatchOptions::new()
+            .with_start_revision(start_revision)
+            .with_prefix();
         let fut = async move {
             let mut stream = wc.watch(key, Some(opts)).await?;
             // etcd answers the create request first; events follow.
@@ -1245,20 +1251,31 @@ impl Etcd {
                     return WatchEvent::Broken("watch on leader: stream ended".into());
                 }
                 Ok(Some(r)) => {
+                    let prefix = self.prefix.as_bytes();
                     for ev in r.events() {
                         let Some(kv) = ev.kv() else { continue };
+                        let Some(rel) = kv.key().strip_prefix(prefix) else {
+                            continue;
+                        };
                         // A DELETE event's kv is a tombstone with version 0; a PUT
                         // has version >= 1. Read it that way rather than through
                         // `event_type()`, which panics on a type it does not know.
-                        let we = if kv.version() == 0 {
-                            WatchEvent::LeaderDeleted {
-                                revision: kv.mod_revision(),
-                            }
-                        } else {
-                            WatchEvent::LeaderPut {
+                        let put = kv.version() != 0;
+                        let we = match rel {
+                            b"leader" if put => WatchEvent::LeaderPut {
                                 name: String::from_utf8_lossy(kv.value()).into_owned(),
                                 revision: kv.mod_revision(),
-                            }
+                            },
+                            b"leader" => WatchEvent::LeaderDeleted {
+                                revision: kv.mod_revision(),
+                            },
+                            _ => match rel.strip_prefix(b"members/") {
+                                Some(name) if put => WatchEvent::MemberPut {
+                                    name: String::from_utf8_lossy(name).into_owned(),
+                                    revision: kv.mod_revision(),
+                                },
+                                _ => continue,
+                            },
                         };
                         self.pending.push_back(we);
                     }
