@@ -328,6 +328,29 @@ fn probe_on(c: &TestCluster, p: usize) -> Result<WriteProbe, String> {
     Ok(probe)
 }
 
+/// Synchronous mode: wait until the `sync` key names `p` as leader and one of the
+/// replicas as its synchronous standby. Before that the primary runs degraded
+/// (commits acknowledged by it alone) and nobody may take over after its crash
+/// (only the sync standby or the last leader may, DESIGN's synchronous mode, as in
+/// Patroni): a crash then is a cluster that waits for its old leader by design, not
+/// a failover to measure.
+fn wait_sync_standby(c: &TestCluster, p: usize) -> Result<(), String> {
+    wait_for(REJOIN, Duration::from_millis(50), || {
+        let v: serde_json::Value = serde_json::from_str(&c.get_key("sync")?).ok()?;
+        let standby = v.get("sync_standby")?.as_str()?;
+        (v.get("leader")?.as_str()? == c.name(p) && c.index_of(standby).is_some_and(|s| s != p))
+            .then_some(())
+    })
+    .ok_or_else(|| {
+        format!(
+            "the sync key never named a synchronous standby of {} (it holds {:?}){}",
+            c.name(p),
+            c.get_key("sync"),
+            c.logs_tail(30)
+        )
+    })
+}
+
 /// What the key watcher saw.
 #[derive(Default)]
 struct Seen {
@@ -487,6 +510,9 @@ fn one_round(
             kv.value,
             c.name(p)
         ));
+    }
+    if cfg.sync {
+        wait_sync_standby(c, p)?;
     }
     let log_len: Vec<usize> = (0..c.node_count()).map(|i| c.agent_log(i).len()).collect();
     let mut probe = probe_on(c, p)?;
