@@ -14,8 +14,9 @@ TENURE    := target/debug/tenure
 # etcd-client's build; iproute2,
 # nftables: partition tests; haproxy: routing tests; fuse3: the watchdog stand-in;
 # dpkg-dev (dpkg-shlibdeps), rpm (rpmbuild), lintian, systemd (systemd-analyze,
-# systemd-sysusers), binutils (strip): `make deb`/`make rpm` and tests/real_package.rs.
-DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler libprotobuf-dev iproute2 nftables haproxy fuse3 dpkg-dev rpm lintian systemd binutils
+# systemd-sysusers), binutils (strip): `make deb`/`make rpm` and tests/real_package.rs;
+# curl: tests/real_api_tls.rs (an https client that is not ours).
+DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler libprotobuf-dev iproute2 nftables haproxy fuse3 dpkg-dev rpm lintian systemd binutils curl
 # The version the packages carry: Cargo.toml's (build-*.sh check the binary says it).
 VERSION   := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 PACKAGES  := target/packages

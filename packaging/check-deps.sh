@@ -46,8 +46,9 @@ check_file() { # what, path
 }
 
 # Programs the build, the demo and the tests run (the packaging ones:
-# packaging/build-*.sh, tests/real_package.rs; openssl: tests/real_tls.rs).
-for tool in protoc etcd etcdctl openssl haproxy nft ip fusermount3 \
+# packaging/build-*.sh, tests/real_package.rs; openssl: the TLS tests; curl:
+# tests/real_api_tls.rs).
+for tool in protoc etcd etcdctl openssl curl haproxy nft ip fusermount3 \
     dpkg-deb dpkg-shlibdeps rpmbuild rpm lintian systemd-analyze systemd-sysusers strip; do
     path=$(command -v "$tool" || true)
     check_file "program $tool" "${path:-/usr/bin/$tool}"
