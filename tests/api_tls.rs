@@ -95,12 +95,7 @@ fn service_until(
         });
         let _g = rt.enter();
         let d = s.service(now, &ApiStatus::default());
-        all.accepted += d.accepted;
-        all.answered += d.answered;
-        all.parked += d.parked;
-        all.tls_failed += d.tls_failed;
-        all.plain_http += d.plain_http;
-        all.handshake_steps += d.handshake_steps;
+        all += d;
         assert!(
             d.handshake_steps <= HANDSHAKE_STEPS_PER_SERVICE,
             "{} handshake steps in one service call",

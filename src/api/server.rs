@@ -140,6 +140,20 @@ pub struct Served {
     pub handshake_steps: usize,
 }
 
+impl std::ops::AddAssign for Served {
+    /// Totals over several service calls (the tests' loops).
+    fn add_assign(&mut self, d: Served) {
+        self.accepted += d.accepted;
+        self.refused += d.refused;
+        self.answered += d.answered;
+        self.expired += d.expired;
+        self.parked += d.parked;
+        self.tls_failed += d.tls_failed;
+        self.plain_http += d.plain_http;
+        self.handshake_steps += d.handshake_steps;
+    }
+}
+
 pub struct ApiServer {
     /// A std listener (non-blocking) under `AsyncFd`: readiness can be polled
     /// without taking a connection, and accepting is a plain `accept(2)`.
@@ -676,11 +690,7 @@ mod tests {
             });
             let _g = rt.enter();
             let d = s.service(now, &ApiStatus::default());
-            all.accepted += d.accepted;
-            all.refused += d.refused;
-            all.answered += d.answered;
-            all.expired += d.expired;
-            all.parked += d.parked;
+            all += d;
             if f(s, &all) {
                 break;
             }
