@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use harness::Table;
-use tenure::testbed::cluster::{ClusterOptions, TestCluster};
+use tenure::testbed::cluster::ClusterOptions;
 use tenure::testbed::etcd::http_get_local;
 
 fn main() {
@@ -130,14 +130,7 @@ fn run() -> Result<(), String> {
     opts.scope = "bench-footprint".into();
     opts.log_level = Some("info".into());
     let loop_wait = opts.loop_wait;
-    let boot = Instant::now();
-    let mut c = TestCluster::start(opts)?;
-    let p = c.settled(Duration::from_secs(120))?;
-    println!(
-        "cluster settled in {:.1} s, primary {}",
-        boot.elapsed().as_secs_f64(),
-        c.name(p)
-    );
+    let (mut c, p) = harness::start_settled(opts, "")?;
     // Let the first loops' one-off work (slots, pg_hba, sync names) pass.
     std::thread::sleep(Duration::from_secs(5));
     c.check_agents()?;

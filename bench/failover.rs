@@ -34,7 +34,6 @@ use tenure::testbed::cluster::{ClusterOptions, TestCluster};
 use tenure::testbed::probe::WriteProbe;
 use tenure::testbed::wait_for;
 
-const BOOT: Duration = Duration::from_secs(120);
 const FAILOVER: Duration = Duration::from_secs(60);
 const REJOIN: Duration = Duration::from_secs(120);
 
@@ -126,15 +125,7 @@ fn start_cluster(round: usize) -> Result<(TestCluster, usize), String> {
     opts.tag = format!("bench-failover-{round}");
     opts.scope = format!("bench-failover-{round}");
     opts.log_level = Some("info".into());
-    let boot = Instant::now();
-    let mut c = TestCluster::start(opts)?;
-    let p = c.settled(BOOT)?;
-    println!(
-        "cluster settled in {:.1} s, primary {}",
-        boot.elapsed().as_secs_f64(),
-        c.name(p)
-    );
-    Ok((c, p))
+    harness::start_settled(opts, "")
 }
 
 /// One host crash of the primary `p`; returns the new primary.

@@ -49,7 +49,6 @@ use tenure::testbed::cluster::{ClusterOptions, NodeWatchdog, TestCluster};
 use tenure::testbed::probe::WriteProbe;
 use tenure::testbed::{etcd, etcdkv, wait_for};
 
-const BOOT: Duration = Duration::from_secs(120);
 const REJOIN: Duration = Duration::from_secs(120);
 /// How often the key watcher reads the leader key (the DELETE's resolution).
 const POLL: Duration = Duration::from_millis(5);
@@ -292,15 +291,7 @@ fn run_config(cfg: Config, n: usize, m: &mut Measured) -> Result<(), String> {
         cfg.key,
         harness::machine_line()
     );
-    let boot = Instant::now();
-    let mut c = TestCluster::start(o)?;
-    let mut p = c.settled(BOOT)?;
-    println!(
-        "[{}] cluster settled in {:.1} s, primary {}",
-        cfg.key,
-        boot.elapsed().as_secs_f64(),
-        c.name(p)
-    );
+    let (mut c, mut p) = harness::start_settled(o, &format!("[{}] ", cfg.key))?;
     if cfg.watchdog {
         // The W each agent armed, as it logged it (the first line that names it).
         for i in 0..c.node_count() {

@@ -213,3 +213,20 @@ pub fn machine_line() -> String {
         .unwrap_or_default();
     format!("{cpu}, {cores} cores, load average {load}")
 }
+
+/// Start a test cluster and wait (up to 120 s) until it has settled: the primary's
+/// index. Prints how long the boot took, after `label` (empty: none).
+pub fn start_settled(
+    opts: tenure::testbed::cluster::ClusterOptions,
+    label: &str,
+) -> Result<(tenure::testbed::cluster::TestCluster, usize), String> {
+    let boot = Instant::now();
+    let mut c = tenure::testbed::cluster::TestCluster::start(opts)?;
+    let p = c.settled(Duration::from_secs(120))?;
+    println!(
+        "{label}cluster settled in {:.1} s, primary {}",
+        boot.elapsed().as_secs_f64(),
+        c.name(p)
+    );
+    Ok((c, p))
+}

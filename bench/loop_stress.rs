@@ -360,14 +360,7 @@ fn one_run(cfg: &RunCfg) -> Result<(), String> {
         }
     );
     let loop_wait = opts.loop_wait;
-    let boot = Instant::now();
-    let mut c = TestCluster::start(opts)?;
-    let p = c.settled(Duration::from_secs(120))?;
-    println!(
-        "cluster settled in {:.1} s, primary {}",
-        boot.elapsed().as_secs_f64(),
-        c.name(p)
-    );
+    let (mut c, p) = harness::start_settled(opts, "")?;
     etcd_realtime(&mut c)?;
     println!("etcd members: SCHED_FIFO 10 (chrt -a -f -p 10 <pid>)");
     std::thread::sleep(Duration::from_secs(5));
