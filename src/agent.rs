@@ -35,6 +35,7 @@ mod intents;
 mod looptrace;
 mod manage;
 mod names;
+mod schedule;
 mod secure;
 mod switchover;
 
@@ -125,6 +126,8 @@ struct Agent {
     /// The member lease's granted TTL (`None`: reused from an earlier run, unknown).
     member_ttl: Option<u32>,
     next_tick: Instant,
+    /// The plan's wake-up and a non-leader's etcd budget (agent/schedule.rs).
+    schedule: schedule::Schedule,
     /// Boottime and realtime at the start of the last iteration (S5).
     last_iteration: Option<(Instant, Duration)>,
     pending: Pending,
@@ -313,6 +316,7 @@ impl Agent {
             member_kept_at: None,
             member_ttl: None,
             next_tick: clock::now(),
+            schedule: schedule::Schedule::default(),
             last_iteration: None,
             pending: Pending::default(),
             leader_deleted_at: None,
@@ -375,6 +379,8 @@ impl Agent {
                         None => self.next_tick,
                     }
                 };
+                // The core's own deadline (the promote delay's end), if sooner.
+                let until = self.wait_end(until);
                 // A hook's deadline wakes the wait too, but only to kill the hook:
                 // it runs no iteration (the renewal keeps its fixed schedule, S6 d).
                 match self.hooks.deadline() {
@@ -503,6 +509,7 @@ impl Agent {
             };
             let now = clock::now();
             let plan = self.core.step(now, &obs);
+            self.plan_wake(plan.wake_at);
             self.guardian_after_step();
             self.events_after_step(now, &obs, &plan);
             self.trace.phase(looptrace::Phase::Step);
@@ -863,7 +870,6 @@ impl Agent {
     fn observe(&mut self, now: Instant, tick: bool) -> Observation {
         let r = self.core.timing().retry_timeout;
         let me = self.cfg.name.clone();
-
         // The renewal first: nothing else in the iteration may delay it (S6 d).
         let mut renewal = None;
         if tick {

@@ -255,6 +255,7 @@ impl Core {
             actions: p.actions,
             reason,
             again: p.again,
+            wake_at: p.wake_at,
         }
     }
 
@@ -281,10 +282,16 @@ impl Core {
 struct Planner {
     actions: Vec<Action>,
     again: bool,
+    wake_at: Option<Instant>,
 }
 
 impl Planner {
     fn push(&mut self, a: Action) {
         self.actions.push(a);
+    }
+
+    /// Ask for an iteration no later than `t` (the earliest of all asked wins).
+    fn wake_by(&mut self, t: Instant) {
+        self.wake_at = Some(self.wake_at.map_or(t, |w| w.min(t)));
     }
 }

@@ -829,4 +829,9 @@ pub struct Plan {
     pub reason: Reason,
     /// Run the next iteration at once (an action's outcome is awaited).
     pub again: bool,
+    /// Run an iteration no later than this instant, even between renewal ticks: a
+    /// deadline the core waits for (the end of the promote delay), so what it holds
+    /// back comes when it ends, not at the first tick after it. The shell only wakes
+    /// then; it is no renewal tick, and it never moves the tick grid (S6 d).
+    pub wake_at: Option<Instant>,
 }
