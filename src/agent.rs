@@ -549,6 +549,7 @@ impl Agent {
             // The API's write intents deferred because a deadline was near.
             self.carry_out_intents();
             self.run_scheduled_restart();
+            self.keep_schedule();
             if exit {
                 self.hooks.finish();
                 self.stop_guardian();
@@ -606,6 +607,11 @@ impl Agent {
     /// endpoint, and the next one after any failure (`switch_endpoint`), costs at
     /// most one failed call per dead member.
     fn connect(&mut self, deadline: Instant) -> Option<(&mut Etcd, &Runtime)> {
+        if self.etcd_budget_spent() {
+            // A non-leader's observation waited out its etcd time: nothing more is
+            // sent in it (agent/schedule.rs).
+            return None;
+        }
         if self.etcd.is_none() {
             let eps = &self.cfg.etcd.endpoints;
             let i = self.endpoint % eps.len().max(1);
@@ -631,6 +637,9 @@ impl Agent {
     /// Drop the client (and its watch) and use the next endpoint from the next call
     /// on; the watch is reopened after the next successful read.
     fn switch_endpoint(&mut self) {
+        if !self.may_switch_endpoint() {
+            return;
+        }
         self.etcd = None;
         // Its name is resolved again in `resolve_step`, never here (names.rs).
         self.names.failed(self.endpoint);
@@ -651,7 +660,7 @@ impl Agent {
         if self.core.leadership().is_some() {
             t.min(self.next_tick)
         } else {
-            t
+            self.within_etcd_budget(t)
         }
     }
 
@@ -870,6 +879,14 @@ impl Agent {
     fn observe(&mut self, now: Instant, tick: bool) -> Observation {
         let r = self.core.timing().retry_timeout;
         let me = self.cfg.name.clone();
+        self.etcd_budget_begin(now);
+        let o = self.observe_calls(now, tick, r, me);
+        self.etcd_budget_end();
+        o
+    }
+
+    /// `observe`'s calls, in order (a non-leader's within one etcd budget).
+    fn observe_calls(&mut self, now: Instant, tick: bool, r: Duration, me: String) -> Observation {
         // The renewal first: nothing else in the iteration may delay it (S6 d).
         let mut renewal = None;
         if tick {
