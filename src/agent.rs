@@ -38,6 +38,7 @@ mod names;
 mod schedule;
 mod secure;
 mod switchover;
+mod wdcheck;
 
 /// The cluster "read" of an iteration cut short past `F - B` after its renewal.
 const PAST_CAP: &str = "not read: past F - B";
@@ -79,6 +80,8 @@ struct Watchdogs {
     last_status: String,
     /// `WATCHDOG_RESET` was said this run (sysfs at start-up or the first open).
     boot_reset_said: bool,
+    /// The required device's check before candidacy (agent/wdcheck.rs).
+    check: wdcheck::WdCheck,
 }
 
 /// Outcomes of this iteration's actions, reported in the next observation.
@@ -1030,6 +1033,7 @@ impl Agent {
             pg = self.pg.probe(pg_deadline);
         }
         self.trace.phase(looptrace::Phase::Probe);
+        self.check_required_watchdog(&pg);
         self.assemble(cluster, renewal, lease_poll, pg, job, Duration::ZERO)
     }
 
@@ -1072,6 +1076,7 @@ impl Agent {
             job,
             shutdown: self.shutdown,
             watchdog_failed: pending.watchdog_failed,
+            watchdog_unusable: self.wd.check.unusable.clone(),
             clock_jump,
             guard_refused: pending.guard_refused,
             pet: pending.pet,
@@ -2191,6 +2196,7 @@ impl Watchdogs {
                 ready_sent: false,
                 last_status: String::new(),
                 boot_reset_said,
+                check: wdcheck::WdCheck::default(),
             },
             core,
         ))

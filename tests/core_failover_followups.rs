@@ -1,6 +1,6 @@
 //! Issue 13 item 4 follow-ups (what `bench/failover_dist` found), in the core:
 //! the promotion comes when the promote delay ends, not at the first tick after
-//! it.
+//! it; a node whose required watchdog failed its check is no candidate.
 //! Pure: no clock, no etcd, no PostgreSQL.
 
 use std::time::Duration;
@@ -212,4 +212,69 @@ fn a_leader_without_a_promote_delay_asks_for_no_wake_up() {
         p.reason
     );
     assert_eq!(p.wake_at, None);
+}
+
+#[test]
+fn a_required_watchdog_that_failed_its_check_withholds_candidacy() {
+    // pg2 runs with a required watchdog (W 13) whose check failed: the vacancy is
+    // real (the old lease is gone) and pg2 is the best placed, yet it must not
+    // acquire (S3: it could not arm the fence; a win would be given back and cost
+    // the next winner a promote delay). It follows on as a replica and says why.
+    let mut c = follower(Some(13));
+    let mut o = vacancy(104.0);
+    o.watchdog_unusable = Some("open /dev/watchdog: ENODEV".into());
+    let p = c.step(t(104.1), &o);
+    assert!(
+        !p.actions.contains(&Action::Acquire),
+        "acquired with an unusable required watchdog: {:?} ({})",
+        p.actions,
+        p.reason
+    );
+    let said = p.reason.to_string();
+    assert!(
+        said.contains("not a candidate") && said.contains("required watchdog unusable"),
+        "{said}"
+    );
+    assert!(
+        said.contains("ENODEV"),
+        "the reason names the failure: {said}"
+    );
+    // The member key publishes it (`nofailover`), so rivals do not wait for it.
+    assert!(c.refuses_leadership());
+
+    // A later check passes: a candidate again (the refusal lasts while reported).
+    let p = c.step(t(106.1), &vacancy(104.0));
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    assert!(!c.refuses_leadership());
+}
+
+#[test]
+fn a_required_watchdog_that_failed_its_check_withholds_the_bootstrap_too() {
+    // A new cluster: no `initialize`, empty data. The node whose check failed does
+    // not race for the bootstrap lock (it would run initdb, then be the only node
+    // with data and refuse the key: a cluster without a primary).
+    let mut c = core("pg1", Some(13));
+    let v = ClusterView {
+        revision: 1,
+        ..ClusterView::default()
+    };
+    let mut empty = replica(0, None);
+    empty.data = DataDir::Empty;
+    empty.role = PgRole::Stopped;
+    let mut o = obs(v.clone(), empty.clone());
+    o.watchdog_unusable = Some("open /dev/watchdog: ENODEV".into());
+    let p = c.step(t(1.0), &o);
+    assert!(
+        !p.actions.contains(&Action::ClaimInitialize),
+        "{:?} ({})",
+        p.actions,
+        p.reason
+    );
+    assert!(
+        p.reason.to_string().contains("not bootstrapping"),
+        "{}",
+        p.reason
+    );
+    let p = c.step(t(2.0), &obs(v, empty));
+    assert_eq!(p.actions, vec![Action::ClaimInitialize], "{}", p.reason);
 }

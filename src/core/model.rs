@@ -639,6 +639,13 @@ pub struct Observation {
     /// watchdog is required (S3: release the key, do not promote). In `automatic`
     /// mode the shell runs without one instead and never reports this.
     pub watchdog_failed: Option<String>,
+    /// The required watchdog device failed the shell's last check (an open, the
+    /// read-back `W` against S6, a magic close, made while no PostgreSQL of this
+    /// node may accept writes): why. Reported every iteration until a check
+    /// passes. Such a node is no candidate (S3: it could not arm the fence, so a
+    /// win would only be given back, and the next winner would wait a whole
+    /// promote delay for that DELETE); it still follows as a replica.
+    pub watchdog_unusable: Option<String>,
     /// How much further `CLOCK_REALTIME` moved than `CLOCK_BOOTTIME` since the last
     /// iteration (a hypervisor pause, S5): lease time lost without `now` showing it.
     pub clock_jump: Duration,
@@ -694,6 +701,7 @@ impl Observation {
             job: Job::Idle,
             shutdown: false,
             watchdog_failed: None,
+            watchdog_unusable: None,
             clock_jump: Duration::ZERO,
             guard_refused: None,
             pet: None,

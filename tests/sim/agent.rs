@@ -386,6 +386,7 @@ pub async fn run(cx: Cx) {
             job,
             shutdown,
             watchdog_failed: None,
+            watchdog_unusable: None,
             clock_jump: std::time::Duration::ZERO,
             guard_refused: out.guard_refused.take(),
             pet: out.pet.take(),
