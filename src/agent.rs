@@ -276,7 +276,9 @@ impl Agent {
             (pipe, api)
         };
 
-        let pg = PgCtl::new(&cfg.postgresql, &cfg.name).map_err(|e| format!("postgresql: {e}"))?;
+        let mut pg =
+            PgCtl::new(&cfg.postgresql, &cfg.name).map_err(|e| format!("postgresql: {e}"))?;
+        pg.set_loop_wait(cfg.timing.loop_wait);
         // Orphaned postmasters and backends (after a fence, or pg_ctl's exit) are
         // reparented to us rather than to a pid 1 that may not reap them.
         // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) takes no pointers; it only sets a
@@ -1163,6 +1165,7 @@ impl Agent {
                 self.cfg.timing = t;
                 self.cfg.dynamic = d;
                 self.core.set_timing(timing_of(&self.cfg));
+                self.pg.set_loop_wait(self.cfg.timing.loop_wait);
                 self.follow_ttl_with_w();
                 self.status.config_refused = None;
                 self.status.pause = self.cfg.dynamic.pause;
