@@ -34,16 +34,11 @@ fn real_cut_replica_serves_its_api_and_runs_the_managed_wal_retry() {
     let p = settled(&mut c);
     let r = (0..c.node_count()).find(|&i| i != p).expect("a replica");
 
-    // Item 3: in force on a replica (what a failover's re-pointing needs).
+    // Item 3: in force on a replica (what a failover's re-pointing needs). Asserted
+    // at the end, so one run of an older agent shows both findings.
     let shown = c
         .sql_one(r, "SHOW wal_retrieve_retry_interval")
         .unwrap_or_else(|e| panic!("SHOW on {}: {e}", c.name(r)));
-    assert_eq!(
-        shown,
-        "500ms",
-        "{}: wal_retrieve_retry_interval is not the managed loop_wait",
-        c.name(r)
-    );
 
     // Item 4: cut from etcd, the replica's API answers throughout.
     assert_eq!(c.api_get(r, "/health"), Some(200), "{} /health", c.name(r));
@@ -84,11 +79,25 @@ fn real_cut_replica_serves_its_api_and_runs_the_managed_wal_retry() {
         c.name(r),
         c.logs_tail(30)
     );
+    let api_ok = answered * 4 >= asked * 3 && worst_in_a_row <= 1;
+    println!("{}: wal_retrieve_retry_interval = {shown}", c.name(r));
     assert!(
-        answered * 4 >= asked * 3 && worst_in_a_row <= 1,
-        "{}'s API went unanswered during the etcd outage: {answered} of {asked}, \
-         {worst_in_a_row} in a row{}",
+        api_ok && shown == "500ms",
+        "{}: {}{}{}",
         c.name(r),
+        if api_ok {
+            String::new()
+        } else {
+            format!(
+                "its API went unanswered during the etcd outage: {answered} of {asked}, \
+                 {worst_in_a_row} in a row; "
+            )
+        },
+        if shown == "500ms" {
+            String::new()
+        } else {
+            format!("wal_retrieve_retry_interval is {shown}, not the managed loop_wait (500ms)")
+        },
         c.logs_tail(30)
     );
     // The leader was not cut: nothing else changed.

@@ -11,9 +11,11 @@
 //! the core withholds candidacy meanwhile (`core::candidacy`), and the member key
 //! says `nofailover`.
 //!
-//! Owns: when the check runs (the first iteration it may, then every `ttl` while
-//! it fails, at the next iteration after a busy device), the check itself, and
-//! saying its outcome once per change.
+//! Owns: when the check runs (the first iteration it may; after a failed open every
+//! `ttl`, after a busy device at the next iteration), the check itself, and saying
+//! its outcome once per change. A device that opened and was refused (its read-back
+//! `W` breaks S6, no magic close) is refused for the run, as a leadership's open
+//! refuses it (`Core::refuse_leadership`): it does not change by itself.
 //!
 //! Must never: open the device while a PostgreSQL of this node may accept writes,
 //! or while it leads, adopts or fences (S2: only then is a pet free; S4: a local
@@ -33,6 +35,16 @@ use crate::core::time::Instant;
 use crate::watchdog::{Device, WatchdogError};
 
 use super::Agent;
+
+/// When a failed check is made again.
+enum Recheck {
+    /// At the next iteration (the device was busy).
+    Soon,
+    /// After `ttl` (the open failed: the device may come back).
+    Later,
+    /// Never in this run: the device answered and was refused, or stayed armed.
+    Never,
+}
 
 /// The check's state, kept for the run.
 #[derive(Default)]
@@ -106,15 +118,32 @@ impl Agent {
                 }
                 self.wd.check.done = true;
             }
-            Err((why, busy)) => {
+            Err((why, Recheck::Never)) => {
+                // The device answered and was refused (its `W`, no magic close), or
+                // stayed armed: as when a leadership's open refuses it, this node
+                // never leads in this run (S3; docs/design.md "Watchdogs").
+                error!(
+                    "ALERT: required watchdog unusable: {why}; not a candidate for \
+                     leadership in this run (S3)"
+                );
+                self.core
+                    .refuse_leadership(format!("required watchdog unusable: {why}"));
+                self.wd.check.unusable = None;
+                self.wd.check.done = true;
+            }
+            Err((why, again)) => {
                 if self.wd.check.unusable.as_deref() != Some(why.as_str()) {
                     error!(
                         "ALERT: required watchdog unusable: {why}; not a candidate for \
                          leadership until a check passes (S3)"
                     );
                 }
-                // A busy device may be a predecessor's close still in flight.
-                self.wd.check.next_at = Some(if busy { now } else { now.add(ttl) });
+                // A busy device may be a predecessor's close still in flight; a
+                // failed open (a driver gone) is tried again every ttl.
+                self.wd.check.next_at = Some(match again {
+                    Recheck::Soon => now,
+                    _ => now.add(ttl),
+                });
                 self.wd.check.unusable = Some(why);
             }
         }
@@ -122,14 +151,16 @@ impl Agent {
 
     /// Open the device as leadership would (the requested `W`, read back and
     /// checked against S6 for the ttl in force), then disarm it. `Ok`: the `W` read
-    /// back. `Err`: why, and whether the device was only busy.
-    fn watchdog_check_open(&mut self) -> Result<u32, (String, bool)> {
+    /// back. `Err`: why, and when to check again.
+    fn watchdog_check_open(&mut self) -> Result<u32, (String, Recheck)> {
         let path = self.wd.path.clone();
         let dev =
             match Device::open_with_sysfs(&path, self.wd.requested, &self.cfg.watchdog.sysfs_dir) {
                 Ok(d) => d,
-                Err(e @ WatchdogError::Busy { .. }) => return Err((e.to_string(), true)),
-                Err(e) => return Err((e.to_string(), false)),
+                Err(e @ WatchdogError::Busy { .. }) => {
+                    return Err((e.to_string(), Recheck::Soon));
+                }
+                Err(e) => return Err((e.to_string(), Recheck::Later)),
             };
         if dev.boot_status_watchdog_reset() && !self.wd.boot_reset_said {
             // Said once per run, whichever open reads it first.
@@ -147,7 +178,7 @@ impl Agent {
             &self.wd.mode,
         );
         match dev.disarm() {
-            Ok(_) => usable.map(|()| w).map_err(|why| (why, false)),
+            Ok(_) => usable.map(|()| w).map_err(|why| (why, Recheck::Never)),
             Err(WatchdogError::NoWayOut(dev))
             | Err(WatchdogError::DisarmWrite { device: dev, .. }) => {
                 // Never drop an armed device: keep it open and petted (no primary
@@ -162,12 +193,11 @@ impl Agent {
                 );
                 self.wd.device = Some(*dev);
                 self.wd.keep_petting = true;
-                self.core.refuse_leadership(why.clone());
-                Err((why, false))
+                Err((why, Recheck::Never))
             }
             Err(e) => Err((
                 format!("{}: closing after the check: {e}", path.display()),
-                false,
+                Recheck::Later,
             )),
         }
     }
