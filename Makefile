@@ -95,7 +95,10 @@ soak-real: deps
 # TENURE_BENCH_STRESS_SECONDS (180 per run); its agents are a release build with the
 # bench-only `count-allocs` feature (never the shipped binary), copied aside
 # before `cargo bench` rebuilds target/release/tenure with the test bed.
-BENCHES := core_step renewal agent_footprint failover switchover failover_dist loop_stress
+# etcd_fleet (issue 13 item 5): TENURE_BENCH_FLEET_STEPS (3,30,...,2880 agents),
+# TENURE_BENCH_FLEET_SECONDS (20), TENURE_BENCH_FLEET_PATTERNS (today,watchview),
+# TENURE_BENCH_FLEET_LOOP_MS (500), TENURE_BENCH_FLEET_BUDGET (540 s for the run).
+BENCHES := core_step renewal agent_footprint failover switchover failover_dist loop_stress etcd_fleet
 # Debian packages only the benchmarks need (not `make test`, not DEB_PACKAGES):
 # stress-ng loads the host for loop_stress.
 BENCH_PACKAGES := stress-ng
