@@ -73,7 +73,7 @@ use etcd_client::{
 use harness::{Stats, Table, fmt_ns};
 use tenure::core::model::{MemberInfo, Tags};
 use tenure::dcs::encode_member;
-use tenure::testbed::etcd::{EtcdCluster, http_get_local};
+use tenure::testbed::etcd::EtcdCluster;
 use tenure::testbed::scratch_dir;
 
 /// The agent's timing in the test bed (DESIGN §2's second worked example).
@@ -608,11 +608,17 @@ fn print_tables(s: &Settings, p: Pattern, rows: &[Row], stop: &str) {
         ]);
     }
     print!("{}", t.render());
-    println!("pattern {}: what it cost", p.name());
+    println!(
+        "pattern {}: what it cost (etcd CPU: the 3 members' utime + stime; marginal: \
+         the step's added CPU over its added agents, ms/agent/s; fsync and commit p99: the \
+         upper bound of the histogram bucket holding it, all members)",
+        p.name()
+    );
     let mut t = Table::new(&[
         "agents",
         "etcd CPU s/s",
         "etcd CPU ms/agent/s",
+        "marginal",
         "gen CPU s/s",
         "fsync/s",
         "fsync p99",
@@ -621,11 +627,22 @@ fn print_tables(s: &Settings, p: Pattern, rows: &[Row], stop: &str) {
         "msg/agent/s",
         "load average",
     ]);
+    let mut prev: Option<&Row> = None;
     for r in rows {
+        // What the agents added by this step cost (the idle cluster's own CPU, its
+        // heartbeats and lessor, cancels out).
+        let marginal = prev.map_or("-".to_string(), |q| {
+            format!(
+                "{:.3}",
+                (r.etcd_cpu - q.etcd_cpu) * 1e3 / (r.agents - q.agents) as f64
+            )
+        });
+        prev = Some(r);
         t.row(vec![
             r.agents.to_string(),
             format!("{:.2}", r.etcd_cpu),
             format!("{:.3}", r.etcd_cpu * 1e3 / r.agents as f64),
+            marginal,
             format!("{:.2}", r.gen_cpu),
             format!("{:.1}", r.fsyncs_per_s),
             fmt_le(r.fsync_p99),
@@ -667,8 +684,7 @@ impl Snapshot {
             s.etcd_ticks += cpu_ticks(&pid.to_string())?;
         }
         for &port in ports {
-            let text = http_get_local(port, "/metrics")
-                .ok_or_else(|| format!("etcd on port {port}: no /metrics"))?;
+            let text = scrape(port)?;
             let mut proposals = 0.0;
             for line in text.lines() {
                 if let Some(v) = metric(line, "grpc_server_msg_received_total{") {
@@ -689,6 +705,37 @@ impl Snapshot {
         }
         Ok(s)
     }
+}
+
+/// etcd's `/metrics`, whole. The test bed's `http_get` stops silently at a 1 s read
+/// timeout; a busy etcd can take longer, and a cut body would make every delta
+/// wrong. Three tries of up to 10 s each; after that the benchmark is broken.
+fn scrape(port: u16) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let mut last = String::new();
+    for _ in 0..3 {
+        let attempt = || -> std::io::Result<String> {
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+            s.set_read_timeout(Some(Duration::from_secs(10)))?;
+            s.set_write_timeout(Some(Duration::from_secs(2)))?;
+            write!(s, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+            let mut buf = Vec::new();
+            s.read_to_end(&mut buf)?;
+            Ok(String::from_utf8_lossy(&buf).into_owned())
+        };
+        match attempt() {
+            Ok(t)
+                if t.starts_with("HTTP/1.")
+                    && t.contains("etcd_server_proposals_committed_total") =>
+            {
+                return Ok(t);
+            }
+            Ok(t) => last = format!("unexpected answer of {} bytes", t.len()),
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(format!("etcd on port {port}: /metrics: {last}"))
 }
 
 /// The value of a sample line starting with `prefix`.
