@@ -43,9 +43,12 @@
 //! their tick: the generator's own lag) and overruns (a loop longer than `loop_wait`:
 //! etcd's slowness), etcd CPU (the 3 members' utime + stime, seconds per second) and
 //! per agent, the p99 of etcd's WAL fsync and backend commit durations in the window
-//! (bucket bounds of the summed histograms' deltas), committed proposals/s, the load
-//! average. Nothing is asserted: the benchmark fails only when etcd does not start,
-//! an agent cannot be set up, or a renewal finds its key changed.
+//! (bucket bounds of the summed histograms' deltas), committed proposals/s, etcd
+//! leader changes, leaderships lost (a renewal found its lease gone or its key
+//! changed: the simulated leader stops, as a real one would fence; this ends the
+//! stepping), scope watches broken (reopened, as the agent does), the load average.
+//! Nothing is asserted: the benchmark fails only when etcd does not start, its
+//! `/metrics` cannot be read, or an agent cannot be set up.
 //!
 //! Knobs (environment):
 //! - `TENURE_BENCH_FLEET_STEPS` (`3,30,90,180,360,720,1440,2880`): agents per step
@@ -272,9 +275,25 @@ struct Shared {
     stop: AtomicBool,
     /// Watch events seen (none expected in steady state).
     watch_events: AtomicU64,
+    /// Scope watches that ended (cancelled: no leader, or a broken stream); the
+    /// agent reopens them, as `Agent` does.
+    watches_broken: AtomicU64,
+    /// Leaderships lost: a renewal found its lease gone or its key changed. The
+    /// agent would fence; the simulated one stops renewing. Overload, not a broken
+    /// benchmark: it ends the stepping.
+    lost: AtomicU64,
+    lost_first: Mutex<Option<String>>,
 }
 
 impl Shared {
+    fn lose(&self, why: String) {
+        self.lost.fetch_add(1, Ordering::SeqCst);
+        let mut f = self.lost_first.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            *f = Some(why);
+        }
+    }
+
     fn broke(&self, why: String) {
         let mut b = self.broken.lock().unwrap_or_else(|e| e.into_inner());
         if b.is_none() {
@@ -305,6 +324,10 @@ struct Row {
     fsyncs_per_s: f64,
     commit_p99: Option<f64>,
     proposals_per_s: f64,
+    leader_changes: f64,
+    /// In the whole step (setup, warm-up, window).
+    lost: u64,
+    watches_broken: u64,
     load: String,
 }
 
@@ -332,6 +355,9 @@ fn run_pattern(
         broken: Mutex::new(None),
         stop: AtomicBool::new(false),
         watch_events: AtomicU64::new(0),
+        watches_broken: AtomicU64::new(0),
+        lost: AtomicU64::new(0),
+        lost_first: Mutex::new(None),
     });
     let calls = Arc::new(AtomicU64::new(0));
     // The grid every agent's ticks are on (phase offsets from it).
@@ -400,6 +426,8 @@ fn steps(
             ));
         }
         let t0 = Instant::now();
+        let lost0 = shared.lost.load(Ordering::SeqCst);
+        let broken0 = shared.watches_broken.load(Ordering::SeqCst);
         let clusters: Vec<usize> = (have / 3..n / 3).map(|k| k * 3).collect();
         for (i, c) in clusters.iter().enumerate() {
             let _ = senders[i % senders.len()].send(Command::Spawn(vec![*c]));
@@ -487,15 +515,44 @@ fn steps(
                 .map(|(a, b)| a - b)
                 .fold(0.0, f64::max)
                 / secs,
+            leader_changes: after
+                .leader_changes
+                .iter()
+                .zip(&before.leader_changes)
+                .map(|(a, b)| a - b)
+                .fold(0.0, f64::max),
+            lost: shared.lost.load(Ordering::SeqCst) - lost0,
+            watches_broken: shared.watches_broken.load(Ordering::SeqCst) - broken0,
             load,
         };
         print_step(&row);
         if let Some(e) = &w.first_error {
             println!("    first call error in the window: {e}");
         }
+        if row.lost > 0 || row.watches_broken > 0 || row.leader_changes > 0.0 {
+            println!(
+                "    in this step: {} leaderships lost (first: {}), {} scope watches broken, \
+                 {} etcd leader changes in the window",
+                row.lost,
+                shared
+                    .lost_first
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone()
+                    .unwrap_or_default(),
+                row.watches_broken,
+                row.leader_changes
+            );
+        }
         let p99 = row.renewal.as_ref().map_or(0.0, |s| s.p99);
         let late_share = row.late as f64 / row.loops.max(1) as f64;
-        let stop = if p99 > RTT_LIMIT.as_nanos() as f64 {
+        let stop = if row.lost > 0 {
+            Some(format!(
+                "limit passed at {n} agents: {} leaderships lost (a renewal found its lease \
+                 gone or its key changed: a failover in a real fleet)",
+                row.lost
+            ))
+        } else if p99 > RTT_LIMIT.as_nanos() as f64 {
             Some(format!(
                 "limit reached at {n} agents: p99 renewal round trip {} > retry_timeout / 4 = {}",
                 fmt_ns(p99),
@@ -624,6 +681,9 @@ fn print_tables(s: &Settings, p: Pattern, rows: &[Row], stop: &str) {
         "fsync p99",
         "commit p99",
         "proposals/s",
+        "etcd leader changes",
+        "leaderships lost",
+        "watches broken",
         "msg/agent/s",
         "load average",
     ]);
@@ -648,6 +708,9 @@ fn print_tables(s: &Settings, p: Pattern, rows: &[Row], stop: &str) {
             fmt_le(r.fsync_p99),
             fmt_le(r.commit_p99),
             format!("{:.1}", r.proposals_per_s),
+            format!("{:.0}", r.leader_changes),
+            r.lost.to_string(),
+            r.watches_broken.to_string(),
             format!("{:.2}", r.msgs_per_s / r.agents as f64),
             r.load.clone(),
         ]);
@@ -668,6 +731,7 @@ struct Snapshot {
     commit: BTreeMap<u64, f64>,
     /// Per member.
     proposals: Vec<f64>,
+    leader_changes: Vec<f64>,
 }
 
 impl Snapshot {
@@ -679,6 +743,7 @@ impl Snapshot {
             fsync: BTreeMap::new(),
             commit: BTreeMap::new(),
             proposals: Vec::new(),
+            leader_changes: Vec::new(),
         };
         for pid in pids {
             s.etcd_ticks += cpu_ticks(&pid.to_string())?;
@@ -686,11 +751,14 @@ impl Snapshot {
         for &port in ports {
             let text = scrape(port)?;
             let mut proposals = 0.0;
+            let mut changes = 0.0;
             for line in text.lines() {
                 if let Some(v) = metric(line, "grpc_server_msg_received_total{") {
                     s.grpc_msgs += v;
                 } else if let Some(v) = metric(line, "etcd_server_proposals_committed_total ") {
                     proposals = v;
+                } else if let Some(v) = metric(line, "etcd_server_leader_changes_seen_total ") {
+                    changes = v;
                 } else if let Some((le, v)) =
                     bucket(line, "etcd_disk_wal_fsync_duration_seconds_bucket{")
                 {
@@ -702,6 +770,7 @@ impl Snapshot {
                 }
             }
             s.proposals.push(proposals);
+            s.leader_changes.push(changes);
         }
         Ok(s)
     }
@@ -1092,7 +1161,7 @@ async fn agent_loop(ctx: AgentCtx, mut a: Agent) {
                     Ok(Some(_)) => { shared.watch_events.fetch_add(1, Ordering::Relaxed); }
                     _ => {
                         a.watch = None;
-                        shared.broke(format!("{}{}: the scope watch ended", a.prefix, a.name));
+                        shared.watches_broken.fetch_add(1, Ordering::Relaxed);
                     }
                 },
             }
@@ -1105,14 +1174,16 @@ async fn agent_loop(ctx: AgentCtx, mut a: Agent) {
         }
         let mut rep = LoopReport::default();
         // The order of `Agent::observe`: renewal, side leases, cluster read, poll.
+        let mut gone = false;
         if let Role::Leader { epoch } = a.role {
             let t0 = Instant::now();
             let ka = bounded(
                 "renewal keepalive",
                 fresh_keepalive(&a.client, a.leader_lease),
             );
-            let ok = match rep.call(ka.await) {
-                Some(ttl) if ttl > 0 => {
+            let ok = match ka.await {
+                Ok(ttl) if ttl > 0 => {
+                    rep.calls += 1;
                     let mut kv = a.client.kv_client();
                     let get = bounded("renewal read", kv.get(format!("{}leader", a.prefix), None));
                     match rep.call(get.await) {
@@ -1125,8 +1196,9 @@ async fn agent_loop(ctx: AgentCtx, mut a: Agent) {
                                 true
                             }
                             other => {
-                                shared.broke(format!(
-                                    "{}leader changed under its leader: {:?}",
+                                gone = true;
+                                shared.lose(format!(
+                                    "{}leader no longer ours: {:?}",
                                     a.prefix,
                                     other.map(|k| (
                                         k.value_str().ok().map(str::to_string),
@@ -1140,11 +1212,22 @@ async fn agent_loop(ctx: AgentCtx, mut a: Agent) {
                         None => false,
                     }
                 }
-                Some(ttl) => {
-                    shared.broke(format!("{}leader: lease answered TTL {ttl}", a.prefix));
+                Ok(ttl) => {
+                    rep.calls += 1;
+                    gone = true;
+                    shared.lose(format!("{}leader: lease answered TTL {ttl}", a.prefix));
                     false
                 }
-                None => false,
+                Err(e) if e.contains("lease not found") => {
+                    rep.calls += 1;
+                    gone = true;
+                    shared.lose(format!("{}leader: {e}", a.prefix));
+                    false
+                }
+                Err(e) => {
+                    rep.call::<()>(Err(e));
+                    false
+                }
             };
             rep.renewal = Some((t0.elapsed(), ok));
         }
@@ -1180,6 +1263,12 @@ async fn agent_loop(ctx: AgentCtx, mut a: Agent) {
                 std::hint::black_box(r.ttl());
             }
         }
+        if a.watch.is_none() {
+            // As the agent: a broken watch is reopened (here at the loop's end).
+            if let Some(w) = rep.call(open_watch(&a.client, &a.prefix).await) {
+                a.watch = Some(w);
+            }
+        }
         ctx.calls.fetch_add(rep.calls, Ordering::Relaxed);
         let done = tokio::time::Instant::now();
         let next = tick + period;
@@ -1209,6 +1298,10 @@ async fn agent_loop(ctx: AgentCtx, mut a: Agent) {
                 }
             }
             shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+        if gone {
+            // A real leader would fence and go back to candidacy; this one stops.
+            break;
         }
     }
 }
