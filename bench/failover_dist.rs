@@ -113,7 +113,7 @@ fn main() {
         return;
     }
     // Before any thread exists (setting the environment is only sound then).
-    let standin = find_standin();
+    let standin = harness::find_standin();
     let n = harness::env_num("TENURE_BENCH_FAILOVER_N", 10).max(1) as usize;
     let chosen = match std::env::var("TENURE_BENCH_FAILOVER_CONFIGS") {
         Ok(v) if !v.trim().is_empty() => v
@@ -159,34 +159,6 @@ fn main() {
     if broken {
         std::process::exit(1);
     }
-}
-
-/// The watchdog stand-in binary, or why there is none. `WatchdogStandin::binary`
-/// looks in `examples/` above this executable (`target/release/examples` for a
-/// bench); the stand-in is a test aid that `cargo build --example wdt_standin`
-/// builds in the debug profile, so look there too and point the bed at it.
-fn find_standin() -> Result<std::path::PathBuf, String> {
-    use tenure::testbed::watchdog::WatchdogStandin;
-    if let Ok(p) = WatchdogStandin::binary() {
-        return Ok(p);
-    }
-    let debug =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/examples/wdt_standin");
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(|d| std::path::PathBuf::from(d).join("debug/examples/wdt_standin"));
-    for cand in target_dir.into_iter().chain([debug]) {
-        if cand.is_file() {
-            // SAFETY: called from `main` before any thread is spawned, so nothing
-            // reads the environment concurrently.
-            unsafe { std::env::set_var("TENURE_WDT_STANDIN", &cand) };
-            return Ok(cand);
-        }
-    }
-    Err(
-        "watchdog stand-in not built (`cargo build --example wdt_standin`, or set \
-         TENURE_WDT_STANDIN)"
-            .into(),
-    )
 }
 
 /// What was measured so far (printed even when a later round finds the cluster broken).
