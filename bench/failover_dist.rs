@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use harness::{Table, fmt_ns};
 use tenure::testbed::cluster::{ClusterOptions, NodeWatchdog, TestCluster};
 use tenure::testbed::probe::WriteProbe;
-use tenure::testbed::{etcd, etcdkv, wait_for};
+use tenure::testbed::{etcdkv, wait_for};
 
 const REJOIN: Duration = Duration::from_secs(120);
 /// How often the key watcher reads the leader key (the DELETE's resolution).
@@ -395,32 +395,6 @@ impl Drop for KeyWatch {
     }
 }
 
-/// Revoke lease `id` through etcd's JSON gateway (an operator's `etcdctl lease
-/// revoke`), trying each endpoint once.
-fn revoke(endpoints: &[String], id: i64) -> Result<(), String> {
-    let body = serde_json::json!({ "ID": id.to_string() }).to_string();
-    let mut errors = Vec::new();
-    for ep in endpoints {
-        let addr = etcdkv::endpoint_addr(ep)?;
-        match etcd::http_request(
-            addr.ip(),
-            addr.port(),
-            "POST",
-            "/v3/lease/revoke",
-            "",
-            &body,
-        ) {
-            Some(answer) if etcdkv::http_status(&answer) == Some(200) => return Ok(()),
-            Some(answer) => errors.push(format!(
-                "{ep}: {}",
-                answer.lines().next().unwrap_or("").trim()
-            )),
-            None => errors.push(format!("{ep}: no answer")),
-        }
-    }
-    Err(format!("lease revoke {id:x}: {}", errors.join("; ")))
-}
-
 /// The `CLOCK_BOOTTIME` stamp (seconds) of an agent log line (`[<secs>s] ...`).
 fn stamp(line: &str) -> Option<f64> {
     line.strip_prefix('[')?
@@ -490,7 +464,7 @@ fn one_round(
         Fault::Crash => c.host_crash(p)?,
         Fault::Revoke => {
             let t0 = Instant::now();
-            revoke(&c.endpoints(), kv.lease)?;
+            harness::revoke(&c.endpoints(), kv.lease)?;
             t0
         }
     };

@@ -356,3 +356,30 @@ pub fn find_standin() -> Result<std::path::PathBuf, String> {
             .into(),
     )
 }
+
+/// Revoke lease `id` through etcd's JSON gateway (as an operator's `etcdctl lease
+/// revoke` would), trying each endpoint once.
+pub fn revoke(endpoints: &[String], id: i64) -> Result<(), String> {
+    use tenure::testbed::{etcd, etcdkv};
+    let body = format!("{{\"ID\":\"{id}\"}}");
+    let mut errors = Vec::new();
+    for ep in endpoints {
+        let addr = etcdkv::endpoint_addr(ep)?;
+        match etcd::http_request(
+            addr.ip(),
+            addr.port(),
+            "POST",
+            "/v3/lease/revoke",
+            "",
+            &body,
+        ) {
+            Some(answer) if etcdkv::http_status(&answer) == Some(200) => return Ok(()),
+            Some(answer) => errors.push(format!(
+                "{ep}: {}",
+                answer.lines().next().unwrap_or("").trim()
+            )),
+            None => errors.push(format!("{ep}: no answer")),
+        }
+    }
+    Err(format!("lease revoke {id:x}: {}", errors.join("; ")))
+}

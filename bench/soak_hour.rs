@@ -31,6 +31,14 @@
 //! primary, or a cluster that never settled. Everything else is reported, with the
 //! load average, never asserted.
 //!
+//! `TENURE_SOAK_FENCES=N` (default 0) adds, after the window and still under the
+//! same load, N fences per configuration: the leader's lease revoked behind its
+//! back (an operator's `etcdctl lease revoke`), so the leader fences at once; each
+//! fence's `took` (SIGQUIT → no PostgreSQL process left, the `FENCED` event) is
+//! set beside the configuration's `demote_budget` `B`, and the next leader's first
+//! write must come after the old one's last (the probe's ordering check). This
+//! phase changes leaders by design, so it runs after the hour's verdict.
+//!
 //! Needs root, etcd, PostgreSQL 15, `stress-ng` (`make soak-hour` installs it) and the
 //! watchdog stand-in (`cargo build --example wdt_standin`; the target builds it).
 
@@ -184,7 +192,6 @@ fn main() {
     }
     let window = t0.elapsed();
     let load1 = loadavg();
-    stop_stress(stress);
     println!(
         "\nwindow {:.0} s under load; load average at its start {load0}, at its end {load1}",
         window.as_secs_f64()
@@ -194,6 +201,17 @@ fn main() {
         finish(r, window);
         failed |= !r.broken.is_empty();
     }
+    let fences = harness::env_num("TENURE_SOAK_FENCES", 0) as usize;
+    if fences > 0 && !failed {
+        for r in &mut runs {
+            if let Err(e) = fence_rounds(r, fences) {
+                eprintln!("soak_hour: {}: fences under load: broken: {e}", r.soak.key);
+                failed = true;
+            }
+        }
+        println!("load average after the fences {}", loadavg());
+    }
+    stop_stress(stress);
     if failed {
         eprintln!("soak_hour: BROKEN (see above)");
         std::process::exit(1);
@@ -712,4 +730,81 @@ fn finish(r: &mut Run, window: Duration) {
         }
         print!("{}", r.c.logs_tail(40));
     }
+}
+
+/// N fences under load: revoke the leader's lease, read the old leader's `FENCED`
+/// event, wait for the cluster to settle again, check write ordering.
+fn fence_rounds(r: &mut Run, n: usize) -> Result<(), String> {
+    let s = r.soak;
+    let budget = Duration::from_millis(s.budget_ms);
+    println!(
+        "\n{}: {n} fences under the same load (the leader's lease revoked; B = {:.2} s)",
+        s.key,
+        budget.as_secs_f64()
+    );
+    let mut took = Vec::new();
+    let mut failed_fences = 0usize;
+    for round in 0..n {
+        let p = r.c.settled(Duration::from_secs(120))?;
+        r.c.wait_replicas(p, &[], Duration::from_secs(120))?;
+        let kv = r.c.get_kv("leader").ok_or("no leader key")?;
+        let log0 = r.c.agent_log(p).len();
+        let mut probe = r.c.write_probe(p, Duration::from_millis(50))?;
+        std::thread::sleep(Duration::from_millis(300));
+        let t0 = Instant::now();
+        harness::revoke(&r.c.endpoints(), kv.lease)?;
+        let limit = Duration::from_secs(u64::from(s.ttl) * 2 + 30);
+        let mut fenced = None;
+        while t0.elapsed() < limit {
+            let log = r.c.agent_log(p);
+            let new = log.get(log0..).unwrap_or("");
+            if new.contains("EVENT FENCE_FAILED") {
+                failed_fences += 1;
+            }
+            if let Some(l) = new.lines().find(|l| l.contains("EVENT FENCED")) {
+                fenced = l
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("took="))
+                    .and_then(|v| v.trim_end_matches('s').parse::<f64>().ok());
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let t = fenced.ok_or_else(|| {
+            format!(
+                "round {round}: {} logged no FENCED within {limit:?}{}",
+                r.c.name(p),
+                r.c.logs_tail(30)
+            )
+        })?;
+        took.push(Duration::from_secs_f64(t));
+        let q =
+            r.c.wait_new_primary(p, limit)
+                .or_else(|| r.c.wait_primary(limit))
+                .ok_or_else(|| format!("round {round}: no primary after the fence"))?;
+        std::thread::sleep(Duration::from_secs(1));
+        probe.stop(Duration::from_secs(5));
+        if q != p {
+            probe.check_no_overlap(p, q, t0)?;
+        }
+        println!(
+            "  round {round}: {} fenced in {t:.2} s; new primary {}",
+            r.c.name(p),
+            r.c.name(q)
+        );
+    }
+    if let Some(st) = harness::Stats::of_durations(&took) {
+        let over = took.iter().filter(|d| **d > budget).count();
+        println!(
+            "{}: fence took (n {}): min {}, median {}, p99 {}, max {}; over B ({:.2} s): {over}; FENCE_FAILED events: {failed_fences}",
+            s.key,
+            st.n,
+            harness::fmt_ns(st.min),
+            harness::fmt_ns(st.median),
+            harness::fmt_ns(st.p99),
+            harness::fmt_ns(st.max),
+            budget.as_secs_f64()
+        );
+    }
+    Ok(())
 }
