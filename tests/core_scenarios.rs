@@ -3101,3 +3101,83 @@ fn a_position_written_after_the_delete_is_fresh_whatever_my_first_read() {
     let p = step(Some(4));
     assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
 }
+
+// ---------------------------------------------------------------------------
+// Simulation seed 253898: a winner that crashed during its promote delay and
+// restarted adopted its own key and promoted at once, beside the old primary.
+// ---------------------------------------------------------------------------
+
+/// pg2 restarts (fresh core) and finds the key naming it (epoch 21, lease 0xB), won
+/// before the restart; its PostgreSQL is a standby whose data carries epoch
+/// `data_epoch`. It adopts through a counted renewal at 200 s: the core after it.
+fn restarted_winner(data_epoch: Epoch) -> (Core, ClusterView, PgStatus) {
+    let mut c = core("pg2", None);
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+    ];
+    let v = view(30, Some(key("pg2", 21, 0xB)), members);
+    let mut rep = pg(PgRole::Replica, 1000, None);
+    rep.epoch = Some(data_epoch);
+    let p = c.step(t(200.0), &obs(v.clone(), rep.clone()));
+    assert!(c.renew_now(), "{}", p.reason);
+    let mut o = obs(v.clone(), rep.clone());
+    o.renewal = counted(0xB, 200.0);
+    let p = c.step(t(200.01), &o);
+    assert!(
+        matches!(p.reason, Reason::Other(ref s) if s.contains("adopted")),
+        "{}",
+        p.reason
+    );
+    (c, v, rep)
+}
+
+/// DESIGN §1 step 4 and S3 (seed 253898): the promote delay of a key won after an
+/// early DELETE lives only in memory. A winner that crashes during it and restarts
+/// adopts the key (S4) with nothing to tell whether the delay passed, while the old
+/// primary may still accept writes. Its data's epoch is older than the key's: it
+/// never promoted under this leadership, so it waits the whole conservative delay
+/// (`ttl + R` = 31 s here: no watchdog known) from the adoption before promoting.
+#[test]
+fn seed_253898_a_restarted_winner_that_never_promoted_waits_the_delay_before_promoting() {
+    let (mut c, v, rep) = restarted_winner(5);
+    for at in [200.1, 201.0, 215.0, 230.9] {
+        let p = c.step(t(at), &renewed(v.clone(), rep.clone(), at));
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| matches!(a, Action::Promote { .. })),
+            "promoted at {at} s: {:?} ({})",
+            p.actions,
+            p.reason
+        );
+        assert!(
+            matches!(p.reason, Reason::PromoteDelayed { .. }),
+            "{}",
+            p.reason
+        );
+        assert!(c.leadership().is_some(), "keeps the key");
+    }
+    let p = c.step(t(231.1), &renewed(v, rep, 231.1));
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 21 }],
+        "{}",
+        p.reason
+    );
+}
+
+/// The other side of the same rule: data written under the key's own epoch proves
+/// this node promoted under it before the restart, so the delay had passed then
+/// (S3): it promotes again at once (a leader's quick host restart keeps its speed).
+#[test]
+fn seed_253898_a_restarted_winner_whose_data_carries_the_key_epoch_promotes_at_once() {
+    let (mut c, v, rep) = restarted_winner(21);
+    let p = c.step(t(200.1), &renewed(v, rep, 200.1));
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 21 }],
+        "{}",
+        p.reason
+    );
+}

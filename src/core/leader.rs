@@ -42,6 +42,7 @@ impl Core {
         if obs.promoted == Some(true) {
             l.promoted = true;
         }
+        self.lift_adoption_delay(now, &mut l);
         // Issue 13 item 4: the promotion (or the primary's start) the promote delay
         // holds back comes when the delay ends, not at the first tick after it (up
         // to `loop_wait` later). The delay itself is unchanged: S3, nobody writes
@@ -326,16 +327,34 @@ impl Core {
                     p.push(Action::Fence);
                     return Reason::Fencing("refusing to adopt: timeline behind history".into());
                 }
+                let ttl = u32::try_from(ttl).unwrap_or(u32::MAX);
+                let promoted = obs.pg.role == PgRole::Primary;
+                // DESIGN §1 step 4, S3 (seed 253898): a key found naming us with no
+                // primary running may have been won after an early DELETE by this
+                // node before a crash, its promote delay (in memory only) unfinished.
+                let (promote_after, delay_reason) = if promoted {
+                    (now, None)
+                } else {
+                    let d = self.adoption_delay(obs, ttl);
+                    let why = format!(
+                        "adopted a leadership this node may never have promoted under (its \
+                         promote delay may not have passed before the restart); waiting {:.1} \
+                         s from {now}",
+                        d.as_secs_f64()
+                    );
+                    (now.add(d), Some(why))
+                };
                 let l = Leadership {
                     lease,
                     epoch,
-                    ttl: u32::try_from(ttl).unwrap_or(u32::MAX),
+                    ttl,
                     renewed_at: r.sent_at,
                     last_pet: None,
                     pet_pending: None,
-                    promote_after: now,
-                    delay_reason: None,
-                    promoted: obs.pg.role == PgRole::Primary,
+                    promote_after,
+                    delay_reason,
+                    adoption_delay: !promoted,
+                    promoted,
                     down_since: None,
                     handover: None,
                 };
@@ -355,6 +374,58 @@ impl Core {
                 let why = format!("could not adopt the leader key ({:?})", r.outcome);
                 self.start_fence(p, why)
             }
+        }
+    }
+
+    /// DESIGN §1 step 4, S3 (seed 253898): the delay before an adopted leadership
+    /// that may never have promoted may promote, counted from the adoption. The
+    /// DELETE that let this node win came before the win, so before the adoption,
+    /// and nothing tells how early it was nor who held the key: wait the longest
+    /// delay any old leader could need. Without a watchdog that is its own horizon,
+    /// `ttl_old + R` (the largest leader TTL known: seen in this run, in force, or
+    /// just renewed); with one, `2 W_old + R + M`, which S6(b) keeps below it for the
+    /// old leader's own TTL, and which is counted anyway for every `W` published
+    /// (and ours). A configured `promote_delay` applies too.
+    pub(super) fn adoption_delay(&self, obs: &Observation, renewed_ttl: u32) -> Duration {
+        let t = &self.timing;
+        let ttl = self.max_leader_ttl_seen.max(t.ttl).max(renewed_ttl);
+        let mut d = Duration::from_secs(u64::from(ttl)) + t.retry_timeout;
+        let published = obs
+            .cluster
+            .as_ref()
+            .map(|v| {
+                v.members
+                    .iter()
+                    .filter_map(|m| m.info.watchdog_timeout)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0);
+        let w = self
+            .cfg
+            .watchdog
+            .unwrap_or_default()
+            .max(Duration::from_secs(u64::from(published)));
+        if !w.is_zero() {
+            d = d.max(w + w + t.retry_timeout + t.safety_margin);
+        }
+        if let Some(pd) = t.promote_delay {
+            d = d.max(pd);
+        }
+        d
+    }
+
+    /// The adoption delay ends once the local data shows the key's own epoch: only a
+    /// primary under this leadership writes it (`epoch_to_write`), and that primary
+    /// promoted after the leadership's delay (S3), so the old primary is gone. An
+    /// older epoch (or none) proves nothing: the delay stays.
+    fn lift_adoption_delay(&self, now: Instant, l: &mut Leadership) {
+        if l.adoption_delay && self.local_epoch_known && self.local_epoch == Some(l.epoch) {
+            // INVARIANT: `adoption_delay` is cleared only on proof of an earlier
+            // promotion under this very epoch.
+            l.adoption_delay = false;
+            l.promote_after = l.promote_after.min(now);
+            l.delay_reason = None;
         }
     }
 
@@ -420,6 +491,7 @@ impl Core {
             pet_pending: None,
             promote_after: after,
             delay_reason: why,
+            adoption_delay: false,
             promoted: obs.pg.role == PgRole::Primary,
             down_since: None,
             handover: None,

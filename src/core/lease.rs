@@ -36,6 +36,10 @@ pub struct Leadership {
     pub promote_after: Instant,
     /// Why promotion waits, for the log.
     pub delay_reason: Option<String>,
+    /// `promote_after` is the conservative delay of an adoption that could not tell
+    /// whether this leadership ever promoted (seed 253898): lifted once the local
+    /// data shows the key's epoch (`Core::lift_adoption_delay`).
+    pub adoption_delay: bool,
     /// PostgreSQL runs as primary under this leadership.
     pub promoted: bool,
     /// When this node last found its PostgreSQL not running while leading.

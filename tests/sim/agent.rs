@@ -478,6 +478,11 @@ pub async fn run(cx: Cx) {
         }
         again = plan.again;
         wake = plan.wake_at;
+        // Like src/agent.rs after the step: the `tenure.epoch` row of a primary under
+        // this leadership (the proof an adoption after a restart reads, seed 253898).
+        if let Some(epoch) = core.epoch_to_write(&obs.pg) {
+            cx.w.borrow_mut().write_epoch(cx.node, epoch);
+        }
 
         for a in plan.actions {
             if out.guard_refused.is_some() {

@@ -30,6 +30,10 @@
 //!   nothing") makes it wait the early-expiry delay too. Such a winner (typically
 //!   restarted, or cut off until just before) also counts only from when it became
 //!   healthy: `base` takes the start of its last healthy interval.
+//! - **Adopted after a restart** (seed 253898): a winner whose agent restarted
+//!   after its key was created and before it was elected adopts the key with no
+//!   record of its promote delay and waits the conservative one (`ttl + R`) from
+//!   the adoption: `base` takes that restart and the bound adds that delay.
 //! - **Synchronous mode**: only the leader the `sync` key names, or the standby it
 //!   lists, may take over (the key as it stood when the old leader's key went; no
 //!   key: anyone). None of them healthy at the end: skipped (failover impossible by
@@ -114,6 +118,8 @@ pub struct LiveRec {
     pub sync: Vec<(Instant, Option<SyncKey>)>,
     /// The `sync` key's mod revision as last observed.
     pub sync_rev: Option<i64>,
+    /// Per node: every (re)start of its agent (`Ev::Restart`).
+    pub starts: HashMap<usize, Vec<Instant>>,
 }
 
 fn state_at(tr: &[(Instant, bool)], t: Instant) -> bool {
@@ -275,6 +281,34 @@ pub fn check(
         }
         sync_note = format!(", sync key {k:?} allows a healthy node from {allowed_since}");
     }
+    // Seed 253898: a winner whose agent restarted after its key was created and
+    // before it promoted adopts the key (S4) with no record of its promote delay,
+    // and waits the conservative one from the adoption (`Core::adoption_delay`:
+    // `ttl + R`, S6(b) keeps `2W + R + M` below it). Counted from that restart, like
+    // a winner becoming healthy, with that delay in the bound.
+    let adopted_at = match (winner, elected_at) {
+        (Some(w), Some(e)) => {
+            let held = rec
+                .keys
+                .iter()
+                .rev()
+                .find(|(at, _)| *at <= e)
+                .and_then(|x| x.1.clone());
+            let won_at = held.and_then(|k| {
+                rec.keys
+                    .iter()
+                    .find(|(_, x)| x.as_ref() == Some(&k))
+                    .map(|x| x.0)
+            });
+            won_at.and_then(|won| {
+                rec.starts
+                    .get(&w)
+                    .and_then(|v| v.iter().rev().find(|t| **t > won && **t <= e).copied())
+            })
+        }
+        _ => None,
+    };
+    let winner_since = winner_since.max(adopted_at.unwrap_or(Instant::ZERO));
     let terms = [t_ka, t_ch, s, winner_since, allowed_since];
     let base = terms.iter().copied().fold(Instant::ZERO, Instant::max);
     let base_from = terms.iter().position(|t| *t == base).unwrap_or(0);
@@ -297,11 +331,16 @@ pub fn check(
         .copied()
         .unwrap_or(false);
     let b = sched.budget(holder_wd);
+    let adoption_delay = if adopted_at.is_some() {
+        sched.budget(false).early_expiry_delay
+    } else {
+        Duration::ZERO
+    };
     let printed = b.failover_worst
         + if early {
-            b.early_expiry_delay
+            b.early_expiry_delay.max(adoption_delay)
         } else {
-            Duration::ZERO
+            adoption_delay
         };
     let bound = printed + fresh_allowance(sched) + sync_allowance(sched) + SLACK;
     let deadline = base.add(bound);
@@ -314,7 +353,8 @@ pub fn check(
             "(3) liveness: no leader elected (key + writable primary) by {deadline} = base {base} + bound {:.3} s \
              (failover_worst {:.3} s + fresh-position allowance {:.3} s{} + slack {:.1} s); elected at {e:?}; base = max(last keepalive {t_ka}, \
              etcd change + ET {t_ch}, healthy majority from {s}, winner {winner:?} healthy from {winner_since}, \
-             winner's prediction stale {stale}{sync_note}); sync allowance {:.3} s; old leader {} lease {:x}, removal {removal:?}",
+             winner's prediction stale {stale}{sync_note}); adopted after a restart at {adopted_at:?} \
+             (adoption delay {:.3} s); sync allowance {:.3} s; old leader {} lease {:x}, removal {removal:?}",
             bound.as_secs_f64(),
             b.failover_worst.as_secs_f64(),
             fresh_allowance(sched).as_secs_f64(),
@@ -327,6 +367,7 @@ pub fn check(
                 String::new()
             },
             SLACK.as_secs_f64(),
+            adoption_delay.as_secs_f64(),
             sync_allowance(sched).as_secs_f64(),
             key.name,
             key.lease,

@@ -403,6 +403,13 @@ pub struct Pg {
     /// `(timeline, parent, switch point)` of each promotion of this data: the
     /// timeline history files `AppendHistory` reads (review F2).
     pub forks: Vec<(u32, u32, u64)>,
+    /// The `tenure.epoch` row (DESIGN §3): written by the agent on its primary
+    /// (`Core::epoch_to_write`, like src/agent.rs), kept across restarts, copied by
+    /// pg_basebackup and pg_rewind. Seed 253898: without it every restarted leader
+    /// looked like one that never promoted. Streaming replication of the row is not
+    /// modelled: a replica keeps an older row (the conservative side: it only ever
+    /// keeps the adoption delay, DESIGN §1 step 4).
+    pub epoch: Option<i64>,
 }
 
 /// The writer of the WAL initdb made.
@@ -687,6 +694,7 @@ impl World {
                     pgen: 0,
                     hist: Vec::new(),
                     sync_conf: String::new(),
+                    epoch: None,
                     names_eff: Names::Async,
                     lag: Duration::ZERO,
                     stalled_until: Instant::ZERO,
@@ -1220,7 +1228,7 @@ impl World {
             lsn,
             following,
             streaming,
-            epoch: None,
+            epoch: pg.epoch,
             sync_names: matches!(role, PgRole::Primary | PgRole::Replica).then_some(names),
             standbys,
             report: Default::default(),
@@ -1310,6 +1318,7 @@ impl World {
                 pg.was_primary = false;
                 pg.hist = vec![(INITDB, 100)];
                 pg.sync_conf = String::new();
+                pg.epoch = None;
             }
             JobKind::Basebackup { from } | JobKind::Rewind { from } => {
                 let s = src_of(self, &from)?;
@@ -1327,6 +1336,7 @@ impl World {
                 // Both copy the whole data directory, tenure.sync.conf included.
                 let hist = self.hist_at(s, now);
                 let conf = self.nodes[s].pg.sync_conf.clone();
+                let epoch = self.nodes[s].pg.epoch;
                 let pg = &mut self.nodes[node].pg;
                 pg.sysid = sysid;
                 pg.timeline = tl;
@@ -1334,6 +1344,7 @@ impl World {
                 pg.was_primary = false;
                 pg.hist = hist;
                 pg.sync_conf = conf;
+                pg.epoch = epoch;
             }
             JobKind::StartPrimary => {
                 if self.nodes[node].pg.sysid.is_none() {
@@ -1424,6 +1435,14 @@ impl World {
         at
     }
 
+    /// The agent's write of the `tenure.epoch` row: lands only on a writable
+    /// primary (an INSERT), at once.
+    pub fn write_epoch(&mut self, node: usize, epoch: i64) {
+        if self.writable(node) && self.nodes[node].pg.dying.is_none() {
+            self.nodes[node].pg.epoch = Some(epoch);
+        }
+    }
+
     /// `pg_promote()`: done at the returned instant (if still a replica).
     pub fn promote(&mut self, node: usize) -> Instant {
         let d = self.rng.ms(50, 300);
@@ -1455,6 +1474,7 @@ impl World {
             pg.hist.clear();
             pg.forks.clear();
             pg.sync_conf.clear();
+            pg.epoch = None;
         }
         self.ups = None;
     }
@@ -2062,6 +2082,7 @@ impl World {
                 n.inc += 1;
                 n.shutdown = false;
                 n.frozen_until = None;
+                self.live.starts.entry(node).or_default().push(at);
                 self.text(Some(node), "agent starts".into());
                 cmds.push(Cmd::Spawn(node));
             }
