@@ -33,8 +33,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, LeaseTimeToLiveOptions,
-    PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchOptions, WatchStream,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, LeaseKeepAliveStream,
+    LeaseKeeper, LeaseTimeToLiveOptions, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+    WatchOptions, WatchStream,
 };
 use tokio::runtime::Runtime;
 
@@ -134,9 +135,23 @@ pub struct Etcd {
     /// The range the last `confirmed_renew` read, kept for `take_renewal_view`: the
     /// leader's confirm read is the iteration's cluster read.
     renewal_read: Option<GetResponse>,
+    /// Keepalive streams kept open between keepalives, at most `KEPT_KEEPALIVES`.
+    keepalives: Vec<KeptKeepAlive>,
 }
 
-/// Why a keepalive on a fresh stream did not give a TTL.
+/// A keepalive stream kept open for one lease between its keepalives (issue 13
+/// item 5: one message a keepalive instead of a fresh stream's two). Kept only
+/// while every keepalive sent on it was answered (`fresh_keepalive`).
+struct KeptKeepAlive {
+    lease: LeaseId,
+    keeper: LeaseKeeper,
+    stream: LeaseKeepAliveStream,
+}
+
+/// Kept keepalive streams: the leader lease, the member lease, the bootstrap lock.
+const KEPT_KEEPALIVES: usize = 3;
+
+/// Why a keepalive did not give a TTL.
 enum KeepAliveError {
     /// etcd answered TTL <= 0: the lease does not exist (any more).
     Gone,
@@ -296,6 +311,7 @@ impl Etcd {
             authed: false,
             keeper: view::ViewKeeper::new(prefix),
             renewal_read: None,
+            keepalives: Vec::new(),
         })
     }
 
@@ -364,20 +380,44 @@ impl Etcd {
         Some(self.view_of(&resp))
     }
 
-    /// A keepalive for `lease` on a fresh stream, dropped afterwards whatever
-    /// happened (a late answer on a reused stream would be mistaken for a fresh one,
-    /// DESIGN §3).
+    /// A keepalive for `lease`: on the stream kept open for it if there is one (one
+    /// message), else on a fresh stream (two), which is then kept (issue 13 item 5).
     ///
-    /// etcd-client's `keep_alive()` sends the first keepalive and checks its answer
-    /// (TTL <= 0 → "lease not found") but does not hand that answer out; to learn the
-    /// TTL a second keepalive is sent on the same fresh stream. The caller's send
-    /// instant is taken before the first one, so it stays the conservative `s`.
-    fn fresh_keepalive(
+    /// INVARIANT: a kept stream has nothing outstanding: every keepalive sent on it
+    /// was answered before the stream was put back, and it is dropped after any
+    /// timeout, error, end or odd answer. A stream answers its keepalives one for
+    /// one and in order, so the answer read here is the answer to the keepalive sent
+    /// here, never a late one (DESIGN §3: after a timeout the late answer stays
+    /// queued on the stream). A kept stream that fails before the deadline (its
+    /// connection broke while idle) is replaced by a fresh one within the same
+    /// deadline; the caller's send instant, taken before, stays the conservative `s`.
+    fn keepalive(
         &mut self,
         rt: &Runtime,
         lease: LeaseId,
         deadline: Instant,
     ) -> Result<i64, KeepAliveError> {
+        let what = format!("keepalive of lease {lease:x}");
+        if let Some(i) = self.keepalives.iter().position(|k| k.lease == lease) {
+            // Taken out: put back only after a whole, matching answer.
+            let mut k = self.keepalives.swap_remove(i);
+            let fut = async {
+                k.keeper.keep_alive().await?;
+                k.stream.message().await
+            };
+            match bounded(rt, deadline, &what, fut) {
+                Ok(Some(r)) if r.id() == lease && r.ttl() > 0 => {
+                    let ttl = r.ttl();
+                    self.keepalives.push(k);
+                    return Ok(ttl);
+                }
+                // etcd answers TTL 0 on the stream for a lease it does not know.
+                Ok(Some(r)) if r.id() == lease => return Err(KeepAliveError::Gone),
+                Ok(_) => {}
+                Err(e) if clock::now() >= deadline => return Err(KeepAliveError::Failed(e)),
+                Err(e) => log::debug!("{what} on the kept stream: {e}; on a fresh one"),
+            }
+        }
         let mut lc = self.client.lease_client();
         let fut = async move {
             let (mut keeper, mut stream) = match lc.keep_alive(lease).await {
@@ -387,17 +427,30 @@ impl Etcd {
                 }
                 Err(e) => return Err(e),
             };
+            // etcd-client's `keep_alive()` sent the first keepalive and checked its
+            // answer (TTL <= 0 → "lease not found") but does not hand that answer
+            // out; to learn the TTL a second one is sent on the same fresh stream.
             keeper.keep_alive().await?;
             match stream.message().await? {
-                Some(r) if r.ttl() > 0 => Ok(Some(r.ttl())),
+                Some(r) if r.ttl() > 0 => Ok(Some((r.ttl(), keeper, stream))),
                 Some(_) => Ok(None),
                 None => Err(etcd_client::Error::LeaseKeepAliveError(
                     "keepalive stream ended without an answer".into(),
                 )),
             }
         };
-        match bounded(rt, deadline, &format!("keepalive of lease {lease:x}"), fut) {
-            Ok(Some(ttl)) => Ok(ttl),
+        match bounded(rt, deadline, &what, fut) {
+            Ok(Some((ttl, keeper, stream))) => {
+                if self.keepalives.len() >= KEPT_KEEPALIVES {
+                    self.keepalives.remove(0);
+                }
+                self.keepalives.push(KeptKeepAlive {
+                    lease,
+                    keeper,
+                    stream,
+                });
+                Ok(ttl)
+            }
             Ok(None) => Err(KeepAliveError::Gone),
             Err(e) => Err(KeepAliveError::Failed(e)),
         }
@@ -432,8 +485,9 @@ impl Etcd {
         Ok(found)
     }
 
-    /// DESIGN §1 step 2: a keepalive for `lease` on a FRESH keepalive stream, then a
-    /// linearizable read of `leader` (a range over the scope, `get_leader`).
+    /// DESIGN §1 step 2: a keepalive for `lease` (on its kept stream, or a fresh one:
+    /// `keepalive`), then a linearizable read of `leader` (a range over the scope,
+    /// `get_leader`).
     /// `sent_at` = now just before sending the keepalive. Counted only if both
     /// answered before the deadline, TTL > 0, and the key shows value == me,
     /// create_revision == epoch, lease == lease.
@@ -448,7 +502,7 @@ impl Etcd {
         // Only this renewal's read may stand for this iteration's cluster read.
         self.renewal_read = None;
         let sent_at = clock::now();
-        let outcome = match self.fresh_keepalive(rt, lease, deadline) {
+        let outcome = match self.keepalive(rt, lease, deadline) {
             Err(KeepAliveError::Gone) => RenewalOutcome::LeaseGone,
             Err(KeepAliveError::Failed(e)) => RenewalOutcome::Failed(e.0),
             Ok(ttl) => match self.get_leader(rt, deadline) {
@@ -867,14 +921,15 @@ impl Etcd {
         Ok((resp.id(), granted))
     }
 
-    /// One keepalive on a fresh stream; `Ok(ttl)` (TTL <= 0 → Err "lease not found").
+    /// One keepalive (on the lease's kept stream, or a fresh one: `keepalive`);
+    /// `Ok(ttl)` (TTL <= 0 → Err "lease not found").
     pub fn keep_alive_once(
         &mut self,
         rt: &Runtime,
         lease: LeaseId,
         deadline: Instant,
     ) -> Result<i64, DcsError> {
-        match self.fresh_keepalive(rt, lease, deadline) {
+        match self.keepalive(rt, lease, deadline) {
             Ok(ttl) => Ok(ttl),
             Err(KeepAliveError::Gone) => Err(DcsError(format!(
                 "keepalive of lease {lease:x}: lease not found"
@@ -890,6 +945,8 @@ impl Etcd {
         lease: LeaseId,
         deadline: Instant,
     ) -> Result<(), DcsError> {
+        // No keepalive for it again: its kept stream goes now.
+        self.keepalives.retain(|k| k.lease != lease);
         let mut lc = self.client.lease_client();
         let what = format!("revoke lease {lease:x}");
         let d = clock::now().until(deadline);

@@ -72,6 +72,11 @@ pub struct ViewKeeper {
     /// The revision the open watch delivers events from (`None`: no watch open).
     /// `kept` is complete only while it is at most `read_revision + 1`.
     watch_from: Option<i64>,
+    /// Events were applied to `kept` since its read. A new watch from
+    /// `read_revision + 1` would deliver them again, and replaying them over a view
+    /// that already holds them can show states etcd never had: such a view goes
+    /// with the watch that brought them.
+    applied: bool,
 }
 
 impl ViewKeeper {
@@ -83,6 +88,7 @@ impl ViewKeeper {
             kept: None,
             read_revision: 0,
             watch_from: None,
+            applied: false,
         }
     }
 
@@ -118,6 +124,7 @@ impl ViewKeeper {
         }
         self.kept = Some(view.clone());
         self.read_revision = revision;
+        self.applied = false;
         view
     }
 
@@ -128,11 +135,15 @@ impl ViewKeeper {
         self.watch_from = Some(start_revision);
     }
 
-    /// The watch is gone (broken, cancelled by etcd, compacted, dropped): events may
-    /// be missed from now on, so the kept view is no longer complete.
+    /// The watch is gone (broken, cancelled by etcd, compacted, replaced): events
+    /// may be missed from now on. The kept view stays only if it is still exactly
+    /// its read (no event applied), so a watch opened right after that read takes
+    /// it up again; otherwise the next full read starts it again.
     pub fn watch_closed(&mut self) {
         self.watch_from = None;
-        self.kept = None;
+        if self.applied {
+            self.kept = None;
+        }
     }
 
     /// One watch response: its header revision (the store's revision when it was
@@ -155,6 +166,7 @@ impl ViewKeeper {
                 Change::Put(kv) => self.put(&mut view, &kv),
                 Change::Delete { key, .. } => remove(&mut view, key),
             }
+            self.applied = true;
             view.revision = view.revision.max(rev);
         }
         view.revision = view.revision.max(header_revision);
@@ -644,6 +656,33 @@ mod tests {
         k.read(20, kvs(&rows));
         k.watch_opened(21);
         assert_eq!(k.view().map(|v| v.revision), Some(20));
+    }
+
+    #[test]
+    fn a_watch_reopened_after_events_needs_a_read_and_right_after_its_read_does_not() {
+        let rows: Vec<Row> = vec![("leader", "pg1".into(), 10, 10, 0x1)];
+        let mut k = keeper_at(&rows, 10);
+        // Broken before any event: the view is still exactly the read, and a
+        // watch from right after that read takes it up again (the agent reads,
+        // then opens the watch).
+        k.watch_closed();
+        assert!(k.view().is_none());
+        k.watch_opened(11);
+        assert_eq!(k.view().map(|v| v.revision), Some(10));
+        // Broken after events: the new watch would replay them over a view that
+        // holds them already.
+        k.apply(
+            11,
+            [Change::Delete {
+                key: b"leader",
+                revision: 11,
+            }],
+        );
+        k.watch_closed();
+        k.watch_opened(11);
+        assert!(k.view().is_none(), "needs a read");
+        k.read(12, kvs(&rows));
+        assert!(k.view().is_some());
     }
 
     #[test]
