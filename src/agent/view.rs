@@ -63,8 +63,17 @@ impl Agent {
         tick: bool,
         renewed: bool,
     ) -> (Result<ClusterView, String>, ViewSource, Option<LeasePoll>) {
-        let renewal_view = self.etcd.as_mut().and_then(Etcd::take_renewal_view);
-        if renewed && let Some(v) = renewal_view {
+        // Only this iteration's renewal read may stand for its view: one left by an
+        // earlier iteration (cut short past `F - B`) is dropped unparsed.
+        let renewal_view = match self.etcd.as_mut() {
+            Some(etcd) if renewed => etcd.take_renewal_view(),
+            Some(etcd) => {
+                etcd.drop_renewal_read();
+                None
+            }
+            None => None,
+        };
+        if let Some(v) = renewal_view {
             return (Ok(v), ViewSource::Read, None);
         }
         let kept = if tick

@@ -380,6 +380,11 @@ impl Etcd {
         Some(self.view_of(&resp))
     }
 
+    /// Forget the renewal's read unparsed (an iteration that made no renewal).
+    pub fn drop_renewal_read(&mut self) {
+        self.renewal_read = None;
+    }
+
     /// A keepalive for `lease`: on the stream kept open for it if there is one (one
     /// message), else on a fresh stream (two), which is then kept (issue 13 item 5).
     ///

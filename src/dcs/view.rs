@@ -106,10 +106,15 @@ impl ViewKeeper {
     }
 
     /// The view of a full (linearizable) read at header revision `revision` with
-    /// these keys; it also becomes the kept view, which the watch's events bring
-    /// forward from here (events at or below `revision` are in it already). A
-    /// watch open since before the read delivers every event after it, provided it
-    /// started no later than `revision + 1` (`view` checks).
+    /// these keys. It also becomes the kept view, which the watch's events bring
+    /// forward from here (events at or below `revision` are in it already; a watch
+    /// open since before the read delivers every event after it, provided it
+    /// started no later than `revision + 1`: `view` checks) — unless a watch is
+    /// open and the kept view is already past `revision`: a read parsed after the
+    /// watch delivered newer events (the leader's renewal read is parsed after the
+    /// pet) must not take the view back to a state whose later events will not
+    /// come again. With no watch open a read always replaces it (after a restored
+    /// etcd the new store's revisions are lower, and its watch starts afresh).
     pub fn read<'a>(
         &mut self,
         revision: i64,
@@ -122,9 +127,13 @@ impl ViewKeeper {
         for kv in kvs {
             self.put(&mut view, &kv);
         }
-        self.kept = Some(view.clone());
-        self.read_revision = revision;
-        self.applied = false;
+        let behind =
+            self.watch_from.is_some() && self.kept.as_ref().is_some_and(|k| k.revision > revision);
+        if !behind {
+            self.kept = Some(view.clone());
+            self.read_revision = revision;
+            self.applied = false;
+        }
         view
     }
 
@@ -632,9 +641,9 @@ mod tests {
             }],
         );
         assert!(k.view().is_none(), "events after a gap bring nothing back");
-        // A read after it, at or past the watch's start: the watch holds every
-        // event after that read.
-        k.read(11, kvs(&rows));
+        // A read after those events (so at or past them, and past the watch's
+        // start): the watch holds every event after that read.
+        k.read(13, kvs(&rows));
         assert!(k.view().is_some());
         // Opened right after the read: in sync.
         k.watch_closed();
@@ -683,6 +692,32 @@ mod tests {
         assert!(k.view().is_none(), "needs a read");
         k.read(12, kvs(&rows));
         assert!(k.view().is_some());
+    }
+
+    #[test]
+    fn a_read_parsed_after_newer_events_does_not_take_the_view_back() {
+        let rows: Vec<Row> = vec![("leader", "pg1".into(), 10, 10, 0x1)];
+        let mut k = keeper_at(&rows, 10);
+        // The watch delivered the DELETE at 12 before a read made at 11 was parsed
+        // (the leader's renewal read waits for the pet): the event will not come
+        // again, so the kept view stays where it is.
+        k.apply(
+            12,
+            [Change::Delete {
+                key: b"leader",
+                revision: 12,
+            }],
+        );
+        let old = k.read(11, kvs(&rows));
+        assert!(old.leader.is_some(), "the read itself is what it is");
+        let kept = k.view().expect("in sync");
+        assert!(kept.leader.is_none() && kept.revision == 12, "{kept:?}");
+        // With no watch open, a read always starts the view again (a restored etcd
+        // has lower revisions).
+        k.watch_closed();
+        k.read(3, kvs(&rows));
+        k.watch_opened(4);
+        assert_eq!(k.view().map(|v| v.revision), Some(3));
     }
 
     #[test]
