@@ -14,6 +14,11 @@
 //!   `loop_wait` per agent: the ticks are on a fixed grid). Nothing else talks to
 //!   etcd during the window (the bench reads only /proc).
 //!
+//! `TENURE_BENCH_WRITE_LOAD=1` writes a row on the primary every 100 ms through the
+//! window (each write a `psql` child; the positions in the member keys and the
+//! leader's `status` key then move every loop), to count etcd writes per loop under
+//! write load (issue 13 item 5). Off by default.
+//!
 //! The agent process alone is measured, not its PostgreSQL. Needs root, etcd and
 //! PostgreSQL 15 (skips with a message otherwise). Fails only if the cluster does not
 //! settle or an agent dies.
@@ -118,6 +123,7 @@ fn etcd_messages(ports: &[u16]) -> Result<BTreeMap<String, f64>, String> {
 
 fn run() -> Result<(), String> {
     let seconds = harness::env_num("TENURE_BENCH_SECONDS", 60);
+    let write_load = harness::env_num("TENURE_BENCH_WRITE_LOAD", 0) != 0;
     let mut opts = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
     opts.tag = "bench-footprint".into();
     opts.scope = "bench-footprint".into();
@@ -145,8 +151,14 @@ fn run() -> Result<(), String> {
     let first: Vec<Sample> = pids.iter().map(|&p| sample(p)).collect::<Result<_, _>>()?;
     let mut series: Vec<Vec<Sample>> = first.iter().map(|s| vec![*s]).collect();
     let mut next = t0;
+    let mut row = 0i64;
     while t0.elapsed() < Duration::from_secs(seconds) {
         next += Duration::from_secs(1);
+        while write_load && Instant::now() + Duration::from_millis(100) < next {
+            row += 1;
+            c.write_row(p, row)?;
+            std::thread::sleep(Duration::from_millis(100));
+        }
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
         for (i, &pid) in pids.iter().enumerate() {
             series[i].push(sample(pid)?);
@@ -235,6 +247,9 @@ fn run() -> Result<(), String> {
         format!("{:.2}", total / loops),
     ]);
     println!();
+    if write_load {
+        println!("write load: {row} rows written on the primary in the window");
+    }
     println!(
         "etcd requests (gRPC messages received by the 3 members) over {:.0} agent loops \
          ({n} agents x {:.1} s / loop_wait {:.1} s)",

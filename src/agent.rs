@@ -38,6 +38,7 @@ mod names;
 mod schedule;
 mod secure;
 mod switchover;
+mod view;
 mod wdcheck;
 
 /// The cluster "read" of an iteration cut short past `F - B` after its renewal.
@@ -956,13 +957,12 @@ impl Agent {
         // Endpoint names: poll or start the resolver child; never waits (names.rs).
         self.resolve_step();
 
-        let deadline = self.deadline(r);
-        let cut = self.cut_by_tick(r);
-        let cluster = match self.connect(deadline) {
-            Some((etcd, rt)) => etcd.read_cluster(rt, deadline).map_err(|e| e.to_string()),
-            None => Err("etcd unreachable".to_string()),
-        };
-        let mut cluster = cluster;
+        // Issue 13 item 5: the cluster view is the renewal's read (leader), the
+        // view kept from the watch (a follower of a known leader, backed by its
+        // lease poll), or a read (view.rs says which, the core says when a kept
+        // view may serve).
+        self.drain_watch();
+        let (mut cluster, source, polled) = self.cluster_view(tick, renewal.is_some());
         if cluster.is_ok() {
             // A certificate or permission error logged before is over: log the next.
             self.security_error = None;
@@ -970,26 +970,11 @@ impl Agent {
         if let Ok(view) = &mut cluster {
             switchover::schedule_on_boottime(view, clock::now());
         }
-        if let Err(e) = &mut cluster {
-            // A fresh connection to the next member: this one may be dead, cut off
-            // from the quorum, or its channel broken for good — unless the read only
-            // ran out of the time left before the tick.
-            debug!("cluster read failed: {e}");
-            self.etcd_failed(&format!("cluster read: {e}"));
-            if cut {
-                // Out of the time left before the tick: no evidence about etcd, so
-                // no ETCD_UNREACHABLE (`etcd_events` skips "not read").
-                *e = format!("not read: cut short by the next tick ({e})");
-            } else {
-                self.switch_endpoint();
-                // The next renewal needs a token: get it now, not on its path.
-                self.authenticate_step(self.deadline(r));
-            }
-        }
         if let Ok(view) = &cluster {
             self.apply_cluster_config(view);
             let deadline = self.deadline(r);
-            if let Some((etcd, rt)) = self.connect(deadline)
+            if source == view::ViewSource::Read
+                && let Some((etcd, rt)) = self.connect(deadline)
                 && !etcd.watch_is_open()
                 && let Err(e) = etcd.watch_leader(rt, view.revision + 1, deadline)
             {
@@ -997,10 +982,11 @@ impl Agent {
             }
         }
 
-        let mut lease_poll = None;
+        let mut lease_poll = polled;
         // After a failed read the poll would only wait out another timeout: etcd is
         // not answering this iteration (and an unanswered poll proves nothing).
         if cluster.is_ok()
+            && lease_poll.is_none()
             && let Some(lease) = self.core.lease_to_poll()
         {
             let deadline = self.deadline(r);

@@ -1241,3 +1241,157 @@ fn the_acquire_txn_binds_and_takes_the_release_marker() {
     );
     assert_eq!(last.release_revision, e2);
 }
+
+/// `grpc_server_msg_received_total` for one method, summed over the members.
+fn received(b: &Bed, method: &str) -> f64 {
+    let mut n = 0.0;
+    for m in &b.cluster.members {
+        let text = tenure::testbed::etcd::http_get_local(m.client_port, "/metrics")
+            .expect("etcd /metrics");
+        n += text
+            .lines()
+            .filter(|l| {
+                l.starts_with("grpc_server_msg_received_total{")
+                    && l.contains(&format!("grpc_method=\"{method}\""))
+            })
+            .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    n
+}
+
+/// Issue 13 item 5: a lease's keepalive stream is kept between keepalives (one
+/// message each instead of a fresh stream's two), and only while every keepalive
+/// sent on it was answered: after a timeout the late answer stays queued on the
+/// stream (DESIGN §3), so the next keepalive must go on a fresh stream. Here the
+/// lease is revoked after the timeout: a reused stream would hand out the queued
+/// answer (TTL 30, "alive") for a lease etcd no longer has.
+#[test]
+fn a_keepalive_stream_is_kept_only_while_every_keepalive_was_answered() {
+    let b = bed("dcs-kept-ka");
+    let mut e = b.client(PREFIX);
+    let (lease, _, epoch) = won(e.acquire_unbound(&b.rt, "pg1", 30, in_ms(2000)));
+    // The first opens the stream (two messages), the next ten reuse it.
+    let r = e.confirmed_renew(&b.rt, lease, epoch, "pg1", in_ms(2000));
+    assert!(matches!(r.outcome, RenewalOutcome::Counted { .. }), "{r:?}");
+    let before = received(&b, "LeaseKeepAlive");
+    for _ in 0..10 {
+        let r = e.confirmed_renew(&b.rt, lease, epoch, "pg1", in_ms(2000));
+        assert!(
+            matches!(r.outcome, RenewalOutcome::Counted { ttl } if ttl >= 30),
+            "{r:?}"
+        );
+    }
+    let sent = received(&b, "LeaseKeepAlive") - before;
+    println!("10 renewals on the kept stream: {sent} keepalive messages");
+    assert_eq!(sent, 10.0, "one message per renewal on the kept stream");
+
+    // etcd hung: the keepalive times out with its request in etcd's socket.
+    let pids: Vec<_> = (0..3)
+        .map(|i| nix::unistd::Pid::from_raw(b.cluster.pid(i).expect("running") as i32))
+        .collect();
+    for p in &pids {
+        nix::sys::signal::kill(*p, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    }
+    let timed_out = e.keep_alive_once(&b.rt, lease, in_ms(300));
+    for p in &pids {
+        nix::sys::signal::kill(*p, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+    }
+    assert!(timed_out.is_err(), "{timed_out:?}");
+    // etcd answers the queued keepalive once it runs again; then the lease goes.
+    std::thread::sleep(Duration::from_secs(1));
+    b.raw(async move |c| c.lease_revoke(lease).await);
+    let after = wait_ok(|| match e.keep_alive_once(&b.rt, lease, in_ms(1000)) {
+        Err(err) if !err.0.contains("lease not found") => Err(err),
+        other => Ok(other),
+    });
+    assert!(
+        matches!(&after, Err(err) if err.0.contains("lease not found")),
+        "the keepalive after the timeout must be answered for itself: {after:?}"
+    );
+}
+
+/// Issue 13 item 5: the view kept from the scope watch is the view a read at the
+/// same revision gives (puts, a delete, a txn of two keys, garbage), and a watch
+/// that cannot follow on from the read (compacted) leaves no kept view until a
+/// read and a watch from right after it.
+#[test]
+fn the_kept_view_follows_the_scope_and_a_compaction_needs_a_read() {
+    let b = bed("dcs-kept-view");
+    let mut e = b.client(PREFIX);
+    let mut reader = b.client(PREFIX);
+    let (_lease, _, _) = won(e.acquire_unbound(&b.rt, "pg1", 30, in_ms(2000)));
+    let rev = e.read_cluster(&b.rt, in_ms(2000)).expect("read").revision;
+    e.watch_leader(&b.rt, rev + 1, in_ms(2000)).expect("watch");
+    assert!(
+        e.watched_view().is_some(),
+        "a read and a watch right after it"
+    );
+
+    let (m1, m2) = (
+        format!("{PREFIX}members/pg2"),
+        format!("{PREFIX}members/pg3"),
+    );
+    let info = encode_member(&MemberInfo {
+        conn_url: "postgres://pg2".into(),
+        role: "replica".into(),
+        xlog_location: 100,
+        ..MemberInfo::default()
+    });
+    let (k1, v1) = (m1.clone(), info.clone());
+    b.raw(async move |c| c.put(k1, v1, None).await);
+    let (k2, v2) = (m2.clone(), info.clone());
+    b.raw(async move |c| c.put(k2, v2, None).await);
+    let cfg = format!("{PREFIX}config");
+    b.raw(async move |c| c.put(cfg, "{\"ttl\": 30}", None).await);
+    let k1 = m1.clone();
+    b.raw(async move |c| c.delete(k1, None).await);
+    // One txn, two keys, one revision; one of them garbage.
+    let (s, h) = (format!("{PREFIX}sync"), format!("{PREFIX}history"));
+    b.raw(async move |c| {
+        c.txn(etcd_client::Txn::new().and_then(vec![
+            etcd_client::TxnOp::put(s, "{\"leader\":\"pg1\",\"sync_standby\":\"pg3\"}", None),
+            etcd_client::TxnOp::put(h, "not a list", None),
+        ]))
+        .await
+    });
+    let fresh = reader.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    let kept = wait_ok(|| {
+        let _ = e.poll_watch(&b.rt);
+        match e.watched_view() {
+            Some(v) if v.revision >= fresh.revision => Ok(v),
+            other => Err(tenure::dcs::DcsError(format!("not there yet: {other:?}"))),
+        }
+    });
+    assert_eq!(format!("{kept:?}"), format!("{fresh:?}"));
+    assert!(kept.member("pg2").is_none() && kept.member("pg3").is_some());
+
+    // Compacted past the revision a watch would start from: etcd creates the
+    // watch, then cancels it (DESIGN §3), and no kept view is handed out meanwhile
+    // or after, until a read and a watch from right after it.
+    let now = fresh.revision;
+    b.raw(async move |c| c.compact(now, None).await);
+    let _ = e.watch_leader(&b.rt, rev + 1, in_ms(2000));
+    assert!(
+        e.watched_view().is_none(),
+        "events were applied: replaying them needs a read"
+    );
+    let broken = wait_ok(|| {
+        let evs = e.poll_watch(&b.rt);
+        match evs
+            .into_iter()
+            .find(|ev| matches!(ev, WatchEvent::Broken(_)))
+        {
+            Some(ev) => Ok(ev),
+            None if !e.watch_is_open() => Ok(WatchEvent::Broken("closed".into())),
+            None => Err(tenure::dcs::DcsError("not cancelled yet".into())),
+        }
+    });
+    println!("compacted: {broken:?}");
+    assert!(e.watched_view().is_none());
+    let again = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert!(e.watched_view().is_none(), "a read without a watch");
+    e.watch_leader(&b.rt, again.revision + 1, in_ms(2000))
+        .expect("watch");
+    assert_eq!(e.watched_view().map(|v| v.revision), Some(again.revision));
+}

@@ -148,11 +148,84 @@ fn idle_cluster_writes_nothing(c: &TestCluster) {
     panic!("an idle cluster wrote {changed:?} in each of three {window:?} windows");
 }
 
+/// Messages etcd received from clients, per `service/method`, summed over the
+/// members (`grpc_server_msg_received_total`, as bench/agent_footprint counts them:
+/// a keepalive stream counts each message).
+fn etcd_messages(c: &mut TestCluster) -> std::collections::BTreeMap<String, f64> {
+    let ports: Vec<u16> = c
+        .etcd()
+        .map(|e| e.members.iter().map(|m| m.client_port).collect())
+        .unwrap_or_default();
+    assert!(!ports.is_empty(), "the test bed's etcd members");
+    let mut out = std::collections::BTreeMap::new();
+    for port in ports {
+        let text = tenure::testbed::etcd::http_get_local(port, "/metrics")
+            .unwrap_or_else(|| panic!("etcd on port {port}: no /metrics"));
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("grpc_server_msg_received_total{") else {
+                continue;
+            };
+            let Some((labels, value)) = rest.split_once("} ") else {
+                continue;
+            };
+            let label = |k: &str| {
+                labels
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(&format!("{k}=\"")))
+                    .map(|v| v.trim_end_matches('"').to_string())
+                    .unwrap_or_default()
+            };
+            let service = label("grpc_service");
+            let short = service.rsplit('.').next().unwrap_or(&service).to_string();
+            *out.entry(format!("{short}/{}", label("grpc_method")))
+                .or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    out
+}
+
+/// Issue 13 item 5: a settled, idle cluster reads the scope only on the leader,
+/// with its renewal (the replicas keep the view from the scope watch, backed by
+/// one `LeaseTimeToLive` a loop): over 10 loops, at most one `Range` per leader
+/// loop and one `LeaseTimeToLive` per replica loop (writes are
+/// `idle_cluster_writes_nothing`'s). Nothing else talks to etcd in the window (the
+/// test reads no key in it).
+fn idle_cluster_requests_per_loop(c: &mut TestCluster) {
+    let loops = 10.0;
+    // The ticks are on a fixed grid: a window of 10 loops holds at most 11 ticks
+    // per agent, and an iteration a signal or the watch woke may add one.
+    let slack = 2.0;
+    let before = etcd_messages(c);
+    std::thread::sleep(c.opts.loop_wait * 10);
+    let after = etcd_messages(c);
+    let got =
+        |m: &str| after.get(m).copied().unwrap_or(0.0) - before.get(m).copied().unwrap_or(0.0);
+    for (m, _) in after.iter() {
+        let n = got(m);
+        if n > 0.0 {
+            println!("idle, 10 loops: {m} {n}");
+        }
+    }
+    let replicas = (c.node_count() - 1) as f64;
+    let ranges = got("KV/Range");
+    let polls = got("Lease/LeaseTimeToLive");
+    assert!(
+        ranges <= loops + slack,
+        "{ranges} Range requests in 10 loops: only the leader's renewal may read the scope{}",
+        c.logs_tail(20)
+    );
+    assert!(
+        polls <= replicas * (loops + slack),
+        "{polls} LeaseTimeToLive requests in 10 loops of {replicas} replicas"
+    );
+}
+
 #[test]
 fn real_host_crash_of_the_primary() {
     let mut c = bed("crash");
     let p = settled(&mut c);
     idle_cluster_writes_nothing(&c);
+    idle_cluster_requests_per_loop(&mut c);
     let (_, epoch) = c.leader_key().expect("leader key");
     for n in 1..=50 {
         c.write_row(p, n).expect("write on the primary");

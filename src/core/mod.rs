@@ -30,6 +30,7 @@ mod switchover;
 mod sync;
 pub mod time;
 mod vacancy;
+mod watched;
 
 use std::time::Duration;
 

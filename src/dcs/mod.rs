@@ -19,6 +19,7 @@ mod keys;
 mod member_cache;
 mod raw;
 mod secure;
+pub mod view;
 
 pub use secure::{Security, is_invalid_auth_token, is_security_error};
 
@@ -26,21 +27,22 @@ pub use handover::{encode_failover, parse_rfc3339};
 
 pub use keys::{encode_status, encode_sync};
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseTimeToLiveOptions, PutOptions,
-    Txn, TxnOp, TxnOpResponse, TxnResponse, WatchOptions, WatchStream,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, LeaseKeepAliveStream,
+    LeaseKeeper, LeaseTimeToLiveOptions, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+    WatchOptions, WatchStream,
 };
 use tokio::runtime::Runtime;
 
 use crate::clock;
 use crate::core::model::{
     AcquireOutcome, ClaimOutcome, ClusterView, Epoch, HistoryEntry, LeaderKey, LeaseId, LeasePoll,
-    Member, ReleaseMarker, Renewal, RenewalOutcome, RollbackMarker, RollbackSeen,
+    ReleaseMarker, Renewal, RenewalOutcome, RollbackMarker, RollbackSeen,
 };
 use crate::core::time::Instant;
 
@@ -110,8 +112,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// default) with a GOAWAY, so stay above it.
 const H2_PING_INTERVAL: Duration = Duration::from_secs(6);
 const H2_PING_TIMEOUT: Duration = Duration::from_secs(3);
-/// At most this many distinct parse problems are remembered for log-once.
-const WARNED_CAP: usize = 1024;
 /// Read-modify-write attempts of `history` before giving up (each one only retries
 /// when another writer changed `history` in between, not when our guard failed).
 const HISTORY_ATTEMPTS: usize = 5;
@@ -125,17 +125,33 @@ pub struct Etcd {
     watch: Option<WatchStream>,
     /// Events of one watch response not yet handed out (a response can carry several).
     pending: VecDeque<WatchEvent>,
-    /// Parse problems already logged (log once per distinct problem).
-    warned: HashSet<String>,
     /// `[etcd] username`/password, used only by `authenticate` (secure.rs).
     user: Option<crate::config::EtcdAuth>,
     /// Whether `authenticate` got a token that no call has refused since.
     authed: bool,
-    /// The member values last parsed (issue 13: no JSON parse of an unchanged one).
-    members: member_cache::MemberCache,
+    /// The parse of the scope's keys (log-once, the member cache) and the view kept
+    /// from the watch (issue 13 item 5, view.rs).
+    keeper: view::ViewKeeper,
+    /// The range the last `confirmed_renew` read, kept for `take_renewal_view`: the
+    /// leader's confirm read is the iteration's cluster read.
+    renewal_read: Option<GetResponse>,
+    /// Keepalive streams kept open between keepalives, at most `KEPT_KEEPALIVES`.
+    keepalives: Vec<KeptKeepAlive>,
 }
 
-/// Why a keepalive on a fresh stream did not give a TTL.
+/// A keepalive stream kept open for one lease between its keepalives (issue 13
+/// item 5: one message a keepalive instead of a fresh stream's two). Kept only
+/// while every keepalive sent on it was answered (`fresh_keepalive`).
+struct KeptKeepAlive {
+    lease: LeaseId,
+    keeper: LeaseKeeper,
+    stream: LeaseKeepAliveStream,
+}
+
+/// Kept keepalive streams: the leader lease, the member lease, the bootstrap lock.
+const KEPT_KEEPALIVES: usize = 3;
+
+/// Why a keepalive did not give a TTL.
 enum KeepAliveError {
     /// etcd answered TTL <= 0: the lease does not exist (any more).
     Gone,
@@ -291,10 +307,11 @@ impl Etcd {
             prefix: prefix.to_string(),
             watch: None,
             pending: VecDeque::new(),
-            warned: HashSet::new(),
             user: sec.auth.clone(),
             authed: false,
-            members: member_cache::MemberCache::default(),
+            keeper: view::ViewKeeper::new(prefix),
+            renewal_read: None,
+            keepalives: Vec::new(),
         })
     }
 
@@ -304,22 +321,14 @@ impl Etcd {
 
     /// Log a parse problem once per distinct text.
     fn warn_once(&mut self, key: &str, problem: &str) {
-        let msg = format!("etcd key {}{key}: {problem}", self.prefix);
-        if self.warned.contains(&msg) {
-            return;
-        }
-        if self.warned.len() >= WARNED_CAP {
-            self.warned.clear();
-        }
-        log::warn!("{msg}");
-        self.warned.insert(msg);
+        self.keeper.warn_once(key, problem);
     }
 
     /// One linearizable range over the prefix; parses leader/members/initialize/
     /// history/config defensively into a `ClusterView` (garbage is logged once per
     /// distinct problem and carried in `MemberInfo.parse_error` /
     /// `Initialize::Garbage` / skipped history entries; never an `Err` because of
-    /// content).
+    /// content). The view also restarts the one kept from the watch (view.rs).
     pub fn read_cluster(
         &mut self,
         rt: &Runtime,
@@ -331,139 +340,89 @@ impl Etcd {
             rt,
             deadline,
             "read the cluster",
-            kv.get(prefix.clone(), Some(GetOptions::new().with_prefix())),
+            kv.get(prefix, Some(GetOptions::new().with_prefix())),
         )?;
-        let mut view = ClusterView {
-            revision: resp.header().map(|h| h.revision()).unwrap_or(0),
-            ..ClusterView::default()
-        };
-        for item in resp.kvs() {
-            let Some(rel) = item.key().strip_prefix(prefix.as_bytes()) else {
-                continue;
-            };
-            match rel {
-                b"leader" => {
-                    let l = leader_key(item);
-                    if std::str::from_utf8(item.value()).is_err() {
-                        self.warn_once("leader", "value is not UTF-8; nobody can match it");
-                    }
-                    view.leader = Some(l);
-                }
-                b"initialize" => {
-                    let init = keys::parse_initialize(item.value(), item.lease());
-                    if let crate::core::model::Initialize::Garbage(why) = &init {
-                        self.warn_once("initialize", why);
-                    }
-                    view.initialize = Some(init);
-                }
-                b"history" => {
-                    let (h, problems) = keys::parse_history(item.value());
-                    for p in problems {
-                        self.warn_once("history", &p);
-                    }
-                    view.history = h;
-                }
-                b"sync" => {
-                    let k = keys::parse_sync(item.value());
-                    if let Err(why) = &k {
-                        self.warn_once("sync", why);
-                    }
-                    view.sync = Some(k);
-                }
-                b"rollback" => {
-                    let key = format!("{prefix}rollback");
-                    let m = keys::parse_rollback(&key, item.value());
-                    match &m.parse_error {
-                        Some(why) => self.warn_once(
-                            "rollback",
-                            &format!(
-                                "{why}; it still counts as a rollback marker: no node takes the \
-                                 leader key or promotes until `tenure confirm-epoch` deletes it"
-                            ),
-                        ),
-                        None => self.warn_once(
-                            "rollback",
-                            &format!(
-                                "etcd went back in time ({}: revision {} seen, {} found, by {} at \
-                                 {}): no node takes the leader key or promotes until an operator \
-                                 runs `tenure confirm-epoch`",
-                                m.reason, m.seen_revision, m.found_revision, m.by, m.at
-                            ),
-                        ),
-                    }
-                    view.rollback = Some(m);
-                }
-                b"confirm_epoch" => match keys::parse_confirm_epoch(item.value()) {
-                    Ok(c) => view.confirm_epoch = Some(c),
-                    Err(why) => self.warn_once("confirm_epoch", &format!("{why}; ignored")),
-                },
-                b"failover" => {
-                    view.failover = handover::parse_failover(item.value(), item.mod_revision());
-                    if let Some(why) = view.failover.as_ref().and_then(|f| f.parse_error.clone()) {
-                        self.warn_once("failover", &format!("{why}; the leader deletes it"));
-                    }
-                }
-                b"release" => {
-                    let m = handover::parse_release(item.value());
-                    if let Err(why) = &m {
-                        self.warn_once("release", &format!("{why}; it proves nothing"));
-                    }
-                    view.release = Some(m);
-                    view.release_revision = item.mod_revision();
-                }
-                b"status" => match keys::parse_status(item.value()) {
-                    Ok(o) => view.status_optime = Some(o),
-                    Err(why) => self.warn_once("status", &format!("{why}; ignored")),
-                },
-                b"config" => {
-                    if std::str::from_utf8(item.value()).is_err() {
-                        self.warn_once("config", "value is not UTF-8");
-                    }
-                    view.config = Some(String::from_utf8_lossy(item.value()).into_owned());
-                    view.config_revision = item.mod_revision();
-                }
-                _ => {
-                    if let Some(name) = rel.strip_prefix(b"members/") {
-                        let name_s = String::from_utf8_lossy(name).into_owned();
-                        if name.is_empty() || name.contains(&b'/') || name_s.len() != name.len() {
-                            self.warn_once(
-                                &format!("members/{name_s}"),
-                                "not a usable member name, ignored",
-                            );
-                            continue;
-                        }
-                        let info = self.members.parse(name, item.value());
-                        if let Some(p) = &info.parse_error {
-                            let p = p.clone();
-                            self.warn_once(&format!("members/{name_s}"), &p);
-                        }
-                        view.members.push(Member {
-                            name: name_s,
-                            mod_revision: item.mod_revision(),
-                            lease: item.lease(),
-                            info,
-                        });
-                    }
-                }
-            }
-        }
-        Ok(view)
+        Ok(self.view_of(&resp))
     }
 
-    /// A keepalive for `lease` on a fresh stream, dropped afterwards whatever
-    /// happened (a late answer on a reused stream would be mistaken for a fresh one,
-    /// DESIGN §3).
+    /// The view of a range over the scope (view.rs parses it).
+    fn view_of(&mut self, resp: &GetResponse) -> ClusterView {
+        let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+        let prefix = self.prefix.as_bytes();
+        let kvs = resp.kvs().iter().filter_map(|item| {
+            Some(view::Kv {
+                key: item.key().strip_prefix(prefix)?,
+                value: item.value(),
+                create_revision: item.create_revision(),
+                mod_revision: item.mod_revision(),
+                lease: item.lease(),
+            })
+        });
+        self.keeper.read(revision, kvs)
+    }
+
+    /// The view kept from the scope watch (issue 13 item 5): the last full read with
+    /// every watch event since applied in order. `None` while it is not known to be
+    /// complete: no read yet, no watch open, or a gap since (broken, cancelled,
+    /// compacted). Who may decide on it is the core's call (`core::watched`).
+    pub fn watched_view(&self) -> Option<ClusterView> {
+        self.watch.as_ref()?;
+        self.keeper.view().cloned()
+    }
+
+    /// The cluster view of this iteration's confirmed renewal: its read is a
+    /// linearizable range over the whole scope, so the leader needs no second read
+    /// (issue 13 item 5). Taken once; `None` if the renewal made no read. Parsed
+    /// here, after the pet, not inside the renewal (S2: nothing between a counted
+    /// renewal and its pet).
+    pub fn take_renewal_view(&mut self) -> Option<ClusterView> {
+        let resp = self.renewal_read.take()?;
+        Some(self.view_of(&resp))
+    }
+
+    /// Forget the renewal's read unparsed (an iteration that made no renewal).
+    pub fn drop_renewal_read(&mut self) {
+        self.renewal_read = None;
+    }
+
+    /// A keepalive for `lease`: on the stream kept open for it if there is one (one
+    /// message), else on a fresh stream (two), which is then kept (issue 13 item 5).
     ///
-    /// etcd-client's `keep_alive()` sends the first keepalive and checks its answer
-    /// (TTL <= 0 → "lease not found") but does not hand that answer out; to learn the
-    /// TTL a second keepalive is sent on the same fresh stream. The caller's send
-    /// instant is taken before the first one, so it stays the conservative `s`.
-    fn fresh_keepalive(
+    /// INVARIANT: a kept stream has nothing outstanding: every keepalive sent on it
+    /// was answered before the stream was put back, and it is dropped after any
+    /// timeout, error, end or odd answer. A stream answers its keepalives one for
+    /// one and in order, so the answer read here is the answer to the keepalive sent
+    /// here, never a late one (DESIGN §3: after a timeout the late answer stays
+    /// queued on the stream). A kept stream that fails before the deadline (its
+    /// connection broke while idle) is replaced by a fresh one within the same
+    /// deadline; the caller's send instant, taken before, stays the conservative `s`.
+    fn keepalive(
         &mut self,
         rt: &Runtime,
         lease: LeaseId,
         deadline: Instant,
     ) -> Result<i64, KeepAliveError> {
+        let what = format!("keepalive of lease {lease:x}");
+        if let Some(i) = self.keepalives.iter().position(|k| k.lease == lease) {
+            // Taken out: put back only after a whole, matching answer.
+            let mut k = self.keepalives.swap_remove(i);
+            let fut = async {
+                k.keeper.keep_alive().await?;
+                k.stream.message().await
+            };
+            match bounded(rt, deadline, &what, fut) {
+                Ok(Some(r)) if r.id() == lease && r.ttl() > 0 => {
+                    let ttl = r.ttl();
+                    self.keepalives.push(k);
+                    return Ok(ttl);
+                }
+                // etcd answers TTL 0 on the stream for a lease it does not know.
+                Ok(Some(r)) if r.id() == lease => return Err(KeepAliveError::Gone),
+                Ok(_) => {}
+                Err(e) if clock::now() >= deadline => return Err(KeepAliveError::Failed(e)),
+                Err(e) => log::debug!("{what} on the kept stream: {e}; on a fresh one"),
+            }
+        }
         let mut lc = self.client.lease_client();
         let fut = async move {
             let (mut keeper, mut stream) = match lc.keep_alive(lease).await {
@@ -473,38 +432,70 @@ impl Etcd {
                 }
                 Err(e) => return Err(e),
             };
+            // etcd-client's `keep_alive()` sent the first keepalive and checked its
+            // answer (TTL <= 0 → "lease not found") but does not hand that answer
+            // out; to learn the TTL a second one is sent on the same fresh stream.
             keeper.keep_alive().await?;
             match stream.message().await? {
-                Some(r) if r.ttl() > 0 => Ok(Some(r.ttl())),
+                Some(r) if r.ttl() > 0 => Ok(Some((r.ttl(), keeper, stream))),
                 Some(_) => Ok(None),
                 None => Err(etcd_client::Error::LeaseKeepAliveError(
                     "keepalive stream ended without an answer".into(),
                 )),
             }
         };
-        match bounded(rt, deadline, &format!("keepalive of lease {lease:x}"), fut) {
-            Ok(Some(ttl)) => Ok(ttl),
+        match bounded(rt, deadline, &what, fut) {
+            Ok(Some((ttl, keeper, stream))) => {
+                if self.keepalives.len() >= KEPT_KEEPALIVES {
+                    self.keepalives.remove(0);
+                }
+                self.keepalives.push(KeptKeepAlive {
+                    lease,
+                    keeper,
+                    stream,
+                });
+                Ok(ttl)
+            }
             Ok(None) => Err(KeepAliveError::Gone),
             Err(e) => Err(KeepAliveError::Failed(e)),
         }
     }
 
-    /// Linearizable get of `leader`.
+    /// The confirm read (DESIGN §1 step 2): one linearizable range over the whole
+    /// scope, `leader` among it. A range over the scope is a linearizable read of
+    /// `leader` as much as a get of it is (the same request, the same Raft read
+    /// index), and the leader's iteration needs the rest anyway: the response is kept
+    /// for `take_renewal_view`, so a leader's loop makes two requests, not three
+    /// (issue 13 item 5). Nothing is parsed here but `leader` itself.
     fn get_leader(
         &mut self,
         rt: &Runtime,
         deadline: Instant,
     ) -> Result<Option<LeaderKey>, DcsError> {
-        let key = self.key("leader");
+        let prefix = self.prefix.clone();
         let mut kv = self.client.kv_client();
-        let resp = bounded(rt, deadline, "read leader", kv.get(key, None))?;
-        Ok(resp.kvs().first().map(leader_key))
+        let resp = bounded(
+            rt,
+            deadline,
+            "read leader (with the scope)",
+            kv.get(prefix, Some(GetOptions::new().with_prefix())),
+        )?;
+        let key = self.key("leader");
+        let found = resp
+            .kvs()
+            .iter()
+            .find(|kv| kv.key() == key.as_bytes())
+            .map(leader_key);
+        self.renewal_read = Some(resp);
+        Ok(found)
     }
 
-    /// DESIGN §1 step 2: a keepalive for `lease` on a FRESH keepalive stream, then a
-    /// linearizable get of `leader`. `sent_at` = now just before sending the
-    /// keepalive. Counted only if both answered before the deadline, TTL > 0, and the
-    /// key shows value == me, create_revision == epoch, lease == lease.
+    /// DESIGN §1 step 2: a keepalive for `lease` (on its kept stream, or a fresh one:
+    /// `keepalive`), then a linearizable read of `leader` (a range over the scope,
+    /// `get_leader`).
+    /// `sent_at` = now just before sending the keepalive. Counted only if both
+    /// answered before the deadline, TTL > 0, and the key shows value == me,
+    /// create_revision == epoch, lease == lease.
     pub fn confirmed_renew(
         &mut self,
         rt: &Runtime,
@@ -513,8 +504,10 @@ impl Etcd {
         me: &str,
         deadline: Instant,
     ) -> Renewal {
+        // Only this renewal's read may stand for this iteration's cluster read.
+        self.renewal_read = None;
         let sent_at = clock::now();
-        let outcome = match self.fresh_keepalive(rt, lease, deadline) {
+        let outcome = match self.keepalive(rt, lease, deadline) {
             Err(KeepAliveError::Gone) => RenewalOutcome::LeaseGone,
             Err(KeepAliveError::Failed(e)) => RenewalOutcome::Failed(e.0),
             Ok(ttl) => match self.get_leader(rt, deadline) {
@@ -933,14 +926,15 @@ impl Etcd {
         Ok((resp.id(), granted))
     }
 
-    /// One keepalive on a fresh stream; `Ok(ttl)` (TTL <= 0 → Err "lease not found").
+    /// One keepalive (on the lease's kept stream, or a fresh one: `keepalive`);
+    /// `Ok(ttl)` (TTL <= 0 → Err "lease not found").
     pub fn keep_alive_once(
         &mut self,
         rt: &Runtime,
         lease: LeaseId,
         deadline: Instant,
     ) -> Result<i64, DcsError> {
-        match self.fresh_keepalive(rt, lease, deadline) {
+        match self.keepalive(rt, lease, deadline) {
             Ok(ttl) => Ok(ttl),
             Err(KeepAliveError::Gone) => Err(DcsError(format!(
                 "keepalive of lease {lease:x}: lease not found"
@@ -956,6 +950,8 @@ impl Etcd {
         lease: LeaseId,
         deadline: Instant,
     ) -> Result<(), DcsError> {
+        // No keepalive for it again: its kept stream goes now.
+        self.keepalives.retain(|k| k.lease != lease);
         let mut lc = self.client.lease_client();
         let what = format!("revoke lease {lease:x}");
         let d = clock::now().until(deadline);
@@ -1198,6 +1194,7 @@ impl Etcd {
     ) -> Result<(), DcsError> {
         self.watch = None;
         self.pending.clear();
+        self.keeper.watch_closed();
         let key = self.key("");
         let mut wc = self.client.watch_client();
         let opts = WatchOptions::new()
@@ -1222,10 +1219,52 @@ impl Etcd {
         match bounded(rt, deadline, "open the watch on leader", fut)? {
             Ok(stream) => {
                 self.watch = Some(stream);
+                // INVARIANT: the kept view is complete only if this watch starts
+                // right after the read it comes from (view.rs checks the revisions).
+                self.keeper.watch_opened(start_revision);
                 Ok(())
             }
             Err(why) => Err(DcsError(why)),
         }
+    }
+
+    /// The watch's events that have arrived, without waiting for any (issue 13 item
+    /// 5): the kept view is brought up to date with them and the events are handed
+    /// out for the agent's own handling. A broken watch yields `Broken`, as in the
+    /// wait. Never blocks: the stream is polled once after the runtime has read
+    /// what the sockets hold, and whatever has not arrived is left for the wait.
+    pub fn poll_watch(&mut self, rt: &Runtime) -> Vec<WatchEvent> {
+        let mut out = Vec::new();
+        if self.watch.is_none() && self.pending.is_empty() {
+            return out;
+        }
+        rt.block_on(async {
+            // Let the connection tasks move what the sockets hold into the stream:
+            // a yield polls the I/O driver, the next runs the tasks it woke. Best
+            // effort: nothing depends on it but how fresh the kept view is.
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+            loop {
+                // `next_watch_event` is cancel-safe: a branch not taken loses nothing.
+                let ev = tokio::select! {
+                    biased;
+                    ev = self.next_watch_event() => Some(ev),
+                    () = std::future::ready(()) => None,
+                };
+                match ev {
+                    Some(ev) => {
+                        let broken = matches!(ev, WatchEvent::Broken(_));
+                        out.push(ev);
+                        if broken {
+                            break;
+                        }
+                    }
+                    None => break,
+                }
+            }
+        });
+        out
     }
 
     pub fn watch_is_open(&self) -> bool {
@@ -1250,13 +1289,41 @@ impl Etcd {
             match msg {
                 Err(e) => {
                     self.watch = None;
+                    self.keeper.watch_closed();
                     return WatchEvent::Broken(format!("watch on leader failed: {e}"));
                 }
                 Ok(None) => {
                     self.watch = None;
+                    self.keeper.watch_closed();
                     return WatchEvent::Broken("watch on leader: stream ended".into());
                 }
                 Ok(Some(r)) => {
+                    let prefix = self.prefix.as_bytes();
+                    // The whole response goes into the kept view at once, before
+                    // any of its events is handed out (view.rs).
+                    let changes = r.events().iter().filter_map(|ev| {
+                        let kv = ev.kv()?;
+                        let key = kv.key().strip_prefix(prefix)?;
+                        // See below: version 0 is a DELETE's tombstone.
+                        Some(if kv.version() != 0 {
+                            view::Change::Put(view::Kv {
+                                key,
+                                value: kv.value(),
+                                create_revision: kv.create_revision(),
+                                mod_revision: kv.mod_revision(),
+                                lease: kv.lease(),
+                            })
+                        } else {
+                            view::Change::Delete {
+                                key,
+                                revision: kv.mod_revision(),
+                            }
+                        })
+                    });
+                    let header = r.header().map(|h| h.revision()).unwrap_or(0);
+                    if !r.canceled() {
+                        self.keeper.apply(header, changes);
+                    }
                     let prefix = self.prefix.as_bytes();
                     for ev in r.events() {
                         let Some(kv) = ev.kv() else { continue };
@@ -1287,6 +1354,7 @@ impl Etcd {
                     }
                     if r.canceled() {
                         self.watch = None;
+                        self.keeper.watch_closed();
                         self.pending.push_back(WatchEvent::Broken(format!(
                             "watch on leader canceled by etcd (compact_revision {}, reason {:?})",
                             r.compact_revision(),
