@@ -32,6 +32,7 @@ mod cluster_config;
 mod events_hooks;
 mod guardian_hooks;
 mod intents;
+mod leader_watch;
 mod looptrace;
 mod manage;
 mod names;
@@ -131,6 +132,8 @@ struct Agent {
     leader_deleted_at: Option<Instant>,
     /// The latest such watch event's revision (`Observation::leader_deleted_revision`).
     leader_deleted_revision: Option<i64>,
+    /// Every `leader` change the watch reported, and its coverage (leader_watch.rs).
+    leader_watch: leader_watch::LeaderWatch,
     last_view: Option<ClusterView>,
     /// Immediate switchover/failover requests waiting for their outcome (issue 9).
     awaiting: Vec<switchover::Awaiting>,
@@ -317,6 +320,7 @@ impl Agent {
             pending: Pending::default(),
             leader_deleted_at: None,
             leader_deleted_revision: None,
+            leader_watch: Default::default(),
             last_view: None,
             awaiting: Vec::new(),
             last_pg: None,
@@ -765,13 +769,27 @@ impl Agent {
         match ev {
             WatchEvent::LeaderDeleted { revision } => {
                 debug!("watch: leader deleted at revision {revision}");
+                self.note_leader_change(revision, None);
                 if self.is_fresh_event(revision) {
                     self.leader_deleted_at.get_or_insert(clock::now());
                     self.leader_deleted_revision = self.leader_deleted_revision.max(Some(revision));
                 }
             }
-            WatchEvent::LeaderPut { name, revision } => {
+            WatchEvent::LeaderPut {
+                name,
+                revision,
+                epoch,
+                lease,
+            } => {
                 debug!("watch: leader = {name} at revision {revision}");
+                // DESIGN §1 step 4, S3: a leadership no read may show (core::vacancy).
+                let key = LeaderKey {
+                    name: name.clone(),
+                    epoch,
+                    mod_revision: revision,
+                    lease,
+                };
+                self.note_leader_change(revision, Some(key));
                 if name != self.cfg.name
                     && self.core.leadership().is_some()
                     && self.is_fresh_event(revision)
@@ -931,7 +949,12 @@ impl Agent {
         let deadline = self.deadline(r);
         let cut = self.cut_by_tick(r);
         let cluster = match self.connect(deadline) {
-            Some((etcd, rt)) => etcd.read_cluster(rt, deadline).map_err(|e| e.to_string()),
+            Some((etcd, rt)) => {
+                let from = etcd.watch_from();
+                let read = etcd.read_cluster(rt, deadline).map_err(|e| e.to_string());
+                self.note_watch_at_read(from);
+                read
+            }
             None => Err("etcd unreachable".to_string()),
         };
         let mut cluster = cluster;
@@ -957,6 +980,9 @@ impl Agent {
                 // The next renewal needs a token: get it now, not on its path.
                 self.authenticate_step(self.deadline(r));
             }
+        }
+        if cluster.as_ref().is_ok_and(|v| v.leader.is_none()) {
+            self.drain_leader_watch(self.deadline(r));
         }
         if let Ok(view) = &cluster {
             self.apply_cluster_config(view);
@@ -1033,6 +1059,7 @@ impl Agent {
         clock_jump: Duration,
     ) -> Observation {
         let pending = std::mem::take(&mut self.pending);
+        let (leader_changes, watch_from) = self.take_leader_watch();
         Observation {
             cluster,
             renewal,
@@ -1045,6 +1072,8 @@ impl Agent {
             lease_poll,
             leader_deleted_at: self.leader_deleted_at.take(),
             leader_deleted_revision: self.leader_deleted_revision.take(),
+            leader_changes,
+            watch_from,
             pg,
             job,
             shutdown: self.shutdown,

@@ -106,6 +106,10 @@ pub struct Outcome {
     /// Switchover releases done, and from each to the next writable primary.
     pub handovers: u64,
     pub handover_gaps: Vec<Duration>,
+    /// Leaderships struck by a quick delete, and scope watches closed by a lost
+    /// change (the watch model, DESIGN §1 step 4).
+    pub quick_deletes: u64,
+    pub watch_closures: u64,
 }
 
 fn poll(w: &Rc<RefCell<World>>, agents: &mut [Option<Task>], n: usize) {
@@ -205,6 +209,8 @@ pub fn run_schedule(sched: Schedule) -> Outcome {
         switch_crashes: wb.switch_crashes,
         handovers: wb.handovers,
         handover_gaps: wb.handover_gaps.clone(),
+        quick_deletes: wb.quick_deletes,
+        watch_closures: wb.watch_closures,
     }
 }
 
@@ -319,6 +325,9 @@ fn sim_schedules() {
     // Switchovers: schedules with one, releases done, gaps to the next primary.
     let (mut so_scheds, mut so_done) = (0u64, 0u64);
     let mut so_gaps: Vec<Duration> = Vec::new();
+    // The watch model: (leaderships struck by a quick delete, schedules with one,
+    // watch closures, schedules with one).
+    let mut watch = (0u64, 0u64, 0u64, 0u64);
     for seed in base..base + n {
         let t0 = std::time::Instant::now();
         let o = run(seed);
@@ -351,6 +360,10 @@ fn sim_schedules() {
             so_scheds += 1;
         }
         so_done += o.handovers;
+        watch.0 += o.quick_deletes;
+        watch.1 += u64::from(o.quick_deletes > 0);
+        watch.2 += o.watch_closures;
+        watch.3 += u64::from(o.watch_closures > 0);
         so_gaps.extend(o.handover_gaps.iter().copied());
         if o.sched
             .faults
@@ -451,6 +464,11 @@ fn sim_schedules() {
         excess.1,
         regressions.len(),
         &regressions[..regressions.len().min(10)],
+    );
+    println!(
+        "sim: watch model: {} leaderships struck by a quick delete in {} schedules; {} scope \
+         watches closed by a lost change in {} schedules",
+        watch.0, watch.1, watch.2, watch.3
     );
     so_gaps.sort();
     let q = |f: f64| {

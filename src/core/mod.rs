@@ -40,7 +40,7 @@ pub use lease::Leadership;
 pub use manage::job_name;
 pub use switchover::{Handover, HandoverPhase};
 pub use sync::sync_names_for;
-use vacancy::{LeaseTrack, Vacancy};
+use vacancy::{LeaseTrack, Vacancy, Watched};
 
 /// Static facts about this node the core needs.
 #[derive(Clone, Debug)]
@@ -85,6 +85,8 @@ pub struct Core {
     timing: Timing,
     state: State,
     track: LeaseTrack,
+    /// The newest leadership the scope watch reported (`vacancy`, S3).
+    watched: Option<Watched>,
     vacancy: Option<Vacancy>,
     /// A former primary's WAL may have forked: rewind before following.
     needs_rewind: bool,
@@ -170,6 +172,7 @@ impl Core {
             timing,
             state: State::Init,
             track: LeaseTrack::default(),
+            watched: None,
             vacancy: None,
             needs_rewind: false,
             bootstrapped_here: false,
