@@ -54,6 +54,23 @@
 //! prints how many releases were done and the time from each to the next writable
 //! primary.
 //!
+//! The scope watch (DESIGN §1 step 4, S3): every `leader` PUT (create revision,
+//! lease) and DELETE reaches each node whose watch is open, in stream order, 1 ms
+//! later (`Observation::leader_changes`); a change that finds its node cut off is
+//! lost and closes that node's watch, as does a restart or an etcd leader loss of
+//! 1.5 s or more; the node reopens it after its next successful read, from that
+//! read's revision + 1, and etcd replays what came after it. The observation
+//! carries the watch's start revision as of the read (`watch_from`). A quarter of
+//! the `EarlyDelete` faults, and a quarter of the leader's `HostCrash`es (whose
+//! vacancy is on time, so the next leader promotes at once) arm a quick delete: it
+//! strikes the next leadership
+//! 0.1–3 ms after its key is created and cut its holder off from etcd for 0.5–2
+//! ttl, so its primary may live on unaware while the other replicas, which may
+//! never have read that key, judge the vacancy (the residual race of the
+//! release-marker work). The summary prints how many struck and how many watches
+//! closed; liveness counts a winner whose watch was closed when the key went as
+//! early.
+//!
 //! Not modelled: member keys' leases (they persist), PostgreSQL-level network faults
 //! (a replica streams whenever its upstream is writable and their WAL has not
 //! forked; a replica stalled by `SyncSwitch` stays connected), cascading replicas,

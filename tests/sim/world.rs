@@ -575,9 +575,12 @@ pub enum Ev {
         put: Option<LeaderKey>,
     },
     /// An early delete aimed at a leadership just begun (`EarlyDelete` with a
-    /// quarter of its picks): the key of this epoch, if it still stands.
+    /// quarter of its picks): the key of this epoch, if it still stands, with its
+    /// holder cut off from etcd for `cut` at that instant (so it learns of the
+    /// delete only by its own `F - B`, as a stalled or partitioned leader would).
     QuickDelete {
         epoch: i64,
+        cut: Duration,
     },
     Sweep,
     EtcdUp,
@@ -682,8 +685,9 @@ pub struct World {
     /// Every `leader` change so far (instant, revision, PUT's key): a watch reopened
     /// from a revision gets the changes from it on, as etcd replays them.
     leader_log: Vec<(i64, Option<LeaderKey>)>,
-    /// `EarlyDelete` armed to strike the next leadership this long after it begins.
-    quick_delete: Option<Duration>,
+    /// `EarlyDelete` armed to strike the next leadership this long after it begins,
+    /// cutting its holder off for the second duration.
+    quick_delete: Option<(Duration, Duration)>,
     /// Leaderships struck by a quick delete.
     pub quick_deletes: u64,
     /// Scope watches closed while open (a change lost, a restart, etcd's cancel).
@@ -1735,6 +1739,12 @@ impl World {
                     self.host_down(n, "crash", cmds);
                     self.push(end, Ev::Restart { node: n });
                 }
+                // A quarter also arm a quick delete (below) of the leadership that
+                // follows: its vacancy is on time, so the new leader promotes at
+                // once, and a replica that never reads it must not.
+                if f.at_leader && f.pick % 4 == 1 {
+                    self.arm_quick_delete(f.pick);
+                }
             }
             FaultKind::HostLost => {
                 if self.nodes[n].host_up {
@@ -1785,12 +1795,11 @@ impl World {
                     }
                 }
             }
-            // A quarter strike the next leadership right after it begins (the
-            // residual race: a leadership shorter than a loop, deleted early, that
-            // other replicas may never read); the rest strike the key now.
-            FaultKind::EarlyDelete if f.pick.is_multiple_of(4) => {
-                self.quick_delete = Some(secs(0.001 * (1 + (f.pick / 4) % 60) as f64));
-            }
+            // A quarter strike the next leadership 0.1-3 ms after it begins and cut
+            // its holder off for a while (the residual race: a
+            // leadership shorter than a loop, deleted early, that other replicas
+            // may never read, while its primary lives); the rest strike the key now.
+            FaultKind::EarlyDelete if f.pick.is_multiple_of(4) => self.arm_quick_delete(f.pick),
             FaultKind::EarlyDelete => {
                 self.etcd.delete("leader");
             }
@@ -1908,13 +1917,31 @@ impl World {
         }
     }
 
+    /// Strike the next leadership 0.1-3 ms after its key is created and cut its
+    /// holder off from etcd for 0.5-2 ttl, all from `pick` (no draw: the seed's
+    /// stream stays as it was).
+    fn arm_quick_delete(&mut self, pick: u64) {
+        let d = secs(0.0001 * (1 + (pick / 4) % 30) as f64);
+        let ttl = f64::from(self.sched.profile.timing.ttl);
+        let cut = secs(ttl * (0.5 + ((pick >> 8) % 16) as f64 / 10.0));
+        self.quick_delete = Some((d, cut));
+    }
+
     /// One `leader` change, to every node whose scope watch is open; a node cut off
     /// loses it, and its watch with it (DESIGN §1 step 4: the core then judges the
     /// vacancy untimeable until a read closes the gap).
     fn watch_change(&mut self, rev: i64, put: Option<LeaderKey>) {
         self.leader_log.push((rev, put.clone()));
-        if let (Some(k), Some(d)) = (&put, self.quick_delete.take()) {
-            self.push(self.now.add(d), Ev::QuickDelete { epoch: k.epoch });
+        if let Some(k) = &put
+            && let Some((d, cut)) = self.quick_delete.take()
+        {
+            self.push(
+                self.now.add(d),
+                Ev::QuickDelete {
+                    epoch: k.epoch,
+                    cut,
+                },
+            );
         }
         for node in 0..self.nodes.len() {
             let n = &self.nodes[node];
@@ -2128,10 +2155,22 @@ impl World {
                     self.wake(node);
                 }
             }
-            Ev::QuickDelete { epoch } => {
-                if self.etcd.leader_key().is_some_and(|k| k.epoch == epoch) {
-                    self.text(None, format!("quick delete of epoch {epoch}"));
+            Ev::QuickDelete { epoch, cut } => {
+                if let Some(k) = self.etcd.leader_key().filter(|k| k.epoch == epoch) {
+                    let holder = self.node_by_name(&k.name);
+                    self.text(
+                        holder,
+                        format!(
+                            "quick delete of epoch {epoch}; holder cut off for {:.2} s",
+                            cut.as_secs_f64()
+                        ),
+                    );
                     self.quick_deletes += 1;
+                    if let Some(h) = holder {
+                        let p = &mut self.nodes[h].partitioned_until;
+                        *p = (*p).max(at.add(cut));
+                        self.quiet_from = self.quiet_from.max(at.add(cut));
+                    }
                     self.etcd.delete("leader");
                     self.watch_events();
                 }
