@@ -21,7 +21,7 @@ DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler libproto
 VERSION   := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 PACKAGES  := target/packages
 
-.PHONY: all deps print-deps check-deps build demo test soak soak-real bench bench-deps lint deny deb rpm clean
+.PHONY: all deps print-deps check-deps build demo test soak soak-real soak-hour bench bench-deps lint deny deb rpm clean
 
 all: build
 
@@ -95,7 +95,10 @@ soak-real: deps
 # TENURE_BENCH_STRESS_SECONDS (180 per run); its agents are a release build with the
 # bench-only `count-allocs` feature (never the shipped binary), copied aside
 # before `cargo bench` rebuilds target/release/tenure with the test bed.
-BENCHES := core_step renewal agent_footprint failover switchover failover_dist loop_stress
+# etcd_fleet (issue 13 item 5): TENURE_BENCH_FLEET_STEPS (3,30,...,2880 agents),
+# TENURE_BENCH_FLEET_SECONDS (20), TENURE_BENCH_FLEET_PATTERNS (today,watchview),
+# TENURE_BENCH_FLEET_LOOP_MS (500), TENURE_BENCH_FLEET_BUDGET (540 s for the run).
+BENCHES := core_step renewal agent_footprint failover switchover failover_dist loop_stress etcd_fleet
 # Debian packages only the benchmarks need (not `make test`, not DEB_PACKAGES):
 # stress-ng loads the host for loop_stress.
 BENCH_PACKAGES := stress-ng
@@ -128,6 +131,16 @@ bench: deps bench-deps
 	    $(CARGO) bench -q --bench $$b || exit 1; \
 	  fi; \
 	done
+
+# An hour of a loaded host with tight timing (issue 13 item 3, bench/soak_hour.rs,
+# docs/benchmarks.md §10): a 3-node cluster per configuration under stress-ng, the
+# watchdog stand-in required, a write probe; fails on any failover, fence or reset.
+# Not part of `make test` or `make bench`. TENURE_SOAK_CONFIGS picks the
+# configurations (ttl7, ttl5; several run side by side), TENURE_SOAK_SECONDS the
+# window (3600).
+soak-hour: deps bench-deps
+	$(CARGO) build --example wdt_standin
+	$(CARGO) bench --bench soak_hour
 
 lint:
 	$(CARGO) fmt --check

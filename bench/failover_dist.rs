@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use harness::{Table, fmt_ns};
 use tenure::testbed::cluster::{ClusterOptions, NodeWatchdog, TestCluster};
 use tenure::testbed::probe::WriteProbe;
-use tenure::testbed::{etcd, etcdkv, wait_for};
+use tenure::testbed::{etcdkv, wait_for};
 
 const REJOIN: Duration = Duration::from_secs(120);
 /// How often the key watcher reads the leader key (the DELETE's resolution).
@@ -113,7 +113,7 @@ fn main() {
         return;
     }
     // Before any thread exists (setting the environment is only sound then).
-    let standin = find_standin();
+    let standin = harness::find_standin();
     let n = harness::env_num("TENURE_BENCH_FAILOVER_N", 10).max(1) as usize;
     let chosen = match std::env::var("TENURE_BENCH_FAILOVER_CONFIGS") {
         Ok(v) if !v.trim().is_empty() => v
@@ -159,34 +159,6 @@ fn main() {
     if broken {
         std::process::exit(1);
     }
-}
-
-/// The watchdog stand-in binary, or why there is none. `WatchdogStandin::binary`
-/// looks in `examples/` above this executable (`target/release/examples` for a
-/// bench); the stand-in is a test aid that `cargo build --example wdt_standin`
-/// builds in the debug profile, so look there too and point the bed at it.
-fn find_standin() -> Result<std::path::PathBuf, String> {
-    use tenure::testbed::watchdog::WatchdogStandin;
-    if let Ok(p) = WatchdogStandin::binary() {
-        return Ok(p);
-    }
-    let debug =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/examples/wdt_standin");
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(|d| std::path::PathBuf::from(d).join("debug/examples/wdt_standin"));
-    for cand in target_dir.into_iter().chain([debug]) {
-        if cand.is_file() {
-            // SAFETY: called from `main` before any thread is spawned, so nothing
-            // reads the environment concurrently.
-            unsafe { std::env::set_var("TENURE_WDT_STANDIN", &cand) };
-            return Ok(cand);
-        }
-    }
-    Err(
-        "watchdog stand-in not built (`cargo build --example wdt_standin`, or set \
-         TENURE_WDT_STANDIN)"
-            .into(),
-    )
 }
 
 /// What was measured so far (printed even when a later round finds the cluster broken).
@@ -423,32 +395,6 @@ impl Drop for KeyWatch {
     }
 }
 
-/// Revoke lease `id` through etcd's JSON gateway (an operator's `etcdctl lease
-/// revoke`), trying each endpoint once.
-fn revoke(endpoints: &[String], id: i64) -> Result<(), String> {
-    let body = serde_json::json!({ "ID": id.to_string() }).to_string();
-    let mut errors = Vec::new();
-    for ep in endpoints {
-        let addr = etcdkv::endpoint_addr(ep)?;
-        match etcd::http_request(
-            addr.ip(),
-            addr.port(),
-            "POST",
-            "/v3/lease/revoke",
-            "",
-            &body,
-        ) {
-            Some(answer) if etcdkv::http_status(&answer) == Some(200) => return Ok(()),
-            Some(answer) => errors.push(format!(
-                "{ep}: {}",
-                answer.lines().next().unwrap_or("").trim()
-            )),
-            None => errors.push(format!("{ep}: no answer")),
-        }
-    }
-    Err(format!("lease revoke {id:x}: {}", errors.join("; ")))
-}
-
 /// The `CLOCK_BOOTTIME` stamp (seconds) of an agent log line (`[<secs>s] ...`).
 fn stamp(line: &str) -> Option<f64> {
     line.strip_prefix('[')?
@@ -518,7 +464,7 @@ fn one_round(
         Fault::Crash => c.host_crash(p)?,
         Fault::Revoke => {
             let t0 = Instant::now();
-            revoke(&c.endpoints(), kv.lease)?;
+            harness::revoke(&c.endpoints(), kv.lease)?;
             t0
         }
     };

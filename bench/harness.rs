@@ -16,7 +16,11 @@
 // Each bench binary uses a different subset.
 #![allow(dead_code)]
 
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use tenure::testbed::cluster::TestCluster;
 
 /// Order statistics of a set of samples, in nanoseconds.
 #[derive(Clone, Debug)]
@@ -229,4 +233,153 @@ pub fn start_settled(
         c.name(p)
     );
     Ok((c, p))
+}
+
+// ----- host load and the agents' processes (loop_stress, soak_hour) -----------
+
+/// The load, exactly as run (the issue's command); `--timeout` is added so it
+/// stops by itself even if this bench dies.
+pub const STRESS: &[&str] = &["--cpu", "2", "--io", "1", "--vm", "1", "--vm-bytes", "20%"];
+
+/// `/proc/<pid>`: VmRSS, RssAnon, RssFile (kB), utime + stime (ticks).
+#[derive(Clone, Copy, Debug)]
+pub struct ProcSample {
+    pub rss: u64,
+    pub anon: u64,
+    pub file: u64,
+    pub cpu: u64,
+}
+
+pub fn proc_sample(pid: u32) -> Option<ProcSample> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb = |name: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let cpu = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ProcSample {
+        rss: kb("VmRSS:")?,
+        anon: kb("RssAnon:")?,
+        file: kb("RssFile:")?,
+        cpu,
+    })
+}
+
+/// The load average (1, 5, 15 minutes).
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// stress-ng in its own process group (so its workers can be stopped together).
+pub fn start_stress(seconds: u64, out: &Path) -> Result<Child, String> {
+    use std::os::unix::process::CommandExt;
+    let log = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let log2 = log.try_clone().map_err(|e| e.to_string())?;
+    let mut cmd = Command::new("/usr/bin/stress-ng");
+    cmd.args(STRESS)
+        .arg("--timeout")
+        .arg(format!("{seconds}s"))
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .process_group(0);
+    cmd.spawn().map_err(|e| format!("stress-ng: {e}"))
+}
+
+pub fn stop_stress(mut child: Child) {
+    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+    // Our own child's process group: stress-ng and the workers it forked.
+    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGTERM);
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait();
+}
+
+/// Every thread of every etcd member to SCHED_FIFO 10.
+pub fn etcd_realtime(c: &mut TestCluster) -> Result<(), String> {
+    let Some(e) = c.etcd() else {
+        return Err("no etcd cluster".into());
+    };
+    for i in 0..e.members.len() {
+        let pid = e.pid(i).ok_or(format!("etcd member {i} not running"))?;
+        let st = Command::new("chrt")
+            .args(["-a", "-f", "-p", "10", &pid.to_string()])
+            .status()
+            .map_err(|e| format!("chrt: {e}"))?;
+        if !st.success() {
+            return Err(format!("chrt -a -f -p 10 {pid}: {st}"));
+        }
+    }
+    Ok(())
+}
+
+/// The watchdog stand-in binary, or why there is none. `WatchdogStandin::binary`
+/// looks in `examples/` above this executable (`target/release/examples` for a
+/// bench); the stand-in is a test aid that `cargo build --example wdt_standin`
+/// builds in the debug profile, so look there too and point the bed at it.
+pub fn find_standin() -> Result<std::path::PathBuf, String> {
+    use tenure::testbed::watchdog::WatchdogStandin;
+    if let Ok(p) = WatchdogStandin::binary() {
+        return Ok(p);
+    }
+    let debug =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/examples/wdt_standin");
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(|d| std::path::PathBuf::from(d).join("debug/examples/wdt_standin"));
+    for cand in target_dir.into_iter().chain([debug]) {
+        if cand.is_file() {
+            // SAFETY: called from `main` before any thread is spawned, so nothing
+            // reads the environment concurrently.
+            unsafe { std::env::set_var("TENURE_WDT_STANDIN", &cand) };
+            return Ok(cand);
+        }
+    }
+    Err(
+        "watchdog stand-in not built (`cargo build --example wdt_standin`, or set \
+         TENURE_WDT_STANDIN)"
+            .into(),
+    )
+}
+
+/// Revoke lease `id` through etcd's JSON gateway (as an operator's `etcdctl lease
+/// revoke` would), trying each endpoint once.
+pub fn revoke(endpoints: &[String], id: i64) -> Result<(), String> {
+    use tenure::testbed::{etcd, etcdkv};
+    let body = format!("{{\"ID\":\"{id}\"}}");
+    let mut errors = Vec::new();
+    for ep in endpoints {
+        let addr = etcdkv::endpoint_addr(ep)?;
+        match etcd::http_request(
+            addr.ip(),
+            addr.port(),
+            "POST",
+            "/v3/lease/revoke",
+            "",
+            &body,
+        ) {
+            Some(answer) if etcdkv::http_status(&answer) == Some(200) => return Ok(()),
+            Some(answer) => errors.push(format!(
+                "{ep}: {}",
+                answer.lines().next().unwrap_or("").trim()
+            )),
+            None => errors.push(format!("{ep}: no answer")),
+        }
+    }
+    Err(format!("lease revoke {id:x}: {}", errors.join("; ")))
 }

@@ -45,18 +45,16 @@ mod harness;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::{Stats, Table, fmt_ns};
-use tenure::testbed::cluster::{ClusterOptions, NodeWatchdog, TestCluster};
+use harness::{
+    ProcSample, STRESS, Stats, Table, etcd_realtime, fmt_ns, loadavg, proc_sample, start_stress,
+    stop_stress,
+};
+use tenure::testbed::cluster::{ClusterOptions, NodeWatchdog};
 
 /// Where the agents write their traces (tmpfs: a write costs no disk I/O).
 const TRACE_DIR: &str = "/dev/shm/tenure-bench-stress";
-
-/// The load, exactly as run (the command); `--timeout` is added so it
-/// stops by itself even if this bench dies.
-const STRESS: &[&str] = &["--cpu", "2", "--io", "1", "--vm", "1", "--vm-bytes", "20%"];
 
 fn main() {
     println!(
@@ -203,38 +201,6 @@ fn read_trace(node: &str) -> Vec<Line> {
         .unwrap_or_default()
 }
 
-/// `/proc/<pid>`: VmRSS, RssAnon, RssFile (kB), utime + stime (ticks).
-#[derive(Clone, Copy, Debug)]
-struct ProcSample {
-    rss: u64,
-    anon: u64,
-    file: u64,
-    cpu: u64,
-}
-
-fn proc_sample(pid: u32) -> Option<ProcSample> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb = |name: &str| -> Option<u64> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))?
-            .split_whitespace()
-            .next()?
-            .parse()
-            .ok()
-    };
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let cpu = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(ProcSample {
-        rss: kb("VmRSS:")?,
-        anon: kb("RssAnon:")?,
-        file: kb("RssFile:")?,
-        cpu,
-    })
-}
-
 /// The agent's scheduling policy and priority (/proc/<pid>/stat fields 40, 41) and
 /// locked memory (`VmLck`): proof that `[agent]` took effect.
 fn sched_line(pid: u32) -> String {
@@ -262,61 +228,6 @@ fn sched_line(pid: u32) -> String {
         "policy {policy}, rt priority {}, VmLck {lck}",
         f.get(37).copied().unwrap_or("?")
     )
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-/// stress-ng in its own process group (so its workers can be stopped together).
-fn start_stress(seconds: u64, out: &Path) -> Result<Child, String> {
-    use std::os::unix::process::CommandExt;
-    let log = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    let log2 = log.try_clone().map_err(|e| e.to_string())?;
-    let mut cmd = Command::new("/usr/bin/stress-ng");
-    cmd.args(STRESS)
-        .arg("--timeout")
-        .arg(format!("{seconds}s"))
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log2)
-        .process_group(0);
-    cmd.spawn().map_err(|e| format!("stress-ng: {e}"))
-}
-
-fn stop_stress(mut child: Child) {
-    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-    // Our own child's process group: stress-ng and the workers it forked.
-    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGTERM);
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(10) {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-    let _ = child.wait();
-}
-
-/// Every thread of every etcd member to SCHED_FIFO 10.
-fn etcd_realtime(c: &mut TestCluster) -> Result<(), String> {
-    let Some(e) = c.etcd() else {
-        return Err("no etcd cluster".into());
-    };
-    for i in 0..e.members.len() {
-        let pid = e.pid(i).ok_or(format!("etcd member {i} not running"))?;
-        let st = Command::new("chrt")
-            .args(["-a", "-f", "-p", "10", &pid.to_string()])
-            .status()
-            .map_err(|e| format!("chrt: {e}"))?;
-        if !st.success() {
-            return Err(format!("chrt -a -f -p 10 {pid}: {st}"));
-        }
-    }
-    Ok(())
 }
 
 fn one_run(cfg: &RunCfg) -> Result<(), String> {
