@@ -36,8 +36,10 @@ mod leader_watch;
 mod looptrace;
 mod manage;
 mod names;
+mod schedule;
 mod secure;
 mod switchover;
+mod wdcheck;
 
 /// The cluster "read" of an iteration cut short past `F - B` after its renewal.
 const PAST_CAP: &str = "not read: past F - B";
@@ -79,6 +81,8 @@ struct Watchdogs {
     last_status: String,
     /// `WATCHDOG_RESET` was said this run (sysfs at start-up or the first open).
     boot_reset_said: bool,
+    /// The required device's check before candidacy (agent/wdcheck.rs).
+    check: wdcheck::WdCheck,
 }
 
 /// Outcomes of this iteration's actions, reported in the next observation.
@@ -126,6 +130,8 @@ struct Agent {
     /// The member lease's granted TTL (`None`: reused from an earlier run, unknown).
     member_ttl: Option<u32>,
     next_tick: Instant,
+    /// The plan's wake-up and a non-leader's etcd budget (agent/schedule.rs).
+    schedule: schedule::Schedule,
     /// Boottime and realtime at the start of the last iteration (S5).
     last_iteration: Option<(Instant, Duration)>,
     pending: Pending,
@@ -273,7 +279,9 @@ impl Agent {
             (pipe, api)
         };
 
-        let pg = PgCtl::new(&cfg.postgresql, &cfg.name).map_err(|e| format!("postgresql: {e}"))?;
+        let mut pg =
+            PgCtl::new(&cfg.postgresql, &cfg.name).map_err(|e| format!("postgresql: {e}"))?;
+        pg.set_loop_wait(cfg.timing.loop_wait);
         // Orphaned postmasters and backends (after a fence, or pg_ctl's exit) are
         // reparented to us rather than to a pid 1 that may not reap them.
         // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) takes no pointers; it only sets a
@@ -316,6 +324,7 @@ impl Agent {
             member_kept_at: None,
             member_ttl: None,
             next_tick: clock::now(),
+            schedule: schedule::Schedule::default(),
             last_iteration: None,
             pending: Pending::default(),
             leader_deleted_at: None,
@@ -379,6 +388,8 @@ impl Agent {
                         None => self.next_tick,
                     }
                 };
+                // The core's own deadline (the promote delay's end), if sooner.
+                let until = self.wait_end(until);
                 // A hook's deadline wakes the wait too, but only to kill the hook:
                 // it runs no iteration (the renewal keeps its fixed schedule, S6 d).
                 match self.hooks.deadline() {
@@ -507,6 +518,7 @@ impl Agent {
             };
             let now = clock::now();
             let plan = self.core.step(now, &obs);
+            self.plan_wake(plan.wake_at);
             self.guardian_after_step();
             self.events_after_step(now, &obs, &plan);
             self.trace.phase(looptrace::Phase::Step);
@@ -546,6 +558,7 @@ impl Agent {
             // The API's write intents deferred because a deadline was near.
             self.carry_out_intents();
             self.run_scheduled_restart();
+            self.keep_schedule();
             if exit {
                 self.hooks.finish();
                 self.stop_guardian();
@@ -603,6 +616,11 @@ impl Agent {
     /// endpoint, and the next one after any failure (`switch_endpoint`), costs at
     /// most one failed call per dead member.
     fn connect(&mut self, deadline: Instant) -> Option<(&mut Etcd, &Runtime)> {
+        if self.etcd_budget_spent() {
+            // A non-leader's observation waited out its etcd time: nothing more is
+            // sent in it (agent/schedule.rs).
+            return None;
+        }
         if self.etcd.is_none() {
             let eps = &self.cfg.etcd.endpoints;
             let i = self.endpoint % eps.len().max(1);
@@ -628,6 +646,9 @@ impl Agent {
     /// Drop the client (and its watch) and use the next endpoint from the next call
     /// on; the watch is reopened after the next successful read.
     fn switch_endpoint(&mut self) {
+        if !self.may_switch_endpoint() {
+            return;
+        }
         self.etcd = None;
         // Its name is resolved again in `resolve_step`, never here (names.rs).
         self.names.failed(self.endpoint);
@@ -648,7 +669,7 @@ impl Agent {
         if self.core.leadership().is_some() {
             t.min(self.next_tick)
         } else {
-            t
+            self.within_etcd_budget(t)
         }
     }
 
@@ -881,7 +902,14 @@ impl Agent {
     fn observe(&mut self, now: Instant, tick: bool) -> Observation {
         let r = self.core.timing().retry_timeout;
         let me = self.cfg.name.clone();
+        self.etcd_budget_begin(now);
+        let o = self.observe_calls(now, tick, r, me);
+        self.etcd_budget_end();
+        o
+    }
 
+    /// `observe`'s calls, in order (a non-leader's within one etcd budget).
+    fn observe_calls(&mut self, now: Instant, tick: bool, r: Duration, me: String) -> Observation {
         // The renewal first: nothing else in the iteration may delay it (S6 d).
         let mut renewal = None;
         if tick {
@@ -1033,6 +1061,7 @@ impl Agent {
             pg = self.pg.probe(pg_deadline);
         }
         self.trace.phase(looptrace::Phase::Probe);
+        self.check_required_watchdog(&pg);
         self.assemble(cluster, renewal, lease_poll, pg, job, Duration::ZERO)
     }
 
@@ -1078,6 +1107,7 @@ impl Agent {
             job,
             shutdown: self.shutdown,
             watchdog_failed: pending.watchdog_failed,
+            watchdog_unusable: self.wd.check.unusable.clone(),
             clock_jump,
             guard_refused: pending.guard_refused,
             pet: pending.pet,
@@ -1164,6 +1194,7 @@ impl Agent {
                 self.cfg.timing = t;
                 self.cfg.dynamic = d;
                 self.core.set_timing(timing_of(&self.cfg));
+                self.pg.set_loop_wait(self.cfg.timing.loop_wait);
                 self.follow_ttl_with_w();
                 self.status.config_refused = None;
                 self.status.pause = self.cfg.dynamic.pause;
@@ -2197,6 +2228,7 @@ impl Watchdogs {
                 ready_sent: false,
                 last_status: String::new(),
                 boot_reset_said,
+                check: wdcheck::WdCheck::default(),
             },
             core,
         ))

@@ -88,6 +88,27 @@ fn opens(c: &TestCluster, i: usize) -> usize {
     events(c, i).iter().filter(|(_, e, _)| e == "open").count()
 }
 
+/// The device's first open was the start-up check: opened, then at once disarmed
+/// (no other open in between).
+fn checked_first(c: &TestCluster, i: usize) -> bool {
+    let ev = events(c, i);
+    let mut seq = ev
+        .iter()
+        .filter(|(_, e, _)| e == "open" || e == "disarm")
+        .map(|(_, e, _)| e.as_str());
+    seq.next() == Some("open") && seq.next() == Some("disarm")
+}
+
+/// Opens after the start-up check's (the first open, disarmed at once).
+fn opens_after_check(c: &TestCluster, i: usize) -> usize {
+    let ev = events(c, i);
+    let first_disarm = ev.iter().position(|(_, e, _)| e == "disarm");
+    ev.iter()
+        .skip(first_disarm.map_or(0, |d| d + 1))
+        .filter(|(_, e, _)| e == "open")
+        .count()
+}
+
 fn pings_after(c: &TestCluster, i: usize, after: Instant) -> Vec<(Instant, String)> {
     events(c, i)
         .into_iter()
@@ -105,9 +126,11 @@ fn last_ping_before(c: &TestCluster, i: usize, at: Instant) -> Option<Instant> {
         .next_back()
 }
 
-/// Wait until the leader `p` has armed its device (at least one ping).
+/// Wait until the leader `p` has armed its device (an open after the start-up
+/// check's, and a ping).
 fn wait_armed(c: &TestCluster, p: usize) {
     let ok = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
+        (opens_after_check(c, p) >= 1).then_some(())?;
         c.standin(p)?.last_ping()
     });
     assert!(
@@ -215,25 +238,34 @@ fn real_wd_frozen_leader_is_reset_before_horizon() {
         .unwrap();
 }
 
-/// S1: a clean stop disarms (magic close); replicas never open the device until
-/// one wins the key (S4/S3: the device is opened only after adopting or winning).
+/// S1: a clean stop disarms (magic close); replicas open the device only for
+/// the check at start-up (opened, read back, disarmed at once: agent/wdcheck.rs)
+/// until one wins the key (S4/S3: it is armed only after adopting or winning).
 #[test]
-fn real_wd_clean_stop_disarms_and_replicas_never_open() {
+fn real_wd_clean_stop_disarms_and_replicas_only_check() {
     let mut c = bed("wdclean", vec![NodeWatchdog::with_standin("required"); 3]);
     let p = settled(&mut c);
     wait_armed(&c, p);
     std::thread::sleep(Duration::from_secs(2));
+    for i in 0..3 {
+        assert!(
+            checked_first(&c, i),
+            "{} did not check its device first: {}",
+            c.name(i),
+            c.standin(i).unwrap().events()
+        );
+    }
     assert_eq!(
-        opens(&c, p),
+        opens_after_check(&c, p),
         1,
-        "the leader opened once: {}",
+        "the leader opened once after its check: {}",
         c.standin(p).unwrap().events()
     );
     for i in (0..3).filter(|&i| i != p) {
         assert_eq!(
-            opens(&c, i),
+            opens_after_check(&c, i),
             0,
-            "replica {} opened its device: {}",
+            "replica {} opened its device after its check: {}",
             c.name(i),
             c.standin(i).unwrap().events()
         );
@@ -242,9 +274,10 @@ fn real_wd_clean_stop_disarms_and_replicas_never_open() {
     c.term_agent(p, Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("{e}{}", c.logs_tail(30)));
     let ev = events(&c, p);
+    // The clean stop's, not the check's.
     let disarm = ev
         .iter()
-        .find(|(_, e, _)| e == "disarm")
+        .rfind(|(_, e, _)| e == "disarm")
         .map(|(t, _, _)| *t)
         .unwrap_or_else(|| {
             panic!(
@@ -268,11 +301,15 @@ fn real_wd_clean_stop_disarms_and_replicas_never_open() {
         "pings after the disarm: {}",
         c.standin(p).unwrap().events()
     );
-    assert_eq!(opens(&c, np), 1, "the winner opened its device once");
     assert_eq!(
-        opens(&c, other),
+        opens_after_check(&c, np),
+        1,
+        "the winner opened its device once after its check"
+    );
+    assert_eq!(
+        opens_after_check(&c, other),
         0,
-        "the replica that did not win opened its device: {}",
+        "the replica that did not win opened its device after its check: {}",
         c.standin(other).unwrap().events()
     );
     println!("clean stop: disarmed; {} took over and armed", c.name(np));
@@ -327,9 +364,13 @@ fn real_wd_nowayout_fence_keeps_petting() {
 }
 
 /// S6 and S3: refusals. Node 0 (automatic, no device, guardian off) leads and warns; node 1
-/// (required, no device) never leads; node 2 (required, read-back W = 1) and node 3
-/// (required, no magic close, nowayout off) win the key after node 0's host
-/// crashes, refuse the device, release the key and never promote.
+/// (required, no device) never leads; node 2 (required, read-back W = 1), node 3
+/// (required, no magic close, nowayout off) and node 4 (required, a dead device:
+/// every open fails with ENODEV) fail the check their agents make at start-up
+/// (agent/wdcheck.rs), so after node 0's host crashes none of them even races for
+/// the key (issue 13 item 4 follow-up 2: before, each won it, refused the device,
+/// released the key, and the next winner waited a promote delay), none promotes,
+/// and each says why. The checked devices were handed back disarmed.
 #[test]
 fn real_wd_refusals() {
     let mut o = opts(
@@ -357,6 +398,14 @@ fn real_wd_refusals() {
                 }),
                 ..NodeWatchdog::default()
             },
+            NodeWatchdog {
+                mode: Some("required".into()),
+                standin: Some(StandinSettings {
+                    dead: true,
+                    ..StandinSettings::default()
+                }),
+                ..NodeWatchdog::default()
+            },
         ],
     );
     o.start_agents = false;
@@ -366,7 +415,7 @@ fn real_wd_refusals() {
         .wait_primary(BOOT)
         .unwrap_or_else(|| panic!("pg1 never became primary{}", c.logs_tail(40)));
     assert_eq!(p, 0);
-    for i in 1..4 {
+    for i in 1..5 {
         c.start_agent(i).expect("start agent");
     }
     wait_replicas(&c, 0, &[]);
@@ -381,13 +430,30 @@ fn real_wd_refusals() {
         "pg2's log must name the missing device {dev1}{}",
         c.logs_tail(20)
     );
-    for i in [2, 3] {
-        assert_eq!(opens(&c, i), 0, "replica {} opened its device", c.name(i));
+    // The check at start-up: said at once, and published (`nofailover`).
+    for i in 2..5 {
+        assert!(
+            wait_log(&c, i, "required watchdog unusable", Duration::from_secs(10)),
+            "{} did not say its device failed the check{}",
+            c.name(i),
+            c.logs_tail(30)
+        );
+        let tagged = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+            let m = c.member(c.name(i))?;
+            (m["tags"]["nofailover"] == serde_json::Value::Bool(true)).then_some(())
+        });
+        assert!(
+            tagged.is_some(),
+            "{}'s member key does not say nofailover: {:?}",
+            c.name(i),
+            c.member(c.name(i))
+        );
     }
 
     c.host_crash(0).expect("host crash of pg1");
     let t0 = std::time::Instant::now();
     let mut holders = Vec::new();
+    let mut vacant_since: Option<std::time::Instant> = None;
     loop {
         let prim = c.primaries();
         assert!(
@@ -395,28 +461,33 @@ fn real_wd_refusals() {
             "a node without a usable watchdog became primary: {prim:?}{}",
             c.logs_tail(30)
         );
-        if let Some((who, _)) = c.leader_key()
-            && !holders.contains(&who)
-        {
-            holders.push(who);
+        match c.leader_key() {
+            Some((who, _)) => {
+                if !holders.contains(&who) {
+                    holders.push(who);
+                }
+            }
+            None => {
+                vacant_since.get_or_insert_with(std::time::Instant::now);
+            }
         }
-        let done = [2, 3]
-            .iter()
-            .all(|&i| c.agent_log(i).contains("required watchdog unusable"));
-        if done && t0.elapsed() > Duration::from_secs(5) {
+        let said = (1..5).all(|i| c.agent_log(i).contains("not a candidate"));
+        // Three seconds of vacancy (six loops) after every node said it.
+        if said && vacant_since.is_some_and(|v| v.elapsed() > Duration::from_secs(3)) {
             break;
         }
         assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "pg3 and pg4 did not both win and refuse: holders {holders:?}{}",
+            t0.elapsed() < Duration::from_secs(60),
+            "pg2..pg5 did not all refuse candidacy: holders {holders:?}{}",
             c.logs_tail(30)
         );
         std::thread::sleep(Duration::from_millis(100));
     }
     println!("leader key holders after the crash: {holders:?}");
     assert!(
-        !holders.iter().any(|h| h == c.name(1)),
-        "pg2 (required, no device) took the key"
+        holders.iter().all(|h| h == c.name(0)),
+        "a node whose required watchdog failed its check took the key: {holders:?}{}",
+        c.logs_tail(30)
     );
     let l2 = c.agent_log(2);
     assert!(
@@ -429,36 +500,47 @@ fn real_wd_refusals() {
         "pg4's refusal must name the missing magic close{}",
         c.logs_tail(30)
     );
-    for i in [2, 3] {
+    assert!(
+        c.agent_log(4).contains("ENODEV"),
+        "pg5's refusal must name the failed open{}",
+        c.logs_tail(30)
+    );
+    for i in 1..5 {
         assert!(
-            c.agent_log(i).contains("acquired the leader key"),
-            "{} never won the key{}",
+            !c.agent_log(i).contains("acquired the leader key"),
+            "{} raced for the key{}",
             c.name(i),
             c.logs_tail(30)
         );
-        // It fenced (it held the key) and may be restarting as a replica: "not
-        // promoted" is what counts.
         assert_ne!(c.is_in_recovery(i), Ok(false), "{} promoted", c.name(i));
-        assert!(
-            !c.agent_log(i).contains("promoted PostgreSQL"),
-            "{} promoted{}",
+    }
+    for i in [2, 3] {
+        // Opened once, for the check, and handed back disarmed.
+        assert_eq!(
+            opens(&c, i),
+            1,
+            "{} opened its device other than for the check: {}",
             c.name(i),
-            c.logs_tail(30)
+            c.standin(i).unwrap().events()
         );
-        assert!(opens(&c, i) >= 1, "{} never opened its device", c.name(i));
         let ev = events(&c, i);
         assert!(
             ev.iter().any(|(_, e, _)| e == "disarm"),
-            "{}'s refused device was not handed back disarmed: {}",
+            "{}'s checked device was not handed back disarmed: {}",
             c.name(i),
             c.standin(i).unwrap().events()
         );
         assert!(
             c.standin(i).unwrap().fired().is_none(),
-            "{}'s refused device fired",
+            "{}'s checked device fired",
             c.name(i)
         );
     }
+    assert!(
+        events(&c, 4).iter().any(|(_, e, _)| e == "open-refused"),
+        "pg5 never tried its dead device: {}",
+        c.standin(4).unwrap().events()
+    );
 }
 
 /// S2 with systemd's watchdog playing W: READY=1, WATCHDOG=1 at the loop's pace

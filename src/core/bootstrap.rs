@@ -86,10 +86,12 @@ impl Core {
         match &view.initialize {
             None => {
                 Err(match &obs.pg.data {
-                    DataDir::Empty if self.lead_refusal.is_some() => Reason::Refusing(format!(
-                        "not bootstrapping: {}",
-                        self.lead_refusal.clone().unwrap_or_default()
-                    )),
+                    DataDir::Empty if self.leadership_refusal().is_some() => {
+                        Reason::Refusing(format!(
+                            "not bootstrapping: {}",
+                            self.leadership_refusal().unwrap_or_default()
+                        ))
+                    }
                     DataDir::Empty => {
                         p.push(Action::ClaimInitialize);
                         p.again = true;

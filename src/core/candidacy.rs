@@ -12,6 +12,17 @@ use super::time::Instant;
 use super::{Core, Planner};
 
 impl Core {
+    /// Why this node may not take leadership now: refused for the run (S3: a
+    /// required watchdog missing, or refused at a leadership's open), or its
+    /// required watchdog failed the shell's last check (`watchdog_unusable`).
+    pub(super) fn leadership_refusal(&self) -> Option<String> {
+        match (&self.lead_refusal, &self.watchdog_unusable) {
+            (Some(why), _) => Some(why.clone()),
+            (None, Some(why)) => Some(format!("required watchdog unusable: {why}")),
+            (None, None) => None,
+        }
+    }
+
     /// The key is absent: may this node take it? (§1 step 4, §3a)
     pub(super) fn candidate(
         &mut self,
@@ -23,7 +34,7 @@ impl Core {
         let me = self.cfg.name.clone();
         // The node that just ran initdb: no other node has data, nobody led before.
         if self.bootstrapped_here
-            && self.lead_refusal.is_none()
+            && self.leadership_refusal().is_none()
             && self.rollback_refusal().is_none()
             && obs.pg.role == PgRole::Stopped
             && matches!(obs.pg.data, DataDir::Present { .. })
@@ -58,7 +69,9 @@ impl Core {
         if self.cfg.nofailover {
             return Reason::Waiting("no leader, and I am tagged nofailover".into());
         }
-        if let Some(why) = &self.lead_refusal {
+        // S3: a node that could not arm its required watchdog would win, give the
+        // key back and cost the next winner a promote delay (issue 13 item 4).
+        if let Some(why) = self.leadership_refusal() {
             return Reason::Refusing(format!("not a candidate: {why}"));
         }
         if let Some(why) = self.rollback_refusal() {

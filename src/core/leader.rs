@@ -42,6 +42,13 @@ impl Core {
         if obs.promoted == Some(true) {
             l.promoted = true;
         }
+        // Issue 13 item 4: the promotion (or the primary's start) the promote delay
+        // holds back comes when the delay ends, not at the first tick after it (up
+        // to `loop_wait` later). The delay itself is unchanged: S3, nobody writes
+        // before the old holder's lease can have expired (DESIGN §1 step 4).
+        if !l.promoted && now < l.promote_after {
+            p.wake_by(l.promote_after);
+        }
         let reason = match (obs.pg.role, &obs.job) {
             (_, Job::Running { kind, .. }) => {
                 Reason::Waiting(format!("leader with the lock; {kind:?} running"))

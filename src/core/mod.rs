@@ -102,6 +102,9 @@ pub struct Core {
     /// Why this node may not take leadership (a required watchdog is missing or
     /// unusable). It still runs as a replica.
     lead_refusal: Option<String>,
+    /// The shell's last check found the required watchdog unusable
+    /// (`Observation::watchdog_unusable`): no candidacy while it says so.
+    watchdog_unusable: Option<String>,
     /// The watch's DELETE of the key that this iteration's read (sent before it)
     /// still showed: the vacancy the next read finds began then, not at that read.
     late_delete: Option<(Instant, Option<i64>)>,
@@ -180,6 +183,7 @@ impl Core {
             data_job_started: None,
             released: None,
             lead_refusal: None,
+            watchdog_unusable: None,
             late_delete: None,
             last_step: None,
             local_epoch: None,
@@ -209,7 +213,7 @@ impl Core {
 
     /// Whether this run refuses leadership (S3), so the member key can say so.
     pub fn refuses_leadership(&self) -> bool {
-        self.lead_refusal.is_some()
+        self.lead_refusal.is_some() || self.watchdog_unusable.is_some()
     }
 
     /// The epoch this node gave up cleanly (PostgreSQL stopped first), if any.
@@ -239,6 +243,7 @@ impl Core {
         //    `vacancy`), epochs and etcd's revisions (§3, `epoch`), the synchronous
         //    names in effect (§3a, `sync`).
         self.track_leader(now, obs);
+        self.watchdog_unusable.clone_from(&obs.watchdog_unusable);
         self.note_epochs(obs);
         self.note_sync_names(now, obs);
         // 2. The leader's clocks from the shell's reports: a wall-clock jump (S5), a
@@ -258,6 +263,7 @@ impl Core {
             actions: p.actions,
             reason,
             again: p.again,
+            wake_at: p.wake_at,
         }
     }
 
@@ -284,10 +290,16 @@ impl Core {
 struct Planner {
     actions: Vec<Action>,
     again: bool,
+    wake_at: Option<Instant>,
 }
 
 impl Planner {
     fn push(&mut self, a: Action) {
         self.actions.push(a);
+    }
+
+    /// Ask for an iteration no later than `t` (the earliest of all asked wins).
+    fn wake_by(&mut self, t: Instant) {
+        self.wake_at = Some(self.wake_at.map_or(t, |w| w.min(t)));
     }
 }

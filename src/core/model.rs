@@ -661,6 +661,13 @@ pub struct Observation {
     /// watchdog is required (S3: release the key, do not promote). In `automatic`
     /// mode the shell runs without one instead and never reports this.
     pub watchdog_failed: Option<String>,
+    /// The required watchdog device failed the shell's last check (an open, the
+    /// read-back `W` against S6, a magic close, made while no PostgreSQL of this
+    /// node may accept writes): why. Reported every iteration until a check
+    /// passes. Such a node is no candidate (S3: it could not arm the fence, so a
+    /// win would only be given back, and the next winner would wait a whole
+    /// promote delay for that DELETE); it still follows as a replica.
+    pub watchdog_unusable: Option<String>,
     /// How much further `CLOCK_REALTIME` moved than `CLOCK_BOOTTIME` since the last
     /// iteration (a hypervisor pause, S5): lease time lost without `now` showing it.
     pub clock_jump: Duration,
@@ -718,6 +725,7 @@ impl Observation {
             job: Job::Idle,
             shutdown: false,
             watchdog_failed: None,
+            watchdog_unusable: None,
             clock_jump: Duration::ZERO,
             guard_refused: None,
             pet: None,
@@ -853,4 +861,9 @@ pub struct Plan {
     pub reason: Reason,
     /// Run the next iteration at once (an action's outcome is awaited).
     pub again: bool,
+    /// Run an iteration no later than this instant, even between renewal ticks: a
+    /// deadline the core waits for (the end of the promote delay), so what it holds
+    /// back comes when it ends, not at the first tick after it. The shell only wakes
+    /// then; it is no renewal tick, and it never moves the tick grid (S6 d).
+    pub wake_at: Option<Instant>,
 }

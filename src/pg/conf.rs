@@ -5,6 +5,8 @@
 //! writes is unit-tested. Must never: put a password anywhere but the passfile and
 //! the bootstrap SQL (which is fed on stdin and never stored in the data dir).
 
+use std::time::Duration;
+
 use crate::config::{PgConfig, PgSsl};
 
 use super::ConnTarget;
@@ -141,8 +143,30 @@ pub struct Standby<'a> {
     pub me: &'a str,
 }
 
+/// `wal_retrieve_retry_interval` the agent sets unless `[postgresql.parameters]`
+/// does (issue 13 item 4): `loop_wait`, at least 100 ms and at most PostgreSQL's own
+/// default of 5 s. A standby whose connection attempt failed (its primary just died)
+/// waits this long before the next attempt, also after the agent pointed it at the
+/// new primary (a reload restarts the WAL receiver, the startup process still waits
+/// out the interval): with the default a replica streamed again ~5 s after every
+/// failover. The agent re-points a replica at most once per loop, so a shorter
+/// interval would only add failed attempts.
+pub fn wal_retry_interval(loop_wait: Duration) -> Duration {
+    loop_wait.clamp(Duration::from_millis(100), Duration::from_secs(5))
+}
+
 /// The full text of `tenure.conf`.
 pub fn tenure_conf(cfg: &PgConfig, standby: Option<&Standby<'_>>) -> Result<String, String> {
+    tenure_conf_with(cfg, standby, None)
+}
+
+/// [`tenure_conf`], with `wal_retrieve_retry_interval` set to `wal_retry` (see
+/// [`wal_retry_interval`]) before the free-form parameters, which may override it.
+pub fn tenure_conf_with(
+    cfg: &PgConfig,
+    standby: Option<&Standby<'_>>,
+    wal_retry: Option<Duration>,
+) -> Result<String, String> {
     let (host, port) = split_host_port(&cfg.listen).map_err(|e| format!("listen: {e}"))?;
     let socket_dir = cfg
         .socket_dir
@@ -178,6 +202,14 @@ pub fn tenure_conf(cfg: &PgConfig, standby: Option<&Standby<'_>>) -> Result<Stri
     set("wal_keep_size", conf_quote("256MB"));
     set("max_slot_wal_keep_size", conf_quote("1GB"));
     set("hot_standby_feedback", "on".into());
+    // A managed default: before the free-form parameters, so an operator's own
+    // value (a later line) wins.
+    if let Some(d) = wal_retry {
+        set(
+            "wal_retrieve_retry_interval",
+            conf_quote(&format!("{}ms", d.as_millis())),
+        );
+    }
     for (k, v) in &cfg.parameters {
         set(k, conf_quote(v));
     }
@@ -521,6 +553,35 @@ mod tests {
         c.parameters.retain(|(k, _)| k != "ssl");
         c.parameters.push(("ssl".into(), "off".into()));
         assert!(pg_hba(&c, &hosts).contains("\nhost replication "));
+    }
+
+    #[test]
+    fn wal_retrieve_retry_interval_is_managed_and_overridable() {
+        // loop_wait, clamped to [100 ms, 5 s].
+        assert_eq!(
+            wal_retry_interval(Duration::from_millis(500)),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            wal_retry_interval(Duration::from_millis(20)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            wal_retry_interval(Duration::from_secs(10)),
+            Duration::from_secs(5)
+        );
+        let lw = Some(Duration::from_millis(500));
+        let t = tenure_conf_with(&cfg(), None, lw).unwrap();
+        assert!(t.contains("wal_retrieve_retry_interval = '500ms'\n"), "{t}");
+        assert!(!tenure_conf(&cfg(), None).unwrap().contains("wal_retrieve"));
+        // An operator's value comes later in the file: PostgreSQL takes the last.
+        let mut c = cfg();
+        c.parameters
+            .push(("wal_retrieve_retry_interval".into(), "5s".into()));
+        let t = tenure_conf_with(&c, None, lw).unwrap();
+        let ours = t.find("wal_retrieve_retry_interval = '500ms'").unwrap();
+        let theirs = t.find("wal_retrieve_retry_interval = '5s'").unwrap();
+        assert!(ours < theirs, "{t}");
     }
 
     #[test]

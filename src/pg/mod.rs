@@ -197,6 +197,9 @@ pub struct PgCtl {
     /// A pidfd to the running postmaster, opened while it was verified (its pid).
     /// The fence signals through it even when `/proc` cannot be read (S1).
     postmaster_fd: Option<(u32, std::os::fd::OwnedFd)>,
+    /// The managed `wal_retrieve_retry_interval` (`conf::wal_retry_interval`);
+    /// `None`: not set (PostgreSQL's default).
+    wal_retry: Option<Duration>,
 }
 
 impl PgCtl {
@@ -235,6 +238,7 @@ impl PgCtl {
             hba_hosts: Vec::new(),
             hba_written: false,
             postmaster_fd: None,
+            wal_retry: None,
         };
         fs::create_dir_all(&cfg.socket_dir)
             .map_err(|e| io_err("create socket_dir", &cfg.socket_dir, e))?;
@@ -255,6 +259,13 @@ impl PgCtl {
 
     pub fn config(&self) -> &PgConfig {
         &self.cfg
+    }
+
+    /// Follow `loop_wait` with `wal_retrieve_retry_interval` (`conf::wal_retry_interval`)
+    /// from the next write of `tenure.conf` on (every start, retarget, rewind and
+    /// basebackup).
+    pub fn set_loop_wait(&mut self, loop_wait: Duration) {
+        self.wal_retry = Some(conf::wal_retry_interval(loop_wait));
     }
 
     /// The passfile (outside the data dir): replication and rewind passwords.
@@ -903,7 +914,8 @@ impl PgCtl {
             passfile: &pf,
             me: &self.me,
         });
-        let text = conf::tenure_conf(&self.cfg, sb.as_ref()).map_err(PgError::Config)?;
+        let text = conf::tenure_conf_with(&self.cfg, sb.as_ref(), self.wal_retry)
+            .map_err(PgError::Config)?;
         self.write_owned(&self.cfg.data_dir.join("tenure.conf"), &text)?;
         let pgconf = self.cfg.data_dir.join("postgresql.conf");
         let cur = fs::read_to_string(&pgconf).map_err(|e| io_err("read", &pgconf, e))?;

@@ -146,6 +146,9 @@ pub struct StandinSettings {
     pub nowayout: bool,
     pub max_timeout_s: u32,
     pub magic_close: bool,
+    /// Start it already fired: every open fails with `ENODEV` until
+    /// `WatchdogStandin::revive` (a host whose device is dead).
+    pub dead: bool,
 }
 
 #[cfg(feature = "testbed")]
@@ -155,6 +158,7 @@ impl Default for StandinSettings {
             nowayout: false,
             max_timeout_s: 600,
             magic_close: true,
+            dead: false,
         }
     }
 }
@@ -997,6 +1001,9 @@ impl TestCluster {
             o.max_timeout_s = st.max_timeout_s;
             o.timeout_s = o.timeout_s.min(st.max_timeout_s);
             o.magic_close = st.magic_close;
+            if st.dead {
+                o.initial = crate::testbed::watchdog::Initial::Dead;
+            }
             n.standin = Some(
                 WatchdogStandin::start(&o, Duration::from_secs(10))
                     .map_err(|e| format!("watchdog stand-in of {}: {e}", n.spec.name))?,

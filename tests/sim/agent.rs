@@ -166,6 +166,8 @@ pub async fn run(cx: Cx) {
     let mut next_tick = cx.now();
     let mut out = Outcomes::default();
     let mut again = false;
+    // The last plan's `wake_at` (the agent's `schedule::wait_end`).
+    let mut wake: Option<Instant> = None;
     // (4): leases/epochs this incarnation fenced on.
     let mut fenced: Vec<(LeaseId, Epoch)> = Vec::new();
     let mut iterations: u64 = 0;
@@ -190,6 +192,7 @@ pub async fn run(cx: Cx) {
             // deadline first, then input, each service non-blocking and bounded.
             loop {
                 let until = core.call_cap().map_or(next_tick, |c| next_tick.min(c));
+                let until = wake.map_or(until, |w| until.min(w));
                 let now = cx.now();
                 let pending =
                     cx.w.borrow()
@@ -402,6 +405,7 @@ pub async fn run(cx: Cx) {
             job,
             shutdown,
             watchdog_failed: None,
+            watchdog_unusable: None,
             clock_jump: std::time::Duration::ZERO,
             guard_refused: out.guard_refused.take(),
             pet: out.pet.take(),
@@ -492,6 +496,7 @@ pub async fn run(cx: Cx) {
             }
         }
         again = plan.again;
+        wake = plan.wake_at;
 
         for a in plan.actions {
             if out.guard_refused.is_some() {
