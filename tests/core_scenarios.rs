@@ -3434,3 +3434,224 @@ fn a_gap_in_the_watch_during_a_vacancy_makes_it_untimeable() {
     );
     delayed(&p);
 }
+
+// ----- Finding R1: a missed leadership never hides an earlier early DELETE -----
+
+/// The promotion instant a `PromoteDelayed` plan taken at `now` waits for.
+fn promote_at(p: &Plan, now: f64) -> f64 {
+    delayed(p);
+    match &p.reason {
+        Reason::PromoteDelayed { remaining, .. } => now + remaining.as_secs_f64(),
+        r => panic!("{r}"),
+    }
+}
+
+/// pg2 (the review's N, no watchdog of its own) reads pg1's key (A: epoch 5, lease
+/// 0xA, watchdog 13) and polls its lease at 99.9 s: TTL 29 s, so E_max = 128.9 s.
+fn follower_of_a() -> Core {
+    let mut c = core("pg2", None);
+    let members = vec![
+        member("pg1", 8, "primary", 1000, Some(13)),
+        member("pg2", 9, "replica", 1000, None),
+    ];
+    let v = view(10, Some(key("pg1", 5, 0xA)), members);
+    c.step(
+        t(99.8),
+        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+    );
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
+    o.lease_poll = poll(0xA, 99.9, Some(29));
+    c.step(t(99.95), &o);
+    c
+}
+
+/// A member that held (or holds) the key with `lease`, watchdog `wd`.
+fn holder(name: &str, rev: i64, wd: u32, lease: LeaseId) -> Member {
+    let mut m = member(name, rev, "replica", 1000, Some(wd));
+    m.info.leader_lease = Some(lease);
+    m
+}
+
+/// After the vacancy pg2 is in: the lease `lease` is seen gone, pg2 acquires at
+/// `at` and wins (epoch 21), its rivals behind it. Returns the plan of the step after the win and its
+/// instant. `marker` is shown by every read (taken by pg2's win).
+fn acquire_and_win(
+    c: &mut Core,
+    members: Vec<Member>,
+    lease: LeaseId,
+    at: f64,
+    marker: Option<ReleaseMarker>,
+) -> (Plan, f64) {
+    // Every rival published a fresh position (after the DELETE), behind pg2's.
+    let members: Vec<Member> = members
+        .into_iter()
+        .map(|mut m| {
+            if m.name != "pg2" {
+                m.mod_revision = 19;
+                m.info.xlog_location = 900;
+            }
+            m
+        })
+        .collect();
+    let mut v = view(20, None, members.clone());
+    v.release = marker.clone().map(Ok);
+    let mut o = obs(v, pg(PgRole::Replica, 1000, None));
+    o.lease_poll = poll(lease, at, None);
+    let p = c.step(t(at + 0.05), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut v = view(21, Some(key("pg2", 21, 0xB)), members);
+    v.release = marker.map(|m| {
+        Ok(ReleaseMarker {
+            taken_by: Some("pg2".into()),
+            ..m
+        })
+    });
+    let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, None));
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(at + 0.1),
+        epoch: 21,
+    });
+    let p = c.step(t(at + 0.15), &o);
+    assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
+    v.revision = 22;
+    (
+        c.step(t(at + 0.2), &obs(v, pg(PgRole::Replica, 1000, None))),
+        at + 0.2,
+    )
+}
+
+/// The review's scenario (ttl 30, loop 2, retry 1, margin 2, budget 1). A (pg1,
+/// W 13) makes its last counted renewal at 99.5 s and stalls; pg2 read A's key at
+/// 99.9 s. A's lease is revoked early at 100.1 s (etcd #15247); C (pg3, W 5) takes
+/// the key at 100.2 s and releases it at 100.5 s without promoting (its watchdog
+/// could not be armed), its member key still naming its lease. pg2's read at 101.9 s
+/// shows the key absent; the watch reported DEL(A), PUT(C), DEL(C). Before the fix
+/// the vacancy was C's alone: promotion at 100.5 + 2·5 + 1 + 2 = 113.5 s, while A,
+/// dying just before its F = 112.5 s, is reset only at about 125.5 s (two writable
+/// primaries). The delay must cover A: A's DELETE + 2·13 + R + M = 129.1 s. A
+/// release marker of C's epoch proves C's clean exit, not A's fence: no skip.
+#[test]
+fn r1_a_missed_leadership_after_an_early_delete_still_waits_for_the_tracked_leader() {
+    for marker in [None, Some(12)] {
+        let mut c = follower_of_a();
+        let members = vec![
+            member("pg1", 8, "primary", 1000, Some(13)),
+            member("pg2", 9, "replica", 1000, None),
+            holder("pg3", 12, 5, 0xC),
+        ];
+        let marker = marker.map(|e| ReleaseMarker {
+            by: "pg3".into(),
+            ..release(e, 900, None)
+        });
+        let mut v = view(14, None, members.clone());
+        v.release = marker.clone().map(Ok);
+        let mut o = obs(v, pg(PgRole::Replica, 1000, None));
+        o.leader_deleted_at = Some(t(100.1));
+        o.leader_deleted_revision = Some(13);
+        o.leader_changes = vec![
+            deleted(100.1, 11),
+            put(100.2, "pg3", 12, 0xC),
+            deleted(100.5, 13),
+        ];
+        o.lease_poll = poll(0xA, 101.9, None);
+        let p = c.step(t(101.95), &o);
+        assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+        // The lease still to be seen gone is C's, the newest holder's.
+        assert_eq!(c.lease_to_poll(), Some(0xC));
+        let (p, now) = acquire_and_win(&mut c, members, 0xC, 104.0, marker.clone());
+        let at = promote_at(&p, now);
+        assert!(
+            at >= 100.1 + 2.0 * 13.0 + 1.0 + 2.0,
+            "marker {marker:?}: promotes at {at}, before A's own bound 129.1"
+        );
+    }
+}
+
+/// The same with two missed leaderships: pg1's key (W 5) expires on time for pg2
+/// (103.2 s >= E_max 103 s); B (pg3, W 13) takes it at 103.3 s and loses it early
+/// at 103.4 s (stalled, its lease revoked); C (pg4, W 5) takes it at 103.5 s and
+/// releases it at 103.6 s without promoting. The watch keeps the newest, C: before
+/// the fix B's larger W was lost (promotion at 103.6 + 13 = 116.6 s). The delay must
+/// cover B: 103.4 + 2·13 + R + M = 132.4 s.
+#[test]
+fn r1_two_missed_leaderships_wait_for_the_older_ones_watchdog_too() {
+    let mut c = follower_with_poll(Some(5));
+    let members = vec![
+        member("pg1", 8, "primary", 1000, Some(5)),
+        member("pg2", 9, "replica", 1000, None),
+        holder("pg3", 12, 13, 0xC),
+        holder("pg4", 14, 5, 0xD),
+    ];
+    let mut o = obs(
+        view(16, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.leader_deleted_at = Some(t(103.2));
+    o.leader_deleted_revision = Some(15);
+    o.leader_changes = vec![
+        deleted(103.2, 11),
+        put(103.3, "pg3", 12, 0xC),
+        deleted(103.4, 13),
+        put(103.5, "pg4", 14, 0xD),
+        deleted(103.6, 15),
+    ];
+    o.lease_poll = poll(0xA, 104.05, None);
+    let p = c.step(t(104.1), &o);
+    assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+    assert_eq!(c.lease_to_poll(), Some(0xD));
+    let (p, now) = acquire_and_win(&mut c, members, 0xD, 106.0, None);
+    let at = promote_at(&p, now);
+    assert!(
+        at >= 103.4 + 2.0 * 13.0 + 1.0 + 2.0,
+        "promotes at {at}, before B's own bound 132.4"
+    );
+}
+
+/// The pre-existing path "a member publishes a newer epoch" (seed 16393) had the
+/// same replace-without-merge: pg2's vacancy of A (W 13, revoked early at 100.1 s)
+/// is open, waiting for an answer about A's lease, when C (pg3, W 5) takes the key
+/// at 100.4 s and releases it at 100.6 s, publishing its epoch 12. pg2's read at
+/// 102.35 s replaced A's vacancy by C's, from now: promotion at 102.35 + 13 =
+/// 115.35 s, before A's bound 129.1 s. Whether or not the watch reported C (here it
+/// did; or it broke and no event came).
+#[test]
+fn r1_a_member_publishing_a_newer_epoch_keeps_the_open_early_vacancy_covered() {
+    for watch_reported in [true, false] {
+        let mut c = follower_of_a();
+        let two = vec![
+            member("pg1", 8, "primary", 1000, Some(13)),
+            member("pg2", 9, "replica", 1000, None),
+        ];
+        let mut o = obs(view(11, None, two.clone()), pg(PgRole::Replica, 1000, None));
+        o.leader_deleted_at = Some(t(100.1));
+        o.leader_deleted_revision = Some(11);
+        o.leader_changes = vec![deleted(100.1, 11)];
+        let p = c.step(t(100.35), &o);
+        assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+        let mut c_member = holder("pg3", 12, 5, 0xC);
+        c_member.info.epoch = Some(12);
+        let mut members = two;
+        members.push(c_member);
+        let mut o = obs(
+            view(14, None, members.clone()),
+            pg(PgRole::Replica, 1000, None),
+        );
+        if watch_reported {
+            o.leader_changes = vec![put(100.4, "pg3", 12, 0xC), deleted(100.6, 13)];
+        } else {
+            o.watch_from = None;
+        }
+        o.lease_poll = poll(0xA, 102.3, None);
+        let p = c.step(t(102.35), &o);
+        assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+        assert_eq!(c.lease_to_poll(), Some(0xC));
+        let (p, now) = acquire_and_win(&mut c, members, 0xC, 104.0, None);
+        let at = promote_at(&p, now);
+        assert!(
+            at >= 100.1 + 2.0 * 13.0 + 1.0 + 2.0,
+            "watch reported {watch_reported}: promotes at {at}, before A's own bound 129.1"
+        );
+    }
+}

@@ -44,7 +44,14 @@ pub(super) struct LeaseTrack {
 pub(super) struct Watched {
     pub(super) key: LeaderKey,
     /// When the shell received the first DELETE after it, and that DELETE's revision.
+    /// Leaderships of one key follow each other, so it is also the latest DELETE of
+    /// every leadership the watch reported: the later, the longer the delay counted
+    /// from it.
     pub(super) deleted: Option<(Instant, i64)>,
+    /// The create revision of the leadership the watch reported before `key` (0:
+    /// none). A read that last showed a key older than it missed more than one
+    /// leadership, and only the newest's watchdog and TTL can be read (finding R1).
+    pub(super) prev_epoch: Epoch,
 }
 
 /// The key was found absent after we knew a leader (or never knew one).
@@ -80,10 +87,12 @@ pub(super) struct Vacancy {
     pub(super) judged: Epoch,
 }
 
-/// A missed leadership's vacancy `m` found while `v` was open: if `v` was early
-/// too, the delay must cover both old leaders, so it counts from the later DELETE
-/// and, unless both are known alike, from the horizon bound (no `W`; S6(b) makes
-/// `ttl + R` the longer) with the largest TTL seen.
+/// A missed leadership's vacancy `m` found after `v` (open, or just built for the
+/// key our last read showed): if `v` was early too, the delay must cover both old
+/// leaders, so it counts from the later DELETE and, unless both are known alike,
+/// from the horizon bound (no `W`; S6(b) makes `ttl + R` the longer) with the
+/// largest TTL seen. A release marker of `m`'s epoch proves that holder's clean
+/// exit, never that `v`'s old leader has fenced (finding R1).
 fn after_open(v: &Vacancy, mut m: Vacancy) -> Vacancy {
     if v.early {
         m.at = m.at.max(v.at);
@@ -93,7 +102,11 @@ fn after_open(v: &Vacancy, mut m: Vacancy) -> Vacancy {
         if m.old_ttl != v.old_ttl {
             m.old_ttl = None;
         }
+        m.old_epoch = None;
     }
+    // INVARIANT (S3, DESIGN §1 step 4): the delay `won` takes from `m` covers `v`'s
+    // old leader as well as `m`'s: a later `at`, a `W` only if both had that same
+    // one, else `ttl + R`, and no marker skips it.
     m
 }
 
@@ -190,6 +203,7 @@ impl Core {
                         self.watched = Some(Watched {
                             key: k.clone(),
                             deleted: None,
+                            prev_epoch: self.watched.as_ref().map_or(0, |w| w.key.epoch),
                         });
                     }
                 }
@@ -216,6 +230,10 @@ impl Core {
             .watched
             .as_ref()
             .filter(|w| w.key.epoch > after && w.key.epoch <= view.revision)?;
+        // More than one leadership since that read: the older ones' `W`, TTL and
+        // markers are unknown (their member keys may be gone), so the delay is the
+        // horizon bound with the largest TTL seen, and no marker proves it.
+        let several = w.prev_epoch > after;
         let m = view
             .member(&w.key.name)
             .filter(|m| m.info.leader_lease == Some(w.key.lease));
@@ -237,16 +255,18 @@ impl Core {
             old_lease: Some(w.key.lease),
             old_holder: Some(w.key.name.clone()),
             early: true,
-            old_watchdog: m.and_then(|m| m.info.watchdog_timeout),
-            old_ttl: m.and_then(|m| m.info.leader_ttl),
+            old_watchdog: m.and_then(|m| m.info.watchdog_timeout).filter(|_| !several),
+            old_ttl: m.and_then(|m| m.info.leader_ttl).filter(|_| !several),
             old_xlog: self
                 .track
                 .holder_xlog
                 .max(m.map_or(0, |m| m.info.xlog_location)),
             lease_gone: false,
             seen_epoch,
-            old_epoch: Some(w.key.epoch).filter(|e| *e >= seen_epoch),
+            old_epoch: Some(w.key.epoch).filter(|e| *e >= seen_epoch && !several),
             absent_through: view.revision,
+            // INVARIANT (S3): this delay covers every leadership the watch reported
+            // after `after`: the latest DELETE, and `W` or a marker only for one.
             judged: w.key.epoch,
         })
     }
@@ -329,7 +349,9 @@ impl Core {
                     && e > v.seen_epoch
                     && Some(e) > self.track.epoch
                 {
-                    self.vacancy = Some(Vacancy {
+                    // Merged with the open vacancy, never in its place (finding R1):
+                    // if that one was early its old leader may not have fenced yet.
+                    let newer = Vacancy {
                         at: now,
                         seen_revision: view.revision,
                         old_lease: m.info.leader_lease,
@@ -343,7 +365,8 @@ impl Core {
                         old_epoch: Some(e),
                         absent_through: view.revision,
                         judged: e.max(v.judged),
-                    });
+                    };
+                    self.vacancy = Some(after_open(v, newer));
                 }
                 // The same, told by the watch (DESIGN §1 step 4, S3): a leadership
                 // created after our last read of the vacancy came and went unseen,
@@ -366,15 +389,15 @@ impl Core {
                 if let Some(v) = &mut self.vacancy {
                     v.absent_through = v.absent_through.max(view.revision);
                 }
-                // Not the key we polled (DESIGN §1 step 4, S3): the watch reported a
-                // leadership after it that no read showed (shorter than a loop).
-                if self.vacancy.is_none()
-                    && let Some(missed) =
-                        self.missed_vacancy(now, view, self.track.epoch.unwrap_or(0))
-                {
-                    self.late_delete = None;
-                    self.vacancy = Some(missed);
-                }
+                // Not only the key we polled (DESIGN §1 step 4, S3): the watch
+                // reported a leadership after it that no read showed (shorter than a
+                // loop). The tracked key's own vacancy is still judged below, then
+                // merged with it (finding R1: its early DELETE is owed a delay too).
+                let missed = if self.vacancy.is_none() {
+                    self.missed_vacancy(now, view, self.track.epoch.unwrap_or(0))
+                } else {
+                    None
+                };
                 if self.vacancy.is_none() {
                     let late = self.late_delete.take();
                     let (at, deleted_revision) = match obs.leader_deleted_at {
@@ -449,6 +472,12 @@ impl Core {
                         absent_through: view.revision,
                         judged: self.track.epoch.unwrap_or(0),
                     });
+                }
+                if let (Some(m), Some(v)) = (missed, &self.vacancy) {
+                    // INVARIANT (S3): the vacancy's delay covers every leadership
+                    // since the last read that showed a tracked key: that key's own
+                    // (judged above) and the ones the watch reported after it.
+                    self.vacancy = Some(after_open(v, m));
                 }
             }
         }
