@@ -7,7 +7,9 @@
 //!
 //! Must never: plan actions (it only records facts the candidacy judges), judge a
 //! DELETE on time without a fresh poll of the very leadership it ended, or on time
-//! across a gap in the watch that no read closes (S3).
+//! across a gap in the watch that no read closes (S3), or let a later leadership's
+//! vacancy stand in for an early one (finding R1: the delay covers every leadership
+//! since the last read that showed a tracked key).
 
 use std::time::Duration;
 
