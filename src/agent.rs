@@ -32,6 +32,7 @@ mod cluster_config;
 mod events_hooks;
 mod guardian_hooks;
 mod intents;
+mod leader_watch;
 mod looptrace;
 mod manage;
 mod names;
@@ -138,6 +139,8 @@ struct Agent {
     leader_deleted_at: Option<Instant>,
     /// The latest such watch event's revision (`Observation::leader_deleted_revision`).
     leader_deleted_revision: Option<i64>,
+    /// Every `leader` change the watch reported, and its coverage (leader_watch.rs).
+    leader_watch: leader_watch::LeaderWatch,
     last_view: Option<ClusterView>,
     /// Immediate switchover/failover requests waiting for their outcome (issue 9).
     awaiting: Vec<switchover::Awaiting>,
@@ -327,6 +330,7 @@ impl Agent {
             pending: Pending::default(),
             leader_deleted_at: None,
             leader_deleted_revision: None,
+            leader_watch: Default::default(),
             last_view: None,
             awaiting: Vec::new(),
             last_pg: None,
@@ -787,13 +791,27 @@ impl Agent {
         match ev {
             WatchEvent::LeaderDeleted { revision } => {
                 debug!("watch: leader deleted at revision {revision}");
+                self.note_leader_change(revision, None);
                 if self.is_fresh_event(revision) {
                     self.leader_deleted_at.get_or_insert(clock::now());
                     self.leader_deleted_revision = self.leader_deleted_revision.max(Some(revision));
                 }
             }
-            WatchEvent::LeaderPut { name, revision } => {
+            WatchEvent::LeaderPut {
+                name,
+                revision,
+                epoch,
+                lease,
+            } => {
                 debug!("watch: leader = {name} at revision {revision}");
+                // DESIGN §1 step 4, S3: a leadership no read may show (core::vacancy).
+                let key = LeaderKey {
+                    name: name.clone(),
+                    epoch,
+                    mod_revision: revision,
+                    lease,
+                };
+                self.note_leader_change(revision, Some(key));
                 if name != self.cfg.name
                     && self.core.leadership().is_some()
                     && self.is_fresh_event(revision)
@@ -962,13 +980,20 @@ impl Agent {
         // lease poll), or a read (view.rs says which, the core says when a kept
         // view may serve).
         self.drain_watch();
+        // DESIGN §1 step 4 (S3): the watch's coverage as of the view; a watch
+        // reopened since the view's read starts later and the core sees the gap.
+        let from = self.etcd.as_ref().and_then(|e| e.watch_from());
         let (mut cluster, source, polled) = self.cluster_view(tick, renewal.is_some());
+        self.note_watch_at_read(from);
         if cluster.is_ok() {
             // A certificate or permission error logged before is over: log the next.
             self.security_error = None;
         }
         if let Ok(view) = &mut cluster {
             switchover::schedule_on_boottime(view, clock::now());
+        }
+        if cluster.as_ref().is_ok_and(|v| v.leader.is_none()) {
+            self.drain_leader_watch(self.deadline(r));
         }
         if let Ok(view) = &cluster {
             self.apply_cluster_config(view);
@@ -1048,6 +1073,7 @@ impl Agent {
         clock_jump: Duration,
     ) -> Observation {
         let pending = std::mem::take(&mut self.pending);
+        let (leader_changes, watch_from) = self.take_leader_watch();
         Observation {
             cluster,
             renewal,
@@ -1060,6 +1086,8 @@ impl Agent {
             lease_poll,
             leader_deleted_at: self.leader_deleted_at.take(),
             leader_deleted_revision: self.leader_deleted_revision.take(),
+            leader_changes,
+            watch_from,
             pg,
             job,
             shutdown: self.shutdown,

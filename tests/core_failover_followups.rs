@@ -97,7 +97,11 @@ fn view(revision: i64, leader: Option<LeaderKey>) -> ClusterView {
 }
 
 fn obs(v: ClusterView, pg: PgStatus) -> Observation {
-    Observation::reading(Ok(v), pg)
+    let mut o = Observation::reading(Ok(v), pg);
+    // The scope watch open since revision 0, gapless (`Observation::watch_from`):
+    // without it every vacancy is untimeable (DESIGN §1 step 4, S3).
+    o.watch_from = Some(0);
+    o
 }
 
 /// pg2 follows pg1 (lease 0xA) and polls its lease at 102 s: TTL 1 s, so

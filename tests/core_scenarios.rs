@@ -95,8 +95,12 @@ fn view(revision: i64, leader: Option<LeaderKey>, members: Vec<Member>) -> Clust
     }
 }
 
+/// A reading with the scope watch open since revision 0: it reported every change
+/// (the scenarios that need a gap or a change say so).
 fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
-    Observation::reading(Ok(cluster), pg)
+    let mut o = Observation::reading(Ok(cluster), pg);
+    o.watch_from = Some(0);
+    o
 }
 
 fn counted(lease: LeaseId, at: f64) -> Option<Renewal> {
@@ -3100,6 +3104,556 @@ fn a_position_written_after_the_delete_is_fresh_whatever_my_first_read() {
     // A revision that is not of the key we followed (older than its epoch) is not used.
     let p = step(Some(4));
     assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+}
+
+// ----- The residual race of the release-marker work (DESIGN §1 step 4, S3) -----
+
+fn deleted(at: f64, revision: i64) -> LeaderChange {
+    LeaderChange {
+        at: t(at),
+        revision,
+        put: None,
+    }
+}
+
+fn put(at: f64, name: &str, epoch: Epoch, lease: LeaseId) -> LeaderChange {
+    LeaderChange {
+        at: t(at),
+        revision: epoch,
+        put: Some(key(name, epoch, lease)),
+    }
+}
+
+fn poll(lease: LeaseId, at: f64, ttl: Option<i64>) -> Option<LeasePoll> {
+    Some(LeasePoll {
+        lease,
+        sent_at: t(at),
+        ttl,
+        granted_ttl: None,
+        has_keys: ttl.is_some(),
+    })
+}
+
+fn two() -> Vec<Member> {
+    vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+    ]
+}
+
+fn three() -> Vec<Member> {
+    vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+        member("pg3", 9, "replica", 1000, None),
+    ]
+}
+
+/// pg2 polled pg1's lease at 102 s (E_max 103 s). pg1's key expires at 103.2 s (on
+/// time for pg2), pg3 takes it at 103.3 s (epoch 12, lease 0xC), and an operator's
+/// `etcdctl del` removes pg3's key at 103.5 s: a whole leadership between two of
+/// pg2's reads, with pg3's lease (and pg3's primary) alive. pg2's read at 104 s
+/// shows the key absent; the watch reported all three changes; its agent's first
+/// DELETE is pg1's (103.2 s).
+fn missed_leadership(c: &mut Core, marker: Option<ReleaseMarker>) -> Plan {
+    let mut v = view(14, None, three());
+    v.release = marker.map(Ok);
+    let mut o = obs(v, pg(PgRole::Replica, 1000, None));
+    o.leader_deleted_at = Some(t(103.2));
+    o.leader_deleted_revision = Some(13);
+    o.leader_changes = vec![
+        deleted(103.2, 11),
+        put(103.3, "pg3", 12, 0xC),
+        deleted(103.5, 13),
+    ];
+    o.lease_poll = poll(0xA, 104.05, None);
+    c.step(t(104.1), &o)
+}
+
+/// The residual case docs/failure-modes.md named: before the fix pg2 judged the
+/// vacancy on its poll of pg1's lease (on time: 103.2 >= E_max, poll 1.2 s old) and
+/// took the key at once, beside pg3's possibly writable primary. Now the watch's PUT
+/// makes the vacancy pg3's: its lease must be seen gone, and after the win the
+/// promotion waits the early-expiry delay from pg3's DELETE (ttl + R, pg3 published
+/// no watchdog).
+#[test]
+fn a_leadership_missed_between_two_reads_and_deleted_early_waits_the_promote_delay() {
+    let mut c = follower_with_poll(None);
+    let p = missed_leadership(&mut c, None);
+    assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+    // The lease to confirm gone is pg3's, never polled before.
+    assert_eq!(c.lease_to_poll(), Some(0xC));
+    // The operator's delete left pg3's lease alive: wait (DESIGN §1 step 4).
+    let mut o = obs(view(15, None, three()), pg(PgRole::Replica, 1000, None));
+    o.lease_poll = poll(0xC, 106.0, Some(27));
+    let p = c.step(t(106.05), &o);
+    assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+    assert!(p.reason.to_string().contains("still lives"), "{}", p.reason);
+    // It expired: take the key, then wait ttl + R = 31 s from pg3's DELETE (103.5).
+    let mut o = obs(view(16, None, three()), pg(PgRole::Replica, 1000, None));
+    o.lease_poll = poll(0xC, 134.0, None);
+    let p = c.step(t(134.05), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), three()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(134.1),
+        epoch: 21,
+    });
+    let p = c.step(t(134.2), &o);
+    assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
+    let p = c.step(
+        t(134.3),
+        &obs(
+            view(22, Some(key("pg2", 21, 0xB)), three()),
+            pg(PgRole::Replica, 1000, None),
+        ),
+    );
+    delayed(&p);
+    match p.reason {
+        Reason::PromoteDelayed { remaining, .. } => assert!(
+            (remaining.as_secs_f64() - (103.5 + 31.0 - 134.3)).abs() < 1e-6,
+            "{remaining:?}"
+        ),
+        other => panic!("{other}"),
+    }
+}
+
+/// The missed leadership ended cleanly: pg3's release marker of epoch 12, bound to
+/// its DELETE, proves the hand-over (the exception of DESIGN §1 step 4), and a
+/// marker of pg1's epoch would not (it would have been taken by pg3's acquire).
+#[test]
+fn a_missed_leadership_released_with_its_own_marker_skips_the_delay() {
+    let mut c = follower_with_poll(None);
+    let mut o_marker = release(12, 900, None);
+    o_marker.by = "pg3".into();
+    let mut v = view(14, None, three());
+    v.release = Some(Ok(o_marker.clone()));
+    let mut o = obs(v, pg(PgRole::Replica, 1000, None));
+    o.leader_changes = vec![
+        deleted(103.2, 11),
+        put(103.3, "pg3", 12, 0xC),
+        deleted(103.5, 13),
+    ];
+    o.leader_deleted_at = Some(t(103.2));
+    o.leader_deleted_revision = Some(13);
+    o.lease_poll = poll(0xA, 104.05, None);
+    c.step(t(104.1), &o);
+    let mut v = view(15, None, three());
+    v.release = Some(Ok(o_marker.clone()));
+    let mut o = obs(v, pg(PgRole::Replica, 1000, None));
+    o.lease_poll = poll(0xC, 104.5, None);
+    let p = c.step(t(104.55), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut v = view(21, Some(key("pg2", 21, 0xB)), three());
+    v.release = Some(Ok(ReleaseMarker {
+        taken_by: Some("pg2".into()),
+        ..o_marker
+    }));
+    let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, None));
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(104.6),
+        epoch: 21,
+    });
+    c.step(t(104.7), &o);
+    let p = c.step(t(104.8), &obs(v, pg(PgRole::Replica, 1000, None)));
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 21 }],
+        "{}",
+        p.reason
+    );
+
+    // pg1's marker (epoch 5) proves nothing about pg3's DELETE.
+    let mut c = follower_with_poll(None);
+    let p = missed_leadership(&mut c, Some(release(5, 900, None)));
+    assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+}
+
+/// A PUT that arrives in an observation after the read that showed the vacancy (the
+/// watch trails the read) still counts: here it arrives with the win, and the
+/// promotion waits the delay from the missed leadership's DELETE.
+#[test]
+fn a_missed_leadership_reported_only_after_the_win_still_delays_the_promotion() {
+    let mut c = follower_with_poll(None);
+    let mut o = obs(view(14, None, two()), pg(PgRole::Replica, 1000, None));
+    o.leader_deleted_at = Some(t(103.2));
+    o.leader_deleted_revision = Some(11);
+    o.leader_changes = vec![deleted(103.2, 11)];
+    o.lease_poll = poll(0xA, 104.05, None);
+    let p = c.step(t(104.1), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), two()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.leader_changes = vec![
+        put(103.3, "pg3", 12, 0xC),
+        deleted(103.5, 13),
+        put(104.15, "pg2", 21, 0xB),
+    ];
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(104.15),
+        epoch: 21,
+    });
+    c.step(t(104.2), &o);
+    let p = c.step(
+        t(104.3),
+        &obs(
+            view(22, Some(key("pg2", 21, 0xB)), two()),
+            pg(PgRole::Replica, 1000, None),
+        ),
+    );
+    delayed(&p);
+}
+
+/// The gap case: the watch broke and was reopened after the last read that showed
+/// pg1's key, so a leadership may have come and gone unseen. The expiry looks on
+/// time by pg2's poll, but the vacancy is untimeable (S3), counted from the read
+/// that showed it. A read after the reopen that still shows pg1's key (same create
+/// revision) proves nothing was missed: then the on-time expiry promotes at once.
+#[test]
+fn a_gap_in_the_watch_makes_a_vacancy_untimeable_unless_a_read_closes_it() {
+    let take = |gap_closed: bool| {
+        let mut c = follower_with_poll(None);
+        // follower_with_poll read pg1's key at revision 10. The watch broke after
+        // it and was reopened at revision 13, after a read at 12...
+        let members = vec![
+            member("pg1", 8, "primary", 1000, None),
+            member("pg2", 9, "replica", 1000, None),
+        ];
+        if gap_closed {
+            // ... that still showed pg1's key (create revision 5): nothing missed.
+            let mut o = obs(
+                view(12, Some(key("pg1", 5, 0xA)), members.clone()),
+                pg(PgRole::Replica, 1000, Some("pg1")),
+            );
+            o.watch_from = None;
+            o.lease_poll = poll(0xA, 102.5, Some(0));
+            c.step(t(102.55), &o);
+        }
+        let mut o = obs(view(20, None, members), pg(PgRole::Replica, 1000, None));
+        o.watch_from = Some(13);
+        o.leader_deleted_at = Some(t(103.2));
+        o.leader_changes = vec![deleted(103.2, 14)];
+        o.lease_poll = poll(0xA, 103.25, None);
+        let p = c.step(t(103.3), &o);
+        assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+        let mut o = obs(
+            view(21, Some(key("pg2", 21, 0xB)), vec![]),
+            pg(PgRole::Replica, 1000, None),
+        );
+        o.acquire = Some(AcquireOutcome::Won {
+            lease: 0xB,
+            granted_ttl: 30,
+            granted_at: t(103.35),
+            epoch: 21,
+        });
+        c.step(t(103.4), &o);
+        c.step(
+            t(103.5),
+            &obs(
+                view(22, Some(key("pg2", 21, 0xB)), vec![]),
+                pg(PgRole::Replica, 1000, None),
+            ),
+        )
+    };
+    let p = take(false);
+    delayed(&p);
+    match p.reason {
+        // From the read (103.3), not from the DELETE pg2 saw (103.2).
+        Reason::PromoteDelayed { remaining, .. } => assert!(
+            (remaining.as_secs_f64() - (103.3 + 31.0 - 103.5)).abs() < 1e-6,
+            "{remaining:?}"
+        ),
+        other => panic!("{other}"),
+    }
+    let p = take(true);
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 21 }],
+        "{}",
+        p.reason
+    );
+}
+
+/// A gap while the vacancy is open: judged on time at first, it becomes untimeable
+/// at the first read after a gap (a leadership may have come and gone inside it).
+#[test]
+fn a_gap_in_the_watch_during_a_vacancy_makes_it_untimeable() {
+    let mut c = follower_with_poll(None);
+    let members = two();
+    let mut o = obs(
+        view(20, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.leader_deleted_at = Some(t(103.2));
+    o.leader_deleted_revision = Some(14);
+    o.leader_changes = vec![deleted(103.2, 14)];
+    o.lease_poll = poll(0xA, 103.25, None);
+    c.step(t(103.3), &o);
+    // The watch broke after the read at 20; reopened at 26 after a read at 25.
+    let mut o = obs(
+        view(25, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.watch_from = None;
+    c.step(t(105.0), &o);
+    let mut o = obs(
+        view(30, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.watch_from = Some(26);
+    let p = c.step(t(107.0), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut o = obs(
+        view(31, Some(key("pg2", 31, 0xB)), members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(107.05),
+        epoch: 31,
+    });
+    c.step(t(107.1), &o);
+    let p = c.step(
+        t(107.2),
+        &obs(
+            view(32, Some(key("pg2", 31, 0xB)), members),
+            pg(PgRole::Replica, 1000, None),
+        ),
+    );
+    delayed(&p);
+}
+
+// ----- Finding R1: a missed leadership never hides an earlier early DELETE -----
+
+/// The promotion instant a `PromoteDelayed` plan taken at `now` waits for.
+fn promote_at(p: &Plan, now: f64) -> f64 {
+    delayed(p);
+    match &p.reason {
+        Reason::PromoteDelayed { remaining, .. } => now + remaining.as_secs_f64(),
+        r => panic!("{r}"),
+    }
+}
+
+/// pg2 (the review's N, no watchdog of its own) reads pg1's key (A: epoch 5, lease
+/// 0xA, watchdog 13) and polls its lease at 99.9 s: TTL 29 s, so E_max = 128.9 s.
+fn follower_of_a() -> Core {
+    let mut c = core("pg2", None);
+    let members = vec![
+        member("pg1", 8, "primary", 1000, Some(13)),
+        member("pg2", 9, "replica", 1000, None),
+    ];
+    let v = view(10, Some(key("pg1", 5, 0xA)), members);
+    c.step(
+        t(99.8),
+        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+    );
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
+    o.lease_poll = poll(0xA, 99.9, Some(29));
+    c.step(t(99.95), &o);
+    c
+}
+
+/// A member that held (or holds) the key with `lease`, watchdog `wd`.
+fn holder(name: &str, rev: i64, wd: u32, lease: LeaseId) -> Member {
+    let mut m = member(name, rev, "replica", 1000, Some(wd));
+    m.info.leader_lease = Some(lease);
+    m
+}
+
+/// After the vacancy pg2 is in: the lease `lease` is seen gone, pg2 acquires at
+/// `at` and wins (epoch 21), its rivals behind it. Returns the plan of the step after the win and its
+/// instant. `marker` is shown by every read (taken by pg2's win).
+fn acquire_and_win(
+    c: &mut Core,
+    members: Vec<Member>,
+    lease: LeaseId,
+    at: f64,
+    marker: Option<ReleaseMarker>,
+) -> (Plan, f64) {
+    // Every rival published a fresh position (after the DELETE), behind pg2's.
+    let members: Vec<Member> = members
+        .into_iter()
+        .map(|mut m| {
+            if m.name != "pg2" {
+                m.mod_revision = 19;
+                m.info.xlog_location = 900;
+            }
+            m
+        })
+        .collect();
+    let mut v = view(20, None, members.clone());
+    v.release = marker.clone().map(Ok);
+    let mut o = obs(v, pg(PgRole::Replica, 1000, None));
+    o.lease_poll = poll(lease, at, None);
+    let p = c.step(t(at + 0.05), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut v = view(21, Some(key("pg2", 21, 0xB)), members);
+    v.release = marker.map(|m| {
+        Ok(ReleaseMarker {
+            taken_by: Some("pg2".into()),
+            ..m
+        })
+    });
+    let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, None));
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(at + 0.1),
+        epoch: 21,
+    });
+    let p = c.step(t(at + 0.15), &o);
+    assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
+    v.revision = 22;
+    (
+        c.step(t(at + 0.2), &obs(v, pg(PgRole::Replica, 1000, None))),
+        at + 0.2,
+    )
+}
+
+/// The review's scenario (ttl 30, loop 2, retry 1, margin 2, budget 1). A (pg1,
+/// W 13) makes its last counted renewal at 99.5 s and stalls; pg2 read A's key at
+/// 99.9 s. A's lease is revoked early at 100.1 s (etcd #15247); C (pg3, W 5) takes
+/// the key at 100.2 s and releases it at 100.5 s without promoting (its watchdog
+/// could not be armed), its member key still naming its lease. pg2's read at 101.9 s
+/// shows the key absent; the watch reported DEL(A), PUT(C), DEL(C). Before the fix
+/// the vacancy was C's alone: promotion at 100.5 + 2·5 + 1 + 2 = 113.5 s, while A,
+/// dying just before its F = 112.5 s, is reset only at about 125.5 s (two writable
+/// primaries). The delay must cover A: A's DELETE + 2·13 + R + M = 129.1 s. A
+/// release marker of C's epoch proves C's clean exit, not A's fence: no skip.
+#[test]
+fn r1_a_missed_leadership_after_an_early_delete_still_waits_for_the_tracked_leader() {
+    for marker in [None, Some(12)] {
+        let mut c = follower_of_a();
+        let members = vec![
+            member("pg1", 8, "primary", 1000, Some(13)),
+            member("pg2", 9, "replica", 1000, None),
+            holder("pg3", 12, 5, 0xC),
+        ];
+        let marker = marker.map(|e| ReleaseMarker {
+            by: "pg3".into(),
+            ..release(e, 900, None)
+        });
+        let mut v = view(14, None, members.clone());
+        v.release = marker.clone().map(Ok);
+        let mut o = obs(v, pg(PgRole::Replica, 1000, None));
+        o.leader_deleted_at = Some(t(100.1));
+        o.leader_deleted_revision = Some(13);
+        o.leader_changes = vec![
+            deleted(100.1, 11),
+            put(100.2, "pg3", 12, 0xC),
+            deleted(100.5, 13),
+        ];
+        o.lease_poll = poll(0xA, 101.9, None);
+        let p = c.step(t(101.95), &o);
+        assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+        // The lease still to be seen gone is C's, the newest holder's.
+        assert_eq!(c.lease_to_poll(), Some(0xC));
+        let (p, now) = acquire_and_win(&mut c, members, 0xC, 104.0, marker.clone());
+        let at = promote_at(&p, now);
+        assert!(
+            at >= 100.1 + 2.0 * 13.0 + 1.0 + 2.0,
+            "marker {marker:?}: promotes at {at}, before A's own bound 129.1"
+        );
+    }
+}
+
+/// The same with two missed leaderships: pg1's key (W 5) expires on time for pg2
+/// (103.2 s >= E_max 103 s); B (pg3, W 13) takes it at 103.3 s and loses it early
+/// at 103.4 s (stalled, its lease revoked); C (pg4, W 5) takes it at 103.5 s and
+/// releases it at 103.6 s without promoting. The watch keeps the newest, C: before
+/// the fix B's larger W was lost (promotion at 103.6 + 13 = 116.6 s). The delay must
+/// cover B: 103.4 + 2·13 + R + M = 132.4 s.
+#[test]
+fn r1_two_missed_leaderships_wait_for_the_older_ones_watchdog_too() {
+    let mut c = follower_with_poll(Some(5));
+    let members = vec![
+        member("pg1", 8, "primary", 1000, Some(5)),
+        member("pg2", 9, "replica", 1000, None),
+        holder("pg3", 12, 13, 0xC),
+        holder("pg4", 14, 5, 0xD),
+    ];
+    let mut o = obs(
+        view(16, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.leader_deleted_at = Some(t(103.2));
+    o.leader_deleted_revision = Some(15);
+    o.leader_changes = vec![
+        deleted(103.2, 11),
+        put(103.3, "pg3", 12, 0xC),
+        deleted(103.4, 13),
+        put(103.5, "pg4", 14, 0xD),
+        deleted(103.6, 15),
+    ];
+    o.lease_poll = poll(0xA, 104.05, None);
+    let p = c.step(t(104.1), &o);
+    assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+    assert_eq!(c.lease_to_poll(), Some(0xD));
+    let (p, now) = acquire_and_win(&mut c, members, 0xD, 106.0, None);
+    let at = promote_at(&p, now);
+    assert!(
+        at >= 103.4 + 2.0 * 13.0 + 1.0 + 2.0,
+        "promotes at {at}, before B's own bound 132.4"
+    );
+}
+
+/// The pre-existing path "a member publishes a newer epoch" (seed 16393) had the
+/// same replace-without-merge: pg2's vacancy of A (W 13, revoked early at 100.1 s)
+/// is open, waiting for an answer about A's lease, when C (pg3, W 5) takes the key
+/// at 100.4 s and releases it at 100.6 s, publishing its epoch 12. pg2's read at
+/// 102.35 s replaced A's vacancy by C's, from now: promotion at 102.35 + 13 =
+/// 115.35 s, before A's bound 129.1 s. Whether or not the watch reported C (here it
+/// did; or it broke and no event came).
+#[test]
+fn r1_a_member_publishing_a_newer_epoch_keeps_the_open_early_vacancy_covered() {
+    for watch_reported in [true, false] {
+        let mut c = follower_of_a();
+        let two = vec![
+            member("pg1", 8, "primary", 1000, Some(13)),
+            member("pg2", 9, "replica", 1000, None),
+        ];
+        let mut o = obs(view(11, None, two.clone()), pg(PgRole::Replica, 1000, None));
+        o.leader_deleted_at = Some(t(100.1));
+        o.leader_deleted_revision = Some(11);
+        o.leader_changes = vec![deleted(100.1, 11)];
+        let p = c.step(t(100.35), &o);
+        assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+        let mut c_member = holder("pg3", 12, 5, 0xC);
+        c_member.info.epoch = Some(12);
+        let mut members = two;
+        members.push(c_member);
+        let mut o = obs(
+            view(14, None, members.clone()),
+            pg(PgRole::Replica, 1000, None),
+        );
+        if watch_reported {
+            o.leader_changes = vec![put(100.4, "pg3", 12, 0xC), deleted(100.6, 13)];
+        } else {
+            o.watch_from = None;
+        }
+        o.lease_poll = poll(0xA, 102.3, None);
+        let p = c.step(t(102.35), &o);
+        assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+        assert_eq!(c.lease_to_poll(), Some(0xC));
+        let (p, now) = acquire_and_win(&mut c, members, 0xC, 104.0, None);
+        let at = promote_at(&p, now);
+        assert!(
+            at >= 100.1 + 2.0 * 13.0 + 1.0 + 2.0,
+            "watch reported {watch_reported}: promotes at {at}, before A's own bound 129.1"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -6,6 +6,8 @@
 //! second, crafted scope in the same etcd (no agent runs there) shows the
 //! history and garbled keys as stored. The refusals that must send nothing
 //! (an unknown member, a switchover not confirmed) leave the leader key as it was.
+//! A failover right after the leader's host crashed goes through the candidate's
+//! API, and the candidate still waits for the old lease (S3).
 
 mod common;
 
@@ -467,5 +469,95 @@ fn crafted_scope(c: &TestCluster, cfg: &Path) {
         String::from_utf8_lossy(&o.stderr).contains("has no leader"),
         "{}",
         text(&o)
+    );
+}
+
+/// `tenure ctl failover` right after the leader's host crashed (its agent,
+/// postmaster and backends killed at once): the leader key still names it until
+/// its lease runs out, and its API does not answer. Before the fix ctl failed there
+/// (it only asked the leader's API); now it asks the named candidate's API, which
+/// writes the `failover` key (Patroni falls back to writing it itself). The
+/// candidate is the replica that would lose the automatic race (equal positions go
+/// to the smaller name), so the request is what makes it the new leader — and it
+/// takes the key only once the old lease could have expired (S3).
+#[test]
+fn real_ctl_failover_with_the_leader_crashed() {
+    let mut c = common::bed("ctl", "dead");
+    let p = common::settled(&mut c);
+    let old = c.name(p).to_string();
+    let (_, old_epoch) = c.leader_key().expect("leader key");
+    let mut replicas: Vec<usize> = (0..c.opts.nodes).filter(|i| *i != p).collect();
+    replicas.sort_by(|a, b| c.name(*a).cmp(c.name(*b)));
+    let cand_i = *replicas.last().expect("a replica");
+    let cand = c.name(cand_i).to_string();
+    let cfg = c.config_path(cand_i).to_path_buf();
+    // The candidate's API checks the published positions (maximum_lag_on_failover)
+    // as the leader's would: wait until every replica has published one near the
+    // leader's (right after settling, a replica's key can still show its first).
+    let near =
+        tenure::testbed::wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
+            let (m, _) = keys(&c);
+            let pos = |n: &str| {
+                m.iter()
+                    .find(|(name, _)| name == n)
+                    .and_then(|(_, v)| v["xlog_location"].as_u64())
+            };
+            let top = pos(&old)?;
+            replicas
+                .iter()
+                .all(|r| pos(c.name(*r)).is_some_and(|x| x > 0 && top.saturating_sub(x) <= 1 << 20))
+                .then_some(())
+        });
+    assert!(
+        near.is_some(),
+        "positions never published{}",
+        c.logs_tail(30)
+    );
+
+    let crashed = c.host_crash(p).unwrap_or_else(|e| panic!("{e}"));
+    let child = Command::new(BIN)
+        .arg("ctl")
+        .arg("--config")
+        .arg(&cfg)
+        .args(["failover", "--candidate", &cand, "--force"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tenure ctl");
+    // When the key first names someone else than the crashed leader.
+    let taken = tenure::testbed::wait_for(common::FAILOVER, Duration::from_millis(20), || {
+        c.leader_key()
+            .filter(|(n, _)| *n != old)
+            .map(|k| (k, crashed.elapsed()))
+    });
+    let o = child.wait_with_output().expect("tenure ctl output");
+    println!("{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o), c.logs_tail(40));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("Could not failover through the leader"),
+        "{}",
+        text(&o)
+    );
+    let ((name, epoch), after) =
+        taken.unwrap_or_else(|| panic!("no new leader{}", c.logs_tail(40)));
+    assert_eq!(name, cand, "the named candidate leads{}", c.logs_tail(40));
+    assert!(epoch > old_epoch);
+    // S3: not before the old lease could have expired. Its last keepalive was sent
+    // at most loop_wait + retry_timeout before the crash.
+    let earliest = Duration::from_secs(u64::from(c.opts.ttl))
+        .saturating_sub(c.opts.loop_wait + c.opts.retry_timeout);
+    println!("new leader {name} after {after:?} (earliest allowed {earliest:?})");
+    assert!(
+        after >= earliest,
+        "taken {after:?} after the crash, before {earliest:?}"
+    );
+    let promoted = tenure::testbed::wait_for(common::FAILOVER, Duration::from_millis(50), || {
+        (c.primaries() == vec![cand_i]).then_some(())
+    });
+    assert!(
+        promoted.is_some(),
+        "{cand} never ran as primary{}",
+        c.logs_tail(40)
     );
 }

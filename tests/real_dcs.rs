@@ -486,7 +486,7 @@ fn watch_wakes_on_release_and_acquire() {
         "{ev:?}"
     );
 
-    let (_, _, e2) = won(a.acquire_unbound(&b.rt, "pg2", 5, in_ms(2000)));
+    let (l2, _, e2) = won(a.acquire_unbound(&b.rt, "pg2", 5, in_ms(2000)));
     let t0 = clock::now();
     let ev = b.rt.block_on(async {
         tokio::select! {
@@ -499,7 +499,11 @@ fn watch_wakes_on_release_and_acquire() {
         ev,
         Some(WatchEvent::LeaderPut {
             name: "pg2".into(),
-            revision: e2
+            revision: e2,
+            // The create revision and the lease: what a replica that never reads
+            // this leadership needs to judge its DELETE (DESIGN §1 step 4).
+            epoch: e2,
+            lease: l2,
         })
     );
 

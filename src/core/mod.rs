@@ -41,7 +41,7 @@ pub use lease::Leadership;
 pub use manage::job_name;
 pub use switchover::{Handover, HandoverPhase};
 pub use sync::sync_names_for;
-use vacancy::{LeaseTrack, Vacancy};
+use vacancy::{LeaseTrack, Vacancy, Watched};
 
 /// Static facts about this node the core needs.
 #[derive(Clone, Debug)]
@@ -86,6 +86,8 @@ pub struct Core {
     timing: Timing,
     state: State,
     track: LeaseTrack,
+    /// The newest leadership the scope watch reported (`vacancy`, S3).
+    watched: Option<Watched>,
     vacancy: Option<Vacancy>,
     /// A former primary's WAL may have forked: rewind before following.
     needs_rewind: bool,
@@ -174,6 +176,7 @@ impl Core {
             timing,
             state: State::Init,
             track: LeaseTrack::default(),
+            watched: None,
             vacancy: None,
             needs_rewind: false,
             bootstrapped_here: false,

@@ -28,6 +28,18 @@ pub struct LeaderKey {
     pub lease: LeaseId,
 }
 
+/// A change of `leader` reported by the scope watch (DESIGN §1 step 4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderChange {
+    /// When the shell received it.
+    pub at: Instant,
+    /// The change's etcd revision.
+    pub revision: i64,
+    /// A PUT: the key as written (its `epoch` is its create revision, `lease` the
+    /// lease it is bound to); `None`: a DELETE.
+    pub put: Option<LeaderKey>,
+}
+
 /// Tags a member publishes (Patroni's names).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tags {
@@ -631,6 +643,16 @@ pub struct Observation {
     /// judges its rivals' positions fresh against the same DELETE (DESIGN §3a:
     /// "compare only entries written after the DELETE").
     pub leader_deleted_revision: Option<i64>,
+    /// Every change of `leader` the scope watch reported since the last step, in
+    /// etcd's order (DESIGN §1 step 4): a PUT names a leadership this node may never
+    /// have read (one shorter than a loop), whose lease it never polled.
+    pub leader_changes: Vec<LeaderChange>,
+    /// The start revision of the scope watch, if it was open when this iteration's
+    /// read was sent and had delivered every event since that revision without a
+    /// gap (`None`: not open, broken since, or events dropped). A leadership inside
+    /// a gap may have come and gone unseen: the core then judges the vacancy
+    /// untimeable unless a read proves the key unchanged (`core::vacancy`).
+    pub watch_from: Option<i64>,
     pub pg: PgStatus,
     pub job: Job,
     /// SIGTERM/SIGINT arrived: shut down cleanly.
@@ -697,6 +719,8 @@ impl Observation {
             lease_poll: None,
             leader_deleted_at: None,
             leader_deleted_revision: None,
+            leader_changes: Vec::new(),
+            watch_from: None,
             pg,
             job: Job::Idle,
             shutdown: false,

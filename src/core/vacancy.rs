@@ -1,11 +1,15 @@
 //! The replica's view of the leader's lease and of the key's absence.
 //!
 //! Owns: `E_max` and the last poll (DESIGN §1 step 4), the holder's published
-//! watchdog, TTL and position, and the [`Vacancy`] record: when the key vanished,
-//! whether that was early, and whether the old lease is confirmed gone.
+//! watchdog, TTL and position, the newest leadership the scope watch reported
+//! ([`Watched`]), and the [`Vacancy`] record: when the key vanished, whether that
+//! was early, and whether the old lease is confirmed gone.
 //!
-//! Must never: plan actions (it only records facts the candidacy judges), or judge
-//! a DELETE on time without a fresh poll.
+//! Must never: plan actions (it only records facts the candidacy judges), judge a
+//! DELETE on time without a fresh poll of the very leadership it ended, or on time
+//! across a gap in the watch that no read closes (S3), or let a later leadership's
+//! vacancy stand in for an early one (finding R1: the delay covers every leadership
+//! since the last read that showed a tracked key).
 
 use std::time::Duration;
 
@@ -30,6 +34,26 @@ pub(super) struct LeaseTrack {
     pub(super) holder_ttl: Option<u32>,
     /// The holder's last published WAL position.
     pub(super) holder_xlog: Lsn,
+    /// Revision of the newest read that showed this key (same lease, same create
+    /// revision): the key stood unchanged from `epoch` to here, so a watch opened
+    /// at or before the revision after it missed nothing of what followed.
+    pub(super) seen_through: i64,
+}
+
+/// The newest leadership (a `leader` PUT with a new create revision) the scope
+/// watch reported, whether or not a read ever showed it, and its DELETE if seen.
+#[derive(Clone, Debug)]
+pub(super) struct Watched {
+    pub(super) key: LeaderKey,
+    /// When the shell received the first DELETE after it, and that DELETE's revision.
+    /// Leaderships of one key follow each other, so it is also the latest DELETE of
+    /// every leadership the watch reported: the later, the longer the delay counted
+    /// from it.
+    pub(super) deleted: Option<(Instant, i64)>,
+    /// The create revision of the leadership the watch reported before `key` (0:
+    /// none). A read that last showed a key older than it missed more than one
+    /// leadership, and only the newest's watchdog and TTL can be read (finding R1).
+    pub(super) prev_epoch: Epoch,
 }
 
 /// The key was found absent after we knew a leader (or never knew one).
@@ -56,6 +80,43 @@ pub(super) struct Vacancy {
     /// The epoch of the key whose absence opened this vacancy, if known (a release
     /// marker proves something only for it).
     pub(super) old_epoch: Option<Epoch>,
+    /// Revision of the newest read that showed the key absent: a gap in the watch
+    /// since it may hide a leadership this node never saw.
+    pub(super) absent_through: i64,
+    /// The newest leadership epoch this judgement accounts for: a PUT the watch
+    /// reports with a newer one (before the read, even if it arrives late) is a
+    /// leadership it missed.
+    pub(super) judged: Epoch,
+}
+
+/// A missed leadership's vacancy `m` found after `v` (open, or just built for the
+/// key our last read showed): if `v` was early too, the delay must cover both old
+/// leaders, so it counts from the later DELETE and, unless both are known alike,
+/// from the horizon bound (no `W`; S6(b) makes `ttl + R` the longer) with the
+/// largest TTL seen. A release marker of `m`'s epoch proves that holder's clean
+/// exit, never that `v`'s old leader has fenced (finding R1).
+fn after_open(v: &Vacancy, mut m: Vacancy) -> Vacancy {
+    if v.early {
+        m.at = m.at.max(v.at);
+        if m.old_watchdog != v.old_watchdog {
+            m.old_watchdog = None;
+        }
+        if m.old_ttl != v.old_ttl {
+            m.old_ttl = None;
+        }
+        m.old_epoch = None;
+    }
+    // INVARIANT (S3, DESIGN §1 step 4): the delay `won` takes from `m` covers `v`'s
+    // old leader as well as `m`'s: a later `at`, a `W` only if both had that same
+    // one, else `ttl + R`, and no marker skips it.
+    m
+}
+
+/// Whether the watch, as of this read, had reported every change after revision
+/// `seen` (DESIGN §1 step 4: else a whole leadership may lie in the gap).
+fn watch_covers(obs: &Observation, seen: i64) -> bool {
+    obs.watch_from
+        .is_some_and(|from| from <= seen.saturating_add(1))
 }
 
 impl Core {
@@ -134,8 +195,87 @@ impl Core {
         }
     }
 
+    /// Fold the watch's `leader` changes into [`Watched`], read or not (a failed
+    /// read must not lose them). Our own leaderships are known without it.
+    fn note_leader_changes(&mut self, obs: &Observation) {
+        for c in &obs.leader_changes {
+            match &c.put {
+                Some(k) if k.name != self.cfg.name => {
+                    if self.watched.as_ref().is_none_or(|w| k.epoch > w.key.epoch) {
+                        self.watched = Some(Watched {
+                            key: k.clone(),
+                            deleted: None,
+                            prev_epoch: self.watched.as_ref().map_or(0, |w| w.key.epoch),
+                        });
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    if let Some(w) = &mut self.watched
+                        && w.deleted.is_none()
+                        && c.revision > w.key.epoch
+                    {
+                        w.deleted = Some((c.at, c.revision));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A vacancy left by a leadership this node never read (created after its last
+    /// read of the key, `after`), as the watch reported it: untimeable, since no
+    /// poll of its lease ever predicted its expiry (DESIGN §1 step 4, S3). Its lease
+    /// must be seen gone like any old lease, and only a release marker of its own
+    /// epoch proves a clean hand-over.
+    fn missed_vacancy(&self, now: Instant, view: &ClusterView, after: i64) -> Option<Vacancy> {
+        let w = self
+            .watched
+            .as_ref()
+            .filter(|w| w.key.epoch > after && w.key.epoch <= view.revision)?;
+        // More than one leadership since that read: the older ones' `W`, TTL and
+        // markers are unknown (their member keys may be gone), so the delay is the
+        // horizon bound with the largest TTL seen, and no marker proves it.
+        let several = w.prev_epoch > after;
+        let m = view
+            .member(&w.key.name)
+            .filter(|m| m.info.leader_lease == Some(w.key.lease));
+        let seen_epoch = view
+            .members
+            .iter()
+            .filter_map(|m| m.info.epoch)
+            .chain([w.key.epoch])
+            .max()
+            .unwrap_or(w.key.epoch);
+        Some(Vacancy {
+            // Not seen deleted (a DELETE in flight, or lost): now is later than it.
+            at: w.deleted.map_or(now, |(d, _)| d.min(now)),
+            seen_revision: w
+                .deleted
+                .map(|(_, r)| r)
+                .filter(|r| *r <= view.revision)
+                .unwrap_or(view.revision),
+            old_lease: Some(w.key.lease),
+            old_holder: Some(w.key.name.clone()),
+            early: true,
+            old_watchdog: m.and_then(|m| m.info.watchdog_timeout).filter(|_| !several),
+            old_ttl: m.and_then(|m| m.info.leader_ttl).filter(|_| !several),
+            old_xlog: self
+                .track
+                .holder_xlog
+                .max(m.map_or(0, |m| m.info.xlog_location)),
+            lease_gone: false,
+            seen_epoch,
+            old_epoch: Some(w.key.epoch).filter(|e| *e >= seen_epoch && !several),
+            absent_through: view.revision,
+            // INVARIANT (S3): this delay covers every leadership the watch reported
+            // after `after`: the latest DELETE, and `W` or a marker only for one.
+            judged: w.key.epoch,
+        })
+    }
+
     pub(super) fn track_vacancy(&mut self, now: Instant, obs: &Observation) {
         let me = self.cfg.name.clone();
+        self.note_leader_changes(obs);
         let Ok(view) = &obs.cluster else { return };
         match &view.leader {
             Some(k) => {
@@ -159,6 +299,12 @@ impl Core {
                             ..LeaseTrack::default()
                         };
                     }
+                    // INVARIANT: the key stood with create revision `track.epoch`
+                    // from then to this read (one incarnation: a re-created key
+                    // has a new create revision).
+                    if self.track.epoch == Some(k.epoch) {
+                        self.track.seen_through = view.revision;
+                    }
                     if let Some(m) = view.member(&k.name) {
                         self.track.holder_watchdog = m.info.watchdog_timeout;
                         if m.info.leader_lease == Some(k.lease)
@@ -180,6 +326,14 @@ impl Core {
                     );
                 if !won_now {
                     self.vacancy = None;
+                } else if let Some(v) = &self.vacancy
+                    && let Some(missed) = self
+                        .missed_vacancy(now, view, v.judged)
+                        .filter(|m| m.judged < k.epoch)
+                {
+                    // The watch reported, only now, a leadership before our win that
+                    // this vacancy's judgement missed: `won` takes the delay from it.
+                    self.vacancy = Some(after_open(v, missed));
                 }
             }
             None => {
@@ -197,7 +351,9 @@ impl Core {
                     && e > v.seen_epoch
                     && Some(e) > self.track.epoch
                 {
-                    self.vacancy = Some(Vacancy {
+                    // Merged with the open vacancy, never in its place (finding R1):
+                    // if that one was early its old leader may not have fenced yet.
+                    let newer = Vacancy {
                         at: now,
                         seen_revision: view.revision,
                         old_lease: m.info.leader_lease,
@@ -209,8 +365,41 @@ impl Core {
                         lease_gone: m.info.leader_lease.is_none(),
                         seen_epoch: e,
                         old_epoch: Some(e),
-                    });
+                        absent_through: view.revision,
+                        judged: e.max(v.judged),
+                    };
+                    self.vacancy = Some(after_open(v, newer));
                 }
+                // The same, told by the watch (DESIGN §1 step 4, S3): a leadership
+                // created after our last read of the vacancy came and went unseen,
+                // perhaps never published. Or the watch had a gap since that read:
+                // one may have, so the vacancy is untimeable from now on (its DELETE
+                // came before this read; `now` is later).
+                if let Some(v) = &self.vacancy {
+                    if let Some(missed) = self.missed_vacancy(now, view, v.judged) {
+                        self.vacancy = Some(after_open(v, missed));
+                    } else if !watch_covers(obs, v.absent_through) {
+                        self.vacancy = Some(Vacancy {
+                            at: now,
+                            early: true,
+                            seen_revision: view.revision,
+                            absent_through: view.revision,
+                            ..v.clone()
+                        });
+                    }
+                }
+                if let Some(v) = &mut self.vacancy {
+                    v.absent_through = v.absent_through.max(view.revision);
+                }
+                // Not only the key we polled (DESIGN §1 step 4, S3): the watch
+                // reported a leadership after it that no read showed (shorter than a
+                // loop). The tracked key's own vacancy is still judged below, then
+                // merged with it (finding R1: its early DELETE is owed a delay too).
+                let missed = if self.vacancy.is_none() {
+                    self.missed_vacancy(now, view, self.track.epoch.unwrap_or(0))
+                } else {
+                    None
+                };
                 if self.vacancy.is_none() {
                     let late = self.late_delete.take();
                     let (at, deleted_revision) = match obs.leader_deleted_at {
@@ -228,12 +417,19 @@ impl Core {
                         .filter(|r| *r <= view.revision && self.track.epoch.is_some_and(|e| *r > e))
                         .unwrap_or(view.revision);
                     let l_w_r = self.timing.loop_wait + self.timing.retry_timeout;
+                    // The watch had a gap since the last read that showed the key we
+                    // polled: a whole leadership may lie in it, its DELETE after the
+                    // one we saw and before this read (S3: untimeable, from now).
+                    let gap =
+                        self.track.lease.is_some() && !watch_covers(obs, self.track.seen_through);
+                    let at = if gap { now } else { at };
                     // DESIGN §1 step 4: early if before E_max, or if our last poll is too
                     // old to predict anything, or if we never knew the lease at all.
-                    let early = match (self.track.lease, self.track.e_max, self.track.last_poll) {
-                        (Some(_), Some(e), Some(lp)) => at < e || at.since(lp) > l_w_r,
-                        _ => !self.bootstrapped_here,
-                    };
+                    let early = gap
+                        || match (self.track.lease, self.track.e_max, self.track.last_poll) {
+                            (Some(_), Some(e), Some(lp)) => at < e || at.since(lp) > l_w_r,
+                            _ => !self.bootstrapped_here,
+                        };
                     // A clean stop or a switchover is not judged here: only the release
                     // marker (epoch-guarded, with the shutdown checkpoint's LSN) lets the
                     // winner skip the delay, checked when it plans `Acquire` and bound
@@ -275,7 +471,15 @@ impl Core {
                                 .lease_poll
                                 .as_ref()
                                 .is_some_and(|lp| Some(lp.lease) == old_lease && lp.ttl.is_none()),
+                        absent_through: view.revision,
+                        judged: self.track.epoch.unwrap_or(0),
                     });
+                }
+                if let (Some(m), Some(v)) = (missed, &self.vacancy) {
+                    // INVARIANT (S3): the vacancy's delay covers every leadership
+                    // since the last read that showed a tracked key: that key's own
+                    // (judged above) and the ones the watch reported after it.
+                    self.vacancy = Some(after_open(v, m));
                 }
             }
         }

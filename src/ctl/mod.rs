@@ -14,6 +14,7 @@
 //! they call, the bodies they send and the order of the checks.
 
 pub mod args;
+mod fallback;
 pub mod http;
 pub mod render;
 mod verbs;

@@ -740,3 +740,25 @@ fn auth_answers_name_the_fix() {
     .expect_err("no url");
     assert!(e.to_string().contains("pg4 publishes no api_url"));
 }
+
+/// The fallback after a crashed leader (`ctl::fallback`): the candidate's "status
+/// unknown" means written, outcome pending; any other answer stands.
+#[test]
+fn a_candidate_still_waiting_is_not_a_refusal() {
+    use super::fallback::pending;
+    use super::http::Response;
+    let r = |status: u16, body: &str| Response {
+        status,
+        body: body.into(),
+    };
+    assert!(pending(&r(503, "Failover status unknown")));
+    assert!(!pending(&r(
+        503,
+        "Failover failed (the request was refused or called off: the leader's log says why)"
+    )));
+    assert!(!pending(&r(412, "candidate does not exists")));
+    assert!(!pending(&r(
+        503,
+        "failed to write failover key into DCS (etcd unreachable)"
+    )));
+}

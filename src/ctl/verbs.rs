@@ -554,8 +554,21 @@ fn failover(ctx: &mut Ctx, candidate: String, leader: Option<String>) -> Result<
         .map(|m| m.info.api_url.clone())
         .unwrap_or_default();
     let timeout = ctx.inv.timeout.max(API_TIMEOUT);
-    let r = api(ctx, &via, &url, "POST", "/failover", Some(&body), timeout)?;
-    if !ok(&r) {
+    let (via, r, fell_back) = match api(ctx, &via, &url, "POST", "/failover", Some(&body), timeout)
+    {
+        Ok(r) => (via, r, false),
+        // No answer from the leader's API (a crashed host): Patroni's fallback, through
+        // the candidate's API (super::fallback).
+        Err(CtlError::Failed(why)) if via != candidate => {
+            let r = super::fallback::through_candidate(
+                ctx, &s, &via, &candidate, &body, &why, timeout,
+            )?;
+            (candidate.clone(), r, true)
+        }
+        Err(e) => return Err(e),
+    };
+    let accepted = ok(&r) || (fell_back && super::fallback::pending(&r));
+    if !accepted {
         return Err(CtlError::Failed(format!(
             "failover refused by {via} ({}): {}",
             r.status,

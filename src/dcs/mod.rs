@@ -95,8 +95,15 @@ impl<'a> AcquireBasis<'a> {
 pub enum WatchEvent {
     /// `leader` was deleted (expiry, release, revoke, operator).
     LeaderDeleted { revision: i64 },
-    /// `leader` was written (created or overwritten) with this value.
-    LeaderPut { name: String, revision: i64 },
+    /// `leader` was written (created or overwritten) with this value; `epoch` is the
+    /// key's create revision and `lease` its lease, so a leadership shorter than a
+    /// loop is known even if no read ever showed it (DESIGN §1 step 4).
+    LeaderPut {
+        name: String,
+        revision: i64,
+        epoch: i64,
+        lease: i64,
+    },
     /// `members/<name>` was written (a member published its state).
     MemberPut { name: String, revision: i64 },
     /// The watch broke (cancelled, compacted, no leader): reopen it.
@@ -125,6 +132,8 @@ pub struct Etcd {
     watch: Option<WatchStream>,
     /// Events of one watch response not yet handed out (a response can carry several).
     pending: VecDeque<WatchEvent>,
+    /// The start revision the open watch was created with (`watch_from`).
+    watch_start: i64,
     /// `[etcd] username`/password, used only by `authenticate` (secure.rs).
     user: Option<crate::config::EtcdAuth>,
     /// Whether `authenticate` got a token that no call has refused since.
@@ -307,6 +316,7 @@ impl Etcd {
             prefix: prefix.to_string(),
             watch: None,
             pending: VecDeque::new(),
+            watch_start: 0,
             user: sec.auth.clone(),
             authed: false,
             keeper: view::ViewKeeper::new(prefix),
@@ -1222,6 +1232,7 @@ impl Etcd {
                 // INVARIANT: the kept view is complete only if this watch starts
                 // right after the read it comes from (view.rs checks the revisions).
                 self.keeper.watch_opened(start_revision);
+                self.watch_start = start_revision;
                 Ok(())
             }
             Err(why) => Err(DcsError(why)),
@@ -1269,6 +1280,13 @@ impl Etcd {
 
     pub fn watch_is_open(&self) -> bool {
         self.watch.is_some()
+    }
+
+    /// The revision from which the open watch has reported every change without a
+    /// gap (its start revision; a broken watch is closed, and a reopened one starts
+    /// afresh): `Observation::watch_from`. `None`: no watch open.
+    pub fn watch_from(&self) -> Option<i64> {
+        self.watch.as_ref().map(|_| self.watch_start)
     }
 
     /// Cancel-safe: waits for the next event on the open watch; pends forever if none
@@ -1338,6 +1356,8 @@ impl Etcd {
                             b"leader" if put => WatchEvent::LeaderPut {
                                 name: String::from_utf8_lossy(kv.value()).into_owned(),
                                 revision: kv.mod_revision(),
+                                epoch: kv.create_revision(),
+                                lease: kv.lease(),
                             },
                             b"leader" => WatchEvent::LeaderDeleted {
                                 revision: kv.mod_revision(),

@@ -295,11 +295,22 @@ pub async fn run(cx: Cx) {
             let _ = cx.call(Op::KeepAlive { lease }, d).await;
         }
         let d = cap(&core, cx.now());
+        // The watch's coverage as of the read; reopened after a successful read
+        // from its revision + 1 (`Agent::observe`).
+        let watch_from = cx.w.borrow().nodes[cx.node].watch_from;
         let cluster = match cx.call(Op::ReadScope, d).await {
             Ok(Resp::Scope(v)) => Ok(*v),
             Ok(other) => Err(format!("{other:?}")),
             Err(e) => Err(e),
         };
+        if let Ok(v) = &cluster
+            && watch_from.is_none()
+        {
+            let mut w = cx.w.borrow_mut();
+            if w.nodes[cx.node].watch_from.is_none() {
+                w.set_watch(cx.node, Some(v.revision + 1));
+            }
+        }
         let mut lease_poll = None;
         if let Some(lease) = core.lease_to_poll() {
             let sent_at = cx.now();
@@ -319,7 +330,7 @@ pub async fn run(cx: Cx) {
                 });
             }
         }
-        let (pg, job, leader_deleted_at, leader_deleted_revision, shutdown) = {
+        let (pg, job, leader_deleted_at, leader_deleted_revision, shutdown, leader_changes) = {
             let mut w = cx.w.borrow_mut();
             let pg = w.probe(cx.node);
             let job = w.job_obs(cx.node);
@@ -330,7 +341,13 @@ pub async fn run(cx: Cx) {
                 n.watch_deleted_at.take(),
                 n.watch_deleted_rev.take(),
                 n.shutdown,
+                std::mem::take(&mut n.watch_changes),
             )
+        };
+        // Closed since the read (a change lost): no gapless coverage to report.
+        let watch_from = {
+            let w = cx.w.borrow();
+            watch_from.filter(|f| w.nodes[cx.node].watch_from == Some(*f))
         };
         if cluster.is_ok() {
             let l = core.leadership();
@@ -382,6 +399,8 @@ pub async fn run(cx: Cx) {
             lease_poll,
             leader_deleted_at,
             leader_deleted_revision,
+            leader_changes,
+            watch_from,
             pg,
             job,
             shutdown,

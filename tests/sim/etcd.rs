@@ -152,6 +152,10 @@ pub struct Etcd {
     pub election_timeout: Duration,
     /// Set when `leader` was deleted (the world turns it into watch events).
     pub leader_deleted: bool,
+    /// Every change of `leader` since the world last looked, in order: (revision,
+    /// the key a PUT wrote; `None` a DELETE). The world hands them to every node
+    /// whose watch is open (`Observation::leader_changes`).
+    pub leader_changes: Vec<(i64, Option<LeaderKey>)>,
 }
 
 impl Etcd {
@@ -165,6 +169,7 @@ impl Etcd {
             min_ttl: 1,
             election_timeout: Duration::from_millis(500),
             leader_deleted: false,
+            leader_changes: Vec::new(),
         }
     }
 
@@ -205,6 +210,7 @@ impl Etcd {
             self.rev += 1;
             if key == "leader" {
                 self.leader_deleted = true;
+                self.leader_changes.push((self.rev, None));
             }
             true
         } else {
@@ -323,6 +329,7 @@ impl Etcd {
                         0,
                     );
                 }
+                self.leader_changes.push((epoch, self.leader_key()));
                 Resp::Created(Some(epoch))
             }
             Op::ClaimInit { me, lease } => {

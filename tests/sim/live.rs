@@ -27,7 +27,9 @@
 //!   operator delete, a release) and not as a clean release (published marker), or
 //!   the node that wins had no `LeaseTimeToLive` answer for the old lease in the
 //!   `L_w + R` before the removal: DESIGN §1 step 4 ("a stale prediction proves
-//!   nothing") makes it wait the early-expiry delay too. Such a winner (typically
+//!   nothing") makes it wait the early-expiry delay too, and so does a winner whose
+//!   scope watch was closed when the key went (it cannot know whether a whole
+//!   leadership came and went unseen). Such a winner (typically
 //!   restarted, or cut off until just before) also counts only from when it became
 //!   healthy: `base` takes the start of its last healthy interval.
 //! - **Adopted after a restart** (seed 253898): a winner whose agent restarted
@@ -112,6 +114,8 @@ pub struct LiveRec {
     pub healthy: Vec<Vec<(Instant, bool)>>,
     /// (node, lease) -> last instant etcd answered the node's `LeaseTimeToLive` in time.
     pub polls: HashMap<(usize, LeaseId), Instant>,
+    /// Per node: transitions of "its scope watch is open" (closed: a change lost).
+    pub watch_open: Vec<Vec<(Instant, bool)>>,
     /// Expiry (etcd's clock) of the lease of the key as last observed.
     pub prev_expiry: Option<Instant>,
     /// Every change of the `sync` key.
@@ -319,7 +323,13 @@ pub fn check(
             .is_none_or(|p| p.add(t.loop_wait + t.retry_timeout) < r.at),
         _ => false,
     };
-    let early = stale || removal.as_ref().is_some_and(|r| r.early && !r.clean);
+    // The winner's watch was closed when the key went: it cannot know what it
+    // missed, so the core judges the vacancy untimeable (DESIGN §1 step 4, S3).
+    let gapped = match (winner, &removal) {
+        (Some(w), Some(r)) => !rec.watch_open.get(w).is_some_and(|tr| state_at(tr, r.at)),
+        _ => false,
+    };
+    let early = stale || gapped || removal.as_ref().is_some_and(|r| r.early && !r.clean);
     let holder_wd = sched
         .watchdog
         .get(

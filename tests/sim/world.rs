@@ -534,6 +534,15 @@ pub struct Node {
     pub watch_deleted_at: Option<Instant>,
     /// That DELETE's etcd revision (the latest one reported).
     pub watch_deleted_rev: Option<i64>,
+    /// Every `leader` change the watch delivered since the last observation.
+    pub watch_changes: Vec<LeaderChange>,
+    /// The scope watch's start revision while it is open without a gap (`None`:
+    /// closed: never opened in this incarnation, or an event was lost while the node
+    /// was cut off, or etcd cancelled it without a leader). Reopened after the next
+    /// successful read, from its revision + 1, as the agent does.
+    pub watch_from: Option<i64>,
+    /// When the last change delivered to this node arrives (one stream: in order).
+    pub watch_last: Instant,
     pub shutdown: bool,
     pub reign: Option<usize>,
     /// `HostLost`: a pending restart never happens.
@@ -564,6 +573,21 @@ pub enum Ev {
         inc: u32,
         /// The revision of the DELETE it reports.
         rev: i64,
+    },
+    /// A `leader` change on the node's scope watch (PUT or DELETE).
+    WatchChange {
+        node: usize,
+        inc: u32,
+        rev: i64,
+        put: Option<LeaderKey>,
+    },
+    /// An early delete aimed at a leadership just begun (`EarlyDelete` with a
+    /// quarter of its picks): the key of this epoch, if it still stands, with its
+    /// holder cut off from etcd for `cut` at that instant (so it learns of the
+    /// delete only by its own `F - B`, as a stalled or partitioned leader would).
+    QuickDelete {
+        epoch: i64,
+        cut: Duration,
     },
     Sweep,
     EtcdUp,
@@ -665,6 +689,16 @@ pub struct World {
     /// From each release to the next writable primary (the write gap's core part).
     pub handover_gaps: Vec<Duration>,
     last_step: Vec<Option<(std::mem::Discriminant<Reason>, Vec<Action>)>>,
+    /// Every `leader` change so far (instant, revision, PUT's key): a watch reopened
+    /// from a revision gets the changes from it on, as etcd replays them.
+    leader_log: Vec<(i64, Option<LeaderKey>)>,
+    /// `EarlyDelete` armed to strike the next leadership this long after it begins,
+    /// cutting its holder off for the second duration.
+    quick_delete: Option<(Duration, Duration)>,
+    /// Leaderships struck by a quick delete.
+    pub quick_deletes: u64,
+    /// Scope watches closed while open (a change lost, a restart, etcd's cancel).
+    pub watch_closures: u64,
 }
 
 const LOG_KEEP: usize = 60;
@@ -710,6 +744,9 @@ impl World {
                 mailbox: None,
                 watch_deleted_at: None,
                 watch_deleted_rev: None,
+                watch_changes: Vec::new(),
+                watch_from: None,
+                watch_last: Instant::ZERO,
                 shutdown: false,
                 reign: None,
                 lost: false,
@@ -746,6 +783,10 @@ impl World {
             handover_at: None,
             handover_gaps: Vec::new(),
             last_step: vec![None; sched_nodes],
+            leader_log: Vec::new(),
+            quick_delete: None,
+            quick_deletes: 0,
+            watch_closures: 0,
         };
         let phase = w.rng.ms(1, 500);
         w.push(Instant::ZERO.add(phase), Ev::Sweep);
@@ -890,7 +931,11 @@ impl World {
         let t = self.sleep(node, until);
         let n = &mut self.nodes[node];
         n.idle = Some(t);
-        if n.watch_deleted_at.is_some() || n.job_done.is_some() || n.shutdown {
+        if n.watch_deleted_at.is_some()
+            || n.watch_changes.iter().any(|c| c.put.is_some())
+            || n.job_done.is_some()
+            || n.shutdown
+        {
             self.wake(node);
         }
         t
@@ -1561,6 +1606,8 @@ impl World {
         n.job = None;
         n.job_done = None;
         n.shutdown = false;
+        self.set_watch(node, None);
+        let n = &mut self.nodes[node];
         // S2: the kernel pings a device closed without the magic character.
         if n.wd.armed {
             n.wd.last_ping = now;
@@ -1583,6 +1630,7 @@ impl World {
     }
 
     pub fn agent_exited(&mut self, node: usize) {
+        self.set_watch(node, None);
         let n = &mut self.nodes[node];
         n.agent_alive = false;
         n.inc += 1;
@@ -1711,6 +1759,12 @@ impl World {
                     self.host_down(n, "crash", cmds);
                     self.push(end, Ev::Restart { node: n });
                 }
+                // A quarter also arm a quick delete (below) of the leadership that
+                // follows: its vacancy is on time, so the new leader promotes at
+                // once, and a replica that never reads it must not.
+                if f.at_leader && f.pick % 4 == 1 {
+                    self.arm_quick_delete(f.pick);
+                }
             }
             FaultKind::HostLost => {
                 if self.nodes[n].host_up {
@@ -1752,8 +1806,20 @@ impl World {
                 if self.etcd_down_until <= now {
                     self.etcd_down_until = end;
                     self.push(end, Ev::EtcdUp);
+                    // With require-leader, etcd cancels every watch once a member
+                    // saw no leader at three election-timeout checks (DESIGN §3).
+                    if f.dur >= 3 * self.etcd.election_timeout {
+                        for i in 0..self.nodes.len() {
+                            self.set_watch(i, None);
+                        }
+                    }
                 }
             }
+            // A quarter strike the next leadership 0.1-3 ms after it begins and cut
+            // its holder off for a while (the residual race: a
+            // leadership shorter than a loop, deleted early, that other replicas
+            // may never read, while its primary lives); the rest strike the key now.
+            FaultKind::EarlyDelete if f.pick.is_multiple_of(4) => self.arm_quick_delete(f.pick),
             FaultKind::EarlyDelete => {
                 self.etcd.delete("leader");
             }
@@ -1852,6 +1918,9 @@ impl World {
     }
 
     fn watch_events(&mut self) {
+        for (rev, put) in std::mem::take(&mut self.etcd.leader_changes) {
+            self.watch_change(rev, put);
+        }
         if !std::mem::take(&mut self.etcd.leader_deleted) {
             return;
         }
@@ -1865,6 +1934,89 @@ impl World {
                 let rev = self.etcd.rev;
                 self.push(at, Ev::Watch { node, inc, rev });
             }
+        }
+    }
+
+    /// Strike the next leadership 0.1-3 ms after its key is created and cut its
+    /// holder off from etcd for 0.5-2 ttl, all from `pick` (no draw: the seed's
+    /// stream stays as it was).
+    fn arm_quick_delete(&mut self, pick: u64) {
+        let d = secs(0.0001 * (1 + (pick / 4) % 30) as f64);
+        let ttl = f64::from(self.sched.profile.timing.ttl);
+        let cut = secs(ttl * (0.5 + ((pick >> 8) % 16) as f64 / 10.0));
+        self.quick_delete = Some((d, cut));
+    }
+
+    /// One `leader` change, to every node whose scope watch is open; a node cut off
+    /// loses it, and its watch with it (DESIGN §1 step 4: the core then judges the
+    /// vacancy untimeable until a read closes the gap).
+    fn watch_change(&mut self, rev: i64, put: Option<LeaderKey>) {
+        self.leader_log.push((rev, put.clone()));
+        if let Some(k) = &put
+            && let Some((d, cut)) = self.quick_delete.take()
+        {
+            self.push(
+                self.now.add(d),
+                Ev::QuickDelete {
+                    epoch: k.epoch,
+                    cut,
+                },
+            );
+        }
+        for node in 0..self.nodes.len() {
+            let n = &self.nodes[node];
+            if !n.agent_alive || n.watch_from.is_none() {
+                continue;
+            }
+            if n.partitioned_until > self.now {
+                self.set_watch(node, None);
+                continue;
+            }
+            self.deliver_change(node, rev, put.clone());
+        }
+    }
+
+    fn deliver_change(&mut self, node: usize, rev: i64, put: Option<LeaderKey>) {
+        // A fixed lag (no draw from the seed's stream, so the schedules of the
+        // seeds before this model stay as they were), in stream order.
+        let n = &mut self.nodes[node];
+        let at = self.now.add(secs(0.001)).max(n.watch_last);
+        n.watch_last = at;
+        let inc = n.inc;
+        self.push(
+            at,
+            Ev::WatchChange {
+                node,
+                inc,
+                rev,
+                put,
+            },
+        );
+    }
+
+    /// Open (from a revision: etcd replays the changes from it on) or close a node's
+    /// scope watch.
+    pub fn set_watch(&mut self, node: usize, from: Option<i64>) {
+        if from.is_none() && self.nodes[node].watch_from.is_some() {
+            self.watch_closures += 1;
+        }
+        self.nodes[node].watch_from = from;
+        if self.live.watch_open.len() < self.nodes.len() {
+            self.live.watch_open.resize(self.nodes.len(), Vec::new());
+        }
+        push_transition(&mut self.live.watch_open[node], self.now, from.is_some());
+        if let Some(from) = from {
+            let replay: Vec<(i64, Option<LeaderKey>)> = self
+                .leader_log
+                .iter()
+                .filter(|(r, _)| *r >= from)
+                .cloned()
+                .collect();
+            for (rev, put) in replay {
+                self.deliver_change(node, rev, put);
+            }
+        } else {
+            self.nodes[node].watch_changes.clear();
         }
     }
 
@@ -1987,6 +2139,61 @@ impl World {
                 n.watch_deleted_at.get_or_insert(at);
                 n.watch_deleted_rev = n.watch_deleted_rev.max(Some(rev));
                 self.wake(node);
+            }
+            Ev::WatchChange {
+                node,
+                inc,
+                rev,
+                put,
+            } => {
+                let n = &mut self.nodes[node];
+                if n.inc != inc || !n.agent_alive || n.watch_from.is_none() {
+                    return cmds;
+                }
+                if let Some(t) = n.frozen_until
+                    && t > at
+                {
+                    self.push(
+                        t,
+                        Ev::WatchChange {
+                            node,
+                            inc,
+                            rev,
+                            put,
+                        },
+                    );
+                    return cmds;
+                }
+                // The agent wakes on a PUT as on a DELETE (`Agent::on_watch`).
+                let wake = put.is_some();
+                n.watch_changes.push(LeaderChange {
+                    at,
+                    revision: rev,
+                    put,
+                });
+                if wake {
+                    self.wake(node);
+                }
+            }
+            Ev::QuickDelete { epoch, cut } => {
+                if let Some(k) = self.etcd.leader_key().filter(|k| k.epoch == epoch) {
+                    let holder = self.node_by_name(&k.name);
+                    self.text(
+                        holder,
+                        format!(
+                            "quick delete of epoch {epoch}; holder cut off for {:.2} s",
+                            cut.as_secs_f64()
+                        ),
+                    );
+                    self.quick_deletes += 1;
+                    if let Some(h) = holder {
+                        let p = &mut self.nodes[h].partitioned_until;
+                        *p = (*p).max(at.add(cut));
+                        self.quiet_from = self.quiet_from.max(at.add(cut));
+                    }
+                    self.etcd.delete("leader");
+                    self.watch_events();
+                }
             }
             Ev::Sweep => {
                 if self.etcd_down_until <= at {
