@@ -103,6 +103,8 @@ BENCHES := core_step renewal agent_footprint failover switchover failover_dist l
 # stress-ng loads the host for loop_stress.
 BENCH_PACKAGES := stress-ng
 COUNTING_AGENT := target/release/tenure-count-allocs
+# The agent as shipped (release profile, no test bed): agent_footprint measures it.
+SHIPPED_AGENT := target/release/tenure-shipped
 
 bench-deps:
 	@missing=""; \
@@ -119,6 +121,8 @@ bench-deps:
 	fi
 
 bench: deps bench-deps
+	$(CARGO) build --release --bin tenure
+	cp target/release/tenure $(SHIPPED_AGENT)
 	$(CARGO) build --release --bin tenure --features count-allocs
 	cp target/release/tenure $(COUNTING_AGENT)
 	$(CARGO) build --example wdt_standin
@@ -127,6 +131,8 @@ bench: deps bench-deps
 	  echo; echo "=== $$b ==="; \
 	  if [ "$$b" = loop_stress ]; then \
 	    TENURE_BENCH_AGENT=$(CURDIR)/$(COUNTING_AGENT) $(CARGO) bench -q --bench $$b || exit 1; \
+	  elif [ "$$b" = agent_footprint ]; then \
+	    TENURE_BENCH_AGENT=$(CURDIR)/$(SHIPPED_AGENT) $(CARGO) bench -q --bench $$b || exit 1; \
 	  else \
 	    $(CARGO) bench -q --bench $$b || exit 1; \
 	  fi; \

@@ -52,6 +52,10 @@ fn main() {
 #[derive(Clone, Copy, Debug)]
 struct Sample {
     rss_kb: u64,
+    /// `RssAnon` / `RssFile`: the agent's own memory, and the mapped pages of its
+    /// binary and libraries (clean, shared with every process mapping them).
+    anon_kb: u64,
+    file_kb: u64,
     hwm_kb: u64,
     threads: u64,
     /// utime + stime, clock ticks.
@@ -85,6 +89,8 @@ fn sample(pid: u32) -> Result<Sample, String> {
     };
     Ok(Sample {
         rss_kb: field("VmRSS:")?,
+        anon_kb: field("RssAnon:")?,
+        file_kb: field("RssFile:")?,
         hwm_kb: field("VmHWM:")?,
         threads: field("Threads:")?,
         cpu_ticks: num(11)? + num(12)?,
@@ -124,7 +130,11 @@ fn etcd_messages(ports: &[u16]) -> Result<BTreeMap<String, f64>, String> {
 fn run() -> Result<(), String> {
     let seconds = harness::env_num("TENURE_BENCH_SECONDS", 60);
     let write_load = harness::env_num("TENURE_BENCH_WRITE_LOAD", 0) != 0;
-    let mut opts = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
+    // `TENURE_BENCH_AGENT`: another build of the agent (a release-profile change,
+    // before/after), same bench and test bed.
+    let agent = harness::agent_binary();
+    println!("agent binary: {}", agent.display());
+    let mut opts = ClusterOptions::new(agent);
     opts.tag = "bench-footprint".into();
     opts.scope = "bench-footprint".into();
     opts.log_level = Some("info".into());
@@ -184,6 +194,8 @@ fn run() -> Result<(), String> {
         "RSS min",
         "RSS median",
         "RSS max",
+        "anon median",
+        "file median",
         "VmHWM",
         "threads",
         "CPU ms/s",
@@ -191,6 +203,11 @@ fn run() -> Result<(), String> {
     for (i, s) in series.iter().enumerate() {
         let mut rss: Vec<u64> = s.iter().map(|x| x.rss_kb).collect();
         rss.sort_unstable();
+        let median = |f: fn(&Sample) -> u64| {
+            let mut v: Vec<u64> = s.iter().map(f).collect();
+            v.sort_unstable();
+            v[v.len() / 2]
+        };
         let (tmin, tmax) = (
             s.iter().map(|x| x.threads).min().unwrap_or(0),
             s.iter().map(|x| x.threads).max().unwrap_or(0),
@@ -209,6 +226,8 @@ fn run() -> Result<(), String> {
             kb(rss[0]),
             kb(rss[rss.len() / 2]),
             kb(rss[rss.len() - 1]),
+            kb(median(|x| x.anon_kb)),
+            kb(median(|x| x.file_kb)),
             kb(s.last().map_or(0, |x| x.hwm_kb)),
             if tmin == tmax {
                 tmin.to_string()
