@@ -192,7 +192,7 @@ fn real_etcd_tls_auth_failover_refusals_and_no_secret_leaks() {
     .expect("bed authenticates");
 
     // Bootstrap over TLS with both kinds of authentication, then a host crash.
-    for i in 0..3 {
+    for i in (0..3).rev() {
         c.start_agent(i).expect("start agent");
     }
     let p = settled(&mut c);
