@@ -2,7 +2,9 @@
 //! renewal read, the view kept from the scope watch, or a read of its own.
 //!
 //! Owns: the choice between them, the watch's events taken without waiting, the
-//! lease poll that backs a kept view, and the read made when they disagree.
+//! lease poll that backs a kept view, the read made when they disagree, and the
+//! follower's read every `ttl / 3` (`Core::kept_view_check`: a refused token shows
+//! in bounded time) with the instant of the last read that answered.
 //!
 //! Must never: hand the core a kept view the core did not accept
 //! (`Core::watched_view_serves`), hand it one without this iteration's poll of the
