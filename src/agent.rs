@@ -128,6 +128,9 @@ struct Agent {
     /// When the member lease was last kept alive: at a third of its TTL, not every
     /// tick (it is no part of any safety rule: a lost member key is re-published).
     member_kept_at: Option<Instant>,
+    /// Send instant of the last linearizable read of the scope that answered
+    /// (agent/view.rs: a follower on the kept view reads at least every `ttl / 3`).
+    scope_read_at: Option<Instant>,
     /// The member lease's granted TTL (`None`: reused from an earlier run, unknown).
     member_ttl: Option<u32>,
     next_tick: Instant,
@@ -323,6 +326,7 @@ impl Agent {
             member_lease: None,
             member_written: None,
             member_kept_at: None,
+            scope_read_at: None,
             member_ttl: None,
             next_tick: clock::now(),
             schedule: schedule::Schedule::default(),
@@ -998,7 +1002,7 @@ impl Agent {
         if let Ok(view) = &cluster {
             self.apply_cluster_config(view);
             let deadline = self.deadline(r);
-            if source == view::ViewSource::Read
+            if source.is_read()
                 && let Some((etcd, rt)) = self.connect(deadline)
                 && !etcd.watch_is_open()
                 && let Err(e) = etcd.watch_leader(rt, view.revision + 1, deadline)
@@ -1012,6 +1016,7 @@ impl Agent {
         // not answering this iteration (and an unanswered poll proves nothing).
         if cluster.is_ok()
             && lease_poll.is_none()
+            && source.poll_after()
             && let Some(lease) = self.core.lease_to_poll()
         {
             let deadline = self.deadline(r);
@@ -1367,17 +1372,22 @@ impl Agent {
         if self.etcd.is_none() {
             return;
         }
-        if let Some((etcd, rt)) = self.connect(deadline) {
-            match etcd.put_member(rt, &me, &json, lease, deadline) {
-                Ok(()) => self.member_written = Some((lease, json)),
-                Err(e) => {
-                    debug!("member key: {e}");
-                    // Written again next iteration; and if the lease is gone, the
-                    // next tick's keepalive finds out and a new one is granted.
-                    self.member_written = None;
-                    self.member_kept_at = None;
-                }
+        let put = self
+            .connect(deadline)
+            .map(|(etcd, rt)| etcd.put_member(rt, &me, &json, lease, deadline));
+        match put {
+            Some(Ok(())) => self.member_written = Some((lease, json)),
+            Some(Err(e)) => {
+                // A refused token is dropped here too: else a replica whose only
+                // authenticated request is this write retries it with that token
+                // for ever (agent/secure.rs).
+                self.write_failed(&format!("member key: {e}"));
+                // Written again next iteration; and if the lease is gone, the
+                // next tick's keepalive finds out and a new one is granted.
+                self.member_written = None;
+                self.member_kept_at = None;
             }
+            None => {}
         }
     }
 

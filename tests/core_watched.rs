@@ -10,9 +10,18 @@ use std::time::Duration;
 
 use tenure::core::model::*;
 use tenure::core::time::Instant;
-use tenure::core::{Core, CoreConfig};
+use tenure::core::{Core, CoreConfig, KeptViewCheck};
 
 const SYSID: u64 = 7_000_000_000_000_000_042;
+
+/// An observation with this iteration's read and the scope watch open from revision
+/// 0, so it has reported every `leader` change (`Observation::watch_from`: without
+/// it every vacancy is untimeable, S3).
+fn reading(cluster: Result<ClusterView, String>, pg: PgStatus) -> Observation {
+    let mut o = Observation::reading(cluster, pg);
+    o.watch_from = Some(0);
+    o
+}
 
 fn t(s: f64) -> Instant {
     Instant::from_nanos((s * 1e9) as u64)
@@ -101,7 +110,7 @@ fn follower(steps: usize) -> Core {
         let v = view(10 + i as i64, Some(key("pg1", 5, 0xA)));
         c.step(
             t(i as f64 * 2.0),
-            &Observation::reading(Ok(v), pg(PgRole::Replica, Some("pg1"))),
+            &reading(Ok(v), pg(PgRole::Replica, Some("pg1"))),
         );
     }
     c
@@ -129,7 +138,7 @@ fn an_open_vacancy_needs_a_read_until_a_leader_is_followed_again() {
     // The key is gone: the vacancy opens (on a read, as every candidate step is).
     c.step(
         t(10.0),
-        &Observation::reading(Ok(view(30, None)), pg(PgRole::Replica, Some("pg1"))),
+        &reading(Ok(view(30, None)), pg(PgRole::Replica, Some("pg1"))),
     );
     let back = view(31, Some(key("pg1", 5, 0xA)));
     assert!(
@@ -140,7 +149,7 @@ fn an_open_vacancy_needs_a_read_until_a_leader_is_followed_again() {
     let new = view(40, Some(key("pg3", 35, 0xC)));
     c.step(
         t(12.0),
-        &Observation::reading(Ok(new.clone()), pg(PgRole::Replica, Some("pg1"))),
+        &reading(Ok(new.clone()), pg(PgRole::Replica, Some("pg1"))),
     );
     assert!(c.watched_view_serves(&new));
     assert!(
@@ -170,12 +179,9 @@ fn a_leader_never_decides_on_a_kept_view() {
     // pg1 adopts its own key through a counted renewal, then leads.
     let mut c = core("pg1");
     let v = view(10, Some(key("pg1", 5, 0xA)));
-    c.step(
-        t(0.0),
-        &Observation::reading(Ok(v.clone()), pg(PgRole::Primary, None)),
-    );
+    c.step(t(0.0), &reading(Ok(v.clone()), pg(PgRole::Primary, None)));
     assert!(!c.watched_view_serves(&v), "adopting (S4)");
-    let mut o = Observation::reading(Ok(v.clone()), pg(PgRole::Primary, None));
+    let mut o = reading(Ok(v.clone()), pg(PgRole::Primary, None));
     o.renewal = Some(Renewal {
         lease: 0xA,
         sent_at: t(0.0),
@@ -186,5 +192,151 @@ fn a_leader_never_decides_on_a_kept_view() {
     assert!(
         !c.watched_view_serves(&v),
         "a leader decides on its renewal's read"
+    );
+}
+
+/// pg2 following pg1 (as `follower(1)`), then a step at `at` whose poll of the
+/// followed lease (0xA) answered `ttl` seconds left (`None`: no poll answered).
+fn follower_polled(at: f64, ttl: Option<i64>) -> Core {
+    let mut c = follower(1);
+    let mut o = reading(
+        Ok(view(20, Some(key("pg1", 5, 0xA)))),
+        pg(PgRole::Replica, Some("pg1")),
+    );
+    o.lease_poll = ttl.map(|ttl| LeasePoll {
+        lease: 0xA,
+        sent_at: t(at),
+        ttl: Some(ttl),
+        granted_ttl: Some(30),
+        has_keys: true,
+    });
+    c.step(t(at), &o);
+    c
+}
+
+/// A follower on the kept view sends only `LeaseTimeToLive`, which etcd 3.4 answers
+/// without checking the auth token (and from its leader's lessor, not a quorum
+/// read): at least every `ttl / 3` (less `R`) it reads the scope instead, so a
+/// refused token shows within that bound (real_tls: `auth disable`/`enable`).
+/// Timing: ttl 30, loop 2, retry 1 → a read due 9 s after the last one.
+#[test]
+fn a_follower_on_the_kept_view_reads_the_scope_every_third_of_the_ttl() {
+    let c = follower_polled(10.0, Some(29));
+    assert_eq!(
+        c.kept_view_check(t(10.0), None),
+        KeptViewCheck::Read,
+        "no read answered yet: read"
+    );
+    for (now, want) in [
+        (10.0, KeptViewCheck::Poll),
+        (12.0, KeptViewCheck::Poll),
+        (14.9, KeptViewCheck::Poll),
+        (15.0, KeptViewCheck::Read),
+        (17.0, KeptViewCheck::Read),
+    ] {
+        assert_eq!(
+            c.kept_view_check(t(now), Some(t(6.0))),
+            want,
+            "last read at 6 s, now {now} s"
+        );
+    }
+}
+
+/// The read stands in for the poll (one request a loop) only while `E_max` is at
+/// least `2 (L_w + R)` ahead: a DELETE before the next poll is then judged early
+/// anyway, so a skipped poll never makes one look on time (DESIGN §1 step 4).
+/// Closer to `E_max` (a leader that stopped renewing) the poll comes with the read.
+#[test]
+fn the_read_replaces_the_poll_only_while_e_max_is_far_enough() {
+    // E_max = 10 + 29 = 39 s; 2 (L_w + R) = 6 s.
+    let c = follower_polled(10.0, Some(29));
+    assert_eq!(c.kept_view_check(t(33.0), None), KeptViewCheck::Read);
+    assert_eq!(c.kept_view_check(t(33.5), None), KeptViewCheck::ReadAndPoll);
+    // A lease about to expire: E_max = 12 s.
+    let c = follower_polled(10.0, Some(2));
+    assert_eq!(c.kept_view_check(t(10.0), None), KeptViewCheck::ReadAndPoll);
+    // Never polled: no prediction to lean on.
+    let c = follower_polled(10.0, None);
+    assert_eq!(c.kept_view_check(t(10.0), None), KeptViewCheck::ReadAndPoll);
+}
+
+/// pg2 sees the key deleted at `deleted` (the poll right after says the lease is
+/// gone), acquires and wins: the plan of the step after the win.
+fn take_over(c: &mut Core, deleted: f64) -> Plan {
+    let mut o = reading(Ok(view(30, None)), pg(PgRole::Replica, Some("pg1")));
+    o.leader_deleted_at = Some(t(deleted));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(deleted + 0.05),
+        ttl: None,
+        granted_ttl: None,
+        has_keys: false,
+    });
+    let p = c.step(t(deleted + 0.1), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut o = reading(
+        Ok(view(31, Some(key("pg2", 31, 0xB)))),
+        pg(PgRole::Replica, Some("pg1")),
+    );
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(deleted + 0.15),
+        epoch: 31,
+    });
+    c.step(t(deleted + 0.2), &o);
+    c.step(
+        t(deleted + 0.3),
+        &reading(
+            Ok(view(32, Some(key("pg2", 31, 0xB)))),
+            pg(PgRole::Replica, Some("pg1")),
+        ),
+    )
+}
+
+/// The gate's point, end to end in the core: after the read replaced the poll, a
+/// DELETE before the next poll is judged early even at `E_max` (the last poll is
+/// then older than `L_w + R`), so the winner waits `promote_delay`; the same
+/// DELETE right after a poll that saw the lease run out is on time.
+#[test]
+fn a_delete_before_the_next_poll_after_a_skipped_one_is_judged_early() {
+    // The poll at 10 s answered 7 s left: E_max = 17 s, 6 s ahead at 11 s.
+    let mut c = follower_polled(10.0, Some(7));
+    assert_eq!(c.kept_view_check(t(11.0), None), KeptViewCheck::Read);
+    // The read at 11 s, no poll: the key still there.
+    c.step(
+        t(11.0),
+        &reading(
+            Ok(view(21, Some(key("pg1", 5, 0xA)))),
+            pg(PgRole::Replica, Some("pg1")),
+        ),
+    );
+    let p = take_over(&mut c, 17.0);
+    assert!(
+        matches!(p.reason, Reason::PromoteDelayed { .. }),
+        "a DELETE at E_max, 7 s after the last poll, must be early: {}",
+        p.reason
+    );
+
+    // Control: polled at 16.5 s (0 s left), the same DELETE is on time.
+    let mut c = follower_polled(10.0, Some(7));
+    let mut o = reading(
+        Ok(view(21, Some(key("pg1", 5, 0xA)))),
+        pg(PgRole::Replica, Some("pg1")),
+    );
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(16.5),
+        ttl: Some(0),
+        granted_ttl: Some(30),
+        has_keys: true,
+    });
+    c.step(t(16.5), &o);
+    let p = take_over(&mut c, 17.0);
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 31 }],
+        "{}",
+        p.reason
     );
 }

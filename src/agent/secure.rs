@@ -38,20 +38,39 @@ impl Agent {
     }
 
     /// A failed etcd call or connect: an "invalid auth token" drops the token (a
-    /// new one is fetched by `authenticate_step`, never by the call); a
-    /// certificate, TLS or permission problem is logged at error level once per
-    /// distinct text (an operator must act; etcd being down stays at debug).
+    /// new one is fetched by `authenticate_step`, never by the call) and has the
+    /// member key written again once it is in place; a certificate, TLS or
+    /// permission problem is logged at error level once per distinct text (an
+    /// operator must act; etcd being down stays at debug).
     pub(super) fn etcd_failed(&mut self, msg: &str) {
-        if is_invalid_auth_token(msg)
-            && let Some(etcd) = self.etcd.as_mut()
-        {
-            etcd.auth_lost();
+        if is_invalid_auth_token(msg) {
+            if let Some(etcd) = self.etcd.as_mut() {
+                etcd.auth_lost();
+            }
+            // etcd forgot the token (a restart, `auth disable`/`enable`, its TTL):
+            // the first write with the new one is the member key, so a credential
+            // that may no longer write shows now, not when a vacancy needs this
+            // node's fresh position (DESIGN §3a). One write per lost token.
+            self.member_written = None;
         }
         if is_security_error(msg) {
             if self.security_error.as_deref() != Some(msg) {
                 error!("etcd: {msg}");
                 self.security_error = Some(msg.to_string());
             }
+        } else {
+            debug!("{msg}");
+        }
+    }
+
+    /// A failed write of this node's own keys: a refused token is handled as for
+    /// any call (`etcd_failed`: dropped, a new one in the next authentication
+    /// step). Other causes stay at debug: the reads report them, once per distinct
+    /// text, and a permission error logged for the write too would alternate with
+    /// the read's and be logged every iteration.
+    pub(super) fn write_failed(&mut self, msg: &str) {
+        if is_invalid_auth_token(msg) {
+            self.etcd_failed(msg);
         } else {
             debug!("{msg}");
         }

@@ -2,7 +2,9 @@
 //! renewal read, the view kept from the scope watch, or a read of its own.
 //!
 //! Owns: the choice between them, the watch's events taken without waiting, the
-//! lease poll that backs a kept view, and the read made when they disagree.
+//! lease poll that backs a kept view, the read made when they disagree, and the
+//! follower's read every `ttl / 3` (`Core::kept_view_check`: a refused token shows
+//! in bounded time) with the instant of the last read that answered.
 //!
 //! Must never: hand the core a kept view the core did not accept
 //! (`Core::watched_view_serves`), hand it one without this iteration's poll of the
@@ -13,6 +15,8 @@
 use log::debug;
 
 use super::Agent;
+use crate::clock;
+use crate::core::KeptViewCheck;
 use crate::core::model::{ClusterView, LeasePoll};
 use crate::dcs::Etcd;
 
@@ -22,8 +26,24 @@ pub(super) enum ViewSource {
     /// A linearizable range over the scope made in this iteration (a read of its
     /// own, or the leader's confirm read, DESIGN §1 step 2).
     Read,
+    /// A follower's read of the scope made in place of its lease poll
+    /// (`Core::kept_view_check`): no poll follows it in this iteration.
+    ReadForPoll,
     /// The view kept from the watch, checked against this iteration's poll.
     Kept,
+}
+
+impl ViewSource {
+    /// Whether the iteration still polls the followed lease after its view (the
+    /// read did not stand in for the poll).
+    pub(super) fn poll_after(self) -> bool {
+        self != ViewSource::ReadForPoll
+    }
+
+    /// Whether the view came from a linearizable read made in this iteration.
+    pub(super) fn is_read(self) -> bool {
+        self != ViewSource::Kept
+    }
 }
 
 impl Agent {
@@ -56,7 +76,10 @@ impl Agent {
     ///   leader's lease answered and agrees with it. A poll that fails makes the
     ///   view an error (etcd did not answer this iteration, as a failed read did);
     ///   a poll that shows the lease gone or without its key means the view is
-    ///   behind: read now.
+    ///   behind: read now. Once every `ttl / 3` the core has it read the scope
+    ///   instead (`Core::kept_view_check`: an authenticated, linearizable read in a
+    ///   bounded time), in place of the poll when the read shows the followed key
+    ///   on the followed lease and the core allows it.
     /// - Else a read of its own.
     pub(super) fn cluster_view(
         &mut self,
@@ -98,6 +121,25 @@ impl Agent {
         let Some(lease) = self.core.lease_to_poll() else {
             return (self.read_scope(), ViewSource::Read, None);
         };
+        match self.core.kept_view_check(clock::now(), self.scope_read_at) {
+            KeptViewCheck::Poll => {}
+            check => {
+                let read = self.read_scope();
+                // The read stands in for the poll only while it shows the key the
+                // poll would have backed: anything else (a vacancy, a new key) is
+                // weighed with the poll, as after any read.
+                let instead = check == KeptViewCheck::Read
+                    && read
+                        .as_ref()
+                        .is_ok_and(|v| v.leader.as_ref().is_some_and(|k| k.lease == lease));
+                let source = if instead {
+                    ViewSource::ReadForPoll
+                } else {
+                    ViewSource::Read
+                };
+                return (read, source, None);
+            }
+        }
         let r = self.core.timing().retry_timeout;
         let deadline = self.deadline(r);
         let polled = match self.connect(deadline) {
@@ -148,10 +190,15 @@ impl Agent {
         let r = self.core.timing().retry_timeout;
         let deadline = self.deadline(r);
         let cut = self.cut_by_tick(r);
+        let sent_at = clock::now();
         let mut cluster = match self.connect(deadline) {
             Some((etcd, rt)) => etcd.read_cluster(rt, deadline).map_err(|e| e.to_string()),
             None => Err("etcd unreachable".to_string()),
         };
+        if cluster.is_ok() {
+            // An authenticated, linearizable read answered (`kept_view_check`).
+            self.scope_read_at = Some(sent_at);
+        }
         if let Err(e) = &mut cluster {
             // A fresh connection to the next member: this one may be dead, cut off
             // from the quorum, or its channel broken for good — unless the read only

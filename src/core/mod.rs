@@ -42,6 +42,7 @@ pub use manage::job_name;
 pub use switchover::{Handover, HandoverPhase};
 pub use sync::sync_names_for;
 use vacancy::{LeaseTrack, Vacancy, Watched};
+pub use watched::KeptViewCheck;
 
 /// Static facts about this node the core needs.
 #[derive(Clone, Debug)]

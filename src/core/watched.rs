@@ -2,7 +2,10 @@
 //! instead of a linearizable read of the scope (issue 13 item 5).
 //!
 //! Owns: that rule, and the argument (below) that a view older than the iteration
-//! lets no replica or candidate do anything unsafe under it.
+//! lets no replica or candidate do anything unsafe under it; and when such a
+//! follower reads the scope anyway (`kept_view_check`: a bounded time between
+//! authenticated, linearizable reads) and whether that read may stand in for its
+//! lease poll.
 //!
 //! Must never: let a decision that DESIGN §1/§3 require to rest on a linearizable
 //! read rest on the kept view — an acquire and everything a candidate weighs
@@ -10,8 +13,28 @@
 //! a leader writes (§1 steps 2, 5), an adoption (S4), a bootstrap, the first
 //! decision after start-up, anything while etcd may have gone back in time (§3).
 
+use std::time::Duration;
+
 use super::model::*;
+use super::time::Instant;
 use super::{Core, State};
+
+/// What backs an iteration's kept view (`Core::kept_view_check`), once the core
+/// accepted it (`Core::watched_view_serves`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeptViewCheck {
+    /// This iteration's `LeaseTimeToLive` of the followed lease: the kept view
+    /// serves if the poll agrees with it (the usual iteration, one request).
+    Poll,
+    /// A linearizable range over the scope instead of the poll (still one
+    /// request): the read is due, and the poll would add nothing the next one does
+    /// not give before any DELETE could be judged on time. The shell skips the poll
+    /// only if the read shows the followed key on the followed lease.
+    Read,
+    /// The read is due, and the poll comes with it (two requests this iteration):
+    /// the followed lease's `E_max` is too close for a poll to be skipped.
+    ReadAndPoll,
+}
 
 impl Core {
     /// May this iteration's step take `view` — the last full read with every watch
@@ -78,5 +101,43 @@ impl Core {
         k.name != self.cfg.name
             && self.track.lease == Some(k.lease)
             && self.lease_to_poll() == Some(k.lease)
+    }
+
+    /// On an iteration whose kept view the core accepted: is it backed by the
+    /// usual `LeaseTimeToLive` poll, or is a linearizable read of the scope due
+    /// (`last_read`: when the shell's last successful one was sent)?
+    ///
+    /// A follower serving from the kept view sends only the poll, which etcd
+    /// answers from its leader's lessor, without a quorum read and (3.4) without
+    /// checking the auth token; its watch was authorised once, when it opened. So
+    /// once every `ttl / 3` (the member lease's keepalive cadence, less `R` for the
+    /// grid's jitter) it reads the scope instead: a refused token (etcd restarted,
+    /// `auth disable`/`enable`, an expired simple token) shows within that bound,
+    /// not at the first read of a vacancy (which would cost the failover a loop),
+    /// and the view rests on a quorum read at least that often (review W1).
+    ///
+    /// INVARIANT: the read replaces the poll (`Read`) only while `E_max >= now +
+    /// 2 (L_w + R)`. A DELETE before the next poll then is judged early either way
+    /// (DESIGN §1 step 4): before `E_max`, or past it and so more than `L_w + R`
+    /// after the last poll; and one after the next poll is judged on that poll
+    /// alone, as always. So skipping a poll never makes a DELETE look on time, and
+    /// in a healthy cluster (`E_max` about `ttl - L_w` ahead) the next poll comes
+    /// long before `E_max`, so it delays no failover either. With `E_max` closer
+    /// (a leader that stopped renewing, a ttl at S6 a's limit) both are sent.
+    pub fn kept_view_check(&self, now: Instant, last_read: Option<Instant>) -> KeptViewCheck {
+        let every = Duration::from_secs(u64::from(self.timing.ttl)) / 3;
+        let r = self.timing.retry_timeout;
+        let due = last_read.is_none_or(|at| now.since(at) >= every.saturating_sub(r));
+        if !due {
+            return KeptViewCheck::Poll;
+        }
+        let l_w_r = self.timing.loop_wait + r;
+        let far = self.track.last_poll.is_some()
+            && self.track.e_max.is_some_and(|e| e >= now.add(l_w_r * 2));
+        if far {
+            KeptViewCheck::Read
+        } else {
+            KeptViewCheck::ReadAndPoll
+        }
     }
 }
