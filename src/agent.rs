@@ -1310,6 +1310,9 @@ impl Agent {
             watchdog_timeout: self.wd.device.as_ref().map(|d| d.timeout()),
             leader_lease: leadership.map(|l| l.lease),
             leader_ttl: leadership.map(|l| l.ttl),
+            // Seed 253898 review: changes only with a ttl change or its decay, so an
+            // idle cluster still writes nothing (issue 13 item 5).
+            leader_ttl_seen: self.core.leader_ttl_seen(),
             pg_healthy: matches!(pg.role, PgRole::Primary | PgRole::Replica),
             released: self.core.released_epoch(),
             parse_error: None,
@@ -1784,7 +1787,10 @@ impl Agent {
     fn write_epoch(&mut self, epoch: Epoch) {
         let deadline = self.deadline_past_tick(Duration::from_secs(2));
         let me = self.cfg.name.clone();
-        match self.pg.write_epoch(epoch, &me, deadline) {
+        // The row names the lease too: an adoption lifts its delay only on a row of
+        // this very leadership (`Core::lift_adoption_delay`, seed 253898 review).
+        let lease = self.core.leadership().map(|l| l.lease);
+        match self.pg.write_epoch(epoch, &me, lease, deadline) {
             Ok(()) => info!("recorded epoch {epoch} in tenure.epoch"),
             Err(e) => {
                 warn!("recording epoch {epoch} in tenure.epoch: {e}; retrying next iteration")

@@ -29,6 +29,7 @@ mod pause;
 mod switchover;
 mod sync;
 pub mod time;
+mod ttl_seen;
 mod vacancy;
 
 use std::time::Duration;
@@ -114,6 +115,12 @@ pub struct Core {
     local_epoch: Option<Epoch>,
     /// `local_epoch` was read in this run (or the data directory is empty).
     local_epoch_known: bool,
+    /// That row names this node as its writer (seed 253898 review: only a row of
+    /// our own leadership proves we promoted under it).
+    local_epoch_mine: bool,
+    /// The leader lease that row names (`None`: no row, or written before the
+    /// column existed).
+    local_epoch_lease: Option<LeaseId>,
     /// The operator's last `confirm_epoch` seen in etcd.
     confirm: Option<ConfirmEpoch>,
     /// The leadership held was won right after this node's own initdb (its data
@@ -149,6 +156,9 @@ pub struct Core {
     /// members' `leader_ttl`): the early-expiry delay's fallback when the old lease's
     /// own TTL is unknown.
     max_leader_ttl_seen: u32,
+    /// Leader-lease TTLs this node saw itself recently: published as
+    /// `leader_ttl_seen`, a floor for an old lease's TTL after a crash (`ttl_seen`).
+    ttl_seen: ttl_seen::TtlSeen,
     /// The shortest `W` of the watchdogs in use when they differ (a device and
     /// systemd's): `F` counts from it, while every pet must satisfy S2 for the
     /// longest (`cfg.watchdog`). `None`: the same as `cfg.watchdog`.
@@ -185,6 +195,8 @@ impl Core {
             last_step: None,
             local_epoch: None,
             local_epoch_known: false,
+            local_epoch_mine: false,
+            local_epoch_lease: None,
             confirm: None,
             led_from_bootstrap: false,
             names_seen: None,
@@ -196,6 +208,7 @@ impl Core {
             rollback_seen: None,
             rollback_marker: None,
             max_leader_ttl_seen: 0,
+            ttl_seen: ttl_seen::TtlSeen::default(),
             watchdog_fence: None,
             guardian: None,
             paused: false,
