@@ -1281,6 +1281,12 @@ impl Agent {
         let Some(lease) = self.member_lease else {
             return;
         };
+        // Seed 253898 review: our member key from before a restart may carry the
+        // `leader_ttl_seen` the core folds in (and carries on) at its first read: not
+        // overwritten before one read in this run.
+        if obs.cluster.is_err() && self.last_view.is_none() {
+            return;
+        }
         let pg = &obs.pg;
         let leadership = self.core.leadership();
         // Derived once per iteration by `update_status`, which runs just before.

@@ -3481,3 +3481,24 @@ fn seed_253898_review_a_leader_whose_epoch_row_never_read_waits_for_a_read() {
         p.reason
     );
 }
+
+/// Review item 1: a restarted node's first publish overwrites its member key from
+/// before the crash, the one record of the old TTL a second crash would need: the
+/// value read there at the first read of the run is carried on for one TTL (+ R + M)
+/// and then decays.
+#[test]
+fn seed_253898_review_a_restarted_node_carries_on_its_own_published_ttl() {
+    let mut c = core_at_ttl10();
+    let mut own = member("pg2", 9, "replica", 1000, None);
+    own.info.leader_ttl_seen = Some(30);
+    let v = view(10, None, vec![own.clone()]);
+    c.step(t(100.0), &obs(v, pg(PgRole::Replica, 1000, None)));
+    assert_eq!(c.leader_ttl_seen(), Some(30));
+    // Our own key now says what we published since (nothing): carried, not renewed.
+    own.info.leader_ttl_seen = None;
+    let v = view(11, None, vec![own]);
+    for (at, want) in [(120.0, Some(30)), (132.9, Some(30)), (133.1, None)] {
+        c.step(t(at), &obs(v.clone(), pg(PgRole::Replica, 1000, None)));
+        assert_eq!(c.leader_ttl_seen(), want, "at {at}");
+    }
+}

@@ -18,8 +18,10 @@
 //! grow without bound (a fixed table; an overflow merges entries, which only
 //! lengthens), or republish at every step a value folded in from another member (a
 //! value passed around would never decay). The table holds this node's own
-//! sightings, and the TTL a win or an adoption counted its promote delay with (the
-//! one thing a second crash inside that delay must find), kept for one such TTL.
+//! sightings, the TTL a win or an adoption counted its promote delay with (the one
+//! thing a second crash inside that delay must find), and, once per run, what our
+//! own member key published before the restart (our first publish overwrites it),
+//! each kept for one such TTL.
 
 use std::time::Duration;
 
@@ -34,6 +36,8 @@ const SLOTS: usize = 4;
 #[derive(Clone, Debug, Default)]
 pub(super) struct TtlSeen {
     slots: [Option<(u32, Instant)>; SLOTS],
+    /// Our own member key's value was read once in this run (and carried on).
+    own_carried: bool,
 }
 
 impl TtlSeen {
@@ -96,6 +100,20 @@ impl Core {
     /// a leader lease's granted TTL. A live key's (the holder's published TTL or a
     /// poll's `grantedTTL`), the open vacancy's old lease, our own leadership's.
     pub(super) fn note_ttls_seen(&mut self, now: Instant, obs: &Observation) {
+        if !self.ttl_seen.own_carried
+            && let Ok(view) = &obs.cluster
+        {
+            // The first read of this run: what our member key published before a
+            // restart is carried on for one more TTL (the key is rewritten by our
+            // first publish after this step; a second crash must still find it).
+            self.ttl_seen.own_carried = true;
+            if let Some(g) = view
+                .member(&self.cfg.name)
+                .and_then(|m| m.info.leader_ttl_seen)
+            {
+                self.note_ttl_seen(now, g);
+            }
+        }
         if let Some(g) = obs
             .lease_poll
             .as_ref()
