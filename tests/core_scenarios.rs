@@ -3502,3 +3502,44 @@ fn seed_253898_review_a_restarted_node_carries_on_its_own_published_ttl() {
         assert_eq!(c.leader_ttl_seen(), want, "at {at}");
     }
 }
+
+/// Review item 1: the restarted winner adopts while its cluster read fails (an
+/// adoption without a primary goes ahead on a failed read), so it sizes the delay
+/// from the ttl in force (10 + R). The next read shows a member that saw the old
+/// lease's 30 s: the delay grows to 30 + R, still counted from the adoption (before
+/// the fix it promoted at 211 s).
+#[test]
+fn seed_253898_review_a_later_read_lengthens_an_adoption_delay() {
+    let mut c = core_at_ttl10();
+    let v = view(
+        30,
+        Some(key("pg2", 21, 0xB)),
+        vec![member("pg2", 9, "replica", 1000, None)],
+    );
+    let mut rep = pg(PgRole::Replica, 1000, None);
+    rep.epoch = Some(5);
+    let p = c.step(t(200.0), &obs(v, rep.clone()));
+    assert!(c.renew_now(), "{}", p.reason);
+    let mut o = obs(ClusterView::default(), rep.clone());
+    o.cluster = Err("timed out".into());
+    o.renewal = Some(Renewal {
+        lease: 0xB,
+        sent_at: t(200.0),
+        outcome: RenewalOutcome::Counted { ttl: 10 },
+    });
+    let p = c.step(t(200.01), &o);
+    assert!(
+        matches!(p.reason, Reason::Other(ref s) if s.contains("adopted")),
+        "{}",
+        p.reason
+    );
+    let mut saw = member("pg3", 7, "replica", 1000, None);
+    saw.info.leader_ttl_seen = Some(30);
+    saw.info.tags.nofailover = true;
+    let v = view(
+        31,
+        Some(key("pg2", 21, 0xB)),
+        vec![member("pg2", 9, "replica", 1000, None), saw],
+    );
+    promotes_only_at(&mut c, &v, &rep, &[200.1, 211.1, 230.9], 231.1);
+}

@@ -43,6 +43,7 @@ impl Core {
             l.promoted = true;
         }
         self.lift_adoption_delay(now, &mut l);
+        self.extend_adoption_delay(now, obs, &mut l);
         // Issue 13 item 4: the promotion (or the primary's start) the promote delay
         // holds back comes when the delay ends, not at the first tick after it (up
         // to `loop_wait` later). The delay itself is unchanged: S3, nobody writes
@@ -349,6 +350,7 @@ impl Core {
                     let old = self.adoption_ttl(now, obs, ttl);
                     self.note_ttl_seen(now, old);
                     let d = self.adoption_delay(now, obs, ttl);
+                    self.adopted_at = Some(now);
                     let why = format!(
                         "adopted a leadership this node may never have promoted under (its \
                          promote delay may not have passed before the restart); waiting {:.1} \
@@ -467,6 +469,29 @@ impl Core {
             l.adoption_delay = false;
             l.promote_after = l.promote_after.min(now);
             l.delay_reason = None;
+        }
+    }
+
+    /// Seed 253898 review: the adoption delay was sized from what the adoption's
+    /// observation showed; a read that failed then (an adoption without a primary
+    /// goes ahead on a failed read, `adopting`) or a member key that shows a longer
+    /// `leader_ttl_seen` or `W` since makes it longer, still counted from the
+    /// adoption. Only ever lengthens; nothing once lifted or promoted.
+    fn extend_adoption_delay(&mut self, now: Instant, obs: &Observation, l: &mut Leadership) {
+        let Some(at) = self.adopted_at else { return };
+        if !l.adoption_delay || l.promoted || obs.cluster.is_err() {
+            return;
+        }
+        let old = self.adoption_ttl(now, obs, l.ttl);
+        self.note_ttl_seen(now, old);
+        let until = at.add(self.adoption_delay(now, obs, l.ttl));
+        if until > l.promote_after {
+            l.promote_after = until;
+            l.delay_reason = Some(format!(
+                "adopted a leadership this node may never have promoted under; a later read \
+                 shows an older lease of {old} s (or a longer W): waiting {:.1} s from {at}",
+                until.since(at).as_secs_f64()
+            ));
         }
     }
 

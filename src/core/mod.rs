@@ -159,6 +159,10 @@ pub struct Core {
     /// Leader-lease TTLs this node saw itself recently: published as
     /// `leader_ttl_seen`, a floor for an old lease's TTL after a crash (`ttl_seen`).
     ttl_seen: ttl_seen::TtlSeen,
+    /// When the leadership held was adopted with the conservative delay (seed
+    /// 253898): a later read that shows a longer old TTL or `W` lengthens the delay,
+    /// counted from here (`Core::extend_adoption_delay`).
+    adopted_at: Option<Instant>,
     /// The shortest `W` of the watchdogs in use when they differ (a device and
     /// systemd's): `F` counts from it, while every pet must satisfy S2 for the
     /// longest (`cfg.watchdog`). `None`: the same as `cfg.watchdog`.
@@ -209,6 +213,7 @@ impl Core {
             rollback_marker: None,
             max_leader_ttl_seen: 0,
             ttl_seen: ttl_seen::TtlSeen::default(),
+            adopted_at: None,
             watchdog_fence: None,
             guardian: None,
             paused: false,
