@@ -116,13 +116,6 @@ fn etcd_messages(ports: &[u16]) -> Result<BTreeMap<String, f64>, String> {
     Ok(out)
 }
 
-fn ticks_per_second() -> f64 {
-    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
-        Ok(Some(t)) if t > 0 => t as f64,
-        _ => 100.0,
-    }
-}
-
 fn run() -> Result<(), String> {
     let seconds = harness::env_num("TENURE_BENCH_SECONDS", 60);
     let mut opts = ClusterOptions::new(env!("CARGO_BIN_EXE_tenure"));
@@ -172,7 +165,7 @@ fn run() -> Result<(), String> {
         ));
     }
 
-    let hz = ticks_per_second();
+    let hz = harness::ticks_per_second();
     let mut t = Table::new(&[
         "agent",
         "role",

@@ -503,8 +503,12 @@ fn steps(
             wake_p99_ns: Stats::of(&w.wake_lag_ns).map_or(0.0, |s| s.p99),
             overruns: w.overruns,
             errors: w.errors,
-            etcd_cpu: (after.etcd_ticks - before.etcd_ticks) as f64 / ticks_per_second() / secs,
-            gen_cpu: (after.own_ticks - before.own_ticks) as f64 / ticks_per_second() / secs,
+            etcd_cpu: (after.etcd_ticks - before.etcd_ticks) as f64
+                / harness::ticks_per_second()
+                / secs,
+            gen_cpu: (after.own_ticks - before.own_ticks) as f64
+                / harness::ticks_per_second()
+                / secs,
             fsync_p99: hist_p99(&before.fsync, &after.fsync),
             fsyncs_per_s: hist_count(&before.fsync, &after.fsync) / secs,
             commit_p99: hist_p99(&before.commit, &after.commit),
@@ -864,13 +868,6 @@ fn cpu_ticks(who: &str) -> Result<u64, String> {
             .ok_or_else(|| format!("/proc/{who}/stat: field {} unreadable", i + 3))
     };
     Ok(num(11)? + num(12)?)
-}
-
-fn ticks_per_second() -> f64 {
-    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
-        Ok(Some(t)) if t > 0 => t as f64,
-        _ => 100.0,
-    }
 }
 
 // ---------------------------------------------------------------------------------

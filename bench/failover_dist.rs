@@ -188,7 +188,7 @@ struct Measured {
 }
 
 fn options(cfg: Config) -> ClusterOptions {
-    let mut o = ClusterOptions::new(agent_binary());
+    let mut o = ClusterOptions::new(harness::agent_binary());
     o.tag = format!("bench-fodist-{}", cfg.key);
     o.scope = format!("bench-fodist-{}", cfg.key);
     o.log_level = Some("info".into());
@@ -200,14 +200,6 @@ fn options(cfg: Config) -> ClusterOptions {
         o.watchdog = vec![NodeWatchdog::with_standin("required"); o.nodes];
     }
     o
-}
-
-/// The agent: this profile's build, or `TENURE_BENCH_AGENT` (another build of the
-/// agent, to measure a before/after with the same bench and test bed).
-fn agent_binary() -> std::path::PathBuf {
-    std::env::var_os("TENURE_BENCH_AGENT")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_tenure").into())
 }
 
 /// The exact settings, for the report.

@@ -383,3 +383,20 @@ pub fn revoke(endpoints: &[String], id: i64) -> Result<(), String> {
     }
     Err(format!("lease revoke {id:x}: {}", errors.join("; ")))
 }
+
+/// Clock ticks per second (`/proc/<pid>/stat`'s utime and stime unit); 100 if
+/// sysconf cannot say.
+pub fn ticks_per_second() -> f64 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(t)) if t > 0 => t as f64,
+        _ => 100.0,
+    }
+}
+
+/// The agent: this profile's build, or `TENURE_BENCH_AGENT` (another build of the
+/// agent, to measure a before/after with the same bench and test bed).
+pub fn agent_binary() -> std::path::PathBuf {
+    std::env::var_os("TENURE_BENCH_AGENT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_tenure").into())
+}

@@ -459,10 +459,7 @@ fn report(
     print!("{}", o.render());
 
     // CPU: /proc (whole process) and the trace's per-phase split (loop thread).
-    let hz = match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
-        Ok(Some(t)) if t > 0 => t as f64,
-        _ => 100.0,
-    };
+    let hz = harness::ticks_per_second();
     let mut head = vec![
         "agent",
         "role",

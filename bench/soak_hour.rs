@@ -220,7 +220,7 @@ fn main() {
 }
 
 fn options(s: Soak) -> ClusterOptions {
-    let mut o = ClusterOptions::new(agent_binary());
+    let mut o = ClusterOptions::new(harness::agent_binary());
     o.tag = format!("soak-{}", s.key);
     o.scope = format!("soak-{}", s.key);
     o.log_level = Some("info".into());
@@ -233,13 +233,6 @@ fn options(s: Soak) -> ClusterOptions {
     // when it is not petted within W, as tests/real_watchdog_e2e.rs arms it.
     o.watchdog = vec![NodeWatchdog::with_standin("required"); o.nodes];
     o
-}
-
-/// The agent: this profile's build, or `TENURE_BENCH_AGENT`.
-fn agent_binary() -> PathBuf {
-    std::env::var_os("TENURE_BENCH_AGENT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_tenure").into())
 }
 
 fn start(s: Soak) -> Result<Run, String> {
@@ -649,10 +642,7 @@ fn finish(r: &mut Run, window: Duration) {
     print!("{}", ec.render());
 
     // Memory, fds and CPU: flat over the hour? First vs last tenth of the window.
-    let hz = match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
-        Ok(Some(t)) if t > 0 => t as f64,
-        _ => 100.0,
-    };
+    let hz = harness::ticks_per_second();
     let tenth = (r.samples.len() / 10).max(1);
     let mut mt = Table::new(&[
         "agent",
