@@ -156,6 +156,7 @@ fn pg(role: PgRole, lsn: Lsn, following: Option<&str>) -> PgStatus {
         following: following.map(String::from),
         streaming: following.is_some(),
         epoch: Some(5),
+        epoch_row: EpochRow::default(),
         sync_names: Some(String::new()),
         standbys: Vec::new(),
         report: Default::default(),

@@ -1300,6 +1300,12 @@ impl Agent {
         let Some(lease) = self.member_lease else {
             return;
         };
+        // Seed 253898 review: our member key from before a restart may carry the
+        // `leader_ttl_seen` the core folds in (and carries on) at its first read: not
+        // overwritten before one read in this run.
+        if obs.cluster.is_err() && self.last_view.is_none() {
+            return;
+        }
         let pg = &obs.pg;
         let leadership = self.core.leadership();
         // Derived once per iteration by `update_status`, which runs just before.
@@ -1329,6 +1335,9 @@ impl Agent {
             watchdog_timeout: self.wd.device.as_ref().map(|d| d.timeout()),
             leader_lease: leadership.map(|l| l.lease),
             leader_ttl: leadership.map(|l| l.ttl),
+            // Seed 253898 review: changes only with a ttl change or its decay, so an
+            // idle cluster still writes nothing (issue 13 item 5).
+            leader_ttl_seen: self.core.leader_ttl_seen(),
             pg_healthy: matches!(pg.role, PgRole::Primary | PgRole::Replica),
             released: self.core.released_epoch(),
             parse_error: None,
@@ -1808,7 +1817,10 @@ impl Agent {
     fn write_epoch(&mut self, epoch: Epoch) {
         let deadline = self.deadline_past_tick(Duration::from_secs(2));
         let me = self.cfg.name.clone();
-        match self.pg.write_epoch(epoch, &me, deadline) {
+        // The row names the lease too: an adoption lifts its delay only on a row of
+        // this very leadership (`Core::lift_adoption_delay`, seed 253898 review).
+        let lease = self.core.leadership().map(|l| l.lease);
+        match self.pg.write_epoch(epoch, &me, lease, deadline) {
             Ok(()) => info!("recorded epoch {epoch} in tenure.epoch"),
             Err(e) => {
                 warn!("recording epoch {epoch} in tenure.epoch: {e}; retrying next iteration")

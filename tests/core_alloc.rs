@@ -130,6 +130,7 @@ fn replica_step_allocs(n: usize) -> u64 {
         following: Some("pg1".into()),
         streaming: true,
         epoch: Some(5),
+        epoch_row: EpochRow::default(),
         sync_names: Some(String::new()),
         standbys: Vec::new(),
         report: Default::default(),

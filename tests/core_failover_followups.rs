@@ -54,6 +54,7 @@ fn replica(lsn: Lsn, following: Option<&str>) -> PgStatus {
         following: following.map(String::from),
         streaming: following.is_some(),
         epoch: None,
+        epoch_row: EpochRow::default(),
         sync_names: Some(String::new()),
         standbys: Vec::new(),
         report: Default::default(),

@@ -49,6 +49,7 @@ fn pg(role: PgRole, following: Option<&str>, was_primary: bool) -> PgStatus {
         following: following.map(String::from),
         streaming: following.is_some(),
         epoch: None,
+        epoch_row: EpochRow::default(),
         sync_names: Some(String::new()),
         standbys: Vec::new(),
         report: Default::default(),

@@ -52,6 +52,7 @@ fn pg(role: PgRole, lsn: Lsn, following: Option<&str>) -> PgStatus {
         following: following.map(String::from),
         streaming: following.is_some(),
         epoch: None,
+        epoch_row: EpochRow::default(),
         sync_names: Some(String::new()),
         standbys: Vec::new(),
         report: Default::default(),
@@ -903,8 +904,12 @@ fn confirmed_regression_promotes_and_the_smaller_epoch_is_written() {
     let p = c.step(t(141.0), &o);
     assert!(matches!(p.reason, Reason::Leading { .. }), "{:?}", p.reason);
     assert_eq!(c.epoch_to_write(&prim), Some(3));
-    // Once the row says 3 the regression is gone, confirmation or not.
+    // Once the row says 3 the regression is gone, confirmation or not. (The row
+    // names its writer and lease too: until it does it is written again.)
     prim.epoch = Some(3);
+    assert_eq!(c.epoch_to_write(&prim), Some(3));
+    prim.epoch_row.member = Some("pg2".into());
+    prim.epoch_row.lease = Some(0xB);
     v.confirm_epoch = None;
     let p = c.step(t(142.0), &renewed(v, prim.clone(), 142.0));
     assert!(matches!(p.reason, Reason::Leading { .. }), "{:?}", p.reason);
@@ -3665,18 +3670,36 @@ fn r1_a_member_publishing_a_newer_epoch_keeps_the_open_early_vacancy_covered() {
 /// before the restart; its PostgreSQL is a standby whose data carries epoch
 /// `data_epoch`. It adopts through a counted renewal at 200 s: the core after it.
 fn restarted_winner(data_epoch: Epoch) -> (Core, ClusterView, PgStatus) {
-    let mut c = core("pg2", None);
-    let members = vec![
-        member("pg1", 8, "primary", 1000, None),
-        member("pg2", 9, "replica", 1000, None),
-    ];
+    // The row as this node's own primary under the key's lease would have written it.
+    restarted_winner_with(core("pg2", None), data_epoch, Some(("pg2", 0xB)), None, 30)
+}
+
+/// `restarted_winner` with the core, the row's writer and lease, what pg2's own
+/// member key (from before the restart) publishes as `leader_ttl_seen`, and the TTL
+/// the adopting renewal's keepalive answers.
+fn restarted_winner_with(
+    mut c: Core,
+    data_epoch: Epoch,
+    row_by: Option<(&str, LeaseId)>,
+    ttl_seen: Option<u32>,
+    renewed_ttl: i64,
+) -> (Core, ClusterView, PgStatus) {
+    let mut own = member("pg2", 9, "replica", 1000, None);
+    own.info.leader_ttl_seen = ttl_seen;
+    let members = vec![member("pg1", 8, "primary", 1000, None), own];
     let v = view(30, Some(key("pg2", 21, 0xB)), members);
     let mut rep = pg(PgRole::Replica, 1000, None);
     rep.epoch = Some(data_epoch);
+    rep.epoch_row.member = row_by.map(|(m, _)| m.to_string());
+    rep.epoch_row.lease = row_by.map(|(_, l)| l);
     let p = c.step(t(200.0), &obs(v.clone(), rep.clone()));
     assert!(c.renew_now(), "{}", p.reason);
     let mut o = obs(v.clone(), rep.clone());
-    o.renewal = counted(0xB, 200.0);
+    o.renewal = Some(Renewal {
+        lease: 0xB,
+        sent_at: t(200.0),
+        outcome: RenewalOutcome::Counted { ttl: renewed_ttl },
+    });
     let p = c.step(t(200.01), &o);
     assert!(
         matches!(p.reason, Reason::Other(ref s) if s.contains("adopted")),
@@ -3734,4 +3757,343 @@ fn seed_253898_a_restarted_winner_whose_data_carries_the_key_epoch_promotes_at_o
         "{}",
         p.reason
     );
+}
+
+// ---------------------------------------------------------------------------
+// Seed 253898, the fresh-eyes review of its fix: each test failed before its fix.
+// ---------------------------------------------------------------------------
+
+/// Steps a leader that has not promoted through `ats` (renewed each time) and
+/// asserts it never promotes, then one step at `promote_at` that must promote.
+fn promotes_only_at(c: &mut Core, v: &ClusterView, rep: &PgStatus, ats: &[f64], promote_at: f64) {
+    for &at in ats {
+        let p = c.step(t(at), &renewed(v.clone(), rep.clone(), at));
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| matches!(a, Action::Promote { .. })),
+            "promoted at {at} s: {:?} ({})",
+            p.actions,
+            p.reason
+        );
+        assert!(
+            matches!(p.reason, Reason::PromoteDelayed { .. }),
+            "at {at} s: {}",
+            p.reason
+        );
+    }
+    let p = c.step(t(promote_at), &renewed(v.clone(), rep.clone(), promote_at));
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 21 }],
+        "{}",
+        p.reason
+    );
+}
+
+/// Review item 1 (DESIGN §1 step 4, §5, S3): `ttl` was lowered to 10 while the old
+/// leader kept its lease granted 30 s; pg2 won after an early DELETE, crashed in its
+/// promote delay and restarted. Its memory of the old TTL is gone, its own lease
+/// and the config say 10, but its member key from before the crash (bound to its
+/// member lease, which outlived the restart) still publishes `leader_ttl_seen` 30:
+/// the adoption waits 30 + R = 31 s, not 10 + R (before the fix it promoted at
+/// 211 s, while the old primary may write until its horizon ~20 s later).
+#[test]
+fn seed_253898_review_an_adoption_waits_the_old_ttl_its_member_key_published() {
+    let (mut c, v, rep) = restarted_winner_with(core_at_ttl10(), 5, None, Some(30), 10);
+    promotes_only_at(&mut c, &v, &rep, &[200.1, 211.1, 220.0, 230.9], 231.1);
+}
+
+/// Review item 1, the same gap in `won` (on main): a candidate that restarted after
+/// the old leader's key went (early: it never saw the lease) never polled the old
+/// lease (revoked: no `grantedTTL`), and the old leader's member key no longer
+/// publishes its TTL; another member, which polled the old lease, publishes
+/// `leader_ttl_seen` 30. The winner waits 30 + R from the DELETE, not 10 + R.
+#[test]
+fn seed_253898_review_a_restarted_candidate_waits_the_ttl_another_member_saw() {
+    let mut c = core_at_ttl10();
+    let mut old = member("pg1", 8, "primary", 1000, None);
+    old.info.leader_lease = Some(0xA);
+    let mut saw = member("pg3", 7, "replica", 1000, None);
+    saw.info.leader_ttl_seen = Some(30);
+    // Not a candidate: no fresh position to wait for (DESIGN §3a).
+    saw.info.tags.nofailover = true;
+    let members = vec![old, member("pg2", 9, "replica", 1000, None), saw];
+    let p = win_after_delete(&mut c, members, 100.0);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(
+        (delayed_by(&p) - (100.0 + 31.0 - 100.3)).abs() < 1e-6,
+        "{}",
+        p.reason
+    );
+}
+
+/// Review item 1, what a node publishes: the largest leader-lease TTL it saw itself,
+/// steady while that lease lives (an idle cluster writes nothing: issue 13 item 5),
+/// kept `ttl + R + M` past the last sighting, then the newer, shorter one.
+#[test]
+fn seed_253898_review_leader_ttl_seen_is_published_steady_and_decays() {
+    let mut c = core_at_ttl10();
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+    ];
+    let v = view(10, Some(key("pg1", 5, 0xA)), members.clone());
+    c.step(
+        t(100.0),
+        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+    );
+    assert_eq!(c.leader_ttl_seen(), None, "nothing seen yet");
+    for at in [102.0, 104.0, 106.0] {
+        let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1")));
+        o.lease_poll = Some(LeasePoll {
+            lease: 0xA,
+            sent_at: t(at),
+            ttl: Some(25),
+            granted_ttl: Some(30),
+            has_keys: true,
+        });
+        c.step(t(at + 0.01), &o);
+        assert_eq!(c.leader_ttl_seen(), Some(30), "at {at}");
+    }
+    // pg3 leads now, on a lease granted under the lowered ttl.
+    let mut pg3 = member("pg3", 11, "primary", 1000, None);
+    pg3.info.leader_lease = Some(0xC);
+    pg3.info.leader_ttl = Some(10);
+    let v = view(12, Some(key("pg3", 12, 0xC)), vec![members[1].clone(), pg3]);
+    // Last sighting of the 30 s lease at 106.01: kept until 106.01 + 30 + R + M.
+    for (at, want) in [(110.0, 30), (139.0, 30), (139.1, 10), (150.0, 10)] {
+        c.step(
+            t(at),
+            &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg3"))),
+        );
+        assert_eq!(c.leader_ttl_seen(), Some(want), "at {at}");
+    }
+}
+
+/// Review item 1, a chain: pg3 won after pg1's early DELETE and vanished before
+/// promoting (its key deleted early too); pg1, on a lease granted 30 s before the
+/// ttl was lowered to 10, may still write until its own horizon. pg2 knows pg3's
+/// lease (10 s) but saw pg1's 30 s lease moments ago: it waits 30 + R, not 10 + R.
+#[test]
+fn seed_253898_review_a_vacancy_after_an_unpromoted_leader_waits_the_ttl_before_it() {
+    let mut c = core_at_ttl10();
+    let mut pg1 = member("pg1", 8, "primary", 1000, None);
+    pg1.info.leader_lease = Some(0xA);
+    pg1.info.leader_ttl = Some(30);
+    let v = view(10, Some(key("pg1", 5, 0xA)), vec![pg1.clone()]);
+    c.step(t(100.0), &obs(v, pg(PgRole::Replica, 1000, Some("pg1"))));
+    let mut pg3 = member("pg3", 11, "replica", 1000, None);
+    pg3.info.leader_lease = Some(0xC);
+    pg3.info.leader_ttl = Some(10);
+    let members = vec![pg1, member("pg2", 9, "replica", 1000, None), pg3];
+    let v = view(12, Some(key("pg3", 12, 0xC)), members.clone());
+    c.step(t(101.0), &obs(v.clone(), pg(PgRole::Replica, 1000, None)));
+    let mut o = obs(v, pg(PgRole::Replica, 1000, None));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xC,
+        sent_at: t(102.0),
+        ttl: Some(9),
+        granted_ttl: Some(10),
+        has_keys: true,
+    });
+    c.step(t(102.01), &o);
+    // pg3's key goes early (E_max = 111); win_after_delete reports lease 0xA gone,
+    // so no poll answers for 0xC: the vacancy's old TTL is pg3's known 10 s.
+    let mut o = obs(
+        view(20, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.leader_deleted_at = Some(t(103.0));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xC,
+        sent_at: t(103.05),
+        ttl: None,
+        granted_ttl: None,
+        has_keys: false,
+    });
+    let p = c.step(t(103.1), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 10,
+        granted_at: t(103.15),
+        epoch: 21,
+    });
+    let p = c.step(t(103.2), &o);
+    assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
+    let p = c.step(
+        t(103.3),
+        &obs(
+            view(22, Some(key("pg2", 21, 0xB)), members),
+            pg(PgRole::Replica, 1000, None),
+        ),
+    );
+    assert!(
+        (delayed_by(&p) - (103.0 + 31.0 - 103.3)).abs() < 1e-6,
+        "{}",
+        p.reason
+    );
+}
+
+/// Review item 2 (DESIGN §1 step 4, §3): the row shows the key's epoch number but
+/// another member wrote it (an etcd wiped and refilled reuses revisions): no proof
+/// that this node promoted under this leadership, so the adoption delay stays
+/// (before the fix it promoted at once).
+#[test]
+fn seed_253898_review_a_row_of_the_same_epoch_by_another_member_keeps_the_delay() {
+    let (mut c, v, rep) =
+        restarted_winner_with(core("pg2", None), 21, Some(("pg9", 0xB)), None, 30);
+    promotes_only_at(&mut c, &v, &rep, &[200.1, 230.9], 231.1);
+}
+
+/// Review item 2: this node's name but another lease: another leadership of ours
+/// with the same epoch number (a wiped etcd): the delay stays too.
+#[test]
+fn seed_253898_review_a_row_of_the_same_epoch_under_another_lease_keeps_the_delay() {
+    let (mut c, v, rep) =
+        restarted_winner_with(core("pg2", None), 21, Some(("pg2", 0xC)), None, 30);
+    promotes_only_at(&mut c, &v, &rep, &[200.1, 230.9], 231.1);
+}
+
+/// Review item 2, the other side: a row written by an older version (no lease
+/// column) by this node under the key's epoch still lifts the delay.
+#[test]
+fn seed_253898_review_an_own_row_without_a_lease_lifts_the_delay() {
+    let (mut c, v, mut rep) =
+        restarted_winner_with(core("pg2", None), 21, Some(("pg2", 0)), None, 30);
+    rep.epoch_row.lease = None;
+    let p = c.step(t(200.1), &renewed(v, rep, 200.1));
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 21 }],
+        "{}",
+        p.reason
+    );
+}
+
+/// Review item 3 (DESIGN §3): a failed read of the epoch row on a running
+/// PostgreSQL is no answer. The data was read at epoch 50 (the key's is 3: etcd
+/// wiped); a later read fails: the refusal stands (before the fix the failed read
+/// counted as "no row" and the node promoted on the regression).
+#[test]
+fn seed_253898_review_a_failed_epoch_read_keeps_the_regression_refusal() {
+    let (mut c, v) = won_after_wipe(50, 3);
+    let mut failed = pg(PgRole::Replica, 900, None);
+    failed.epoch_row.unread = true;
+    for at in [102.0, 112.0, 122.0] {
+        let p = c.step(t(at), &renewed(v.clone(), failed.clone(), at));
+        no_acquire_nor_promote(&p);
+        assert!(
+            matches!(p.reason, Reason::Refusing(ref s) if s.contains("epoch 50")),
+            "{}",
+            p.reason
+        );
+    }
+    assert_eq!(c.local_epoch(), Some(50));
+}
+
+/// Review item 3: with no successful read in this run, a leader does not promote
+/// until one succeeds (before the fix a failed read counted as "no row").
+#[test]
+fn seed_253898_review_a_leader_whose_epoch_row_never_read_waits_for_a_read() {
+    let mut c = core("pg2", None);
+    let mut failed = pg(PgRole::Replica, 900, None);
+    failed.epoch_row.unread = true;
+    let _ = c.step(t(100.0), &obs(view(4, None, vec![]), failed.clone()));
+    let v = view(5, Some(key("pg2", 3, 0xB)), vec![]);
+    let mut o = obs(v.clone(), failed.clone());
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(101.0),
+        epoch: 3,
+    });
+    let p = c.step(t(101.0), &o);
+    assert_eq!(p.reason, Reason::Promoting { epoch: 3 });
+    // After the early-expiry delay (a key never seen: 31 s from 100).
+    for at in [132.0, 142.0] {
+        let p = c.step(t(at), &renewed(v.clone(), failed.clone(), at));
+        no_acquire_nor_promote(&p);
+        assert!(
+            matches!(p.reason, Reason::Waiting(ref s) if s.contains("tenure.epoch")),
+            "{}",
+            p.reason
+        );
+    }
+    let mut read = pg(PgRole::Replica, 900, None);
+    read.epoch = Some(2);
+    let p = c.step(t(152.0), &renewed(v, read, 152.0));
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 3 }],
+        "{}",
+        p.reason
+    );
+}
+
+/// Review item 1: a restarted node's first publish overwrites its member key from
+/// before the crash, the one record of the old TTL a second crash would need: the
+/// value read there at the first read of the run is carried on for one TTL (+ R + M)
+/// and then decays.
+#[test]
+fn seed_253898_review_a_restarted_node_carries_on_its_own_published_ttl() {
+    let mut c = core_at_ttl10();
+    let mut own = member("pg2", 9, "replica", 1000, None);
+    own.info.leader_ttl_seen = Some(30);
+    let v = view(10, None, vec![own.clone()]);
+    c.step(t(100.0), &obs(v, pg(PgRole::Replica, 1000, None)));
+    assert_eq!(c.leader_ttl_seen(), Some(30));
+    // Our own key now says what we published since (nothing): carried, not renewed.
+    own.info.leader_ttl_seen = None;
+    let v = view(11, None, vec![own]);
+    for (at, want) in [(120.0, Some(30)), (132.9, Some(30)), (133.1, None)] {
+        c.step(t(at), &obs(v.clone(), pg(PgRole::Replica, 1000, None)));
+        assert_eq!(c.leader_ttl_seen(), want, "at {at}");
+    }
+}
+
+/// Review item 1: the restarted winner adopts while its cluster read fails (an
+/// adoption without a primary goes ahead on a failed read), so it sizes the delay
+/// from the ttl in force (10 + R). The next read shows a member that saw the old
+/// lease's 30 s: the delay grows to 30 + R, still counted from the adoption (before
+/// the fix it promoted at 211 s).
+#[test]
+fn seed_253898_review_a_later_read_lengthens_an_adoption_delay() {
+    let mut c = core_at_ttl10();
+    let v = view(
+        30,
+        Some(key("pg2", 21, 0xB)),
+        vec![member("pg2", 9, "replica", 1000, None)],
+    );
+    let mut rep = pg(PgRole::Replica, 1000, None);
+    rep.epoch = Some(5);
+    let p = c.step(t(200.0), &obs(v, rep.clone()));
+    assert!(c.renew_now(), "{}", p.reason);
+    let mut o = obs(ClusterView::default(), rep.clone());
+    o.cluster = Err("timed out".into());
+    o.renewal = Some(Renewal {
+        lease: 0xB,
+        sent_at: t(200.0),
+        outcome: RenewalOutcome::Counted { ttl: 10 },
+    });
+    let p = c.step(t(200.01), &o);
+    assert!(
+        matches!(p.reason, Reason::Other(ref s) if s.contains("adopted")),
+        "{}",
+        p.reason
+    );
+    let mut saw = member("pg3", 7, "replica", 1000, None);
+    saw.info.leader_ttl_seen = Some(30);
+    saw.info.tags.nofailover = true;
+    let v = view(
+        31,
+        Some(key("pg2", 21, 0xB)),
+        vec![member("pg2", 9, "replica", 1000, None), saw],
+    );
+    promotes_only_at(&mut c, &v, &rep, &[200.1, 211.1, 230.9], 231.1);
 }

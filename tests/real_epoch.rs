@@ -1,6 +1,8 @@
 //! The epoch inside PostgreSQL (DESIGN §1 step 5, §3): the `tenure.epoch` row on the
 //! primary, replicated to every replica, equals the leader key's epoch — after the
-//! bootstrap and after a failover. Real etcd + PostgreSQL; one test at a time.
+//! bootstrap and after a failover, and names the leader and its lease (seed 253898
+//! review: an adoption lifts its delay only on a row of its own leadership). Real
+//! etcd + PostgreSQL; one test at a time.
 
 mod common;
 
@@ -17,13 +19,16 @@ fn bed(tag: &str) -> TestCluster {
 fn row_epoch(c: &TestCluster, i: usize) -> Result<String, String> {
     c.sql_one(
         i,
-        "SELECT epoch::text || ' ' || member FROM tenure.epoch WHERE id = 1",
+        "SELECT epoch::text || ' ' || member || ' ' || coalesce(lease::text, '-') \
+         FROM tenure.epoch WHERE id = 1",
     )
 }
 
-/// Every node in `nodes` shows the row `<epoch> <leader>` (replicas through replay).
+/// Every node in `nodes` shows the row `<epoch> <leader> <lease>` (replicas through
+/// replay), the lease the leader key's.
 fn wait_row_everywhere(c: &TestCluster, nodes: &[usize], epoch: i64, leader: &str) {
-    let want = format!("{epoch} {leader}");
+    let lease = c.get_kv("leader").expect("leader key").lease;
+    let want = format!("{epoch} {leader} {lease}");
     for &i in nodes {
         let ok = wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
             (row_epoch(c, i).as_deref() == Ok(want.as_str())).then_some(())

@@ -150,6 +150,21 @@ fn real_early_revoke_after_the_ttl_was_lowered_waits_the_old_lease() {
     }
     // Let every replica poll the old lease a few times (E_max, grantedTTL).
     std::thread::sleep(Duration::from_secs(2));
+    // Seed 253898 review: every member publishes the 30 s it saw (`leader_ttl_seen`),
+    // what a node restarted after a crash folds in once the old lease is revoked.
+    for i in 0..3 {
+        let seen = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+            let raw = c.get_key(&format!("members/{}", c.name(i)))?;
+            let v: serde_json::Value = serde_json::from_str(&raw).ok()?;
+            (v["leader_ttl_seen"] == serde_json::json!(30)).then_some(())
+        });
+        assert!(
+            seen.is_some(),
+            "{} does not publish leader_ttl_seen 30: {:?}",
+            c.name(i),
+            c.get_key(&format!("members/{}", c.name(i)))
+        );
+    }
     let mut probe = probe_on(&c, p);
     let t0 = Instant::now();
     c.hold_etcd(p).expect("cut the leader off");

@@ -37,7 +37,13 @@ impl Core {
         let State::Leader(l) = &self.state else {
             return None;
         };
-        if pg.role != PgRole::Primary || pg.epoch == Some(l.epoch) {
+        // The row names its writer and lease too (seed 253898 review): a row of the
+        // same epoch number written by another leadership (an etcd wiped and
+        // refilled) is rewritten, and an older row without the lease gets it.
+        let ours = pg.epoch == Some(l.epoch)
+            && pg.epoch_row.member.as_deref() == Some(self.cfg.name.as_str())
+            && pg.epoch_row.lease == Some(l.lease);
+        if pg.role != PgRole::Primary || ours || pg.epoch_row.unread {
             return None;
         }
         if self.epoch_regression(l.epoch).is_some() {
@@ -146,18 +152,26 @@ impl Core {
     }
 
     /// Step phase: the epoch facts of this observation. The local epoch row: only an
-    /// answering PostgreSQL can tell (a stopped one keeps what we last read); an
-    /// empty data directory carries none. Then the operator's confirmation and the
-    /// revisions of the read.
+    /// answering PostgreSQL can tell (a stopped one keeps what we last read), and
+    /// only when the read of the row succeeded: a failed read is no answer (it
+    /// keeps what we knew, or leaves the row unknown), never "no row", which would
+    /// pass the regression check (DESIGN §3). An empty data directory carries none.
+    /// Then the operator's confirmation and the revisions of the read.
     pub(super) fn note_epochs(&mut self, obs: &Observation) {
         match (&obs.pg.data, obs.pg.role) {
+            (_, PgRole::Primary | PgRole::Replica) if obs.pg.epoch_row.unread => {}
             (_, PgRole::Primary | PgRole::Replica) => {
                 self.local_epoch = obs.pg.epoch;
                 self.local_epoch_known = true;
+                self.local_epoch_mine =
+                    obs.pg.epoch_row.member.as_deref() == Some(self.cfg.name.as_str());
+                self.local_epoch_lease = obs.pg.epoch_row.lease;
             }
             (DataDir::Empty, _) => {
                 self.local_epoch = None;
                 self.local_epoch_known = true;
+                self.local_epoch_mine = false;
+                self.local_epoch_lease = None;
             }
             _ => {}
         }

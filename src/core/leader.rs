@@ -43,6 +43,7 @@ impl Core {
             l.promoted = true;
         }
         self.lift_adoption_delay(now, &mut l);
+        self.extend_adoption_delay(now, obs, &mut l);
         // Issue 13 item 4: the promotion (or the primary's start) the promote delay
         // holds back comes when the delay ends, not at the first tick after it (up
         // to `loop_wait` later). The delay itself is unchanged: S3, nobody writes
@@ -121,6 +122,15 @@ impl Core {
                         remaining: now.until(l.promote_after),
                         why: l.delay_reason.clone().unwrap_or_default(),
                     }
+                } else if !self.local_epoch_known && !self.led_from_bootstrap {
+                    // DESIGN §3: the row's read failed and none succeeded in this run
+                    // (`note_epochs`): an unknown epoch must not pass the regression
+                    // check. Retried every iteration.
+                    Reason::Waiting(
+                        "leader with the lock, not promoting yet: the tenure.epoch row could \
+                         not be read"
+                            .into(),
+                    )
                 } else if !self.fence_armed(&l) {
                     // S3: the watchdog is armed (a pet reported done) before promotion.
                     Reason::Waiting("leader with the lock; waiting to arm the watchdog".into())
@@ -335,7 +345,12 @@ impl Core {
                 let (promote_after, delay_reason) = if promoted {
                     (now, None)
                 } else {
-                    let d = self.adoption_delay(obs, ttl);
+                    // Published from now on (`leader_ttl_seen`): a second crash
+                    // inside this delay finds it in our member key.
+                    let old = self.adoption_ttl(now, obs, ttl);
+                    self.note_ttl_seen(now, old);
+                    let d = self.adoption_delay(now, obs, ttl);
+                    self.adopted_at = Some(now);
                     let why = format!(
                         "adopted a leadership this node may never have promoted under (its \
                          promote delay may not have passed before the restart); waiting {:.1} \
@@ -377,18 +392,38 @@ impl Core {
         }
     }
 
+    /// The largest TTL the old lease of an adopted leadership may have had: seen in
+    /// this run (members' `leader_ttl` and `leader_ttl_seen`, folded in by
+    /// `track_leader`), this node's own recent sightings, the largest
+    /// `leader_ttl_seen` published now (our own member key from before the crash
+    /// among them: the member lease outlives a quick restart), the ttl in force,
+    /// and the lease just renewed (seed 253898 review: `max_leader_ttl_seen` alone
+    /// is memory, lost with the crash, and a ttl lowered in `config` leaves the old
+    /// leader on its longer lease).
+    fn adoption_ttl(&self, now: Instant, obs: &Observation, renewed_ttl: u32) -> u32 {
+        self.max_leader_ttl_seen
+            .max(self.timing.ttl)
+            .max(renewed_ttl)
+            .max(self.ttl_floor(now, obs))
+    }
+
     /// DESIGN §1 step 4, S3 (seed 253898): the delay before an adopted leadership
     /// that may never have promoted may promote, counted from the adoption. The
     /// DELETE that let this node win came before the win, so before the adoption,
     /// and nothing tells how early it was nor who held the key: wait the longest
     /// delay any old leader could need. Without a watchdog that is its own horizon,
-    /// `ttl_old + R` (the largest leader TTL known: seen in this run, in force, or
-    /// just renewed); with one, `2 W_old + R + M`, which S6(b) keeps below it for the
-    /// old leader's own TTL, and which is counted anyway for every `W` published
-    /// (and ours). A configured `promote_delay` applies too.
-    pub(super) fn adoption_delay(&self, obs: &Observation, renewed_ttl: u32) -> Duration {
+    /// `ttl_old + R` (`adoption_ttl`: the largest leader TTL known); with one,
+    /// `2 W_old + R + M`, which S6(b) keeps below it for the old leader's own TTL,
+    /// and which is counted anyway for every `W` published (and ours). A configured
+    /// `promote_delay` applies too.
+    pub(super) fn adoption_delay(
+        &self,
+        now: Instant,
+        obs: &Observation,
+        renewed_ttl: u32,
+    ) -> Duration {
         let t = &self.timing;
-        let ttl = self.max_leader_ttl_seen.max(t.ttl).max(renewed_ttl);
+        let ttl = self.adoption_ttl(now, obs, renewed_ttl);
         let mut d = Duration::from_secs(u64::from(ttl)) + t.retry_timeout;
         let published = obs
             .cluster
@@ -415,17 +450,48 @@ impl Core {
         d
     }
 
-    /// The adoption delay ends once the local data shows the key's own epoch: only a
-    /// primary under this leadership writes it (`epoch_to_write`), and that primary
-    /// promoted after the leadership's delay (S3), so the old primary is gone. An
-    /// older epoch (or none) proves nothing: the delay stays.
+    /// The adoption delay ends once the local data shows the key's own epoch
+    /// written by this node (and under this lease, when the row names one): only a
+    /// primary under this leadership writes that (`epoch_to_write`), and it promoted
+    /// after the leadership's delay (S3), so the old primary is gone. An older epoch
+    /// (or none), or the same epoch number written by another member or under
+    /// another lease (an etcd wiped and refilled reuses revisions), proves nothing:
+    /// the delay stays (seed 253898 review). A row without a lease was written by a
+    /// version before the column: the member's name is all it can show.
     fn lift_adoption_delay(&self, now: Instant, l: &mut Leadership) {
-        if l.adoption_delay && self.local_epoch_known && self.local_epoch == Some(l.epoch) {
+        let ours = self.local_epoch_known
+            && self.local_epoch == Some(l.epoch)
+            && self.local_epoch_mine
+            && self.local_epoch_lease.is_none_or(|x| x == l.lease);
+        if l.adoption_delay && ours {
             // INVARIANT: `adoption_delay` is cleared only on proof of an earlier
             // promotion under this very epoch.
             l.adoption_delay = false;
             l.promote_after = l.promote_after.min(now);
             l.delay_reason = None;
+        }
+    }
+
+    /// Seed 253898 review: the adoption delay was sized from what the adoption's
+    /// observation showed; a read that failed then (an adoption without a primary
+    /// goes ahead on a failed read, `adopting`) or a member key that shows a longer
+    /// `leader_ttl_seen` or `W` since makes it longer, still counted from the
+    /// adoption. Only ever lengthens; nothing once lifted or promoted.
+    fn extend_adoption_delay(&mut self, now: Instant, obs: &Observation, l: &mut Leadership) {
+        let Some(at) = self.adopted_at else { return };
+        if !l.adoption_delay || l.promoted || obs.cluster.is_err() {
+            return;
+        }
+        let old = self.adoption_ttl(now, obs, l.ttl);
+        self.note_ttl_seen(now, old);
+        let until = at.add(self.adoption_delay(now, obs, l.ttl));
+        if until > l.promote_after {
+            l.promote_after = until;
+            l.delay_reason = Some(format!(
+                "adopted a leadership this node may never have promoted under; a later read \
+                 shows an older lease of {old} s (or a longer W): waiting {:.1} s from {at}",
+                until.since(at).as_secs_f64()
+            ));
         }
     }
 
@@ -440,7 +506,6 @@ impl Core {
         granted_at: Instant,
         epoch: Epoch,
     ) -> Reason {
-        let t = &self.timing;
         // DESIGN §1 step 4: after an early (or unknowable) expiry the old primary may
         // not know yet; wait until it has fenced or been reset.
         let (mut after, mut why) = (now, None);
@@ -450,6 +515,20 @@ impl Core {
             .acquire_proof
             .take()
             .filter(|m| obs.pg.timeline == m.timeline && obs.pg.lsn >= m.lsn);
+        // The old lease's TTL, at least what this node saw recently and what any
+        // member publishes (seed 253898 review: a node that restarted and never
+        // polled the old lease, and a vacancy after a leadership that never
+        // promoted, whose own predecessor may hold a lease granted under a ttl since
+        // lowered). Published from now on, so a crash inside the delay keeps it.
+        let old_ttl = self.vacancy.as_ref().map(|v| {
+            v.old_ttl
+                .unwrap_or(self.max_leader_ttl_seen)
+                .max(self.ttl_floor(now, obs))
+        });
+        if let Some(old) = old_ttl {
+            self.note_ttl_seen(now, old);
+        }
+        let t = &self.timing;
         if let Some(v) = &self.vacancy
             && v.early
             && proof.is_none()
@@ -464,7 +543,7 @@ impl Core {
                 // primaries). Unknown: the largest leader TTL seen in this run. The
                 // current ttl and ours only ever lengthen the wait.
                 None => {
-                    let old = v.old_ttl.unwrap_or(self.max_leader_ttl_seen);
+                    let old = old_ttl.unwrap_or(self.max_leader_ttl_seen);
                     Duration::from_secs(u64::from(old.max(t.ttl).max(granted_ttl)))
                         + t.retry_timeout
                 }

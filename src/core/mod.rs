@@ -29,6 +29,7 @@ mod pause;
 mod switchover;
 mod sync;
 pub mod time;
+mod ttl_seen;
 mod vacancy;
 mod watched;
 
@@ -118,6 +119,12 @@ pub struct Core {
     local_epoch: Option<Epoch>,
     /// `local_epoch` was read in this run (or the data directory is empty).
     local_epoch_known: bool,
+    /// That row names this node as its writer (seed 253898 review: only a row of
+    /// our own leadership proves we promoted under it).
+    local_epoch_mine: bool,
+    /// The leader lease that row names (`None`: no row, or written before the
+    /// column existed).
+    local_epoch_lease: Option<LeaseId>,
     /// The operator's last `confirm_epoch` seen in etcd.
     confirm: Option<ConfirmEpoch>,
     /// The leadership held was won right after this node's own initdb (its data
@@ -153,6 +160,13 @@ pub struct Core {
     /// members' `leader_ttl`): the early-expiry delay's fallback when the old lease's
     /// own TTL is unknown.
     max_leader_ttl_seen: u32,
+    /// Leader-lease TTLs this node saw itself recently: published as
+    /// `leader_ttl_seen`, a floor for an old lease's TTL after a crash (`ttl_seen`).
+    ttl_seen: ttl_seen::TtlSeen,
+    /// When the leadership held was adopted with the conservative delay (seed
+    /// 253898): a later read that shows a longer old TTL or `W` lengthens the delay,
+    /// counted from here (`Core::extend_adoption_delay`).
+    adopted_at: Option<Instant>,
     /// The shortest `W` of the watchdogs in use when they differ (a device and
     /// systemd's): `F` counts from it, while every pet must satisfy S2 for the
     /// longest (`cfg.watchdog`). `None`: the same as `cfg.watchdog`.
@@ -190,6 +204,8 @@ impl Core {
             last_step: None,
             local_epoch: None,
             local_epoch_known: false,
+            local_epoch_mine: false,
+            local_epoch_lease: None,
             confirm: None,
             led_from_bootstrap: false,
             names_seen: None,
@@ -201,6 +217,8 @@ impl Core {
             rollback_seen: None,
             rollback_marker: None,
             max_leader_ttl_seen: 0,
+            ttl_seen: ttl_seen::TtlSeen::default(),
+            adopted_at: None,
             watchdog_fence: None,
             guardian: None,
             paused: false,

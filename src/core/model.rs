@@ -88,6 +88,13 @@ pub struct MemberInfo {
     /// a candidate without a watchdog figure waits the *old* lease's TTL, never the
     /// current config's (DESIGN §5, issue 8 finding 2).
     pub leader_ttl: Option<u32>,
+    /// The largest granted TTL of a leader lease this member saw recently (its own,
+    /// a polled one, a vacated one it judged), kept until that TTL (+ `R` + `M`) after
+    /// it last saw the lease. A node that lost its memory in a crash folds in the
+    /// largest one published (never shorter than what it knows): after a ttl lowered
+    /// by `config`, an old leader may still hold a lease granted under the old ttl
+    /// (DESIGN §1 step 4, §5; seed 253898 review). Written only when it changes.
+    pub leader_ttl_seen: Option<u32>,
     /// PostgreSQL running and answering queries.
     pub pg_healthy: bool,
     /// Set by a leader that stopped its PostgreSQL cleanly and is about to release the
@@ -443,12 +450,28 @@ pub struct PgStatus {
     /// The epoch in the data's `tenure.epoch` row (on a replica: its primary's,
     /// replicated). `None`: PostgreSQL not answering, or no row yet.
     pub epoch: Option<Epoch>,
+    /// Who wrote that row, and whether the read failed (`EpochRow::unread`).
+    pub epoch_row: EpochRow,
     /// `synchronous_standby_names` in effect (`None`: not answering).
     pub sync_names: Option<String>,
     /// Primary: `pg_stat_replication`.
     pub standbys: Vec<StandbyStat>,
     /// What the health API reports and the core never reads.
     pub report: PgReport,
+}
+
+/// The rest of the `tenure.epoch` row as read (DESIGN §1 step 5, §3).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EpochRow {
+    /// The member that wrote the row (`None`: no row, or not read).
+    pub member: Option<String>,
+    /// The leader lease it held then (`None`: no row, or a row written before the
+    /// column existed).
+    pub lease: Option<LeaseId>,
+    /// The table exists but the read of the row failed (a timeout, an error): the
+    /// epoch is unknown, not absent. The core keeps what it knew (a failed read must
+    /// never pass the epoch-regression check, DESIGN §3).
+    pub unread: bool,
 }
 
 /// Facts of the probe that only the health API reports (Patroni's status fields).
@@ -512,6 +535,7 @@ impl PgStatus {
             following: None,
             streaming: false,
             epoch: None,
+            epoch_row: EpochRow::default(),
             sync_names: None,
             standbys: Vec::new(),
             report: PgReport::default(),

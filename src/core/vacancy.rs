@@ -182,6 +182,11 @@ impl Core {
                 if let Some(t) = m.info.leader_ttl {
                     self.max_leader_ttl_seen = self.max_leader_ttl_seen.max(t);
                 }
+                // Seed 253898 review: what members saw recently (this node's own key
+                // from before a crash included); never republished from here.
+                if let Some(t) = m.info.leader_ttl_seen {
+                    self.max_leader_ttl_seen = self.max_leader_ttl_seen.max(t);
+                }
             }
         }
         self.track_vacancy(now, obs);
@@ -193,6 +198,7 @@ impl Core {
         {
             v.lease_gone = true;
         }
+        self.note_ttls_seen(now, obs);
     }
 
     /// Fold the watch's `leader` changes into [`Watched`], read or not (a failed

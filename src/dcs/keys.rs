@@ -80,6 +80,9 @@ pub fn encode_member_with(info: &MemberInfo, extra: Vec<(&str, Value)>) -> Strin
     if let Some(l) = info.leader_lease {
         m.insert("leader_lease".into(), json!(l));
     }
+    if let Some(t) = info.leader_ttl_seen {
+        m.insert("leader_ttl_seen".into(), json!(t));
+    }
     if let Some(e) = info.released {
         m.insert("released".into(), json!(e));
     }
@@ -226,6 +229,14 @@ pub fn parse_member(raw: &[u8]) -> MemberInfo {
         match v.as_u64().and_then(|t| u32::try_from(t).ok()) {
             Some(t) => info.leader_ttl = Some(t),
             None => problems.push(format!("leader_ttl: expected a u32, got {}", short(v))),
+        }
+    }
+    if let Some(v) = field("leader_ttl_seen") {
+        // Folded in as a lower bound on an old lease's TTL: a garbled value is left
+        // out (the wait is then what this node knows itself), never read as 0.
+        match v.as_u64().and_then(|t| u32::try_from(t).ok()) {
+            Some(t) => info.leader_ttl_seen = Some(t),
+            None => problems.push(format!("leader_ttl_seen: expected a u32, got {}", short(v))),
         }
     }
     if let Some(v) = field("leader_lease") {
@@ -726,6 +737,7 @@ mod tests {
             watchdog_timeout: Some(13),
             leader_lease: Some(0x7a2b_0000_1234),
             leader_ttl: Some(30),
+            leader_ttl_seen: Some(60),
             pg_healthy: true,
             released: Some(41),
             parse_error: None,
@@ -840,6 +852,27 @@ mod tests {
         assert_eq!(m.timeline, 0);
         assert_eq!(m.epoch, None);
         assert!(!m.pg_healthy);
+    }
+
+    /// Seed 253898 review: `leader_ttl_seen` is a lower bound other writers may
+    /// garble; a bad value is left out with a problem, never read as a number.
+    #[test]
+    fn member_leader_ttl_seen_garbled_is_left_out() {
+        for bad in [
+            &br#"{"leader_ttl_seen":"30"}"#[..],
+            br#"{"leader_ttl_seen":-1}"#,
+            br#"{"leader_ttl_seen":1.5}"#,
+            br#"{"leader_ttl_seen":1e300}"#,
+            br#"{"leader_ttl_seen":4294967296}"#,
+            br#"{"leader_ttl_seen":[30]}"#,
+        ] {
+            let m = parse_member(bad);
+            assert_eq!(m.leader_ttl_seen, None, "{}", excerpt(bad));
+            let err = m.parse_error.expect("a problem");
+            assert!(err.contains("leader_ttl_seen"), "{err}");
+        }
+        let m = parse_member(br#"{"leader_ttl_seen":30,"leader_ttl":null}"#);
+        assert_eq!((m.leader_ttl_seen, m.parse_error), (Some(30), None));
     }
 
     #[test]

@@ -30,7 +30,7 @@ use std::time::Duration;
 use crate::clock;
 use crate::config::PgConfig;
 use crate::core::model::{
-    DataDir, Epoch, FenceOutcome, Job, JobKind, PgRole, PgStatus, StandbyStat,
+    DataDir, Epoch, FenceOutcome, Job, JobKind, LeaseId, PgRole, PgStatus, StandbyStat,
 };
 use crate::core::time::Instant;
 
@@ -539,16 +539,23 @@ impl PgCtl {
         st.report.postmaster_start_time = col(12);
         st.report.pending_restart = col(17).as_deref() == Some("t");
         if col(8).as_deref() == Some("t") {
-            // A missing row or a failed read is "no epoch known", never an error: the
-            // role found above stands.
-            match self.query_rows(pm, "SELECT epoch FROM tenure.epoch WHERE id = 1", deadline) {
+            // A missing row is "no epoch"; a failed read is "unknown" (`unread`: the
+            // core keeps what it knew, DESIGN §3), never an error: the role found
+            // above stands. The row as JSON, so a row written before the `lease`
+            // column existed still reads (its lease is NULL).
+            let sql = "SELECT e.epoch::text, e.member, row_to_json(e)->>'lease' \
+                       FROM tenure.epoch e WHERE id = 1";
+            match self.query_rows(pm, sql, deadline) {
                 Ok(rows) => {
-                    st.epoch = rows
-                        .first()
-                        .and_then(|r| r.first().cloned().flatten())
-                        .and_then(|e| e.parse().ok());
+                    let cell = |i: usize| rows.first().and_then(|r| r.get(i).cloned().flatten());
+                    st.epoch = cell(0).and_then(|e| e.parse().ok());
+                    st.epoch_row.member = cell(1);
+                    st.epoch_row.lease = cell(2).and_then(|l| l.parse().ok());
                 }
-                Err(e) => log::debug!("reading tenure.epoch on {}: {e}", self.me),
+                Err(e) => {
+                    st.epoch_row.unread = true;
+                    log::debug!("reading tenure.epoch on {}: {e}", self.me);
+                }
             }
         }
         st
@@ -561,19 +568,23 @@ impl PgCtl {
         &mut self,
         epoch: Epoch,
         member: &str,
+        lease: Option<LeaseId>,
         deadline: Instant,
     ) -> Result<(), PgError> {
         let pm = self.live_postmaster()?;
+        let lease = lease.map_or_else(|| "NULL".to_string(), |l| l.to_string());
+        // `lease` (seed 253898 review): added to a table an older version created.
         let sql = format!(
             "BEGIN; \
              CREATE SCHEMA IF NOT EXISTS tenure; \
              CREATE TABLE IF NOT EXISTS tenure.epoch (id int PRIMARY KEY CHECK (id = 1), \
                epoch bigint NOT NULL, member text NOT NULL, \
                at timestamptz NOT NULL DEFAULT now()); \
+             ALTER TABLE tenure.epoch ADD COLUMN IF NOT EXISTS lease bigint; \
              SET LOCAL synchronous_commit = local; \
-             INSERT INTO tenure.epoch (id, epoch, member) VALUES (1, {epoch}, {m}) \
+             INSERT INTO tenure.epoch (id, epoch, member, lease) VALUES (1, {epoch}, {m}, {lease}) \
                ON CONFLICT (id) DO UPDATE SET epoch = EXCLUDED.epoch, \
-               member = EXCLUDED.member, at = now(); \
+               member = EXCLUDED.member, lease = EXCLUDED.lease, at = now(); \
              COMMIT;",
             // Quoted as a literal; control characters (a NUL would fail the query)
             // dropped: the name is informational.

@@ -371,6 +371,7 @@ pub async fn run(cx: Cx) {
                 watchdog_timeout: wd.map(|w| w.as_secs() as u32),
                 leader_lease: l.map(|l| l.lease),
                 leader_ttl: l.map(|l| l.ttl),
+                leader_ttl_seen: core.leader_ttl_seen(),
                 pg_healthy: matches!(pg.role, PgRole::Primary | PgRole::Replica),
                 released: core.released_epoch(),
                 parse_error: None,
@@ -499,8 +500,10 @@ pub async fn run(cx: Cx) {
         wake = plan.wake_at;
         // Like src/agent.rs after the step: the `tenure.epoch` row of a primary under
         // this leadership (the proof an adoption after a restart reads, seed 253898).
-        if let Some(epoch) = core.epoch_to_write(&obs.pg) {
-            cx.w.borrow_mut().write_epoch(cx.node, epoch);
+        if let Some(epoch) = core.epoch_to_write(&obs.pg)
+            && let Some(lease) = core.leadership().map(|l| l.lease)
+        {
+            cx.w.borrow_mut().write_epoch(cx.node, epoch, &name, lease);
         }
 
         for a in plan.actions {

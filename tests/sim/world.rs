@@ -410,6 +410,9 @@ pub struct Pg {
     /// modelled: a replica keeps an older row (the conservative side: it only ever
     /// keeps the adoption delay, DESIGN §1 step 4).
     pub epoch: Option<i64>,
+    /// The row's writer and lease (seed 253898 review: an adoption lifts its delay
+    /// only on a row of its own leadership).
+    pub epoch_by: Option<(String, i64)>,
 }
 
 /// The writer of the WAL initdb made.
@@ -729,6 +732,7 @@ impl World {
                     hist: Vec::new(),
                     sync_conf: String::new(),
                     epoch: None,
+                    epoch_by: None,
                     names_eff: Names::Async,
                     lag: Duration::ZERO,
                     stalled_until: Instant::ZERO,
@@ -1274,6 +1278,11 @@ impl World {
             following,
             streaming,
             epoch: pg.epoch,
+            epoch_row: EpochRow {
+                member: pg.epoch_by.as_ref().map(|b| b.0.clone()),
+                lease: pg.epoch_by.as_ref().map(|b| b.1),
+                unread: false,
+            },
             sync_names: matches!(role, PgRole::Primary | PgRole::Replica).then_some(names),
             standbys,
             report: Default::default(),
@@ -1364,6 +1373,7 @@ impl World {
                 pg.hist = vec![(INITDB, 100)];
                 pg.sync_conf = String::new();
                 pg.epoch = None;
+                pg.epoch_by = None;
             }
             JobKind::Basebackup { from } | JobKind::Rewind { from } => {
                 let s = src_of(self, &from)?;
@@ -1382,6 +1392,7 @@ impl World {
                 let hist = self.hist_at(s, now);
                 let conf = self.nodes[s].pg.sync_conf.clone();
                 let epoch = self.nodes[s].pg.epoch;
+                let epoch_by = self.nodes[s].pg.epoch_by.clone();
                 let pg = &mut self.nodes[node].pg;
                 pg.sysid = sysid;
                 pg.timeline = tl;
@@ -1390,6 +1401,7 @@ impl World {
                 pg.hist = hist;
                 pg.sync_conf = conf;
                 pg.epoch = epoch;
+                pg.epoch_by = epoch_by;
             }
             JobKind::StartPrimary => {
                 if self.nodes[node].pg.sysid.is_none() {
@@ -1482,9 +1494,10 @@ impl World {
 
     /// The agent's write of the `tenure.epoch` row: lands only on a writable
     /// primary (an INSERT), at once.
-    pub fn write_epoch(&mut self, node: usize, epoch: i64) {
+    pub fn write_epoch(&mut self, node: usize, epoch: i64, member: &str, lease: i64) {
         if self.writable(node) && self.nodes[node].pg.dying.is_none() {
             self.nodes[node].pg.epoch = Some(epoch);
+            self.nodes[node].pg.epoch_by = Some((member.to_string(), lease));
         }
     }
 
@@ -1520,6 +1533,7 @@ impl World {
             pg.forks.clear();
             pg.sync_conf.clear();
             pg.epoch = None;
+            pg.epoch_by = None;
         }
         self.ups = None;
     }
