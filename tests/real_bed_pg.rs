@@ -147,6 +147,22 @@ fn real_bed_pg_helpers_probe_and_crash() {
     // that an agent kill leaves PostgreSQL running is checked in real_bed.rs.)
     c.kill_agent(2);
     assert_eq!(c.agent_pid(2), None);
+    // Teardown leaves no System V segment behind: node 2's postmaster was just
+    // killed, the others are killed by the drop (three a cluster once exhausted
+    // the kernel's ids after a few full runs).
+    let segments: Vec<(i32, i32)> = (0..c.node_count()).filter_map(|i| c.pg_shmem(i)).collect();
+    assert_eq!(
+        segments.len(),
+        c.node_count(),
+        "every postmaster recorded its segment"
+    );
     drop(c);
+    for (key, id) in segments {
+        assert_eq!(
+            tenure::testbed::cluster::shmem_attached(key, id),
+            None,
+            "segment {id} (key {key}) outlived its cluster"
+        );
+    }
     let _ = std::fs::remove_dir_all(fdir);
 }

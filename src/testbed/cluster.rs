@@ -1085,6 +1085,12 @@ impl TestCluster {
         self.pg_pids(i).contains(&pid).then_some(pid)
     }
 
+    /// Node `i`'s System V shared memory segment as its last postmaster recorded it
+    /// (`postmaster.pid` line 7: key and id), whether or not it still exists.
+    pub fn pg_shmem(&self, i: usize) -> Option<(i32, i32)> {
+        shmem_of(self.data_dir(i))
+    }
+
     /// DESIGN §6 "host crash": every process of node `i` dies at once — agent,
     /// postmaster, all backends. With the freezer: FROZEN, SIGKILL every pid in
     /// the cgroup, THAWED. Without: SIGSTOP the agent, its descendants and every
@@ -1540,6 +1546,7 @@ impl Drop for TestCluster {
             let _ = wait_for(Duration::from_secs(5), Duration::from_millis(20), || {
                 pids_with_cwd(&dd).is_empty().then_some(())
             });
+            remove_orphan_shmem(&dd);
             if let Some(cg) = &n.cgroup {
                 let _ = wait_for(Duration::from_secs(2), Duration::from_millis(20), || {
                     fs::remove_dir(cg).ok()
@@ -1557,6 +1564,43 @@ impl Drop for TestCluster {
         } else {
             let _ = fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+/// The System V segment `postmaster.pid` names (line 7: `key id`).
+fn shmem_of(data_dir: &Path) -> Option<(i32, i32)> {
+    let text = fs::read_to_string(data_dir.join("postmaster.pid")).ok()?;
+    let mut it = text.lines().nth(6)?.split_whitespace();
+    let key = it.next()?.parse().ok()?;
+    let id = it.next()?.parse().ok()?;
+    Some((key, id))
+}
+
+/// Whether segment `id` exists with this key, and how many processes attach it.
+pub fn shmem_attached(key: i32, id: i32) -> Option<u64> {
+    // SAFETY: `shmid_ds` is plain data (integers); all zeroes is a valid value.
+    let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+    // SAFETY: IPC_STAT only writes into `ds`, a valid, exclusively borrowed
+    // `shmid_ds`; an unknown id fails with EINVAL and writes nothing.
+    let rc = unsafe { libc::shmctl(id, libc::IPC_STAT, &mut ds) };
+    (rc == 0 && ds.shm_perm.__key == key).then_some(ds.shm_nattch as u64)
+}
+
+/// PostgreSQL removes its System V segment on a clean stop, or when the next
+/// postmaster starts in the same data directory; one SIGKILLed for good (a host
+/// crash, the bed's teardown) leaves it behind. Three per cluster exhausted the
+/// kernel's 4,096 ids after a few full test runs on one machine (every initdb then
+/// fails: "could not create shared memory segment: No space left on device"), so
+/// the bed removes a torn-down node's segment once nothing attaches it.
+fn remove_orphan_shmem(data_dir: &Path) {
+    let Some((key, id)) = shmem_of(data_dir) else {
+        return;
+    };
+    // The key must still match: an id of a removed segment may have been reused.
+    if shmem_attached(key, id) == Some(0) {
+        // SAFETY: IPC_RMID takes no buffer (null is what the API expects); it
+        // only marks the segment for removal, and nothing attaches it.
+        unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
     }
 }
 
