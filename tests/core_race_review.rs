@@ -568,3 +568,39 @@ fn merged_vacancies_wait_for_every_old_lease_to_be_gone() {
     let p = c.step(t(106.35), &o);
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
 }
+
+/// Review F3, without a gap: the watch is open and covered the read, but C's PUT
+/// has not reached the agent yet (the residual the agent's drain leaves); C (pg3,
+/// `W` 13) publishes its epoch 12 and lease. pg2 judged A's DELETE at 103.2 s on
+/// its fresh poll of A and promoted at once beside C. A member publishing a
+/// leadership newer than the key read makes the vacancy untimeable like a gap: no
+/// `W` of A, `ttl + R` from the read, and C's lease must be seen gone.
+#[test]
+fn f3_a_member_publishing_a_newer_leadership_makes_the_new_vacancy_untimeable() {
+    let mut c = core("pg2");
+    let mut members = vec![
+        leader_member("pg1", 8, "primary", 5, 5, 0xA),
+        member("pg2", 9, "replica", None),
+    ];
+    let v = view(10, Some(key("pg1", 5, 0xA)), members.clone());
+    c.step(t(100.0), &obs(v.clone(), pg(PgRole::Replica, Some("pg1"))));
+    let mut o = obs(v, pg(PgRole::Replica, Some("pg1")));
+    o.lease_poll = poll(0xA, 102.0, Some(1));
+    c.step(t(102.01), &o);
+    members.push(leader_member("pg3", 12, "primary", 13, 12, 0xC));
+    let mut o = obs(view(20, None, members.clone()), pg(PgRole::Replica, None));
+    o.leader_deleted_at = Some(t(103.2));
+    o.leader_deleted_revision = Some(11);
+    o.leader_changes = vec![deleted(103.2, 11)];
+    o.lease_poll = poll(0xA, 103.25, None);
+    c.step(t(103.3), &o);
+    let (at, polled) = acquire_and_promote(&mut c, "pg2", &members, 103.3);
+    assert!(
+        at >= 103.3 + 31.0 - 1e-6,
+        "promotes at {at}, before C's bound"
+    );
+    assert!(
+        polled.contains(&0xC),
+        "C's lease never checked: {polled:x?}"
+    );
+}
