@@ -130,10 +130,11 @@ fn adopted_leader(s: f64) -> Core {
 /// polls its lease at 102 s: TTL 1 s, so E_max = 103 s.
 fn follower_with_poll(old_wd: Option<u32>) -> Core {
     let mut c = core("pg2", None);
-    let members = vec![
-        member("pg1", 8, "primary", 1000, old_wd),
-        member("pg2", 9, "replica", 1000, None),
-    ];
+    // pg1 publishes its leadership's epoch, as a promoted leader does (review F2:
+    // only then does its `W` size the delay after its early DELETE).
+    let mut pg1 = member("pg1", 8, "primary", 1000, old_wd);
+    pg1.info.epoch = Some(5);
+    let members = vec![pg1, member("pg2", 9, "replica", 1000, None)];
     let v = view(10, Some(key("pg1", 5, 0xA)), members);
     let p = c.step(
         t(100.0),

@@ -71,6 +71,15 @@
 //! closed; liveness counts a winner whose watch was closed when the key went as
 //! early.
 //!
+//! Watchdogs (review F2/F3): a third of the schedules run one on every node, a
+//! third on none, a third on each node by chance; in a quarter of them (an rng of
+//! its own, so the faults of a seed are unchanged) each node reads back its own `W`
+//! within S6's range for the profile's ttl, so an old leader's `W` differs from the
+//! next one's. `TENURE_SIM_SAME_W=1` gives every node the profile's `W` (the
+//! schedules before). The core before review F2/F3 passes the first 4,000 of them
+//! too: those findings need a leadership shorter than a loop right after an early
+//! DELETE, which the scenarios in tests/core_race_review.rs build by hand.
+//!
 //! Not modelled: member keys' leases (they persist), PostgreSQL-level network faults
 //! (a replica streams whenever its upstream is writable and their WAL has not
 //! forked; a replica stalled by `SyncSwitch` stays connected), cascading replicas,
@@ -234,12 +243,13 @@ pub fn run_schedule(sched: Schedule) -> Outcome {
 fn describe(o: &Outcome) -> String {
     let s = &o.sched;
     format!(
-        "seed {}: {} nodes, profile {}, synchronous {:?}, watchdog {:?}, faults {:?}",
+        "seed {}: {} nodes, profile {}, synchronous {:?}, watchdog {:?} (W {:?}), faults {:?}",
         s.seed,
         s.nodes,
         s.profile.name,
         s.sync(),
         s.watchdog,
+        s.w.iter().map(|w| w.as_secs()).collect::<Vec<_>>(),
         s.faults
             .iter()
             .map(|f| format!(

@@ -254,11 +254,18 @@ impl Core {
             if self.has_fence() {
                 p.push(Action::DisarmWatchdog);
             }
-            p.push(Action::HandOver {
-                lease: l.lease,
-                epoch: l.epoch,
-                candidate: None,
-            });
+            // Review F2: only a leadership that promoted hands over with a marker. One
+            // still in its promote delay may follow an early DELETE whose old leader
+            // has not fenced yet: its marker would prove its own clean stop, not that
+            // (S3). The shell would find no shutdown checkpoint anyway (a standby's
+            // `pg_control` says "shut down in recovery"); the core does not rely on it.
+            if l.promoted {
+                p.push(Action::HandOver {
+                    lease: l.lease,
+                    epoch: l.epoch,
+                    candidate: None,
+                });
+            }
             // Its fallback, skipped by the shell once the hand-over released the key:
             // without a marker (no shutdown checkpoint: the postmaster had died) the
             // key still goes at once with a guarded delete, and the successor judges

@@ -38,6 +38,10 @@ pub(super) struct LeaseTrack {
     /// revision): the key stood unchanged from `epoch` to here, so a watch opened
     /// at or before the revision after it missed nothing of what followed.
     pub(super) seen_through: i64,
+    /// A read showed the holder's member key as a primary under this key's epoch
+    /// ([`promoted_under`]): it promoted after its own promote delay (S3), so any
+    /// early-expired leader before it has fenced or been reset by now (review F2).
+    pub(super) holder_promoted: bool,
 }
 
 /// The newest leadership (a `leader` PUT with a new create revision) the scope
@@ -87,6 +91,10 @@ pub(super) struct Vacancy {
     /// reports with a newer one (before the read, even if it arrives late) is a
     /// leadership it missed.
     pub(super) judged: Epoch,
+    /// Leases of other old holders that must be seen gone too, polled one after the
+    /// other once `old_lease` is (review F3: a leadership a member publishes after
+    /// a gap in the watch; and the earlier one when two vacancies merge).
+    pub(super) also_gone: Vec<LeaseId>,
 }
 
 /// A missed leadership's vacancy `m` found after `v` (open, or just built for the
@@ -106,10 +114,63 @@ fn after_open(v: &Vacancy, mut m: Vacancy) -> Vacancy {
         }
         m.old_epoch = None;
     }
+    // DESIGN §1 step 4's "previous holder's lease gone", for both: `v`'s lease, if
+    // not seen gone yet, is polled after `m`'s.
+    if !v.lease_gone {
+        v.old_lease.into_iter().for_each(|l| owe_lease(&mut m, l));
+    }
+    v.also_gone.iter().for_each(|l| owe_lease(&mut m, *l));
     // INVARIANT (S3, DESIGN §1 step 4): the delay `won` takes from `m` covers `v`'s
     // old leader as well as `m`'s: a later `at`, a `W` only if both had that same
     // one, else `ttl + R`, and no marker skips it.
     m
+}
+
+/// `lease` must be seen gone (TTL -1) before this vacancy lets anyone acquire: the
+/// one polled next if the vacancy's own is gone or unknown, else after it.
+fn owe_lease(v: &mut Vacancy, lease: LeaseId) {
+    if v.old_lease == Some(lease) || v.also_gone.contains(&lease) {
+        return;
+    }
+    if v.lease_gone || v.old_lease.is_none() {
+        v.old_lease = Some(lease);
+        v.lease_gone = false;
+    } else {
+        v.also_gone.push(lease);
+    }
+}
+
+/// A vacancy after a gap in the watch (review F3): a whole leadership may lie in
+/// the gap, its DELETE after the one seen and before this read, so the vacancy is
+/// early from `now` and nothing of the tracked holder sizes its delay: no `W`, no
+/// TTL (`won` takes the largest seen: `ttl + R`, S6(b) makes it the longer), no
+/// release marker. Every leader lease a member publishes for a leadership newer
+/// than the vacancy's judgement must be seen gone as well.
+fn untimeable(mut v: Vacancy, now: Instant, view: &ClusterView, me: &str) -> Vacancy {
+    v.at = now;
+    v.early = true;
+    v.old_watchdog = None;
+    v.old_ttl = None;
+    v.old_epoch = None;
+    for m in view.members.iter().filter(|m| m.name != me) {
+        if let (Some(e), Some(l)) = (m.info.epoch, m.info.leader_lease)
+            && e > v.judged
+        {
+            owe_lease(&mut v, l);
+        }
+    }
+    // INVARIANT (S3, DESIGN §1 step 4): after a gap the delay is the horizon bound
+    // of the largest TTL known, counted from a read later than any DELETE in it.
+    v
+}
+
+/// Whether member `m`, read now, shows it ran as a primary under leadership
+/// `epoch`: the leader publishes `role` from its PostgreSQL and `epoch` from its
+/// leadership, so only a promotion (or a start as primary) under that key, after
+/// its promote delay (S3), makes both true. A value that cannot be parsed proves
+/// nothing (review F2).
+pub(super) fn promoted_under(m: &Member, epoch: Epoch) -> bool {
+    m.info.parse_error.is_none() && m.info.role == "primary" && m.info.epoch == Some(epoch)
 }
 
 /// Whether the watch, as of this read, had reported every change after revision
@@ -193,10 +254,17 @@ impl Core {
         // After the vacancy is known: this iteration's poll may already show the old
         // lease gone (the poll runs after the read that showed the key absent).
         if let (Some(poll), Some(v)) = (&obs.lease_poll, &mut self.vacancy)
-            && v.old_lease == Some(poll.lease)
             && poll.ttl.is_none()
         {
-            v.lease_gone = true;
+            v.also_gone.retain(|l| *l != poll.lease);
+            if v.old_lease == Some(poll.lease) {
+                // INVARIANT (DESIGN §1 step 4): `lease_gone` only once every lease
+                // the vacancy owes was seen gone.
+                match v.also_gone.pop() {
+                    Some(next) => v.old_lease = Some(next),
+                    None => v.lease_gone = true,
+                }
+            }
         }
         self.note_ttls_seen(now, obs);
     }
@@ -276,6 +344,7 @@ impl Core {
             // INVARIANT (S3): this delay covers every leadership the watch reported
             // after `after`: the latest DELETE, and `W` or a marker only for one.
             judged: w.key.epoch,
+            also_gone: Vec::new(),
         })
     }
 
@@ -312,6 +381,9 @@ impl Core {
                         self.track.seen_through = view.revision;
                     }
                     if let Some(m) = view.member(&k.name) {
+                        if self.track.epoch == Some(k.epoch) && promoted_under(m, k.epoch) {
+                            self.track.holder_promoted = true;
+                        }
                         self.track.holder_watchdog = m.info.watchdog_timeout;
                         if m.info.leader_lease == Some(k.lease)
                             && let Some(t) = m.info.leader_ttl
@@ -332,14 +404,21 @@ impl Core {
                     );
                 if !won_now {
                     self.vacancy = None;
-                } else if let Some(v) = &self.vacancy
-                    && let Some(missed) = self
+                } else if let Some(v) = &self.vacancy {
+                    if let Some(missed) = self
                         .missed_vacancy(now, view, v.judged)
                         .filter(|m| m.judged < k.epoch)
-                {
-                    // The watch reported, only now, a leadership before our win that
-                    // this vacancy's judgement missed: `won` takes the delay from it.
-                    self.vacancy = Some(after_open(v, missed));
+                    {
+                        // The watch reported, only now, a leadership before our win
+                        // that this vacancy's judgement missed: `won` takes the delay
+                        // from it.
+                        self.vacancy = Some(after_open(v, missed));
+                    } else if !watch_covers(obs, v.absent_through) {
+                        // Review F4: a gap in the watch between the vacancy's last
+                        // read and this one, which shows our win, may hide a whole
+                        // leadership before it (S3): untimeable, from now.
+                        self.vacancy = Some(untimeable(v.clone(), now, view, &me));
+                    }
                 }
             }
             None => {
@@ -365,14 +444,18 @@ impl Core {
                         old_lease: m.info.leader_lease,
                         old_holder: Some(m.name.clone()),
                         early: true,
-                        old_watchdog: m.info.watchdog_timeout,
-                        old_ttl: m.info.leader_ttl,
+                        // Its `W` and TTL size the delay only if it ran as a primary
+                        // under `e` (review F2: else an early leader before it may
+                        // not have fenced yet).
+                        old_watchdog: m.info.watchdog_timeout.filter(|_| promoted_under(m, e)),
+                        old_ttl: m.info.leader_ttl.filter(|_| promoted_under(m, e)),
                         old_xlog: v.old_xlog.max(m.info.xlog_location),
                         lease_gone: m.info.leader_lease.is_none(),
                         seen_epoch: e,
                         old_epoch: Some(e),
                         absent_through: view.revision,
                         judged: e.max(v.judged),
+                        also_gone: Vec::new(),
                     };
                     self.vacancy = Some(after_open(v, newer));
                 }
@@ -385,12 +468,11 @@ impl Core {
                     if let Some(missed) = self.missed_vacancy(now, view, v.judged) {
                         self.vacancy = Some(after_open(v, missed));
                     } else if !watch_covers(obs, v.absent_through) {
+                        // Review F3: not with the tracked holder's `W` or TTL.
                         self.vacancy = Some(Vacancy {
-                            at: now,
-                            early: true,
                             seen_revision: view.revision,
                             absent_through: view.revision,
-                            ..v.clone()
+                            ..untimeable(v.clone(), now, view, &me)
                         });
                     }
                 }
@@ -459,7 +541,22 @@ impl Core {
                     // whole leadership came and went unseen, so the vacated epoch is not
                     // known, and no release marker can prove this DELETE (review F1).
                     let old_epoch = self.track.epoch.filter(|e| *e >= seen_epoch);
-                    self.vacancy = Some(Vacancy {
+                    // Review F2: an early DELETE of a holder no read showed running as
+                    // a primary under its epoch (in its own promote delay, or waiting
+                    // to promote) may follow an early DELETE of the leader before it,
+                    // which that holder's `W` and TTL say nothing about: the horizon
+                    // bound of the largest TTL known (S6(b) makes it the longer), from
+                    // this DELETE, which came after that one.
+                    let proven = self.track.holder_promoted
+                        || self.track.epoch.is_some_and(|e| {
+                            self.track
+                                .holder
+                                .as_deref()
+                                .and_then(|h| view.member(h))
+                                .is_some_and(|m| promoted_under(m, e))
+                        });
+                    let sized = proven || !early;
+                    let vacancy = Vacancy {
                         at,
                         seen_revision,
                         seen_epoch,
@@ -467,8 +564,8 @@ impl Core {
                         old_lease,
                         old_holder: self.track.holder.clone(),
                         early,
-                        old_watchdog: self.track.holder_watchdog,
-                        old_ttl: self.track.holder_ttl,
+                        old_watchdog: self.track.holder_watchdog.filter(|_| sized),
+                        old_ttl: self.track.holder_ttl.filter(|_| sized),
                         old_xlog: self.track.holder_xlog,
                         // This observation's poll may already have answered TTL -1
                         // for that lease (polled before the read showed the key gone).
@@ -479,6 +576,23 @@ impl Core {
                                 .is_some_and(|lp| Some(lp.lease) == old_lease && lp.ttl.is_none()),
                         absent_through: view.revision,
                         judged: self.track.epoch.unwrap_or(0),
+                        also_gone: Vec::new(),
+                    };
+                    // Review F3: after a gap, or when a member publishes a leadership
+                    // newer than the key we tracked (one came and went unseen), the
+                    // tracked holder's `W`, TTL and marker size nothing.
+                    let unseen = view.members.iter().any(|m| {
+                        m.name != me
+                            && m.info.leader_lease.is_some()
+                            && m.info
+                                .epoch
+                                .zip(self.track.epoch)
+                                .is_some_and(|(e, t)| e > t)
+                    });
+                    self.vacancy = Some(if gap || unseen {
+                        untimeable(vacancy, now, view, &me)
+                    } else {
+                        vacancy
                     });
                 }
                 if let (Some(m), Some(v)) = (missed, &self.vacancy) {

@@ -15,8 +15,8 @@
 //!   healthy-majority interval)`; the majority must hold from then to the end.
 //! - **The bound** (`Schedule::budget`, i.e. `tenure::config::budget`):
 //!   `failover_worst = ttl + 0.5 s sweep + 3 L_w + 2 R`, plus `early_expiry_delay`
-//!   (`2W + R + M` if the old leader ran a watchdog, `ttl + R` if not) when the
-//!   expiry was early, plus one `L_w` for fresh positions ([`fresh_allowance`]),
+//!   (`2W + R + M` with the old leader's own `W` if it ran a watchdog and was
+//!   elected under its key, `ttl + R` if not: review F2) when the expiry was early, plus one `L_w` for fresh positions ([`fresh_allowance`]),
 //!   plus [`SLACK`], counted from
 //!   `base = max(last keepalive etcd processed for the old lease, last etcd leader
 //!   change + election timeout, start of the healthy majority)`.
@@ -330,19 +330,34 @@ pub fn check(
         _ => false,
     };
     let early = stale || gapped || removal.as_ref().is_some_and(|r| r.early && !r.clean);
+    let holder = key
+        .name
+        .trim_start_matches("pg")
+        .parse::<usize>()
+        .unwrap_or(usize::MAX);
     let holder_wd = sched
         .watchdog
-        .get(
-            key.name
-                .trim_start_matches("pg")
-                .parse::<usize>()
-                .unwrap_or(usize::MAX),
-        )
+        .get(holder)
         .copied()
-        .unwrap_or(false);
-    let b = sched.budget(holder_wd);
+        .unwrap_or(false)
+        .then(|| sched.w[holder]);
+    // Review F2: a holder that never ran as a primary under its key may have won
+    // right after an earlier early DELETE; its own `W` says nothing about that one,
+    // so the core waits `ttl + R` after its early DELETE.
+    let created = rec
+        .keys
+        .iter()
+        .find(|(_, k)| k.as_ref() == Some(&key))
+        .map_or(Instant::ZERO, |x| x.0);
+    let gone = removal.as_ref().map_or(c, |r| r.at);
+    let promoted = state_at(&rec.elected, created)
+        || rec
+            .elected
+            .iter()
+            .any(|(at, v)| *v && *at > created && *at <= gone);
+    let b = sched.budget(holder_wd.filter(|_| promoted));
     let adoption_delay = if adopted_at.is_some() {
-        sched.budget(false).early_expiry_delay
+        sched.budget(None).early_expiry_delay
     } else {
         Duration::ZERO
     };

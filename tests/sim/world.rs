@@ -141,6 +141,10 @@ pub struct Schedule {
     pub profile: Profile,
     /// Per node: does it run a watchdog.
     pub watchdog: Vec<bool>,
+    /// Per node: the `W` its device reads back if it runs one (review F2/F3: a
+    /// quarter of the schedules give each node its own `W` in S6's range, so an
+    /// old leader's `W` is not the next one's).
+    pub w: Vec<Duration>,
     pub faults: Vec<Fault>,
     pub loop_faults: LoopFaults,
 }
@@ -303,11 +307,13 @@ impl Schedule {
                 .max()
                 .unwrap_or(Instant::ZERO);
         }
+        let w = node_watchdogs(seed, nodes, &profile);
         Schedule {
             seed,
             nodes,
             profile,
             watchdog,
+            w,
             faults,
             loop_faults,
         }
@@ -348,21 +354,52 @@ impl Schedule {
 
     /// The budget table `tenure check-config` prints for this profile, with the
     /// old leader's watchdog (`Some(W)`) or none.
-    pub fn budget(&self, watchdog: bool) -> tenure::config::Budget {
+    pub fn budget(&self, watchdog: Option<Duration>) -> tenure::config::Budget {
         let t = &self.profile.timing;
-        let tc = tenure::config::TimingConfig {
-            ttl: t.ttl,
-            loop_wait: t.loop_wait,
-            retry_timeout: t.retry_timeout,
-            safety_margin: t.safety_margin,
-            demote_budget: t.demote_budget,
-            promote_delay: t.promote_delay,
-            iteration_budget: t.loop_wait.saturating_sub(t.retry_timeout),
-        };
         // The simulated etcd grants what is asked (min TTL 1 s).
-        let w = watchdog.then_some(self.profile.w.as_secs() as u32);
-        tenure::config::budget(&tc, t.ttl, w)
+        let w = watchdog.map(|w| w.as_secs() as u32);
+        tenure::config::budget(&timing_config(t), t.ttl, w)
     }
+
+    /// Whether the nodes' watchdogs differ (some run none, or their `W` differ).
+    pub fn mixed_watchdogs(&self) -> bool {
+        let ws: Vec<_> = (0..self.nodes)
+            .map(|i| self.watchdog[i].then_some(self.w[i]))
+            .collect();
+        ws.iter().any(|w| *w != ws[0])
+    }
+}
+
+fn timing_config(t: &Timing) -> tenure::config::TimingConfig {
+    tenure::config::TimingConfig {
+        ttl: t.ttl,
+        loop_wait: t.loop_wait,
+        retry_timeout: t.retry_timeout,
+        safety_margin: t.safety_margin,
+        demote_budget: t.demote_budget,
+        promote_delay: t.promote_delay,
+        iteration_budget: t.loop_wait.saturating_sub(t.retry_timeout),
+    }
+}
+
+/// Each node's `W`: the profile's in three schedules of four; in the fourth each
+/// node draws its own within S6's range (b, e) for the profile's ttl. From an rng
+/// of its own, so every other draw of a seed (its faults) is as before;
+/// `TENURE_SIM_SAME_W=1` gives every node the profile's `W` (the schedules before
+/// review F2/F3).
+fn node_watchdogs(seed: u64, nodes: usize, profile: &Profile) -> Vec<Duration> {
+    let same = vec![profile.w; nodes];
+    let mut r = Rng::new(seed.wrapping_mul(0x9E37_79B9).wrapping_add(0xF2F3));
+    if std::env::var_os("TENURE_SIM_SAME_W").is_some() || !r.chance(0.25) {
+        return same;
+    }
+    let t = &profile.timing;
+    let Some((lo, hi)) = tenure::config::watchdog_range(&timing_config(t), t.ttl) else {
+        return same;
+    };
+    (0..nodes)
+        .map(|_| secs(f64::from(lo + r.below(u64::from(hi - lo + 1)) as u32)))
+        .collect()
 }
 
 /// A PostgreSQL data directory and server.
@@ -713,7 +750,7 @@ impl World {
         let nodes = (0..sched.nodes)
             .map(|i| Node {
                 name: format!("pg{i}"),
-                wd_timeout: sched.watchdog[i].then_some(sched.profile.w),
+                wd_timeout: sched.watchdog[i].then_some(sched.w[i]),
                 host_up: true,
                 agent_alive: false,
                 inc: 0,
