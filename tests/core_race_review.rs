@@ -56,6 +56,7 @@ fn pg(role: PgRole, following: Option<&str>) -> PgStatus {
         following: following.map(String::from),
         streaming: following.is_some(),
         epoch: None,
+        epoch_row: EpochRow::default(),
         sync_names: Some(String::new()),
         standbys: Vec::new(),
         report: Default::default(),
