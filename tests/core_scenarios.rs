@@ -4098,3 +4098,118 @@ fn seed_253898_review_a_later_read_lengthens_an_adoption_delay() {
     );
     promotes_only_at(&mut c, &v, &rep, &[200.1, 211.1, 230.9], 231.1);
 }
+
+// ---------------------------------------------------------------------------
+// Review of the seed 253898 fix, finding R3: closed by the F2 rule (a holder never
+// seen primary under its epoch is judged by the horizon bound, ttl + R).
+// ---------------------------------------------------------------------------
+/// R3 (safety, the "chain case with watchdogs" of the note's Left open, here with
+/// one constant ttl): ttl 30, L_w 1, R 0.5, M 1, B 0.5 (S6 b: 2 < W <= 14.25). pg1
+/// leads with W = 14 and stalls (SIGSTOP) after a pet at 101.9; its key is revoked
+/// early at 102. pg3 (W = 3) wins and, before its promote delay ends, loses its key
+/// early too (104) and its host. pg2 judges only pg3's vacancy: 2*3 + R + M = 7.5 s
+/// from 104, promoting at 111.5 while pg1's PostgreSQL accepts writes until its
+/// device fires at 101.9 + 14 = 115.9.
+#[test]
+fn review_r3_chain_with_a_shorter_watchdog_waits_for_the_first_leaders_reset() {
+    let timing = Timing {
+        ttl: 30,
+        loop_wait: Duration::from_secs(1),
+        retry_timeout: Duration::from_millis(500),
+        safety_margin: Duration::from_secs(1),
+        demote_budget: Duration::from_millis(500),
+        promote_delay: None,
+        maximum_lag_on_failover: 1 << 20,
+        primary_start_timeout: Duration::from_secs(30),
+        synchronous: SyncMode::Off,
+    };
+    let mut c = Core::new(
+        CoreConfig {
+            name: "pg2".into(),
+            nofailover: false,
+            watchdog: None,
+            move_aside_unusable: false,
+        },
+        timing,
+    );
+    let mut pg1 = member("pg1", 8, "primary", 1000, Some(14));
+    pg1.info.leader_lease = Some(0xA);
+    pg1.info.leader_ttl = Some(30);
+    let v = view(10, Some(key("pg1", 5, 0xA)), vec![pg1.clone()]);
+    c.step(
+        t(100.0),
+        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+    );
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: t(101.5),
+        ttl: Some(29),
+        granted_ttl: Some(30),
+        has_keys: true,
+    });
+    c.step(t(101.51), &o);
+    // pg1's key revoked early at 102; pg3 won it (lease 0xC, W 3).
+    let mut pg3 = member("pg3", 11, "replica", 1000, Some(3));
+    pg3.info.leader_lease = Some(0xC);
+    pg3.info.leader_ttl = Some(30);
+    let members = vec![pg1, member("pg2", 9, "replica", 1000, None), pg3];
+    let v = view(12, Some(key("pg3", 12, 0xC)), members.clone());
+    c.step(t(103.0), &obs(v.clone(), pg(PgRole::Replica, 1000, None)));
+    let mut o = obs(v, pg(PgRole::Replica, 1000, None));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xC,
+        sent_at: t(103.5),
+        ttl: Some(29),
+        granted_ttl: Some(30),
+        has_keys: true,
+    });
+    c.step(t(103.51), &o);
+    // pg3's key revoked early at 104 (E_max 132.5); its host is gone.
+    let mut o = obs(
+        view(20, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.leader_deleted_at = Some(t(104.0));
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xC,
+        sent_at: t(104.05),
+        ttl: None,
+        granted_ttl: None,
+        has_keys: false,
+    });
+    let p = c.step(t(104.1), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(104.15),
+        epoch: 21,
+    });
+    c.step(t(104.2), &o);
+    let v = view(22, Some(key("pg2", 21, 0xB)), members);
+    let rep = pg(PgRole::Replica, 1000, None);
+    let mut promoted_at = None;
+    let mut at = 104.3;
+    while at < 140.0 {
+        let p = c.step(t(at), &renewed(v.clone(), rep.clone(), at));
+        if p.actions
+            .iter()
+            .any(|a| matches!(a, Action::Promote { .. }))
+        {
+            promoted_at = Some(at);
+            break;
+        }
+        at += 0.1;
+    }
+    let promoted_at = promoted_at.expect("promotes eventually");
+    // pg1's device fires at its last pet + W = 101.9 + 14 = 115.9.
+    assert!(
+        promoted_at >= 115.9,
+        "promoted at {promoted_at:.1} s, before the stalled old primary's reset at 115.9 s"
+    );
+}
