@@ -290,7 +290,7 @@ fn a_reinitialized_former_primary_clones_and_starts_without_a_rewind() {
 }
 
 /// Seed 9982: the `LeaseTimeToLive` poll an adoption needs before its renewal
-/// (the lease still has `ttl_left` seconds, sent at `at`).
+/// (25 s left, sent at `at`).
 fn polled(mut o: Observation, lease: LeaseId, at: f64) -> Observation {
     o.lease_poll = Some(LeasePoll {
         lease,

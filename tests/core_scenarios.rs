@@ -4121,7 +4121,7 @@ fn seed_253898_review_a_later_read_lengthens_an_adoption_delay() {
 }
 
 /// Seed 9982: the `LeaseTimeToLive` poll an adoption needs before its renewal
-/// (the lease still has `ttl_left` seconds, sent at `at`).
+/// (25 s left, sent at `at`).
 fn polled(mut o: Observation, lease: LeaseId, at: f64) -> Observation {
     o.lease_poll = Some(LeasePoll {
         lease,

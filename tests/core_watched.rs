@@ -346,7 +346,7 @@ fn a_delete_before_the_next_poll_after_a_skipped_one_is_judged_early() {
 }
 
 /// Seed 9982: the `LeaseTimeToLive` poll an adoption needs before its renewal
-/// (the lease still has `ttl_left` seconds, sent at `at`).
+/// (25 s left, sent at `at`).
 fn polled(mut o: Observation, lease: LeaseId, at: f64) -> Observation {
     o.lease_poll = Some(LeasePoll {
         lease,
