@@ -102,7 +102,10 @@ fn obs(v: ClusterView, pg: PgStatus) -> Observation {
 fn leader(s: f64) -> Core {
     let mut c = core("pg1");
     let v = view(Some("pg1"), members());
-    c.step(t(s), &obs(v.clone(), pg(PgRole::Primary, None, true)));
+    c.step(
+        t(s),
+        &polled(obs(v.clone(), pg(PgRole::Primary, None, true)), 0xA, s),
+    );
     let mut o = obs(v, pg(PgRole::Primary, None, true));
     o.renewal = Some(Renewal {
         lease: 0xA,
@@ -284,4 +287,17 @@ fn a_reinitialized_former_primary_clones_and_starts_without_a_rewind() {
             leader: "pg1".into()
         })]
     );
+}
+
+/// Seed 9982: the `LeaseTimeToLive` poll an adoption needs before its renewal
+/// (25 s left, sent at `at`).
+fn polled(mut o: Observation, lease: LeaseId, at: f64) -> Observation {
+    o.lease_poll = Some(LeasePoll {
+        lease,
+        sent_at: t(at),
+        ttl: Some(25),
+        granted_ttl: None,
+        has_keys: true,
+    });
+    o
 }

@@ -117,7 +117,10 @@ fn counted(lease: LeaseId, at: f64) -> Option<Renewal> {
 fn adopted_leader(s: f64) -> Core {
     let mut c = core("pg1", None);
     let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
-    let p = c.step(t(s), &obs(v.clone(), pg(PgRole::Primary, 500, None)));
+    let p = c.step(
+        t(s),
+        &polled(obs(v.clone(), pg(PgRole::Primary, 500, None)), 0xA, s),
+    );
     assert!(p.actions.is_empty(), "{:?}", p.actions);
     let mut o = obs(v, pg(PgRole::Primary, 500, None));
     o.renewal = counted(0xA, s);
@@ -324,6 +327,15 @@ fn key_naming_me_at_start_up_is_adopted_after_a_counted_renewal() {
         "{}",
         p.reason
     );
+    // Seed 9982: the lease is polled first; no renewal before that poll.
+    assert!(!c.renew_now());
+    assert_eq!(c.lease_to_renew(), None);
+    assert_eq!(c.lease_to_poll(), Some(0xA));
+    let p = c.step(
+        t(5.005),
+        &polled(obs(v.clone(), pg(PgRole::Primary, 500, None)), 0xA, 5.0),
+    );
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
     assert!(c.renew_now());
     assert_eq!(c.lease_to_renew(), Some((0xA, 5)));
     assert!(c.leadership().is_none());
@@ -457,7 +469,10 @@ fn sigterm_on_a_leader_stops_then_releases_and_exits() {
 fn clean_shutdown_with_an_orphan_backend_releases_only_after_a_complete_fence() {
     let mut c = core("pg1", Some(10));
     let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
-    c.step(t(100.0), &obs(v.clone(), pg(PgRole::Primary, 500, None)));
+    c.step(
+        t(100.0),
+        &polled(obs(v.clone(), pg(PgRole::Primary, 500, None)), 0xA, 100.0),
+    );
     let mut o = obs(v.clone(), pg(PgRole::Primary, 500, None));
     o.renewal = counted(0xA, 100.0);
     let p = c.step(t(100.01), &o);
@@ -932,7 +947,7 @@ fn an_adopted_primary_whose_data_is_ahead_of_the_key_is_fenced_but_keeps_the_key
     let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
     let mut prim = pg(PgRole::Primary, 500, None);
     prim.epoch = Some(50);
-    c.step(t(100.0), &obs(v.clone(), prim.clone()));
+    c.step(t(100.0), &polled(obs(v.clone(), prim.clone()), 0xA, 100.0));
     let mut o = obs(v.clone(), prim.clone());
     o.renewal = counted(0xA, 100.0);
     c.step(t(100.01), &o);
@@ -1961,7 +1976,10 @@ fn adoption_without_a_cluster_read_fences_a_local_primary() {
     // Finding 11: the timeline check took `unwrap_or(1)` when the read failed.
     let mut c = core("pg1", None);
     let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
-    c.step(t(5.0), &obs(v, pg(PgRole::Primary, 500, None)));
+    c.step(
+        t(5.0),
+        &polled(obs(v, pg(PgRole::Primary, 500, None)), 0xA, 5.0),
+    );
     assert!(c.renew_now());
     let mut o = obs(ClusterView::default(), pg(PgRole::Primary, 500, None));
     o.cluster = Err("timed out".into());
@@ -1972,7 +1990,10 @@ fn adoption_without_a_cluster_read_fences_a_local_primary() {
     // A replica may wait for the next read instead.
     let mut c = core("pg1", None);
     let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
-    c.step(t(5.0), &obs(v, pg(PgRole::Replica, 500, None)));
+    c.step(
+        t(5.0),
+        &polled(obs(v, pg(PgRole::Replica, 500, None)), 0xA, 5.0),
+    );
     let mut o = obs(ClusterView::default(), pg(PgRole::Replica, 500, None));
     o.cluster = Err("timed out".into());
     o.renewal = counted(0xA, 5.01);
@@ -3693,7 +3714,7 @@ fn restarted_winner_with(
     rep.epoch = Some(data_epoch);
     rep.epoch_row.member = row_by.map(|(m, _)| m.to_string());
     rep.epoch_row.lease = row_by.map(|(_, l)| l);
-    let p = c.step(t(200.0), &obs(v.clone(), rep.clone()));
+    let p = c.step(t(200.0), &polled(obs(v.clone(), rep.clone()), 0xB, 200.0));
     assert!(c.renew_now(), "{}", p.reason);
     let mut o = obs(v.clone(), rep.clone());
     o.renewal = Some(Renewal {
@@ -4073,7 +4094,7 @@ fn seed_253898_review_a_later_read_lengthens_an_adoption_delay() {
     );
     let mut rep = pg(PgRole::Replica, 1000, None);
     rep.epoch = Some(5);
-    let p = c.step(t(200.0), &obs(v, rep.clone()));
+    let p = c.step(t(200.0), &polled(obs(v, rep.clone()), 0xB, 200.0));
     assert!(c.renew_now(), "{}", p.reason);
     let mut o = obs(ClusterView::default(), rep.clone());
     o.cluster = Err("timed out".into());
@@ -4097,6 +4118,101 @@ fn seed_253898_review_a_later_read_lengthens_an_adoption_delay() {
         vec![member("pg2", 9, "replica", 1000, None), saw],
     );
     promotes_only_at(&mut c, &v, &rep, &[200.1, 211.1, 230.9], 231.1);
+}
+
+/// Seed 9982: the `LeaseTimeToLive` poll an adoption needs before its renewal
+/// (25 s left, sent at `at`).
+fn polled(mut o: Observation, lease: LeaseId, at: f64) -> Observation {
+    o.lease_poll = Some(LeasePoll {
+        lease,
+        sent_at: t(at),
+        ttl: Some(25),
+        granted_ttl: None,
+        has_keys: true,
+    });
+    o
+}
+
+/// Seed 9982 as the shell drives it: pg1's agent restarts after a host reset while
+/// the key still names it (lease 0xA, epoch 18) and its data already shows epoch 18;
+/// the lease is nearly expired. A replica that polled it just before saw TTL 0, so
+/// its `E_max` is that poll, and an early revoke right after an adopting renewal
+/// would be judged on time while pg1's `F` lies `W` later. Each step carries what
+/// the shell sends for the core's state: the renewal if `lease_to_renew`, the poll
+/// (`ttl_left`) if `lease_to_poll`. Returns the actions planned, the leadership.
+fn restart_on_a_lease_with(ttl_left: i64, poll_lag: f64) -> (Vec<Action>, Core) {
+    let mut c = core("pg1", Some(3));
+    let v = view(40, Some(key("pg1", 18, 0xA)), vec![]);
+    let mut rep = pg(PgRole::Replica, 1000, None);
+    rep.epoch = Some(18);
+    rep.epoch_row.member = Some("pg1".into());
+    rep.epoch_row.lease = Some(0xA);
+    let mut actions = Vec::new();
+    let mut now = 39.09;
+    for _ in 0..6 {
+        let mut o = obs(v.clone(), rep.clone());
+        if let Some((lease, _)) = c.lease_to_renew() {
+            o.renewal = counted(lease, now);
+        }
+        if let Some(lease) = c.lease_to_poll() {
+            o.lease_poll = Some(LeasePoll {
+                lease,
+                sent_at: t(now - poll_lag),
+                ttl: Some(ttl_left),
+                granted_ttl: Some(7),
+                has_keys: true,
+            });
+        }
+        let p = c.step(t(now + 0.005), &o);
+        actions.extend(p.actions.iter().cloned());
+        if let Some(pet) = p.actions.iter().find_map(|a| match a {
+            Action::PetWatchdog { .. } => Some(PetReport {
+                at: t(now + 0.006),
+                outcome: PetOutcome::Done,
+            }),
+            _ => None,
+        }) {
+            let mut o = obs(v.clone(), rep.clone());
+            o.pet = Some(pet);
+            let p = c.step(t(now + 0.007), &o);
+            actions.extend(p.actions.iter().cloned());
+        }
+        now += 0.01;
+    }
+    (actions, c)
+}
+
+#[test]
+fn seed_9982_an_adoption_never_resurrects_a_lease_a_replica_counts_as_running_out() {
+    // TTL 0 at the poll: no renewal, no pet, no promotion; the lease is revoked
+    // (no local primary runs) and the node competes afresh.
+    let (actions, c) = restart_on_a_lease_with(0, 0.0);
+    assert!(c.leadership().is_none(), "{actions:?}");
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Promote { .. } | Action::PetWatchdog { .. })),
+        "{actions:?}"
+    );
+    assert!(
+        actions.contains(&Action::Revoke { lease: 0xA }),
+        "{actions:?}"
+    );
+    // TTL 4 s: 4 < (s - q) + L_w + R + 1 s = 4 s + the 5 ms to the renewal.
+    let (actions, c) = restart_on_a_lease_with(4, 0.0);
+    assert!(c.leadership().is_none(), "{actions:?}");
+    // A poll sent 3.1 s before (more than L_w + R): no fresh prediction, no adoption.
+    let (actions, c) = restart_on_a_lease_with(25, 3.1);
+    assert!(c.leadership().is_none(), "{actions:?}");
+    assert!(!actions.iter().any(|a| matches!(a, Action::Promote { .. })));
+    // The quick restart of a leader whose lease has plenty left still adopts, and
+    // promotes at once (its data shows the key's epoch).
+    let (actions, c) = restart_on_a_lease_with(5, 0.0);
+    assert!(c.leadership().is_some(), "{actions:?}");
+    assert!(
+        actions.contains(&Action::Promote { epoch: 18 }),
+        "{actions:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -180,7 +180,10 @@ fn a_leader_never_decides_on_a_kept_view() {
     // pg1 adopts its own key through a counted renewal, then leads.
     let mut c = core("pg1");
     let v = view(10, Some(key("pg1", 5, 0xA)));
-    c.step(t(0.0), &reading(Ok(v.clone()), pg(PgRole::Primary, None)));
+    c.step(
+        t(0.0),
+        &polled(reading(Ok(v.clone()), pg(PgRole::Primary, None)), 0xA, 0.0),
+    );
     assert!(!c.watched_view_serves(&v), "adopting (S4)");
     let mut o = reading(Ok(v.clone()), pg(PgRole::Primary, None));
     o.renewal = Some(Renewal {
@@ -340,4 +343,17 @@ fn a_delete_before_the_next_poll_after_a_skipped_one_is_judged_early() {
         "{}",
         p.reason
     );
+}
+
+/// Seed 9982: the `LeaseTimeToLive` poll an adoption needs before its renewal
+/// (25 s left, sent at `at`).
+fn polled(mut o: Observation, lease: LeaseId, at: f64) -> Observation {
+    o.lease_poll = Some(LeasePoll {
+        lease,
+        sent_at: t(at),
+        ttl: Some(25),
+        granted_ttl: None,
+        has_keys: true,
+    });
+    o
 }

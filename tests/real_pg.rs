@@ -702,7 +702,8 @@ fn a_fence_between_a_restarts_stop_and_start_aborts_the_start() {
 fn clean_shutdown_releases_only_after_the_orphan_backend_is_gone() {
     use tenure::core::model::{Action, Reason};
     use tenure::core::model::{
-        ClusterView, Initialize, LeaderKey, Observation, Renewal, RenewalOutcome, SyncMode, Timing,
+        ClusterView, Initialize, LeaderKey, LeasePoll, Observation, Renewal, RenewalOutcome,
+        SyncMode, Timing,
     };
     use tenure::core::{Core, CoreConfig};
 
@@ -755,7 +756,16 @@ fn clean_shutdown_releases_only_after_the_orphan_backend_is_gone() {
     let obs = |pg: PgStatus| Observation::reading(Ok(view.clone()), pg);
     let probe = |n: &mut PgCtl| n.probe(clock::now().add(secs(2)));
     let st = probe(&mut g.nodes[0]);
-    core.step(clock::now(), &obs(st.clone()));
+    // The poll of the key's lease an adoption needs first (seed 9982).
+    let mut o = obs(st.clone());
+    o.lease_poll = Some(LeasePoll {
+        lease: 0xA,
+        sent_at: clock::now(),
+        ttl: Some(29),
+        granted_ttl: Some(30),
+        has_keys: true,
+    });
+    core.step(clock::now(), &o);
     let mut o = obs(st);
     o.renewal = Some(Renewal {
         lease: 0xA,

@@ -148,13 +148,19 @@ impl Core {
                 // stopped during a switchover): never resumed on, like a fenced one.
                 if first && !self.released_by_marker(view, k.epoch) {
                     // S4: adopt only through a confirmed renewal of the key's lease.
+                    // Seed 9982: a poll of the lease first (an observation that
+                    // already carries one is weighed at once, `adopting_poll`).
                     self.state = State::Adopting {
                         lease: k.lease,
                         epoch: k.epoch,
+                        poll: None,
                     };
+                    if Self::adoption_poll(obs, k.lease).is_some() {
+                        return self.adopting_poll(now, obs, p, k.lease, k.epoch);
+                    }
                     p.again = true;
                     return Reason::Waiting(format!(
-                        "the leader key names me (epoch {}); confirming before adopting (S4)",
+                        "the leader key names me (epoch {}); polling its lease, then confirming before adopting (S4)",
                         k.epoch
                     ));
                 }

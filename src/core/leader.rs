@@ -303,11 +303,19 @@ impl Core {
         p: &mut Planner,
         lease: LeaseId,
         epoch: Epoch,
+        poll: super::adopt::AdoptPoll,
     ) -> Reason {
         let Some(r) = &obs.renewal else {
             p.again = true;
             return Reason::Waiting("confirming the leader key that names me (S4)".into());
         };
+        // Seed 9982 (DESIGN §1 step 4, S6(e)): checked on the renewal's own send
+        // instant; refused even after it counted (nothing was petted or promoted).
+        if r.lease == lease
+            && let Some(why) = self.adoption_too_late(poll, r.sent_at)
+        {
+            return self.refuse_adoption(obs, p, lease, why);
+        }
         match r.outcome {
             RenewalOutcome::Counted { .. }
                 if r.lease == lease && obs.cluster.is_err() && obs.pg.may_accept_writes() =>

@@ -110,14 +110,19 @@ impl Core {
     pub fn lease_to_renew(&self) -> Option<(LeaseId, Epoch)> {
         match &self.state {
             State::Leader(l) => Some((l.lease, l.epoch)),
-            State::Adopting { lease, epoch, .. } => Some((*lease, *epoch)),
+            // Seed 9982: only once the poll that allows it is in (`adopt.rs`).
+            State::Adopting {
+                lease,
+                epoch,
+                poll: Some(_),
+            } => Some((*lease, *epoch)),
             _ => None,
         }
     }
 
     /// True while adopting: the renewal must not wait for the tick.
     pub fn renew_now(&self) -> bool {
-        matches!(self.state, State::Adopting { .. })
+        matches!(self.state, State::Adopting { poll: Some(_), .. })
     }
 
     /// A lease other than the leader lease that must be kept alive (the bootstrap lock).

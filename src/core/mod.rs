@@ -15,6 +15,7 @@
 //!   and promotion waits the promote delay after an early expiry.
 //! - S4: a local primary without the key is fenced unless a confirmed renewal adopts.
 
+mod adopt;
 mod bootstrap;
 mod candidacy;
 mod catchup;
@@ -68,6 +69,8 @@ enum State {
     Adopting {
         lease: LeaseId,
         epoch: Epoch,
+        /// The poll of `lease` the confirming renewal waits for (seed 9982).
+        poll: Option<adopt::AdoptPoll>,
     },
     Follower,
     Leader(Leadership),
@@ -298,7 +301,16 @@ impl Core {
             } => self.fencing(obs, p, lease, epoch, release, why),
             State::Stopping => self.stopping(obs, p),
             State::Leader(l) => self.lead(now, obs, p, l),
-            State::Adopting { lease, epoch, .. } => self.adopting(now, obs, p, lease, epoch),
+            State::Adopting {
+                lease,
+                epoch,
+                poll: None,
+            } => self.adopting_poll(now, obs, p, lease, epoch),
+            State::Adopting {
+                lease,
+                epoch,
+                poll: Some(poll),
+            } => self.adopting(now, obs, p, lease, epoch, poll),
             State::Bootstrapping { lease } => self.bootstrapping(obs, p, lease),
             State::Init | State::Follower => self.follow(now, obs, p),
         }
