@@ -87,7 +87,8 @@ fn idle_reader(c: &TestCluster, i: usize) -> postgres::Client {
 /// transaction it waited out its timeout, every iteration, and the new primary's
 /// row never showed its epoch. Now the ALTER runs only when the column is missing:
 /// with such a reader on every replica, the new primary records its epoch and keeps
-/// the key. Failed before the fix (the row stayed at the old epoch).
+/// the key. Failed before the fix (run with `TENURE_TEST_AGENT` set to the build
+/// before it: no new primary within `FAILOVER`).
 #[test]
 fn real_epoch_row_written_past_a_reader_idle_in_transaction() {
     let mut c = bed("idle");
