@@ -679,8 +679,8 @@ impl Agent {
     }
 
     /// `min(now + d, F - B)`, not capped at the next tick: for the few one-off
-    /// actions whose failure costs more than a late keepalive — `pg_promote()` and
-    /// the epoch row — so a promotion that starts
+    /// actions whose failure costs more than a late keepalive — `pg_promote()` —
+    /// so a promotion that starts
     /// just before a tick is not cut short (review of issue 8). S1 still caps them.
     fn deadline_past_tick(&self, d: Duration) -> Instant {
         let t = clock::now().add(d);
@@ -1815,7 +1815,10 @@ impl Agent {
     /// 5, §3). Bounded; a failure is logged and retried next iteration (the core asks
     /// again while the row differs), never blocks the loop.
     fn write_epoch(&mut self, epoch: Epoch) {
-        let deadline = self.deadline_past_tick(Duration::from_secs(2));
+        // Capped at the next tick like every call on the leader's path (S6 d; fresh-
+        // eyes review of seed 253898, R3): it is retried every iteration until it
+        // succeeds, so a write that waits must never delay a keepalive.
+        let deadline = self.deadline(Duration::from_secs(2));
         let me = self.cfg.name.clone();
         // The row names the lease too: an adoption lifts its delay only on a row of
         // this very leadership (`Core::lift_adoption_delay`, seed 253898 review).

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use toml::{Table, Value};
 
+pub use crate::core::model::{MAX_TTL, MAX_WATCHDOG};
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WatchdogMode {
     Off,
@@ -289,7 +291,7 @@ impl std::error::Error for ConfigError {}
 /// Which part of the timing contract a [`TimingError`] is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimingRule {
-    /// A duration (or the ttl) is not > 0.
+    /// A duration (or the ttl) is not > 0, or the ttl is above [`MAX_TTL`].
     Positive,
     /// S6(a): `L_w + 2R <= ttl`.
     A,
@@ -426,6 +428,14 @@ pub fn validate_timing(
         return Err(TimingError {
             rule: TimingRule::Positive,
             detail: "ttl must be > 0, found 0".into(),
+        });
+    }
+    // The upper bound every member also applies to the TTLs others publish
+    // (`MAX_TTL`): a larger one would be read as garbage by the rest of the cluster.
+    if granted_ttl > MAX_TTL {
+        return Err(TimingError {
+            rule: TimingRule::Positive,
+            detail: format!("ttl must be <= {MAX_TTL} s, found {granted_ttl}"),
         });
     }
     positive("loop_wait", t.loop_wait)?;

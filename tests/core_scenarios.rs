@@ -4329,3 +4329,115 @@ fn review_r3_chain_with_a_shorter_watchdog_waits_for_the_first_leaders_reset() {
         "promoted at {promoted_at:.1} s, before the stalled old primary's reset at 115.9 s"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Fresh-eyes review of the seed 253898 fix: each test failed before its fix.
+// ---------------------------------------------------------------------------
+
+/// R1 (liveness, DESIGN §1 step 4, §4: values others wrote may be garbage): a
+/// `leader_ttl_seen` of 4e9 in another member's key sized the adoption delay
+/// (~127 years) and was republished by the adopter (its own key then carried it
+/// through restarts). A TTL above `MAX_TTL` is left out: the adoption waits
+/// `ttl + R` (31 s) while the junk key stays, and publishes only its own 30.
+#[test]
+fn review_r1_a_huge_leader_ttl_seen_neither_blocks_an_adoption_nor_is_republished() {
+    let mut c = core("pg2", None);
+    let mut junk = member("pgx", 7, "replica", 0, Some(u32::MAX));
+    junk.info.leader_ttl_seen = Some(4_000_000_000);
+    junk.info.leader_ttl = Some(4_000_000_000);
+    junk.info.tags.nofailover = true;
+    let mut own = member("pg2", 9, "replica", 1000, None);
+    // Our own key from before a restart (another writer may have garbled it too).
+    own.info.leader_ttl_seen = Some(3601);
+    let v = view(30, Some(key("pg2", 21, 0xB)), vec![own, junk]);
+    let mut rep = pg(PgRole::Replica, 1000, None);
+    rep.epoch = Some(5);
+    // Seed 9982: the adopter polls its lease before the confirming renewal.
+    let p = c.step(t(200.0), &polled(obs(v.clone(), rep.clone()), 0xB, 200.0));
+    assert!(c.renew_now(), "{}", p.reason);
+    let mut o = obs(v.clone(), rep.clone());
+    o.renewal = Some(Renewal {
+        lease: 0xB,
+        sent_at: t(200.0),
+        outcome: RenewalOutcome::Counted { ttl: 30 },
+    });
+    c.step(t(200.01), &o);
+    promotes_only_at(&mut c, &v, &rep, &[200.1, 230.9], 231.1);
+    assert_eq!(c.leader_ttl_seen(), Some(30), "publishes only what it saw");
+}
+
+/// R1b: the same garbage in `won` (a takeover after an early DELETE, the old
+/// leader without a watchdog figure): a floor above `MAX_TTL` is left out, the
+/// delay is `ttl + R` from the DELETE (11 s at ttl 10), and it is not republished.
+#[test]
+fn review_r1b_a_huge_leader_ttl_seen_neither_blocks_an_early_takeover_nor_spreads() {
+    let mut c = core_at_ttl10();
+    let mut old = member("pg1", 8, "primary", 1000, None);
+    old.info.leader_lease = Some(0xA);
+    let mut junk = member("pgx", 7, "replica", 1000, None);
+    junk.info.leader_ttl_seen = Some(4_000_000_000);
+    junk.info.tags.nofailover = true;
+    let members = vec![old, member("pg2", 9, "replica", 1000, None), junk];
+    let p = win_after_delete(&mut c, members, 100.0);
+    assert!(
+        (delayed_by(&p) - (100.0 + 11.0 - 100.3)).abs() < 1e-6,
+        "{}",
+        p.reason
+    );
+    assert_eq!(c.leader_ttl_seen(), Some(10), "publishes only what it saw");
+}
+
+/// R2 (liveness, S3, DESIGN §3): a leader whose `tenure.epoch` row never reads in
+/// this run (a standby replaying a crashed primary's lock on the table) waited for
+/// good: `primary_start_timeout` (30 s) after its wait began (the promote delay's
+/// end, 131 s), it gives the key up (fence, then a guarded release) without
+/// promoting, naming the cause, so a member that can read its row may lead.
+#[test]
+fn review_r2_a_leader_whose_epoch_row_never_reads_gives_the_key_up() {
+    let mut c = core("pg2", None);
+    let mut failed = pg(PgRole::Replica, 900, None);
+    failed.epoch_row.unread = true;
+    let _ = c.step(t(100.0), &obs(view(4, None, vec![]), failed.clone()));
+    let v = view(5, Some(key("pg2", 3, 0xB)), vec![]);
+    let mut o = obs(v.clone(), failed.clone());
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(101.0),
+        epoch: 3,
+    });
+    c.step(t(101.0), &o);
+    for at in [132.0, 150.0, 162.0] {
+        let p = c.step(t(at), &renewed(v.clone(), failed.clone(), at));
+        no_acquire_nor_promote(&p);
+        assert!(
+            matches!(p.reason, Reason::Waiting(ref s) if s.contains("tenure.epoch")),
+            "at {at}: {}",
+            p.reason
+        );
+        assert!(c.leadership().is_some(), "at {at}");
+    }
+    let p = c.step(t(162.1), &renewed(v.clone(), failed.clone(), 162.1));
+    no_acquire_nor_promote(&p);
+    assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
+    assert!(
+        matches!(p.reason, Reason::Fencing(ref s) if s.contains("tenure.epoch") && s.contains("primary_start_timeout")),
+        "{}",
+        p.reason
+    );
+    assert!(c.leadership().is_none(), "{}", p.reason);
+    let mut o = renewed(v, failed, 162.2);
+    o.renewal = None;
+    o.fence = Some(FenceOutcome::Complete);
+    let p = c.step(t(162.2), &o);
+    assert!(
+        p.actions.contains(&Action::Release {
+            lease: 0xB,
+            epoch: 3
+        }),
+        "{:?} ({})",
+        p.actions,
+        p.reason
+    );
+    no_acquire_nor_promote(&p);
+}

@@ -62,3 +62,57 @@ fn real_epoch_row_after_bootstrap_and_failover() {
     let survivors: Vec<usize> = all.iter().copied().filter(|&i| i != p).collect();
     wait_row_everywhere(&c, &survivors, epoch2, &leader2);
 }
+
+/// A session on node `i` idle in a transaction that read `tenure.epoch` (it holds
+/// the table's AccessShareLock until it ends): dropped, the session ends.
+fn idle_reader(c: &TestCluster, i: usize) -> postgres::Client {
+    let mut s = postgres::Config::new()
+        .host(&c.addr(i).to_string())
+        .port(c.pg_port(i))
+        .user("postgres")
+        .password(&c.passwords.superuser)
+        .dbname("postgres")
+        .application_name("idle-reader")
+        .connect_timeout(Duration::from_secs(2))
+        .connect(postgres::NoTls)
+        .unwrap_or_else(|e| panic!("{}: connect: {e}", c.name(i)));
+    s.batch_execute("BEGIN; SELECT epoch FROM tenure.epoch")
+        .unwrap_or_else(|e| panic!("{}: read tenure.epoch: {e}", c.name(i)));
+    s
+}
+
+/// Fresh-eyes review of seed 253898, R3 (S6 d, DESIGN §3): every epoch write ran
+/// `ALTER TABLE tenure.epoch ADD COLUMN IF NOT EXISTS lease`, which takes an
+/// AccessExclusiveLock even when the column exists: behind a reader idle in a
+/// transaction it waited out its timeout, every iteration, and the new primary's
+/// row never showed its epoch. Now the ALTER runs only when the column is missing:
+/// with such a reader on every replica, the new primary records its epoch and keeps
+/// the key. Failed before the fix (run with `TENURE_TEST_AGENT` set to the build
+/// before it: no new primary within `FAILOVER`).
+#[test]
+fn real_epoch_row_written_past_a_reader_idle_in_transaction() {
+    let mut c = bed("idle");
+    let p = c.settled(BOOT).unwrap_or_else(|e| panic!("{e}"));
+    let (leader, epoch) = c.leader_key().expect("leader key");
+    let all: Vec<usize> = (0..c.node_count()).collect();
+    wait_row_everywhere(&c, &all, epoch, &leader);
+    let survivors: Vec<usize> = all.iter().copied().filter(|&i| i != p).collect();
+    let readers: Vec<postgres::Client> = survivors.iter().map(|&i| idle_reader(&c, i)).collect();
+
+    c.host_crash(p).expect("host crash");
+    let np = c
+        .wait_new_primary(p, FAILOVER)
+        .unwrap_or_else(|| panic!("no new primary within {FAILOVER:?}{}", c.logs_tail(40)));
+    let (leader2, epoch2) = c.leader_key().expect("leader key after failover");
+    assert_eq!(leader2, c.name(np));
+    wait_row_everywhere(&c, &[np], epoch2, &leader2);
+    // Still the same leadership: no renewal was lost to the write.
+    assert_eq!(
+        c.leader_key(),
+        Some((leader2.clone(), epoch2)),
+        "{}",
+        c.logs_tail(40)
+    );
+    drop(readers);
+    wait_row_everywhere(&c, &survivors, epoch2, &leader2);
+}

@@ -336,6 +336,21 @@ fn s6_each_rule() {
     );
 }
 
+/// Fresh-eyes review of seed 253898, R1: the ttl has an upper bound (`MAX_TTL`, the
+/// one every member applies to the TTLs others publish), in the file, the `config`
+/// key and the granted TTL alike.
+#[test]
+fn ttl_above_the_maximum_is_refused() {
+    let t = timing(MAX_TTL, 2.0, 1.0, 2.0, 1.0);
+    assert!(validate_timing(&t, MAX_TTL, None).is_ok());
+    let e = validate_timing(&t, MAX_TTL + 1, None).unwrap_err();
+    assert_eq!(e.rule, TimingRule::Positive);
+    assert!(
+        e.to_string().contains("ttl must be <= 3600 s, found 3601"),
+        "{e}"
+    );
+}
+
 #[test]
 fn patroni_defaults_fail() {
     // ttl 30, loop_wait 10, retry_timeout 10, safety_margin 5: fail (b) and (d).

@@ -125,7 +125,10 @@ impl Core {
                 } else if !self.local_epoch_known && !self.led_from_bootstrap {
                     // DESIGN §3: the row's read failed and none succeeded in this run
                     // (`note_epochs`): an unknown epoch must not pass the regression
-                    // check. Retried every iteration.
+                    // check. Retried every iteration, for `primary_start_timeout`.
+                    if let Some(r) = self.epoch_unread_too_long(now, &l, p) {
+                        return r;
+                    }
                     Reason::Waiting(
                         "leader with the lock, not promoting yet: the tenure.epoch row could \
                          not be read"
@@ -177,6 +180,13 @@ impl Core {
                     let unread = !self.local_epoch_known && !self.led_from_bootstrap;
                     let refused = self.epoch_regression(l.epoch).is_some()
                         || self.rollback_refusal().is_some();
+                    if data && unread && now >= l.promote_after {
+                        // `down_since` restarts with each standby start below: the
+                        // unread row has its own bound.
+                        if let Some(r) = self.epoch_unread_too_long(now, &l, p) {
+                            return r;
+                        }
+                    }
                     if data && (unread || refused) {
                         // Read the epoch row (or keep the data readable while refusing)
                         // as a standby: a primary could write before we know (DESIGN §3).
@@ -223,6 +233,44 @@ impl Core {
         };
         self.state = State::Leader(l);
         reason
+    }
+
+    /// Fresh-eyes review of seed 253898, R2 (S3, DESIGN §3): a leader that cannot
+    /// promote because the `tenure.epoch` row was never read in this run waits for
+    /// a read at most `primary_start_timeout`, counted from the first such wait
+    /// after its promote delay; then it gives the key up (fence of the standby,
+    /// then a guarded release; no promotion), so a member that can read its row may
+    /// lead. `None`: keep waiting. The fence planned while leading is reported as
+    /// a lost lease (`LEASE_LOST`, naming this cause).
+    fn epoch_unread_too_long(
+        &mut self,
+        now: Instant,
+        l: &Leadership,
+        p: &mut Planner,
+    ) -> Option<Reason> {
+        let since = match self.epoch_unread_since {
+            Some((e, at)) if e == l.epoch => at,
+            _ => {
+                self.epoch_unread_since = Some((l.epoch, now));
+                now
+            }
+        };
+        let waited = now.since(since);
+        if waited <= self.timing.primary_start_timeout {
+            return None;
+        }
+        let why = format!(
+            "ALERT: the tenure.epoch row could not be read for {:.1} s > primary_start_timeout \
+             {:.1} s (leader without a primary): giving up the leader key without promoting",
+            waited.as_secs_f64(),
+            self.timing.primary_start_timeout.as_secs_f64()
+        );
+        self.epoch_unread_since = None;
+        self.needs_rewind = self.needs_rewind || l.promoted;
+        self.enter_fencing(Some(l.lease), Some(l.epoch), true, why.clone());
+        p.push(Action::Fence);
+        p.again = true;
+        Some(Reason::Fencing(why))
     }
 
     pub(super) fn lead_shutdown(
@@ -447,6 +495,8 @@ impl Core {
                 v.members
                     .iter()
                     .filter_map(|m| m.info.watchdog_timeout)
+                    // Fresh-eyes review of seed 253898, R1: no validated `W` is larger.
+                    .filter(|w| *w <= MAX_WATCHDOG)
                     .max()
                     .unwrap_or(0)
             })

@@ -163,6 +163,10 @@ pub struct Core {
     /// members' `leader_ttl`): the early-expiry delay's fallback when the old lease's
     /// own TTL is unknown.
     max_leader_ttl_seen: u32,
+    /// The leadership (epoch) that first waited, after its promote delay, for a
+    /// read of the `tenure.epoch` row, and since when: bounded by
+    /// `primary_start_timeout` (`Core::epoch_unread_too_long`).
+    epoch_unread_since: Option<(Epoch, Instant)>,
     /// Leader-lease TTLs this node saw itself recently: published as
     /// `leader_ttl_seen`, a floor for an old lease's TTL after a crash (`ttl_seen`).
     ttl_seen: ttl_seen::TtlSeen,
@@ -220,6 +224,7 @@ impl Core {
             rollback_seen: None,
             rollback_marker: None,
             max_leader_ttl_seen: 0,
+            epoch_unread_since: None,
             ttl_seen: ttl_seen::TtlSeen::default(),
             adopted_at: None,
             watchdog_fence: None,

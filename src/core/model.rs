@@ -16,6 +16,17 @@ pub type Epoch = i64;
 /// A WAL position (PostgreSQL LSN as an integer).
 pub type Lsn = u64;
 
+/// The largest lease `ttl` tenure accepts, in whole seconds: in the configuration
+/// (file and `config` key), as granted by etcd (`validate_timing`), and in what other
+/// members publish (`leader_ttl`, `leader_ttl_seen`). A published TTL above it no
+/// configuration could have granted: it is garbled and left out, so a garbage value
+/// cannot size a promote delay (fresh-eyes review of seed 253898, R1: a
+/// `leader_ttl_seen` of 4e9 blocked failover for good and spread).
+pub const MAX_TTL: u32 = 3600;
+/// The largest watchdog timeout `W` a member may publish: S6(b) keeps
+/// `2W <= ttl - M - R`, so no validated `W` reaches `MAX_TTL / 2`.
+pub const MAX_WATCHDOG: u32 = MAX_TTL / 2;
+
 /// The `leader` key as read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaderKey {

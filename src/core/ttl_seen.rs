@@ -32,6 +32,15 @@ use super::{Core, State};
 /// Distinct TTLs remembered at once (more than one only around a ttl change).
 const SLOTS: usize = 4;
 
+/// A leader lease's TTL as a promote delay may use it: whole seconds, at most
+/// [`MAX_TTL`], which no validated configuration exceeds (`validate_timing`).
+/// Anything larger is garbage (another writer, a garbled key: the shell's parse
+/// leaves it out and says so) and is left out here too, so it can neither block a
+/// failover nor be kept and republished (fresh-eyes review of seed 253898, R1).
+pub(super) fn sane_ttl(t: i64) -> Option<u32> {
+    u32::try_from(t).ok().filter(|t| *t <= MAX_TTL)
+}
+
 /// (granted TTL in whole seconds, kept until).
 #[derive(Clone, Debug, Default)]
 pub(super) struct TtlSeen {
@@ -43,7 +52,9 @@ pub(super) struct TtlSeen {
 impl TtlSeen {
     /// Remember `ttl` until `until` (extending an entry of the same TTL).
     fn note(&mut self, now: Instant, ttl: u32, until: Instant) {
-        if ttl == 0 {
+        // INVARIANT: every TTL kept (and so published) is at most `MAX_TTL`, kept at
+        // most `MAX_TTL + R + M` past its last sighting.
+        if ttl == 0 || ttl > MAX_TTL {
             return;
         }
         if let Some(s) = self.slots.iter_mut().flatten().find(|s| s.0 == ttl) {
@@ -118,7 +129,7 @@ impl Core {
             .lease_poll
             .as_ref()
             .and_then(|p| p.granted_ttl)
-            .and_then(|g| u32::try_from(g).ok())
+            .and_then(sane_ttl)
         {
             self.note_ttl_seen(now, g);
         }
@@ -151,6 +162,7 @@ impl Core {
                 v.members
                     .iter()
                     .filter_map(|m| m.info.leader_ttl_seen)
+                    .filter_map(|t| sane_ttl(t.into()))
                     .max()
                     .unwrap_or(0)
             })

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use super::model::*;
 use super::time::Instant;
+use super::ttl_seen::sane_ttl;
 use super::{Core, State};
 
 /// What a replica knows about the current or last leader's lease.
@@ -226,7 +227,7 @@ impl Core {
         // The old lease's own TTL (issue 8 finding 2): from `grantedTTL`, whichever
         // lease was polled, and from every leader's published `leader_ttl`.
         if let Some(poll) = &obs.lease_poll
-            && let Some(g) = poll.granted_ttl.and_then(|g| u32::try_from(g).ok())
+            && let Some(g) = poll.granted_ttl.and_then(sane_ttl)
         {
             self.max_leader_ttl_seen = self.max_leader_ttl_seen.max(g);
             if self.track.lease == Some(poll.lease) {
@@ -239,13 +240,12 @@ impl Core {
             }
         }
         if let Ok(view) = &obs.cluster {
-            for m in &view.members {
-                if let Some(t) = m.info.leader_ttl {
-                    self.max_leader_ttl_seen = self.max_leader_ttl_seen.max(t);
-                }
-                // Seed 253898 review: what members saw recently (this node's own key
-                // from before a crash included); never republished from here.
-                if let Some(t) = m.info.leader_ttl_seen {
+            // Leaders' own granted TTLs. Not members' `leader_ttl_seen` (fresh-eyes
+            // review of seed 253898, R1): this maximum never decays, so a value read
+            // from others would be kept for the run; `ttl_floor` reads those afresh
+            // at each use, while they are published.
+            for t in view.members.iter().filter_map(|m| m.info.leader_ttl) {
+                if let Some(t) = sane_ttl(t.into()) {
                     self.max_leader_ttl_seen = self.max_leader_ttl_seen.max(t);
                 }
             }
@@ -386,7 +386,7 @@ impl Core {
                         }
                         self.track.holder_watchdog = m.info.watchdog_timeout;
                         if m.info.leader_lease == Some(k.lease)
-                            && let Some(t) = m.info.leader_ttl
+                            && let Some(t) = m.info.leader_ttl.and_then(|t| sane_ttl(t.into()))
                         {
                             self.track.holder_ttl =
                                 Some(self.track.holder_ttl.map_or(t, |h| h.max(t)));

@@ -8,8 +8,8 @@
 use serde_json::{Map, Value, json};
 
 use crate::core::model::{
-    ConfirmEpoch, HistoryEntry, Initialize, LeaseId, Lsn, MemberInfo, RollbackMarker, RollbackSeen,
-    SyncKey,
+    ConfirmEpoch, HistoryEntry, Initialize, LeaseId, Lsn, MAX_TTL, MAX_WATCHDOG, MemberInfo,
+    RollbackMarker, RollbackSeen, SyncKey,
 };
 
 /// Longest excerpt of a bad value quoted in a problem text (logs stay readable).
@@ -216,27 +216,32 @@ pub fn parse_member(raw: &[u8]) -> MemberInfo {
             None => problems.push(format!("epoch: expected an i64, got {}", short(v))),
         }
     }
+    // `W` and the TTLs size promote delays (DESIGN §1 step 4): a value above what any
+    // validated configuration allows (`MAX_WATCHDOG`, `MAX_TTL`) is garbled like any
+    // other bad value, left out (the wait is then what else is known), never read as
+    // 0 (fresh-eyes review of seed 253898, R1: a `leader_ttl_seen` of 4e9 blocked
+    // every failover).
     if let Some(v) = field("watchdog_timeout") {
         match v.as_u64().and_then(|w| u32::try_from(w).ok()) {
-            Some(w) => info.watchdog_timeout = Some(w),
-            None => problems.push(format!(
-                "watchdog_timeout: expected a u32, got {}",
+            Some(w) if w <= MAX_WATCHDOG => info.watchdog_timeout = Some(w),
+            _ => problems.push(format!(
+                "watchdog_timeout: expected whole seconds <= {MAX_WATCHDOG}, got {}",
                 short(v)
             )),
         }
     }
-    if let Some(v) = field("leader_ttl") {
-        match v.as_u64().and_then(|t| u32::try_from(t).ok()) {
-            Some(t) => info.leader_ttl = Some(t),
-            None => problems.push(format!("leader_ttl: expected a u32, got {}", short(v))),
-        }
-    }
-    if let Some(v) = field("leader_ttl_seen") {
-        // Folded in as a lower bound on an old lease's TTL: a garbled value is left
-        // out (the wait is then what this node knows itself), never read as 0.
-        match v.as_u64().and_then(|t| u32::try_from(t).ok()) {
-            Some(t) => info.leader_ttl_seen = Some(t),
-            None => problems.push(format!("leader_ttl_seen: expected a u32, got {}", short(v))),
+    for (k, slot) in [
+        ("leader_ttl", &mut info.leader_ttl),
+        ("leader_ttl_seen", &mut info.leader_ttl_seen),
+    ] {
+        if let Some(v) = field(k) {
+            match v.as_u64().and_then(|t| u32::try_from(t).ok()) {
+                Some(t) if t <= MAX_TTL => *slot = Some(t),
+                _ => problems.push(format!(
+                    "{k}: expected whole seconds <= {MAX_TTL}, got {}",
+                    short(v)
+                )),
+            }
         }
     }
     if let Some(v) = field("leader_lease") {
@@ -873,6 +878,42 @@ mod tests {
         }
         let m = parse_member(br#"{"leader_ttl_seen":30,"leader_ttl":null}"#);
         assert_eq!((m.leader_ttl_seen, m.parse_error), (Some(30), None));
+    }
+
+    /// Fresh-eyes review of seed 253898, R1: a TTL or `W` no validated configuration
+    /// allows (4e9 parses as a u32) is garbled like any bad value: left out, with a
+    /// problem naming the field (the view logs it once, naming the member key).
+    #[test]
+    fn member_ttls_and_watchdog_above_the_caps_are_left_out() {
+        for (bad, field) in [
+            (&br#"{"leader_ttl_seen":4000000000}"#[..], "leader_ttl_seen"),
+            (br#"{"leader_ttl_seen":3601}"#, "leader_ttl_seen"),
+            (br#"{"leader_ttl":4000000000}"#, "leader_ttl"),
+            (br#"{"leader_ttl":3601}"#, "leader_ttl"),
+            (br#"{"watchdog_timeout":4294967295}"#, "watchdog_timeout"),
+            (br#"{"watchdog_timeout":1801}"#, "watchdog_timeout"),
+        ] {
+            let m = parse_member(bad);
+            assert_eq!(
+                (m.leader_ttl_seen, m.leader_ttl, m.watchdog_timeout),
+                (None, None, None),
+                "{}",
+                excerpt(bad)
+            );
+            let err = m.parse_error.expect("a problem");
+            assert!(err.contains(field), "{err}");
+        }
+        let m =
+            parse_member(br#"{"leader_ttl_seen":3600,"leader_ttl":3600,"watchdog_timeout":1800}"#);
+        assert_eq!(
+            (
+                m.leader_ttl_seen,
+                m.leader_ttl,
+                m.watchdog_timeout,
+                m.parse_error
+            ),
+            (Some(MAX_TTL), Some(MAX_TTL), Some(MAX_WATCHDOG), None)
+        );
     }
 
     #[test]

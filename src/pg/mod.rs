@@ -573,14 +573,9 @@ impl PgCtl {
     ) -> Result<(), PgError> {
         let pm = self.live_postmaster()?;
         let lease = lease.map_or_else(|| "NULL".to_string(), |l| l.to_string());
-        // `lease` (seed 253898 review): added to a table an older version created.
         let sql = format!(
             "BEGIN; \
-             CREATE SCHEMA IF NOT EXISTS tenure; \
-             CREATE TABLE IF NOT EXISTS tenure.epoch (id int PRIMARY KEY CHECK (id = 1), \
-               epoch bigint NOT NULL, member text NOT NULL, \
-               at timestamptz NOT NULL DEFAULT now()); \
-             ALTER TABLE tenure.epoch ADD COLUMN IF NOT EXISTS lease bigint; \
+             {EPOCH_TABLE} \
              SET LOCAL synchronous_commit = local; \
              INSERT INTO tenure.epoch (id, epoch, member, lease) VALUES (1, {epoch}, {m}, {lease}) \
                ON CONFLICT (id) DO UPDATE SET epoch = EXCLUDED.epoch, \
@@ -1122,6 +1117,28 @@ fn was_primary(pg_control: &[u8]) -> bool {
     let state = u32::from_le_bytes([state[0], state[1], state[2], state[3]]);
     matches!(state, 1 | 3 | 4 | 6)
 }
+
+/// The `tenure.epoch` table, created if missing, with the `lease` column (seed
+/// 253898 review) added to a table an older version created. Fresh-eyes review of
+/// that fix, R3: `ALTER TABLE ... ADD COLUMN IF NOT EXISTS` takes an
+/// AccessExclusiveLock (and WAL-logs it) even when the column exists, so on every
+/// write it queued behind any reader idle in a transaction and, crashed before its
+/// COMMIT, left standbys replaying the lock, unable to read the row. Now the ALTER
+/// runs only when the catalog shows no `lease` column (once, after an upgrade), with
+/// a short `lock_timeout` (a failed write is retried next iteration); the catalog
+/// check and the `IF NOT EXISTS` creations take no lock on an existing table.
+pub(crate) const EPOCH_TABLE: &str = "CREATE SCHEMA IF NOT EXISTS tenure; \
+     CREATE TABLE IF NOT EXISTS tenure.epoch (id int PRIMARY KEY CHECK (id = 1), \
+       epoch bigint NOT NULL, member text NOT NULL, \
+       at timestamptz NOT NULL DEFAULT now(), lease bigint); \
+     DO $tenure$ BEGIN \
+       IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute \
+           WHERE attrelid = 'tenure.epoch'::regclass AND attname = 'lease' \
+             AND NOT attisdropped) THEN \
+         SET LOCAL lock_timeout = '100ms'; \
+         ALTER TABLE tenure.epoch ADD COLUMN IF NOT EXISTS lease bigint; \
+       END IF; \
+     END $tenure$;";
 
 #[cfg(test)]
 mod tests {
