@@ -3772,7 +3772,11 @@ fn seed_253898_a_restarted_winner_that_never_promoted_waits_the_delay_before_pro
 #[test]
 fn seed_253898_a_restarted_winner_whose_data_carries_the_key_epoch_promotes_at_once() {
     let (mut c, v, rep) = restarted_winner(21);
-    let p = c.step(t(200.1), &renewed(v, rep, 200.1));
+    // No adoption delay; only the confirming renewal sent `L_w + R` (3 s) after the
+    // adoption at 200.01 (review of seed 9982) comes first.
+    let p = c.step(t(200.1), &renewed(v.clone(), rep.clone(), 200.1));
+    assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+    let p = c.step(t(203.1), &renewed(v, rep, 203.1));
     assert_eq!(
         p.actions,
         vec![Action::Promote { epoch: 21 }],
@@ -3989,7 +3993,8 @@ fn seed_253898_review_an_own_row_without_a_lease_lifts_the_delay() {
     let (mut c, v, mut rep) =
         restarted_winner_with(core("pg2", None), 21, Some(("pg2", 0)), None, 30);
     rep.epoch_row.lease = None;
-    let p = c.step(t(200.1), &renewed(v, rep, 200.1));
+    // After the confirming renewal `L_w + R` past the adoption (review of seed 9982).
+    let p = c.step(t(203.1), &renewed(v, rep, 203.1));
     assert_eq!(
         p.actions,
         vec![Action::Promote { epoch: 21 }],
@@ -4141,6 +4146,16 @@ fn polled(mut o: Observation, lease: LeaseId, at: f64) -> Observation {
 /// the shell sends for the core's state: the renewal if `lease_to_renew`, the poll
 /// (`ttl_left`) if `lease_to_poll`. Returns the actions planned, the leadership.
 fn restart_on_a_lease_with(ttl_left: i64, poll_lag: f64) -> (Vec<Action>, Core) {
+    restart_on_a_lease_for(ttl_left, poll_lag, 6, 0.01)
+}
+
+/// As `restart_on_a_lease_with`, `steps` iterations `dt` apart (one renewal each).
+fn restart_on_a_lease_for(
+    ttl_left: i64,
+    poll_lag: f64,
+    steps: usize,
+    dt: f64,
+) -> (Vec<Action>, Core) {
     let mut c = core("pg1", Some(3));
     let v = view(40, Some(key("pg1", 18, 0xA)), vec![]);
     let mut rep = pg(PgRole::Replica, 1000, None);
@@ -4149,10 +4164,18 @@ fn restart_on_a_lease_with(ttl_left: i64, poll_lag: f64) -> (Vec<Action>, Core) 
     rep.epoch_row.lease = Some(0xA);
     let mut actions = Vec::new();
     let mut now = 39.09;
-    for _ in 0..6 {
+    for _ in 0..steps {
         let mut o = obs(v.clone(), rep.clone());
         if let Some((lease, _)) = c.lease_to_renew() {
             o.renewal = counted(lease, now);
+            // A leader's shell pets right after a counted renewal (`pet_on_renewal`)
+            // and reports it in the same observation.
+            if c.leadership().is_some() {
+                o.pet = Some(PetReport {
+                    at: t(now + 0.001),
+                    outcome: PetOutcome::Done,
+                });
+            }
         }
         if let Some(lease) = c.lease_to_poll() {
             o.lease_poll = Some(LeasePoll {
@@ -4177,7 +4200,7 @@ fn restart_on_a_lease_with(ttl_left: i64, poll_lag: f64) -> (Vec<Action>, Core) 
             let p = c.step(t(now + 0.007), &o);
             actions.extend(p.actions.iter().cloned());
         }
-        now += 0.01;
+        now += dt;
     }
     (actions, c)
 }
@@ -4205,14 +4228,40 @@ fn seed_9982_an_adoption_never_resurrects_a_lease_a_replica_counts_as_running_ou
     let (actions, c) = restart_on_a_lease_with(25, 3.1);
     assert!(c.leadership().is_none(), "{actions:?}");
     assert!(!actions.iter().any(|a| matches!(a, Action::Promote { .. })));
-    // The quick restart of a leader whose lease has plenty left still adopts, and
-    // promotes at once (its data shows the key's epoch).
+    // The quick restart of a leader whose lease has plenty left still adopts (its
+    // data shows the key's epoch: no adoption delay).
     let (actions, c) = restart_on_a_lease_with(5, 0.0);
     assert!(c.leadership().is_some(), "{actions:?}");
-    assert!(
-        actions.contains(&Action::Promote { epoch: 18 }),
-        "{actions:?}"
-    );
+}
+
+/// Review of the seed 9982 fix: the adopter's own poll proves nothing about what a
+/// replica polled before it. An etcd leader change resets every lease to its full
+/// TTL (DESIGN §1 step 3) and etcd #17642 reports a bogus TTL, so a poll showing
+/// 7 s (or 9223372036 s) can follow a replica's poll that saw TTL 0. With no primary
+/// running, the adopter writes only after a counted renewal sent `L_w + R` (3 s
+/// here: loop 2, retry 1) after the adoption: a replica's poll served before the adopting renewal is
+/// stale by then, and a DELETE it could judge on time came before the write. Before
+/// this, it promoted within 10 ms of adopting.
+#[test]
+fn seed_9982_review_an_adopter_with_no_primary_writes_only_after_a_later_renewal() {
+    for ttl in [5, 7, 9_223_372_036] {
+        // 60 steps 0.1 s apart from 39.09: the adoption at 39.295.
+        let (actions, c) = restart_on_a_lease_for(ttl, 0.0, 60, 0.1);
+        assert!(c.leadership().is_some(), "TTL {ttl}: {actions:?}");
+        let promote_at = actions
+            .iter()
+            .position(|a| matches!(a, Action::Promote { .. }));
+        assert!(
+            promote_at.is_some(),
+            "TTL {ttl}: never promoted: {actions:?}"
+        );
+        // Up to the renewal sent at 42.19 (before 39.295 + 3 s), none.
+        let (early, _) = restart_on_a_lease_for(ttl, 0.0, 32, 0.1);
+        assert!(
+            !early.iter().any(|a| matches!(a, Action::Promote { .. })),
+            "TTL {ttl}: promoted before a renewal sent L_w + R after the adoption: {early:?}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -4440,4 +4489,21 @@ fn review_r2_a_leader_whose_epoch_row_never_reads_gives_the_key_up() {
         p.reason
     );
     no_acquire_nor_promote(&p);
+}
+
+/// Review of the caps (`MAX_TTL`): etcd's own `grantedTTL` of the leader's lease is
+/// its real TTL, never another writer's garbage. A lease granted 7200 s before an
+/// upgrade that lowered the ttl keeps its holder that long, so a replica's poll
+/// must keep 7200, or an early DELETE is judged on a shorter bound. (It is not
+/// published: members read a published value above the cap as garbage.)
+#[test]
+fn a_granted_ttl_above_the_cap_from_etcd_is_kept() {
+    // 7200 + R = 7201 s from the DELETE at 103 (before: the cap left it out and the
+    // winner waited the config's 10 + R).
+    let p = early_takeover_after_ttl_lowered(None, Some(7200));
+    assert!(
+        (delayed_by(&p) - (103.0 + 7201.0 - 103.3)).abs() < 1e-6,
+        "{}",
+        p.reason
+    );
 }

@@ -491,21 +491,27 @@ fn real_ctl_failover_with_the_leader_crashed() {
     let cand_i = *replicas.last().expect("a replica");
     let cand = c.name(cand_i).to_string();
     let cfg = c.config_path(cand_i).to_path_buf();
-    // The candidate's API checks the published positions (maximum_lag_on_failover)
-    // as the leader's would: wait until every replica has published one near the
-    // leader's (right after settling, a replica's key can still show its first).
+    // The candidate's API checks the published member keys as the leader's would: a
+    // running replica (`role`, `pg_healthy`) with a position near the leader's
+    // (maximum_lag_on_failover). Wait until every replica has published both: right
+    // after settling a replica's key can still show its start (a position, not yet
+    // a running replica), and the API rightly refuses such a candidate.
     let near =
         tenure::testbed::wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
             let (m, _) = keys(&c);
-            let pos = |n: &str| {
-                m.iter()
-                    .find(|(name, _)| name == n)
-                    .and_then(|(_, v)| v["xlog_location"].as_u64())
-            };
-            let top = pos(&old)?;
+            let get = |n: &str| m.iter().find(|(name, _)| name == n).map(|(_, v)| v.clone());
+            let top = get(&old)?["xlog_location"].as_u64()?;
             replicas
                 .iter()
-                .all(|r| pos(c.name(*r)).is_some_and(|x| x > 0 && top.saturating_sub(x) <= 1 << 20))
+                .all(|r| {
+                    get(c.name(*r)).is_some_and(|v| {
+                        v["role"] == "replica"
+                            && v["pg_healthy"] == true
+                            && v["xlog_location"]
+                                .as_u64()
+                                .is_some_and(|x| x > 0 && top.saturating_sub(x) <= 1 << 20)
+                    })
+                })
                 .then_some(())
         });
     assert!(

@@ -18,6 +18,12 @@ use super::switchover::Request;
 use super::time::Instant;
 use super::{Core, Leadership, Planner, State};
 
+/// Why an adopter with no primary running waits after its delay (review of seed
+/// 9982): a counted renewal sent `L_w + R` after the adoption comes first.
+const ADOPTION_UNCONFIRMED: &str = "leader with the lock; waiting for a renewal sent L_w + R \
+     after the adoption to count before writing (no replica may still count the lease as \
+     running out)";
+
 impl Core {
     pub(super) fn lead(
         &mut self,
@@ -122,6 +128,8 @@ impl Core {
                         remaining: now.until(l.promote_after),
                         why: l.delay_reason.clone().unwrap_or_default(),
                     }
+                } else if !Self::adoption_confirmed(&l) {
+                    Reason::Waiting(ADOPTION_UNCONFIRMED.into())
                 } else if !self.local_epoch_known && !self.led_from_bootstrap {
                     // DESIGN §3: the row's read failed and none succeeded in this run
                     // (`note_epochs`): an unknown epoch must not pass the regression
@@ -198,6 +206,8 @@ impl Core {
                             "leader with the lock; starting PostgreSQL as a standby first to read its epoch"
                                 .into(),
                         )
+                    } else if data && now >= l.promote_after && !Self::adoption_confirmed(&l) {
+                        Reason::Waiting(ADOPTION_UNCONFIRMED.into())
                     } else if data && now >= l.promote_after && !self.fence_armed(&l) {
                         // S3 (issue 8 finding 9): a primary starts only with the fence
                         // armed, exactly as a promotion does.
@@ -233,6 +243,12 @@ impl Core {
         };
         self.state = State::Leader(l);
         reason
+    }
+
+    /// Whether an adoption's confirming renewal (`Leadership::confirm_after`) has
+    /// counted: a leadership that is not such an adoption always is.
+    fn adoption_confirmed(l: &Leadership) -> bool {
+        l.confirm_after.is_none_or(|c| l.renewed_at >= c)
     }
 
     /// Fresh-eyes review of seed 253898, R2 (S3, DESIGN §3): a leader that cannot
@@ -357,10 +373,12 @@ impl Core {
             p.again = true;
             return Reason::Waiting("confirming the leader key that names me (S4)".into());
         };
-        // Seed 9982 (DESIGN §1 step 4, S6(e)): checked on the renewal's own send
-        // instant; refused even after it counted (nothing was petted or promoted).
+        // Seed 9982 (DESIGN §1 step 4, S6(e)): checked on this step's instant, after
+        // the renewal's answer (etcd applied it at some point up to then, not at its
+        // send instant: review of the fix); refused even after it counted (nothing
+        // was petted or promoted).
         if r.lease == lease
-            && let Some(why) = self.adoption_too_late(poll, r.sent_at)
+            && let Some(why) = self.adoption_too_late(poll, now.max(r.sent_at))
         {
             return self.refuse_adoption(obs, p, lease, why);
         }
@@ -432,6 +450,10 @@ impl Core {
                     promote_after,
                     delay_reason,
                     adoption_delay: !promoted,
+                    // INVARIANT: an adoption with no primary running may write only
+                    // after a renewal sent `L_w + R` after this step has counted.
+                    confirm_after: (!promoted)
+                        .then(|| now.add(self.timing.loop_wait + self.timing.retry_timeout)),
                     promoted,
                     down_since: None,
                     handover: None,
@@ -636,6 +658,7 @@ impl Core {
             promote_after: after,
             delay_reason: why,
             adoption_delay: false,
+            confirm_after: None,
             promoted: obs.pg.role == PgRole::Primary,
             down_since: None,
             handover: None,

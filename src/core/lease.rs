@@ -40,6 +40,15 @@ pub struct Leadership {
     /// whether this leadership ever promoted (seed 253898): lifted once the local
     /// data shows the key's epoch (`Core::lift_adoption_delay`).
     pub adoption_delay: bool,
+    /// An adoption with no primary running (review of seed 9982, DESIGN §1 step 4,
+    /// S6(e)): promotion (or a primary's start) waits for a counted renewal sent at
+    /// or after this instant, `L_w + R` after the adopting step. Every replica poll
+    /// served before the adopting renewal has gone stale by then and every later
+    /// one sees the renewed lease, so no replica can judge a DELETE on time while
+    /// this node may write, whatever etcd reported to the adopter's own poll (an
+    /// etcd leader change resets a lease's TTL; etcd #17642 reports a bogus one).
+    /// `lift_adoption_delay` never lifts it.
+    pub confirm_after: Option<Instant>,
     /// PostgreSQL runs as primary under this leadership.
     pub promoted: bool,
     /// When this node last found its PostgreSQL not running while leading.

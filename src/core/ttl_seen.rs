@@ -129,7 +129,8 @@ impl Core {
             .lease_poll
             .as_ref()
             .and_then(|p| p.granted_ttl)
-            .and_then(sane_ttl)
+            // etcd's own answer, never capped (see `track_leader`).
+            .and_then(|g| u32::try_from(g).ok())
         {
             self.note_ttl_seen(now, g);
         }

@@ -226,8 +226,11 @@ impl Core {
         }
         // The old lease's own TTL (issue 8 finding 2): from `grantedTTL`, whichever
         // lease was polled, and from every leader's published `leader_ttl`.
+        // etcd's own `grantedTTL` is never capped (review of the caps): it is the
+        // lease's real TTL, not another writer's value, and a lease granted above
+        // `MAX_TTL` before an upgrade (or by hand) really holds its holder that long.
         if let Some(poll) = &obs.lease_poll
-            && let Some(g) = poll.granted_ttl.and_then(sane_ttl)
+            && let Some(g) = poll.granted_ttl.and_then(|g| u32::try_from(g).ok())
         {
             self.max_leader_ttl_seen = self.max_leader_ttl_seen.max(g);
             if self.track.lease == Some(poll.lease) {
