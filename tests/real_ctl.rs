@@ -519,6 +519,31 @@ fn real_ctl_failover_with_the_leader_crashed() {
         "positions never published{}",
         c.logs_tail(30)
     );
+    // The candidate's API decides on its own last view (`/cluster` shows it): wait
+    // until that view, too, has every replica running with its position, not only
+    // etcd (a view is at most a loop behind the keys).
+    let seen =
+        tenure::testbed::wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
+            let (status, body) = c.api_body(cand_i, "/cluster")?;
+            let v: Value = serde_json::from_str(&body).ok()?;
+            let members = v["members"].as_array()?;
+            (status == 200
+                && replicas.iter().all(|r| {
+                    members.iter().any(|m| {
+                        m["name"] == c.name(*r)
+                            && m["role"] == "replica"
+                            && matches!(m["state"].as_str(), Some("running" | "streaming"))
+                            && m["lag"].as_u64().is_some_and(|l| l <= 1 << 20)
+                    })
+                }))
+            .then_some(())
+        });
+    assert!(
+        seen.is_some(),
+        "the candidate's view never showed the replicas running: {:?}{}",
+        c.api_body(cand_i, "/cluster"),
+        c.logs_tail(30)
+    );
 
     let crashed = c.host_crash(p).unwrap_or_else(|e| panic!("{e}"));
     let child = Command::new(BIN)
