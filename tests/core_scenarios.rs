@@ -9,6 +9,23 @@ use tenure::core::{Core, CoreConfig};
 
 const SYSID: u64 = 7_000_000_000_000_000_042;
 
+/// A `LeaseTimeToLive` answer for `lease` sent at `at` s (`ttl` `None`: gone).
+fn lease_poll(
+    lease: LeaseId,
+    at: f64,
+    ttl: Option<i64>,
+    granted_ttl: Option<i64>,
+    has_keys: bool,
+) -> LeasePoll {
+    LeasePoll {
+        lease,
+        sent_at: t(at),
+        ttl,
+        granted_ttl,
+        has_keys,
+    }
+}
+
 fn t(s: f64) -> Instant {
     Instant::from_nanos((s * 1e9) as u64)
 }
@@ -146,13 +163,7 @@ fn follower_with_poll(old_wd: Option<u32>) -> Core {
     assert!(matches!(p.reason, Reason::Following { .. }), "{}", p.reason);
     assert_eq!(c.lease_to_poll(), Some(0xA));
     let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(102.0),
-        ttl: Some(1),
-        granted_ttl: None,
-        has_keys: true,
-    });
+    o.lease_poll = Some(lease_poll(0xA, 102.0, Some(1), None, true));
     c.step(t(102.01), &o);
     c
 }
@@ -175,13 +186,7 @@ fn win_after_delete_granted(c: &mut Core, members: Vec<Member>, at: f64, granted
         pg(PgRole::Replica, 1000, None),
     );
     o.leader_deleted_at = Some(t(at));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(at + 0.05),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
+    o.lease_poll = Some(lease_poll(0xA, at + 0.05, None, None, false));
     let p = c.step(t(at + 0.1), &o);
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
     let mut o = obs(
@@ -362,13 +367,7 @@ fn a_better_fresh_candidate_makes_me_wait() {
     ];
     let mut o = obs(view(20, None, stale), pg(PgRole::Replica, 1000, None));
     o.leader_deleted_at = Some(t(103.5));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(103.55),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
+    o.lease_poll = Some(lease_poll(0xA, 103.55, None, None, false));
     let p = c.step(t(103.6), &o);
     assert!(p.actions.is_empty(), "{:?}", p.actions);
     // pg3 publishes a fresher, better position after the vacancy was seen.
@@ -662,13 +661,7 @@ fn revision_going_back_writes_the_marker_and_refuses_the_key_until_confirmed() {
         pg(PgRole::Replica, 1000, None),
     );
     o.leader_deleted_at = Some(t(103.5));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(103.55),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
+    o.lease_poll = Some(lease_poll(0xA, 103.55, None, None, false));
     let p = c.step(t(103.6), &o);
     no_acquire_nor_promote(&p);
     refusing_with(&p, &["went from 10 back to 4", "confirm-epoch"]);
@@ -1308,13 +1301,7 @@ fn vacancy_step(
         &obs(v.clone(), pg(PgRole::Replica, my_lsn, Some("pg1"))),
     );
     let mut o = obs(v, pg(PgRole::Replica, my_lsn, Some("pg1")));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(102.0),
-        ttl: Some(1),
-        granted_ttl: None,
-        has_keys: true,
-    });
+    o.lease_poll = Some(lease_poll(0xA, 102.0, Some(1), None, true));
     c.step(t(102.01), &o);
     // Fresh positions, published after the vacancy (revision 20) was seen.
     let fresh = vec![
@@ -1326,13 +1313,7 @@ fn vacancy_step(
     v.sync = sync;
     let mut o = obs(v, pg(PgRole::Replica, my_lsn, None));
     o.leader_deleted_at = Some(t(103.5));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(103.55),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
+    o.lease_poll = Some(lease_poll(0xA, 103.55, None, None, false));
     let _ = c.step(t(103.6), &o);
     let mut v2 = o.cluster.clone().expect("view");
     v2.revision = 23;
@@ -1383,13 +1364,7 @@ fn a_synchronous_winner_names_itself_in_the_key_and_sets_the_names_before_promot
         rep.sync_names = Some("\"pg2\"".into());
         let mut o = obs(with_sync(20, None, old.clone()), rep.clone());
         o.leader_deleted_at = Some(t(103.5));
-        o.lease_poll = Some(LeasePoll {
-            lease: 0xA,
-            sent_at: t(103.55),
-            ttl: None,
-            granted_ttl: None,
-            has_keys: false,
-        });
+        o.lease_poll = Some(lease_poll(0xA, 103.55, None, None, false));
         let p = c.step(t(103.6), &o);
         assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
         let mut o = obs(
@@ -1634,13 +1609,7 @@ fn early_takeover_after_ttl_lowered(published: Option<u32>, granted: Option<i64>
         &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
     );
     let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(102.0),
-        ttl: Some(20),
-        granted_ttl: granted,
-        has_keys: true,
-    });
+    o.lease_poll = Some(lease_poll(0xA, 102.0, Some(20), granted, true));
     c.step(t(102.01), &o);
     win_after_delete(&mut c, members, 103.0)
 }
@@ -2074,13 +2043,7 @@ fn with_the_guardian_promotion_waits_until_it_holds_g() {
         pg(PgRole::Replica, 1000, None),
     );
     o.leader_deleted_at = Some(t(103.5));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(103.55),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
+    o.lease_poll = Some(lease_poll(0xA, 103.55, None, None, false));
     let p = c.step(t(103.6), &o);
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
     let v = view(21, Some(key("pg2", 21, 0xB)), members);
@@ -2205,13 +2168,7 @@ fn paused_vacancy_step(c: &mut Core, at: f64, pg_st: PgStatus) -> Plan {
     ];
     let mut o = obs(view(20, None, members), pg_st);
     o.leader_deleted_at = Some(t(at));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(at + 0.05),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
+    o.lease_poll = Some(lease_poll(0xA, at + 0.05, None, None, false));
     c.step(t(at + 0.1), &o)
 }
 
@@ -2754,13 +2711,7 @@ fn take_over_reading(
     v.release = marker.clone().map(Ok);
     let mut o = obs(v, pg(PgRole::Replica, my_lsn, Some("pg1")));
     o.leader_deleted_at = Some(t(102.5));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(102.55),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
+    o.lease_poll = Some(lease_poll(0xA, 102.55, None, None, false));
     let p = c.step(t(102.6), &o);
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
     let mut v = view(21, Some(key("pg2", 21, 0xB)), members.clone());
@@ -2950,13 +2901,7 @@ fn a_manual_failover_prefers_the_named_replica_but_keeps_every_check() {
     // pg3, better placed, defers to the requested candidate.
     let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1")));
     o.leader_deleted_at = Some(t(102.5));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(102.55),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
+    o.lease_poll = Some(lease_poll(0xA, 102.55, None, None, false));
     // pg3 follows pg1 and polled its lease at 102 s (E_max 103 s), like pg2 below.
     let mut c3 = core("pg3", None);
     let mut f = obs(
@@ -2964,13 +2909,7 @@ fn a_manual_failover_prefers_the_named_replica_but_keeps_every_check() {
         pg(PgRole::Replica, 1000, Some("pg1")),
     );
     c3.step(t(100.0), &f);
-    f.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(102.0),
-        ttl: Some(1),
-        granted_ttl: None,
-        has_keys: true,
-    });
+    f.lease_poll = Some(lease_poll(0xA, 102.0, Some(1), None, true));
     c3.step(t(102.01), &f);
     let p = c3.step(t(102.6), &o);
     assert!(p.actions.is_empty(), "{:?}", p.actions);
@@ -2986,22 +2925,10 @@ fn a_manual_failover_prefers_the_named_replica_but_keeps_every_check() {
     let mut c2 = follower_with_poll(None);
     let mut o2 = obs(v.clone(), pg(PgRole::Replica, 900, Some("pg1")));
     o2.leader_deleted_at = Some(t(102.5));
-    o2.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(102.55),
-        ttl: Some(5),
-        granted_ttl: None,
-        has_keys: false,
-    });
+    o2.lease_poll = Some(lease_poll(0xA, 102.55, Some(5), None, false));
     let p = c2.step(t(102.6), &o2);
     no_acquire_nor_promote(&p);
-    o2.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(102.65),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
+    o2.lease_poll = Some(lease_poll(0xA, 102.65, None, None, false));
     o2.leader_deleted_at = None;
     let p = c2.step(t(102.7), &o2);
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
@@ -3107,13 +3034,7 @@ fn a_position_written_after_the_delete_is_fresh_whatever_my_first_read() {
         let mut o = obs(view(25, None, members), pg(PgRole::Replica, 1000, None));
         o.leader_deleted_at = Some(t(103.2));
         o.leader_deleted_revision = deleted_revision;
-        o.lease_poll = Some(LeasePoll {
-            lease: 0xA,
-            sent_at: t(103.25),
-            ttl: None,
-            granted_ttl: None,
-            has_keys: false,
-        });
+        o.lease_poll = Some(lease_poll(0xA, 103.25, None, None, false));
         c.step(t(103.3), &o)
     };
     let p = step(Some(21));
@@ -3872,13 +3793,7 @@ fn seed_253898_review_leader_ttl_seen_is_published_steady_and_decays() {
     assert_eq!(c.leader_ttl_seen(), None, "nothing seen yet");
     for at in [102.0, 104.0, 106.0] {
         let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1")));
-        o.lease_poll = Some(LeasePoll {
-            lease: 0xA,
-            sent_at: t(at),
-            ttl: Some(25),
-            granted_ttl: Some(30),
-            has_keys: true,
-        });
+        o.lease_poll = Some(lease_poll(0xA, at, Some(25), Some(30), true));
         c.step(t(at + 0.01), &o);
         assert_eq!(c.leader_ttl_seen(), Some(30), "at {at}");
     }
@@ -3916,13 +3831,7 @@ fn seed_253898_review_a_vacancy_after_an_unpromoted_leader_waits_the_ttl_before_
     let v = view(12, Some(key("pg3", 12, 0xC)), members.clone());
     c.step(t(101.0), &obs(v.clone(), pg(PgRole::Replica, 1000, None)));
     let mut o = obs(v, pg(PgRole::Replica, 1000, None));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xC,
-        sent_at: t(102.0),
-        ttl: Some(9),
-        granted_ttl: Some(10),
-        has_keys: true,
-    });
+    o.lease_poll = Some(lease_poll(0xC, 102.0, Some(9), Some(10), true));
     c.step(t(102.01), &o);
     // pg3's key goes early (E_max = 111); win_after_delete reports lease 0xA gone,
     // so no poll answers for 0xC: the vacancy's old TTL is pg3's known 10 s.
@@ -3931,13 +3840,7 @@ fn seed_253898_review_a_vacancy_after_an_unpromoted_leader_waits_the_ttl_before_
         pg(PgRole::Replica, 1000, None),
     );
     o.leader_deleted_at = Some(t(103.0));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xC,
-        sent_at: t(103.05),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
+    o.lease_poll = Some(lease_poll(0xC, 103.05, None, None, false));
     let p = c.step(t(103.1), &o);
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
     let mut o = obs(
@@ -4306,13 +4209,7 @@ fn review_r3_chain_with_a_shorter_watchdog_waits_for_the_first_leaders_reset() {
         &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
     );
     let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(101.5),
-        ttl: Some(29),
-        granted_ttl: Some(30),
-        has_keys: true,
-    });
+    o.lease_poll = Some(lease_poll(0xA, 101.5, Some(29), Some(30), true));
     c.step(t(101.51), &o);
     // pg1's key revoked early at 102; pg3 won it (lease 0xC, W 3).
     let mut pg3 = member("pg3", 11, "replica", 1000, Some(3));
@@ -4322,13 +4219,7 @@ fn review_r3_chain_with_a_shorter_watchdog_waits_for_the_first_leaders_reset() {
     let v = view(12, Some(key("pg3", 12, 0xC)), members.clone());
     c.step(t(103.0), &obs(v.clone(), pg(PgRole::Replica, 1000, None)));
     let mut o = obs(v, pg(PgRole::Replica, 1000, None));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xC,
-        sent_at: t(103.5),
-        ttl: Some(29),
-        granted_ttl: Some(30),
-        has_keys: true,
-    });
+    o.lease_poll = Some(lease_poll(0xC, 103.5, Some(29), Some(30), true));
     c.step(t(103.51), &o);
     // pg3's key revoked early at 104 (E_max 132.5); its host is gone.
     let mut o = obs(
@@ -4336,13 +4227,7 @@ fn review_r3_chain_with_a_shorter_watchdog_waits_for_the_first_leaders_reset() {
         pg(PgRole::Replica, 1000, None),
     );
     o.leader_deleted_at = Some(t(104.0));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xC,
-        sent_at: t(104.05),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
+    o.lease_poll = Some(lease_poll(0xC, 104.05, None, None, false));
     let p = c.step(t(104.1), &o);
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
     let mut o = obs(
