@@ -580,7 +580,7 @@ fn timer(s: Arc<Shared>) {
             let outcome = wd::crash_host(&host, &spare);
             d = s.lock();
             let result = match &outcome {
-                Ok(n) => format!("killed={n}"),
+                Ok(c) => format!("killed={} stopped_ns={}", c.killed, c.stopped.as_nanos()),
                 Err(e) => format!("kill-failed: {e}"),
             };
             d.event("host-reset", &result);

@@ -416,10 +416,22 @@ pub fn parse_events(text: &str) -> Vec<(Instant, String, String)> {
         .collect()
 }
 
-/// DESIGN §6 "host crash": every process of the node dies at once. Returns how
-/// many processes were sent SIGKILL. `spare` (the caller, its parent) is never
-/// touched even if a scan finds it. Every wait is bounded (a few seconds).
-pub fn crash_host(host: &HostKill, spare: &[i32]) -> Result<usize, String> {
+/// What [`crash_host`] did.
+#[derive(Clone, Copy, Debug)]
+pub struct HostCrash {
+    /// How many processes were sent SIGKILL.
+    pub killed: usize,
+    /// When every process of the node had stopped running (frozen or in
+    /// SIGSTOP), `CLOCK_BOOTTIME`: the instant a real reset stands for. Nothing
+    /// the node's processes did after it can have happened; a reply already on
+    /// its way (a commit acknowledged a moment before) can still arrive later.
+    pub stopped: Instant,
+}
+
+/// DESIGN §6 "host crash": every process of the node dies at once. `spare`
+/// (the caller, its parent) is never touched even if a scan finds it. Every
+/// wait is bounded (a few seconds).
+pub fn crash_host(host: &HostKill, spare: &[i32]) -> Result<HostCrash, String> {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     let signal = |p: i32, s: Signal| {
@@ -428,7 +440,10 @@ pub fn crash_host(host: &HostKill, spare: &[i32]) -> Result<usize, String> {
         }
     };
     match host {
-        HostKill::Nothing => Ok(0),
+        HostKill::Nothing => Ok(HostCrash {
+            killed: 0,
+            stopped: crate::clock::now(),
+        }),
         HostKill::Freezer(cg) => {
             let state = cg.join("freezer.state");
             std::fs::write(&state, "FROZEN")
@@ -439,6 +454,9 @@ pub fn crash_host(host: &HostKill, spare: &[i32]) -> Result<usize, String> {
             let frozen = super::wait_for(Duration::from_secs(2), Duration::from_millis(1), || {
                 (std::fs::read_to_string(&state).ok()?.trim() == "FROZEN").then_some(())
             });
+            // FROZEN means every task of the cgroup is frozen: nothing of the
+            // node runs after this instant.
+            let frozen_at = crate::clock::now();
             let pids = cgroup_pids(cg);
             for &p in &pids {
                 signal(p, Signal::SIGKILL);
@@ -449,7 +467,15 @@ pub fn crash_host(host: &HostKill, spare: &[i32]) -> Result<usize, String> {
                 cgroup_pids(cg).is_empty().then_some(())
             });
             match (frozen, gone) {
-                (_, Some(())) => Ok(pids.len()),
+                (Some(()), Some(())) => Ok(HostCrash {
+                    killed: pids.len(),
+                    stopped: frozen_at,
+                }),
+                // Never froze: the node ran until it was gone.
+                (None, Some(())) => Ok(HostCrash {
+                    killed: pids.len(),
+                    stopped: crate::clock::now(),
+                }),
                 (None, None) => Err(format!(
                     "{} never froze and {:?} survived SIGKILL",
                     cg.display(),
@@ -487,11 +513,47 @@ pub fn crash_host(host: &HostKill, spare: &[i32]) -> Result<usize, String> {
                     stopped.push(p);
                 }
             }
+            // SIGSTOP is delivered on the way back to user space: wait (bounded)
+            // until every process shows state T (or is gone) before taking the
+            // instant the node stopped.
+            let all_stopped =
+                super::wait_for(Duration::from_secs(1), Duration::from_millis(1), || {
+                    stopped
+                        .iter()
+                        .all(|&p| proc_stopped_or_gone(p))
+                        .then_some(())
+                });
+            let stopped_at = crate::clock::now();
             for &p in &stopped {
                 signal(p, Signal::SIGKILL);
             }
-            Ok(stopped.len())
+            let stopped_at = match all_stopped {
+                Some(()) => stopped_at,
+                // One never showed T: count the node as running until SIGKILL.
+                None => crate::clock::now(),
+            };
+            Ok(HostCrash {
+                killed: stopped.len(),
+                stopped: stopped_at,
+            })
         }
+    }
+}
+
+/// Whether `/proc/<pid>/stat` shows the process stopped (`T`, `t`) or dead
+/// (`Z`, `X`, or no such process).
+fn proc_stopped_or_gone(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // The state is the first field after the command name's closing paren
+    // (the name itself may hold spaces and parens).
+    match stat.rsplit_once(')') {
+        Some((_, rest)) => matches!(
+            rest.trim_start().chars().next(),
+            Some('T' | 't' | 'Z' | 'X')
+        ),
+        None => false,
     }
 }
 
