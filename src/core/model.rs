@@ -259,6 +259,12 @@ pub struct ClusterView {
     /// marks the marker taken in the same txn, so a marker still at this revision
     /// proves no acquisition came between its DELETE and ours (review F1).
     pub release_revision: i64,
+    /// The acquisition record in the `release` key (`None`: absent, or a value
+    /// without one: a hand-over marker, an older agent's, garbage). Every acquire
+    /// txn writes it, so its acquisition's epoch is `release_revision` and a read
+    /// shows the last acquisition even if no read showed its key (DESIGN §1 step 1,
+    /// docs/design.md "the acquisition record").
+    pub release_acquired: Option<AcquiredRecord>,
 }
 
 /// The `failover` key as Patroni writes it (`{"leader", "member", "scheduled_at"}`):
@@ -299,6 +305,22 @@ pub struct ReleaseMarker {
     /// the marker no longer proves anything about a later DELETE. Shown to
     /// operators; `None` while the vacancy it records is still open.
     pub taken_by: Option<String>,
+}
+
+/// What an acquire txn writes into the `release` key besides the leader key (one
+/// txn, so one revision: the key's mod revision is the new leadership's epoch). The
+/// txn compares `release`'s mod revision with the one its candidate read, so no
+/// candidate wins on a read older than another acquisition, and a read that never
+/// showed a leadership's key still shows its record until the next acquisition or
+/// hand-over (docs/design.md "the acquisition record").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcquiredRecord {
+    /// The member that acquired.
+    pub by: String,
+    /// Its leader lease: must be seen gone like any old leader's (DESIGN §1 step 4).
+    pub lease: LeaseId,
+    /// The TTL etcd granted that lease, in seconds (as written: the core caps it).
+    pub ttl: i64,
 }
 
 /// The `confirm_epoch` key, written by `tenure confirm-epoch` after an operator

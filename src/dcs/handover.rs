@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 use tokio::runtime::Runtime;
 
 use super::{DcsError, Etcd, bounded};
-use crate::core::model::{Epoch, FailoverRequest, LeaseId, ReleaseMarker};
+use crate::core::model::{AcquiredRecord, Epoch, FailoverRequest, LeaseId, ReleaseMarker};
 use crate::core::time::Instant;
 
 /// `failover` as read. `None`: no request (Patroni writes `{}` to clear one, and
@@ -95,7 +95,7 @@ pub fn encode_failover(
     Value::Object(m).to_string()
 }
 
-pub fn encode_release(m: &ReleaseMarker) -> String {
+fn marker_json(m: &ReleaseMarker) -> Value {
     let mut v = json!({
         "epoch": m.epoch,
         "lsn": m.lsn,
@@ -106,12 +106,81 @@ pub fn encode_release(m: &ReleaseMarker) -> String {
     if let (Some(t), Some(o)) = (&m.taken_by, v.as_object_mut()) {
         o.insert("taken_by".into(), json!(t));
     }
+    v
+}
+
+pub fn encode_release(m: &ReleaseMarker) -> String {
+    marker_json(m).to_string()
+}
+
+/// The value an acquire txn writes into `release`: the acquisition record
+/// (`acquired_by`, `lease`, `ttl`) and, if the candidate read a marker, that marker
+/// with its fields kept and `taken_by` set, so an older agent still reads a taken
+/// marker (it proves nothing) and operators still see the last hand-over.
+pub fn encode_acquired(a: &AcquiredRecord, taken: Option<&ReleaseMarker>) -> String {
+    let mut v = taken.map_or_else(|| json!({}), marker_json);
+    if let Some(o) = v.as_object_mut() {
+        o.insert("acquired_by".into(), json!(a.by));
+        o.insert("lease".into(), json!(a.lease));
+        o.insert("ttl".into(), json!(a.ttl));
+    }
     v.to_string()
 }
 
-/// `release` as read; `Err` says what is wrong (such a marker proves nothing).
+/// `release` as read: the hand-over marker it holds, if any (`Err`: a value that does
+/// not parse, which proves nothing), and the acquisition record, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseValue {
+    pub marker: Option<Result<ReleaseMarker, String>>,
+    pub acquired: Option<AcquiredRecord>,
+}
+
+/// Parse the `release` key whatever wrote it: a marker (a hand-over, or taken by an
+/// older agent's acquisition), an acquisition record with or without a taken marker,
+/// or anything else. A value with `acquired_by` whose record does not parse is no
+/// record and no marker: `Err`, an unknown leadership for the core (conservative).
+pub fn parse_release_key(raw: &[u8]) -> ReleaseValue {
+    let garbage = |why: String| ReleaseValue {
+        marker: Some(Err(why)),
+        acquired: None,
+    };
+    let v: Value = match serde_json::from_slice(raw) {
+        Ok(v) => v,
+        Err(e) => return garbage(format!("not JSON: {e}")),
+    };
+    if v.get("acquired_by").is_none() {
+        return ReleaseValue {
+            marker: Some(parse_marker(&v)),
+            acquired: None,
+        };
+    }
+    let by = match v.get("acquired_by") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        _ => return garbage("acquired_by: expected a member name".into()),
+    };
+    let Some(lease) = v.get("lease").and_then(Value::as_i64).filter(|l| *l > 0) else {
+        return garbage("lease: expected a lease id (a positive integer)".into());
+    };
+    let Some(ttl) = v.get("ttl").and_then(Value::as_i64).filter(|t| *t > 0) else {
+        return garbage("ttl: expected a positive integer".into());
+    };
+    ReleaseValue {
+        // A record alone holds no marker; one with marker fields holds it taken.
+        marker: v.get("epoch").map(|_| parse_marker(&v)),
+        acquired: Some(AcquiredRecord { by, lease, ttl }),
+    }
+}
+
+/// `release` as a marker; `Err` says what is wrong (such a marker proves nothing).
+/// What agents before the acquisition record parsed: the tests check that they read
+/// a new value as proving nothing.
+#[cfg(test)]
 pub fn parse_release(raw: &[u8]) -> Result<ReleaseMarker, String> {
     let v: Value = serde_json::from_slice(raw).map_err(|e| format!("not JSON: {e}"))?;
+    parse_marker(&v)
+}
+
+fn parse_marker(v: &Value) -> Result<ReleaseMarker, String> {
     let int = |k: &str| {
         v.get(k)
             .and_then(Value::as_i64)
@@ -363,5 +432,78 @@ mod tests {
         ] {
             assert!(parse_release(raw).is_err(), "{raw:?}");
         }
+    }
+
+    /// The acquire txn's record: alone, or with the marker it took; what an older
+    /// agent reads of it; and every malformed record is garbage, never a panic.
+    #[test]
+    fn acquisition_record_round_trip_old_forms_and_garbage() {
+        let a = AcquiredRecord {
+            by: "pg2".into(),
+            lease: 0x7f3a_9c21_0000_0042,
+            ttl: 30,
+        };
+        let alone = encode_acquired(&a, None);
+        assert_eq!(
+            parse_release_key(alone.as_bytes()),
+            ReleaseValue {
+                marker: None,
+                acquired: Some(a.clone())
+            }
+        );
+        // An older agent's parse: not a marker, it proves nothing.
+        assert!(parse_release(alone.as_bytes()).is_err());
+        let taken = ReleaseMarker {
+            epoch: 42,
+            lsn: 0x3000028,
+            timeline: 2,
+            candidate: None,
+            by: "pg1".into(),
+            taken_by: Some("pg2".into()),
+        };
+        let both = encode_acquired(&a, Some(&taken));
+        assert_eq!(
+            parse_release_key(both.as_bytes()),
+            ReleaseValue {
+                marker: Some(Ok(taken.clone())),
+                acquired: Some(a.clone())
+            }
+        );
+        // An older agent reads the taken marker.
+        assert_eq!(parse_release(both.as_bytes()), Ok(taken.clone()));
+        // Old forms still parse as before: a marker, untaken or taken, no record.
+        let untaken = ReleaseMarker {
+            taken_by: None,
+            ..taken.clone()
+        };
+        for m in [&untaken, &taken] {
+            assert_eq!(
+                parse_release_key(encode_release(m).as_bytes()),
+                ReleaseValue {
+                    marker: Some(Ok(m.clone())),
+                    acquired: None
+                }
+            );
+        }
+        for raw in [
+            &b""[..],
+            b"\xff",
+            b"null",
+            b"[]",
+            b"x",
+            br#"{"acquired_by":"","lease":1,"ttl":30}"#,
+            br#"{"acquired_by":3,"lease":1,"ttl":30}"#,
+            br#"{"acquired_by":"pg2","lease":0,"ttl":30}"#,
+            br#"{"acquired_by":"pg2","lease":"1","ttl":30}"#,
+            br#"{"acquired_by":"pg2","lease":1}"#,
+            br#"{"acquired_by":"pg2","lease":1,"ttl":-5}"#,
+        ] {
+            let r = parse_release_key(raw);
+            assert!(r.acquired.is_none(), "{raw:?}");
+            assert!(matches!(r.marker, Some(Err(_))), "{raw:?}");
+        }
+        // A good record with a garbled marker: the record counts, the marker not.
+        let r = parse_release_key(br#"{"acquired_by":"pg2","lease":1,"ttl":30,"epoch":"x"}"#);
+        assert!(r.acquired.is_some() && matches!(r.marker, Some(Err(_))));
     }
 }

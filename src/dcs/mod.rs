@@ -41,8 +41,8 @@ use tokio::runtime::Runtime;
 
 use crate::clock;
 use crate::core::model::{
-    AcquireOutcome, ClaimOutcome, ClusterView, Epoch, HistoryEntry, LeaderKey, LeaseId, LeasePoll,
-    ReleaseMarker, Renewal, RenewalOutcome, RollbackMarker, RollbackSeen,
+    AcquireOutcome, AcquiredRecord, ClaimOutcome, ClusterView, Epoch, HistoryEntry, LeaderKey,
+    LeaseId, LeasePoll, ReleaseMarker, Renewal, RenewalOutcome, RollbackMarker, RollbackSeen,
 };
 use crate::core::time::Instant;
 
@@ -564,8 +564,9 @@ impl Etcd {
 
     /// [`Etcd::acquire`], and only if the keys the candidate decided on are as it
     /// read them ([`AcquireBasis`]): a node that missed a change of `config` (a
-    /// pause) loses the race (DESIGN §3), and so does one that read a `release`
-    /// marker another acquisition has taken since.
+    /// pause) loses the race (DESIGN §3), and so does one that read `release`
+    /// before another acquisition: each writes its record there (S3: a leadership
+    /// that came and went after the candidate's read, unseen, makes it lose).
     ///
     /// INVARIANT (review F1): every acquisition that sees a `release` marker marks
     /// it taken in its own txn, and compares its mod revision. So a marker still at
@@ -615,23 +616,27 @@ impl Etcd {
                 CompareOp::Equal,
                 b.release_revision,
             ));
-            match (b.release_revision, b.release) {
-                (0, _) => {}
-                // The marker stays readable for operators, marked taken.
-                (_, Some(m)) => {
-                    let taken = ReleaseMarker {
-                        taken_by: Some(me.to_string()),
-                        ..m.clone()
-                    };
-                    then.push(TxnOp::put(
-                        self.key("release"),
-                        handover::encode_release(&taken),
-                        None,
-                    ));
-                }
-                // A value that does not parse proves nothing: it goes.
-                (_, None) => then.push(TxnOp::delete(self.key("release"), None)),
-            }
+            // INVARIANT (S3, DESIGN §1 step 1): every bound acquisition writes
+            // `release` in its own txn (one revision: the record's mod revision is
+            // the new epoch), and every one compares it. So a win proves no
+            // acquisition since the candidate's read, and a read shows the last
+            // acquisition even when no read showed its key (docs/design.md "the
+            // acquisition record"). A marker read is kept, marked taken, for
+            // operators; a value that does not parse is replaced.
+            let taken = b.release.map(|m| ReleaseMarker {
+                taken_by: Some(me.to_string()),
+                ..m.clone()
+            });
+            let record = AcquiredRecord {
+                by: me.to_string(),
+                lease,
+                ttl: i64::from(granted_ttl),
+            };
+            then.push(TxnOp::put(
+                self.key("release"),
+                handover::encode_acquired(&record, taken.as_ref()),
+                None,
+            ));
         }
         let txn = Txn::new().when(when).and_then(then);
         let mut kv = self.client.kv_client();

@@ -265,11 +265,12 @@ impl ViewKeeper {
                 }
             }
             b"release" => {
-                let m = handover::parse_release(kv.value);
-                if let Err(why) = &m {
+                let r = handover::parse_release_key(kv.value);
+                if let Some(Err(why)) = &r.marker {
                     self.warn_once("release", &format!("{why}; it proves nothing"));
                 }
-                view.release = Some(m);
+                view.release = r.marker;
+                view.release_acquired = r.acquired;
                 view.release_revision = kv.mod_revision;
             }
             b"status" => match keys::parse_status(kv.value) {
@@ -336,6 +337,7 @@ fn remove(view: &mut ClusterView, key: &[u8]) {
         b"failover" => view.failover = None,
         b"release" => {
             view.release = None;
+            view.release_acquired = None;
             view.release_revision = 0;
         }
         b"status" => view.status_optime = None,

@@ -25,6 +25,8 @@ pub enum Val {
     Failover(FailoverRequest),
     /// `release`: a switchover's marker.
     Release(ReleaseMarker),
+    /// `release` as an acquire txn writes it: its record, and the marker it took.
+    Acquired(AcquiredRecord, Option<ReleaseMarker>),
 }
 
 #[derive(Clone, Debug)]
@@ -58,8 +60,9 @@ pub enum Op {
     ReadLeader,
     ReadScope,
     /// `If(version(leader) == 0 && mod_revision(release) == release_rev)
-    /// Then(put(leader, me, lease), mark release taken by me)` (review F1; the
-    /// `config` compare is not modelled: the simulation has no pause).
+    /// Then(put(leader, me, lease), put(release, record + the marker taken by me))`
+    /// (review F1, the acquisition record; the `config` compare is not modelled:
+    /// the simulation has no pause).
     CreateLeader {
         me: String,
         lease: LeaseId,
@@ -316,19 +319,22 @@ impl Etcd {
                 {
                     return Resp::Created(None);
                 }
+                let taken = match self.kv.get("release").map(|k| k.val.clone()) {
+                    Some(Val::Release(m) | Val::Acquired(_, Some(m))) => Some(ReleaseMarker {
+                        taken_by: Some(me.clone()),
+                        ..m
+                    }),
+                    _ => None,
+                };
+                let record = AcquiredRecord {
+                    by: me.clone(),
+                    lease: *lease,
+                    ttl: self.leases.get(lease).map_or(0, |l| l.ttl),
+                };
                 let epoch = self.put("leader", Val::Name(me.clone()), *lease);
-                if let Some(Val::Release(m)) = self.kv.get("release").map(|k| k.val.clone()) {
-                    // One txn: one revision for both.
-                    self.rev -= 1;
-                    self.put(
-                        "release",
-                        Val::Release(ReleaseMarker {
-                            taken_by: Some(me.clone()),
-                            ..m
-                        }),
-                        0,
-                    );
-                }
+                // One txn: one revision for both.
+                self.rev -= 1;
+                self.put("release", Val::Acquired(record, taken), 0);
                 self.leader_changes.push((epoch, self.leader_key()));
                 Resp::Created(Some(epoch))
             }
@@ -497,6 +503,11 @@ impl Etcd {
                 }
                 (Val::Release(m), _) => {
                     v.release = Some(Ok(m.clone()));
+                    v.release_revision = kv.mod_rev;
+                }
+                (Val::Acquired(a, m), _) => {
+                    v.release = m.clone().map(Ok);
+                    v.release_acquired = Some(a.clone());
                     v.release_revision = kv.mod_rev;
                 }
                 _ => {}
