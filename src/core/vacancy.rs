@@ -96,6 +96,9 @@ pub(super) struct Vacancy {
     /// other once `old_lease` is (review F3: a leadership a member publishes after
     /// a gap in the watch; and the earlier one when two vacancies merge).
     pub(super) also_gone: Vec<LeaseId>,
+    /// The `release` key's mod revision this judgement accounts for (0: none): a
+    /// value there that names no epoch (garbage) is weighed once, not at each read.
+    pub(super) release_seen: i64,
 }
 
 /// A missed leadership's vacancy `m` found after `v` (open, or just built for the
@@ -121,6 +124,7 @@ fn after_open(v: &Vacancy, mut m: Vacancy) -> Vacancy {
         v.old_lease.into_iter().for_each(|l| owe_lease(&mut m, l));
     }
     v.also_gone.iter().for_each(|l| owe_lease(&mut m, *l));
+    m.release_seen = m.release_seen.max(v.release_seen);
     // INVARIANT (S3, DESIGN §1 step 4): the delay `won` takes from `m` covers `v`'s
     // old leader as well as `m`'s: a later `at`, a `W` only if both had that same
     // one, else `ttl + R`, and no marker skips it.
@@ -348,7 +352,61 @@ impl Core {
             // after `after`: the latest DELETE, and `W` or a marker only for one.
             judged: w.key.epoch,
             also_gone: Vec::new(),
+            release_seen: 0,
         })
+    }
+
+    /// A leadership the `release` key shows and vacancy `v` does not account for
+    /// (docs/design.md "the acquisition record"): an acquisition record's epoch is
+    /// the key's mod revision (written in that acquire txn); an untaken hand-over
+    /// marker's is its own `epoch` (it is written later, with that leadership's
+    /// DELETE, under its guard: the leader's own marker never counts as a newer
+    /// leadership); a taken marker without a record (an older agent's acquisition)
+    /// is its mod revision; a value that parses as neither is an unknown leadership
+    /// at or before its mod revision. One newer than `v.judged` was missed by every
+    /// read and by the watch so far: the vacancy becomes untimeable from this read
+    /// (its DELETE came before it; more than one may have come and gone, so no `W`,
+    /// TTL or marker sizes or skips the delay), and the record's lease is owed gone.
+    fn missed_in_release(
+        &mut self,
+        now: Instant,
+        view: &ClusterView,
+        v: &Vacancy,
+    ) -> Option<Vacancy> {
+        let rev = view.release_revision;
+        if rev <= v.release_seen {
+            return None;
+        }
+        let shown = match (&view.release_acquired, &view.release) {
+            (Some(_), _) => Some(rev),
+            (None, Some(Ok(m))) if m.taken_by.is_none() => Some(m.epoch),
+            (None, Some(Ok(_))) => Some(rev),
+            (None, Some(Err(_))) => None,
+            (None, None) => return None,
+        };
+        if shown.unwrap_or(rev) <= v.judged {
+            return None;
+        }
+        let mut m = untimeable(v.clone(), now, view, &self.cfg.name);
+        // DESIGN §3a: positions published before this read may predate the missed
+        // leader's DELETE.
+        m.seen_revision = m.seen_revision.max(view.revision);
+        m.absent_through = m.absent_through.max(view.revision);
+        m.release_seen = rev;
+        m.judged = m.judged.max(shown.unwrap_or(0));
+        if let Some(a) = &view.release_acquired {
+            owe_lease(&mut m, a.lease);
+            m.old_holder = Some(a.by.clone());
+            // Its holder's horizon bound: `won` takes the largest leader TTL seen.
+            if let Some(t) = sane_ttl(a.ttl) {
+                self.max_leader_ttl_seen = self.max_leader_ttl_seen.max(t);
+            }
+        }
+        // INVARIANT (S3, DESIGN §1 step 4): every acquisition writes its record in
+        // its txn and compares the one its candidate read, so what a win was
+        // decided on shows the last acquisition before it, and the delay `won`
+        // takes covers it.
+        Some(m)
     }
 
     pub(super) fn track_vacancy(&mut self, now: Instant, obs: &Observation) {
@@ -459,6 +517,7 @@ impl Core {
                         absent_through: view.revision,
                         judged: e.max(v.judged),
                         also_gone: Vec::new(),
+                        release_seen: 0,
                     };
                     self.vacancy = Some(after_open(v, newer));
                 }
@@ -580,6 +639,7 @@ impl Core {
                         absent_through: view.revision,
                         judged: self.track.epoch.unwrap_or(0),
                         also_gone: Vec::new(),
+                        release_seen: 0,
                     };
                     // Review F3: after a gap, or when a member publishes a leadership
                     // newer than the key we tracked (one came and went unseen), the
@@ -603,6 +663,14 @@ impl Core {
                     // since the last read that showed a tracked key: that key's own
                     // (judged above) and the ones the watch reported after it.
                     self.vacancy = Some(after_open(v, m));
+                }
+                // The same, told by the acquisition record in `release` (S3): a
+                // leadership the watch has not reported yet (its PUT not sent when
+                // the agent's drain after this read ended) still shows there.
+                if let Some(v) = self.vacancy.clone()
+                    && let Some(m) = self.missed_in_release(now, view, &v)
+                {
+                    self.vacancy = Some(m);
                 }
             }
         }

@@ -1,0 +1,397 @@
+//! The acquisition record (docs/design.md "the acquisition record"; DESIGN §1 step
+//! 1 and step 4, S3): every acquire txn writes `release` with its holder, lease and
+//! TTL, at the new epoch's revision, so a read shows a leadership that no read and
+//! no watch event showed yet. The race it closes (docs/failure-modes.md): a whole
+//! leadership between two of a replica's reads, ended by an early DELETE, whose
+//! watch PUT reaches the replica only after it won, promoted at once beside the
+//! missed leader's primary. Numbers: ttl 30, loop 2, retry R 1, margin 2 (the
+//! style of tests/core_scenarios.rs). Pure: no clock, no etcd, no PostgreSQL.
+
+use std::time::Duration;
+
+use tenure::core::model::*;
+use tenure::core::time::Instant;
+use tenure::core::{Core, CoreConfig};
+
+const SYSID: u64 = 7_000_000_000_000_000_042;
+
+fn t(s: f64) -> Instant {
+    Instant::from_nanos((s * 1e9) as u64)
+}
+
+fn core(name: &str) -> Core {
+    Core::new(
+        CoreConfig {
+            name: name.into(),
+            nofailover: false,
+            watchdog: None,
+            move_aside_unusable: false,
+        },
+        Timing {
+            ttl: 30,
+            loop_wait: Duration::from_secs(2),
+            retry_timeout: Duration::from_secs(1),
+            safety_margin: Duration::from_secs(2),
+            demote_budget: Duration::from_secs(1),
+            promote_delay: None,
+            maximum_lag_on_failover: 1 << 20,
+            primary_start_timeout: Duration::from_secs(30),
+            synchronous: SyncMode::Off,
+        },
+    )
+}
+
+fn pg(role: PgRole, following: Option<&str>) -> PgStatus {
+    PgStatus {
+        data: DataDir::Present {
+            sysid: SYSID,
+            was_primary: role == PgRole::Primary,
+        },
+        role,
+        timeline: 1,
+        lsn: 1000,
+        following: following.map(String::from),
+        streaming: following.is_some(),
+        epoch: None,
+        epoch_row: EpochRow::default(),
+        sync_names: Some(String::new()),
+        standbys: Vec::new(),
+        report: Default::default(),
+    }
+}
+
+fn member(name: &str, rev: i64, role: &str) -> Member {
+    Member {
+        name: name.into(),
+        mod_revision: rev,
+        lease: 0,
+        info: MemberInfo {
+            conn_url: format!("postgres://{name}:5432/postgres"),
+            role: role.into(),
+            xlog_location: 1000,
+            timeline: 1,
+            pg_healthy: true,
+            version: env!("CARGO_PKG_VERSION").into(),
+            ..MemberInfo::default()
+        },
+    }
+}
+
+/// pg1 publishes its leadership's epoch, as a promoted leader does. pg3, the
+/// missed leader, never published a member key the reads showed.
+fn members() -> Vec<Member> {
+    let mut pg1 = member("pg1", 8, "primary");
+    pg1.info.epoch = Some(5);
+    vec![pg1, member("pg2", 9, "replica")]
+}
+
+fn key(name: &str, epoch: Epoch, lease: LeaseId) -> LeaderKey {
+    LeaderKey {
+        name: name.into(),
+        epoch,
+        mod_revision: epoch,
+        lease,
+    }
+}
+
+fn view(revision: i64, leader: Option<LeaderKey>) -> ClusterView {
+    ClusterView {
+        revision,
+        leader,
+        members: members(),
+        initialize: Some(Initialize::Done { sysid: SYSID }),
+        ..ClusterView::default()
+    }
+}
+
+/// `release` as the acquire txn of `by` at epoch `epoch` left it.
+fn record(mut v: ClusterView, epoch: Epoch, by: &str, lease: LeaseId) -> ClusterView {
+    v.release_acquired = Some(AcquiredRecord {
+        by: by.into(),
+        lease,
+        ttl: 30,
+    });
+    v.release_revision = epoch;
+    v
+}
+
+/// The scope watch open since revision 0 (it reported every change it was sent).
+fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
+    let mut o = Observation::reading(Ok(cluster), pg);
+    o.watch_from = Some(0);
+    o
+}
+
+fn poll(lease: LeaseId, at: f64, ttl: Option<i64>) -> Option<LeasePoll> {
+    Some(LeasePoll {
+        lease,
+        sent_at: t(at),
+        ttl,
+        granted_ttl: None,
+        has_keys: ttl.is_some(),
+    })
+}
+
+fn deleted(at: f64, revision: i64) -> LeaderChange {
+    LeaderChange {
+        at: t(at),
+        revision,
+        put: None,
+    }
+}
+
+fn put(at: f64, name: &str, epoch: Epoch, lease: LeaseId) -> LeaderChange {
+    LeaderChange {
+        at: t(at),
+        revision: epoch,
+        put: Some(key(name, epoch, lease)),
+    }
+}
+
+/// pg2 follows pg1 (lease 0xA, epoch 5, its record at revision 5) and polls its
+/// lease at 102 s: TTL 1 s, so E_max = 103 s.
+fn follower() -> Core {
+    let mut c = core("pg2");
+    let v = record(view(10, Some(key("pg1", 5, 0xA))), 5, "pg1", 0xA);
+    let p = c.step(t(100.0), &obs(v.clone(), pg(PgRole::Replica, Some("pg1"))));
+    assert!(matches!(p.reason, Reason::Following { .. }), "{}", p.reason);
+    let mut o = obs(v, pg(PgRole::Replica, Some("pg1")));
+    o.lease_poll = poll(0xA, 102.0, Some(1));
+    c.step(t(102.01), &o);
+    c
+}
+
+/// pg1's key expires at 103.2 s (revision 11: on time for pg2, past E_max, its poll
+/// 1.2 s old), and the watch reported that DELETE. The read at 104 s (revision 14)
+/// shows the key absent and `release` as `rel` left it; pg1's lease is gone.
+fn vacancy_read(c: &mut Core, rel: impl FnOnce(ClusterView) -> ClusterView) -> Plan {
+    let mut o = obs(rel(view(14, None)), pg(PgRole::Replica, None));
+    o.leader_deleted_at = Some(t(103.2));
+    o.leader_deleted_revision = Some(11);
+    o.leader_changes = vec![deleted(103.2, 11)];
+    o.lease_poll = poll(0xA, 104.05, None);
+    c.step(t(104.1), &o)
+}
+
+/// pg2 wins (epoch 21, lease 0xB) with `changes` reported by the watch in the step of
+/// the win; returns the plan of the step after it, where the watch reports `late`.
+fn win(c: &mut Core, at: f64, changes: Vec<LeaderChange>, late: Vec<LeaderChange>) -> Plan {
+    let v = record(view(21, Some(key("pg2", 21, 0xB))), 21, "pg2", 0xB);
+    let mut o = obs(v.clone(), pg(PgRole::Replica, None));
+    o.leader_changes = changes;
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 30,
+        granted_at: t(at),
+        epoch: 21,
+    });
+    let p = c.step(t(at + 0.05), &o);
+    assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
+    let mut o = obs(v, pg(PgRole::Replica, None));
+    o.leader_changes = late;
+    c.step(t(at + 0.15), &o)
+}
+
+fn remaining(p: &Plan) -> f64 {
+    match &p.reason {
+        Reason::PromoteDelayed { remaining, why } => {
+            assert!(why.contains("before its lease could have expired"), "{why}");
+            assert!(p.actions.is_empty(), "{:?}", p.actions);
+            remaining.as_secs_f64()
+        }
+        other => panic!(
+            "expected the early-expiry delay, got {other} ({:?})",
+            p.actions
+        ),
+    }
+}
+
+/// The residual race: pg3 took the key at 103.3 s (epoch 12, lease 0xC) and an
+/// operator's `lease revoke` ended it at 103.5 s, between two of pg2's reads; etcd
+/// had not sent pg3's PUT when pg2's drain after the read ended, and it arrives only
+/// after the winning step. The read shows pg3's acquisition record: the vacancy is
+/// untimeable from that read (104.1 s), pg3's lease must be seen gone, and the
+/// promotion waits ttl + R = 31 s from the read. Before the record pg2 acquired at
+/// once and promoted right after its win, beside pg3's possibly writable primary.
+#[test]
+fn a_missed_leadership_shown_only_by_its_record_delays_the_promotion() {
+    let mut c = follower();
+    let p = vacancy_read(&mut c, |v| record(v, 12, "pg3", 0xC));
+    assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+    assert_eq!(c.lease_to_poll(), Some(0xC), "pg3's lease is owed gone");
+    let mut o = obs(
+        record(view(15, None), 12, "pg3", 0xC),
+        pg(PgRole::Replica, None),
+    );
+    o.lease_poll = poll(0xC, 104.5, None);
+    let p = c.step(t(104.55), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    // pg3's PUT and DELETE reach pg2 only after the winning step.
+    let p = win(
+        &mut c,
+        104.6,
+        vec![put(104.6, "pg2", 21, 0xB)],
+        vec![put(103.3, "pg3", 12, 0xC), deleted(103.5, 13)],
+    );
+    assert!((remaining(&p) - (104.1 + 31.0 - 104.75)).abs() < 1e-6);
+}
+
+/// The same missed leadership's lease still lives (an `etcdctl del` of its key): no
+/// acquire until it is seen gone (DESIGN §1 step 4).
+#[test]
+fn a_missed_leadership_shown_by_its_record_owes_its_lease_gone() {
+    let mut c = follower();
+    vacancy_read(&mut c, |v| record(v, 12, "pg3", 0xC));
+    let mut o = obs(
+        record(view(15, None), 12, "pg3", 0xC),
+        pg(PgRole::Replica, None),
+    );
+    o.lease_poll = poll(0xC, 106.0, Some(27));
+    let p = c.step(t(106.05), &o);
+    assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+    assert!(p.reason.to_string().contains("still lives"), "{}", p.reason);
+}
+
+/// No false alarm: the tracked leadership's own record (revision 5 = its epoch), and
+/// its own clean-stop marker written later with its DELETE (revision 11, epoch 5),
+/// are accounted for: an on-time expiry promotes at once, and the marker still
+/// skips nothing it should not (here it names nobody and pg2's WAL reaches it).
+#[test]
+fn the_tracked_leaders_own_record_and_marker_change_nothing() {
+    let own_record = |v| record(v, 5, "pg1", 0xA);
+    let own_marker = |mut v: ClusterView| {
+        v.release = Some(Ok(ReleaseMarker {
+            epoch: 5,
+            lsn: 900,
+            timeline: 1,
+            candidate: None,
+            by: "pg1".into(),
+            taken_by: None,
+        }));
+        v.release_revision = 11;
+        v
+    };
+    for rel in [
+        &own_record as &dyn Fn(ClusterView) -> ClusterView,
+        &own_marker as &dyn Fn(ClusterView) -> ClusterView,
+    ] {
+        let mut c = follower();
+        let p = vacancy_read(&mut c, rel);
+        assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+        let p = win(&mut c, 104.15, vec![put(104.15, "pg2", 21, 0xB)], vec![]);
+        assert_eq!(
+            p.actions,
+            vec![Action::Promote { epoch: 21 }],
+            "{}",
+            p.reason
+        );
+    }
+}
+
+/// What other writers leave proves nothing and counts as an unknown leadership
+/// when written after the tracked one's acquisition: garbage, an older agent's
+/// taken marker (its acquisition wrote no record). Both delay the promotion; the
+/// same garbage written before the tracked leadership changes nothing.
+#[test]
+fn garbage_or_an_older_agents_taken_marker_after_the_tracked_epoch_delays() {
+    let garbage = |rev: i64| {
+        move |mut v: ClusterView| {
+            v.release = Some(Err("not JSON".into()));
+            v.release_revision = rev;
+            v
+        }
+    };
+    let old_taken = |mut v: ClusterView| {
+        v.release = Some(Ok(ReleaseMarker {
+            epoch: 3,
+            lsn: 900,
+            timeline: 1,
+            candidate: None,
+            by: "pg1".into(),
+            taken_by: Some("pg3".into()),
+        }));
+        v.release_revision = 12;
+        v
+    };
+    for (rel, delayed) in [
+        (&garbage(12) as &dyn Fn(ClusterView) -> ClusterView, true),
+        (&old_taken, true),
+        (&garbage(4), false),
+    ] {
+        let mut c = follower();
+        let p = vacancy_read(&mut c, rel);
+        assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+        let p = win(&mut c, 104.15, vec![put(104.15, "pg2", 21, 0xB)], vec![]);
+        if delayed {
+            assert!((remaining(&p) - (104.1 + 31.0 - 104.3)).abs() < 1e-6);
+        } else {
+            assert_eq!(
+                p.actions,
+                vec![Action::Promote { epoch: 21 }],
+                "{}",
+                p.reason
+            );
+        }
+    }
+}
+
+/// Weighed once: garbage read again at the same revision does not move the delay's
+/// start to each later read (the vacancy stays untimeable from the first).
+#[test]
+fn garbage_at_one_revision_is_weighed_once() {
+    let garbage = |mut v: ClusterView| {
+        v.release = Some(Err("not JSON".into()));
+        v.release_revision = 12;
+        v
+    };
+    let mut c = follower();
+    vacancy_read(&mut c, garbage);
+    let mut o = obs(garbage(view(15, None)), pg(PgRole::Replica, None));
+    o.lease_poll = poll(0xA, 106.0, None);
+    let p = c.step(t(106.05), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let p = win(&mut c, 106.1, vec![put(106.1, "pg2", 21, 0xB)], vec![]);
+    assert!((remaining(&p) - (104.1 + 31.0 - 106.25)).abs() < 1e-6);
+}
+
+/// The watch reported the missed leadership in time (the usual case): the record of
+/// the same epoch adds nothing, and pg3's own marker still proves its clean exit
+/// (DESIGN §1 step 4's exception, unchanged by the record).
+#[test]
+fn a_missed_leadership_the_watch_reported_keeps_its_marker_proof() {
+    let mut c = follower();
+    let marker = ReleaseMarker {
+        epoch: 12,
+        lsn: 900,
+        timeline: 1,
+        candidate: None,
+        by: "pg3".into(),
+        taken_by: None,
+    };
+    let with_marker = |mut v: ClusterView| {
+        v.release = Some(Ok(marker.clone()));
+        v.release_revision = 13;
+        v
+    };
+    let mut o = obs(with_marker(view(14, None)), pg(PgRole::Replica, None));
+    o.leader_deleted_at = Some(t(103.2));
+    o.leader_deleted_revision = Some(11);
+    o.leader_changes = vec![
+        deleted(103.2, 11),
+        put(103.3, "pg3", 12, 0xC),
+        deleted(103.5, 13),
+    ];
+    o.lease_poll = poll(0xA, 104.05, None);
+    c.step(t(104.1), &o);
+    let mut o = obs(with_marker(view(15, None)), pg(PgRole::Replica, None));
+    o.lease_poll = poll(0xC, 104.5, None);
+    let p = c.step(t(104.55), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let p = win(&mut c, 104.6, vec![put(104.6, "pg2", 21, 0xB)], vec![]);
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 21 }],
+        "{}",
+        p.reason
+    );
+}
