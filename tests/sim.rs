@@ -93,6 +93,8 @@
 //! `TENURE_SIM_SEEDS=N` runs N schedules (default below) from seed
 //! `TENURE_SIM_SEED_BASE` (default 0); `TENURE_SIM_SEED=S` runs
 //! one schedule and prints its log (`TENURE_SIM_FULL_LOG=1`: every step of the run).
+//! `TENURE_SIM_LATE_PUTS=1`: etcd holds some `leader` PUTs back from some watches
+//! past the reads that show their effect (the race the acquisition record closes).
 
 mod sim {
     pub mod agent;

@@ -737,6 +737,12 @@ pub struct World {
     quick_delete: Option<(Duration, Duration)>,
     /// Leaderships struck by a quick delete.
     pub quick_deletes: u64,
+    /// `TENURE_SIM_LATE_PUTS`: etcd holds some `leader` PUTs back from some watches
+    /// for 50-450 ms (and what follows them: the stream keeps its order), past the
+    /// read that already shows their effect and past a win decided on it (the race
+    /// the acquisition record closes, docs/failure-modes.md). Off by default: the
+    /// lag is no draw from the seed's stream, but it moves the schedules' events.
+    late_puts: bool,
     /// Scope watches closed while open (a change lost, a restart, etcd's cancel).
     pub watch_closures: u64,
 }
@@ -827,6 +833,7 @@ impl World {
             leader_log: Vec::new(),
             quick_delete: None,
             quick_deletes: 0,
+            late_puts: std::env::var_os("TENURE_SIM_LATE_PUTS").is_some(),
             watch_closures: 0,
         };
         let phase = w.rng.ms(1, 500);
@@ -2030,8 +2037,18 @@ impl World {
     fn deliver_change(&mut self, node: usize, rev: i64, put: Option<LeaderKey>) {
         // A fixed lag (no draw from the seed's stream, so the schedules of the
         // seeds before this model stay as they were), in stream order.
+        // A held-back PUT: chosen by its revision and the node (no draw either).
+        let h = (rev as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(node as u64)
+            .rotate_left(17);
+        let held = if self.late_puts && put.is_some() && h % 2 == 0 {
+            secs(0.05 + ((h >> 8) % 400) as f64 / 1000.0)
+        } else {
+            Duration::ZERO
+        };
         let n = &mut self.nodes[node];
-        let at = self.now.add(secs(0.001)).max(n.watch_last);
+        let at = self.now.add(secs(0.001) + held).max(n.watch_last);
         n.watch_last = at;
         let inc = n.inc;
         self.push(
