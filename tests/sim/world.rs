@@ -2042,7 +2042,7 @@ impl World {
             .wrapping_mul(0x9E37_79B9_7F4A_7C15)
             .wrapping_add(node as u64)
             .rotate_left(17);
-        let held = if self.late_puts && put.is_some() && h % 2 == 0 {
+        let held = if self.late_puts && put.is_some() && h.is_multiple_of(2) {
             secs(0.05 + ((h >> 8) % 400) as f64 / 1000.0)
         } else {
             Duration::ZERO
