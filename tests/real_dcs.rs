@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use tenure::clock;
 use tenure::core::model::{
-    AcquireOutcome, ClaimOutcome, ConfirmEpoch, HistoryEntry, Initialize, MemberInfo,
-    ReleaseMarker, RenewalOutcome, RollbackSeen,
+    AcquireOutcome, AcquiredRecord, ClaimOutcome, ConfirmEpoch, HistoryEntry, Initialize,
+    MemberInfo, ReleaseMarker, RenewalOutcome, RollbackSeen,
 };
 use tenure::core::time::Instant;
 use tenure::dcs::{AcquireBasis, Etcd, WatchEvent, encode_member};
@@ -1244,6 +1244,74 @@ fn the_acquire_txn_binds_and_takes_the_release_marker() {
         Some("pg2".into())
     );
     assert_eq!(last.release_revision, e2);
+}
+
+/// The acquisition record (docs/design.md "the acquisition record"; S3): every
+/// bound acquire txn writes `release` (holder, lease, granted TTL) at the new
+/// epoch's revision. So a candidate that read the vacancy before another node's
+/// whole leadership came and went (acquired, then its lease revoked: no marker, no
+/// key left) loses the race with its stale read, and a fresh read shows that
+/// leadership's record. Garbage in the key is replaced by the next acquisition.
+/// Before the record, pg2's stale acquire won here (nothing it compared changed).
+#[test]
+fn every_acquire_writes_its_record_and_a_read_before_another_acquisition_loses() {
+    let b = bed("dcs-acqrec");
+    let mut e = b.client(PREFIX);
+    let empty = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert_eq!(
+        (empty.release_revision, &empty.release_acquired),
+        (0, &None)
+    );
+    let (l1, t1, e1) = won(e.acquire_seen(&b.rt, "pg1", 5, &AcquireBasis::of(&empty), in_ms(2000)));
+    let after1 = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert_eq!(
+        after1.release_acquired,
+        Some(AcquiredRecord {
+            by: "pg1".into(),
+            lease: l1,
+            ttl: i64::from(t1),
+        })
+    );
+    assert_eq!(after1.release_revision, e1, "written in the acquire's txn");
+    assert!(after1.release.is_none(), "a record alone is no marker");
+    // pg1's leadership ends early (its lease revoked); pg2 reads the vacancy.
+    e.revoke(&b.rt, l1, in_ms(2000)).expect("revoke");
+    let stale = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert!(stale.leader.is_none());
+    // pg3 takes the key on its own, later read, and loses it at once.
+    let fresh3 = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    let (l3, _, e3) = won(e.acquire_seen(&b.rt, "pg3", 5, &AcquireBasis::of(&fresh3), in_ms(2000)));
+    e.revoke(&b.rt, l3, in_ms(2000)).expect("revoke");
+    // pg2, deciding on the read that predates pg3's acquisition, cannot win.
+    assert_eq!(
+        e.acquire_seen(&b.rt, "pg2", 5, &AcquireBasis::of(&stale), in_ms(2000)),
+        AcquireOutcome::Lost,
+        "a candidate whose read predates another acquisition must lose"
+    );
+    // A fresh read shows the leadership it never saw: pg3's record at pg3's epoch.
+    let fresh = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert!(fresh.leader.is_none());
+    assert_eq!(fresh.release_revision, e3);
+    assert_eq!(
+        fresh
+            .release_acquired
+            .as_ref()
+            .map(|a| (a.by.as_str(), a.lease)),
+        Some(("pg3", l3))
+    );
+    // Garbage another writer left proves nothing and is replaced by the next record.
+    b.raw(async move |c| c.put("/service/t1/release", "{garbage", None).await);
+    let junk = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert!(matches!(junk.release, Some(Err(_))), "{:?}", junk.release);
+    assert!(junk.release_acquired.is_none());
+    let (l2, _, e2) = won(e.acquire_seen(&b.rt, "pg2", 5, &AcquireBasis::of(&junk), in_ms(2000)));
+    let last = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    assert_eq!(last.release_revision, e2);
+    assert_eq!(
+        last.release_acquired.map(|a| (a.by, a.lease)),
+        Some(("pg2".to_string(), l2))
+    );
+    assert!(last.release.is_none());
 }
 
 /// `grpc_server_msg_received_total` for one method, summed over the members.
