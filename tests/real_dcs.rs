@@ -1263,17 +1263,6 @@ fn every_acquire_writes_its_record_and_a_read_before_another_acquisition_loses()
         (0, &None)
     );
     let (l1, t1, e1) = won(e.acquire_seen(&b.rt, "pg1", 5, &AcquireBasis::of(&empty), in_ms(2000)));
-    let after1 = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
-    assert_eq!(
-        after1.release_acquired,
-        Some(AcquiredRecord {
-            by: "pg1".into(),
-            lease: l1,
-            ttl: i64::from(t1),
-        })
-    );
-    assert_eq!(after1.release_revision, e1, "written in the acquire's txn");
-    assert!(after1.release.is_none(), "a record alone is no marker");
     // pg1's leadership ends early (its lease revoked); pg2 reads the vacancy.
     e.revoke(&b.rt, l1, in_ms(2000)).expect("revoke");
     let stale = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
@@ -1288,6 +1277,18 @@ fn every_acquire_writes_its_record_and_a_read_before_another_acquisition_loses()
         AcquireOutcome::Lost,
         "a candidate whose read predates another acquisition must lose"
     );
+    // The record outlives its leadership: pg2's read showed pg1's, written in
+    // pg1's acquire txn (its mod revision is pg1's epoch), and no marker.
+    assert_eq!(
+        stale.release_acquired,
+        Some(AcquiredRecord {
+            by: "pg1".into(),
+            lease: l1,
+            ttl: i64::from(t1),
+        })
+    );
+    assert_eq!(stale.release_revision, e1, "written in the acquire's txn");
+    assert!(stale.release.is_none(), "a record alone is no marker");
     // A fresh read shows the leadership it never saw: pg3's record at pg3's epoch.
     let fresh = e.read_cluster(&b.rt, in_ms(2000)).expect("read");
     assert!(fresh.leader.is_none());
