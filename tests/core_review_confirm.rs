@@ -1,0 +1,457 @@
+//! Fresh-eyes review of commit 88463a7 (the `confirm_after` gate), the seed 9982
+//! adoption rule (`src/core/adopt.rs`) and the uncapped `grantedTTL`. Pure scenarios
+//! of the core in the style of `core_scenarios.rs`: observations and `now` in, plans
+//! out. Some of these pin the gate down as regression tests (they pass); the ones
+//! named `review_finding_*` show a finding of the review and fail on the code they
+//! were written against (see each doc).
+
+use std::time::Duration;
+
+use tenure::core::model::*;
+use tenure::core::time::Instant;
+use tenure::core::{Core, CoreConfig};
+
+const SYSID: u64 = 7_000_000_000_000_000_042;
+
+fn t(s: f64) -> Instant {
+    Instant::from_nanos((s * 1e9).round() as u64)
+}
+
+/// ttl 7, loop 0.5, retry 0.25, margin 0.5, with `budget` (DESIGN S6's second
+/// worked example has 0.3).
+fn timing7(budget: f64) -> Timing {
+    Timing {
+        ttl: 7,
+        loop_wait: Duration::from_millis(500),
+        retry_timeout: Duration::from_millis(250),
+        safety_margin: Duration::from_millis(500),
+        demote_budget: Duration::from_secs_f64(budget),
+        promote_delay: None,
+        maximum_lag_on_failover: 1 << 20,
+        primary_start_timeout: Duration::from_secs(30),
+        synchronous: SyncMode::Off,
+    }
+}
+
+fn core(name: &str, watchdog: Option<u64>, timing: Timing) -> Core {
+    Core::new(
+        CoreConfig {
+            name: name.into(),
+            nofailover: false,
+            watchdog: watchdog.map(Duration::from_secs),
+            move_aside_unusable: false,
+        },
+        timing,
+    )
+}
+
+fn pg(role: PgRole, lsn: Lsn, following: Option<&str>) -> PgStatus {
+    PgStatus {
+        data: DataDir::Present {
+            sysid: SYSID,
+            was_primary: role == PgRole::Primary,
+        },
+        role,
+        timeline: 1,
+        lsn,
+        following: following.map(String::from),
+        streaming: following.is_some(),
+        epoch: None,
+        epoch_row: EpochRow::default(),
+        sync_names: Some(String::new()),
+        standbys: Vec::new(),
+        report: Default::default(),
+    }
+}
+
+/// A standby whose `tenure.epoch` row shows epoch 18 written by pg1 under lease 0xA
+/// (so the seed-253898 adoption delay is lifted and only the gate holds it).
+fn own_standby() -> PgStatus {
+    let mut rep = pg(PgRole::Replica, 1000, None);
+    rep.epoch = Some(18);
+    rep.epoch_row.member = Some("pg1".into());
+    rep.epoch_row.lease = Some(0xA);
+    rep
+}
+
+fn member(name: &str, rev: i64, role: &str, xlog: Lsn, wd: Option<u32>) -> Member {
+    Member {
+        name: name.into(),
+        mod_revision: rev,
+        lease: 0,
+        info: MemberInfo {
+            conn_url: format!("postgres://{name}:5432/postgres"),
+            role: role.into(),
+            xlog_location: xlog,
+            timeline: 1,
+            watchdog_timeout: wd,
+            pg_healthy: true,
+            version: env!("CARGO_PKG_VERSION").into(),
+            ..MemberInfo::default()
+        },
+    }
+}
+
+fn key(name: &str, epoch: Epoch, lease: LeaseId) -> LeaderKey {
+    LeaderKey {
+        name: name.into(),
+        epoch,
+        mod_revision: epoch,
+        lease,
+    }
+}
+
+fn view(revision: i64, leader: Option<LeaderKey>, members: Vec<Member>) -> ClusterView {
+    ClusterView {
+        revision,
+        leader,
+        members,
+        initialize: Some(Initialize::Done { sysid: SYSID }),
+        ..ClusterView::default()
+    }
+}
+
+fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
+    let mut o = Observation::reading(Ok(cluster), pg);
+    o.watch_from = Some(0);
+    o
+}
+
+fn poll(lease: LeaseId, at: Instant, ttl: Option<i64>, granted: Option<i64>) -> LeasePoll {
+    LeasePoll {
+        lease,
+        sent_at: at,
+        ttl,
+        granted_ttl: granted,
+        has_keys: ttl.is_some(),
+    }
+}
+
+fn counted(lease: LeaseId, at: Instant, ttl: i64) -> Option<Renewal> {
+    Some(Renewal {
+        lease,
+        sent_at: at,
+        outcome: RenewalOutcome::Counted { ttl },
+    })
+}
+
+fn promotes(p: &Plan) -> bool {
+    p.actions.iter().any(|a| {
+        matches!(
+            a,
+            Action::Promote { .. } | Action::StartJob(JobKind::StartPrimary)
+        )
+    })
+}
+
+/// pg1 (W 3) restarts with no primary running while the key names it (lease 0xA,
+/// epoch 18, its data shows that epoch): a poll at `start` shows `ttl_left` (etcd
+/// reset the TTL, or #17642), the adopting renewal is sent at `start + 0.005` and the
+/// adoption step runs at `start + 0.01`. Returns the core, the adoption step's
+/// instant and whether any step so far promoted.
+fn adopt_with_no_primary(start: f64, ttl_left: i64) -> (Core, Instant) {
+    let mut c = core("pg1", Some(3), timing7(0.3));
+    let v = view(40, Some(key("pg1", 18, 0xA)), vec![]);
+    let mut o = obs(v.clone(), own_standby());
+    o.lease_poll = Some(poll(0xA, t(start), Some(ttl_left), Some(7)));
+    let p = c.step(t(start + 0.001), &o);
+    assert!(!promotes(&p), "{:?}", p.actions);
+    assert_eq!(c.lease_to_renew(), Some((0xA, 18)), "{}", p.reason);
+    let mut o = obs(v.clone(), own_standby());
+    o.renewal = counted(0xA, t(start + 0.005), 7);
+    let adoption = t(start + 0.01);
+    let p = c.step(adoption, &o);
+    assert!(c.leadership().is_some(), "{}", p.reason);
+    assert!(!promotes(&p), "{:?}", p.actions);
+    // The arm planned with the adoption, reported done.
+    assert!(
+        p.actions
+            .iter()
+            .any(|a| matches!(a, Action::PetWatchdog { .. })),
+        "{:?}",
+        p.actions
+    );
+    let mut o = obs(v, own_standby());
+    o.pet = Some(PetReport {
+        at: t(start + 0.011),
+        outcome: PetOutcome::Done,
+    });
+    let p = c.step(t(start + 0.012), &o);
+    assert!(!promotes(&p), "{:?}", p.actions);
+    (c, adoption)
+}
+
+/// One leader step after a renewal `outcome` sent at `sent`, answered and stepped
+/// 5 ms later, the pet reported right after it (as the shell does).
+fn renewal_step(c: &mut Core, sent: Instant, outcome: RenewalOutcome) -> Plan {
+    let v = view(41, Some(key("pg1", 18, 0xA)), vec![]);
+    let mut o = obs(v, own_standby());
+    let counted = matches!(outcome, RenewalOutcome::Counted { .. });
+    o.renewal = Some(Renewal {
+        lease: 0xA,
+        sent_at: sent,
+        outcome,
+    });
+    if counted {
+        o.pet = Some(PetReport {
+            at: sent.add(Duration::from_millis(4)),
+            outcome: PetOutcome::Done,
+        });
+    }
+    c.step(sent.add(Duration::from_millis(5)), &o)
+}
+
+/// Regression (passes): the gate's boundary is the renewal's *send* instant against
+/// `adoption step + L_w + R`, inclusive; a counted renewal sent 1 ns before does not
+/// open it, failed renewals in between neither open it nor block it for good (the
+/// first counted one sent at or after the bound opens it, with the watchdog
+/// required and petted only on counted renewals).
+#[test]
+fn the_gate_opens_on_the_first_counted_renewal_sent_at_or_after_the_bound() {
+    let (mut c, adoption) = adopt_with_no_primary(39.2, 7);
+    let bound = adoption.add(Duration::from_millis(750));
+    // A counted renewal sent 0.5 s after the adoption: no write.
+    let p = renewal_step(
+        &mut c,
+        adoption.add(Duration::from_millis(500)),
+        RenewalOutcome::Counted { ttl: 7 },
+    );
+    assert!(!promotes(&p), "{}: {:?}", p.reason, p.actions);
+    // One sent 1 ns before the bound: still none.
+    let p = renewal_step(
+        &mut c,
+        bound.sub(Duration::from_nanos(1)),
+        RenewalOutcome::Counted { ttl: 7 },
+    );
+    assert!(!promotes(&p), "{}: {:?}", p.reason, p.actions);
+    assert!(p.reason.to_string().contains("L_w + R"), "{}", p.reason);
+    // A failed renewal sent after the bound: none (and no fence yet: F - B is later).
+    let p = renewal_step(
+        &mut c,
+        bound.add(Duration::from_millis(100)),
+        RenewalOutcome::Failed("timed out".into()),
+    );
+    assert!(!promotes(&p), "{}: {:?}", p.reason, p.actions);
+    assert!(c.leadership().is_some(), "{}", p.reason);
+    // The next counted one, sent after the bound: the promotion.
+    let p = renewal_step(
+        &mut c,
+        bound.add(Duration::from_millis(500)),
+        RenewalOutcome::Counted { ttl: 7 },
+    );
+    assert!(promotes(&p), "{}: {:?}", p.reason, p.actions);
+}
+
+/// Regression (passes): a counted renewal sent exactly at the bound opens the gate.
+#[test]
+fn a_renewal_sent_exactly_at_the_bound_opens_the_gate() {
+    let (mut c, adoption) = adopt_with_no_primary(39.2, 7);
+    let bound = adoption.add(Duration::from_millis(750));
+    let p = renewal_step(&mut c, bound, RenewalOutcome::Counted { ttl: 7 });
+    assert!(promotes(&p), "{}: {:?}", p.reason, p.actions);
+}
+
+/// Regression (passes): a wall-clock jump (S5) moves the last renewal back; it never
+/// opens the gate early, and a renewal reported in the same observation as the jump
+/// counts with its own send instant.
+#[test]
+fn a_clock_jump_never_opens_the_gate() {
+    let (mut c, adoption) = adopt_with_no_primary(39.2, 7);
+    let v = view(41, Some(key("pg1", 18, 0xA)), vec![]);
+    let mut o = obs(v, own_standby());
+    o.clock_jump = Duration::from_millis(200);
+    let p = c.step(adoption.add(Duration::from_millis(900)), &o);
+    assert!(!promotes(&p), "{}: {:?}", p.reason, p.actions);
+    let p = renewal_step(
+        &mut c,
+        adoption.add(Duration::from_millis(700)),
+        RenewalOutcome::Counted { ttl: 7 },
+    );
+    assert!(!promotes(&p), "{}: {:?}", p.reason, p.actions);
+}
+
+/// Review finding F1 (HIGH under an S6-valid timing; fails on 88463a7): the poll
+/// check is the only guard of an adoption with a **running** primary, and the gate's
+/// own premise (an etcd leader change resets the TTL, #17642 reports a bogus one)
+/// defeats it. The old incarnation's crash ping bounds its host only to
+/// `x + W < s + R + 2W - B`; with ttl 7, L_w 0.5, R 0.25, M 0.5, **B 0.2**, W 3 (S6
+/// (a)-(e) hold: 0.95 < 3 <= 3.125, 3 > 1.25, R + P <= L_w) a replica can poll the
+/// lease with TTL 0 while that host still runs.
+///
+/// | time | who | event |
+/// |---|---|---|
+/// | 0.000 | pg1 | last counted renewal (keepalive applied at 0.005, X = 7.005; read slow, pet at 0.25, F = 3.25) |
+/// | 3.040 | pg1 | agent killed before F - B = 3.05 while renewals fail: kernel ping, device due at 6.04; PostgreSQL keeps running |
+/// | 4.51..5.51 | pg0 | polls every L_w: TTL 2, 1, 1 (E_max 6.51) |
+/// | 6.010 | pg0 | poll: TTL 0 (0.995 s left), last poll |
+/// | 6.012 | etcd | leader transfer (graceful stop of its leader): every lease reset to 7 s + ET |
+/// | 6.013 | pg1 | new agent polls: TTL 7; adopts (renewal sent 6.02), pets at 6.026: F = 9.026 |
+/// | 6.510 | pg0 | poll fails (its endpoint was the stopped member) |
+/// | 6.600 | etcd | early DELETE (operator revoke, #15247) |
+/// | 6.6.. | pg0 | DELETE at 6.6 >= E_max 6.51, last poll 0.59 s < L_w + R old: **on time**, promotes at once |
+///
+/// pg1's primary writes until its own fence after the DELETE (watch latency + up to
+/// B), and its `F` (9.026) is 2.4 s after the DELETE the replica judged on time:
+/// DESIGN §1 step 4's "an on-time DELETE costs no delay: S6(e) puts the old leader's
+/// fence deadline before it" fails. Needed besides the timing: pg0's poll right after
+/// the etcd leader change fails, and the early DELETE lands in `[E_max, last poll +
+/// L_w + R]` (0.25 s). The root: S6 bounds `F`, not the crash ping's
+/// `x + W < F - B + W`, so a poll before `x + W` may show TTL 0; without an adoption
+/// the regular polls keep `E_max` past `x + W`, the adopter's pet stretches the
+/// host's life past it. Fix: an S6 rule `ttl - 2W - R + B >= floor(L_w + R) + 1 s`
+/// (every poll before `x + W` then shows more than `L_w + R`), or withhold the
+/// adopter's arm and pets (leave the device on the old `x + W`) until a renewal sent
+/// `L_w + R` after the adoption counted, as the gate does for writes.
+#[test]
+fn review_finding_f1_running_primary_adoption_after_an_etcd_leader_change() {
+    let timing = timing7(0.2);
+    // pg1's new agent, its PostgreSQL still running as primary.
+    let mut a = core("pg1", Some(3), timing.clone());
+    let mut pg1m = member("pg1", 8, "primary", 1000, Some(3));
+    pg1m.info.epoch = Some(18);
+    pg1m.info.leader_lease = Some(0xA);
+    pg1m.info.leader_ttl = Some(7);
+    let members = vec![pg1m.clone(), member("pg0", 9, "replica", 1000, None)];
+    let v = view(40, Some(key("pg1", 18, 0xA)), members.clone());
+    let mut o = obs(v.clone(), pg(PgRole::Primary, 1000, None));
+    o.lease_poll = Some(poll(0xA, t(6.013), Some(7), Some(7)));
+    a.step(t(6.015), &o);
+    let mut o = obs(v.clone(), pg(PgRole::Primary, 1000, None));
+    o.renewal = counted(0xA, t(6.020), 7);
+    let p = a.step(t(6.025), &o);
+    assert!(a.leadership().is_some(), "{}", p.reason);
+    let mut o = obs(v.clone(), pg(PgRole::Primary, 1000, None));
+    o.pet = Some(PetReport {
+        at: t(6.026),
+        outcome: PetOutcome::Done,
+    });
+    a.step(t(6.027), &o);
+    let l = a.leadership().expect("pg1 adopted").clone();
+    assert!(l.promoted, "an agent-only restart: its primary runs");
+    let f = a.fence_deadline().expect("leading");
+
+    // pg0, a replica of pg1, polling pg1's lease every L_w (X = 7.005): E_max =
+    // max(p + floor(X - p)) = 6.51, from the polls at 4.51 and 5.51.
+    let mut r = core("pg0", Some(3), timing);
+    let rep = || pg(PgRole::Replica, 1000, Some("pg1"));
+    r.step(t(4.0), &obs(v.clone(), rep()));
+    for (at, ttl) in [(4.51, 2), (5.01, 1), (5.51, 1), (6.01, 0)] {
+        let mut o = obs(v.clone(), rep());
+        o.lease_poll = Some(poll(0xA, t(at), Some(ttl), Some(7)));
+        r.step(t(at + 0.004), &o);
+    }
+    // The early DELETE at 6.6; the poll after it shows the lease revoked.
+    let deleted = t(6.6);
+    let mut o = obs(
+        view(50, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.leader_deleted_at = Some(deleted);
+    o.lease_poll = Some(poll(0xA, t(6.62), None, None));
+    let mut plan = r.step(t(6.63), &o);
+    let mut now = 6.63;
+    while !plan.actions.contains(&Action::Acquire) && now < 9.0 {
+        now += 0.05;
+        let mut o = obs(
+            view(51, None, members.clone()),
+            pg(PgRole::Replica, 1000, None),
+        );
+        o.lease_poll = Some(poll(0xA, t(now - 0.001), None, None));
+        plan = r.step(t(now), &o);
+    }
+    assert!(plan.actions.contains(&Action::Acquire), "{}", plan.reason);
+    let mut o = obs(
+        view(52, Some(key("pg0", 52, 0xB)), members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: 0xB,
+        granted_ttl: 7,
+        granted_at: t(now + 0.01),
+        epoch: 52,
+    });
+    r.step(t(now + 0.02), &o);
+    let mut promoted_at = None;
+    let mut at = now + 0.03;
+    while at < 12.0 {
+        let mut o = obs(
+            view(53, Some(key("pg0", 52, 0xB)), members.clone()),
+            pg(PgRole::Replica, 1000, None),
+        );
+        o.renewal = counted(0xB, t(at), 7);
+        o.pet = Some(PetReport {
+            at: t(at + 0.001),
+            outcome: PetOutcome::Done,
+        });
+        let p = r.step(t(at + 0.002), &o);
+        if promotes(&p) {
+            promoted_at = Some(t(at + 0.002));
+            break;
+        }
+        at += 0.05;
+    }
+    let promoted_at = promoted_at.expect("pg0 promotes");
+    assert!(
+        promoted_at >= f,
+        "pg0 judged the DELETE at {deleted:?} on time and promoted at {promoted_at:?}, \
+         while the adopter pg1 (running primary) has F = {f:?}"
+    );
+}
+
+/// Review finding F3 (LOW; fails on 88463a7): the commit says etcd's `grantedTTL` is
+/// never capped by `MAX_TTL`, and `note_ttls_seen` now passes it uncapped, but
+/// `TtlSeen::note` still drops every TTL above `MAX_TTL` (its INVARIANT), so a node
+/// that polled a 7200 s lease publishes no `leader_ttl_seen` for it; and every
+/// reader (`ttl_floor`, its own key after a restart included) would drop it as
+/// garbage anyway. A node that restarts inside the promote delay after such a
+/// lease's early expiry sizes its adoption delay on the ttl in force (the seed
+/// 253898 case the field exists for). Either keep the cap everywhere and say so, or
+/// carry etcd's own TTLs through `note` and `ttl_floor` (saturating, not dropping,
+/// above `u32::MAX`: etcd allows TTLs up to 9e9 s).
+#[test]
+fn review_finding_f3_an_uncapped_granted_ttl_is_still_dropped_from_leader_ttl_seen() {
+    let mut c = core("pg2", None, timing7(0.3));
+    let mut pg1m = member("pg1", 8, "primary", 1000, None);
+    pg1m.info.epoch = Some(5);
+    let v = view(
+        10,
+        Some(key("pg1", 5, 0xA)),
+        vec![pg1m, member("pg2", 9, "replica", 1000, None)],
+    );
+    c.step(
+        t(100.0),
+        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+    );
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
+    o.lease_poll = Some(poll(0xA, t(100.5), Some(7000), Some(7200)));
+    c.step(t(100.51), &o);
+    assert_eq!(
+        c.leader_ttl_seen(),
+        Some(7200),
+        "etcd's grantedTTL 7200 s, said to be never capped, is not kept for a restart"
+    );
+}
+
+/// Review finding F1, the configuration side (fails on 88463a7): S6 accepts the
+/// timing of the scenario above (ttl 7, L_w 0.5, R 0.25, M 0.5, B 0.2, W 3), where a
+/// crashed leader's host (reset due at `x + W < s + R + 2W - B`) may still run when
+/// a replica's poll shows TTL 0 (`ttl - 2W - R + B` = 0.95 s left at least), which an
+/// adopter's pet then stretches to its new `F`. The second worked example (B 0.3)
+/// passes such a rule by 0.05 s. If the fix chosen is an S6 rule, this test is its check and the
+/// core scenario above documents what it prevents.
+#[test]
+fn review_finding_f1_s6_refuses_a_timing_whose_crash_ping_outlives_e_max() {
+    let t = tenure::config::TimingConfig {
+        ttl: 7,
+        loop_wait: Duration::from_millis(500),
+        retry_timeout: Duration::from_millis(250),
+        safety_margin: Duration::from_millis(500),
+        demote_budget: Duration::from_millis(200),
+        promote_delay: None,
+        iteration_budget: Duration::from_millis(250),
+    };
+    assert!(
+        tenure::config::validate_timing(&t, 7, Some(3)).is_err(),
+        "S6 accepts ttl 7, W 3, R 0.25, B 0.2: ttl - 2W - R + B = 0.95 s < floor(L_w + R) + 1 s"
+    );
+}
