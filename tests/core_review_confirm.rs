@@ -74,24 +74,6 @@ fn own_standby() -> PgStatus {
     rep
 }
 
-fn member(name: &str, rev: i64, role: &str, xlog: Lsn, wd: Option<u32>) -> Member {
-    Member {
-        name: name.into(),
-        mod_revision: rev,
-        lease: 0,
-        info: MemberInfo {
-            conn_url: format!("postgres://{name}:5432/postgres"),
-            role: role.into(),
-            xlog_location: xlog,
-            timeline: 1,
-            watchdog_timeout: wd,
-            pg_healthy: true,
-            version: env!("CARGO_PKG_VERSION").into(),
-            ..MemberInfo::default()
-        },
-    }
-}
-
 fn key(name: &str, epoch: Epoch, lease: LeaseId) -> LeaderKey {
     LeaderKey {
         name: name.into(),
@@ -202,14 +184,14 @@ fn renewal_step(c: &mut Core, sent: Instant, outcome: RenewalOutcome) -> Plan {
 }
 
 /// Regression (passes): the gate's boundary is the renewal's *send* instant against
-/// `adoption step + L_w + R`, inclusive; a counted renewal sent 1 ns before does not
+/// `adoption step + L_w + R + M` (M for the hosts' clock-rate drift, F2), inclusive; a counted renewal sent 1 ns before does not
 /// open it, failed renewals in between neither open it nor block it for good (the
 /// first counted one sent at or after the bound opens it, with the watchdog
 /// required and petted only on counted renewals).
 #[test]
 fn the_gate_opens_on_the_first_counted_renewal_sent_at_or_after_the_bound() {
     let (mut c, adoption) = adopt_with_no_primary(39.2, 7);
-    let bound = adoption.add(Duration::from_millis(750));
+    let bound = adoption.add(Duration::from_millis(1250));
     // A counted renewal sent 0.5 s after the adoption: no write.
     let p = renewal_step(
         &mut c,
@@ -246,7 +228,7 @@ fn the_gate_opens_on_the_first_counted_renewal_sent_at_or_after_the_bound() {
 #[test]
 fn a_renewal_sent_exactly_at_the_bound_opens_the_gate() {
     let (mut c, adoption) = adopt_with_no_primary(39.2, 7);
-    let bound = adoption.add(Duration::from_millis(750));
+    let bound = adoption.add(Duration::from_millis(1250));
     let p = renewal_step(&mut c, bound, RenewalOutcome::Counted { ttl: 7 });
     assert!(promotes(&p), "{}: {:?}", p.reason, p.actions);
 }
@@ -270,7 +252,7 @@ fn a_clock_jump_never_opens_the_gate() {
     assert!(!promotes(&p), "{}: {:?}", p.reason, p.actions);
 }
 
-/// Review finding F1 (HIGH under an S6-valid timing; fails on 88463a7): the poll
+/// Review finding F1 (HIGH under a timing S6 (a)-(e) allowed; fixed by S6(f)): the poll
 /// check is the only guard of an adoption with a **running** primary, and the gate's
 /// own premise (an etcd leader change resets the TTL, #17642 reports a bogus one)
 /// defeats it. The old incarnation's crash ping bounds its host only to
@@ -302,146 +284,18 @@ fn a_clock_jump_never_opens_the_gate() {
 /// (every poll before `x + W` then shows more than `L_w + R`), or withhold the
 /// adopter's arm and pets (leave the device on the old `x + W`) until a renewal sent
 /// `L_w + R` after the adoption counted, as the gate does for writes.
-#[test]
-fn review_finding_f1_running_primary_adoption_after_an_etcd_leader_change() {
-    let timing = timing7(0.2);
-    // pg1's new agent, its PostgreSQL still running as primary.
-    let mut a = core("pg1", Some(3), timing.clone());
-    let mut pg1m = member("pg1", 8, "primary", 1000, Some(3));
-    pg1m.info.epoch = Some(18);
-    pg1m.info.leader_lease = Some(0xA);
-    pg1m.info.leader_ttl = Some(7);
-    let members = vec![pg1m.clone(), member("pg0", 9, "replica", 1000, None)];
-    let v = view(40, Some(key("pg1", 18, 0xA)), members.clone());
-    let mut o = obs(v.clone(), pg(PgRole::Primary, 1000, None));
-    o.lease_poll = Some(poll(0xA, t(6.013), Some(7), Some(7)));
-    a.step(t(6.015), &o);
-    let mut o = obs(v.clone(), pg(PgRole::Primary, 1000, None));
-    o.renewal = counted(0xA, t(6.020), 7);
-    let p = a.step(t(6.025), &o);
-    assert!(a.leadership().is_some(), "{}", p.reason);
-    let mut o = obs(v.clone(), pg(PgRole::Primary, 1000, None));
-    o.pet = Some(PetReport {
-        at: t(6.026),
-        outcome: PetOutcome::Done,
-    });
-    a.step(t(6.027), &o);
-    let l = a.leadership().expect("pg1 adopted").clone();
-    assert!(l.promoted, "an agent-only restart: its primary runs");
-    let f = a.fence_deadline().expect("leading");
-
-    // pg0, a replica of pg1, polling pg1's lease every L_w (X = 7.005): E_max =
-    // max(p + floor(X - p)) = 6.51, from the polls at 4.51 and 5.51.
-    let mut r = core("pg0", Some(3), timing);
-    let rep = || pg(PgRole::Replica, 1000, Some("pg1"));
-    r.step(t(4.0), &obs(v.clone(), rep()));
-    for (at, ttl) in [(4.51, 2), (5.01, 1), (5.51, 1), (6.01, 0)] {
-        let mut o = obs(v.clone(), rep());
-        o.lease_poll = Some(poll(0xA, t(at), Some(ttl), Some(7)));
-        r.step(t(at + 0.004), &o);
-    }
-    // The early DELETE at 6.6; the poll after it shows the lease revoked.
-    let deleted = t(6.6);
-    let mut o = obs(
-        view(50, None, members.clone()),
-        pg(PgRole::Replica, 1000, None),
-    );
-    o.leader_deleted_at = Some(deleted);
-    o.lease_poll = Some(poll(0xA, t(6.62), None, None));
-    let mut plan = r.step(t(6.63), &o);
-    let mut now = 6.63;
-    while !plan.actions.contains(&Action::Acquire) && now < 9.0 {
-        now += 0.05;
-        let mut o = obs(
-            view(51, None, members.clone()),
-            pg(PgRole::Replica, 1000, None),
-        );
-        o.lease_poll = Some(poll(0xA, t(now - 0.001), None, None));
-        plan = r.step(t(now), &o);
-    }
-    assert!(plan.actions.contains(&Action::Acquire), "{}", plan.reason);
-    let mut o = obs(
-        view(52, Some(key("pg0", 52, 0xB)), members.clone()),
-        pg(PgRole::Replica, 1000, None),
-    );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 7,
-        granted_at: t(now + 0.01),
-        epoch: 52,
-    });
-    r.step(t(now + 0.02), &o);
-    let mut promoted_at = None;
-    let mut at = now + 0.03;
-    while at < 12.0 {
-        let mut o = obs(
-            view(53, Some(key("pg0", 52, 0xB)), members.clone()),
-            pg(PgRole::Replica, 1000, None),
-        );
-        o.renewal = counted(0xB, t(at), 7);
-        o.pet = Some(PetReport {
-            at: t(at + 0.001),
-            outcome: PetOutcome::Done,
-        });
-        let p = r.step(t(at + 0.002), &o);
-        if promotes(&p) {
-            promoted_at = Some(t(at + 0.002));
-            break;
-        }
-        at += 0.05;
-    }
-    let promoted_at = promoted_at.expect("pg0 promotes");
-    assert!(
-        promoted_at >= f,
-        "pg0 judged the DELETE at {deleted:?} on time and promoted at {promoted_at:?}, \
-         while the adopter pg1 (running primary) has F = {f:?}"
-    );
-}
-
-/// Review finding F3 (LOW; fails on 88463a7): the commit says etcd's `grantedTTL` is
-/// never capped by `MAX_TTL`, and `note_ttls_seen` now passes it uncapped, but
-/// `TtlSeen::note` still drops every TTL above `MAX_TTL` (its INVARIANT), so a node
-/// that polled a 7200 s lease publishes no `leader_ttl_seen` for it; and every
-/// reader (`ttl_floor`, its own key after a restart included) would drop it as
-/// garbage anyway. A node that restarts inside the promote delay after such a
-/// lease's early expiry sizes its adoption delay on the ttl in force (the seed
-/// 253898 case the field exists for). Either keep the cap everywhere and say so, or
-/// carry etcd's own TTLs through `note` and `ttl_floor` (saturating, not dropping,
-/// above `u32::MAX`: etcd allows TTLs up to 9e9 s).
-#[test]
-fn review_finding_f3_an_uncapped_granted_ttl_is_still_dropped_from_leader_ttl_seen() {
-    let mut c = core("pg2", None, timing7(0.3));
-    let mut pg1m = member("pg1", 8, "primary", 1000, None);
-    pg1m.info.epoch = Some(5);
-    let v = view(
-        10,
-        Some(key("pg1", 5, 0xA)),
-        vec![pg1m, member("pg2", 9, "replica", 1000, None)],
-    );
-    c.step(
-        t(100.0),
-        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
-    );
-    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
-    o.lease_poll = Some(poll(0xA, t(100.5), Some(7000), Some(7200)));
-    c.step(t(100.51), &o);
-    assert_eq!(
-        c.leader_ttl_seen(),
-        Some(7200),
-        "etcd's grantedTTL 7200 s, said to be never capped, is not kept for a restart"
-    );
-}
-
-/// Review finding F1, the configuration side (fails on 88463a7): S6 accepts the
-/// timing of the scenario above (ttl 7, L_w 0.5, R 0.25, M 0.5, B 0.2, W 3), where a
-/// crashed leader's host (reset due at `x + W < s + R + 2W - B`) may still run when
-/// a replica's poll shows TTL 0 (`ttl - 2W - R + B` = 0.95 s left at least), which an
-/// adopter's pet then stretches to its new `F`. The second worked example (B 0.3)
-/// passes such a rule by 0.05 s. If the fix chosen is an S6 rule, this test is its check and the
-/// core scenario above documents what it prevents.
+///
+/// The pure core cannot hold this case off (nothing it observes tells it that the
+/// lease's TTL was reset, and the two agents each act on what they saw), so the fix
+/// is the configuration's: S6(f) `ttl - 2W - R + B >= floor(L_w + R) + 1 s` refuses
+/// this timing (0.95 s < 1 s). Under it the crashed agent's host is reset before
+/// any replica can poll TTL 0, so an agent restarted on a host whose primary still
+/// runs adopts before any replica's prediction ran out. The worked examples of DESIGN
+/// §6 still pass (the second, B 0.3, by 0.05 s). (Review finding F3, the cap of
+/// `leader_ttl_seen` at `MAX_TTL` across restarts, was settled in docs/design.md.)
 #[test]
 fn review_finding_f1_s6_refuses_a_timing_whose_crash_ping_outlives_e_max() {
-    let t = tenure::config::TimingConfig {
+    let mut t = tenure::config::TimingConfig {
         ttl: 7,
         loop_wait: Duration::from_millis(500),
         retry_timeout: Duration::from_millis(250),
@@ -450,8 +304,17 @@ fn review_finding_f1_s6_refuses_a_timing_whose_crash_ping_outlives_e_max() {
         promote_delay: None,
         iteration_budget: Duration::from_millis(250),
     };
-    assert!(
-        tenure::config::validate_timing(&t, 7, Some(3)).is_err(),
-        "S6 accepts ttl 7, W 3, R 0.25, B 0.2: ttl - 2W - R + B = 0.95 s < floor(L_w + R) + 1 s"
+    let e = tenure::config::validate_timing(&t, 7, Some(3)).expect_err(
+        "S6 accepts ttl 7, W 3, R 0.25, B 0.2: ttl - 2W - R + B = 0.95 s < floor(L_w + R) + 1 s",
     );
+    assert_eq!(e.rule, tenure::config::TimingRule::F, "{e}");
+    assert!(e.to_string().contains("S6(f)"), "{e}");
+    // The second worked example (B 0.3): 1.05 s, accepted; and W 3 is the top of the
+    // range the agent asks a driver for.
+    t.demote_budget = Duration::from_millis(300);
+    tenure::config::validate_timing(&t, 7, Some(3)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(tenure::config::watchdog_range(&t, 7), Some((2, 3)));
+    // B 0.2: W 3 is refused, so the range ends at 2 (S6(e) keeps W above 1.25 s).
+    t.demote_budget = Duration::from_millis(200);
+    assert_eq!(tenure::config::watchdog_range(&t, 7), Some((2, 2)));
 }

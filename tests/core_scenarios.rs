@@ -3693,11 +3693,13 @@ fn seed_253898_a_restarted_winner_that_never_promoted_waits_the_delay_before_pro
 #[test]
 fn seed_253898_a_restarted_winner_whose_data_carries_the_key_epoch_promotes_at_once() {
     let (mut c, v, rep) = restarted_winner(21);
-    // No adoption delay; only the confirming renewal sent `L_w + R` (3 s) after the
-    // adoption at 200.01 (review of seed 9982) comes first.
+    // No adoption delay; only the confirming renewal sent `L_w + R + M` (5 s) after
+    // the adoption at 200.01 (review of seed 9982, and of 88463a7 F2) comes first.
     let p = c.step(t(200.1), &renewed(v.clone(), rep.clone(), 200.1));
     assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
-    let p = c.step(t(203.1), &renewed(v, rep, 203.1));
+    let p = c.step(t(204.9), &renewed(v.clone(), rep.clone(), 204.9));
+    assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+    let p = c.step(t(205.1), &renewed(v, rep, 205.1));
     assert_eq!(
         p.actions,
         vec![Action::Promote { epoch: 21 }],
@@ -3896,8 +3898,9 @@ fn seed_253898_review_an_own_row_without_a_lease_lifts_the_delay() {
     let (mut c, v, mut rep) =
         restarted_winner_with(core("pg2", None), 21, Some(("pg2", 0)), None, 30);
     rep.epoch_row.lease = None;
-    // After the confirming renewal `L_w + R` past the adoption (review of seed 9982).
-    let p = c.step(t(203.1), &renewed(v, rep, 203.1));
+    // After the confirming renewal `L_w + R + M` past the adoption (review of seed
+    // 9982, and of 88463a7 F2).
+    let p = c.step(t(205.1), &renewed(v, rep, 205.1));
     assert_eq!(
         p.actions,
         vec![Action::Promote { epoch: 21 }],
@@ -4141,10 +4144,12 @@ fn seed_9982_an_adoption_never_resurrects_a_lease_a_replica_counts_as_running_ou
 /// replica polled before it. An etcd leader change resets every lease to its full
 /// TTL (DESIGN §1 step 3) and etcd #17642 reports a bogus TTL, so a poll showing
 /// 7 s (or 9223372036 s) can follow a replica's poll that saw TTL 0. With no primary
-/// running, the adopter writes only after a counted renewal sent `L_w + R` (3 s
-/// here: loop 2, retry 1) after the adoption: a replica's poll served before the adopting renewal is
-/// stale by then, and a DELETE it could judge on time came before the write. Before
-/// this, it promoted within 10 ms of adopting.
+/// running, the adopter writes only after a counted renewal sent `L_w + R + M` (5 s
+/// here: loop 2, retry 1, margin 2; `M` for the two hosts' clock-rate drift, review
+/// of 88463a7 F2) after the adoption: a replica's poll served before the adopting
+/// renewal is stale by then, and a DELETE it could judge on time came before the
+/// write. Before this, it promoted within 10 ms of adopting; before F2's fix, 3 s
+/// after.
 #[test]
 fn seed_9982_review_an_adopter_with_no_primary_writes_only_after_a_later_renewal() {
     for ttl in [5, 7, 9_223_372_036] {
@@ -4158,11 +4163,11 @@ fn seed_9982_review_an_adopter_with_no_primary_writes_only_after_a_later_renewal
             promote_at.is_some(),
             "TTL {ttl}: never promoted: {actions:?}"
         );
-        // Up to the renewal sent at 42.19 (before 39.295 + 3 s), none.
-        let (early, _) = restart_on_a_lease_for(ttl, 0.0, 32, 0.1);
+        // Up to the renewal sent at 44.19 (before 39.295 + 5 s), none.
+        let (early, _) = restart_on_a_lease_for(ttl, 0.0, 52, 0.1);
         assert!(
             !early.iter().any(|a| matches!(a, Action::Promote { .. })),
-            "TTL {ttl}: promoted before a renewal sent L_w + R after the adoption: {early:?}"
+            "TTL {ttl}: promoted before a renewal sent L_w + R + M after the adoption: {early:?}"
         );
     }
 }
