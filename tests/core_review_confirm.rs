@@ -318,3 +318,49 @@ fn review_finding_f1_s6_refuses_a_timing_whose_crash_ping_outlives_e_max() {
     t.demote_budget = Duration::from_millis(200);
     assert_eq!(tenure::config::watchdog_range(&t, 7), Some((2, 2)));
 }
+
+/// Review finding F4 (fails on 88463a7, S1, DESIGN §3a): a refused adoption with
+/// PostgreSQL *stopped* revoked the key at once. A backend can outlive its postmaster
+/// and still commit, so the key must not go before a fence found no process left:
+/// the refusal fences first (for a stopped server a process scan) and revokes only
+/// once the fence is complete.
+#[test]
+fn review_finding_f4_a_refused_adoption_fences_a_stopped_postgres_before_revoking() {
+    let mut c = core("pg1", Some(3), timing7(0.3));
+    let v = view(40, Some(key("pg1", 18, 0xA)), vec![]);
+    let stopped = || {
+        let mut s = pg(PgRole::Stopped, 1000, None);
+        s.data = DataDir::Present {
+            sysid: SYSID,
+            was_primary: true,
+        };
+        s
+    };
+    // The poll before adopting shows the lease at TTL 0: too late to adopt.
+    let mut o = obs(v.clone(), stopped());
+    o.lease_poll = Some(poll(0xA, t(50.0), Some(0), Some(7)));
+    let p = c.step(t(50.001), &o);
+    assert!(c.leadership().is_none(), "{}", p.reason);
+    assert!(
+        p.actions.contains(&Action::Fence),
+        "no fence before the revoke: {:?} ({})",
+        p.actions,
+        p.reason
+    );
+    assert!(
+        !p.actions.iter().any(|a| matches!(a, Action::Revoke { .. })),
+        "revoked before the fence completed: {:?}",
+        p.actions
+    );
+    // The fence completes: now the lease goes.
+    let mut o = obs(v, stopped());
+    o.fence = Some(FenceOutcome::Complete);
+    let p = c.step(t(50.05), &o);
+    assert!(
+        p.actions.contains(&Action::Revoke { lease: 0xA }),
+        "{:?} ({})",
+        p.actions,
+        p.reason
+    );
+    assert!(!promotes(&p), "{:?}", p.actions);
+}
