@@ -1,133 +1,17 @@
 //! Readable scenarios of the HA core: given this state and this observation, the plan
 //! is X and the `Reason` says Y. Pure: no clock, no etcd, no PostgreSQL.
 
+#[path = "support/core_builders.rs"]
+mod core_builders;
+
 use std::time::Duration;
 
+use core_builders::{
+    SYSID, core, core_with, counted, deleted, key, lease_poll, member, obs, pg, poll, polled, put,
+    t, three, timing30, two, view,
+};
+use tenure::core::Core;
 use tenure::core::model::*;
-use tenure::core::time::Instant;
-use tenure::core::{Core, CoreConfig};
-
-const SYSID: u64 = 7_000_000_000_000_000_042;
-
-/// A `LeaseTimeToLive` answer for `lease` sent at `at` s (`ttl` `None`: gone).
-fn lease_poll(
-    lease: LeaseId,
-    at: f64,
-    ttl: Option<i64>,
-    granted_ttl: Option<i64>,
-    has_keys: bool,
-) -> LeasePoll {
-    LeasePoll {
-        lease,
-        sent_at: t(at),
-        ttl,
-        granted_ttl,
-        has_keys,
-    }
-}
-
-fn t(s: f64) -> Instant {
-    Instant::from_nanos((s * 1e9) as u64)
-}
-
-/// ttl 30, loop 2, retry 1, margin 2, budget 1 (DESIGN S6's first worked example).
-fn timing30() -> Timing {
-    Timing {
-        ttl: 30,
-        loop_wait: Duration::from_secs(2),
-        retry_timeout: Duration::from_secs(1),
-        safety_margin: Duration::from_secs(2),
-        demote_budget: Duration::from_secs(1),
-        promote_delay: None,
-        maximum_lag_on_failover: 1 << 20,
-        primary_start_timeout: Duration::from_secs(30),
-        synchronous: SyncMode::Off,
-    }
-}
-
-fn core(name: &str, watchdog: Option<u64>) -> Core {
-    Core::new(
-        CoreConfig {
-            name: name.into(),
-            nofailover: false,
-            watchdog: watchdog.map(Duration::from_secs),
-            move_aside_unusable: false,
-        },
-        timing30(),
-    )
-}
-
-fn pg(role: PgRole, lsn: Lsn, following: Option<&str>) -> PgStatus {
-    PgStatus {
-        data: DataDir::Present {
-            sysid: SYSID,
-            was_primary: role == PgRole::Primary,
-        },
-        role,
-        timeline: 1,
-        lsn,
-        following: following.map(String::from),
-        streaming: following.is_some(),
-        epoch: None,
-        epoch_row: EpochRow::default(),
-        sync_names: Some(String::new()),
-        standbys: Vec::new(),
-        report: Default::default(),
-    }
-}
-
-fn member(name: &str, rev: i64, role: &str, xlog: Lsn, wd: Option<u32>) -> Member {
-    Member {
-        name: name.into(),
-        mod_revision: rev,
-        lease: 0,
-        info: MemberInfo {
-            conn_url: format!("postgres://{name}:5432/postgres"),
-            role: role.into(),
-            xlog_location: xlog,
-            timeline: 1,
-            watchdog_timeout: wd,
-            pg_healthy: true,
-            version: env!("CARGO_PKG_VERSION").into(),
-            ..MemberInfo::default()
-        },
-    }
-}
-
-fn key(name: &str, epoch: Epoch, lease: LeaseId) -> LeaderKey {
-    LeaderKey {
-        name: name.into(),
-        epoch,
-        mod_revision: epoch,
-        lease,
-    }
-}
-
-fn view(revision: i64, leader: Option<LeaderKey>, members: Vec<Member>) -> ClusterView {
-    ClusterView {
-        revision,
-        leader,
-        members,
-        initialize: Some(Initialize::Done { sysid: SYSID }),
-        ..ClusterView::default()
-    }
-}
-
-/// A reading with the scope watch open since revision 0: it reported every change
-/// (the scenarios that need a gap or a change say so).
-fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
-    let mut o = Observation::reading(Ok(cluster), pg);
-    o.watch_from = Some(0);
-    o
-}
-
-fn counted(lease: LeaseId, at: f64) -> Option<Renewal> {
-    Some(Renewal {
-        lease,
-        sent_at: t(at),
-        outcome: RenewalOutcome::Counted { ttl: 30 },
-    })
-}
 
 /// pg1 starts with its primary running and the key naming it (lease 0xA, epoch 5),
 /// and adopts it through a counted renewal sent at `s`.
@@ -1578,15 +1462,7 @@ fn a_failed_basebackup_is_retried_once_per_loop() {
 fn core_at_ttl10() -> Core {
     let mut timing = timing30();
     timing.ttl = 10;
-    Core::new(
-        CoreConfig {
-            name: "pg2".into(),
-            nofailover: false,
-            watchdog: None,
-            move_aside_unusable: false,
-        },
-        timing,
-    )
+    core_with("pg2", None, timing)
 }
 
 /// `win_after_delete_granted` with a 10 s lease (the ttl in force).
@@ -3056,47 +2932,6 @@ fn a_position_written_after_the_delete_is_fresh_whatever_my_first_read() {
 
 // ----- The residual race of the release-marker work (DESIGN §1 step 4, S3) -----
 
-fn deleted(at: f64, revision: i64) -> LeaderChange {
-    LeaderChange {
-        at: t(at),
-        revision,
-        put: None,
-    }
-}
-
-fn put(at: f64, name: &str, epoch: Epoch, lease: LeaseId) -> LeaderChange {
-    LeaderChange {
-        at: t(at),
-        revision: epoch,
-        put: Some(key(name, epoch, lease)),
-    }
-}
-
-fn poll(lease: LeaseId, at: f64, ttl: Option<i64>) -> Option<LeasePoll> {
-    Some(LeasePoll {
-        lease,
-        sent_at: t(at),
-        ttl,
-        granted_ttl: None,
-        has_keys: ttl.is_some(),
-    })
-}
-
-fn two() -> Vec<Member> {
-    vec![
-        member("pg1", 8, "primary", 1000, None),
-        member("pg2", 9, "replica", 1000, None),
-    ]
-}
-
-fn three() -> Vec<Member> {
-    vec![
-        member("pg1", 8, "primary", 1000, None),
-        member("pg2", 9, "replica", 1000, None),
-        member("pg3", 9, "replica", 1000, None),
-    ]
-}
-
 /// pg2 polled pg1's lease at 102 s (E_max 103 s). pg1's key expires at 103.2 s (on
 /// time for pg2), pg3 takes it at 103.3 s (epoch 12, lease 0xC), and an operator's
 /// `etcdctl del` removes pg3's key at 103.5 s: a whole leadership between two of
@@ -4028,19 +3863,6 @@ fn seed_253898_review_a_later_read_lengthens_an_adoption_delay() {
     promotes_only_at(&mut c, &v, &rep, &[200.1, 211.1, 230.9], 231.1);
 }
 
-/// Seed 9982: the `LeaseTimeToLive` poll an adoption needs before its renewal
-/// (25 s left, sent at `at`).
-fn polled(mut o: Observation, lease: LeaseId, at: f64) -> Observation {
-    o.lease_poll = Some(LeasePoll {
-        lease,
-        sent_at: t(at),
-        ttl: Some(25),
-        granted_ttl: None,
-        has_keys: true,
-    });
-    o
-}
-
 /// Seed 9982 as the shell drives it: pg1's agent restarts after a host reset while
 /// the key still names it (lease 0xA, epoch 18) and its data already shows epoch 18;
 /// the lease is nearly expired. A replica that polled it just before saw TTL 0, so
@@ -4191,15 +4013,7 @@ fn review_r3_chain_with_a_shorter_watchdog_waits_for_the_first_leaders_reset() {
         primary_start_timeout: Duration::from_secs(30),
         synchronous: SyncMode::Off,
     };
-    let mut c = Core::new(
-        CoreConfig {
-            name: "pg2".into(),
-            nofailover: false,
-            watchdog: None,
-            move_aside_unusable: false,
-        },
-        timing,
-    );
+    let mut c = core_with("pg2", None, timing);
     let mut pg1 = member("pg1", 8, "primary", 1000, Some(14));
     pg1.info.leader_lease = Some(0xA);
     pg1.info.leader_ttl = Some(30);
