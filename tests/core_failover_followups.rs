@@ -6,7 +6,7 @@
 #[path = "support/core_builders.rs"]
 mod core_builders;
 
-use core_builders::{core, counted, key, lease_poll, obs, pg, t, two, view};
+use core_builders::{core, counted, key, lease_poll, obs, pg, t, two, view, won};
 use tenure::core::Core;
 use tenure::core::model::*;
 
@@ -54,12 +54,7 @@ fn the_promotion_comes_when_the_promote_delay_ends_not_at_the_next_tick() {
         view(21, Some(key("pg2", 21, 0xB)), two()),
         pg(PgRole::Replica, 1000, None),
     );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(102.65),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, 30, 102.65, 21);
     let p = c.step(t(102.7), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
 
@@ -103,12 +98,7 @@ fn a_leader_without_a_promote_delay_asks_for_no_wake_up() {
         view(21, Some(key("pg2", 21, 0xB)), two()),
         pg(PgRole::Replica, 1000, None),
     );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(104.15),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, 30, 104.15, 21);
     c.step(t(104.2), &o);
     let p = c.step(t(104.3), &holding(104.25));
     assert_eq!(

@@ -8,7 +8,7 @@
 #[path = "support/core_builders.rs"]
 mod core_builders;
 
-use core_builders::{core, deleted, key, member, obs, pg, poll, put, t, view};
+use core_builders::{core, deleted, key, member, obs, pg, poll, put, t, view, won};
 use tenure::core::Core;
 use tenure::core::model::*;
 
@@ -84,12 +84,7 @@ fn acquire_and_promote(
         view(40, Some(key(me, 40, 0xB)), ms.clone()),
         pg(PgRole::Replica, 1000, None),
     );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(now + 0.05),
-        epoch: 40,
-    });
+    o.acquire = won(0xB, 30, now + 0.05, 40);
     o.leader_changes = vec![put(now + 0.05, me, 40, 0xB)];
     let p = c.step(t(now + 0.1), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 40 });
@@ -243,12 +238,7 @@ fn winner_in_its_promote_delay() -> Core {
         view(21, Some(key("pg2", 21, 0xB)), members.clone()),
         pg(PgRole::Replica, 1000, None),
     );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(102.65),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, 30, 102.65, 21);
     c.step(t(102.7), &o);
     let p = c.step(
         t(102.8),
@@ -394,12 +384,7 @@ fn f4_a_gap_between_the_vacancy_read_and_the_win_makes_the_vacancy_untimeable() 
         pg(PgRole::Replica, 1000, None),
     );
     o.watch_from = None; // broken during the acquire, nothing delivered
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(103.35),
-        epoch: 23,
-    });
+    o.acquire = won(0xB, 30, 103.35, 23);
     let p = c.step(t(103.4), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 23 });
     let mut o = obs(

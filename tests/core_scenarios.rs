@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use core_builders::{
     SYSID, core, core_with, counted, deleted, key, lease_poll, member, obs, pg, poll, polled, put,
-    t, three, timing30, two, view,
+    t, three, timing30, two, view, won,
 };
 use tenure::core::Core;
 use tenure::core::model::*;
@@ -77,12 +77,7 @@ fn win_after_delete_granted(c: &mut Core, members: Vec<Member>, at: f64, granted
         view(21, Some(key("pg2", 21, 0xB)), members.clone()),
         pg(PgRole::Replica, 1000, None),
     );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl,
-        granted_at: t(at + 0.15),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, granted_ttl, at + 0.15, 21);
     let p = c.step(t(at + 0.2), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
     let o = obs(
@@ -464,12 +459,7 @@ fn won_after_wipe(local: Epoch, key_epoch: Epoch) -> (Core, ClusterView) {
     let empty = view(4, None, vec![]);
     let _ = c.step(t(100.0), &obs(empty.clone(), rep.clone()));
     let mut o = obs(view(5, Some(key("pg2", key_epoch, 0xB)), vec![]), rep);
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(101.0),
-        epoch: key_epoch,
-    });
+    o.acquire = won(0xB, 30, 101.0, key_epoch);
     let p = c.step(t(101.0), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: key_epoch });
     (c, view(6, Some(key("pg2", key_epoch, 0xB)), vec![]))
@@ -1255,12 +1245,7 @@ fn a_synchronous_winner_names_itself_in_the_key_and_sets_the_names_before_promot
             with_sync(21, Some(key("pg2", 21, 0xB)), old.clone()),
             rep.clone(),
         );
-        o.acquire = Some(AcquireOutcome::Won {
-            lease: 0xB,
-            granted_ttl: 30,
-            granted_at: t(103.7),
-            epoch: 21,
-        });
+        o.acquire = won(0xB, 30, 103.7, 21);
         c.step(t(103.8), &o);
         // The old key names pg1: rewrite it naming me, no promotion yet.
         let mine = Some(key("pg2", 21, 0xB));
@@ -1546,12 +1531,7 @@ fn won_with_watchdog() -> (Core, ClusterView) {
     c.step(t(50.0), &obs(v.clone(), pg(PgRole::Replica, 1000, None)));
     let v2 = view(21, Some(key("pg2", 21, 0xB)), members);
     let mut o = obs(v2.clone(), pg(PgRole::Replica, 1000, None));
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(100.0),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, 30, 100.0, 21);
     let p = c.step(t(100.1), &o);
     // H = 100 + 30 - 2 = 128: the arm may happen until H - 2W = 102.
     assert_eq!(
@@ -1661,12 +1641,7 @@ fn a_watchdog_too_large_for_the_granted_ttl_gives_the_key_back() {
         view(21, Some(key("pg2", 21, 0xB)), members),
         pg(PgRole::Replica, 1000, None),
     );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 20,
-        granted_at: t(100.0),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, 20, 100.0, 21);
     let p = c.step(t(100.1), &o);
     assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
     refusing_with(&p, &["2W", "granted TTL 20"]);
@@ -1924,12 +1899,7 @@ fn with_the_guardian_promotion_waits_until_it_holds_g() {
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
     let v = view(21, Some(key("pg2", 21, 0xB)), members);
     let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, None));
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(103.65),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, 30, 103.65, 21);
     let p = c.step(t(103.7), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 21 }, "won");
     assert!(p.actions.is_empty(), "{:?}", p.actions);
@@ -2593,12 +2563,7 @@ fn take_over_reading(
     let mut v = view(21, Some(key("pg2", 21, 0xB)), members.clone());
     v.release = after.clone().map(Ok);
     let mut o = obs(v, pg(PgRole::Replica, my_lsn, None));
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(102.65),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, 30, 102.65, 21);
     let p = c.step(t(102.7), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
     let mut v = view(22, Some(key("pg2", 21, 0xB)), members);
@@ -2811,12 +2776,7 @@ fn a_manual_failover_prefers_the_named_replica_but_keeps_every_check() {
     let mut w = view(21, Some(key("pg2", 21, 0xB)), members);
     w.failover = failover(None, Some("pg2"), 19);
     let mut o = obs(w.clone(), pg(PgRole::Replica, 900, None));
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(102.75),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, 30, 102.75, 21);
     c2.step(t(102.8), &o);
     let p = c2.step(t(102.9), &obs(w, pg(PgRole::Replica, 900, None)));
     delayed(&p);
@@ -2981,12 +2941,7 @@ fn a_leadership_missed_between_two_reads_and_deleted_early_waits_the_promote_del
         view(21, Some(key("pg2", 21, 0xB)), three()),
         pg(PgRole::Replica, 1000, None),
     );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(134.1),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, 30, 134.1, 21);
     let p = c.step(t(134.2), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
     let p = c.step(
@@ -3038,12 +2993,7 @@ fn a_missed_leadership_released_with_its_own_marker_skips_the_delay() {
         ..o_marker
     }));
     let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, None));
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(104.6),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, 30, 104.6, 21);
     c.step(t(104.7), &o);
     let p = c.step(t(104.8), &obs(v, pg(PgRole::Replica, 1000, None)));
     assert_eq!(
@@ -3081,12 +3031,7 @@ fn a_missed_leadership_reported_only_after_the_win_still_delays_the_promotion() 
         deleted(103.5, 13),
         put(104.15, "pg2", 21, 0xB),
     ];
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(104.15),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, 30, 104.15, 21);
     c.step(t(104.2), &o);
     let p = c.step(
         t(104.3),
@@ -3134,12 +3079,7 @@ fn a_gap_in_the_watch_makes_a_vacancy_untimeable_unless_a_read_closes_it() {
             view(21, Some(key("pg2", 21, 0xB)), vec![]),
             pg(PgRole::Replica, 1000, None),
         );
-        o.acquire = Some(AcquireOutcome::Won {
-            lease: 0xB,
-            granted_ttl: 30,
-            granted_at: t(103.35),
-            epoch: 21,
-        });
+        o.acquire = won(0xB, 30, 103.35, 21);
         c.step(t(103.4), &o);
         c.step(
             t(103.5),
@@ -3201,12 +3141,7 @@ fn a_gap_in_the_watch_during_a_vacancy_makes_it_untimeable() {
         view(31, Some(key("pg2", 31, 0xB)), members.clone()),
         pg(PgRole::Replica, 1000, None),
     );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(107.05),
-        epoch: 31,
-    });
+    o.acquire = won(0xB, 30, 107.05, 31);
     c.step(t(107.1), &o);
     let p = c.step(
         t(107.2),
@@ -3290,12 +3225,7 @@ fn acquire_and_win(
         })
     });
     let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, None));
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(at + 0.1),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, 30, at + 0.1, 21);
     let p = c.step(t(at + 0.15), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
     v.revision = 22;
@@ -3682,12 +3612,7 @@ fn seed_253898_review_a_vacancy_after_an_unpromoted_leader_waits_the_ttl_before_
         view(21, Some(key("pg2", 21, 0xB)), members.clone()),
         pg(PgRole::Replica, 1000, None),
     );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 10,
-        granted_at: t(103.15),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, 10, 103.15, 21);
     let p = c.step(t(103.2), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
     let p = c.step(
@@ -3772,12 +3697,7 @@ fn seed_253898_review_a_leader_whose_epoch_row_never_read_waits_for_a_read() {
     let _ = c.step(t(100.0), &obs(view(4, None, vec![]), failed.clone()));
     let v = view(5, Some(key("pg2", 3, 0xB)), vec![]);
     let mut o = obs(v.clone(), failed.clone());
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(101.0),
-        epoch: 3,
-    });
+    o.acquire = won(0xB, 30, 101.0, 3);
     let p = c.step(t(101.0), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 3 });
     // After the early-expiry delay (a key never seen: 31 s from 100).
@@ -4048,12 +3968,7 @@ fn review_r3_chain_with_a_shorter_watchdog_waits_for_the_first_leaders_reset() {
         view(21, Some(key("pg2", 21, 0xB)), members.clone()),
         pg(PgRole::Replica, 1000, None),
     );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(104.15),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, 30, 104.15, 21);
     c.step(t(104.2), &o);
     let v = view(22, Some(key("pg2", 21, 0xB)), members);
     let rep = pg(PgRole::Replica, 1000, None);
@@ -4148,12 +4063,7 @@ fn review_r2_a_leader_whose_epoch_row_never_reads_gives_the_key_up() {
     let _ = c.step(t(100.0), &obs(view(4, None, vec![]), failed.clone()));
     let v = view(5, Some(key("pg2", 3, 0xB)), vec![]);
     let mut o = obs(v.clone(), failed.clone());
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(101.0),
-        epoch: 3,
-    });
+    o.acquire = won(0xB, 30, 101.0, 3);
     c.step(t(101.0), &o);
     for at in [132.0, 150.0, 162.0] {
         let p = c.step(t(at), &renewed(v.clone(), failed.clone(), at));

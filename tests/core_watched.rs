@@ -9,7 +9,7 @@
 #[path = "support/core_builders.rs"]
 mod core_builders;
 
-use core_builders::{core, counted, key, lease_poll, member, pg, polled, reading, t, view};
+use core_builders::{core, counted, key, lease_poll, member, pg, polled, reading, t, view, won};
 use tenure::core::model::*;
 use tenure::core::{Core, KeptViewCheck};
 
@@ -195,12 +195,7 @@ fn take_over(c: &mut Core, deleted: f64) -> Plan {
         Ok(view(31, Some(key("pg2", 31, 0xB)), members())),
         pg(PgRole::Replica, 500, Some("pg1")),
     );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(deleted + 0.15),
-        epoch: 31,
-    });
+    o.acquire = won(0xB, 30, deleted + 0.15, 31);
     c.step(t(deleted + 0.2), &o);
     c.step(
         t(deleted + 0.3),

@@ -191,6 +191,17 @@ pub fn counted(lease: LeaseId, at: f64) -> Option<Renewal> {
     })
 }
 
+/// The acquire txn's answer: won `lease` of `granted_ttl` s granted at `at` s, the
+/// key created under `epoch`.
+pub fn won(lease: LeaseId, granted_ttl: u32, at: f64, epoch: Epoch) -> Option<AcquireOutcome> {
+    Some(AcquireOutcome::Won {
+        lease,
+        granted_ttl,
+        granted_at: t(at),
+        epoch,
+    })
+}
+
 /// The scope watch's report of the leader key deleted at `at` s (revision
 /// `revision`).
 pub fn deleted(at: f64, revision: i64) -> LeaderChange {
