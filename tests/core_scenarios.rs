@@ -4019,11 +4019,7 @@ fn review_r1_a_huge_leader_ttl_seen_neither_blocks_an_adoption_nor_is_republishe
     let p = c.step(t(200.0), &polled(obs(v.clone(), rep.clone()), 0xB, 200.0));
     assert!(c.renew_now(), "{}", p.reason);
     let mut o = obs(v.clone(), rep.clone());
-    o.renewal = Some(Renewal {
-        lease: 0xB,
-        sent_at: t(200.0),
-        outcome: RenewalOutcome::Counted { ttl: 30 },
-    });
+    o.renewal = counted(0xB, 200.0);
     c.step(t(200.01), &o);
     promotes_only_at(&mut c, &v, &rep, &[200.1, 230.9], 231.1);
     assert_eq!(c.leader_ttl_seen(), Some(30), "publishes only what it saw");
