@@ -7,15 +7,13 @@
 
 use std::time::Duration;
 
+use tenure::core::Core;
 use tenure::core::model::*;
 use tenure::core::time::Instant;
-use tenure::core::{Core, CoreConfig};
 
-const SYSID: u64 = 7_000_000_000_000_000_042;
-
-fn t(s: f64) -> Instant {
-    Instant::from_nanos((s * 1e9).round() as u64)
-}
+#[path = "support/core_builders.rs"]
+mod core_builders;
+use core_builders::{SYSID, core_with, key, obs, pg, t, view};
 
 /// ttl 7, loop 0.5, retry 0.25, margin 0.5, with `budget` (DESIGN S6's second
 /// worked example has 0.3).
@@ -33,37 +31,6 @@ fn timing7(budget: f64) -> Timing {
     }
 }
 
-fn core(name: &str, watchdog: Option<u64>, timing: Timing) -> Core {
-    Core::new(
-        CoreConfig {
-            name: name.into(),
-            nofailover: false,
-            watchdog: watchdog.map(Duration::from_secs),
-            move_aside_unusable: false,
-        },
-        timing,
-    )
-}
-
-fn pg(role: PgRole, lsn: Lsn, following: Option<&str>) -> PgStatus {
-    PgStatus {
-        data: DataDir::Present {
-            sysid: SYSID,
-            was_primary: role == PgRole::Primary,
-        },
-        role,
-        timeline: 1,
-        lsn,
-        following: following.map(String::from),
-        streaming: following.is_some(),
-        epoch: None,
-        epoch_row: EpochRow::default(),
-        sync_names: Some(String::new()),
-        standbys: Vec::new(),
-        report: Default::default(),
-    }
-}
-
 /// A standby whose `tenure.epoch` row shows epoch 18 written by pg1 under lease 0xA
 /// (so the seed-253898 adoption delay is lifted and only the gate holds it).
 fn own_standby() -> PgStatus {
@@ -72,31 +39,6 @@ fn own_standby() -> PgStatus {
     rep.epoch_row.member = Some("pg1".into());
     rep.epoch_row.lease = Some(0xA);
     rep
-}
-
-fn key(name: &str, epoch: Epoch, lease: LeaseId) -> LeaderKey {
-    LeaderKey {
-        name: name.into(),
-        epoch,
-        mod_revision: epoch,
-        lease,
-    }
-}
-
-fn view(revision: i64, leader: Option<LeaderKey>, members: Vec<Member>) -> ClusterView {
-    ClusterView {
-        revision,
-        leader,
-        members,
-        initialize: Some(Initialize::Done { sysid: SYSID }),
-        ..ClusterView::default()
-    }
-}
-
-fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
-    let mut o = Observation::reading(Ok(cluster), pg);
-    o.watch_from = Some(0);
-    o
 }
 
 fn poll(lease: LeaseId, at: Instant, ttl: Option<i64>, granted: Option<i64>) -> LeasePoll {
@@ -132,7 +74,7 @@ fn promotes(p: &Plan) -> bool {
 /// adoption step runs at `start + 0.01`. Returns the core, the adoption step's
 /// instant and whether any step so far promoted.
 fn adopt_with_no_primary(start: f64, ttl_left: i64) -> (Core, Instant) {
-    let mut c = core("pg1", Some(3), timing7(0.3));
+    let mut c = core_with("pg1", Some(3), timing7(0.3));
     let v = view(40, Some(key("pg1", 18, 0xA)), vec![]);
     let mut o = obs(v.clone(), own_standby());
     o.lease_poll = Some(poll(0xA, t(start), Some(ttl_left), Some(7)));
@@ -326,7 +268,7 @@ fn review_finding_f1_s6_refuses_a_timing_whose_crash_ping_outlives_e_max() {
 /// once the fence is complete.
 #[test]
 fn review_finding_f4_a_refused_adoption_fences_a_stopped_postgres_before_revoking() {
-    let mut c = core("pg1", Some(3), timing7(0.3));
+    let mut c = core_with("pg1", Some(3), timing7(0.3));
     let v = view(40, Some(key("pg1", 18, 0xA)), vec![]);
     let stopped = || {
         let mut s = pg(PgRole::Stopped, 1000, None);
