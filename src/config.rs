@@ -303,6 +303,9 @@ pub enum TimingRule {
     D,
     /// S6(e): `W > L_w + R + 1 s - M`.
     E,
+    /// S6(f): `ttl - 2W - R + B >= floor(L_w + R) + 1 s` (review of 88463a7,
+    /// F1).
+    F,
     /// Watchdog `required`, but no whole-second `W` satisfies (b) and (e).
     WatchdogRange,
 }
@@ -325,7 +328,8 @@ impl fmt::Display for TimingError {
             TimingRule::C => "S6(c)",
             TimingRule::D => "S6(d)",
             TimingRule::E => "S6(e)",
-            TimingRule::WatchdogRange => "S6(b)+(e)",
+            TimingRule::F => "S6(f)",
+            TimingRule::WatchdogRange => "S6(b)+(e)+(f)",
         };
         write!(f, "{rule} violated: {}", self.detail)
     }
@@ -402,7 +406,7 @@ pub fn watchdog_range(t: &TimingConfig, ttl: u32) -> Option<(u32, u32)> {
         ns(t.demote_budget),
     );
     let lower = (lw + r + b).max(lw + r + 1_000_000_000 - m); // exclusive
-    let upper2 = ns_secs(ttl) - m - r; // 2W <= upper2
+    let upper2 = (ns_secs(ttl) - m - r).min(f_upper2(lw, r, b, ns_secs(ttl))); // 2W <= upper2
     if upper2 < 0 {
         return None;
     }
@@ -414,6 +418,22 @@ pub fn watchdog_range(t: &TimingConfig, ttl: u32) -> Option<(u32, u32)> {
     let hi = u32::try_from(upper2 / 2 / 1_000_000_000).ok()?;
     let lo = lo.max(1);
     (lo <= hi).then_some((lo, hi))
+}
+
+/// S6(f)'s bound on `2W`, signed nanoseconds: `ttl - R + B - floor(L_w + R) - 1 s`.
+///
+/// Why (review of 88463a7, F1): a leader's agent that dies just before `F - B`
+/// leaves its host running until the kernel's close ping plus `W`, i.e. up to
+/// `s + R + 2W - B`; a replica's poll can show the lease at TTL 0 from
+/// `s + ttl - 1 s` on (etcd truncates to whole seconds), and its `E_max` then
+/// lets an early DELETE look on time. An
+/// agent restarted on that host could also adopt the key after an etcd leader
+/// change reset the lease's TTL, and its pets would keep the old primary running
+/// past what the replica predicted. With (f) the host is reset before any replica
+/// can poll TTL 0, `floor(L_w + R)` more for the poll age the judgement accepts.
+fn f_upper2(lw: i128, r: i128, b: i128, ttl: i128) -> i128 {
+    let lwr_floor = (lw + r) / 1_000_000_000 * 1_000_000_000;
+    ttl - r + b - lwr_floor - 1_000_000_000
 }
 
 /// DESIGN S6 (a)–(e), with `granted_ttl` the TTL etcd granted and `watchdog` the
@@ -538,6 +558,24 @@ pub fn validate_timing(
                     ),
                 });
             }
+            // (f) a crashed leader's host is reset before a replica can poll its
+            // lease at TTL 0 (`f_upper2`).
+            if 2 * w > f_upper2(lw, r, b, ttl) {
+                return Err(TimingError {
+                    rule: TimingRule::F,
+                    detail: format!(
+                        "ttl - 2W - retry_timeout + demote_budget >= floor(loop_wait + retry_timeout) + 1 s, \
+                         but {} - 2 × {} - {} + {} = {} < {} (a crashed leader's host could outlive a \
+                         replica's poll of its lease at TTL 0)",
+                        sh(ttl),
+                        sh(w),
+                        sh(r),
+                        sh(b),
+                        sh(ttl - 2 * w - r + b),
+                        sh((lw + r) / 1_000_000_000 * 1_000_000_000 + 1_000_000_000)
+                    ),
+                });
+            }
         }
         None => {
             // (c) without a watchdog the fence deadline is the horizon itself.
@@ -577,7 +615,9 @@ fn empty_range_error(t: &TimingConfig, ttl: u32) -> TimingError {
             "watchdog mode is \"required\" but no whole-second W satisfies \
              loop_wait + retry_timeout + demote_budget < W (S6(b): {} + {} + {} = {}), \
              W > loop_wait + retry_timeout + 1 s - safety_margin (S6(e): {} + {} + 1 - {} = {}) \
-             and W <= (ttl - safety_margin - retry_timeout) / 2 (S6(b): ({} - {} - {}) / 2 = {})",
+             W <= (ttl - safety_margin - retry_timeout) / 2 (S6(b): ({} - {} - {}) / 2 = {}) \
+             and W <= (ttl - retry_timeout + demote_budget - floor(loop_wait + retry_timeout) - 1 s) / 2 \
+             (S6(f): {})",
             show(lw),
             show(r),
             show(b),
@@ -589,7 +629,8 @@ fn empty_range_error(t: &TimingConfig, ttl: u32) -> TimingError {
             show(ttl),
             show(m),
             show(r),
-            show((ttl - m - r) / 2)
+            show((ttl - m - r) / 2),
+            show(f_upper2(lw, r, b, ttl) / 2)
         ),
     }
 }
@@ -614,6 +655,9 @@ pub struct Budget {
     pub w_above_e: i128,
     /// S6(b) upper bound `(ttl - M - R) / 2` (inclusive), exact.
     pub w_at_most: Duration,
+    /// S6(f) upper bound `(ttl - R + B - floor(L_w + R) - 1 s) / 2` (inclusive),
+    /// signed nanoseconds (may be <= 0).
+    pub w_at_most_f: i128,
     /// The whole-second range of `W`, if not empty.
     pub w_range: Option<(u32, u32)>,
     /// The `W` the derived rows use (`None`: no watchdog).
@@ -672,6 +716,7 @@ pub fn budget(t: &TimingConfig, ttl: u32, watchdog: Option<u32>) -> Budget {
         demote_budget: t.demote_budget,
         w_above_b: from_ns(lw + r + b),
         w_above_e: lw + r + 1_000_000_000 - m,
+        w_at_most_f: f_upper2(lw, r, b, ns_secs(ttl)) / 2,
         w_at_most: from_ns((ttl_ns - m - r) / 2),
         w_range: watchdog_range(t, ttl),
         watchdog,
@@ -716,6 +761,11 @@ impl fmt::Display for Budget {
             f,
             "  watchdog W (S6(e))       W > {}   (L_w + R + 1 s - M)",
             show(self.w_above_e)
+        )?;
+        writeln!(
+            f,
+            "  watchdog W (S6(f))       W <= {}   ((ttl - R + B - floor(L_w + R) - 1 s) / 2)",
+            show(self.w_at_most_f)
         )?;
         match self.w_range {
             Some((lo, hi)) => writeln!(f, "  W may be (whole seconds) {lo}..={hi} s")?,

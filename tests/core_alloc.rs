@@ -3,13 +3,17 @@
 //! allocator wraps the system's and counts on the calling thread only, so the test
 //! harness's other threads never show up in a count.
 
+#[path = "support/core_builders.rs"]
+mod core_builders;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::Duration;
 
+use core_builders::{core_with, key, pg, view};
+use tenure::core::Core;
 use tenure::core::model::*;
 use tenure::core::time::Instant;
-use tenure::core::{Core, CoreConfig};
 
 thread_local! {
     static ALLOCS: Cell<u64> = const { Cell::new(0) };
@@ -44,20 +48,16 @@ fn allocs() -> u64 {
     ALLOCS.with(Cell::get)
 }
 
-const SYSID: u64 = 7_000_000_000_000_000_042;
-
 fn at(ns: u64) -> Instant {
     Instant::from_nanos(ns)
 }
 
+/// The core of node `name` on ttl 7, loop 0.5, retry 0.25, margin 0.5, budget 1 (the
+/// timing of the cluster's `config` below), not the shared `core`'s ttl 30.
 fn core(name: &str) -> Core {
-    Core::new(
-        CoreConfig {
-            name: name.into(),
-            nofailover: false,
-            watchdog: None,
-            move_aside_unusable: false,
-        },
+    core_with(
+        name,
+        None,
         Timing {
             ttl: 7,
             loop_wait: Duration::from_millis(500),
@@ -106,36 +106,11 @@ fn replica_step_allocs(n: usize) -> u64 {
             )
         })
         .collect();
-    let view = ClusterView {
-        revision: 100,
-        leader: Some(LeaderKey {
-            name: "pg1".into(),
-            epoch: 5,
-            mod_revision: 5,
-            lease: 0xA,
-        }),
-        members,
-        initialize: Some(Initialize::Done { sysid: SYSID }),
-        config: Some(r#"{"ttl":7,"loop_wait":0.5,"retry_timeout":0.25}"#.into()),
-        ..ClusterView::default()
-    };
-    let pg = PgStatus {
-        data: DataDir::Present {
-            sysid: SYSID,
-            was_primary: false,
-        },
-        role: PgRole::Replica,
-        timeline: 1,
-        lsn: 1000,
-        following: Some("pg1".into()),
-        streaming: true,
-        epoch: Some(5),
-        epoch_row: EpochRow::default(),
-        sync_names: Some(String::new()),
-        standbys: Vec::new(),
-        report: Default::default(),
-    };
-    let mut o = Observation::reading(Ok(view), pg);
+    let mut v = view(100, Some(key("pg1", 5, 0xA)), members);
+    v.config = Some(r#"{"ttl":7,"loop_wait":0.5,"retry_timeout":0.25}"#.into());
+    let mut status = pg(PgRole::Replica, 1000, Some("pg1"));
+    status.epoch = Some(5);
+    let mut o = Observation::reading(Ok(v), status);
     let start = 10_000_000_000u64;
     o.lease_poll = Some(LeasePoll {
         lease: 0xA,

@@ -3,148 +3,43 @@
 //! it; a node whose required watchdog failed its check is no candidate.
 //! Pure: no clock, no etcd, no PostgreSQL.
 
-use std::time::Duration;
+#[path = "support/core_builders.rs"]
+mod core_builders;
 
+use core_builders::{core, counted, key, lease_poll, obs, pg, t, two, view, won};
+use tenure::core::Core;
 use tenure::core::model::*;
-use tenure::core::time::Instant;
-use tenure::core::{Core, CoreConfig};
-
-const SYSID: u64 = 7_000_000_000_000_000_042;
-
-fn t(s: f64) -> Instant {
-    Instant::from_nanos((s * 1e9) as u64)
-}
-
-/// ttl 30, loop 2, retry 1, margin 2, budget 1 (DESIGN S6's first worked example).
-fn timing30() -> Timing {
-    Timing {
-        ttl: 30,
-        loop_wait: Duration::from_secs(2),
-        retry_timeout: Duration::from_secs(1),
-        safety_margin: Duration::from_secs(2),
-        demote_budget: Duration::from_secs(1),
-        promote_delay: None,
-        maximum_lag_on_failover: 1 << 20,
-        primary_start_timeout: Duration::from_secs(30),
-        synchronous: SyncMode::Off,
-    }
-}
-
-fn core(name: &str, watchdog: Option<u64>) -> Core {
-    Core::new(
-        CoreConfig {
-            name: name.into(),
-            nofailover: false,
-            watchdog: watchdog.map(Duration::from_secs),
-            move_aside_unusable: false,
-        },
-        timing30(),
-    )
-}
-
-fn replica(lsn: Lsn, following: Option<&str>) -> PgStatus {
-    PgStatus {
-        data: DataDir::Present {
-            sysid: SYSID,
-            was_primary: false,
-        },
-        role: PgRole::Replica,
-        timeline: 1,
-        lsn,
-        following: following.map(String::from),
-        streaming: following.is_some(),
-        epoch: None,
-        epoch_row: EpochRow::default(),
-        sync_names: Some(String::new()),
-        standbys: Vec::new(),
-        report: Default::default(),
-    }
-}
-
-fn member(name: &str, rev: i64, role: &str) -> Member {
-    Member {
-        name: name.into(),
-        mod_revision: rev,
-        lease: 0,
-        info: MemberInfo {
-            conn_url: format!("postgres://{name}:5432/postgres"),
-            role: role.into(),
-            xlog_location: 1000,
-            timeline: 1,
-            pg_healthy: true,
-            version: env!("CARGO_PKG_VERSION").into(),
-            ..MemberInfo::default()
-        },
-    }
-}
-
-fn key(name: &str, epoch: Epoch, lease: LeaseId) -> LeaderKey {
-    LeaderKey {
-        name: name.into(),
-        epoch,
-        mod_revision: epoch,
-        lease,
-    }
-}
-
-fn view(revision: i64, leader: Option<LeaderKey>) -> ClusterView {
-    ClusterView {
-        revision,
-        leader,
-        members: vec![member("pg1", 8, "primary"), member("pg2", 9, "replica")],
-        initialize: Some(Initialize::Done { sysid: SYSID }),
-        ..ClusterView::default()
-    }
-}
-
-fn obs(v: ClusterView, pg: PgStatus) -> Observation {
-    let mut o = Observation::reading(Ok(v), pg);
-    // The scope watch open since revision 0, gapless (`Observation::watch_from`):
-    // without it every vacancy is untimeable (DESIGN §1 step 4, S3).
-    o.watch_from = Some(0);
-    o
-}
 
 /// pg2 follows pg1 (lease 0xA) and polls its lease at 102 s: TTL 1 s, so
 /// E_max = 103 s; a DELETE before that is early (DESIGN §1 step 4).
 fn follower(watchdog: Option<u64>) -> Core {
     let mut c = core("pg2", watchdog);
-    let v = view(10, Some(key("pg1", 5, 0xA)));
-    c.step(t(100.0), &obs(v.clone(), replica(1000, Some("pg1"))));
-    let mut o = obs(v, replica(1000, Some("pg1")));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(102.0),
-        ttl: Some(1),
-        granted_ttl: None,
-        has_keys: true,
-    });
+    let v = view(10, Some(key("pg1", 5, 0xA)), two());
+    c.step(
+        t(100.0),
+        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+    );
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
+    o.lease_poll = Some(lease_poll(0xA, 102.0, Some(1), None, true));
     c.step(t(102.01), &o);
     c
 }
 
 /// The key is seen deleted at `at` and the next poll finds pg1's lease gone.
 fn vacancy(at: f64) -> Observation {
-    let mut o = obs(view(20, None), replica(1000, None));
+    let mut o = obs(view(20, None, two()), pg(PgRole::Replica, 1000, None));
     o.leader_deleted_at = Some(t(at));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(at + 0.05),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
+    o.lease_poll = Some(lease_poll(0xA, at + 0.05, None, None, false));
     o
 }
 
 /// pg2 as the key's holder (lease 0xB, epoch 21), its renewal sent at `s` counted.
 fn holding(s: f64) -> Observation {
-    let mut o = obs(view(22, Some(key("pg2", 21, 0xB))), replica(1000, None));
-    o.renewal = Some(Renewal {
-        lease: 0xB,
-        sent_at: t(s),
-        outcome: RenewalOutcome::Counted { ttl: 30 },
-    });
+    let mut o = obs(
+        view(22, Some(key("pg2", 21, 0xB)), two()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.renewal = counted(0xB, s);
     o
 }
 
@@ -155,13 +50,11 @@ fn the_promotion_comes_when_the_promote_delay_ends_not_at_the_next_tick() {
     let mut c = follower(None);
     let p = c.step(t(102.6), &vacancy(102.5));
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
-    let mut o = obs(view(21, Some(key("pg2", 21, 0xB))), replica(1000, None));
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(102.65),
-        epoch: 21,
-    });
+    let mut o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), two()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = won(0xB, 30, 102.65, 21);
     let p = c.step(t(102.7), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
 
@@ -201,13 +94,11 @@ fn a_leader_without_a_promote_delay_asks_for_no_wake_up() {
     let mut c = follower(None);
     let p = c.step(t(104.1), &vacancy(104.0));
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
-    let mut o = obs(view(21, Some(key("pg2", 21, 0xB))), replica(1000, None));
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(104.15),
-        epoch: 21,
-    });
+    let mut o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), two()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = won(0xB, 30, 104.15, 21);
     c.step(t(104.2), &o);
     let p = c.step(t(104.3), &holding(104.25));
     assert_eq!(
@@ -263,7 +154,7 @@ fn a_required_watchdog_that_failed_its_check_withholds_the_bootstrap_too() {
         revision: 1,
         ..ClusterView::default()
     };
-    let mut empty = replica(0, None);
+    let mut empty = pg(PgRole::Replica, 0, None);
     empty.data = DataDir::Empty;
     empty.role = PgRole::Stopped;
     let mut o = obs(v.clone(), empty.clone());

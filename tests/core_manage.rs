@@ -2,89 +2,32 @@
 //! and what a leader does while its PostgreSQL restarts: keeps the key, renews,
 //! and still fences by `F - B` (S1). Pure: no clock, no etcd, no PostgreSQL.
 
-use std::time::Duration;
+#[path = "support/core_builders.rs"]
+mod core_builders;
 
+use core_builders::{SYSID, core, counted, key, polled, t, view};
+use tenure::core::Core;
 use tenure::core::model::*;
-use tenure::core::time::Instant;
-use tenure::core::{Core, CoreConfig};
 
-const SYSID: u64 = 7_000_000_000_000_000_042;
-
-fn t(s: f64) -> Instant {
-    Instant::from_nanos((s * 1e9) as u64)
-}
-
-/// ttl 30, loop 2, retry 1, margin 2, budget 1 (DESIGN S6's first worked example).
-fn core(name: &str) -> Core {
-    Core::new(
-        CoreConfig {
-            name: name.into(),
-            nofailover: false,
-            watchdog: None,
-            move_aside_unusable: false,
-        },
-        Timing {
-            ttl: 30,
-            loop_wait: Duration::from_secs(2),
-            retry_timeout: Duration::from_secs(1),
-            safety_margin: Duration::from_secs(2),
-            demote_budget: Duration::from_secs(1),
-            promote_delay: None,
-            maximum_lag_on_failover: 1 << 20,
-            primary_start_timeout: Duration::from_secs(30),
-            synchronous: SyncMode::Off,
-        },
-    )
-}
-
+/// The shared `pg` at 500, but with `was_primary` given rather than read off `role`:
+/// a leader whose PostgreSQL is stopped or restarting still has a primary's data.
 fn pg(role: PgRole, following: Option<&str>, was_primary: bool) -> PgStatus {
-    PgStatus {
-        data: DataDir::Present {
-            sysid: SYSID,
-            was_primary,
-        },
-        role,
-        timeline: 1,
-        lsn: 500,
-        following: following.map(String::from),
-        streaming: following.is_some(),
-        epoch: None,
-        epoch_row: EpochRow::default(),
-        sync_names: Some(String::new()),
-        standbys: Vec::new(),
-        report: Default::default(),
-    }
+    let mut status = core_builders::pg(role, 500, following);
+    status.data = DataDir::Present {
+        sysid: SYSID,
+        was_primary,
+    };
+    status
 }
 
+/// The shared `member` at 500, written at revision 9, but with `healthy` given and
+/// no agent version published (the shared one publishes this build's): these tests
+/// were written on such members, so their inputs stay as they were.
 fn member(name: &str, role: &str, healthy: bool) -> Member {
-    Member {
-        name: name.into(),
-        mod_revision: 9,
-        lease: 0,
-        info: MemberInfo {
-            conn_url: format!("postgres://{name}:5432/postgres"),
-            role: role.into(),
-            xlog_location: 500,
-            timeline: 1,
-            pg_healthy: healthy,
-            ..MemberInfo::default()
-        },
-    }
-}
-
-fn view(leader: Option<&str>, members: Vec<Member>) -> ClusterView {
-    ClusterView {
-        revision: 10,
-        leader: leader.map(|name| LeaderKey {
-            name: name.into(),
-            epoch: 5,
-            mod_revision: 5,
-            lease: 0xA,
-        }),
-        members,
-        initialize: Some(Initialize::Done { sysid: SYSID }),
-        ..ClusterView::default()
-    }
+    let mut m = core_builders::member(name, 9, role, 500, None);
+    m.info.pg_healthy = healthy;
+    m.info.version = MemberInfo::default().version;
+    m
 }
 
 fn members() -> Vec<Member> {
@@ -94,24 +37,23 @@ fn members() -> Vec<Member> {
     ]
 }
 
+/// A read with no scope watch open (`watch_from` `None`), unlike the shared `obs`:
+/// these tests never time a vacancy and were written on plain reads, so their
+/// inputs stay as they were.
 fn obs(v: ClusterView, pg: PgStatus) -> Observation {
     Observation::reading(Ok(v), pg)
 }
 
 /// pg1 adopts the key naming it (lease 0xA, epoch 5) with a counted renewal at `s`.
 fn leader(s: f64) -> Core {
-    let mut c = core("pg1");
-    let v = view(Some("pg1"), members());
+    let mut c = core("pg1", None);
+    let v = view(10, Some(key("pg1", 5, 0xA)), members());
     c.step(
         t(s),
         &polled(obs(v.clone(), pg(PgRole::Primary, None, true)), 0xA, s),
     );
     let mut o = obs(v, pg(PgRole::Primary, None, true));
-    o.renewal = Some(Renewal {
-        lease: 0xA,
-        sent_at: t(s),
-        outcome: RenewalOutcome::Counted { ttl: 30 },
-    });
+    o.renewal = counted(0xA, s);
     c.step(t(s + 0.01), &o);
     assert!(c.leadership().is_some());
     c
@@ -119,11 +61,11 @@ fn leader(s: f64) -> Core {
 
 /// pg2 follows pg1 with its replica streaming.
 fn follower() -> Core {
-    let mut c = core("pg2");
+    let mut c = core("pg2", None);
     let p = c.step(
         t(100.0),
         &obs(
-            view(Some("pg1"), members()),
+            view(10, Some(key("pg1", 5, 0xA)), members()),
             pg(PgRole::Replica, Some("pg1"), false),
         ),
     );
@@ -168,7 +110,7 @@ fn a_running_primary_or_replica_may_restart_and_nothing_else_may() {
     let s4 = f.restart_job(&primary, None, None);
     assert!(s4.unwrap_err().contains("S4"));
     // Nothing is decided before the first observation.
-    let fresh = core("pg3");
+    let fresh = core("pg3", None);
     assert!(fresh.restart_job(&replica, None, None).is_err());
 }
 
@@ -176,7 +118,7 @@ fn a_running_primary_or_replica_may_restart_and_nothing_else_may() {
 fn reinitialize_only_on_a_replica_of_a_running_leader() {
     let f = follower();
     let replica = pg(PgRole::Replica, Some("pg1"), false);
-    let v = view(Some("pg1"), members());
+    let v = view(10, Some(key("pg1", 5, 0xA)), members());
     assert_eq!(
         f.reinitialize_job(Some(&v), &replica, None, false),
         Ok(JobKind::Reinitialize)
@@ -187,7 +129,7 @@ fn reinitialize_only_on_a_replica_of_a_running_leader() {
         l.reinitialize_job(Some(&v), &pg(PgRole::Primary, None, true), None, true),
         Err("I am the leader, can not reinitialize".into())
     );
-    let unlocked = view(None, members());
+    let unlocked = view(10, None, members());
     assert_eq!(
         f.reinitialize_job(Some(&unlocked), &replica, None, false),
         Err("Cluster has no leader, can not reinitialize".into())
@@ -204,7 +146,8 @@ fn reinitialize_only_on_a_replica_of_a_running_leader() {
     );
     // Ours: nothing to clone from a leader that does not run as a primary.
     let down = view(
-        Some("pg1"),
+        10,
+        Some(key("pg1", 5, 0xA)),
         vec![
             member("pg1", "primary", false),
             member("pg2", "replica", true),
@@ -223,7 +166,7 @@ fn reinitialize_only_on_a_replica_of_a_running_leader() {
 #[test]
 fn a_leader_restarting_its_primary_keeps_the_key_and_still_fences_by_f_minus_b() {
     let mut c = leader(100.0);
-    let v = view(Some("pg1"), members());
+    let v = view(10, Some(key("pg1", 5, 0xA)), members());
     let restarting = |role| {
         let mut o = obs(v.clone(), pg(role, None, true));
         o.job = Job::Running {
@@ -243,11 +186,7 @@ fn a_leader_restarting_its_primary_keeps_the_key_and_still_fences_by_f_minus_b()
     );
     // A renewal during the job counts: F moves on (s + ttl - M).
     let mut o = restarting(PgRole::Stopped);
-    o.renewal = Some(Renewal {
-        lease: 0xA,
-        sent_at: t(102.0),
-        outcome: RenewalOutcome::Counted { ttl: 30 },
-    });
+    o.renewal = counted(0xA, 102.0);
     c.step(t(102.01), &o);
     assert_eq!(c.fence_deadline(), Some(t(130.0)));
     assert!(c.leadership().is_some());
@@ -263,8 +202,8 @@ fn a_leader_restarting_its_primary_keeps_the_key_and_still_fences_by_f_minus_b()
 /// then starts as a replica: no rewind of the fresh copy.
 #[test]
 fn a_reinitialized_former_primary_clones_and_starts_without_a_rewind() {
-    let mut c = core("pg2");
-    let v = view(Some("pg1"), members());
+    let mut c = core("pg2", None);
+    let v = view(10, Some(key("pg1", 5, 0xA)), members());
     // First seen stopped with data that ran as a primary: a rewind is due.
     let p = c.step(t(100.0), &obs(v.clone(), pg(PgRole::Stopped, None, true)));
     assert!(
@@ -287,17 +226,4 @@ fn a_reinitialized_former_primary_clones_and_starts_without_a_rewind() {
             leader: "pg1".into()
         })]
     );
-}
-
-/// Seed 9982: the `LeaseTimeToLive` poll an adoption needs before its renewal
-/// (25 s left, sent at `at`).
-fn polled(mut o: Observation, lease: LeaseId, at: f64) -> Observation {
-    o.lease_poll = Some(LeasePoll {
-        lease,
-        sent_at: t(at),
-        ttl: Some(25),
-        granted_ttl: None,
-        has_keys: true,
-    });
-    o
 }

@@ -5,81 +5,12 @@
 //! just before its `F`), so nobody may promote before. Pure: no clock, no etcd, no
 //! PostgreSQL (the style of tests/core_scenarios.rs).
 
-use std::time::Duration;
+#[path = "support/core_builders.rs"]
+mod core_builders;
 
+use core_builders::{core, deleted, key, member, obs, pg, poll, put, t, view, won};
+use tenure::core::Core;
 use tenure::core::model::*;
-use tenure::core::time::Instant;
-use tenure::core::{Core, CoreConfig};
-
-const SYSID: u64 = 7_000_000_000_000_000_042;
-
-fn t(s: f64) -> Instant {
-    Instant::from_nanos((s * 1e9) as u64)
-}
-
-/// ttl 30, loop 2, retry 1, margin 2, budget 1 (DESIGN S6's first worked example).
-fn timing30() -> Timing {
-    Timing {
-        ttl: 30,
-        loop_wait: Duration::from_secs(2),
-        retry_timeout: Duration::from_secs(1),
-        safety_margin: Duration::from_secs(2),
-        demote_budget: Duration::from_secs(1),
-        promote_delay: None,
-        maximum_lag_on_failover: 1 << 20,
-        primary_start_timeout: Duration::from_secs(30),
-        synchronous: SyncMode::Off,
-    }
-}
-
-fn core(name: &str) -> Core {
-    Core::new(
-        CoreConfig {
-            name: name.into(),
-            nofailover: false,
-            watchdog: None,
-            move_aside_unusable: false,
-        },
-        timing30(),
-    )
-}
-
-fn pg(role: PgRole, following: Option<&str>) -> PgStatus {
-    PgStatus {
-        data: DataDir::Present {
-            sysid: SYSID,
-            was_primary: role == PgRole::Primary,
-        },
-        role,
-        timeline: 1,
-        lsn: 1000,
-        following: following.map(String::from),
-        streaming: following.is_some(),
-        epoch: None,
-        epoch_row: EpochRow::default(),
-        sync_names: Some(String::new()),
-        standbys: Vec::new(),
-        report: Default::default(),
-    }
-}
-
-fn member(name: &str, rev: i64, role: &str, wd: Option<u32>) -> Member {
-    Member {
-        name: name.into(),
-        mod_revision: rev,
-        lease: 0,
-        info: MemberInfo {
-            conn_url: format!("postgres://{name}:5432/postgres"),
-            role: role.into(),
-            xlog_location: 1000,
-            timeline: 1,
-            watchdog_timeout: wd,
-            pg_healthy: true,
-            version: env!("CARGO_PKG_VERSION").into(),
-            ..MemberInfo::default()
-        },
-    }
-}
 
 /// A leader's member key as the agent publishes it: its lease and epoch, `primary`
 /// only once its PostgreSQL runs as one.
@@ -91,62 +22,10 @@ fn leader_member(
     epoch: Epoch,
     lease: LeaseId,
 ) -> Member {
-    let mut m = member(name, rev, role, Some(wd));
+    let mut m = member(name, rev, role, 1000, Some(wd));
     m.info.epoch = Some(epoch);
     m.info.leader_lease = Some(lease);
     m
-}
-
-fn key(name: &str, epoch: Epoch, lease: LeaseId) -> LeaderKey {
-    LeaderKey {
-        name: name.into(),
-        epoch,
-        mod_revision: epoch,
-        lease,
-    }
-}
-
-fn view(revision: i64, leader: Option<LeaderKey>, members: Vec<Member>) -> ClusterView {
-    ClusterView {
-        revision,
-        leader,
-        members,
-        initialize: Some(Initialize::Done { sysid: SYSID }),
-        ..ClusterView::default()
-    }
-}
-
-/// A reading with the scope watch open since revision 0 (a gap says so).
-fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
-    let mut o = Observation::reading(Ok(cluster), pg);
-    o.watch_from = Some(0);
-    o
-}
-
-fn deleted(at: f64, revision: i64) -> LeaderChange {
-    LeaderChange {
-        at: t(at),
-        revision,
-        put: None,
-    }
-}
-
-fn put(at: f64, name: &str, epoch: Epoch, lease: LeaseId) -> LeaderChange {
-    LeaderChange {
-        at: t(at),
-        revision: epoch,
-        put: Some(key(name, epoch, lease)),
-    }
-}
-
-fn poll(lease: LeaseId, at: f64, ttl: Option<i64>) -> Option<LeasePoll> {
-    Some(LeasePoll {
-        lease,
-        sent_at: t(at),
-        ttl,
-        granted_ttl: None,
-        has_keys: ttl.is_some(),
-    })
 }
 
 /// The instant pg2 promotes at, from the plan of the step after its win (epoch `e`).
@@ -188,7 +67,7 @@ fn acquire_and_promote(
         rev += 1;
         let mut o = obs(
             view(rev, None, behind(members, me, rev)),
-            pg(PgRole::Replica, None),
+            pg(PgRole::Replica, 1000, None),
         );
         if let Some(l) = c.lease_to_poll() {
             polled.push(l);
@@ -203,14 +82,9 @@ fn acquire_and_promote(
     let ms = behind(members, me, rev);
     let mut o = obs(
         view(40, Some(key(me, 40, 0xB)), ms.clone()),
-        pg(PgRole::Replica, None),
+        pg(PgRole::Replica, 1000, None),
     );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(now + 0.05),
-        epoch: 40,
-    });
+    o.acquire = won(0xB, 30, now + 0.05, 40);
     o.leader_changes = vec![put(now + 0.05, me, 40, 0xB)];
     let p = c.step(t(now + 0.1), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 40 });
@@ -218,7 +92,7 @@ fn acquire_and_promote(
         t(now + 0.2),
         &obs(
             view(41, Some(key(me, 40, 0xB)), ms),
-            pg(PgRole::Replica, None),
+            pg(PgRole::Replica, 1000, None),
         ),
     );
     (promote_instant(&p, now + 0.2, 40), polled)
@@ -236,18 +110,21 @@ fn acquire_and_promote(
 #[test]
 fn f2_a_read_leadership_that_never_promoted_does_not_hide_the_early_delete_before_it() {
     for c_promoted in [false, true] {
-        let mut c = core("pg2");
+        let mut c = core("pg2", None);
         let a = leader_member("pg1", 8, "primary", 13, 5, 0xA);
-        let me = member("pg2", 9, "replica", None);
+        let me = member("pg2", 9, "replica", 1000, None);
         let v = view(10, Some(key("pg1", 5, 0xA)), vec![a.clone(), me.clone()]);
-        c.step(t(99.8), &obs(v.clone(), pg(PgRole::Replica, Some("pg1"))));
-        let mut o = obs(v, pg(PgRole::Replica, Some("pg1")));
+        c.step(
+            t(99.8),
+            &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+        );
+        let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
         o.lease_poll = poll(0xA, 99.9, Some(29));
         c.step(t(99.95), &o);
         // A's key revoked early at 100.1 (rev 11).
         let mut o = obs(
             view(11, None, vec![a.clone(), me.clone()]),
-            pg(PgRole::Replica, None),
+            pg(PgRole::Replica, 1000, None),
         );
         o.leader_deleted_at = Some(t(100.1));
         o.leader_deleted_revision = Some(11);
@@ -260,7 +137,7 @@ fn f2_a_read_leadership_that_never_promoted_does_not_hide_the_early_delete_befor
         let members = vec![a.clone(), me.clone(), cm];
         let mut o = obs(
             view(13, Some(key("pg3", 12, 0xC)), members.clone()),
-            pg(PgRole::Replica, None),
+            pg(PgRole::Replica, 1000, None),
         );
         o.leader_changes = vec![put(100.2, "pg3", 12, 0xC)];
         if p.actions.contains(&Action::Acquire) {
@@ -269,14 +146,14 @@ fn f2_a_read_leadership_that_never_promoted_does_not_hide_the_early_delete_befor
         c.step(t(100.3), &o);
         let mut o = obs(
             view(13, Some(key("pg3", 12, 0xC)), members.clone()),
-            pg(PgRole::Replica, Some("pg3")),
+            pg(PgRole::Replica, 1000, Some("pg3")),
         );
         o.lease_poll = poll(0xC, 100.35, Some(29));
         c.step(t(100.4), &o);
         // C gives the key up at 100.6 (rev 14), its lease revoked right after.
         let mut o = obs(
             view(15, None, behind(&members, "pg2", 15)),
-            pg(PgRole::Replica, None),
+            pg(PgRole::Replica, 1000, None),
         );
         o.leader_deleted_at = Some(t(100.6));
         o.leader_deleted_revision = Some(14);
@@ -304,22 +181,25 @@ fn f2_a_read_leadership_that_never_promoted_does_not_hide_the_early_delete_befor
 /// waits `ttl + R` from that DELETE (131.6 s, past A's 129.1 s).
 #[test]
 fn f2_a_replica_that_never_saw_the_first_delete_judges_a_never_promoted_holder_by_its_horizon() {
-    let mut c = core("pg4");
+    let mut c = core("pg4", None);
     let cm = leader_member("pg3", 12, "replica", 5, 12, 0xC);
     let members = vec![
-        member("pg1", 8, "primary", Some(13)),
-        member("pg4", 9, "replica", None),
+        member("pg1", 8, "primary", 1000, Some(13)),
+        member("pg4", 9, "replica", 1000, None),
         cm,
     ];
     let v = view(13, Some(key("pg3", 12, 0xC)), members.clone());
-    let p = c.step(t(100.3), &obs(v.clone(), pg(PgRole::Replica, Some("pg3"))));
+    let p = c.step(
+        t(100.3),
+        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg3"))),
+    );
     assert!(matches!(p.reason, Reason::Following { .. }), "{}", p.reason);
-    let mut o = obs(v, pg(PgRole::Replica, Some("pg3")));
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg3")));
     o.lease_poll = poll(0xC, 100.35, Some(29));
     c.step(t(100.4), &o);
     let mut o = obs(
         view(15, None, behind(&members, "pg4", 15)),
-        pg(PgRole::Replica, None),
+        pg(PgRole::Replica, 1000, None),
     );
     o.leader_deleted_at = Some(t(100.6));
     o.leader_deleted_revision = Some(14);
@@ -333,18 +213,21 @@ fn f2_a_replica_that_never_saw_the_first_delete_judges_a_never_promoted_holder_b
 /// The leader's key of pg2, won after an early DELETE (promote delay `ttl + R` from
 /// 102.5 s): pg2 is a leader that has not promoted.
 fn winner_in_its_promote_delay() -> Core {
-    let mut c = core("pg2");
-    let mut pg1 = member("pg1", 8, "primary", None);
+    let mut c = core("pg2", None);
+    let mut pg1 = member("pg1", 8, "primary", 1000, None);
     pg1.info.epoch = Some(5);
-    let members = vec![pg1, member("pg2", 9, "replica", None)];
+    let members = vec![pg1, member("pg2", 9, "replica", 1000, None)];
     let v = view(10, Some(key("pg1", 5, 0xA)), members.clone());
-    c.step(t(100.0), &obs(v.clone(), pg(PgRole::Replica, Some("pg1"))));
-    let mut o = obs(v, pg(PgRole::Replica, Some("pg1")));
+    c.step(
+        t(100.0),
+        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+    );
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
     o.lease_poll = poll(0xA, 102.0, Some(1));
     c.step(t(102.01), &o);
     let mut o = obs(
         view(20, None, behind(&members, "pg2", 20)),
-        pg(PgRole::Replica, None),
+        pg(PgRole::Replica, 1000, None),
     );
     o.leader_deleted_at = Some(t(102.5));
     o.lease_poll = poll(0xA, 102.55, None);
@@ -353,20 +236,15 @@ fn winner_in_its_promote_delay() -> Core {
     let members = behind(&members, "pg2", 20);
     let mut o = obs(
         view(21, Some(key("pg2", 21, 0xB)), members.clone()),
-        pg(PgRole::Replica, None),
+        pg(PgRole::Replica, 1000, None),
     );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(102.65),
-        epoch: 21,
-    });
+    o.acquire = won(0xB, 30, 102.65, 21);
     c.step(t(102.7), &o);
     let p = c.step(
         t(102.8),
         &obs(
             view(22, Some(key("pg2", 21, 0xB)), members),
-            pg(PgRole::Replica, None),
+            pg(PgRole::Replica, 1000, None),
         ),
     );
     assert!(
@@ -387,7 +265,7 @@ fn winner_in_its_promote_delay() -> Core {
 fn f2_a_leader_that_never_promoted_releases_without_a_marker() {
     let mut c = winner_in_its_promote_delay();
     let v = view(23, Some(key("pg2", 21, 0xB)), vec![]);
-    let mut o = obs(v.clone(), pg(PgRole::Replica, None));
+    let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, None));
     o.shutdown = true;
     let p = c.step(t(103.0), &o);
     assert_eq!(
@@ -396,7 +274,7 @@ fn f2_a_leader_that_never_promoted_releases_without_a_marker() {
         "{}",
         p.reason
     );
-    let mut o = obs(v.clone(), pg(PgRole::Stopped, None));
+    let mut o = obs(v.clone(), pg(PgRole::Stopped, 1000, None));
     o.shutdown = true;
     o.job = Job::Finished {
         kind: JobKind::Stop,
@@ -405,7 +283,7 @@ fn f2_a_leader_that_never_promoted_releases_without_a_marker() {
     };
     let p = c.step(t(103.5), &o);
     assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
-    let mut o = obs(v, pg(PgRole::Stopped, None));
+    let mut o = obs(v, pg(PgRole::Stopped, 1000, None));
     o.shutdown = true;
     o.fence = Some(FenceOutcome::Complete);
     let p = c.step(t(103.6), &o);
@@ -433,14 +311,17 @@ fn f2_a_leader_that_never_promoted_releases_without_a_marker() {
 #[test]
 fn f3_a_gap_in_the_watch_does_not_keep_the_tracked_holders_watchdog() {
     for published in [true, false] {
-        let mut c = core("pg2");
+        let mut c = core("pg2", None);
         let mut members = vec![
             leader_member("pg1", 8, "primary", 5, 5, 0xA),
-            member("pg2", 9, "replica", None),
+            member("pg2", 9, "replica", 1000, None),
         ];
         let v = view(10, Some(key("pg1", 5, 0xA)), members.clone());
-        c.step(t(100.0), &obs(v.clone(), pg(PgRole::Replica, Some("pg1"))));
-        let mut o = obs(v, pg(PgRole::Replica, Some("pg1")));
+        c.step(
+            t(100.0),
+            &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+        );
+        let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
         o.lease_poll = poll(0xA, 102.0, Some(1));
         c.step(t(102.01), &o);
         if published {
@@ -448,7 +329,10 @@ fn f3_a_gap_in_the_watch_does_not_keep_the_tracked_holders_watchdog() {
         }
         // The watch broke after the read at revision 10; this read (revision 20)
         // shows the key absent, and A's lease gone.
-        let mut o = obs(view(20, None, members.clone()), pg(PgRole::Replica, None));
+        let mut o = obs(
+            view(20, None, members.clone()),
+            pg(PgRole::Replica, 1000, None),
+        );
         o.watch_from = None;
         o.lease_poll = poll(0xA, 103.28, None);
         c.step(t(103.3), &o);
@@ -473,16 +357,22 @@ fn f3_a_gap_in_the_watch_does_not_keep_the_tracked_holders_watchdog() {
 /// coverage since the vacancy's read, not only the PUTs it reported.
 #[test]
 fn f4_a_gap_between_the_vacancy_read_and_the_win_makes_the_vacancy_untimeable() {
-    let mut c = core("pg2");
-    let mut pg1 = member("pg1", 8, "primary", None);
+    let mut c = core("pg2", None);
+    let mut pg1 = member("pg1", 8, "primary", 1000, None);
     pg1.info.epoch = Some(5);
-    let members = vec![pg1, member("pg2", 9, "replica", None)];
+    let members = vec![pg1, member("pg2", 9, "replica", 1000, None)];
     let v = view(10, Some(key("pg1", 5, 0xA)), members.clone());
-    c.step(t(100.0), &obs(v.clone(), pg(PgRole::Replica, Some("pg1"))));
-    let mut o = obs(v, pg(PgRole::Replica, Some("pg1")));
+    c.step(
+        t(100.0),
+        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+    );
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
     o.lease_poll = poll(0xA, 102.0, Some(1));
     c.step(t(102.01), &o);
-    let mut o = obs(view(20, None, members.clone()), pg(PgRole::Replica, None));
+    let mut o = obs(
+        view(20, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
     o.leader_deleted_at = Some(t(103.2));
     o.leader_deleted_revision = Some(20);
     o.leader_changes = vec![deleted(103.2, 20)];
@@ -491,20 +381,15 @@ fn f4_a_gap_between_the_vacancy_read_and_the_win_makes_the_vacancy_untimeable() 
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
     let mut o = obs(
         view(24, Some(key("pg2", 23, 0xB)), members.clone()),
-        pg(PgRole::Replica, None),
+        pg(PgRole::Replica, 1000, None),
     );
     o.watch_from = None; // broken during the acquire, nothing delivered
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(103.35),
-        epoch: 23,
-    });
+    o.acquire = won(0xB, 30, 103.35, 23);
     let p = c.step(t(103.4), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 23 });
     let mut o = obs(
         view(25, Some(key("pg2", 23, 0xB)), members),
-        pg(PgRole::Replica, None),
+        pg(PgRole::Replica, 1000, None),
     );
     o.watch_from = Some(25);
     let p = c.step(t(103.5), &o);
@@ -524,17 +409,20 @@ fn f4_a_gap_between_the_vacancy_read_and_the_win_makes_the_vacancy_untimeable() 
 /// pg2 acquired with A's lease still alive. Both must be seen gone, C's first.
 #[test]
 fn merged_vacancies_wait_for_every_old_lease_to_be_gone() {
-    let mut c = core("pg2");
+    let mut c = core("pg2", None);
     let a = leader_member("pg1", 8, "primary", 13, 5, 0xA);
-    let me = member("pg2", 9, "replica", None);
+    let me = member("pg2", 9, "replica", 1000, None);
     let v = view(10, Some(key("pg1", 5, 0xA)), vec![a.clone(), me.clone()]);
-    c.step(t(99.8), &obs(v.clone(), pg(PgRole::Replica, Some("pg1"))));
-    let mut o = obs(v, pg(PgRole::Replica, Some("pg1")));
+    c.step(
+        t(99.8),
+        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+    );
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
     o.lease_poll = poll(0xA, 99.9, Some(29));
     c.step(t(99.95), &o);
     let mut o = obs(
         view(11, None, vec![a.clone(), me.clone()]),
-        pg(PgRole::Replica, None),
+        pg(PgRole::Replica, 1000, None),
     );
     o.leader_deleted_at = Some(t(100.1));
     o.leader_deleted_revision = Some(11);
@@ -543,7 +431,10 @@ fn merged_vacancies_wait_for_every_old_lease_to_be_gone() {
     let p = c.step(t(100.15), &o);
     assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
     let members = vec![a, me, leader_member("pg3", 12, "primary", 13, 12, 0xC)];
-    let mut o = obs(view(14, None, members.clone()), pg(PgRole::Replica, None));
+    let mut o = obs(
+        view(14, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
     o.leader_changes = vec![put(100.4, "pg3", 12, 0xC), deleted(100.6, 13)];
     o.lease_poll = poll(0xA, 102.3, Some(26));
     let p = c.step(t(102.35), &o);
@@ -551,7 +442,7 @@ fn merged_vacancies_wait_for_every_old_lease_to_be_gone() {
     assert_eq!(c.lease_to_poll(), Some(0xC));
     let mut o = obs(
         view(16, None, behind(&members, "pg2", 15)),
-        pg(PgRole::Replica, None),
+        pg(PgRole::Replica, 1000, None),
     );
     o.lease_poll = poll(0xC, 104.3, None);
     let p = c.step(t(104.35), &o);
@@ -563,7 +454,7 @@ fn merged_vacancies_wait_for_every_old_lease_to_be_gone() {
     assert_eq!(c.lease_to_poll(), Some(0xA));
     let mut o = obs(
         view(17, None, behind(&members, "pg2", 15)),
-        pg(PgRole::Replica, None),
+        pg(PgRole::Replica, 1000, None),
     );
     o.lease_poll = poll(0xA, 106.3, None);
     let p = c.step(t(106.35), &o);
@@ -578,18 +469,24 @@ fn merged_vacancies_wait_for_every_old_lease_to_be_gone() {
 /// `W` of A, `ttl + R` from the read, and C's lease must be seen gone.
 #[test]
 fn f3_a_member_publishing_a_newer_leadership_makes_the_new_vacancy_untimeable() {
-    let mut c = core("pg2");
+    let mut c = core("pg2", None);
     let mut members = vec![
         leader_member("pg1", 8, "primary", 5, 5, 0xA),
-        member("pg2", 9, "replica", None),
+        member("pg2", 9, "replica", 1000, None),
     ];
     let v = view(10, Some(key("pg1", 5, 0xA)), members.clone());
-    c.step(t(100.0), &obs(v.clone(), pg(PgRole::Replica, Some("pg1"))));
-    let mut o = obs(v, pg(PgRole::Replica, Some("pg1")));
+    c.step(
+        t(100.0),
+        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+    );
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
     o.lease_poll = poll(0xA, 102.0, Some(1));
     c.step(t(102.01), &o);
     members.push(leader_member("pg3", 12, "primary", 13, 12, 0xC));
-    let mut o = obs(view(20, None, members.clone()), pg(PgRole::Replica, None));
+    let mut o = obs(
+        view(20, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
     o.leader_deleted_at = Some(t(103.2));
     o.leader_deleted_revision = Some(11);
     o.leader_changes = vec![deleted(103.2, 11)];

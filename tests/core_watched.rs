@@ -6,112 +6,31 @@
 //! last step, with no vacancy open, no rollback in play; never the first step, a
 //! candidate, an adopter or a leader (DESIGN §1, §3: their reads are linearizable).
 
-use std::time::Duration;
+#[path = "support/core_builders.rs"]
+mod core_builders;
 
+use core_builders::{core, counted, key, lease_poll, member, pg, polled, reading, t, view, won};
 use tenure::core::model::*;
-use tenure::core::time::Instant;
-use tenure::core::{Core, CoreConfig, KeptViewCheck};
+use tenure::core::{Core, KeptViewCheck};
 
-const SYSID: u64 = 7_000_000_000_000_000_042;
-
-/// An observation with this iteration's read and the scope watch open from revision
-/// 0, so it has reported every `leader` change (`Observation::watch_from`: without
-/// it every vacancy is untimeable, S3).
-fn reading(cluster: Result<ClusterView, String>, pg: PgStatus) -> Observation {
-    let mut o = Observation::reading(cluster, pg);
-    o.watch_from = Some(0);
-    o
-}
-
-fn t(s: f64) -> Instant {
-    Instant::from_nanos((s * 1e9) as u64)
-}
-
-fn core(name: &str) -> Core {
-    Core::new(
-        CoreConfig {
-            name: name.into(),
-            nofailover: false,
-            watchdog: None,
-            move_aside_unusable: false,
-        },
-        Timing {
-            ttl: 30,
-            loop_wait: Duration::from_secs(2),
-            retry_timeout: Duration::from_secs(1),
-            safety_margin: Duration::from_secs(2),
-            demote_budget: Duration::from_secs(1),
-            promote_delay: None,
-            maximum_lag_on_failover: 1 << 20,
-            primary_start_timeout: Duration::from_secs(30),
-            synchronous: SyncMode::Off,
-        },
-    )
-}
-
-fn pg(role: PgRole, following: Option<&str>) -> PgStatus {
-    PgStatus {
-        data: DataDir::Present {
-            sysid: SYSID,
-            was_primary: role == PgRole::Primary,
-        },
-        role,
-        timeline: 1,
-        lsn: 500,
-        following: following.map(String::from),
-        streaming: following.is_some(),
-        epoch: None,
-        epoch_row: EpochRow::default(),
-        sync_names: Some(String::new()),
-        standbys: Vec::new(),
-        report: Default::default(),
-    }
-}
-
-fn member(name: &str, role: &str) -> Member {
-    Member {
-        name: name.into(),
-        mod_revision: 3,
-        lease: 0,
-        info: MemberInfo {
-            conn_url: format!("postgres://{name}:5432/postgres"),
-            role: role.into(),
-            xlog_location: 500,
-            timeline: 1,
-            pg_healthy: true,
-            version: env!("CARGO_PKG_VERSION").into(),
-            ..MemberInfo::default()
-        },
-    }
-}
-
-fn key(name: &str, epoch: Epoch, lease: LeaseId) -> LeaderKey {
-    LeaderKey {
-        name: name.into(),
-        epoch,
-        mod_revision: epoch,
-        lease,
-    }
-}
-
-fn view(revision: i64, leader: Option<LeaderKey>) -> ClusterView {
-    ClusterView {
-        revision,
-        leader,
-        members: vec![member("pg1", "primary"), member("pg2", "replica")],
-        initialize: Some(Initialize::Done { sysid: SYSID }),
-        ..ClusterView::default()
-    }
+/// pg1 the primary and pg2 a replica, both at 500 (where this file's PostgreSQL
+/// runs) and written at revision 3: the members of every view here (the shared
+/// `two()` has them at 1000, revisions 8 and 9).
+fn members() -> Vec<Member> {
+    vec![
+        member("pg1", 3, "primary", 500, None),
+        member("pg2", 3, "replica", 500, None),
+    ]
 }
 
 /// pg2, a replica of pg1 (key on lease 0xA), after `steps` steps on reads.
 fn follower(steps: usize) -> Core {
-    let mut c = core("pg2");
+    let mut c = core("pg2", None);
     for i in 0..steps {
-        let v = view(10 + i as i64, Some(key("pg1", 5, 0xA)));
+        let v = view(10 + i as i64, Some(key("pg1", 5, 0xA)), members());
         c.step(
             t(i as f64 * 2.0),
-            &reading(Ok(v), pg(PgRole::Replica, Some("pg1"))),
+            &reading(Ok(v), pg(PgRole::Replica, 500, Some("pg1"))),
         );
     }
     c
@@ -119,18 +38,18 @@ fn follower(steps: usize) -> Core {
 
 #[test]
 fn only_a_follower_of_the_key_it_already_follows_decides_on_a_kept_view() {
-    let following = view(20, Some(key("pg1", 5, 0xA)));
+    let following = view(20, Some(key("pg1", 5, 0xA)), members());
     // The first decision (S4: adopt or fence) is never taken on a kept view.
     assert!(!follower(0).watched_view_serves(&following));
     let c = follower(1);
     assert!(c.watched_view_serves(&following));
     assert_eq!(c.lease_to_poll(), Some(0xA), "the poll backs that very key");
     // The key changed hands since the last step (another lease): read.
-    assert!(!c.watched_view_serves(&view(20, Some(key("pg3", 15, 0xB)))));
+    assert!(!c.watched_view_serves(&view(20, Some(key("pg3", 15, 0xB)), members())));
     // No key: a vacancy, whatever the watch says — candidates read (DESIGN §1).
-    assert!(!c.watched_view_serves(&view(20, None)));
+    assert!(!c.watched_view_serves(&view(20, None, members())));
     // The key names this node: adopting or revoking a stale key of its own reads.
-    assert!(!c.watched_view_serves(&view(20, Some(key("pg2", 15, 0xB)))));
+    assert!(!c.watched_view_serves(&view(20, Some(key("pg2", 15, 0xB)), members())));
 }
 
 #[test]
@@ -139,18 +58,21 @@ fn an_open_vacancy_needs_a_read_until_a_leader_is_followed_again() {
     // The key is gone: the vacancy opens (on a read, as every candidate step is).
     c.step(
         t(10.0),
-        &reading(Ok(view(30, None)), pg(PgRole::Replica, Some("pg1"))),
+        &reading(
+            Ok(view(30, None, members())),
+            pg(PgRole::Replica, 500, Some("pg1")),
+        ),
     );
-    let back = view(31, Some(key("pg1", 5, 0xA)));
+    let back = view(31, Some(key("pg1", 5, 0xA)), members());
     assert!(
         !c.watched_view_serves(&back),
         "a vacancy is open: the candidate's decisions rest on reads"
     );
     // A read shows a new leader: the next step follows it, then the kept view serves.
-    let new = view(40, Some(key("pg3", 35, 0xC)));
+    let new = view(40, Some(key("pg3", 35, 0xC)), members());
     c.step(
         t(12.0),
-        &reading(Ok(new.clone()), pg(PgRole::Replica, Some("pg1"))),
+        &reading(Ok(new.clone()), pg(PgRole::Replica, 500, Some("pg1"))),
     );
     assert!(c.watched_view_serves(&new));
     assert!(
@@ -162,7 +84,7 @@ fn an_open_vacancy_needs_a_read_until_a_leader_is_followed_again() {
 #[test]
 fn a_rollback_marker_needs_reads() {
     let c = follower(1);
-    let mut v = view(20, Some(key("pg1", 5, 0xA)));
+    let mut v = view(20, Some(key("pg1", 5, 0xA)), members());
     v.rollback = Some(RollbackMarker {
         key: "/service/t/rollback".into(),
         seen_revision: 100,
@@ -178,19 +100,19 @@ fn a_rollback_marker_needs_reads() {
 #[test]
 fn a_leader_never_decides_on_a_kept_view() {
     // pg1 adopts its own key through a counted renewal, then leads.
-    let mut c = core("pg1");
-    let v = view(10, Some(key("pg1", 5, 0xA)));
+    let mut c = core("pg1", None);
+    let v = view(10, Some(key("pg1", 5, 0xA)), members());
     c.step(
         t(0.0),
-        &polled(reading(Ok(v.clone()), pg(PgRole::Primary, None)), 0xA, 0.0),
+        &polled(
+            reading(Ok(v.clone()), pg(PgRole::Primary, 500, None)),
+            0xA,
+            0.0,
+        ),
     );
     assert!(!c.watched_view_serves(&v), "adopting (S4)");
-    let mut o = reading(Ok(v.clone()), pg(PgRole::Primary, None));
-    o.renewal = Some(Renewal {
-        lease: 0xA,
-        sent_at: t(0.0),
-        outcome: RenewalOutcome::Counted { ttl: 30 },
-    });
+    let mut o = reading(Ok(v.clone()), pg(PgRole::Primary, 500, None));
+    o.renewal = counted(0xA, 0.0);
     c.step(t(0.01), &o);
     assert!(c.leadership().is_some());
     assert!(
@@ -204,16 +126,10 @@ fn a_leader_never_decides_on_a_kept_view() {
 fn follower_polled(at: f64, ttl: Option<i64>) -> Core {
     let mut c = follower(1);
     let mut o = reading(
-        Ok(view(20, Some(key("pg1", 5, 0xA)))),
-        pg(PgRole::Replica, Some("pg1")),
+        Ok(view(20, Some(key("pg1", 5, 0xA)), members())),
+        pg(PgRole::Replica, 500, Some("pg1")),
     );
-    o.lease_poll = ttl.map(|ttl| LeasePoll {
-        lease: 0xA,
-        sent_at: t(at),
-        ttl: Some(ttl),
-        granted_ttl: Some(30),
-        has_keys: true,
-    });
+    o.lease_poll = ttl.map(|ttl| lease_poll(0xA, at, Some(ttl), Some(30), true));
     c.step(t(at), &o);
     c
 }
@@ -267,33 +183,25 @@ fn the_read_replaces_the_poll_only_while_e_max_is_far_enough() {
 /// pg2 sees the key deleted at `deleted` (the poll right after says the lease is
 /// gone), acquires and wins: the plan of the step after the win.
 fn take_over(c: &mut Core, deleted: f64) -> Plan {
-    let mut o = reading(Ok(view(30, None)), pg(PgRole::Replica, Some("pg1")));
+    let mut o = reading(
+        Ok(view(30, None, members())),
+        pg(PgRole::Replica, 500, Some("pg1")),
+    );
     o.leader_deleted_at = Some(t(deleted));
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(deleted + 0.05),
-        ttl: None,
-        granted_ttl: None,
-        has_keys: false,
-    });
+    o.lease_poll = Some(lease_poll(0xA, deleted + 0.05, None, None, false));
     let p = c.step(t(deleted + 0.1), &o);
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
     let mut o = reading(
-        Ok(view(31, Some(key("pg2", 31, 0xB)))),
-        pg(PgRole::Replica, Some("pg1")),
+        Ok(view(31, Some(key("pg2", 31, 0xB)), members())),
+        pg(PgRole::Replica, 500, Some("pg1")),
     );
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: 0xB,
-        granted_ttl: 30,
-        granted_at: t(deleted + 0.15),
-        epoch: 31,
-    });
+    o.acquire = won(0xB, 30, deleted + 0.15, 31);
     c.step(t(deleted + 0.2), &o);
     c.step(
         t(deleted + 0.3),
         &reading(
-            Ok(view(32, Some(key("pg2", 31, 0xB)))),
-            pg(PgRole::Replica, Some("pg1")),
+            Ok(view(32, Some(key("pg2", 31, 0xB)), members())),
+            pg(PgRole::Replica, 500, Some("pg1")),
         ),
     )
 }
@@ -311,8 +219,8 @@ fn a_delete_before_the_next_poll_after_a_skipped_one_is_judged_early() {
     c.step(
         t(11.0),
         &reading(
-            Ok(view(21, Some(key("pg1", 5, 0xA)))),
-            pg(PgRole::Replica, Some("pg1")),
+            Ok(view(21, Some(key("pg1", 5, 0xA)), members())),
+            pg(PgRole::Replica, 500, Some("pg1")),
         ),
     );
     let p = take_over(&mut c, 17.0);
@@ -325,16 +233,10 @@ fn a_delete_before_the_next_poll_after_a_skipped_one_is_judged_early() {
     // Control: polled at 16.5 s (0 s left), the same DELETE is on time.
     let mut c = follower_polled(10.0, Some(7));
     let mut o = reading(
-        Ok(view(21, Some(key("pg1", 5, 0xA)))),
-        pg(PgRole::Replica, Some("pg1")),
+        Ok(view(21, Some(key("pg1", 5, 0xA)), members())),
+        pg(PgRole::Replica, 500, Some("pg1")),
     );
-    o.lease_poll = Some(LeasePoll {
-        lease: 0xA,
-        sent_at: t(16.5),
-        ttl: Some(0),
-        granted_ttl: Some(30),
-        has_keys: true,
-    });
+    o.lease_poll = Some(lease_poll(0xA, 16.5, Some(0), Some(30), true));
     c.step(t(16.5), &o);
     let p = take_over(&mut c, 17.0);
     assert_eq!(
@@ -343,17 +245,4 @@ fn a_delete_before_the_next_poll_after_a_skipped_one_is_judged_early() {
         "{}",
         p.reason
     );
-}
-
-/// Seed 9982: the `LeaseTimeToLive` poll an adoption needs before its renewal
-/// (25 s left, sent at `at`).
-fn polled(mut o: Observation, lease: LeaseId, at: f64) -> Observation {
-    o.lease_poll = Some(LeasePoll {
-        lease,
-        sent_at: t(at),
-        ttl: Some(25),
-        granted_ttl: None,
-        has_keys: true,
-    });
-    o
 }

@@ -828,6 +828,97 @@ fn real_wd_crash_at_the_worst_moment() {
     drop(etcd);
 }
 
+/// S3/S4 (DESIGN §1 step 4, the seed 253898 fix): the leader's agent freezes and its
+/// lease is revoked at once, so its PostgreSQL stays writable until its watchdog
+/// resets the host (up to `W` after its last pet), and the replica that wins the key
+/// must wait out that promote delay. Its agent is killed inside the delay and
+/// restarted at once: the restarted agent finds the key its own, but must not
+/// promote (adopt and write) before the old host stopped. Whichever node becomes
+/// primary (the restarted winner, or another after it gave the key up), its first
+/// acknowledged write was sent after the old host stopped.
+#[test]
+fn real_wd_winner_killed_inside_its_promote_delay_does_not_promote_early() {
+    let mut c = bed("wdwinkill", vec![NodeWatchdog::with_standin("required"); 3]);
+    let p = settled(&mut c);
+    wait_armed(&c, p);
+    let (_, old_epoch) = c.leader_key().expect("leader key");
+    let mut probe = c.write_probe(p, Duration::from_millis(20)).expect("probe");
+    std::thread::sleep(Duration::from_millis(500));
+
+    let clocks = Clocks::now();
+    let pid = c.agent_pid(p).expect("leader agent");
+    let kv = c.get_kv("leader").expect("leader key");
+    assert_ne!(kv.lease, 0, "the leader key has no lease: {kv:?}");
+    let _stopped = Stopped::stop(vec![pid]);
+    let frozen_at = clock::now();
+    common::etcdctl(&c, &["lease", "revoke", &format!("{:x}", kv.lease)])
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // The winner: the first holder of a newer epoch.
+    let (winner, epoch) = wait_for(Duration::from_secs(15), Duration::from_millis(5), || {
+        let (name, e) = c.leader_key()?;
+        (e > old_epoch).then(|| (c.index_of(&name), e))
+    })
+    .unwrap_or_else(|| panic!("nobody won the revoked key{}", c.logs_tail(30)));
+    let q = winner.expect("the winner is a node of the cluster");
+    assert_ne!(q, p, "the frozen leader cannot win");
+    let killed_at = clock::now();
+    let early = probe.first_ack_after(q, clocks.mono_of(frozen_at));
+    c.kill_agent(q);
+    c.start_agent(q).expect("restart the winner's agent");
+    println!(
+        "winner {} (epoch {epoch}) killed {:.3} s after the freeze and restarted; acks before the kill: {}",
+        c.name(q),
+        gap(frozen_at, killed_at),
+        early.is_some()
+    );
+
+    let (fired_at, reason) = c
+        .standin(p)
+        .expect("stand-in")
+        .wait_fired(Duration::from_secs(15))
+        .unwrap_or_else(|| {
+            panic!(
+                "the frozen leader's stand-in never fired{}",
+                c.logs_tail(30)
+            )
+        });
+    let stopped = host_stopped(&c, p).unwrap_or_else(|| panic!("no host-reset record ({reason})"));
+    let np = c
+        .wait_new_primary(p, FAILOVER)
+        .unwrap_or_else(|| panic!("no new primary within {FAILOVER:?}{}", c.logs_tail(40)));
+    let first = wait_for(Duration::from_secs(15), Duration::from_millis(20), || {
+        probe.first_ack_after(np, clocks.mono_of(frozen_at))
+    })
+    .unwrap_or_else(|| panic!("new primary {} acknowledged no write", c.name(np)));
+    probe.stop(Duration::from_secs(2));
+    let first_sent = clocks.boot_of(first.sent);
+    let adopted = c.agent_log(q).contains("adopt");
+    println!(
+        "old host: fired {:.3} s, stopped {:.3} s after the freeze; new primary {} (the restarted winner: {}, its log mentions adoption: {adopted}): first acknowledged write sent {:.3} s after the old host stopped",
+        gap(frozen_at, fired_at),
+        gap(frozen_at, stopped),
+        c.name(np),
+        np == q,
+        gap(stopped, first_sent)
+    );
+    assert!(
+        first_sent > stopped,
+        "S3: the new primary {}'s first acknowledged write was sent {:.3} s BEFORE the old host stopped{}",
+        c.name(np),
+        gap(first_sent, stopped),
+        c.logs_tail(40)
+    );
+    probe
+        .check_no_overlap(p, np, clocks.mono_of(frozen_at))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        early.is_none(),
+        "the winner {} acknowledged a write before it was killed: the kill was not inside a promote delay",
+        c.name(q)
+    );
+}
+
 /// S4: an agent killed in a healthy cluster and restarted at once adopts its key,
 /// reopens the device (EBUSY retried) and the device never fires.
 #[test]

@@ -289,8 +289,21 @@ fn s6_each_rule() {
         e.to_string().contains("W = 14 > (30 - 2 - 1) / 2 = 13.5"),
         "{e}"
     );
-    // The granted ttl counts, not the configured one.
-    assert!(validate_timing(&t, 31, Some(14)).is_ok());
+    // The granted ttl counts, not the configured one (32: (f) needs 32 - 28 - 1 + 1
+    // = 4 >= floor(2 + 1) + 1).
+    assert!(validate_timing(&t, 32, Some(14)).is_ok());
+    // (f) ttl - 2W - R + B >= floor(L_w + R) + 1 s: B 0.5 leaves 3.5 < 4 at W 13
+    // ((b) and (e) hold), B 1 leaves 4.
+    let e = validate_timing(&timing(30, 2.0, 1.0, 2.0, 0.5), 30, Some(13)).unwrap_err();
+    assert_eq!(e.rule, TimingRule::F);
+    assert!(
+        e.to_string().contains("30 - 2 × 13 - 1 + 0.5 = 3.5 < 4"),
+        "{e}"
+    );
+    assert_eq!(
+        watchdog_range(&timing(30, 2.0, 1.0, 2.0, 0.5), 30),
+        Some((4, 12))
+    );
     // (c) without a watchdog: L_w + R + B < ttl - M.
     let t = timing(8, 2.0, 1.0, 2.0, 3.0);
     let e = validate_timing(&t, 8, None).unwrap_err();

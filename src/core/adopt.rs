@@ -84,10 +84,25 @@ impl Core {
     ) -> Reason {
         let why = format!("not adopting the leader key (seed 9982, DESIGN §1 step 4): {why}");
         self.state = State::Follower;
-        if obs.pg.may_accept_writes() || obs.pg.role == PgRole::Primary {
+        let was_primary = obs.pg.may_accept_writes()
+            || obs.pg.role == PgRole::Primary
+            || matches!(
+                obs.pg.data,
+                DataDir::Present {
+                    was_primary: true,
+                    ..
+                }
+            );
+        // A stopped PostgreSQL is fenced too (review of 88463a7, F4): a backend can
+        // outlive its postmaster and still commit (DESIGN §3a), and the key must
+        // not go before the fence found none; for a stopped one the fence is a
+        // process scan. Only a standby that answers as one skips it.
+        if was_primary || obs.pg.role == PgRole::Stopped {
             // Fencing, then revoking: the revoke comes after the fence is complete.
             self.enter_fencing(Some(lease), None, false, why.clone());
-            self.needs_rewind = true;
+            if was_primary {
+                self.needs_rewind = true;
+            }
             p.push(Action::Fence);
             p.again = true;
             return Reason::Fencing(why);

@@ -19,8 +19,8 @@ use super::time::Instant;
 use super::{Core, Leadership, Planner, State};
 
 /// Why an adopter with no primary running waits after its delay (review of seed
-/// 9982): a counted renewal sent `L_w + R` after the adoption comes first.
-const ADOPTION_UNCONFIRMED: &str = "leader with the lock; waiting for a renewal sent L_w + R \
+/// 9982): a counted renewal sent `L_w + R + M` after the adoption comes first.
+const ADOPTION_UNCONFIRMED: &str = "leader with the lock; waiting for a renewal sent L_w + R + M \
      after the adoption to count before writing (no replica may still count the lease as \
      running out)";
 
@@ -245,6 +245,14 @@ impl Core {
         reason
     }
 
+    /// How long after an adoption its confirming renewal must be sent
+    /// (`Leadership::confirm_after`): `L_w + R` makes every replica poll served
+    /// before the adopting renewal stale, measured on the replica's clock; `M`
+    /// covers the two hosts' clock-rate drift (review of 88463a7, F2).
+    fn confirm_wait(&self) -> Duration {
+        self.timing.loop_wait + self.timing.retry_timeout + self.timing.safety_margin
+    }
+
     /// Whether an adoption's confirming renewal (`Leadership::confirm_after`) has
     /// counted: a leadership that is not such an adoption always is.
     fn adoption_confirmed(l: &Leadership) -> bool {
@@ -451,9 +459,8 @@ impl Core {
                     delay_reason,
                     adoption_delay: !promoted,
                     // INVARIANT: an adoption with no primary running may write only
-                    // after a renewal sent `L_w + R` after this step has counted.
-                    confirm_after: (!promoted)
-                        .then(|| now.add(self.timing.loop_wait + self.timing.retry_timeout)),
+                    // after a renewal sent `L_w + R + M` after this step has counted.
+                    confirm_after: (!promoted).then(|| now.add(self.confirm_wait())),
                     promoted,
                     down_since: None,
                     handover: None,

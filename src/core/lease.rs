@@ -42,7 +42,7 @@ pub struct Leadership {
     pub adoption_delay: bool,
     /// An adoption with no primary running (review of seed 9982, DESIGN §1 step 4,
     /// S6(e)): promotion (or a primary's start) waits for a counted renewal sent at
-    /// or after this instant, `L_w + R` after the adopting step. Every replica poll
+    /// or after this instant, `L_w + R + M` after the adopting step. Every replica poll
     /// served before the adopting renewal has gone stale by then and every later
     /// one sees the renewed lease, so no replica can judge a DELETE on time while
     /// this node may write, whatever etcd reported to the adopter's own poll (an

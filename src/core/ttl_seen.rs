@@ -129,7 +129,9 @@ impl Core {
             .lease_poll
             .as_ref()
             .and_then(|p| p.granted_ttl)
-            // etcd's own answer, never capped (see `track_leader`).
+            // etcd's own answer; `note_ttl_seen` still drops one above `MAX_TTL`:
+            // what a restart remembers is capped like every published value
+            // (docs/design.md, review of 88463a7 F3).
             .and_then(|g| u32::try_from(g).ok())
         {
             self.note_ttl_seen(now, g);

@@ -230,9 +230,11 @@ impl Core {
         }
         // The old lease's own TTL (issue 8 finding 2): from `grantedTTL`, whichever
         // lease was polled, and from every leader's published `leader_ttl`.
-        // etcd's own `grantedTTL` is never capped (review of the caps): it is the
-        // lease's real TTL, not another writer's value, and a lease granted above
-        // `MAX_TTL` before an upgrade (or by hand) really holds its holder that long.
+        // etcd's own `grantedTTL` is not capped here (review of the caps): it is
+        // the lease's real TTL, not another writer's value, and a lease granted
+        // above `MAX_TTL` before an upgrade (or by hand) really holds its holder
+        // that long. Only what is published and remembered across a restart
+        // (`leader_ttl_seen`) stays capped (ttl_seen.rs).
         if let Some(poll) = &obs.lease_poll
             && let Some(g) = poll.granted_ttl.and_then(|g| u32::try_from(g).ok())
         {
