@@ -7,101 +7,24 @@
 //! missed leader's primary. Numbers: ttl 30, loop 2, retry R 1, margin 2 (the
 //! style of tests/core_scenarios.rs). Pure: no clock, no etcd, no PostgreSQL.
 
-use std::time::Duration;
-
+use tenure::core::Core;
 use tenure::core::model::*;
-use tenure::core::time::Instant;
-use tenure::core::{Core, CoreConfig};
 
-const SYSID: u64 = 7_000_000_000_000_000_042;
-
-fn t(s: f64) -> Instant {
-    Instant::from_nanos((s * 1e9) as u64)
-}
-
-fn core(name: &str) -> Core {
-    Core::new(
-        CoreConfig {
-            name: name.into(),
-            nofailover: false,
-            watchdog: None,
-            move_aside_unusable: false,
-        },
-        Timing {
-            ttl: 30,
-            loop_wait: Duration::from_secs(2),
-            retry_timeout: Duration::from_secs(1),
-            safety_margin: Duration::from_secs(2),
-            demote_budget: Duration::from_secs(1),
-            promote_delay: None,
-            maximum_lag_on_failover: 1 << 20,
-            primary_start_timeout: Duration::from_secs(30),
-            synchronous: SyncMode::Off,
-        },
-    )
-}
-
-fn pg(role: PgRole, following: Option<&str>) -> PgStatus {
-    PgStatus {
-        data: DataDir::Present {
-            sysid: SYSID,
-            was_primary: role == PgRole::Primary,
-        },
-        role,
-        timeline: 1,
-        lsn: 1000,
-        following: following.map(String::from),
-        streaming: following.is_some(),
-        epoch: None,
-        epoch_row: EpochRow::default(),
-        sync_names: Some(String::new()),
-        standbys: Vec::new(),
-        report: Default::default(),
-    }
-}
-
-fn member(name: &str, rev: i64, role: &str) -> Member {
-    Member {
-        name: name.into(),
-        mod_revision: rev,
-        lease: 0,
-        info: MemberInfo {
-            conn_url: format!("postgres://{name}:5432/postgres"),
-            role: role.into(),
-            xlog_location: 1000,
-            timeline: 1,
-            pg_healthy: true,
-            version: env!("CARGO_PKG_VERSION").into(),
-            ..MemberInfo::default()
-        },
-    }
-}
+#[path = "support/core_builders.rs"]
+mod core_builders;
+use core_builders::{core, deleted, key, member, obs, pg, poll, put, t, view};
 
 /// pg1 publishes its leadership's epoch, as a promoted leader does. pg3, the
 /// missed leader, never published a member key the reads showed.
 fn members() -> Vec<Member> {
-    let mut pg1 = member("pg1", 8, "primary");
+    let mut pg1 = member("pg1", 8, "primary", 1000, None);
     pg1.info.epoch = Some(5);
-    vec![pg1, member("pg2", 9, "replica")]
+    vec![pg1, member("pg2", 9, "replica", 1000, None)]
 }
 
-fn key(name: &str, epoch: Epoch, lease: LeaseId) -> LeaderKey {
-    LeaderKey {
-        name: name.into(),
-        epoch,
-        mod_revision: epoch,
-        lease,
-    }
-}
-
-fn view(revision: i64, leader: Option<LeaderKey>) -> ClusterView {
-    ClusterView {
-        revision,
-        leader,
-        members: members(),
-        initialize: Some(Initialize::Done { sysid: SYSID }),
-        ..ClusterView::default()
-    }
+/// The scope read at `revision` with [`members`].
+fn scope(revision: i64, leader: Option<LeaderKey>) -> ClusterView {
+    view(revision, leader, members())
 }
 
 /// `release` as the acquire txn of `by` at epoch `epoch` left it.
@@ -115,47 +38,17 @@ fn record(mut v: ClusterView, epoch: Epoch, by: &str, lease: LeaseId) -> Cluster
     v
 }
 
-/// The scope watch open since revision 0 (it reported every change it was sent).
-fn obs(cluster: ClusterView, pg: PgStatus) -> Observation {
-    let mut o = Observation::reading(Ok(cluster), pg);
-    o.watch_from = Some(0);
-    o
-}
-
-fn poll(lease: LeaseId, at: f64, ttl: Option<i64>) -> Option<LeasePoll> {
-    Some(LeasePoll {
-        lease,
-        sent_at: t(at),
-        ttl,
-        granted_ttl: None,
-        has_keys: ttl.is_some(),
-    })
-}
-
-fn deleted(at: f64, revision: i64) -> LeaderChange {
-    LeaderChange {
-        at: t(at),
-        revision,
-        put: None,
-    }
-}
-
-fn put(at: f64, name: &str, epoch: Epoch, lease: LeaseId) -> LeaderChange {
-    LeaderChange {
-        at: t(at),
-        revision: epoch,
-        put: Some(key(name, epoch, lease)),
-    }
-}
-
 /// pg2 follows pg1 (lease 0xA, epoch 5, its record at revision 5) and polls its
 /// lease at 102 s: TTL 1 s, so E_max = 103 s.
 fn follower() -> Core {
-    let mut c = core("pg2");
-    let v = record(view(10, Some(key("pg1", 5, 0xA))), 5, "pg1", 0xA);
-    let p = c.step(t(100.0), &obs(v.clone(), pg(PgRole::Replica, Some("pg1"))));
+    let mut c = core("pg2", None);
+    let v = record(scope(10, Some(key("pg1", 5, 0xA))), 5, "pg1", 0xA);
+    let p = c.step(
+        t(100.0),
+        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+    );
     assert!(matches!(p.reason, Reason::Following { .. }), "{}", p.reason);
-    let mut o = obs(v, pg(PgRole::Replica, Some("pg1")));
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
     o.lease_poll = poll(0xA, 102.0, Some(1));
     c.step(t(102.01), &o);
     c
@@ -165,7 +58,7 @@ fn follower() -> Core {
 /// 1.2 s old), and the watch reported that DELETE. The read at 104 s (revision 14)
 /// shows the key absent and `release` as `rel` left it; pg1's lease is gone.
 fn vacancy_read(c: &mut Core, rel: impl FnOnce(ClusterView) -> ClusterView) -> Plan {
-    let mut o = obs(rel(view(14, None)), pg(PgRole::Replica, None));
+    let mut o = obs(rel(scope(14, None)), pg(PgRole::Replica, 1000, None));
     o.leader_deleted_at = Some(t(103.2));
     o.leader_deleted_revision = Some(11);
     o.leader_changes = vec![deleted(103.2, 11)];
@@ -176,8 +69,8 @@ fn vacancy_read(c: &mut Core, rel: impl FnOnce(ClusterView) -> ClusterView) -> P
 /// pg2 wins (epoch 21, lease 0xB) with `changes` reported by the watch in the step of
 /// the win; returns the plan of the step after it, where the watch reports `late`.
 fn win(c: &mut Core, at: f64, changes: Vec<LeaderChange>, late: Vec<LeaderChange>) -> Plan {
-    let v = record(view(21, Some(key("pg2", 21, 0xB))), 21, "pg2", 0xB);
-    let mut o = obs(v.clone(), pg(PgRole::Replica, None));
+    let v = record(scope(21, Some(key("pg2", 21, 0xB))), 21, "pg2", 0xB);
+    let mut o = obs(v.clone(), pg(PgRole::Replica, 1000, None));
     o.leader_changes = changes;
     o.acquire = Some(AcquireOutcome::Won {
         lease: 0xB,
@@ -187,7 +80,7 @@ fn win(c: &mut Core, at: f64, changes: Vec<LeaderChange>, late: Vec<LeaderChange
     });
     let p = c.step(t(at + 0.05), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 21 });
-    let mut o = obs(v, pg(PgRole::Replica, None));
+    let mut o = obs(v, pg(PgRole::Replica, 1000, None));
     o.leader_changes = late;
     c.step(t(at + 0.15), &o)
 }
@@ -220,8 +113,8 @@ fn a_missed_leadership_shown_only_by_its_record_delays_the_promotion() {
     assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
     assert_eq!(c.lease_to_poll(), Some(0xC), "pg3's lease is owed gone");
     let mut o = obs(
-        record(view(15, None), 12, "pg3", 0xC),
-        pg(PgRole::Replica, None),
+        record(scope(15, None), 12, "pg3", 0xC),
+        pg(PgRole::Replica, 1000, None),
     );
     o.lease_poll = poll(0xC, 104.5, None);
     let p = c.step(t(104.55), &o);
@@ -243,8 +136,8 @@ fn a_missed_leadership_shown_by_its_record_owes_its_lease_gone() {
     let mut c = follower();
     vacancy_read(&mut c, |v| record(v, 12, "pg3", 0xC));
     let mut o = obs(
-        record(view(15, None), 12, "pg3", 0xC),
-        pg(PgRole::Replica, None),
+        record(scope(15, None), 12, "pg3", 0xC),
+        pg(PgRole::Replica, 1000, None),
     );
     o.lease_poll = poll(0xC, 106.0, Some(27));
     let p = c.step(t(106.05), &o);
@@ -346,7 +239,7 @@ fn garbage_at_one_revision_is_weighed_once() {
     };
     let mut c = follower();
     vacancy_read(&mut c, garbage);
-    let mut o = obs(garbage(view(15, None)), pg(PgRole::Replica, None));
+    let mut o = obs(garbage(scope(15, None)), pg(PgRole::Replica, 1000, None));
     o.lease_poll = poll(0xA, 106.0, None);
     let p = c.step(t(106.05), &o);
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
@@ -373,7 +266,10 @@ fn a_missed_leadership_the_watch_reported_keeps_its_marker_proof() {
         v.release_revision = 13;
         v
     };
-    let mut o = obs(with_marker(view(14, None)), pg(PgRole::Replica, None));
+    let mut o = obs(
+        with_marker(scope(14, None)),
+        pg(PgRole::Replica, 1000, None),
+    );
     o.leader_deleted_at = Some(t(103.2));
     o.leader_deleted_revision = Some(11);
     o.leader_changes = vec![
@@ -383,7 +279,10 @@ fn a_missed_leadership_the_watch_reported_keeps_its_marker_proof() {
     ];
     o.lease_poll = poll(0xA, 104.05, None);
     c.step(t(104.1), &o);
-    let mut o = obs(with_marker(view(15, None)), pg(PgRole::Replica, None));
+    let mut o = obs(
+        with_marker(scope(15, None)),
+        pg(PgRole::Replica, 1000, None),
+    );
     o.lease_poll = poll(0xC, 104.5, None);
     let p = c.step(t(104.55), &o);
     assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
