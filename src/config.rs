@@ -431,6 +431,11 @@ pub fn watchdog_range(t: &TimingConfig, ttl: u32) -> Option<(u32, u32)> {
 /// change reset the lease's TTL, and its pets would keep the old primary running
 /// past what the replica predicted. With (f) the host is reset before any replica
 /// can poll TTL 0, `floor(L_w + R)` more for the poll age the judgement accepts.
+/// One `R` (the pet's delay after the renewal) is enough: a replica's poll can be
+/// computed by etcd up to `R` after its send (so `E_max` can be `exp - R - 1 s`),
+/// but the replica can act on a TTL of `n` only after etcd computed it, i.e. after
+/// `exp - n - 1 s`, and an on-time DELETE needs `n <= floor(L_w + R)`
+/// (tests/core_review_s6f.rs, a sweep of 32,400 poll schedules).
 fn f_upper2(lw: i128, r: i128, b: i128, ttl: i128) -> i128 {
     let lwr_floor = (lw + r) / 1_000_000_000 * 1_000_000_000;
     ttl - r + b - lwr_floor - 1_000_000_000
