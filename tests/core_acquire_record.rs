@@ -294,3 +294,77 @@ fn a_missed_leadership_the_watch_reported_keeps_its_marker_proof() {
         p.reason
     );
 }
+
+/// Review of the record, F1: `maximum_lag_on_failover` is measured against the
+/// missed leader's position when its member key (under the recorded lease)
+/// published one. pg3 ran 2 MiB ahead of pg2 (limit 1 MiB): pg2 is no candidate,
+/// where before it judged its lag against pg1's old position only and acquired.
+#[test]
+fn a_missed_leader_s_published_position_bounds_the_lag() {
+    let mut c = follower();
+    let ahead = |v: ClusterView| {
+        let mut v = record(v, 12, "pg3", 0xC);
+        let mut pg3 = member("pg3", 12, "primary", 1000 + (2 << 20), None);
+        pg3.info.epoch = Some(12);
+        pg3.info.leader_lease = Some(0xC);
+        v.members.push(pg3);
+        v
+    };
+    vacancy_read(&mut c, ahead);
+    let mut o = obs(ahead(scope(15, None)), pg(PgRole::Replica, 1000, None));
+    o.lease_poll = poll(0xC, 104.5, None);
+    let mut now = 104.55;
+    while now < 140.0 {
+        let p = c.step(t(now), &o);
+        assert!(
+            !p.actions.contains(&Action::Acquire),
+            "acquired at {now} although 2 MiB behind the missed leader: {}",
+            p.reason
+        );
+        now += 2.0;
+        o.lease_poll = None;
+    }
+}
+
+/// Review of the record, L4: a member key publishing an epoch above the read's
+/// revision (garbage) appears while the vacancy is open; it must not raise what the
+/// vacancy accounts for (`judged`), or the missed leadership the next read's record
+/// shows (pg3, epoch 16, its lease 0xC still alive: an `etcdctl del` of its key)
+/// would be ignored and pg2 would acquire while pg3's lease lives.
+#[test]
+fn a_garbage_member_epoch_does_not_hide_a_missed_leadership() {
+    let mut c = follower();
+    let p = vacancy_read(&mut c, |v| v);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let with_garbage = |mut v: ClusterView| {
+        let mut pg9 = member("pg9", 15, "replica", 900, None);
+        pg9.info.epoch = Some(1 << 40);
+        v.members.push(pg9);
+        v
+    };
+    // pg3 acquired in between: pg2's compare-and-set lost; its read shows the
+    // garbage epoch, not yet pg3's record.
+    let mut o = obs(
+        with_garbage(scope(15, None)),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = Some(AcquireOutcome::Lost);
+    c.step(t(104.3), &o);
+    let mut now = 104.5;
+    let mut o = obs(
+        record(with_garbage(scope(17, None)), 16, "pg3", 0xC),
+        pg(PgRole::Replica, 1000, None),
+    );
+    while now < 110.0 {
+        if let Some(l) = c.lease_to_poll() {
+            o.lease_poll = poll(l, now - 0.01, if l == 0xC { Some(25) } else { None });
+        }
+        let p = c.step(t(now), &o);
+        assert!(
+            !p.actions.contains(&Action::Acquire),
+            "acquired at {now} while the missed leader's lease 0xC lives: {}",
+            p.reason
+        );
+        now += 0.5;
+    }
+}

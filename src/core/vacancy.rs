@@ -399,6 +399,15 @@ impl Core {
         if let Some(a) = &view.release_acquired {
             owe_lease(&mut m, a.lease);
             m.old_holder = Some(a.by.clone());
+            // `maximum_lag_on_failover` is measured against the newest leader's
+            // position: the missed holder's, if its member key (under that lease)
+            // published one (review of the record, F1).
+            if let Some(h) = view
+                .member(&a.by)
+                .filter(|h| h.info.leader_lease == Some(a.lease))
+            {
+                m.old_xlog = m.old_xlog.max(h.info.xlog_location);
+            }
             // Its holder's horizon bound: `won` takes the largest leader TTL seen.
             if let Some(t) = sane_ttl(a.ttl) {
                 self.max_leader_ttl_seen = self.max_leader_ttl_seen.max(t);
@@ -493,7 +502,11 @@ impl Core {
                     .members
                     .iter()
                     .filter(|m| m.name != me)
-                    .filter_map(|m| m.info.epoch.map(|e| (e, m)))
+                    // A leadership's epoch is a create revision no later than this
+                    // read: a larger one is garbage, and would blind the missed-
+                    // leadership checks (`judged`) for the rest of the vacancy
+                    // (review of the record, L4).
+                    .filter_map(|m| m.info.epoch.filter(|e| *e <= view.revision).map(|e| (e, m)))
                     .max_by_key(|(e, _)| *e);
                 if let (Some(v), Some((e, m))) = (&self.vacancy, newest)
                     && e > v.seen_epoch
