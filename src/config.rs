@@ -437,8 +437,12 @@ pub fn watchdog_range(t: &TimingConfig, ttl: u32) -> Option<(u32, u32)> {
 /// `exp - n - 1 s`, and an on-time DELETE needs `n <= floor(L_w + R)`
 /// (tests/core_review_s6f.rs, a sweep of 32,400 poll schedules).
 fn f_upper2(lw: i128, r: i128, b: i128, ttl: i128) -> i128 {
-    let lwr_floor = (lw + r) / 1_000_000_000 * 1_000_000_000;
-    ttl - r + b - lwr_floor - 1_000_000_000
+    ttl - r + b - f_floor(lw, r)
+}
+
+/// S6(f)'s right side, signed nanoseconds: `floor(L_w + R) + 1 s`.
+fn f_floor(lw: i128, r: i128) -> i128 {
+    (lw + r) / 1_000_000_000 * 1_000_000_000 + 1_000_000_000
 }
 
 /// DESIGN S6 (a)–(e), with `granted_ttl` the TTL etcd granted and `watchdog` the
@@ -577,7 +581,7 @@ pub fn validate_timing(
                         sh(r),
                         sh(b),
                         sh(ttl - 2 * w - r + b),
-                        sh((lw + r) / 1_000_000_000 * 1_000_000_000 + 1_000_000_000)
+                        sh(f_floor(lw, r))
                     ),
                 });
             }

@@ -296,18 +296,21 @@ impl Scan {
     }
 }
 
+/// The state letter of `/proc/<pid>/stat` (`R`, `S`, `T`, `Z`, ...); `None`: no
+/// such process. The command name before it is in parentheses and may hold spaces
+/// and parentheses itself: the state is the first field after the last `)`.
+pub fn proc_state(pid: u32) -> Option<char> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s[s.rfind(')')? + 1..]
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
 /// Whether `pid` is stopped (SIGSTOP or a tracer): it cannot answer anything.
 pub fn is_stopped(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rfind(')')
-            .and_then(|i| {
-                s[i + 1..]
-                    .split_whitespace()
-                    .next()
-                    .map(|st| st == "T" || st == "t")
-            })
-            .unwrap_or(false)
-    })
+    matches!(proc_state(pid), Some('T' | 't'))
 }
 
 /// Whether `pid`'s working directory is `dir` (already canonical). PostgreSQL's

@@ -540,21 +540,15 @@ pub fn crash_host(host: &HostKill, spare: &[i32]) -> Result<HostCrash, String> {
     }
 }
 
-/// Whether `/proc/<pid>/stat` shows the process stopped (`T`, `t`) or dead
-/// (`Z`, `X`, or no such process).
+/// Whether the process is stopped (`T`, `t`) or dead (`Z`, `X`, or gone).
 fn proc_stopped_or_gone(pid: i32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    let Ok(pid) = u32::try_from(pid) else {
         return true;
     };
-    // The state is the first field after the command name's closing paren
-    // (the name itself may hold spaces and parens).
-    match stat.rsplit_once(')') {
-        Some((_, rest)) => matches!(
-            rest.trim_start().chars().next(),
-            Some('T' | 't' | 'Z' | 'X')
-        ),
-        None => false,
-    }
+    matches!(
+        crate::pg::procs::proc_state(pid),
+        None | Some('T' | 't' | 'Z' | 'X')
+    )
 }
 
 fn cgroup_pids(cg: &Path) -> Vec<i32> {
