@@ -369,12 +369,14 @@ impl Core {
     /// read and by the watch so far: the vacancy becomes untimeable from this read
     /// (its DELETE came before it; more than one may have come and gone, so no `W`,
     /// TTL or marker sizes or skips the delay), and the record's lease is owed gone.
+    /// Returns the merged vacancy and the record's TTL (if sane), which `won`'s
+    /// horizon bound must take.
     fn missed_in_release(
-        &mut self,
+        &self,
         now: Instant,
         view: &ClusterView,
         v: &Vacancy,
-    ) -> Option<Vacancy> {
+    ) -> Option<(Vacancy, Option<u32>)> {
         let rev = view.release_revision;
         if rev <= v.release_seen {
             return None;
@@ -396,6 +398,7 @@ impl Core {
         m.absent_through = m.absent_through.max(view.revision);
         m.release_seen = rev;
         m.judged = m.judged.max(shown.unwrap_or(0));
+        let mut ttl = None;
         if let Some(a) = &view.release_acquired {
             owe_lease(&mut m, a.lease);
             m.old_holder = Some(a.by.clone());
@@ -409,15 +412,13 @@ impl Core {
                 m.old_xlog = m.old_xlog.max(h.info.xlog_location);
             }
             // Its holder's horizon bound: `won` takes the largest leader TTL seen.
-            if let Some(t) = sane_ttl(a.ttl) {
-                self.max_leader_ttl_seen = self.max_leader_ttl_seen.max(t);
-            }
+            ttl = sane_ttl(a.ttl);
         }
         // INVARIANT (S3, DESIGN §1 step 4): every acquisition writes its record in
         // its txn and compares the one its candidate read, so what a win was
         // decided on shows the last acquisition before it, and the delay `won`
         // takes covers it.
-        Some(m)
+        Some((m, ttl))
     }
 
     pub(super) fn track_vacancy(&mut self, now: Instant, obs: &Observation) {
@@ -682,10 +683,15 @@ impl Core {
                 // The same, told by the acquisition record in `release` (S3): a
                 // leadership the watch has not reported yet (its PUT not sent when
                 // the agent's drain after this read ended) still shows there.
-                if let Some(v) = self.vacancy.clone()
-                    && let Some(m) = self.missed_in_release(now, view, &v)
+                if let Some((m, ttl)) = self
+                    .vacancy
+                    .as_ref()
+                    .and_then(|v| self.missed_in_release(now, view, v))
                 {
                     self.vacancy = Some(m);
+                    if let Some(t) = ttl {
+                        self.max_leader_ttl_seen = self.max_leader_ttl_seen.max(t);
+                    }
                 }
             }
         }
