@@ -374,6 +374,7 @@ pub async fn run(cx: Cx) {
                 leader_ttl_seen: core.leader_ttl_seen(),
                 pg_healthy: matches!(pg.role, PgRole::Primary | PgRole::Replica),
                 released: core.released_epoch(),
+                lacks_acquire_record: false,
                 parse_error: None,
             };
             last_info = Some(info.clone());
