@@ -76,7 +76,7 @@ soak:
 	  $(CARGO) test --test sim -- --nocapture
 	TENURE_SIM_LATE_PUTS=1 TENURE_SIM_SEEDS=$${TENURE_SIM_LATE_SEEDS:-5000} \
 	  TENURE_SIM_SEED_BASE=$$(( 2000000000 + $$(date +%s) % 100000 * 5000 )) \
-	  $(CARGO) test --test sim -- --nocapture
+	  $(CARGO) test --test sim sim_schedules -- --nocapture
 	$(MAKE) soak-real
 
 # The real-parts half of the soak (tests/real_soak.rs, #[ignore]d so `make test`
