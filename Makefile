@@ -66,11 +66,17 @@ test: deps
 # A longer seeded simulation of the core (20,000 schedules, ~7 min, half of them in
 # synchronous mode) from a seed base picked from the clock, so each soak covers new
 # schedules (TENURE_SIM_SEED_BASE=B replays a run; it is printed first); a failing seed
-# prints itself and how to replay it (TENURE_SIM_SEED=N).
+# prints itself and how to replay it (TENURE_SIM_SEED=N). Then 5,000 schedules
+# (TENURE_SIM_LATE_SEEDS) in the late-PUT mode (TENURE_SIM_LATE_PUTS=1: some `leader`
+# PUTs reach some watches 50-450 ms late, the race the acquisition record closes),
+# from a base of their own, also printed.
 soak:
 	TENURE_SIM_SEEDS=$${TENURE_SIM_SEEDS:-20000} \
 	  TENURE_SIM_SEED_BASE=$${TENURE_SIM_SEED_BASE:-$$(( $$(date +%s) % 100000 * 20000 ))} \
 	  $(CARGO) test --test sim -- --nocapture
+	TENURE_SIM_LATE_PUTS=1 TENURE_SIM_SEEDS=$${TENURE_SIM_LATE_SEEDS:-5000} \
+	  TENURE_SIM_SEED_BASE=$$(( 2000000000 + $$(date +%s) % 100000 * 5000 )) \
+	  $(CARGO) test --test sim sim_schedules -- --nocapture
 	$(MAKE) soak-real
 
 # The real-parts half of the soak (tests/real_soak.rs, #[ignore]d so `make test`

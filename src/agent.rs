@@ -38,6 +38,7 @@ mod manage;
 mod names;
 mod schedule;
 mod secure;
+mod steadylog;
 mod switchover;
 mod view;
 mod wdcheck;
@@ -158,6 +159,8 @@ struct Agent {
     /// The `status` key's optime this leadership last wrote: (epoch, optime).
     status_written: Option<(Epoch, Lsn)>,
     last_reason: String,
+    /// Which iterations' reasons go to the log (`steadylog`).
+    steady_log: steadylog::SteadyLog,
     shutdown: bool,
     /// Iterations that took longer than `P` (+ `R` with a renewal), since start.
     budget_overruns: u64,
@@ -343,6 +346,7 @@ impl Agent {
             status,
             status_written: None,
             last_reason: String::new(),
+            steady_log: steadylog::SteadyLog::default(),
             shutdown: false,
             budget_overruns: 0,
             state_file,
@@ -528,8 +532,9 @@ impl Agent {
             self.events_after_step(now, &obs, &plan);
             self.trace.phase(looptrace::Phase::Step);
             let reason = plan.reason.to_string();
-            if reason != self.last_reason || tick {
-                info!("{reason}");
+            let changed = reason != self.last_reason;
+            if let Some(level) = self.steady_log.level(now, &plan.reason, changed, tick) {
+                log::log!(level, "{reason}");
             }
             self.update_status(now, &obs, &reason);
             self.last_reason = reason;

@@ -218,7 +218,10 @@ fn real_hostile_api_cannot_delay_the_fence() {
 /// garbage and an oversized head get their error answers.
 #[test]
 fn real_hostile_api_leaves_renewals_on_time() {
-    let mut c = common::bed("api", "steady");
+    let mut opts = common::options("api", "steady");
+    // Every renewal tick's reason is judged below: unchanged ticks log at `debug`.
+    opts.log_level = Some("debug".into());
+    let mut c = common::start(opts);
     let p = settled(&mut c);
     let key = c.leader_key().expect("leader key");
     let pm = c.postmaster_pid(p);

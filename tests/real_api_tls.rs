@@ -163,6 +163,8 @@ fn real_api_over_tls_with_client_certificates_while_renewing() {
     std::fs::write(certs.dir.join("junk.pem"), "not a certificate\n").expect("junk");
 
     let mut opts = common::options("apitls", "real");
+    // Every renewal tick's reason is judged below: unchanged ticks log at `debug`.
+    opts.log_level = Some("debug".into());
     opts.nodes = 1;
     opts.api_auth = true;
     opts.start_agents = false;

@@ -447,6 +447,9 @@ fn postgres_crash(tag: &str, backends_too: bool) {
 fn bed_relayed(tag: &str) -> TestCluster {
     let mut opts = common::options("faults", tag);
     opts.etcd_relays = true;
+    // `lease_valid_lines` reads every renewal tick's reason: unchanged ticks log at
+    // `debug`.
+    opts.log_level = Some("debug".into());
     common::start(opts)
 }
 

@@ -197,6 +197,10 @@ pub struct PgCtl {
     /// A pidfd to the running postmaster, opened while it was verified (its pid).
     /// The fence signals through it even when `/proc` cannot be read (S1).
     postmaster_fd: Option<(u32, std::os::fd::OwnedFd)>,
+    /// The last probe found `tenure.epoch`: the next one sends its read together
+    /// with the probe's query (one round trip). Without the table the read would
+    /// fail, and log an error in PostgreSQL's log, every loop.
+    epoch_table_seen: bool,
     /// The managed `wal_retrieve_retry_interval` (`conf::wal_retry_interval`);
     /// `None`: not set (PostgreSQL's default).
     wal_retry: Option<Duration>,
@@ -238,6 +242,7 @@ impl PgCtl {
             hba_hosts: Vec::new(),
             hba_written: false,
             postmaster_fd: None,
+            epoch_table_seen: false,
             wal_retry: None,
         };
         fs::create_dir_all(&cfg.socket_dir)
@@ -349,6 +354,25 @@ impl PgCtl {
     /// bytes, little endian on every platform PostgreSQL runs on here).
     pub fn data_dir_state(&self) -> DataDir {
         let d = &self.cfg.data_dir;
+        // The usual answer first, in a few system calls (it runs every loop): a
+        // readable `pg_control` with a system identifier means the directory exists
+        // and is not empty, so the listing below would say what this says (except
+        // for a directory that can be traversed but not listed, which is now
+        // Present rather than Unusable: its files are what PostgreSQL reads).
+        // Anything else takes the full path, which names what is wrong.
+        let ctl = d.join("global").join("pg_control");
+        let mut head = [0u8; 20];
+        if let Ok(n @ 8..) = read_head(&ctl, &mut head)
+            && head[..8] != [0u8; 8]
+            && d.join("PG_VERSION").is_file()
+        {
+            let mut id = [0u8; 8];
+            id.copy_from_slice(&head[..8]);
+            return DataDir::Present {
+                sysid: u64::from_le_bytes(id),
+                was_primary: was_primary(&head[..n]) && !d.join("standby.signal").exists(),
+            };
+        }
         let mut entries = match fs::read_dir(d) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return DataDir::Empty,
@@ -363,7 +387,6 @@ impl PgCtl {
                 d.display()
             ));
         }
-        let ctl = d.join("global").join("pg_control");
         match fs::read(&ctl) {
             Ok(b) if b.len() >= 8 => {
                 let mut id = [0u8; 8];
@@ -381,17 +404,41 @@ impl PgCtl {
         }
     }
 
-    /// The pid `postmaster.pid` names, unverified (the file may be stale).
+    /// The pid `postmaster.pid` names, unverified (the file may be stale). Its first
+    /// line only, read into a stack buffer: this runs two or three times a loop.
     fn postmaster_file_pid(&self) -> Option<u32> {
-        let text = fs::read_to_string(self.cfg.data_dir.join("postmaster.pid")).ok()?;
-        let pid: u32 = text.lines().next()?.trim().parse().ok()?;
+        let mut head = [0u8; 24];
+        let n = read_head(&self.cfg.data_dir.join("postmaster.pid"), &mut head).ok()?;
+        let line = head[..n].split(|&b| b == b'\n').next()?;
+        // A line that fills the buffer may be cut: no pid is that long.
+        if line.len() == head.len() {
+            return None;
+        }
+        let pid: u32 = std::str::from_utf8(line).ok()?.trim().parse().ok()?;
         (pid > 1).then_some(pid)
     }
 
     /// The live postmaster: the pid in `postmaster.pid`, alive, not a zombie, and
     /// with the data directory as its cwd (a stale file or a reused pid says no).
+    ///
+    /// While the pid is the one the held pidfd was opened for (verified then: alive,
+    /// its cwd the data directory), the pidfd answers in one `poll(2)`: it names
+    /// that very process, whose cwd PostgreSQL never changes (issue 13 item 2: the
+    /// `/proc` check, with the path's canonicalisation, was a tenth of an idle
+    /// agent's CPU). It may say "running" a little longer than `/proc` would — in
+    /// the instant between an exiting postmaster dropping its cwd and becoming a
+    /// zombie, or for a postmaster whose data directory was moved away under it —
+    /// never shorter: an exited or unknown pidfd falls back to `/proc` (the file may
+    /// name a new process that reused the pid). A "running" answer only lets a
+    /// caller query PostgreSQL or decline to act; the fence never asks it (it scans).
     pub fn postmaster_pid(&self) -> Option<u32> {
         let pid = self.postmaster_file_pid()?;
+        if let Some((held, fd)) = &self.postmaster_fd
+            && *held == pid
+            && procs::pidfd_exited(fd) == Some(false)
+        {
+            return Some(pid);
+        }
         procs::alive_in(pid, &self.data_canon()).then_some(pid)
     }
 
@@ -457,13 +504,20 @@ impl PgCtl {
         let data = self.data_dir_state();
         let Some(pm) = self.postmaster_pid() else {
             self.client = None;
+            self.epoch_table_seen = false;
             return PgStatus::unanswered(data, PgRole::Stopped);
         };
+        // What the last probe saw holds for the server it asked: a new postmaster
+        // (a fresh initdb among them) is asked first whether the table exists.
+        if self.client.as_ref().is_none_or(|(_, p)| *p != pm) {
+            self.epoch_table_seen = false;
+        }
         if self
             .postmaster_fd
             .as_ref()
-            .is_none_or(|(pid, _)| *pid != pm)
+            .is_none_or(|(pid, fd)| *pid != pm || procs::pidfd_exited(fd) != Some(false))
         {
+            // A new postmaster, or one that reused the exited one's pid.
             self.postmaster_fd =
                 procs::pidfd_of_verified(pm, &self.data_canon()).map(|fd| (pm, fd));
         }
@@ -489,9 +543,22 @@ impl PgCtl {
                  'state', state, 'sync_state', sync_state, 'sync_priority', sync_priority)) \
                  FROM pg_stat_replication), \
              EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart)";
-        let row = match self.query_row(pm, sql, deadline) {
+        // The epoch row's read, sent with the probe's query when the last probe saw
+        // the table; used only if this one sees it too (as if read after it).
+        let (rows, early_epoch) = if self.epoch_table_seen {
+            let (rows, epoch) = self.query_pair(pm, sql, EPOCH_ROW, deadline);
+            (rows, Some(epoch))
+        } else {
+            (self.query_rows(pm, sql, deadline), None)
+        };
+        let row = match rows.and_then(|r| {
+            r.into_iter()
+                .next()
+                .ok_or_else(|| PgError::Sql(format!("{}: no row", first_words(sql))))
+        }) {
             Ok(r) => r,
             Err(e) => {
+                self.epoch_table_seen = false;
                 log::debug!("probe of {}: {e}", self.me);
                 return PgStatus::unanswered(data, PgRole::Unresponsive);
             }
@@ -538,14 +605,16 @@ impl PgCtl {
         st.report.server_version = col(11).and_then(|v| v.parse().ok());
         st.report.postmaster_start_time = col(12);
         st.report.pending_restart = col(17).as_deref() == Some("t");
-        if col(8).as_deref() == Some("t") {
+        self.epoch_table_seen = col(8).as_deref() == Some("t");
+        if self.epoch_table_seen {
             // A missing row is "no epoch"; a failed read is "unknown" (`unread`: the
             // core keeps what it knew, DESIGN §3), never an error: the role found
-            // above stands. The row as JSON, so a row written before the `lease`
-            // column existed still reads (its lease is NULL).
-            let sql = "SELECT e.epoch::text, e.member, row_to_json(e)->>'lease' \
-                       FROM tenure.epoch e WHERE id = 1";
-            match self.query_rows(pm, sql, deadline) {
+            // above stands.
+            let read = match early_epoch {
+                Some(r) => r,
+                None => self.query_rows(pm, EPOCH_ROW, deadline),
+            };
+            match read {
                 Ok(rows) => {
                     let cell = |i: usize| rows.first().and_then(|r| r.get(i).cloned().flatten());
                     st.epoch = cell(0).and_then(|e| e.parse().ok());
@@ -680,48 +749,114 @@ impl PgCtl {
         sql: &str,
         deadline: Instant,
     ) -> Result<Vec<Vec<Option<String>>>, PgError> {
-        self.client(pm, deadline)?;
+        self.queries(pm, sql, None, deadline).0
+    }
+
+    /// Two statements sent together, pipelined: one round trip for both (issue 13
+    /// item 2: the probe's second query cost a tenth of a replica's CPU in its own
+    /// wake-up). Each is its own simple query, so its own implicit transaction with
+    /// its own `statement_timeout`, executed in order and answered apart: an error
+    /// or a timeout in the second leaves the first's rows. Both bounded by the one
+    /// deadline; an error in either drops the connection (as `query_rows` does).
+    fn query_pair(
+        &mut self,
+        pm: u32,
+        first: &str,
+        second: &str,
+        deadline: Instant,
+    ) -> (Result<Rows, PgError>, Result<Rows, PgError>) {
+        let (a, b) = self.queries(pm, first, Some(second), deadline);
+        let b = b.unwrap_or_else(|| Err(PgError::Sql("not sent".into())));
+        if a.is_err() || b.is_err() {
+            self.client = None;
+        }
+        (a, b)
+    }
+
+    /// `first`, and `second` pipelined behind it, with `statement_timeout` set to
+    /// what is left of the deadline (server side, it ends a statement; client side,
+    /// the timeout ends the wait even if the backend never answers: stopped, stuck
+    /// in I/O; then a cancel request, itself bounded). Each answer is kept as it
+    /// arrives, so a second statement that hangs costs only its own result.
+    fn queries(
+        &mut self,
+        pm: u32,
+        first: &str,
+        second: Option<&str>,
+        deadline: Instant,
+    ) -> (Result<Rows, PgError>, Option<Result<Rows, PgError>>) {
+        let both = |e: PgError| (Err(e.clone()), second.map(|_| Err(e)));
+        if let Err(e) = self.client(pm, deadline) {
+            return both(e);
+        }
         let Some((c, _)) = self.client.as_ref() else {
-            return Err(PgError::Sql("no connection".into()));
+            return both(PgError::Sql("no connection".into()));
         };
         let left = clock::now().until(deadline);
         if left.is_zero() {
-            return Err(PgError::Timeout("no time left for the query".into()));
+            return both(PgError::Timeout("no time left for the query".into()));
         }
-        // Server side, statement_timeout ends the statement; client side, the timeout
-        // below ends the wait even if the backend never answers (stopped, stuck in
-        // I/O). Then the cancel path: a cancel request, itself bounded.
-        let ms = left.as_millis().max(1);
-        let text = format!("SET statement_timeout = {ms}; {sql}");
-        let answer = self
+        let t1 = with_timeout(first, left);
+        let t2 = second.map(|s| with_timeout(s, left));
+        let (mut a, mut b) = (None, None);
+        // `join!` polls the first future first, and a simple query is sent on its
+        // first poll: the statements reach the server in order.
+        let timed_out = self
             .rt
-            .block_on(async { tokio::time::timeout(left, c.simple_query(&text)).await });
-        let msgs = match answer {
-            Ok(Ok(m)) => m,
-            Ok(Err(e)) => return Err(PgError::Sql(format!("{}: {e}", first_words(sql)))),
-            Err(_) => {
-                let token = c.cancel_token();
-                let _ = self.rt.block_on(async {
-                    tokio::time::timeout(
-                        Duration::from_millis(100),
-                        token.cancel_query(tokio_postgres::NoTls),
-                    )
-                    .await
-                });
-                return Err(PgError::Timeout(format!(
-                    "{}: no answer within {:.3} s (cancel sent)",
-                    first_words(sql),
-                    left.as_secs_f64()
-                )));
-            }
+            .block_on(async {
+                tokio::time::timeout(left, async {
+                    tokio::join!(async { a = Some(c.simple_query(&t1).await) }, async {
+                        if let Some(t2) = &t2 {
+                            b = Some(c.simple_query(t2).await);
+                        }
+                    })
+                })
+                .await
+            })
+            .is_err();
+        let answer = |r: Option<Result<_, tokio_postgres::Error>>, sql: &str| match r {
+            Some(Ok(m)) => Ok(rows_of(m)),
+            Some(Err(e)) => Err(PgError::Sql(format!("{}: {e}", first_words(sql)))),
+            None => Err(PgError::Timeout(format!(
+                "{}: no answer within {:.3} s",
+                first_words(sql),
+                left.as_secs_f64()
+            ))),
         };
-        let mut rows = Vec::new();
-        for m in msgs {
-            if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
-                rows.push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect());
-            }
+        if timed_out {
+            // The statement still running is the first unanswered one.
+            let hung = if a.is_none() {
+                first
+            } else {
+                second.unwrap_or(first)
+            };
+            let e = self.cancel_after(c, hung, left);
+            let a = if a.is_some() {
+                answer(a, first)
+            } else {
+                Err(e.clone())
+            };
+            return (a, second.map(|_| Err(e)));
         }
-        Ok(rows)
+        (answer(a, first), second.map(|s| answer(b, s)))
+    }
+
+    /// A query ran out of time: ask the server to cancel it (itself bounded) and
+    /// say so.
+    fn cancel_after(&self, c: &tokio_postgres::Client, sql: &str, left: Duration) -> PgError {
+        let token = c.cancel_token();
+        let _ = self.rt.block_on(async {
+            tokio::time::timeout(
+                Duration::from_millis(100),
+                token.cancel_query(tokio_postgres::NoTls),
+            )
+            .await
+        });
+        PgError::Timeout(format!(
+            "{}: no answer within {:.3} s (cancel sent)",
+            first_words(sql),
+            left.as_secs_f64()
+        ))
     }
 
     fn query_row(
@@ -1104,6 +1239,49 @@ fn resolve_user(user: Option<&str>) -> Result<Option<RunAs>, PgError> {
     }))
 }
 
+/// The probe's read of the epoch row. As JSON, so a row written before the `lease`
+/// column existed still reads (its lease is NULL).
+const EPOCH_ROW: &str = "SELECT e.epoch::text, e.member, row_to_json(e)->>'lease' \
+                         FROM tenure.epoch e WHERE id = 1";
+
+/// A query's rows, each column as text (NULL as `None`).
+type Rows = Vec<Vec<Option<String>>>;
+
+fn rows_of(msgs: Vec<tokio_postgres::SimpleQueryMessage>) -> Rows {
+    let mut rows = Vec::new();
+    for m in msgs {
+        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
+            rows.push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect());
+        }
+    }
+    rows
+}
+
+/// `sql` preceded by a `statement_timeout` of the time `left` (at least 1 ms), in
+/// the same simple query: the server ends the statement, as the client-side
+/// timeout ends the wait.
+fn with_timeout(sql: &str, left: Duration) -> String {
+    let ms = left.as_millis().max(1);
+    format!("SET statement_timeout = {ms}; {sql}")
+}
+
+/// Up to `buf.len()` bytes from the start of the file at `path` (fewer at its end),
+/// without allocating: for the loop's per-iteration reads of small headers.
+fn read_head(path: &Path, buf: &mut [u8]) -> std::io::Result<usize> {
+    use std::io::Read;
+    let mut f = fs::File::open(path)?;
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
 /// `pg_control`'s `state` (a 4-byte `DBState` at offset 16, after the system
 /// identifier and two version words) says the cluster last ran as a primary:
 /// shut down (1), shutting down (3), in crash recovery (4) or in production (6).
@@ -1291,5 +1469,191 @@ mod tests {
         let e = resolve_user(Some("no-such-user-tenure")).unwrap_err();
         assert!(e.to_string().contains("no-such-user-tenure"));
         assert!(resolve_user(None).unwrap().is_none());
+    }
+
+    /// A `PgCtl` on a scratch data directory (nothing started: these tests read
+    /// files and processes only).
+    fn scratch_ctl(tag: &str) -> (PgCtl, PathBuf) {
+        let dir = crate::testbed::scratch_dir(tag)
+            .unwrap()
+            .canonicalize()
+            .unwrap();
+        let cfg = PgConfig {
+            bin_dir: PathBuf::from("/nonexistent"),
+            data_dir: dir.join("data"),
+            listen: "127.0.0.1:1".into(),
+            connect_address: "127.0.0.1:1".into(),
+            socket_dir: dir.join("socket"),
+            user: None,
+            superuser: "postgres".into(),
+            superuser_password: "x".into(),
+            replication_user: "replicator".into(),
+            replication_password: "x".into(),
+            rewind_user: "rewinder".into(),
+            rewind_password: "x".into(),
+            parameters: Vec::new(),
+            move_aside_unusable: false,
+            replication_ssl: Default::default(),
+            rewind_ssl: Default::default(),
+            pg_hba: Vec::new(),
+        };
+        let data = cfg.data_dir.clone();
+        (PgCtl::new(&cfg, "n1").unwrap(), data)
+    }
+
+    /// `pg_control`'s first 20 bytes: the system identifier, then the state at 16.
+    fn pg_control(sysid: u64, state: u32, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; 8192];
+        b[..8].copy_from_slice(&sysid.to_le_bytes());
+        b[16..20].copy_from_slice(&state.to_le_bytes());
+        b.truncate(len);
+        b
+    }
+
+    /// The answers of `data_dir_state`, through its short path (a readable
+    /// `pg_control`) and its full one (everything else) alike: the short path must
+    /// never answer differently from the listing it skips.
+    #[test]
+    fn data_dir_state_answers_the_same_through_either_path() {
+        let (ctl, d) = scratch_ctl("pg-datadir");
+        assert_eq!(ctl.data_dir_state(), DataDir::Empty, "missing");
+        fs::create_dir_all(d.join("global")).unwrap();
+        // Only `global/` (empty): not empty, no PG_VERSION.
+        assert!(matches!(ctl.data_dir_state(), DataDir::Unusable(w) if w.contains("PG_VERSION")));
+        let ctl_path = d.join("global/pg_control");
+        // pg_control present but no PG_VERSION: still unusable.
+        fs::write(&ctl_path, pg_control(7, 6, 8192)).unwrap();
+        assert!(matches!(ctl.data_dir_state(), DataDir::Unusable(w) if w.contains("PG_VERSION")));
+        fs::write(d.join("PG_VERSION"), "15\n").unwrap();
+        // State 6 (in production): a primary's.
+        assert_eq!(
+            ctl.data_dir_state(),
+            DataDir::Present {
+                sysid: 7,
+                was_primary: true
+            }
+        );
+        // In archive recovery (5): not a primary's.
+        fs::write(&ctl_path, pg_control(7, 5, 8192)).unwrap();
+        assert_eq!(
+            ctl.data_dir_state(),
+            DataDir::Present {
+                sysid: 7,
+                was_primary: false
+            }
+        );
+        // A primary's state with standby.signal: a standby's.
+        fs::write(&ctl_path, pg_control(9, 1, 8192)).unwrap();
+        fs::write(d.join("standby.signal"), "").unwrap();
+        assert_eq!(
+            ctl.data_dir_state(),
+            DataDir::Present {
+                sysid: 9,
+                was_primary: false
+            }
+        );
+        fs::remove_file(d.join("standby.signal")).unwrap();
+        // Cut short after the identifier: present, state unknown (not a primary's).
+        fs::write(&ctl_path, pg_control(9, 6, 12)).unwrap();
+        assert_eq!(
+            ctl.data_dir_state(),
+            DataDir::Present {
+                sysid: 9,
+                was_primary: false
+            }
+        );
+        // The full path's answers, each naming what is wrong.
+        fs::write(&ctl_path, pg_control(0, 6, 8192)).unwrap();
+        assert!(
+            matches!(ctl.data_dir_state(), DataDir::Unusable(w) if w.contains("system identifier 0"))
+        );
+        fs::write(&ctl_path, pg_control(9, 6, 5)).unwrap();
+        assert!(matches!(ctl.data_dir_state(), DataDir::Unusable(w) if w.contains("only 5 bytes")));
+        fs::remove_file(&ctl_path).unwrap();
+        assert!(matches!(ctl.data_dir_state(), DataDir::Unusable(w) if w.contains("cannot read")));
+    }
+
+    /// `postmaster.pid`'s first line, read without allocating: a pid, or nothing
+    /// for a file that names none (a stale or cut file is checked elsewhere).
+    #[test]
+    fn postmaster_file_pid_reads_the_first_line_only() {
+        let (ctl, d) = scratch_ctl("pg-pidfile");
+        assert_eq!(ctl.postmaster_file_pid(), None, "no file");
+        fs::create_dir_all(&d).unwrap();
+        let file = d.join("postmaster.pid");
+        for (text, want) in [
+            ("4242\n/var/lib/pg\n1700000000\n5432\n", Some(4242)),
+            ("4242", Some(4242)),
+            (" 4242 \n", Some(4242)),
+            ("1\n", None),
+            ("\n4242\n", None),
+            ("abc\n", None),
+            ("", None),
+            ("123456789012345678901234567890\n", None),
+        ] {
+            fs::write(&file, text).unwrap();
+            assert_eq!(ctl.postmaster_file_pid(), want, "{text:?}");
+        }
+    }
+
+    /// The held pidfd answers for the postmaster it was opened for; an exited one,
+    /// or one held for another pid, hands the question back to `/proc`. The process
+    /// leaves the data directory after it was verified, so `/proc` would say no:
+    /// only the pidfd's answer says yes (the short path is taken, and it says
+    /// "running" for as long as the verified process lives).
+    #[test]
+    fn postmaster_pid_through_the_held_pidfd() {
+        let (mut ctl, d) = scratch_ctl("pg-pidfd");
+        fs::create_dir_all(&d).unwrap();
+        let spawn = |script: &str| {
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .current_dir(&d)
+                .spawn()
+                .unwrap()
+        };
+        let in_dir = |pid: u32, want: bool| {
+            crate::testbed::wait_for(Duration::from_secs(5), Duration::from_millis(5), || {
+                (procs::cwd_is(pid, &d) == want).then_some(())
+            })
+            .unwrap();
+        };
+        let mut child = spawn("sleep 0.3; cd /; exec sleep 30");
+        let pid = child.id();
+        fs::write(d.join("postmaster.pid"), format!("{pid}\n")).unwrap();
+        in_dir(pid, true);
+        assert_eq!(ctl.postmaster_pid(), Some(pid), "through /proc");
+        let fd = procs::pidfd_of_verified(pid, &d).expect("verified");
+        ctl.postmaster_fd = Some((pid, fd));
+        in_dir(pid, false);
+        assert_eq!(ctl.postmaster_pid(), Some(pid), "through the pidfd");
+        let held = ctl.postmaster_fd.take();
+        assert_eq!(
+            ctl.postmaster_pid(),
+            None,
+            "through /proc: not in the directory"
+        );
+        ctl.postmaster_fd = held;
+        child.kill().unwrap();
+        // A zombie (not reaped yet) is no postmaster, by either path.
+        crate::testbed::wait_for(Duration::from_secs(2), Duration::from_millis(5), || {
+            (procs::proc_state(pid) == Some('Z')).then_some(())
+        })
+        .expect("a zombie");
+        assert_eq!(
+            ctl.postmaster_pid(),
+            None,
+            "an exited postmaster is not live"
+        );
+        child.wait().unwrap();
+        assert_eq!(ctl.postmaster_pid(), None, "reaped");
+        // A pidfd held for another pid is not asked.
+        let mut other = spawn("exec sleep 30");
+        fs::write(d.join("postmaster.pid"), format!("{}\n", other.id())).unwrap();
+        in_dir(other.id(), true);
+        assert_eq!(ctl.postmaster_pid(), Some(other.id()));
+        other.kill().unwrap();
+        other.wait().unwrap();
     }
 }

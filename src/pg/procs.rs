@@ -334,6 +334,27 @@ pub fn pidfd_of_verified(pid: u32, dir: &Path) -> Option<OwnedFd> {
     alive_in(pid, dir).then_some(fd)
 }
 
+/// Whether the process a pidfd names has exited (a zombie counts as exited, as in
+/// [`alive_in`]): `Some(false)` while it runs, `None` when the kernel cannot say (a
+/// caller then checks through `/proc`). One `poll(2)` with a zero timeout: a pidfd
+/// turns readable when its process exits, and it names that one process even after
+/// its pid is reused, so no `/proc` read is needed while it runs.
+pub fn pidfd_exited(fd: &OwnedFd) -> Option<bool> {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid, initialised pollfd and its count; a zero timeout never
+    // blocks; the kernel writes only `revents`.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    match r {
+        0 => Some(false),
+        1 if p.revents & libc::POLLIN != 0 => Some(true),
+        _ => None,
+    }
+}
+
 /// A pidfd (Linux >= 5.3): signals sent through it reach exactly the process it
 /// was opened for, even if the pid is reused meanwhile.
 fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
@@ -538,6 +559,29 @@ mod tests {
     fn end(mut c: Child) {
         let _ = c.kill();
         let _ = c.wait();
+    }
+
+    /// What `PgCtl::postmaster_pid`'s short path relies on: a pidfd says "running"
+    /// until its process exits, and "exited" for a zombie as for a reaped one.
+    #[test]
+    fn a_pidfd_tells_a_running_process_from_an_exited_one() {
+        let dir = scratch("pidfd-exited");
+        let mut c = Command::new("sleep")
+            .arg("30")
+            .current_dir(&dir)
+            .spawn()
+            .unwrap();
+        wait_in(c.id(), &dir);
+        let fd = pidfd_of_verified(c.id(), &dir).expect("verified");
+        assert_eq!(pidfd_exited(&fd), Some(false));
+        c.kill().unwrap();
+        crate::testbed::wait_for(Duration::from_secs(2), Duration::from_millis(5), || {
+            (pidfd_exited(&fd) == Some(true)).then_some(())
+        })
+        .expect("a killed process reads as exited");
+        assert_eq!(proc_state(c.id()), Some('Z'), "not reaped yet: a zombie");
+        c.wait().unwrap();
+        assert_eq!(pidfd_exited(&fd), Some(true), "reaped");
     }
 
     #[test]

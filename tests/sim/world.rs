@@ -147,6 +147,9 @@ pub struct Schedule {
     pub w: Vec<Duration>,
     pub faults: Vec<Fault>,
     pub loop_faults: LoopFaults,
+    /// etcd holds some `leader` PUTs back from some watches (`World::late_puts`):
+    /// `TENURE_SIM_LATE_PUTS`, or a test's own choice.
+    pub late_puts: bool,
 }
 
 impl Schedule {
@@ -316,6 +319,7 @@ impl Schedule {
             w,
             faults,
             loop_faults,
+            late_puts: std::env::var_os("TENURE_SIM_LATE_PUTS").is_some(),
         }
     }
 
@@ -752,6 +756,7 @@ const LOG_KEEP: usize = 60;
 impl World {
     pub fn new(sched: Schedule) -> World {
         let sched_nodes = sched.nodes;
+        let late_puts = sched.late_puts;
         let rng = Rng::new(sched.seed.wrapping_mul(31).wrapping_add(7));
         let nodes = (0..sched.nodes)
             .map(|i| Node {
@@ -833,7 +838,7 @@ impl World {
             leader_log: Vec::new(),
             quick_delete: None,
             quick_deletes: 0,
-            late_puts: std::env::var_os("TENURE_SIM_LATE_PUTS").is_some(),
+            late_puts,
             watch_closures: 0,
         };
         let phase = w.rng.ms(1, 500);
