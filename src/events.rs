@@ -166,6 +166,11 @@ pub const TABLE: &[Kind] = &[
         severity: Severity::Warning,
         action: "A hook ran past its deadline, or a newer event replaced it, and was killed (its process group). Make the hook faster or raise [hooks] timeout.",
     },
+    Kind {
+        name: "OLDER_AGENT",
+        severity: Severity::Warning,
+        action: "Member `other` runs a tenure agent older than the acquisition record (mixed versions, a rolling upgrade): every failover waits ttl + R after the win and no clean hand-over skips it, and one older agent's acquisition may still go unseen. Finish the upgrade.",
+    },
 ];
 
 /// An event with its fields. Build one, then [`emit`] it.
@@ -255,6 +260,10 @@ pub enum Event {
         why: &'static str,
         after: Duration,
     },
+    OlderAgent {
+        other: String,
+        version: String,
+    },
 }
 
 impl Event {
@@ -282,6 +291,7 @@ impl Event {
             Event::LogDropped { .. } => "LOG_DROPPED",
             Event::HookFailed { .. } => "HOOK_FAILED",
             Event::HookKilled { .. } => "HOOK_KILLED",
+            Event::OlderAgent { .. } => "OLDER_AGENT",
         }
     }
 
@@ -375,6 +385,10 @@ impl Event {
                 f.text("role", role);
                 f.text("why", why);
                 f.secs("after", *after);
+            }
+            Event::OlderAgent { other, version } => {
+                f.text("other", other);
+                f.text("version", version);
             }
         }
     }
@@ -548,6 +562,10 @@ mod tests {
                 role: "replica",
                 why: "deadline",
                 after: d,
+            },
+            Event::OlderAgent {
+                other: "pg3".into(),
+                version: "0.1.0".into(),
             },
         ]
     }
