@@ -612,6 +612,43 @@ fn late_puts_schedules() {
     }
 }
 
+/// The older-agent mode in every `make test` (finding L1, mixed versions): with
+/// late PUTs, the even-numbered nodes' acquire txns an older agent's. Seed 4886 with
+/// neither fix (`hidden,deletes`: member keys without the capability, records
+/// deleted) has two writable primaries for 9.7 s — checked here, so the model keeps
+/// its teeth — and passes with either fix and both; 300 more schedules with both.
+#[test]
+fn old_agents_schedules() {
+    let run_with = |seed: u64, words: &str| {
+        let mut s = Schedule::from_seed(seed);
+        s.late_puts = true;
+        s.old_agents = Some(words.to_string());
+        run_schedule(s)
+    };
+    let o = run_with(4886, "hidden,deletes");
+    assert!(
+        !o.violations.is_empty(),
+        "seed 4886 without either fix no longer fails: the model no longer shows L1"
+    );
+    let n: u64 = std::env::var("TENURE_SIM_OLD_SEEDS")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(300);
+    let runs = ["hidden", "deletes", "1"]
+        .into_iter()
+        .map(|w| (4886, w))
+        .chain((4_000_000..4_000_000 + n).map(|seed| (seed, "1")));
+    for (seed, words) in runs {
+        let o = run_with(seed, words);
+        assert!(
+            o.violations.is_empty(),
+            "TENURE_SIM_OLD_AGENTS={words} seed {seed} failed (replay: \
+             TENURE_SIM_LATE_PUTS=1 TENURE_SIM_OLD_AGENTS={words} TENURE_SIM_SEED={seed}){}",
+            report_failure(&o)
+        );
+    }
+}
+
 /// Issue 8 finding 1, the worked example (ttl 30, loop 8, retry 1, M 1, B 1, no
 /// watchdog): the leader is cut off from etcd while idle HTTP clients keep its API
 /// busy. With the loop as it was (a connection served before the timer, held for

@@ -26,8 +26,8 @@ use super::world::{LogWhat, Payload, World};
 /// apart), `deletes` makes them delete a record alone (as before records carried
 /// marker fields). `1`: shown, rewriting. Returns the agent's txn and whether its
 /// member key shows it.
-pub fn old_agent(node: usize) -> Option<(super::etcd::OldAgent, bool)> {
-    let v = std::env::var("TENURE_SIM_OLD_AGENTS").ok()?;
+pub fn old_agent(words: Option<&str>, node: usize) -> Option<(super::etcd::OldAgent, bool)> {
+    let v = words?;
     if !node.is_multiple_of(2) || v.is_empty() || v == "0" {
         return None;
     }
@@ -66,6 +66,11 @@ impl Future for Park {
 }
 
 impl Cx {
+    /// This node as `Schedule::old_agents` makes it (see [`old_agent`]).
+    fn old_agent(&self) -> Option<(super::etcd::OldAgent, bool)> {
+        old_agent(self.w.borrow().sched.old_agents.as_deref(), self.node)
+    }
+
     fn now(&self) -> Instant {
         self.w.borrow().now
     }
@@ -396,7 +401,7 @@ pub async fn run(cx: Cx) {
                 released: core.released_epoch(),
                 // Finding L1: an older agent's key lacks the capability, unless
                 // the mode hides it (the cluster as before the capability).
-                lacks_acquire_record: old_agent(cx.node).is_some_and(|(_, shown)| shown),
+                lacks_acquire_record: cx.old_agent().is_some_and(|(_, shown)| shown),
                 parse_error: None,
             };
             last_info = Some(info.clone());
@@ -610,7 +615,7 @@ pub async fn run(cx: Cx) {
                                 me: name.clone(),
                                 lease: id,
                                 release_rev,
-                                old: old_agent(cx.node).map(|(o, _)| o),
+                                old: cx.old_agent().map(|(o, _)| o),
                             };
                             match cx.call(op, d).await {
                                 Ok(Resp::Created(Some(epoch))) => AcquireOutcome::Won {

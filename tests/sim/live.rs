@@ -365,7 +365,9 @@ pub fn check(
     // waits `ttl + R` counted from the win, after fresh positions published past
     // the read that saw them (one more loop); member keys persist in the
     // simulation, so every election of the run is a mixed-version one.
-    let mixed = if super::agent::old_agent(0).is_some_and(|(_, shown)| shown) {
+    let mixed = if super::agent::old_agent(sched.old_agents.as_deref(), 0)
+        .is_some_and(|(_, shown)| shown)
+    {
         sched.budget(None).early_expiry_delay + t.loop_wait
     } else {
         Duration::ZERO

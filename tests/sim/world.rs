@@ -150,6 +150,9 @@ pub struct Schedule {
     /// etcd holds some `leader` PUTs back from some watches (`World::late_puts`):
     /// `TENURE_SIM_LATE_PUTS`, or a test's own choice.
     pub late_puts: bool,
+    /// The even-numbered nodes run an older agent (`agent::old_agent`):
+    /// `TENURE_SIM_OLD_AGENTS`, or a test's own choice.
+    pub old_agents: Option<String>,
 }
 
 impl Schedule {
@@ -320,6 +323,7 @@ impl Schedule {
             faults,
             loop_faults,
             late_puts: std::env::var_os("TENURE_SIM_LATE_PUTS").is_some(),
+            old_agents: std::env::var("TENURE_SIM_OLD_AGENTS").ok(),
         }
     }
 
