@@ -166,6 +166,16 @@ pub const TABLE: &[Kind] = &[
         severity: Severity::Warning,
         action: "A hook ran past its deadline, or a newer event replaced it, and was killed (its process group). Make the hook faster or raise [hooks] timeout.",
     },
+    Kind {
+        name: "CERT_EXPIRING",
+        severity: Severity::Warning,
+        action: "A TLS certificate tenure uses (`cert`: api, etcd, replication or rewind) expires within 14 days (said at start-up, on reload and daily). Renew `file`, then reload (SIGHUP).",
+    },
+    Kind {
+        name: "CERT_EXPIRED",
+        severity: Severity::Err,
+        action: "A TLS certificate tenure uses is past its notAfter: its handshakes fail (the API's clients, etcd, libpq for replication or pg_rewind). Renew `file` now, then reload (SIGHUP).",
+    },
 ];
 
 /// An event with its fields. Build one, then [`emit`] it.
@@ -255,6 +265,20 @@ pub enum Event {
         why: &'static str,
         after: Duration,
     },
+    /// A certificate's `notAfter` is 14 days away or less (crate::certs).
+    CertExpiring {
+        cert: &'static str,
+        file: String,
+        /// RFC 3339 UTC.
+        not_after: String,
+        days_left: i64,
+    },
+    /// A certificate is past its `notAfter` (crate::certs).
+    CertExpired {
+        cert: &'static str,
+        file: String,
+        not_after: String,
+    },
 }
 
 impl Event {
@@ -282,6 +306,8 @@ impl Event {
             Event::LogDropped { .. } => "LOG_DROPPED",
             Event::HookFailed { .. } => "HOOK_FAILED",
             Event::HookKilled { .. } => "HOOK_KILLED",
+            Event::CertExpiring { .. } => "CERT_EXPIRING",
+            Event::CertExpired { .. } => "CERT_EXPIRED",
         }
     }
 
@@ -375,6 +401,26 @@ impl Event {
                 f.text("role", role);
                 f.text("why", why);
                 f.secs("after", *after);
+            }
+            Event::CertExpiring {
+                cert,
+                file,
+                not_after,
+                days_left,
+            } => {
+                f.text("cert", cert);
+                f.text("file", file);
+                f.text("not_after", not_after);
+                f.num("days_left", *days_left);
+            }
+            Event::CertExpired {
+                cert,
+                file,
+                not_after,
+            } => {
+                f.text("cert", cert);
+                f.text("file", file);
+                f.text("not_after", not_after);
             }
         }
     }
@@ -548,6 +594,17 @@ mod tests {
                 role: "replica",
                 why: "deadline",
                 after: d,
+            },
+            Event::CertExpiring {
+                cert: "api",
+                file: "/etc/tenure/api.pem".into(),
+                not_after: "2026-01-01T00:00:00Z".into(),
+                days_left: 3,
+            },
+            Event::CertExpired {
+                cert: "etcd",
+                file: "/etc/tenure/etcd.pem".into(),
+                not_after: "2026-01-01T00:00:00Z".into(),
             },
         ]
     }
