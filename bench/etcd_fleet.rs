@@ -988,6 +988,7 @@ fn member_json(name: &str, leader: bool) -> String {
         leader_ttl_seen: Some(7),
         pg_healthy: true,
         released: None,
+        lacks_acquire_record: false,
         parse_error: None,
     })
 }

@@ -53,6 +53,7 @@ fn member_json(name: &str, role: &str) -> String {
         leader_ttl_seen: Some(30),
         pg_healthy: true,
         released: None,
+        lacks_acquire_record: false,
         parse_error: None,
     })
 }

@@ -1355,6 +1355,8 @@ impl Agent {
             leader_ttl_seen: self.core.leader_ttl_seen(),
             pg_healthy: matches!(pg.role, PgRole::Primary | PgRole::Replica),
             released: self.core.released_epoch(),
+            // Finding L1: our acquisitions write the record (`"acquire_record": true`).
+            lacks_acquire_record: false,
             parse_error: None,
         };
         let mut extra = vec![("timing", self.published_timing().to_json())];

@@ -167,6 +167,11 @@ pub const TABLE: &[Kind] = &[
         action: "A hook ran past its deadline, or a newer event replaced it, and was killed (its process group). Make the hook faster or raise [hooks] timeout.",
     },
     Kind {
+        name: "OLDER_AGENT",
+        severity: Severity::Warning,
+        action: "Member `other` runs a tenure agent older than the acquisition record (mixed versions, a rolling upgrade): every failover waits ttl + R after the win and no clean hand-over skips it, and one older agent's acquisition may still go unseen. Finish the upgrade.",
+    },
+    Kind {
         name: "CERT_EXPIRING",
         severity: Severity::Warning,
         action: "A TLS certificate tenure uses (`cert`: api, etcd, replication or rewind) expires within 14 days (said at start-up, on reload and daily). Renew `file`, then reload (SIGHUP).",
@@ -265,6 +270,10 @@ pub enum Event {
         why: &'static str,
         after: Duration,
     },
+    OlderAgent {
+        other: String,
+        version: String,
+    },
     /// A certificate's `notAfter` is 14 days away or less (crate::certs).
     CertExpiring {
         cert: &'static str,
@@ -306,6 +315,7 @@ impl Event {
             Event::LogDropped { .. } => "LOG_DROPPED",
             Event::HookFailed { .. } => "HOOK_FAILED",
             Event::HookKilled { .. } => "HOOK_KILLED",
+            Event::OlderAgent { .. } => "OLDER_AGENT",
             Event::CertExpiring { .. } => "CERT_EXPIRING",
             Event::CertExpired { .. } => "CERT_EXPIRED",
         }
@@ -401,6 +411,10 @@ impl Event {
                 f.text("role", role);
                 f.text("why", why);
                 f.secs("after", *after);
+            }
+            Event::OlderAgent { other, version } => {
+                f.text("other", other);
+                f.text("version", version);
             }
             Event::CertExpiring {
                 cert,
@@ -594,6 +608,10 @@ mod tests {
                 role: "replica",
                 why: "deadline",
                 after: d,
+            },
+            Event::OlderAgent {
+                other: "pg3".into(),
+                version: "0.1.0".into(),
             },
             Event::CertExpiring {
                 cert: "api",

@@ -863,3 +863,55 @@ fn clean_shutdown_releases_only_after_the_orphan_backend_is_gone() {
     assert_eq!(count(&c, "orphan"), 0);
     run_job(&mut g.nodes[0], JobKind::Stop, None, secs(60));
 }
+
+/// The probe sends the epoch row's read pipelined behind its own query (issue 13
+/// item 2). A read that hangs — here behind an `ACCESS EXCLUSIVE` lock another
+/// session holds on `tenure.epoch` (operator DDL, `VACUUM FULL`) — must cost only
+/// the epoch (`unread`, DESIGN §3: the core keeps what it knew), never the role the
+/// probe's own query found: a primary reported unresponsive every other loop would
+/// flap `/primary` and count towards `primary_start_timeout`. (Review of cdd6b21,
+/// M1: with both answers dropped on the timeout this probe said Unresponsive.)
+#[test]
+fn a_hung_epoch_read_leaves_the_probe_s_role() {
+    become_subreaper();
+    let dir = testbed::scratch_dir("pg-epochlock").unwrap();
+    let pg = nix::unistd::User::from_name("postgres").unwrap().unwrap();
+    nix::unistd::chown(&dir, Some(pg.uid), Some(pg.gid)).unwrap();
+    let c = node_cfg(&dir, "e");
+    let mut g = Guard {
+        dir: dir.clone(),
+        nodes: vec![PgCtl::new(&c, "e").unwrap()],
+    };
+    run_job(&mut g.nodes[0], JobKind::InitDb, None, secs(60));
+    run_job(&mut g.nodes[0], JobKind::StartPrimary, None, secs(60));
+    let n = &mut g.nodes[0];
+    n.write_epoch(7, "e", Some(42), clock::now().add(secs(5)))
+        .expect("epoch row written");
+    // Twice: the second probe pipelines the read (the first saw the table).
+    for _ in 0..2 {
+        let st = n.probe(clock::now().add(secs(5)));
+        assert_eq!((st.role, st.epoch), (PgRole::Primary, Some(7)));
+    }
+    let port = c.listen.rsplit_once(':').unwrap().1;
+    let mut locker = postgres::Client::connect(
+        &format!(
+            "host={} port={port} user=postgres dbname=postgres",
+            c.socket_dir.display()
+        ),
+        postgres::NoTls,
+    )
+    .expect("a second session");
+    locker
+        .batch_execute("BEGIN; LOCK TABLE tenure.epoch IN ACCESS EXCLUSIVE MODE")
+        .expect("lock");
+    let st = n.probe(clock::now().add(Duration::from_millis(800)));
+    assert_eq!(
+        st.role,
+        PgRole::Primary,
+        "the probe's own answer was lost with the epoch read"
+    );
+    assert!(st.epoch_row.unread, "a hung read is unknown, not absent");
+    locker.batch_execute("COMMIT").expect("unlock");
+    let st = n.probe(clock::now().add(secs(5)));
+    assert_eq!((st.role, st.epoch), (PgRole::Primary, Some(7)));
+}

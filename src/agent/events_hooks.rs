@@ -15,6 +15,9 @@ use crate::core::time::Instant;
 use crate::events::{self, Event};
 use crate::hooks::{HookAction, Hooks};
 
+/// Most members `OLDER_AGENT` names in one run.
+const OLDER_SAID_CAP: usize = 256;
+
 /// How often at most dropped log lines are said (`LOG_DROPPED`).
 const DROPS_EVERY: Duration = Duration::from_secs(10);
 
@@ -34,6 +37,8 @@ pub(super) struct EventState {
     sync_degraded: bool,
     /// The last release marker seen, for `SWITCHOVER_COMPLETED`.
     release: Option<ReleaseMarker>,
+    /// Members `OLDER_AGENT` named in this run (finding L1: once each).
+    older_said: std::collections::BTreeSet<String>,
     /// The epoch of the last leader key seen held by another member: a marker
     /// counts only for the leadership it vacated (an old one may linger).
     foreign_epoch: Option<Epoch>,
@@ -152,6 +157,17 @@ impl Agent {
             && m.taken_by.as_deref().is_none_or(|t| t == self.cfg.name)
         {
             self.ev.release = Some(m.clone());
+        }
+        // Finding L1: a member whose agent is older than the acquisition record,
+        // once per member per run (bounded: a name churn cannot grow it for ever).
+        for m in crate::core::older_agents(view, &self.cfg.name) {
+            if self.ev.older_said.len() < OLDER_SAID_CAP && !self.ev.older_said.contains(&m.name) {
+                self.ev.older_said.insert(m.name.clone());
+                events::emit(&Event::OlderAgent {
+                    other: m.name.clone(),
+                    version: m.info.version.clone(),
+                });
+            }
         }
         // The leader says a request once (per value of the key).
         if let Some(f) = &view.failover

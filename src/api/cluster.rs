@@ -97,6 +97,10 @@ pub fn cluster_json(s: &ApiStatus) -> Value {
         if let Some(e) = info.epoch {
             o.insert("epoch".into(), json!(e));
         }
+        // Finding L1: only when true (the others keep Patroni's form).
+        if info.lacks_acquire_record {
+            o.insert("older_agent".into(), json!(true));
+        }
         members.push(Value::Object(o));
     }
     members.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
@@ -258,6 +262,23 @@ mod tests {
         let v = cluster_json(&s);
         assert_eq!(v["pause"], true);
         assert_eq!(v["tenure"]["lease_remaining"], 4.5);
+    }
+
+    /// Finding L1: a member whose key lacks `"acquire_record": true` runs an older
+    /// agent; `/cluster` says so on that member only (failed before: no field).
+    #[test]
+    fn cluster_marks_a_member_running_an_older_agent() {
+        let mut s = status();
+        s.cluster.members[0].info.lacks_acquire_record = true;
+        let v = cluster_json(&s);
+        let m = v["members"].as_array().expect("members");
+        let older: Vec<&str> = m
+            .iter()
+            .filter(|x| x["older_agent"] == true)
+            .filter_map(|x| x["name"].as_str())
+            .collect();
+        assert_eq!(older, ["pg3"]);
+        assert!(m[0].get("older_agent").is_none(), "{}", m[0]);
     }
 
     #[test]

@@ -655,6 +655,19 @@ impl Core {
             after = now.add(d);
             why = Some(format!("promote_delay {:.1} s", d.as_secs_f64()));
         }
+        // Finding L1 (S3): beside an agent older than the acquisition record, no
+        // record nor marker proves the vacancy; the horizon bound from the win.
+        let horizon_ttl = old_ttl
+            .unwrap_or(self.max_leader_ttl_seen)
+            .max(t.ttl)
+            .max(granted_ttl);
+        // (At least as late: its reason names the member.)
+        if let Some((until, w)) = self.older_agent_delay(now, obs, horizon_ttl)
+            && until >= after
+        {
+            after = until;
+            why = Some(w);
+        }
         let mut l = Leadership {
             lease,
             epoch,

@@ -25,6 +25,7 @@ mod follow;
 mod leader;
 mod lease;
 mod manage;
+mod mixed;
 pub mod model;
 mod pause;
 mod switchover;
@@ -41,6 +42,7 @@ use time::Instant;
 
 pub use lease::Leadership;
 pub use manage::job_name;
+pub use mixed::older_agents;
 pub use switchover::{Handover, HandoverPhase};
 pub use sync::sync_names_for;
 use vacancy::{LeaseTrack, Vacancy, Watched};

@@ -113,6 +113,11 @@ pub struct MemberInfo {
     /// no LSN, so no candidate skips the early-expiry delay on it — the `release`
     /// marker is the one proof (DESIGN §1 step 4).
     pub released: Option<Epoch>,
+    /// The member key does not publish `"acquire_record": true` (or is not a JSON
+    /// object): its agent is older than the acquisition record, which its
+    /// acquisitions may not write (finding L1, docs/design.md "the acquisition
+    /// record"). Set by the parser; `false` for a value this version builds.
+    pub lacks_acquire_record: bool,
     pub parse_error: Option<String>,
 }
 

@@ -99,6 +99,10 @@ pub(super) struct Vacancy {
     /// The `release` key's mod revision this judgement accounts for (0: none): a
     /// value there that names no epoch (garbage) is weighed once, not at each read.
     pub(super) release_seen: i64,
+    /// A read while this vacancy was open showed this member running an agent
+    /// older than the acquisition record (`mixed`, finding L1): untimeable since,
+    /// and the win's delay counts from the win.
+    pub(super) older_agent: Option<String>,
 }
 
 /// A missed leadership's vacancy `m` found after `v` (open, or just built for the
@@ -125,6 +129,9 @@ fn after_open(v: &Vacancy, mut m: Vacancy) -> Vacancy {
     }
     v.also_gone.iter().for_each(|l| owe_lease(&mut m, *l));
     m.release_seen = m.release_seen.max(v.release_seen);
+    if m.older_agent.is_none() {
+        m.older_agent.clone_from(&v.older_agent);
+    }
     // INVARIANT (S3, DESIGN §1 step 4): the delay `won` takes from `m` covers `v`'s
     // old leader as well as `m`'s: a later `at`, a `W` only if both had that same
     // one, else `ttl + R`, and no marker skips it.
@@ -151,7 +158,7 @@ fn owe_lease(v: &mut Vacancy, lease: LeaseId) {
 /// TTL (`won` takes the largest seen: `ttl + R`, S6(b) makes it the longer), no
 /// release marker. Every leader lease a member publishes for a leadership newer
 /// than the vacancy's judgement must be seen gone as well.
-fn untimeable(mut v: Vacancy, now: Instant, view: &ClusterView, me: &str) -> Vacancy {
+pub(super) fn untimeable(mut v: Vacancy, now: Instant, view: &ClusterView, me: &str) -> Vacancy {
     v.at = now;
     v.early = true;
     v.old_watchdog = None;
@@ -260,6 +267,9 @@ impl Core {
             }
         }
         self.track_vacancy(now, obs);
+        // Finding L1: an older agent in the view, `release` may not show its
+        // acquisitions (`mixed`).
+        self.note_older_agents(now, obs);
         // After the vacancy is known: this iteration's poll may already show the old
         // lease gone (the poll runs after the read that showed the key absent).
         if let (Some(poll), Some(v)) = (&obs.lease_poll, &mut self.vacancy)
@@ -355,6 +365,7 @@ impl Core {
             judged: w.key.epoch,
             also_gone: Vec::new(),
             release_seen: 0,
+            older_agent: None,
         })
     }
 
@@ -534,6 +545,7 @@ impl Core {
                         judged: e.max(v.judged),
                         also_gone: Vec::new(),
                         release_seen: 0,
+                        older_agent: None,
                     };
                     self.vacancy = Some(after_open(v, newer));
                 }
@@ -656,6 +668,7 @@ impl Core {
                         judged: self.track.epoch.unwrap_or(0),
                         also_gone: Vec::new(),
                         release_seen: 0,
+                        older_agent: None,
                     };
                     // Review F3: after a gap, or when a member publishes a leadership
                     // newer than the key we tracked (one came and went unseen), the

@@ -345,6 +345,20 @@ fn footer(s: &Snapshot, rows: &[Row]) -> String {
             let _ = writeln!(out, " {}: {p}", r.name);
         }
     }
+    // Finding L1: a member key without `"acquire_record": true`.
+    for m in s
+        .view
+        .members
+        .iter()
+        .filter(|m| m.info.lacks_acquire_record)
+    {
+        let _ = writeln!(
+            out,
+            " {}: runs an agent older than the acquisition record (mixed versions: \
+             every failover waits ttl + R after the win)",
+            m.name
+        );
+    }
     out
 }
 

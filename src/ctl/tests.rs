@@ -391,6 +391,21 @@ fn snapshot() -> Snapshot {
     }
 }
 
+/// Finding L1: `tenure list` names a member whose key lacks
+/// `"acquire_record": true` under the table (failed before: nothing said).
+#[test]
+fn list_names_a_member_running_an_older_agent() {
+    let t = render::list_table(&snapshot(), false);
+    assert!(!t.contains("older than the acquisition record"), "{t}");
+    let mut s = snapshot();
+    s.view.members[2].info.lacks_acquire_record = true;
+    let t = render::list_table(&s, false);
+    assert!(
+        t.contains(" pg3: runs an agent older than the acquisition record"),
+        "{t}"
+    );
+}
+
 #[test]
 fn list_rows_mark_the_leader_and_measure_lag_from_the_keys() {
     let s = snapshot();

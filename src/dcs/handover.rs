@@ -113,12 +113,35 @@ pub fn encode_release(m: &ReleaseMarker) -> String {
     marker_json(m).to_string()
 }
 
+/// The epoch of the taken marker a record carries when its candidate read no
+/// hand-over marker: no leadership has it (an epoch is a create revision, >= 1),
+/// so no agent of any version matches it to a key.
+pub const NO_HANDOVER_EPOCH: Epoch = 0;
+
 /// The value an acquire txn writes into `release`: the acquisition record
 /// (`acquired_by`, `lease`, `ttl`) and, if the candidate read a marker, that marker
 /// with its fields kept and `taken_by` set, so an older agent still reads a taken
 /// marker (it proves nothing) and operators still see the last hand-over.
+///
+/// INVARIANT (finding L1, S3): the value always parses as a taken marker for an
+/// agent older than the record (2d59b46: `epoch`, `lsn`, `timeline`, `by` present,
+/// `taken_by` set). Without a marker read it carries one of
+/// [`NO_HANDOVER_EPOCH`] taken by the acquirer. An older agent's acquire txn
+/// rewrites a value it parses as a marker (and deletes one it cannot parse), so
+/// its acquisition after ours changes `release`'s mod revision: our candidates'
+/// compare-and-set loses, and `Core::missed_in_release` reads its taken marker
+/// without a record as a leadership at that revision (docs/design.md "What an
+/// agent older than the record does to `release`").
 pub fn encode_acquired(a: &AcquiredRecord, taken: Option<&ReleaseMarker>) -> String {
-    let mut v = taken.map_or_else(|| json!({}), marker_json);
+    let placeholder = ReleaseMarker {
+        epoch: NO_HANDOVER_EPOCH,
+        lsn: 0,
+        timeline: 0,
+        candidate: None,
+        by: String::new(),
+        taken_by: Some(a.by.clone()),
+    };
+    let mut v = marker_json(taken.unwrap_or(&placeholder));
     if let Some(o) = v.as_object_mut() {
         o.insert("acquired_by".into(), json!(a.by));
         o.insert("lease".into(), json!(a.lease));
@@ -165,8 +188,12 @@ pub fn parse_release_key(raw: &[u8]) -> ReleaseValue {
         return garbage("ttl: expected a positive integer".into());
     };
     ReleaseValue {
-        // A record alone holds no marker; one with marker fields holds it taken.
-        marker: v.get("epoch").map(|_| parse_marker(&v)),
+        // A record alone holds no marker; one with marker fields holds it taken,
+        // unless it is the placeholder an acquisition without a marker writes.
+        marker: v
+            .get("epoch")
+            .map(|_| parse_marker(&v))
+            .filter(|m| !matches!(m, Ok(m) if m.epoch == NO_HANDOVER_EPOCH)),
         acquired: Some(AcquiredRecord { by, lease, ttl }),
     }
 }
@@ -451,8 +478,13 @@ mod tests {
                 acquired: Some(a.clone())
             }
         );
-        // An older agent's parse: not a marker, it proves nothing.
-        assert!(parse_release(alone.as_bytes()).is_err());
+        // An older agent's parse: a taken marker of no epoch, it proves nothing
+        // (finding L1: and its acquisition rewrites it; `older_agents_rewrite_...`).
+        let seen = parse_release(alone.as_bytes()).expect("a taken marker for older agents");
+        assert_eq!(
+            (seen.epoch, seen.taken_by.as_deref()),
+            (NO_HANDOVER_EPOCH, Some("pg2"))
+        );
         let taken = ReleaseMarker {
             epoch: 42,
             lsn: 0x3000028,
@@ -505,5 +537,140 @@ mod tests {
         // A good record with a garbled marker: the record counts, the marker not.
         let r = parse_release_key(br#"{"acquired_by":"pg2","lease":1,"ttl":30,"epoch":"x"}"#);
         assert!(r.acquired.is_some() && matches!(r.marker, Some(Err(_))));
+    }
+
+    /// The acquire txn of 2d59b46 (the code just before the acquisition record),
+    /// as far as `release` goes, copied here so that later changes to this file's
+    /// parser cannot change what it proves: it compares the mod revision its
+    /// candidate read, then puts the marker it parsed, taken by itself; deletes a
+    /// value that does not parse; leaves an absent key absent.
+    mod old_2d59b46 {
+        use serde_json::{Value, json};
+
+        #[derive(Debug, PartialEq, Eq)]
+        pub(super) enum Write {
+            Nothing,
+            Put(String),
+            Delete,
+        }
+
+        pub(super) fn acquire_writes(read: Option<&[u8]>, me: &str) -> Write {
+            let Some(raw) = read else {
+                return Write::Nothing;
+            };
+            match parse_release(raw) {
+                Ok(mut m) => {
+                    m.insert("taken_by".into(), json!(me));
+                    Write::Put(Value::Object(m).to_string())
+                }
+                Err(_) => Write::Delete,
+            }
+        }
+
+        /// Its `parse_release` then `encode_release`: the fields it keeps.
+        fn parse_release(raw: &[u8]) -> Result<serde_json::Map<String, Value>, String> {
+            let v: Value = serde_json::from_slice(raw).map_err(|e| format!("not JSON: {e}"))?;
+            let int = |k: &str| {
+                v.get(k)
+                    .and_then(Value::as_i64)
+                    .ok_or_else(|| format!("{k}: expected an integer"))
+            };
+            let epoch = int("epoch")?;
+            let lsn = u64::try_from(int("lsn")?).map_err(|_| "lsn: negative".to_string())?;
+            let timeline = u32::try_from(int("timeline")?)
+                .map_err(|_| "timeline: out of range".to_string())?;
+            let candidate = match v.get("candidate") {
+                None | Some(Value::Null) => Value::Null,
+                Some(Value::String(s)) => json!(s),
+                Some(_) => return Err("candidate: expected a string or null".into()),
+            };
+            let by = v
+                .get("by")
+                .and_then(Value::as_str)
+                .ok_or("by: expected a string")?
+                .to_string();
+            match v.get("taken_by") {
+                None | Some(Value::Null) | Some(Value::String(_)) => {}
+                Some(_) => return Err("taken_by: expected a string or null".into()),
+            }
+            let out = json!({
+                "epoch": epoch, "lsn": lsn, "timeline": timeline,
+                "candidate": candidate, "by": by,
+            });
+            match out {
+                Value::Object(m) => Ok(m),
+                _ => Err("unreachable: a JSON object literal".into()),
+            }
+        }
+    }
+
+    /// Finding L1 (S3): every value an agent of this version leaves in `release`
+    /// (a record alone, a record with the marker it took, a hand-over marker) is
+    /// one an older agent's acquire txn *rewrites*: its acquisition changes the
+    /// mod revision (our compare-and-set sees it), and what it leaves is a taken
+    /// marker without a record, which `Core::missed_in_release` counts as a
+    /// leadership at that revision. Two older acquisitions in a row both rewrite.
+    /// Before the record always carried marker fields, a record alone was deleted
+    /// by the older agent (this test failed on its first record).
+    #[test]
+    fn older_agents_rewrite_every_release_value_this_version_writes() {
+        use old_2d59b46::{Write, acquire_writes};
+        let a = AcquiredRecord {
+            by: "pg2".into(),
+            lease: 0x42,
+            ttl: 30,
+        };
+        let marker = ReleaseMarker {
+            epoch: 42,
+            lsn: 0x3000028,
+            timeline: 2,
+            candidate: Some("pg3".into()),
+            by: "pg1".into(),
+            taken_by: None,
+        };
+        let taken = ReleaseMarker {
+            taken_by: Some("pg2".into()),
+            ..marker.clone()
+        };
+        let ours = [
+            ("a record alone", encode_acquired(&a, None)),
+            (
+                "a record with its taken marker",
+                encode_acquired(&a, Some(&taken)),
+            ),
+            ("a hand-over marker", encode_release(&marker)),
+        ];
+        for (what, value) in ours {
+            let mut raw = value;
+            for old in ["old1", "old2"] {
+                let Write::Put(next) = acquire_writes(Some(raw.as_bytes()), old) else {
+                    panic!("{what}: an older agent ({old}) did not rewrite {raw}");
+                };
+                let seen = parse_release_key(next.as_bytes());
+                assert_eq!(seen.acquired, None, "{what}: {next}");
+                match seen.marker {
+                    Some(Ok(m)) => assert_eq!(m.taken_by.as_deref(), Some(old), "{what}"),
+                    other => panic!("{what}: {next} read as {other:?}"),
+                }
+                raw = next;
+            }
+            // And our next acquisition over it writes a record older agents
+            // rewrite again.
+            let m = parse_release_key(raw.as_bytes())
+                .marker
+                .and_then(Result::ok);
+            let again = encode_acquired(&a, m.as_ref());
+            assert!(
+                matches!(
+                    acquire_writes(Some(again.as_bytes()), "old3"),
+                    Write::Put(_)
+                ),
+                "{what}: {again}"
+            );
+        }
+        // What stays open (docs/design.md, L1): a key an older agent finds absent
+        // or garbled keeps no trace of its acquisition.
+        assert_eq!(acquire_writes(None, "old1"), Write::Nothing);
+        assert_eq!(acquire_writes(Some(b"x"), "old1"), Write::Delete);
     }
 }

@@ -87,6 +87,12 @@ pub fn encode_member_with(info: &MemberInfo, extra: Vec<(&str, Value)>) -> Strin
         m.insert("released".into(), json!(e));
     }
     m.insert("pg_healthy".into(), json!(info.pg_healthy));
+    // Finding L1: this agent's acquire txns write the acquisition record (and its
+    // marker fields older agents rewrite); candidates rely on it only while every
+    // member says so.
+    if !info.lacks_acquire_record {
+        m.insert("acquire_record".into(), json!(true));
+    }
     for (k, v) in extra {
         m.insert(k.into(), v);
     }
@@ -96,7 +102,12 @@ pub fn encode_member_with(info: &MemberInfo, extra: Vec<(&str, Value)>) -> Strin
 /// Parse a member value. Never fails: a missing field takes its default, a field of
 /// the wrong type too, and every problem is listed in `parse_error`.
 pub fn parse_member(raw: &[u8]) -> MemberInfo {
-    let mut info = MemberInfo::default();
+    // Until the value shows `"acquire_record": true`, its agent may be older than
+    // the acquisition record (finding L1): a value that is no JSON object says nothing.
+    let mut info = MemberInfo {
+        lacks_acquire_record: true,
+        ..MemberInfo::default()
+    };
     let mut problems: Vec<String> = Vec::new();
     let text = match std::str::from_utf8(raw) {
         Ok(t) => t,
@@ -264,6 +275,17 @@ pub fn parse_member(raw: &[u8]) -> MemberInfo {
             Some(b) => info.pg_healthy = b,
             None => problems.push(format!("pg_healthy: expected a boolean, got {}", short(v))),
         }
+    }
+    // Absent (an older agent, or another writer) or anything but true: lacking.
+    match field("acquire_record") {
+        None => {}
+        Some(v) => match parse_bool(v) {
+            Some(b) => info.lacks_acquire_record = !b,
+            None => problems.push(format!(
+                "acquire_record: expected a boolean, got {} (taken as false)",
+                short(v)
+            )),
+        },
     }
     if !problems.is_empty() {
         info.parse_error = Some(problems.join("; "));
@@ -745,8 +767,41 @@ mod tests {
             leader_ttl_seen: Some(60),
             pg_healthy: true,
             released: Some(41),
+            lacks_acquire_record: false,
             parse_error: None,
         }
+    }
+
+    /// Finding L1: this version's member key says its acquisitions write the
+    /// record; a key without the field (an older agent's, 2d59b46's exact form
+    /// below), with it false or garbled, or not a JSON object, lacks it and still
+    /// parses. Before the field existed nothing told the two versions apart (both
+    /// publish 0.1.0): this test did not compile, and the old JSON read the same.
+    #[test]
+    fn member_acquire_record_capability() {
+        let v: Value = serde_json::from_str(&encode_member(&full())).expect("our own JSON");
+        assert_eq!(v["acquire_record"], json!(true));
+        assert!(!parse_member(encode_member(&full()).as_bytes()).lacks_acquire_record);
+        let old = br#"{"conn_url":"postgres://127.0.0.1:5432/postgres","api_url":"http://127.0.0.1:8008/patroni","state":"running","role":"replica","version":"0.1.0","xlog_location":50331744,"timeline":1,"tags":{"nofailover":false},"epoch":7,"pg_healthy":true}"#;
+        let m = parse_member(old);
+        assert!(m.lacks_acquire_record);
+        assert_eq!(m.parse_error, None, "an older agent's key is no garbage");
+        assert_eq!(
+            (m.role.as_str(), m.epoch, m.version.as_str()),
+            ("replica", Some(7), "0.1.0")
+        );
+        for (raw, problem) in [
+            (&br#"{"role":"replica","acquire_record":false}"#[..], false),
+            (br#"{"role":"replica","acquire_record":"x"}"#, true),
+            (br#"{"role":"replica","acquire_record":null}"#, false),
+            (b"garbage", true),
+            (b"[1]", true),
+        ] {
+            let m = parse_member(raw);
+            assert!(m.lacks_acquire_record, "{raw:?}");
+            assert_eq!(m.parse_error.is_some(), problem, "{raw:?}");
+        }
+        assert!(!parse_member(br#"{"acquire_record":"true"}"#).lacks_acquire_record);
     }
 
     #[test]

@@ -356,7 +356,9 @@ impl PgCtl {
         let d = &self.cfg.data_dir;
         // The usual answer first, in a few system calls (it runs every loop): a
         // readable `pg_control` with a system identifier means the directory exists
-        // and is not empty, so the listing below would say what this says.
+        // and is not empty, so the listing below would say what this says (except
+        // for a directory that can be traversed but not listed, which is now
+        // Present rather than Unusable: its files are what PostgreSQL reads).
         // Anything else takes the full path, which names what is wrong.
         let ctl = d.join("global").join("pg_control");
         let mut head = [0u8; 20];
@@ -421,11 +423,14 @@ impl PgCtl {
     ///
     /// While the pid is the one the held pidfd was opened for (verified then: alive,
     /// its cwd the data directory), the pidfd answers in one `poll(2)`: it names
-    /// that very process, whose cwd PostgreSQL never changes, so "not exited" is the
-    /// same answer as the `/proc` check's (issue 13 item 2: that check, with the
-    /// path's canonicalisation, was a tenth of an idle agent's CPU). An exited or
-    /// unknown pidfd falls back to `/proc`: the file may name a new process that
-    /// reused the pid.
+    /// that very process, whose cwd PostgreSQL never changes (issue 13 item 2: the
+    /// `/proc` check, with the path's canonicalisation, was a tenth of an idle
+    /// agent's CPU). It may say "running" a little longer than `/proc` would — in
+    /// the instant between an exiting postmaster dropping its cwd and becoming a
+    /// zombie, or for a postmaster whose data directory was moved away under it —
+    /// never shorter: an exited or unknown pidfd falls back to `/proc` (the file may
+    /// name a new process that reused the pid). A "running" answer only lets a
+    /// caller query PostgreSQL or decline to act; the fence never asks it (it scans).
     pub fn postmaster_pid(&self) -> Option<u32> {
         let pid = self.postmaster_file_pid()?;
         if let Some((held, fd)) = &self.postmaster_fd
@@ -499,8 +504,14 @@ impl PgCtl {
         let data = self.data_dir_state();
         let Some(pm) = self.postmaster_pid() else {
             self.client = None;
+            self.epoch_table_seen = false;
             return PgStatus::unanswered(data, PgRole::Stopped);
         };
+        // What the last probe saw holds for the server it asked: a new postmaster
+        // (a fresh initdb among them) is asked first whether the table exists.
+        if self.client.as_ref().is_none_or(|(_, p)| *p != pm) {
+            self.epoch_table_seen = false;
+        }
         if self
             .postmaster_fd
             .as_ref()
@@ -738,34 +749,15 @@ impl PgCtl {
         sql: &str,
         deadline: Instant,
     ) -> Result<Vec<Vec<Option<String>>>, PgError> {
-        self.client(pm, deadline)?;
-        let Some((c, _)) = self.client.as_ref() else {
-            return Err(PgError::Sql("no connection".into()));
-        };
-        let left = clock::now().until(deadline);
-        if left.is_zero() {
-            return Err(PgError::Timeout("no time left for the query".into()));
-        }
-        // Server side, statement_timeout ends the statement; client side, the timeout
-        // below ends the wait even if the backend never answers (stopped, stuck in
-        // I/O). Then the cancel path: a cancel request, itself bounded.
-        let text = with_timeout(sql, left);
-        let answer = self
-            .rt
-            .block_on(async { tokio::time::timeout(left, c.simple_query(&text)).await });
-        match answer {
-            Ok(Ok(m)) => Ok(rows_of(m)),
-            Ok(Err(e)) => Err(PgError::Sql(format!("{}: {e}", first_words(sql)))),
-            Err(_) => Err(self.cancel_after(c, sql, left)),
-        }
+        self.queries(pm, sql, None, deadline).0
     }
 
     /// Two statements sent together, pipelined: one round trip for both (issue 13
     /// item 2: the probe's second query cost a tenth of a replica's CPU in its own
     /// wake-up). Each is its own simple query, so its own implicit transaction with
     /// its own `statement_timeout`, executed in order and answered apart: an error
-    /// in the second leaves the first's rows. Both bounded by the one deadline; an
-    /// error in either drops the connection (as `query_rows` does).
+    /// or a timeout in the second leaves the first's rows. Both bounded by the one
+    /// deadline; an error in either drops the connection (as `query_rows` does).
     fn query_pair(
         &mut self,
         pm: u32,
@@ -773,21 +765,27 @@ impl PgCtl {
         second: &str,
         deadline: Instant,
     ) -> (Result<Rows, PgError>, Result<Rows, PgError>) {
-        let r = self.query_pair_inner(pm, first, second, deadline);
-        if r.0.is_err() || r.1.is_err() {
+        let (a, b) = self.queries(pm, first, Some(second), deadline);
+        let b = b.unwrap_or_else(|| Err(PgError::Sql("not sent".into())));
+        if a.is_err() || b.is_err() {
             self.client = None;
         }
-        r
+        (a, b)
     }
 
-    fn query_pair_inner(
+    /// `first`, and `second` pipelined behind it, with `statement_timeout` set to
+    /// what is left of the deadline (server side, it ends a statement; client side,
+    /// the timeout ends the wait even if the backend never answers: stopped, stuck
+    /// in I/O; then a cancel request, itself bounded). Each answer is kept as it
+    /// arrives, so a second statement that hangs costs only its own result.
+    fn queries(
         &mut self,
         pm: u32,
         first: &str,
-        second: &str,
+        second: Option<&str>,
         deadline: Instant,
-    ) -> (Result<Rows, PgError>, Result<Rows, PgError>) {
-        let both = |e: PgError| (Err(e.clone()), Err(e));
+    ) -> (Result<Rows, PgError>, Option<Result<Rows, PgError>>) {
+        let both = |e: PgError| (Err(e.clone()), second.map(|_| Err(e)));
         if let Err(e) = self.client(pm, deadline) {
             return both(e);
         }
@@ -798,22 +796,49 @@ impl PgCtl {
         if left.is_zero() {
             return both(PgError::Timeout("no time left for the query".into()));
         }
-        let (t1, t2) = (with_timeout(first, left), with_timeout(second, left));
-        let answer = self.rt.block_on(async {
-            tokio::time::timeout(left, async {
-                tokio::join!(c.simple_query(&t1), c.simple_query(&t2))
+        let t1 = with_timeout(first, left);
+        let t2 = second.map(|s| with_timeout(s, left));
+        let (mut a, mut b) = (None, None);
+        // `join!` polls the first future first, and a simple query is sent on its
+        // first poll: the statements reach the server in order.
+        let timed_out = self
+            .rt
+            .block_on(async {
+                tokio::time::timeout(left, async {
+                    tokio::join!(async { a = Some(c.simple_query(&t1).await) }, async {
+                        if let Some(t2) = &t2 {
+                            b = Some(c.simple_query(t2).await);
+                        }
+                    })
+                })
+                .await
             })
-            .await
-        });
-        let one = |r: Result<Vec<tokio_postgres::SimpleQueryMessage>, tokio_postgres::Error>,
-                   sql: &str| {
-            r.map(rows_of)
-                .map_err(|e| PgError::Sql(format!("{}: {e}", first_words(sql))))
+            .is_err();
+        let answer = |r: Option<Result<_, tokio_postgres::Error>>, sql: &str| match r {
+            Some(Ok(m)) => Ok(rows_of(m)),
+            Some(Err(e)) => Err(PgError::Sql(format!("{}: {e}", first_words(sql)))),
+            None => Err(PgError::Timeout(format!(
+                "{}: no answer within {:.3} s",
+                first_words(sql),
+                left.as_secs_f64()
+            ))),
         };
-        match answer {
-            Ok((a, b)) => (one(a, first), one(b, second)),
-            Err(_) => both(self.cancel_after(c, first, left)),
+        if timed_out {
+            // The statement still running is the first unanswered one.
+            let hung = if a.is_none() {
+                first
+            } else {
+                second.unwrap_or(first)
+            };
+            let e = self.cancel_after(c, hung, left);
+            let a = if a.is_some() {
+                answer(a, first)
+            } else {
+                Err(e.clone())
+            };
+            return (a, second.map(|_| Err(e)));
         }
+        (answer(a, first), second.map(|s| answer(b, s)))
     }
 
     /// A query ran out of time: ask the server to cancel it (itself bounded) and
@@ -1214,12 +1239,6 @@ fn resolve_user(user: Option<&str>) -> Result<Option<RunAs>, PgError> {
     }))
 }
 
-/// `pg_control`'s `state` (a 4-byte `DBState` at offset 16, after the system
-/// identifier and two version words) says the cluster last ran as a primary:
-/// shut down (1), shutting down (3), in crash recovery (4) or in production (6).
-/// A standby reports 2 or 5. Combined with the absence of `standby.signal` (a fresh
-/// basebackup carries the primary's state but we write the signal at once), this
-/// tells a former primary whose WAL may have forked from the new leader's.
 /// The probe's read of the epoch row. As JSON, so a row written before the `lease`
 /// column existed still reads (its lease is NULL).
 const EPOCH_ROW: &str = "SELECT e.epoch::text, e.member, row_to_json(e)->>'lease' \
@@ -1263,6 +1282,12 @@ fn read_head(path: &Path, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
+/// `pg_control`'s `state` (a 4-byte `DBState` at offset 16, after the system
+/// identifier and two version words) says the cluster last ran as a primary:
+/// shut down (1), shutting down (3), in crash recovery (4) or in production (6).
+/// A standby reports 2 or 5. Combined with the absence of `standby.signal` (a fresh
+/// basebackup carries the primary's state but we write the signal at once), this
+/// tells a former primary whose WAL may have forked from the new leader's.
 fn was_primary(pg_control: &[u8]) -> bool {
     let Some(state) = pg_control.get(16..20) else {
         return false;
@@ -1572,45 +1597,61 @@ mod tests {
     }
 
     /// The held pidfd answers for the postmaster it was opened for; an exited one,
-    /// or one held for another pid, hands the question back to `/proc`.
+    /// or one held for another pid, hands the question back to `/proc`. The process
+    /// leaves the data directory after it was verified, so `/proc` would say no:
+    /// only the pidfd's answer says yes (the short path is taken, and it says
+    /// "running" for as long as the verified process lives).
     #[test]
     fn postmaster_pid_through_the_held_pidfd() {
         let (mut ctl, d) = scratch_ctl("pg-pidfd");
         fs::create_dir_all(&d).unwrap();
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .current_dir(&d)
-            .spawn()
+        let spawn = |script: &str| {
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .current_dir(&d)
+                .spawn()
+                .unwrap()
+        };
+        let in_dir = |pid: u32, want: bool| {
+            crate::testbed::wait_for(Duration::from_secs(5), Duration::from_millis(5), || {
+                (procs::cwd_is(pid, &d) == want).then_some(())
+            })
             .unwrap();
+        };
+        let mut child = spawn("sleep 0.3; cd /; exec sleep 30");
         let pid = child.id();
         fs::write(d.join("postmaster.pid"), format!("{pid}\n")).unwrap();
-        crate::testbed::wait_for(Duration::from_secs(2), Duration::from_millis(5), || {
-            procs::cwd_is(pid, &d).then_some(())
-        })
-        .unwrap();
+        in_dir(pid, true);
         assert_eq!(ctl.postmaster_pid(), Some(pid), "through /proc");
         let fd = procs::pidfd_of_verified(pid, &d).expect("verified");
         ctl.postmaster_fd = Some((pid, fd));
+        in_dir(pid, false);
         assert_eq!(ctl.postmaster_pid(), Some(pid), "through the pidfd");
+        let held = ctl.postmaster_fd.take();
+        assert_eq!(
+            ctl.postmaster_pid(),
+            None,
+            "through /proc: not in the directory"
+        );
+        ctl.postmaster_fd = held;
         child.kill().unwrap();
         // A zombie (not reaped yet) is no postmaster, by either path.
         crate::testbed::wait_for(Duration::from_secs(2), Duration::from_millis(5), || {
-            ctl.postmaster_pid().is_none().then_some(())
+            (procs::proc_state(pid) == Some('Z')).then_some(())
         })
-        .expect("an exited postmaster is not live");
+        .expect("a zombie");
+        assert_eq!(
+            ctl.postmaster_pid(),
+            None,
+            "an exited postmaster is not live"
+        );
         child.wait().unwrap();
         assert_eq!(ctl.postmaster_pid(), None, "reaped");
         // A pidfd held for another pid is not asked.
-        let mut other = std::process::Command::new("sleep")
-            .arg("30")
-            .current_dir(&d)
-            .spawn()
-            .unwrap();
+        let mut other = spawn("exec sleep 30");
         fs::write(d.join("postmaster.pid"), format!("{}\n", other.id())).unwrap();
-        crate::testbed::wait_for(Duration::from_secs(2), Duration::from_millis(5), || {
-            procs::cwd_is(other.id(), &d).then_some(())
-        })
-        .unwrap();
+        in_dir(other.id(), true);
         assert_eq!(ctl.postmaster_pid(), Some(other.id()));
         other.kill().unwrap();
         other.wait().unwrap();

@@ -579,7 +579,7 @@ mod tests {
             (pidfd_exited(&fd) == Some(true)).then_some(())
         })
         .expect("a killed process reads as exited");
-        assert!(!running(c.id()), "not reaped yet: a zombie");
+        assert_eq!(proc_state(c.id()), Some('Z'), "not reaped yet: a zombie");
         c.wait().unwrap();
         assert_eq!(pidfd_exited(&fd), Some(true), "reaped");
     }

@@ -19,6 +19,26 @@ use tenure::core::{Core, CoreConfig};
 use super::etcd::{Op, Resp};
 use super::world::{LogWhat, Payload, World};
 
+/// `TENURE_SIM_OLD_AGENTS` (finding L1): the even-numbered nodes run an agent older
+/// than the acquisition record (their acquire txn as `etcd::OldAgent` says; their
+/// decisions are still this core's). Its value lists words: `hidden` leaves their
+/// member keys without the mark (as before the capability: nothing tells them
+/// apart), `deletes` makes them delete a record alone (as before records carried
+/// marker fields). `1`: shown, rewriting. Returns the agent's txn and whether its
+/// member key shows it.
+pub fn old_agent(node: usize) -> Option<(super::etcd::OldAgent, bool)> {
+    let v = std::env::var("TENURE_SIM_OLD_AGENTS").ok()?;
+    if !node.is_multiple_of(2) || v.is_empty() || v == "0" {
+        return None;
+    }
+    Some((
+        super::etcd::OldAgent {
+            deletes: v.contains("deletes"),
+        },
+        !v.contains("hidden"),
+    ))
+}
+
 pub struct Cx {
     pub w: Rc<RefCell<World>>,
     pub node: usize,
@@ -374,6 +394,9 @@ pub async fn run(cx: Cx) {
                 leader_ttl_seen: core.leader_ttl_seen(),
                 pg_healthy: matches!(pg.role, PgRole::Primary | PgRole::Replica),
                 released: core.released_epoch(),
+                // Finding L1: an older agent's key lacks the capability, unless
+                // the mode hides it (the cluster as before the capability).
+                lacks_acquire_record: old_agent(cx.node).is_some_and(|(_, shown)| shown),
                 parse_error: None,
             };
             last_info = Some(info.clone());
@@ -587,6 +610,7 @@ pub async fn run(cx: Cx) {
                                 me: name.clone(),
                                 lease: id,
                                 release_rev,
+                                old: old_agent(cx.node).map(|(o, _)| o),
                             };
                             match cx.call(op, d).await {
                                 Ok(Resp::Created(Some(epoch))) => AcquireOutcome::Won {

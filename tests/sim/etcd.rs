@@ -29,6 +29,14 @@ pub enum Val {
     Acquired(AcquiredRecord, Option<ReleaseMarker>),
 }
 
+/// How an older agent's acquire txn treats `release` (`Op::CreateLeader::old`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OldAgent {
+    /// A record alone is garbage to it (records without marker fields, before
+    /// finding L1's fix): it deletes it.
+    pub deletes: bool,
+}
+
 #[derive(Clone, Debug)]
 pub struct Kv {
     pub val: Val,
@@ -67,6 +75,12 @@ pub enum Op {
         me: String,
         lease: LeaseId,
         release_rev: i64,
+        /// `TENURE_SIM_OLD_AGENTS`: the txn of an agent older than the record
+        /// (2d59b46, docs/design.md "What an agent older than the record does to
+        /// `release`"): no record; a marker it parses is rewritten taken by it, an
+        /// absent key left absent, and (only with `deletes`) a record alone deleted
+        /// as garbage, the form before records carried marker fields.
+        old: Option<OldAgent>,
     },
     ClaimInit {
         me: String,
@@ -311,6 +325,58 @@ impl Etcd {
                 me,
                 lease,
                 release_rev,
+                old: Some(old),
+            } => {
+                let rel = self.kv.get("release").map_or(0, |k| k.mod_rev);
+                if self.kv.contains_key("leader")
+                    || self.expired(*lease, now)
+                    || rel != *release_rev
+                {
+                    return Resp::Created(None);
+                }
+                let taken = |m: ReleaseMarker| ReleaseMarker {
+                    taken_by: Some(me.clone()),
+                    ..m
+                };
+                let write = match self.kv.get("release").map(|k| k.val.clone()) {
+                    None => None,
+                    Some(Val::Release(m) | Val::Acquired(_, Some(m))) => {
+                        Some(Some(Val::Release(taken(m))))
+                    }
+                    // The record's placeholder marker (epoch 0) parses for it.
+                    Some(Val::Acquired(a, None)) if !old.deletes => {
+                        Some(Some(Val::Release(taken(ReleaseMarker {
+                            epoch: 0,
+                            lsn: 0,
+                            timeline: 0,
+                            candidate: None,
+                            by: String::new(),
+                            taken_by: Some(a.by),
+                        }))))
+                    }
+                    Some(_) => Some(None),
+                };
+                let epoch = self.put("leader", Val::Name(me.clone()), *lease);
+                // One txn: one revision for all.
+                match write {
+                    None => {}
+                    Some(Some(v)) => {
+                        self.rev -= 1;
+                        self.put("release", v, 0);
+                    }
+                    Some(None) => {
+                        self.rev -= 1;
+                        self.delete("release");
+                    }
+                }
+                self.leader_changes.push((epoch, self.leader_key()));
+                Resp::Created(Some(epoch))
+            }
+            Op::CreateLeader {
+                me,
+                lease,
+                release_rev,
+                old: None,
             } => {
                 let rel = self.kv.get("release").map_or(0, |k| k.mod_rev);
                 if self.kv.contains_key("leader")
@@ -506,7 +572,9 @@ impl Etcd {
                     v.release_revision = kv.mod_rev;
                 }
                 (Val::Acquired(a, m), _) => {
-                    v.release = m.clone().map(Ok);
+                    // The placeholder marker a record carries when no marker was
+                    // read (epoch 0) is no marker (`handover::parse_release_key`).
+                    v.release = m.clone().filter(|m| m.epoch != 0).map(Ok);
                     v.release_acquired = Some(a.clone());
                     v.release_revision = kv.mod_rev;
                 }

@@ -361,7 +361,17 @@ pub fn check(
     } else {
         Duration::ZERO
     };
+    // `TENURE_SIM_OLD_AGENTS` with their member keys shown (finding L1): every win
+    // waits `ttl + R` counted from the win, after fresh positions published past
+    // the read that saw them (one more loop); member keys persist in the
+    // simulation, so every election of the run is a mixed-version one.
+    let mixed = if super::agent::old_agent(0).is_some_and(|(_, shown)| shown) {
+        sched.budget(None).early_expiry_delay + t.loop_wait
+    } else {
+        Duration::ZERO
+    };
     let printed = b.failover_worst
+        + mixed
         + if early {
             b.early_expiry_delay.max(adoption_delay)
         } else {
