@@ -180,6 +180,9 @@ struct Agent {
     history_recorded: Option<(u32, (u32, Lsn))>,
     /// Benchmarks' per-iteration trace (`TENURE_LOOP_TRACE`; off by default).
     trace: looptrace::LoopTrace,
+    /// Certificate expiry: the `notAfter`s `Config::load` read, and when the
+    /// alerts are due next (crate::certs).
+    certs: crate::certs::CertWatch,
 }
 
 /// Run the agent until a clean shutdown. Errors are start-up failures; once the loop
@@ -358,6 +361,7 @@ impl Agent {
             history_warned: None,
             history_recorded: None,
             trace: looptrace::LoopTrace::from_env(&cfg.name),
+            certs: crate::certs::CertWatch::new(&cfg.certs),
             config_path: config_path.to_path_buf(),
             cfg,
         })
@@ -565,6 +569,9 @@ impl Agent {
             }
             self.notify_after_iteration(&obs);
             self.check_iteration_budget(iteration_start, tick);
+            // Certificate expiry alerts when due: the stored notAfter and the clock
+            // already read, no I/O (crate::certs; said at start-up, reload, daily).
+            self.certs.check(real.as_secs() as i64);
             // The API's write intents deferred because a deadline was near.
             self.carry_out_intents();
             self.run_scheduled_restart();
@@ -902,6 +909,9 @@ impl Agent {
             .set_tls(api_tls, verify.unwrap_or_default(), new.api.read_auth);
         self.cfg.api.tls = new.api.tls;
         self.cfg.api.read_auth = new.api.read_auth;
+        // The certificates just read: gauge and alerts afresh (crate::certs).
+        self.certs = crate::certs::CertWatch::new(&new.certs);
+        self.status.cert_expiry = self.certs.gauges();
         self.hooks.set_config(new.hooks.clone());
         self.cfg.hooks = new.hooks;
         self.etcd_reloaded(new.etcd);

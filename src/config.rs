@@ -238,6 +238,9 @@ pub struct Config {
     pub agent: AgentConfig,
     /// `[ctl]`: how `tenure ctl` checks an https:// API.
     pub ctl: CtlConfig,
+    /// The `notAfter` of each certificate `load` read (API, etcd client, each
+    /// role's `sslcert`): `crate::certs` watches them. Empty after `parse` alone.
+    pub certs: Vec<crate::certs::CertExpiry>,
 }
 
 // ---------------------------------------------------------------------------
@@ -1187,35 +1190,50 @@ impl Config {
             file: path.to_path_buf(),
             error,
         })?;
-        let c = Config::parse(path, &text)?;
+        let mut c = Config::parse(path, &text)?;
+        // Each certificate's notAfter is kept from the check that reads its file
+        // (crate::certs): no second read, on the loop or anywhere.
+        let mut certs = Vec::new();
         // The etcd TLS files here, not in `parse`: they are files of their own,
         // and a reload (SIGHUP) with an expired or unreadable one is refused.
         if let Some(tls) = &c.etcd.tls {
-            check_tls_files(tls, crate::clock::realtime().as_secs() as i64).map_err(|problem| {
-                ConfigError::Key {
+            let not_after = check_tls_files(tls, crate::clock::realtime().as_secs() as i64)
+                .map_err(|problem| ConfigError::Key {
                     file: path.to_path_buf(),
                     key: "etcd".into(),
                     problem,
-                }
-            })?;
+                })?;
+            if let (Some(not_after), Some((file, _))) = (not_after, &tls.cert) {
+                certs.push(crate::certs::CertExpiry {
+                    role: crate::certs::CertRole::Etcd,
+                    file: file.clone(),
+                    not_after,
+                });
+            }
         }
         if let Some(tls) = &c.api.tls {
-            check_api_tls_files(tls, crate::clock::realtime().as_secs() as i64).map_err(
-                |problem| ConfigError::Key {
+            let not_after = check_api_tls_files(tls, crate::clock::realtime().as_secs() as i64)
+                .map_err(|problem| ConfigError::Key {
                     file: path.to_path_buf(),
                     key: "api".into(),
                     problem,
-                },
-            )?;
+                })?;
+            certs.push(crate::certs::CertExpiry {
+                role: crate::certs::CertRole::Api,
+                file: tls.certfile.clone(),
+                not_after,
+            });
         }
         // PostgreSQL's TLS files likewise, as its OS user will read them (issue 12).
-        pgssl::check_files(&c.postgresql, crate::clock::realtime().as_secs() as i64).map_err(
-            |(key, problem)| ConfigError::Key {
+        let pg_certs = pgssl::check_files(&c.postgresql, crate::clock::realtime().as_secs() as i64)
+            .map_err(|(key, problem)| ConfigError::Key {
                 file: path.to_path_buf(),
                 key,
                 problem,
-            },
-        )?;
+            })?;
+        certs.extend(pg_certs);
+        certs.sort_by_key(|e| e.role);
+        c.certs = certs;
         Ok(c)
     }
 
@@ -1762,6 +1780,7 @@ impl Config {
                 realtime_priority,
             },
             ctl,
+            certs: Vec::new(),
         })
     }
 

@@ -171,6 +171,16 @@ pub const TABLE: &[Kind] = &[
         severity: Severity::Warning,
         action: "Member `other` runs a tenure agent older than the acquisition record (mixed versions, a rolling upgrade): every failover waits ttl + R after the win and no clean hand-over skips it, and one older agent's acquisition may still go unseen. Finish the upgrade.",
     },
+    Kind {
+        name: "CERT_EXPIRING",
+        severity: Severity::Warning,
+        action: "A TLS certificate tenure uses (`cert`: api, etcd, replication or rewind) expires within 14 days (said at start-up, on reload and daily). Renew `file`, then reload (SIGHUP).",
+    },
+    Kind {
+        name: "CERT_EXPIRED",
+        severity: Severity::Err,
+        action: "A TLS certificate tenure uses is past its notAfter: its handshakes fail (the API's clients, etcd, libpq for replication or pg_rewind). Renew `file` now, then reload (SIGHUP).",
+    },
 ];
 
 /// An event with its fields. Build one, then [`emit`] it.
@@ -264,6 +274,20 @@ pub enum Event {
         other: String,
         version: String,
     },
+    /// A certificate's `notAfter` is 14 days away or less (crate::certs).
+    CertExpiring {
+        cert: &'static str,
+        file: String,
+        /// RFC 3339 UTC.
+        not_after: String,
+        days_left: i64,
+    },
+    /// A certificate is past its `notAfter` (crate::certs).
+    CertExpired {
+        cert: &'static str,
+        file: String,
+        not_after: String,
+    },
 }
 
 impl Event {
@@ -292,6 +316,8 @@ impl Event {
             Event::HookFailed { .. } => "HOOK_FAILED",
             Event::HookKilled { .. } => "HOOK_KILLED",
             Event::OlderAgent { .. } => "OLDER_AGENT",
+            Event::CertExpiring { .. } => "CERT_EXPIRING",
+            Event::CertExpired { .. } => "CERT_EXPIRED",
         }
     }
 
@@ -389,6 +415,26 @@ impl Event {
             Event::OlderAgent { other, version } => {
                 f.text("other", other);
                 f.text("version", version);
+            }
+            Event::CertExpiring {
+                cert,
+                file,
+                not_after,
+                days_left,
+            } => {
+                f.text("cert", cert);
+                f.text("file", file);
+                f.text("not_after", not_after);
+                f.num("days_left", *days_left);
+            }
+            Event::CertExpired {
+                cert,
+                file,
+                not_after,
+            } => {
+                f.text("cert", cert);
+                f.text("file", file);
+                f.text("not_after", not_after);
             }
         }
     }
@@ -566,6 +612,17 @@ mod tests {
             Event::OlderAgent {
                 other: "pg3".into(),
                 version: "0.1.0".into(),
+            },
+            Event::CertExpiring {
+                cert: "api",
+                file: "/etc/tenure/api.pem".into(),
+                not_after: "2026-01-01T00:00:00Z".into(),
+                days_left: 3,
+            },
+            Event::CertExpired {
+                cert: "etcd",
+                file: "/etc/tenure/etcd.pem".into(),
+                not_after: "2026-01-01T00:00:00Z".into(),
             },
         ]
     }

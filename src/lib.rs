@@ -2,6 +2,7 @@
 pub mod agent;
 pub mod alloc_count;
 pub mod api;
+pub mod certs;
 pub mod clock;
 pub mod config;
 pub mod core;

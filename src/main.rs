@@ -367,6 +367,8 @@ fn main_exec() -> Result<(), MainError> {
                 println!("warning: {w}");
             }
             print!("{}", budget_report(&config, &c));
+            let now = tenure::clock::realtime().as_secs() as i64;
+            print!("{}", tenure::certs::report(&c.certs, now));
             Ok(())
         }
         Command::Run { config } => {

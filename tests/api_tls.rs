@@ -392,10 +392,10 @@ fn now() -> i64 {
 fn bad_certificate_files_are_refused_naming_the_file() {
     let s = make_certs();
     std::fs::write(s.dir.join("junk.pem"), "not a certificate\n").unwrap();
-    assert_eq!(
-        check_api_tls_files(&tls_of(&s, "server.pem", "server.key"), now()),
-        Ok(())
-    );
+    // Valid: its notAfter, two days (`-days 2`) from when it was made.
+    let not_after = check_api_tls_files(&tls_of(&s, "server.pem", "server.key"), now())
+        .expect("a valid certificate");
+    assert!((not_after - now() - 2 * 86_400).abs() < 600, "{not_after}");
     let cases = [
         ("missing.pem", "server.key", "missing.pem", "cannot read"),
         ("junk.pem", "server.key", "junk.pem", "no PEM CERTIFICATE"),

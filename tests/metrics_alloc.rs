@@ -78,6 +78,8 @@ fn a_scrape_allocates_nothing_into_a_sized_buffer() {
     };
     s.metrics.etcd_endpoints = vec!["http://127.0.0.1:2379".into()];
     s.cluster.sync_standby = Some("pg2".into());
+    // Every certificate configured: the expiry gauge's four samples are rendered.
+    s.cert_expiry = tenure::certs::Gauges([Some(1_767_225_600); 4]);
     for ms in [1, 3, 40, 900] {
         s.metrics.renewal(true, Duration::from_millis(ms));
         s.metrics.loop_lateness.observe(Duration::from_millis(ms));
@@ -100,5 +102,8 @@ fn a_scrape_allocates_nothing_into_a_sized_buffer() {
     }
     let text = String::from_utf8(out).expect("UTF-8");
     assert!(text.contains("tenure_replication_lag_bytes{scope=\"demo\",name=\"pg2\"} 1000000\n"));
+    assert!(text.contains(
+        "tenure_tls_cert_expiry_timestamp_seconds{scope=\"demo\",name=\"pg2\",cert=\"rewind\"} 1767225600\n"
+    ));
     eprintln!("scrape of a replica: {} bytes with the head", text.len());
 }

@@ -133,6 +133,15 @@ fn set_api_tls(c: &TestCluster, base: &str, lines: &str) {
     std::fs::write(c.config_path(0), text).expect("write node config");
 }
 
+/// The `CERT_EXPIRING` lines of `log` for the API's certificate.
+fn expiring_said(log: &str) -> usize {
+    log.lines()
+        .filter(|l| {
+            l.contains("CERT_EXPIRING") && l.contains("cert=api") && l.contains("server.pem")
+        })
+        .count()
+}
+
 fn sighup(c: &TestCluster) {
     let pid = c.agent_pid(0).expect("agent runs");
     nix::sys::signal::kill(
@@ -194,6 +203,34 @@ fn real_api_over_tls_with_client_certificates_while_renewing() {
     );
     let (leader, epoch) = c.leader_key().expect("leader key");
     assert_eq!(leader, c.name(0));
+
+    // Certificate expiry (crate::certs): the API's certificate ends in two days
+    // (`-days 2`), so the start-up check says CERT_EXPIRING naming it, once, and
+    // /metrics shows its notAfter.
+    let der = Command::new("openssl")
+        .args(["x509", "-outform", "DER", "-in"])
+        .arg(certs.dir.join("server.pem"))
+        .output()
+        .expect("spawn openssl")
+        .stdout;
+    let not_after = tenure::certs::not_after(&der).expect("server.pem's notAfter");
+    assert_eq!(
+        expiring_said(&c.agent_log(0)),
+        1,
+        "at start-up{}",
+        c.logs_tail(40)
+    );
+    let (code, body) = curl(&c, &certs, "/metrics", &[]);
+    assert_eq!(code, 200, "{body}");
+    let gauge: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("tenure_tls_cert_expiry_timestamp_seconds{"))
+        .collect();
+    assert_eq!(gauge.len(), 1, "{gauge:?}");
+    assert!(
+        gauge[0].ends_with(&format!(",cert=\"api\"}} {not_after}")),
+        "{gauge:?}, notAfter {not_after}"
+    );
     let log_from = c.agent_log(0).len();
 
     // A flood of TLS handshakes from here on.
@@ -258,6 +295,7 @@ fn real_api_over_tls_with_client_certificates_while_renewing() {
 
     // SIGHUP to verify_client = "required": no client certificate, no handshake.
     set_api_tls(&c, &base, &tls_lines("required", "server.pem"));
+    let reload_from = c.agent_log(0).len();
     sighup(&c);
     let required = wait_for(Duration::from_secs(10), Duration::from_millis(200), || {
         (curl(&c, &certs, "/primary", &[]).0 == 0).then_some(())
@@ -268,6 +306,11 @@ fn real_api_over_tls_with_client_certificates_while_renewing() {
         curl(&c, &certs, "/primary", &[]),
         c.logs_tail(30)
     );
+    // The reload checked the certificate afresh: said again.
+    let again = wait_for(Duration::from_secs(10), Duration::from_millis(200), || {
+        (expiring_said(&c.agent_log(0)[reload_from..]) == 1).then_some(())
+    });
+    assert!(again.is_some(), "not said on reload{}", c.logs_tail(30));
     let (code, err) = curl(&c, &certs, "/primary", &[]);
     println!(
         "verify_client = required, no client certificate: {code} {}",
@@ -354,6 +397,33 @@ fn real_api_over_tls_with_client_certificates_while_renewing() {
         "leadership changed under TLS load"
     );
     c.check_agents().expect("agent alive");
+    // Said at start-up and after each good reload (SIGHUP or `tenure ctl reload`;
+    // two reloads before one iteration are one check), nothing between: daily,
+    // not per loop. The refused reload keeps the running certificates and their
+    // schedule.
+    let log = c.agent_log(0);
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            l.contains("CERT_EXPIRING")
+                || l.contains("SIGHUP: configuration reloaded from")
+                || l.contains("POST /reload: configuration reloaded from")
+        })
+        .collect();
+    let mut due = true; // start-up
+    for l in &said {
+        if l.contains("CERT_EXPIRING") {
+            assert!(
+                due,
+                "said without a start-up or reload before it: {said:#?}"
+            );
+            due = false;
+        } else {
+            due = true;
+        }
+    }
+    assert!(!due, "a reload was not followed by its check: {said:#?}");
+    assert!(expiring_said(&log) >= 2, "{said:#?}");
     println!(
         "TLS API: {handshakes} flood handshakes in {:.1} s, {} renewal ticks, worst gap \
          {worst:.3} s (bound {bound:.3} s)",

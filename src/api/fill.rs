@@ -40,6 +40,7 @@ pub fn initial(cfg: &Config) -> ApiStatus {
         ttl: cfg.timing.ttl,
         loop_wait: cfg.timing.loop_wait,
         primary_min_remaining: cfg.api.primary_min_remaining,
+        cert_expiry: crate::certs::Gauges::of(&cfg.certs),
         metrics: crate::metrics::Metrics {
             etcd_endpoints: cfg.etcd.endpoints.clone(),
             ..crate::metrics::Metrics::default()

@@ -367,6 +367,20 @@ pub fn render(s: &ApiStatus, out: &mut Vec<u8>) {
         "1 while the cluster is paused (maintenance mode).",
         b(s.pause),
     );
+    o.family(
+        "tenure_tls_cert_expiry_timestamp_seconds",
+        "gauge",
+        "notAfter (Unix seconds) of each TLS certificate tenure uses, read at start-up and reload: the API's own, the etcd client's, each PostgreSQL role's sslcert; absent when not configured.",
+    );
+    for role in crate::certs::CertRole::ALL {
+        if let Some(t) = s.cert_expiry.get(role) {
+            o.sample(
+                "tenure_tls_cert_expiry_timestamp_seconds",
+                &[("cert", Lv::S(role.name()))],
+                t as f64,
+            );
+        }
+    }
 
     // --- tenure: PostgreSQL ------------------------------------------------
     o.gauge(
@@ -838,5 +852,33 @@ mod tests {
         ] {
             assert_eq!(epoch_seconds(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn cert_expiry_gauge_per_configured_certificate() {
+        use crate::certs::{CertExpiry, CertRole, Gauges};
+        let mut s = primary();
+        let text = body(&s);
+        assert!(
+            samples(&text, "tenure_tls_cert_expiry_timestamp_seconds").is_empty(),
+            "no certificate configured: no sample"
+        );
+        let c = |role, not_after| CertExpiry {
+            role,
+            file: "/etc/x.pem".into(),
+            not_after,
+        };
+        s.cert_expiry = Gauges::of(&[
+            c(CertRole::Api, 1_767_225_600),
+            c(CertRole::Rewind, 2_524_608_000),
+        ]);
+        let text = body(&s);
+        assert_eq!(
+            samples(&text, "tenure_tls_cert_expiry_timestamp_seconds"),
+            [
+                "tenure_tls_cert_expiry_timestamp_seconds{scope=\"demo\",name=\"pg1\",cert=\"api\"} 1767225600",
+                "tenure_tls_cert_expiry_timestamp_seconds{scope=\"demo\",name=\"pg1\",cert=\"rewind\"} 2524608000",
+            ]
+        );
     }
 }

@@ -197,6 +197,8 @@ pub struct ApiStatus {
     pub lease_ttl: Option<u32>,
     /// The agent's counters and histograms (`GET /metrics`).
     pub metrics: crate::metrics::Metrics,
+    /// `notAfter` of each certificate tenure uses (`crate::certs`), for `/metrics`.
+    pub cert_expiry: crate::certs::Gauges,
 }
 
 impl ApiStatus {

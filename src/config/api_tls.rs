@@ -188,7 +188,8 @@ pub(super) fn parse_ctl(ctl: &Sect<'_>, api: Option<&ApiTls>) -> Result<CtlConfi
 /// The API's certificate files, at start-up and on every reload: readable, PEM,
 /// the key matching the certificate, the certificate valid at `now_unix` (seconds
 /// since the epoch), the CA bundle usable. The error names the key and the file.
-pub fn check_api_tls_files(tls: &ApiTls, now_unix: i64) -> Result<(), String> {
+/// `Ok`: the (leaf) certificate's `notAfter`, Unix seconds (`crate::certs`).
+pub fn check_api_tls_files(tls: &ApiTls, now_unix: i64) -> Result<i64, String> {
     crate::tls::server_config(
         &tls.certfile,
         &tls.keyfile,
@@ -197,25 +198,6 @@ pub fn check_api_tls_files(tls: &ApiTls, now_unix: i64) -> Result<(), String> {
     )?;
     let chain = crate::tls::read_certs(&tls.certfile, "[api] certfile")?;
     let first = chain.first().map(|c| c.as_ref()).unwrap_or(&[]);
-    match super::secrets::validity(first) {
-        None => Err(format!(
-            "[api] certfile {}: not an X.509 certificate tenure can read",
-            tls.certfile.display()
-        )),
-        Some((not_before, _)) if now_unix < not_before => Err(format!(
-            "[api] certfile {}: not valid yet (valid from {}; check the clock)",
-            tls.certfile.display(),
-            crate::clock::rfc3339_utc(std::time::Duration::from_secs(
-                u64::try_from(not_before).unwrap_or(0)
-            ))
-        )),
-        Some((_, not_after)) if now_unix > not_after => Err(format!(
-            "[api] certfile {}: expired at {} (not valid after it)",
-            tls.certfile.display(),
-            crate::clock::rfc3339_utc(std::time::Duration::from_secs(
-                u64::try_from(not_after).unwrap_or(0)
-            ))
-        )),
-        Some(_) => Ok(()),
-    }
+    super::secrets::check_validity(first, now_unix)
+        .map_err(|e| format!("[api] certfile {}: {e}", tls.certfile.display()))
 }

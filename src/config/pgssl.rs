@@ -402,15 +402,17 @@ fn reachable(path: &Path, r: &Reader, want: u32) -> Result<(), String> {
 }
 
 /// One file of kind `kind` as `r` would use it; `now_unix` for a certificate's
-/// validity. The error is the problem alone; the caller names key and path.
-fn check_file(path: &Path, kind: Kind, r: &Reader, now_unix: i64) -> Result<(), String> {
+/// validity. `Ok`: a client certificate's `notAfter` (`Kind::Cert`, the first
+/// block: the leaf libpq sends). The error is the problem alone; the caller names
+/// key and path.
+fn check_file(path: &Path, kind: Kind, r: &Reader, now_unix: i64) -> Result<Option<i64>, String> {
     // symlink_metadata would judge the link; libpq and the server follow it.
     let m = std::fs::metadata(path).map_err(|e| format!("cannot be read: {e}"))?;
     if kind == Kind::Dir {
         if !m.is_dir() {
             return Err("is not a directory".into());
         }
-        return reachable(path, r, 5);
+        return reachable(path, r, 5).map(|()| None);
     }
     if !m.is_file() {
         return Err("is not a regular file".into());
@@ -437,7 +439,7 @@ fn check_file(path: &Path, kind: Kind, r: &Reader, now_unix: i64) -> Result<(), 
                 return Err("no PEM CERTIFICATE block in it".into());
             };
             if kind == Kind::Cert {
-                super::secrets::check_validity(first, now_unix)?;
+                return super::secrets::check_validity(first, now_unix).map(Some);
             }
         }
         Kind::ClientKey | Kind::ServerKey => {
@@ -459,19 +461,24 @@ fn check_file(path: &Path, kind: Kind, r: &Reader, now_unix: i64) -> Result<(), 
         }
         Kind::Dir => {}
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Every TLS file `pg` names, as the PostgreSQL OS user would use it: readable
 /// through its directories, keys with the permissions libpq 15 (client) and the
 /// postmaster (server) accept, PEM with what it should hold, certificates valid
 /// at `now_unix`. `Err((key, problem))`, the key as the file spells it. Run at
-/// start-up, by `check-config` and at each reload.
-pub fn check_files(pg: &PgConfig, now_unix: i64) -> Result<(), (String, String)> {
-    let mut todo: Vec<(String, PathBuf, Kind)> = Vec::new();
-    for (role, ssl) in [
-        ("replication", &pg.replication_ssl),
-        ("rewind", &pg.rewind_ssl),
+/// start-up, by `check-config` and at each reload. `Ok`: each role's `sslcert`
+/// and its `notAfter` (`crate::certs` watches them).
+pub fn check_files(
+    pg: &PgConfig,
+    now_unix: i64,
+) -> Result<Vec<crate::certs::CertExpiry>, (String, String)> {
+    use crate::certs::{CertExpiry, CertRole};
+    let mut todo: Vec<(String, PathBuf, Kind, Option<CertRole>)> = Vec::new();
+    for (role, ssl, cert_role) in [
+        ("replication", &pg.replication_ssl, CertRole::Replication),
+        ("rewind", &pg.rewind_ssl, CertRole::Rewind),
     ] {
         for (k, p) in ssl.files() {
             let kind = match k {
@@ -482,7 +489,8 @@ pub fn check_files(pg: &PgConfig, now_unix: i64) -> Result<(), (String, String)>
                 _ => Kind::Dir,
             };
             let key = format!("postgresql.authentication.{role}.{k}");
-            todo.push((key, p.to_path_buf(), kind));
+            let watched = (kind == Kind::Cert).then_some(cert_role);
+            todo.push((key, p.to_path_buf(), kind, watched));
         }
     }
     if server_ssl_on(&pg.parameters) {
@@ -492,19 +500,28 @@ pub fn check_files(pg: &PgConfig, now_unix: i64) -> Result<(), (String, String)>
                     format!("postgresql.parameters.{k}"),
                     PathBuf::from(v),
                     *kind,
+                    None,
                 ));
             }
         }
     }
+    let mut certs = Vec::new();
     if todo.is_empty() {
-        return Ok(());
+        return Ok(certs);
     }
     let r = Reader::of(pg.user.as_deref()).map_err(|e| ("postgresql.user".to_string(), e))?;
-    for (key, path, kind) in todo {
-        check_file(&path, kind, &r, now_unix)
+    for (key, path, kind, watched) in todo {
+        let not_after = check_file(&path, kind, &r, now_unix)
             .map_err(|problem| (key, format!("{}: {problem}", path.display())))?;
+        if let (Some(role), Some(not_after)) = (watched, not_after) {
+            certs.push(CertExpiry {
+                role,
+                file: path,
+                not_after,
+            });
+        }
     }
-    Ok(())
+    Ok(certs)
 }
 
 #[cfg(test)]

@@ -262,7 +262,9 @@ pub(super) fn syntax_message(e: &toml::de::Error, text: &str) -> String {
 /// the client certificate valid at `now_unix` (seconds since the epoch). The error
 /// names the file and the cause. Run at start-up, at each reload, and before each
 /// (re)connect: certificates renewed on disk are picked up by the next connection.
-pub fn check_tls_files(tls: &EtcdTls, now_unix: i64) -> Result<(), String> {
+/// `Ok`: the client certificate's `notAfter` (Unix seconds), if one is configured
+/// (`crate::certs` watches it).
+pub fn check_tls_files(tls: &EtcdTls, now_unix: i64) -> Result<Option<i64>, String> {
     let ca = read_pem(&tls.cacert, "CERTIFICATE")?;
     if ca.is_empty() {
         return Err(format!(
@@ -278,7 +280,7 @@ pub fn check_tls_files(tls: &EtcdTls, now_unix: i64) -> Result<(), String> {
                 cert.display()
             ));
         };
-        check_validity(first, now_unix)
+        let not_after = check_validity(first, now_unix)
             .map_err(|e| format!("etcd cert {}: {e}", cert.display()))?;
         let text = std::fs::read_to_string(key)
             .map_err(|e| format!("etcd key {}: cannot read: {e}", key.display()))?;
@@ -288,28 +290,29 @@ pub fn check_tls_files(tls: &EtcdTls, now_unix: i64) -> Result<(), String> {
                 key.display()
             ));
         }
+        return Ok(Some(not_after));
     }
-    Ok(())
+    Ok(None)
 }
 
-/// Whether the DER certificate `cert` is valid at `now_unix`; the problem otherwise
-/// (the caller names the file).
-pub(super) fn check_validity(cert: &[u8], now_unix: i64) -> Result<(), String> {
-    match validity(cert) {
-        None => Err("not an X.509 certificate tenure can read".into()),
-        Some((not_before, _)) if now_unix < not_before => Err(format!(
+/// Whether the DER certificate `cert` is valid at `now_unix`: its `notAfter` (Unix
+/// seconds) if so, the problem otherwise (the caller names the file).
+pub(super) fn check_validity(cert: &[u8], now_unix: i64) -> Result<i64, String> {
+    match crate::certs::validity(cert) {
+        Err(e) => Err(format!("not an X.509 certificate tenure can read: {e}")),
+        Ok((not_before, _)) if now_unix < not_before => Err(format!(
             "not valid yet (valid from {}; check the clock)",
             crate::clock::rfc3339_utc(std::time::Duration::from_secs(
                 u64::try_from(not_before).unwrap_or(0)
             ))
         )),
-        Some((_, not_after)) if now_unix > not_after => Err(format!(
+        Ok((_, not_after)) if now_unix > not_after => Err(format!(
             "expired at {} (not valid after it)",
             crate::clock::rfc3339_utc(std::time::Duration::from_secs(
                 u64::try_from(not_after).unwrap_or(0)
             ))
         )),
-        Some(_) => Ok(()),
+        Ok((_, not_after)) => Ok(not_after),
     }
 }
 
@@ -340,105 +343,6 @@ pub(super) fn pem_blocks(text: &str, label: &str) -> Result<Vec<Vec<u8>>, String
         rest = &after[j + end.len()..];
     }
     Ok(out)
-}
-
-/// One DER element: (tag, content, rest).
-fn der(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, b) = b.split_first()?;
-    let (&l0, mut b) = b.split_first()?;
-    let len = if l0 < 0x80 {
-        usize::from(l0)
-    } else {
-        let n = usize::from(l0 & 0x7f);
-        if n == 0 || n > 4 || b.len() < n {
-            return None;
-        }
-        let mut len = 0usize;
-        for &x in &b[..n] {
-            len = (len << 8) | usize::from(x);
-        }
-        b = &b[n..];
-        len
-    };
-    if b.len() < len {
-        return None;
-    }
-    Some((tag, &b[..len], &b[len..]))
-}
-
-/// `(notBefore, notAfter)` of a DER certificate, as Unix seconds. Certificate ::=
-/// SEQUENCE { tbs SEQUENCE { [0] version OPTIONAL, serial, signature algorithm,
-/// issuer, validity SEQUENCE { notBefore, notAfter }, ... } ... }.
-pub fn validity(cert: &[u8]) -> Option<(i64, i64)> {
-    let (0x30, c, _) = der(cert)? else {
-        return None;
-    };
-    let (0x30, tbs, _) = der(c)? else {
-        return None;
-    };
-    let mut rest = tbs;
-    let (tag, _, r) = der(rest)?;
-    if tag == 0xa0 {
-        rest = r; // explicit version
-    }
-    for _ in 0..3 {
-        let (_, _, r) = der(rest)?; // serial, signature, issuer
-        rest = r;
-    }
-    let (0x30, v, _) = der(rest)? else {
-        return None;
-    };
-    let (t1, nb, r) = der(v)?;
-    let (t2, na, _) = der(r)?;
-    Some((asn1_time(t1, nb)?, asn1_time(t2, na)?))
-}
-
-/// UTCTime (0x17, YYMMDDHHMMSSZ) or GeneralizedTime (0x18, YYYYMMDDHHMMSSZ).
-fn asn1_time(tag: u8, s: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(s).ok()?.strip_suffix('Z')?;
-    let (year, rest) = match tag {
-        0x17 if s.len() == 12 => {
-            let yy: i64 = s[..2].parse().ok()?;
-            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, &s[2..])
-        }
-        0x18 if s.len() == 14 => (s[..4].parse().ok()?, &s[4..]),
-        _ => return None,
-    };
-    let n = |i: usize| -> Option<i64> { rest.get(i..i + 2)?.parse().ok() };
-    let (mo, d, h, mi, se) = (n(0)?, n(2)?, n(4)?, n(6)?, n(8)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) {
-        return None;
-    }
-    // Days from civil (Howard Hinnant's algorithm).
-    let y = if mo <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + h * 3600 + mi * 60 + se)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn asn1_times() {
-        assert_eq!(asn1_time(0x17, b"700101000000Z"), Some(0));
-        assert_eq!(asn1_time(0x18, b"20260101000000Z"), Some(1_767_225_600));
-        assert_eq!(asn1_time(0x17, b"260101000000Z"), Some(1_767_225_600));
-        assert_eq!(asn1_time(0x17, b"26010100000Z"), None);
-        assert_eq!(asn1_time(0x18, b"20261301000000Z"), None);
-    }
-
-    #[test]
-    fn validity_of_garbage_is_none() {
-        assert_eq!(validity(&[]), None);
-        assert_eq!(validity(&[0x30, 0x82, 0xff]), None);
-        assert_eq!(validity(&[0x30, 0x03, 0x02, 0x01, 0x01]), None);
-    }
 }
 
 /// Config-level tests of the secrets and `[etcd]` security keys (issue 12).

@@ -1,0 +1,263 @@
+//! Certificate expiry (crate::certs), with real certificates made by Debian's
+//! `openssl` in a scratch directory and no etcd or PostgreSQL: the hand-written
+//! DER walk reads `notAfter` as openssl itself prints it (UTCTime and, past 2049,
+//! GeneralizedTime; EC and RSA keys); every truncation and every one-byte change
+//! of a real certificate, and random bytes, give an answer and never a panic; and
+//! `Config::load` keeps the `notAfter` of the API's certificate, the etcd client's
+//! and each PostgreSQL role's `sslcert` from the reads it already makes.
+
+#[path = "support/certs.rs"]
+mod certs;
+#[path = "support/node_config.rs"]
+mod node_config;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use tenure::certs::{CertRole, not_after, validity};
+use tenure::config::Config;
+
+use certs::Scratch;
+
+/// The DER of the first certificate of the PEM file `path`.
+fn der_of(path: &Path) -> Vec<u8> {
+    let out = Command::new("openssl")
+        .args(["x509", "-outform", "DER", "-in"])
+        .arg(path)
+        .output()
+        .expect("spawn openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// What openssl says a certificate's `notBefore`/`notAfter` are, as RFC 3339
+/// (`-dateopt iso_8601` prints `2049-12-31 23:59:59Z`).
+fn openssl_dates(path: &Path) -> (String, String) {
+    let out = Command::new("openssl")
+        .args([
+            "x509",
+            "-noout",
+            "-startdate",
+            "-enddate",
+            "-dateopt",
+            "iso_8601",
+            "-in",
+        ])
+        .arg(path)
+        .output()
+        .expect("spawn openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf8");
+    let field = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap_or_else(|| panic!("{k} in {text}"))
+            .replace(' ', "T")
+    };
+    (field("notBefore="), field("notAfter="))
+}
+
+fn rfc3339(unix: i64) -> String {
+    tenure::clock::rfc3339_utc(Duration::from_secs(
+        u64::try_from(unix).expect("after 1970"),
+    ))
+}
+
+/// A self-signed certificate `name`.pem valid `days` days (EC P-256 or RSA).
+fn self_signed(s: &Scratch, name: &str, days: u32, rsa: bool) -> std::path::PathBuf {
+    let key = format!("{name}.key");
+    let pem = format!("{name}.pem");
+    let days = days.to_string();
+    let subj = format!("/CN={name}");
+    let mut args = vec!["openssl", "req", "-x509", "-nodes"];
+    if rsa {
+        args.extend(["-newkey", "rsa:2048"]);
+    } else {
+        args.extend(["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]);
+    }
+    args.extend([
+        "-keyout", &key, "-out", &pem, "-days", &days, "-subj", &subj,
+    ]);
+    certs::sh(&s.dir, &args);
+    s.dir.join(pem)
+}
+
+#[test]
+fn not_after_is_what_openssl_says() {
+    let s = Scratch::new("cert-expiry-dates");
+    let mut cases = vec![
+        self_signed(&s, "ec30", 30, false),
+        self_signed(&s, "rsa1", 1, true),
+        // Past 2049: notAfter is a GeneralizedTime (RFC 5280 §4.1.2.5).
+        self_signed(&s, "ec10000", 10_000, false),
+    ];
+    // A CA-signed one with explicit dates (a version-3 certificate with
+    // extensions, notAfter 2020-01-02T00:00:00Z).
+    certs::ca(&s.dir, "ca");
+    certs::sign_expired(&s.dir, "old", "old");
+    cases.push(s.dir.join("old.pem"));
+    let mut kinds = Vec::new();
+    for pem in &cases {
+        let der = der_of(pem);
+        let (nb, na) = validity(&der).unwrap_or_else(|e| panic!("{}: {e}", pem.display()));
+        assert_eq!(
+            (rfc3339(nb), rfc3339(na)),
+            openssl_dates(pem),
+            "{}",
+            pem.display()
+        );
+        assert_eq!(not_after(&der), Ok(na));
+        kinds.push(na);
+    }
+    assert_eq!(kinds[3], 1_577_923_200, "2020-01-02T00:00:00Z");
+    assert!(
+        kinds[2] > 2_524_608_000,
+        "the 10,000-day one ends after 2049"
+    );
+    // -days N: N days after notBefore, to the second.
+    let der = der_of(&cases[0]);
+    let (nb, na) = validity(&der).expect("valid");
+    assert_eq!(na - nb, 30 * 86_400);
+}
+
+#[test]
+fn truncated_or_corrupted_certificates_never_panic() {
+    let s = Scratch::new("cert-expiry-fuzz");
+    let der = der_of(&self_signed(&s, "f", 30, true));
+    let good = not_after(&der).expect("valid");
+    // Every proper prefix is an error that names what is wrong.
+    for n in 0..der.len() {
+        let e = not_after(&der[..n]).expect_err("a truncated certificate");
+        assert!(!e.to_string().is_empty());
+    }
+    // Every byte changed (three ways): an answer, never a panic.
+    let mut changed = der.clone();
+    for i in 0..der.len() {
+        for x in [0x00, 0xff, der[i] ^ 0x80] {
+            changed[i] = x;
+            let _ = not_after(&changed);
+        }
+        changed[i] = der[i];
+    }
+    // A change past the validity (in the signature) leaves notAfter as it was.
+    let last = der.len() - 1;
+    changed[last] ^= 0xff;
+    assert_eq!(not_after(&changed), Ok(good));
+    // Random bytes, and random bytes behind a plausible header (xorshift, fixed
+    // seed: the same inputs every run).
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut buf = vec![0u8; 512];
+    for round in 0..20_000 {
+        let len = (next() % 512) as usize;
+        for b in &mut buf[..len] {
+            *b = next() as u8;
+        }
+        if round % 2 == 0 && len >= 8 {
+            // SEQUENCE / SEQUENCE headers, so the walk goes deeper.
+            buf[..8].copy_from_slice(&[0x30, 0x82, 0x01, 0xf0, 0x30, 0x82, 0x01, 0xe0]);
+        }
+        let _ = not_after(&buf[..len]);
+    }
+}
+
+#[test]
+fn config_load_keeps_each_certificates_not_after() {
+    let s = Scratch::new("cert-expiry-config");
+    certs::ca(&s.dir, "ca");
+    certs::sign(
+        &s.dir,
+        "server",
+        "127.0.0.1",
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    certs::sign(&s.dir, "etcd", "pg1", "extendedKeyUsage=clientAuth\n");
+    certs::sign(
+        &s.dir,
+        "repl",
+        "replicator",
+        "extendedKeyUsage=clientAuth\n",
+    );
+    for k in ["etcd.key", "repl.key"] {
+        std::fs::set_permissions(
+            s.dir.join(k),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .expect("chmod");
+    }
+    let api = format!(
+        "certfile = \"{}\"\nkeyfile = \"{}\"\n",
+        s.p("server.pem"),
+        s.p("server.key")
+    );
+    let text = node_config::node_config(&s.dir, "t", "https://127.0.0.1:2379", &api)
+        .replace(
+            "[timing]",
+            &format!(
+                "cacert = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n[timing]",
+                s.p("ca.pem"),
+                s.p("etcd.pem"),
+                s.p("etcd.key")
+            ),
+        )
+        .replace(
+            "password = \"b\"",
+            &format!(
+                "password = \"b\"\nsslmode = \"verify-full\"\nsslrootcert = \"{}\"\nsslcert = \"{}\"\nsslkey = \"{}\"",
+                s.p("ca.pem"),
+                s.p("repl.pem"),
+                s.p("repl.key")
+            ),
+        );
+    let path = s.dir.join("node.toml");
+    std::fs::write(&path, text).expect("write");
+    let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let got: Vec<(CertRole, String, i64)> = c
+        .certs
+        .iter()
+        .map(|e| (e.role, e.file.display().to_string(), e.not_after))
+        .collect();
+    let want = |role, f: &str| (role, s.p(f), not_after(&der_of(&s.dir.join(f))).expect(f));
+    assert_eq!(
+        got,
+        [
+            want(CertRole::Api, "server.pem"),
+            want(CertRole::Etcd, "etcd.pem"),
+            want(CertRole::Replication, "repl.pem"),
+        ]
+    );
+    // And `check-config` prints them.
+    let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .expect("run tenure");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let na = rfc3339(got[1].2);
+    assert!(
+        stdout.contains("certificates (notAfter):")
+            && stdout.contains(&format!("etcd         {na}  "))
+            && stdout.contains("days left (warned about: 14 days or less)")
+            && stdout.contains(&s.p("repl.pem")),
+        "{stdout}"
+    );
+}
