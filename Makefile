@@ -16,7 +16,7 @@ TENURE    := target/debug/tenure
 # dpkg-dev (dpkg-shlibdeps), rpm (rpmbuild), lintian, systemd (systemd-analyze,
 # systemd-sysusers), binutils (strip): `make deb`/`make rpm` and tests/real_package.rs;
 # curl: tests/real_api_tls.rs (an https client that is not ours).
-DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler libprotobuf-dev iproute2 nftables haproxy fuse3 dpkg-dev rpm lintian systemd binutils curl
+DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler libprotobuf-dev iproute2 nftables haproxy fuse3 dpkg-dev rpm lintian systemd binutils curl openssl
 # The version the packages carry: Cargo.toml's (build-*.sh check the binary says it).
 VERSION   := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 PACKAGES  := target/packages
