@@ -169,7 +169,7 @@ pub const TABLE: &[Kind] = &[
     Kind {
         name: "OLDER_AGENT",
         severity: Severity::Warning,
-        action: "Member `other` runs a tenure agent older than the acquisition record (mixed versions, a rolling upgrade): every failover waits ttl + R after the win and no clean hand-over skips it, and one older agent's acquisition may still go unseen. Finish the upgrade.",
+        action: "Member `other` runs a tenure agent older than the acquisition record (mixed versions, a rolling upgrade), or its member key was not written by a tenure agent (not a JSON object, or written by hand): every failover waits ttl + R after the win and no clean hand-over skips it, and one older agent's acquisition may still go unseen. Finish the upgrade, or delete a member key no agent wrote.",
     },
     Kind {
         name: "CERT_EXPIRING",
