@@ -281,3 +281,34 @@ fn an_older_agents_rewrite_of_our_record_is_a_missed_leadership() {
         p.reason
     );
 }
+
+/// The read that first shows an older agent during a vacancy makes every position
+/// published before it stale (DESIGN §3a; review of the merge, L5): an unseen older
+/// leadership's DELETE may come after them, so the candidate waits for positions
+/// published past that read instead of acquiring on them. With every member of this
+/// version the same read acquires at once (the control).
+#[test]
+fn beside_an_older_agent_positions_must_postdate_the_read_that_showed_it() {
+    for older in [false, true] {
+        let mut c = follower(older);
+        let mut o = obs(
+            view(14, None, members_at(older, 13)),
+            pg(PgRole::Replica, 1000, None),
+        );
+        o.leader_deleted_at = Some(t(103.2));
+        o.leader_deleted_revision = Some(11);
+        o.leader_changes = vec![deleted(103.2, 11)];
+        o.lease_poll = poll(0xA, 104.05, None);
+        let p = c.step(t(104.1), &o);
+        if older {
+            assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+            assert!(
+                p.reason.to_string().contains("fresh position"),
+                "{}",
+                p.reason
+            );
+        } else {
+            assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+        }
+    }
+}
