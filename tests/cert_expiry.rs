@@ -20,10 +20,12 @@ use tenure::config::Config;
 
 use certs::Scratch;
 
-/// The DER of the first certificate of the PEM file `path`.
-fn der_of(path: &Path) -> Vec<u8> {
+/// `openssl x509 <args> -in <path>`'s output; a failure fails the test.
+fn x509(args: &[&str], path: &Path) -> Vec<u8> {
     let out = Command::new("openssl")
-        .args(["x509", "-outform", "DER", "-in"])
+        .arg("x509")
+        .args(args)
+        .arg("-in")
         .arg(path)
         .output()
         .expect("spawn openssl");
@@ -35,28 +37,19 @@ fn der_of(path: &Path) -> Vec<u8> {
     out.stdout
 }
 
+/// The DER of the first certificate of the PEM file `path`.
+fn der_of(path: &Path) -> Vec<u8> {
+    x509(&["-outform", "DER"], path)
+}
+
 /// What openssl says a certificate's `notBefore`/`notAfter` are, as RFC 3339
 /// (`-dateopt iso_8601` prints `2049-12-31 23:59:59Z`).
 fn openssl_dates(path: &Path) -> (String, String) {
-    let out = Command::new("openssl")
-        .args([
-            "x509",
-            "-noout",
-            "-startdate",
-            "-enddate",
-            "-dateopt",
-            "iso_8601",
-            "-in",
-        ])
-        .arg(path)
-        .output()
-        .expect("spawn openssl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = x509(
+        &["-noout", "-startdate", "-enddate", "-dateopt", "iso_8601"],
+        path,
     );
-    let text = String::from_utf8(out.stdout).expect("utf8");
+    let text = String::from_utf8(out).expect("utf8");
     let field = |k: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(k))

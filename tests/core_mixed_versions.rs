@@ -69,15 +69,7 @@ fn vacancy_read_at(
     deleted_at: f64,
     rel: impl Fn(ClusterView) -> ClusterView,
 ) -> Plan {
-    let mut o = obs(
-        rel(view(14, None, members_at(older, 13))),
-        pg(PgRole::Replica, 1000, None),
-    );
-    o.leader_deleted_at = Some(t(deleted_at));
-    o.leader_deleted_revision = Some(11);
-    o.leader_changes = vec![deleted(deleted_at, 11)];
-    o.lease_poll = poll(0xA, 104.05, None);
-    let p = c.step(t(104.1), &o);
+    let p = first_vacancy_read(c, older, deleted_at, &rel);
     if !p.reason.to_string().contains("fresh position") {
         return p;
     }
@@ -89,6 +81,24 @@ fn vacancy_read_at(
             pg(PgRole::Replica, 1000, None),
         ),
     )
+}
+
+/// The first step of [`vacancy_read_at`]: the read at 104.1 s (revision 14).
+fn first_vacancy_read(
+    c: &mut Core,
+    older: bool,
+    deleted_at: f64,
+    rel: impl Fn(ClusterView) -> ClusterView,
+) -> Plan {
+    let mut o = obs(
+        rel(view(14, None, members_at(older, 13))),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.leader_deleted_at = Some(t(deleted_at));
+    o.leader_deleted_revision = Some(11);
+    o.leader_changes = vec![deleted(deleted_at, 11)];
+    o.lease_poll = poll(0xA, 104.05, None);
+    c.step(t(104.1), &o)
 }
 
 /// pg2's acquire txn answers "won" (epoch 21, lease 0xB); the step at `at` sees it
@@ -291,15 +301,7 @@ fn an_older_agents_rewrite_of_our_record_is_a_missed_leadership() {
 fn beside_an_older_agent_positions_must_postdate_the_read_that_showed_it() {
     for older in [false, true] {
         let mut c = follower(older);
-        let mut o = obs(
-            view(14, None, members_at(older, 13)),
-            pg(PgRole::Replica, 1000, None),
-        );
-        o.leader_deleted_at = Some(t(103.2));
-        o.leader_deleted_revision = Some(11);
-        o.leader_changes = vec![deleted(103.2, 11)];
-        o.lease_poll = poll(0xA, 104.05, None);
-        let p = c.step(t(104.1), &o);
+        let p = first_vacancy_read(&mut c, older, 103.2, |v| v);
         if older {
             assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
             assert!(

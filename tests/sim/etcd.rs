@@ -190,6 +190,13 @@ impl Etcd {
         }
     }
 
+    /// An acquire txn's compares, whichever agent sends it: no leader key, the
+    /// candidate's lease alive, `release` at the revision the candidate read.
+    fn acquire_compares(&self, lease: i64, release_rev: i64, now: Instant) -> bool {
+        let rel = self.kv.get("release").map_or(0, |k| k.mod_rev);
+        !self.kv.contains_key("leader") && !self.expired(lease, now) && rel == release_rev
+    }
+
     fn expired(&self, id: LeaseId, now: Instant) -> bool {
         self.leases.get(&id).is_none_or(|l| l.expiry <= now)
     }
@@ -327,11 +334,7 @@ impl Etcd {
                 release_rev,
                 old: Some(old),
             } => {
-                let rel = self.kv.get("release").map_or(0, |k| k.mod_rev);
-                if self.kv.contains_key("leader")
-                    || self.expired(*lease, now)
-                    || rel != *release_rev
-                {
+                if !self.acquire_compares(*lease, *release_rev, now) {
                     return Resp::Created(None);
                 }
                 let taken = |m: ReleaseMarker| ReleaseMarker {
@@ -378,11 +381,7 @@ impl Etcd {
                 release_rev,
                 old: None,
             } => {
-                let rel = self.kv.get("release").map_or(0, |k| k.mod_rev);
-                if self.kv.contains_key("leader")
-                    || self.expired(*lease, now)
-                    || rel != *release_rev
-                {
+                if !self.acquire_compares(*lease, *release_rev, now) {
                     return Resp::Created(None);
                 }
                 let taken = match self.kv.get("release").map(|k| k.val.clone()) {
