@@ -104,7 +104,9 @@ soak-real: deps
 # etcd_fleet (issue 13 item 5): TENURE_BENCH_FLEET_STEPS (3,30,...,2880 agents),
 # TENURE_BENCH_FLEET_SECONDS (20), TENURE_BENCH_FLEET_PATTERNS (today,watchview),
 # TENURE_BENCH_FLEET_LOOP_MS (500), TENURE_BENCH_FLEET_BUDGET (540 s for the run).
-BENCHES := core_step renewal agent_footprint failover switchover failover_dist loop_stress etcd_fleet
+# lease_poll_transport (issue 13 item 2): TENURE_BENCH_POLLS (1000),
+# TENURE_BENCH_POLL_GAP_MS (20), TENURE_BENCH_ROUNDS (2); about 3 minutes.
+BENCHES := core_step renewal agent_footprint failover switchover failover_dist loop_stress etcd_fleet lease_poll_transport
 # Debian packages only the benchmarks need (not `make test`, not DEB_PACKAGES):
 # stress-ng loads the host for loop_stress.
 BENCH_PACKAGES := stress-ng

@@ -66,25 +66,6 @@ struct Sample {
     run_ns: u64,
 }
 
-fn run_ns(pid: u32) -> Result<u64, String> {
-    let dir = format!("/proc/{pid}/task");
-    let mut total = 0;
-    for e in std::fs::read_dir(&dir).map_err(|e| format!("{dir}: {e}"))? {
-        let path = e
-            .map_err(|e| format!("{dir}: {e}"))?
-            .path()
-            .join("schedstat");
-        let text =
-            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        total += text
-            .split_whitespace()
-            .next()
-            .and_then(|n| n.parse::<u64>().ok())
-            .ok_or_else(|| format!("{}: no run time", path.display()))?;
-    }
-    Ok(total)
-}
-
 fn sample(pid: u32) -> Result<Sample, String> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
@@ -117,7 +98,7 @@ fn sample(pid: u32) -> Result<Sample, String> {
         hwm_kb: field("VmHWM:")?,
         threads: field("Threads:")?,
         cpu_ticks: num(11)? + num(12)?,
-        run_ns: run_ns(pid)?,
+        run_ns: harness::run_ns(pid)?,
     })
 }
 

@@ -1,0 +1,423 @@
+//! Benchmark: what one replica's lease poll (DESIGN §1 step 4, `LeaseTimeToLive(lease,
+//! keys)` once a loop) costs in CPU, the agent's and etcd's, through three transports
+//! (issue 13 item 2: is the 2 s/h target reachable with the crates we use?).
+//!
+//! - `etcd-client`: the agent's own call, `Etcd::lease_ttl` (etcd-client over tonic:
+//!   tower's balance and buffer layers, hyper, h2, prost).
+//! - `h2 direct`: the same gRPC request written by hand (a 5-byte gRPC frame header
+//!   and two protobuf fields) and sent through the `h2` crate alone on one
+//!   connection, on the same current-thread runtime. What a leaner etcd client that
+//!   keeps HTTP/2 could reach.
+//! - `HTTP/1.1 gateway`: etcd's JSON gateway (`POST /v3/lease/timetolive`) on a
+//!   blocking socket, no runtime at all. What the smallest client could reach, at a
+//!   price etcd pays (the gateway calls etcd's own gRPC server).
+//!
+//! Each transport polls a live lease `TENURE_BENCH_POLLS` times (default 1000), one
+//! every `TENURE_BENCH_POLL_GAP_MS` (default 20 ms: an idle gap between polls, as in
+//! the agent's loop), in rounds that alternate the transports (`TENURE_BENCH_ROUNDS`,
+//! default 2), against a real 3-member etcd on loopback. CPU is the scheduler's run
+//! time (`/proc/<pid>/task/*/schedstat`) of this process and of all three etcd
+//! members over the polls, divided by the number of polls; etcd's idle work (Raft
+//! heartbeats, the lease checkpoints) is measured over an idle window of the same
+//! length and reported beside it. Loopback TCP is processed in the sender's context,
+//! so both sides' figures include their kernel's share. Fails only when a poll
+//! errs or answers a TTL that is not the live lease's.
+
+#[path = "harness.rs"]
+mod harness;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant as StdInstant};
+
+use harness::Table;
+use tenure::clock;
+use tenure::dcs::Etcd;
+use tenure::testbed::etcd::EtcdCluster;
+use tenure::testbed::scratch_dir;
+
+const PREFIX: &str = "/service/bench/";
+const CALL_LIMIT: Duration = Duration::from_secs(2);
+/// The lease's TTL: long enough that no poll of a run sees it run out.
+const TTL: i64 = 600;
+
+fn fail(why: &str) -> ! {
+    eprintln!("lease_poll_transport: broken benchmark: {why}");
+    std::process::exit(1);
+}
+
+fn main() {
+    println!(
+        "lease_poll_transport: CPU of one lease poll by transport ({})",
+        harness::machine_line()
+    );
+    if !std::path::Path::new("/usr/bin/etcd").is_file() {
+        println!("lease_poll_transport: SKIPPED: /usr/bin/etcd not found (run `make deps`)");
+        return;
+    }
+    let dir = match scratch_dir("bench-lease-poll") {
+        Ok(d) => d,
+        Err(e) => fail(&format!("scratch dir: {e}")),
+    };
+    let result = run(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = result {
+        fail(&e);
+    }
+}
+
+/// The hand-written gRPC request: `LeaseTimeToLiveRequest { ID: lease, keys: true }`
+/// (field 1 varint, field 2 bool) behind the 5-byte gRPC message header.
+fn grpc_ttl_request(lease: i64) -> Vec<u8> {
+    let mut msg = vec![0x08];
+    let mut v = lease as u64;
+    while v >= 0x80 {
+        msg.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    msg.push(v as u8);
+    msg.extend_from_slice(&[0x10, 1]);
+    let mut out = vec![0];
+    out.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    out.extend_from_slice(&msg);
+    out
+}
+
+fn varint(b: &[u8], i: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *b.get(*i)?;
+        *i += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// `LeaseTimeToLiveResponse.TTL` (field 3) from a gRPC message: a walk over the
+/// top-level fields, skipping the others.
+fn grpc_ttl_of(frame: &[u8]) -> Option<i64> {
+    let msg = frame.get(5..)?;
+    let mut i = 0;
+    while i < msg.len() {
+        let tag = varint(msg, &mut i)?;
+        match tag & 7 {
+            0 => {
+                let v = varint(msg, &mut i)?;
+                if tag >> 3 == 3 {
+                    return Some(v as i64);
+                }
+            }
+            2 => {
+                let len = varint(msg, &mut i)? as usize;
+                i = i.checked_add(len)?;
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+struct H2Poller {
+    send: h2::client::SendRequest<bytes::Bytes>,
+    uri: http::Uri,
+    body: bytes::Bytes,
+}
+
+impl H2Poller {
+    fn connect(rt: &tokio::runtime::Runtime, addr: SocketAddr, lease: i64) -> Result<Self, String> {
+        let send = rt.block_on(async {
+            let tcp = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|e| format!("h2 connect {addr}: {e}"))?;
+            tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+            let (send, conn) = h2::client::handshake(tcp)
+                .await
+                .map_err(|e| format!("h2 handshake: {e}"))?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            send.ready().await.map_err(|e| format!("h2 ready: {e}"))
+        })?;
+        Ok(H2Poller {
+            send,
+            uri: format!("http://{addr}/etcdserverpb.Lease/LeaseTimeToLive")
+                .parse()
+                .map_err(|e| format!("uri: {e}"))?,
+            body: bytes::Bytes::from(grpc_ttl_request(lease)),
+        })
+    }
+
+    fn poll(&mut self, rt: &tokio::runtime::Runtime) -> Result<i64, String> {
+        let req = http::Request::post(self.uri.clone())
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .map_err(|e| e.to_string())?;
+        let (resp, mut stream) = self
+            .send
+            .send_request(req, false)
+            .map_err(|e| format!("h2 send: {e}"))?;
+        stream
+            .send_data(self.body.clone(), true)
+            .map_err(|e| format!("h2 data: {e}"))?;
+        rt.block_on(async {
+            tokio::time::timeout(CALL_LIMIT, async {
+                let resp = resp.await.map_err(|e| format!("h2 response: {e}"))?;
+                let mut body = resp.into_body();
+                let mut got = Vec::new();
+                while let Some(d) = body.data().await {
+                    let d = d.map_err(|e| format!("h2 body: {e}"))?;
+                    let _ = body.flow_control().release_capacity(d.len());
+                    got.extend_from_slice(&d);
+                }
+                let trailers = body
+                    .trailers()
+                    .await
+                    .map_err(|e| format!("h2 trailers: {e}"))?;
+                let status = trailers
+                    .as_ref()
+                    .and_then(|t| t.get("grpc-status"))
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("?");
+                if status != "0" {
+                    return Err(format!("grpc-status {status}"));
+                }
+                grpc_ttl_of(&got).ok_or_else(|| "no TTL in the answer".to_string())
+            })
+            .await
+            .map_err(|_| "h2 poll: no answer in time".to_string())?
+        })
+    }
+}
+
+struct GatewayPoller {
+    tcp: TcpStream,
+    req: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl GatewayPoller {
+    fn connect(addr: SocketAddr, lease: i64) -> Result<Self, String> {
+        let tcp = TcpStream::connect_timeout(&addr, CALL_LIMIT)
+            .map_err(|e| format!("gateway connect {addr}: {e}"))?;
+        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+        tcp.set_read_timeout(Some(CALL_LIMIT))
+            .map_err(|e| e.to_string())?;
+        let body = format!("{{\"ID\":\"{lease}\",\"keys\":true}}");
+        let req = format!(
+            "POST /v3/lease/timetolive HTTP/1.1\r\nHost: {addr}\r\nContent-Type: \
+             application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        Ok(GatewayPoller {
+            tcp,
+            req: req.into_bytes(),
+            buf: vec![0; 8192],
+        })
+    }
+
+    fn poll(&mut self) -> Result<i64, String> {
+        self.tcp
+            .write_all(&self.req)
+            .map_err(|e| format!("gateway write: {e}"))?;
+        let mut got = 0;
+        loop {
+            if got == self.buf.len() {
+                return Err("gateway answer over 8 KiB".into());
+            }
+            let n = self
+                .tcp
+                .read(&mut self.buf[got..])
+                .map_err(|e| format!("gateway read: {e}"))?;
+            if n == 0 {
+                return Err("gateway closed the connection".into());
+            }
+            got += n;
+            let mut headers = [httparse::EMPTY_HEADER; 16];
+            let mut resp = httparse::Response::new(&mut headers);
+            let Ok(httparse::Status::Complete(head)) = resp.parse(&self.buf[..got]) else {
+                continue;
+            };
+            let len = resp
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .and_then(|h| {
+                    std::str::from_utf8(h.value)
+                        .ok()?
+                        .trim()
+                        .parse::<usize>()
+                        .ok()
+                })
+                .ok_or("gateway answer without Content-Length")?;
+            if got < head + len {
+                continue;
+            }
+            if resp.code != Some(200) {
+                return Err(format!("gateway answered {:?}", resp.code));
+            }
+            let v: serde_json::Value = serde_json::from_slice(&self.buf[head..head + len])
+                .map_err(|e| format!("gateway JSON: {e}"))?;
+            // int64 fields travel as strings in etcd's JSON.
+            return v["TTL"]
+                .as_str()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| format!("gateway answer without TTL: {v}"));
+        }
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Cost {
+    polls: u64,
+    own_ns: u64,
+    etcd_ns: u64,
+    wall: Duration,
+}
+
+fn etcd_ns(etcd: &EtcdCluster) -> Result<u64, String> {
+    let mut total = 0;
+    for i in 0..etcd.members.len() {
+        let pid = etcd.pid(i).ok_or("an etcd member is not running")?;
+        total += harness::run_ns(pid)?;
+    }
+    Ok(total)
+}
+
+/// `n` polls, `gap` apart; every answer must be the live lease's TTL.
+fn measure(
+    etcd: &EtcdCluster,
+    n: usize,
+    gap: Duration,
+    mut poll: impl FnMut() -> Result<i64, String>,
+) -> Result<Cost, String> {
+    let me = std::process::id();
+    let (own0, etcd0, t0) = (harness::run_ns(me)?, etcd_ns(etcd)?, StdInstant::now());
+    for i in 0..n {
+        let ttl = poll()?;
+        if !(1..=TTL).contains(&ttl) {
+            return Err(format!(
+                "poll {i} answered TTL {ttl} for a live lease of {TTL} s"
+            ));
+        }
+        std::thread::sleep(gap);
+    }
+    Ok(Cost {
+        polls: n as u64,
+        own_ns: harness::run_ns(me)? - own0,
+        etcd_ns: etcd_ns(etcd)? - etcd0,
+        wall: t0.elapsed(),
+    })
+}
+
+fn run(dir: &std::path::Path) -> Result<(), String> {
+    let n = harness::env_num("TENURE_BENCH_POLLS", 1000) as usize;
+    let gap = Duration::from_millis(harness::env_num("TENURE_BENCH_POLL_GAP_MS", 20));
+    let rounds = harness::env_num("TENURE_BENCH_ROUNDS", 2) as usize;
+
+    let etcd = EtcdCluster::start(dir, 3)?;
+    let endpoints = etcd.endpoints();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    let deadline = || clock::now().add(CALL_LIMIT);
+    let mut client =
+        Etcd::connect(&rt, &endpoints, PREFIX, deadline()).map_err(|e| format!("connect: {e}"))?;
+    let lease = match client.acquire_unbound(&rt, "pg1", TTL as u32, deadline()) {
+        tenure::core::model::AcquireOutcome::Won { lease, .. } => lease,
+        other => return Err(format!("acquire: {other:?}")),
+    };
+    // The direct transports talk to etcd's leader: a lease's TTL is its memory.
+    let leader = etcd.leader().ok_or("no etcd leader")?;
+    let addr: SocketAddr = endpoints[leader]
+        .trim_start_matches("http://")
+        .parse()
+        .map_err(|e| format!("endpoint {}: {e}", endpoints[leader]))?;
+    let mut h2 = H2Poller::connect(&rt, addr, lease)?;
+    let mut gw = GatewayPoller::connect(addr, lease)?;
+
+    let mut agent_poll = || -> Result<i64, String> {
+        let p = client
+            .lease_ttl(&rt, lease, deadline())
+            .map_err(|e| format!("lease_ttl: {e}"))?;
+        p.ttl
+            .ok_or_else(|| "lease_ttl: lease not found".to_string())
+    };
+    // Warm-up: connections, code paths.
+    for _ in 0..50 {
+        agent_poll()?;
+        h2.poll(&rt)?;
+        gw.poll()?;
+    }
+
+    let names = [
+        "etcd-client (the agent's call)",
+        "h2 direct",
+        "HTTP/1.1 gateway",
+    ];
+    let mut costs = [Cost::default(); 3];
+    let mut idle = Cost::default();
+    for round in 0..rounds {
+        for (k, cost) in costs.iter_mut().enumerate() {
+            let c = match k {
+                0 => measure(&etcd, n, gap, &mut agent_poll)?,
+                1 => measure(&etcd, n, gap, || h2.poll(&rt))?,
+                _ => measure(&etcd, n, gap, || gw.poll())?,
+            };
+            println!(
+                "  round {round} {}: {:.0} µs here, {:.0} µs in etcd per poll (load {})",
+                names[k],
+                c.own_ns as f64 / 1e3 / c.polls as f64,
+                c.etcd_ns as f64 / 1e3 / c.polls as f64,
+                harness::loadavg()
+            );
+            cost.polls += c.polls;
+            cost.own_ns += c.own_ns;
+            cost.etcd_ns += c.etcd_ns;
+            cost.wall += c.wall;
+        }
+        // etcd's own idle work over a window as long as one transport's run.
+        let window = costs[0].wall / (round as u32 + 1);
+        let e0 = etcd_ns(&etcd)?;
+        std::thread::sleep(window);
+        idle.etcd_ns += etcd_ns(&etcd)? - e0;
+        idle.wall += window;
+    }
+
+    // etcd's idle work per poll-slot: what it spends anyway over one poll's share
+    // of wall time.
+    let idle_per_ns = idle.etcd_ns as f64 / idle.wall.as_nanos() as f64;
+    let mut t = Table::new(&[
+        "transport",
+        "polls",
+        "µs CPU here / poll",
+        "µs CPU in etcd / poll",
+        "of which etcd idle",
+        "s/h here at loop 0.5 s",
+    ]);
+    for (k, c) in costs.iter().enumerate() {
+        let per = |ns: u64| ns as f64 / 1e3 / c.polls as f64;
+        let idle_share = idle_per_ns * c.wall.as_nanos() as f64 / 1e3 / c.polls as f64;
+        t.row(vec![
+            names[k].to_string(),
+            c.polls.to_string(),
+            format!("{:.0}", per(c.own_ns)),
+            format!("{:.0}", per(c.etcd_ns)),
+            format!("{idle_share:.0}"),
+            format!("{:.2}", per(c.own_ns) * 7200.0 / 1e6),
+        ]);
+    }
+    println!(
+        "\n{} polls per transport, {} ms apart, {rounds} alternating rounds; load {}\n{}",
+        n,
+        gap.as_millis(),
+        harness::loadavg(),
+        t.render()
+    );
+    Ok(())
+}
