@@ -314,3 +314,37 @@ fn beside_an_older_agent_positions_must_postdate_the_read_that_showed_it() {
         }
     }
 }
+
+/// pg3 as the read shows it: it held the key once more between pg2's reads (epoch
+/// 12, lease 0xC), a leadership no watch event showed pg2 (review of the merge, L5).
+fn pg3_led_unseen(mut v: ClusterView) -> ClusterView {
+    for m in v.members.iter_mut().filter(|m| m.name == "pg3") {
+        m.info.epoch = Some(12);
+        m.info.leader_lease = Some(0xC);
+        m.info.leader_ttl = Some(30);
+    }
+    v
+}
+
+/// The read that first shows an older agent owes gone every leader lease a member
+/// publishes for a leadership after the tracked one (review of the merge, L5):
+/// such a leadership may have left no trace anywhere else, and its lease may still
+/// live (an `etcdctl del` of its key). No acquire until a poll shows it gone
+/// (DESIGN §1 step 4); then the candidate acquires. Two rules owe it, each enough:
+/// `note_older_agents` (through `untimeable`) and review F3's check at the vacancy's
+/// opening (a member publishing a leadership newer than the tracked key). Checked:
+/// this test fails with both removed and passes with either alone.
+#[test]
+fn beside_an_older_agent_a_newer_published_leader_lease_is_owed_gone() {
+    let mut c = follower(true);
+    let p = vacancy_read(&mut c, true, pg3_led_unseen);
+    assert!(p.actions.is_empty(), "{:?} {}", p.actions, p.reason);
+    assert_eq!(c.lease_to_poll(), Some(0xC), "pg3's lease is owed gone");
+    let mut o = obs(
+        pg3_led_unseen(view(18, None, members_at(true, 15))),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.lease_poll = poll(0xC, 104.9, None);
+    let p = c.step(t(105.0), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+}
