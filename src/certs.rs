@@ -139,6 +139,45 @@ pub fn validity(cert: &[u8]) -> Result<(i64, i64), DerError> {
     Ok((time(t1, nb, "notBefore")?, time(t2, na, "notAfter")?))
 }
 
+/// The subject's first commonName (OID 2.5.4.3), as its bytes: what PostgreSQL's
+/// `clientcert=verify-full` compares with the connecting user's name (it reads
+/// the first CN too). `Ok(None)`: the subject has none.
+///
+/// ... validity SEQUENCE, subject Name ::= SEQUENCE OF RelativeDistinguishedName
+/// (SET OF AttributeTypeAndValue ::= SEQUENCE { type OID, value ANY }) ...
+/// (RFC 5280 §4.1.2.6).
+pub fn subject_cn(cert: &[u8]) -> Result<Option<&[u8]>, DerError> {
+    const SET: u8 = 0x31;
+    const OID: u8 = 0x06;
+    const CN: &[u8] = &[0x55, 0x04, 0x03];
+    let (c, _) = expect(cert, SEQUENCE, "certificate")?;
+    let (tbs, _) = expect(c, SEQUENCE, "tbsCertificate")?;
+    let mut rest = tbs;
+    if let Some(&VERSION) = rest.first() {
+        rest = tlv(rest, "version")?.2;
+    }
+    let (_, rest) = expect(rest, INTEGER, "serialNumber")?;
+    let (_, rest) = expect(rest, SEQUENCE, "signature algorithm")?;
+    let (_, rest) = expect(rest, SEQUENCE, "issuer")?;
+    let (_, rest) = expect(rest, SEQUENCE, "validity")?;
+    let (mut rdns, _) = expect(rest, SEQUENCE, "subject")?;
+    while !rdns.is_empty() {
+        let (mut rdn, next) = expect(rdns, SET, "subject's RDN")?;
+        rdns = next;
+        while !rdn.is_empty() {
+            let (atv, next) = expect(rdn, SEQUENCE, "subject's attribute")?;
+            rdn = next;
+            let (oid, value) = expect(atv, OID, "subject attribute's type")?;
+            if oid == CN {
+                // Any string type (UTF8String, PrintableString, ...): its content.
+                let (_, text, _) = tlv(value, "subject's commonName")?;
+                return Ok(Some(text));
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// The `notAfter` of a DER certificate, Unix seconds (the last second it is valid).
 pub fn not_after(cert: &[u8]) -> Result<i64, DerError> {
     validity(cert).map(|(_, na)| na)

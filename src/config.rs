@@ -124,6 +124,10 @@ pub struct PgConfig {
     /// Extra `pg_hba.conf` lines (applications, monitoring), after the entries
     /// tenure writes per member.
     pub pg_hba: Vec<String>,
+    /// `[postgresql] hba_clientcert`: `verify-ca` or `verify-full`, added as
+    /// `clientcert=` to tenure's own member lines (a client certificate required
+    /// besides the password; `config/pgssl.rs`). `None`: not required.
+    pub hba_clientcert: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -1430,6 +1434,7 @@ impl Config {
             "user",
             "move_aside_unusable",
             "sslmode",
+            "hba_clientcert",
             "authentication",
             "parameters",
             "pg_hba",
@@ -1537,6 +1542,11 @@ impl Config {
         }
         pgssl::check_server(
             &params,
+            &parameters,
+            &[(&repl_sect, &replication_ssl), (&rewind_sect, &rewind_ssl)],
+        )?;
+        let hba_clientcert = pgssl::hba_clientcert(
+            &pg,
             &parameters,
             &[(&repl_sect, &replication_ssl), (&rewind_sect, &rewind_ssl)],
         )?;
@@ -1754,6 +1764,7 @@ impl Config {
                 replication_ssl,
                 rewind_ssl,
                 pg_hba,
+                hba_clientcert,
             },
             api: ApiConfig {
                 listen: api_listen,
@@ -2017,7 +2028,7 @@ mod pgssl;
 mod secrets;
 pub use api_tls::{ApiTls, CtlConfig, ReadAuth, VerifyClient, check_api_tls_files};
 pub use endpoint::{Endpoint, Host};
-pub use pgssl::{PgSsl, server_ssl_on};
+pub use pgssl::{PgSsl, check_files as check_pg_tls_files, server_ssl_on};
 pub use secrets::{
     CRED_API, CRED_ETCD, CRED_PG_REPLICATION, CRED_PG_REWIND, CRED_PG_SUPERUSER, EtcdAuth, EtcdTls,
     check_tls_files, readable_secret_warning,

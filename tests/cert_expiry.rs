@@ -15,8 +15,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use tenure::certs::{CertRole, not_after, validity};
-use tenure::config::Config;
+use tenure::certs::{CertRole, not_after, subject_cn, validity};
+use tenure::config::{Config, check_pg_tls_files};
 
 use certs::Scratch;
 
@@ -131,6 +131,8 @@ fn truncated_or_corrupted_certificates_never_panic() {
     for n in 0..der.len() {
         let e = not_after(&der[..n]).expect_err("a truncated certificate");
         assert!(!e.to_string().is_empty());
+        let e = subject_cn(&der[..n]).expect_err("a truncated certificate");
+        assert!(!e.to_string().is_empty());
     }
     // Every byte changed (three ways): an answer, never a panic.
     let mut changed = der.clone();
@@ -138,6 +140,7 @@ fn truncated_or_corrupted_certificates_never_panic() {
         for x in [0x00, 0xff, der[i] ^ 0x80] {
             changed[i] = x;
             let _ = not_after(&changed);
+            let _ = subject_cn(&changed);
         }
         changed[i] = der[i];
     }
@@ -165,6 +168,56 @@ fn truncated_or_corrupted_certificates_never_panic() {
             buf[..8].copy_from_slice(&[0x30, 0x82, 0x01, 0xf0, 0x30, 0x82, 0x01, 0xe0]);
         }
         let _ = not_after(&buf[..len]);
+        let _ = subject_cn(&buf[..len]);
+    }
+}
+
+/// The subject's first commonName, as PostgreSQL's `clientcert=verify-full` reads
+/// it (`hba_clientcert`), for subjects openssl writes: a CN alone, a CN after other
+/// attributes, two CNs (the first counts), a UTF-8 CN, and none.
+#[test]
+fn subject_cn_is_the_first_common_name() {
+    let s = Scratch::new("cert-subject-cn");
+    for (name, subj, want) in [
+        ("alone", "/CN=replicator", Some("replicator")),
+        (
+            "after",
+            "/C=DE/O=Example Org/OU=db/CN=rewind_user",
+            Some("rewind_user"),
+        ),
+        ("two", "/CN=first/CN=second", Some("first")),
+        ("utf8", "/O=x/CN=r\u{e9}plica", Some("r\u{e9}plica")),
+        ("none", "/O=no common name", None),
+    ] {
+        let key = format!("{name}.key");
+        let pem = format!("{name}.pem");
+        certs::sh(
+            &s.dir,
+            &[
+                "openssl",
+                "req",
+                "-x509",
+                "-nodes",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-keyout",
+                &key,
+                "-out",
+                &pem,
+                "-days",
+                "1",
+                "-utf8",
+                "-subj",
+                subj,
+            ],
+        );
+        let der = der_of(&s.dir.join(&pem));
+        let got = subject_cn(&der)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .map(|b| String::from_utf8(b.to_vec()).expect("utf8"));
+        assert_eq!(got.as_deref(), want, "{name}");
     }
 }
 
@@ -253,4 +306,21 @@ fn config_load_keeps_each_certificates_not_after() {
             && stdout.contains(&s.p("repl.pem")),
         "{stdout}"
     );
+    // `[postgresql] hba_clientcert = "verify-full"`: PostgreSQL compares the client
+    // certificate's first commonName with the role's name; a certificate it would
+    // refuse is refused with the files, naming the key and both names.
+    let now = tenure::clock::realtime().as_secs() as i64;
+    let mut pg = c.postgresql.clone();
+    pg.hba_clientcert = Some("verify-full".into());
+    check_pg_tls_files(&pg, now).unwrap_or_else(|e| panic!("{e:?}"));
+    pg.replication_user = "standby".into();
+    let (key, problem) = check_pg_tls_files(&pg, now).expect_err("CN replicator, role standby");
+    assert_eq!(key, "postgresql.authentication.replication.sslcert");
+    assert!(
+        problem.contains("commonName is \"replicator\", not the role's name \"standby\"")
+            && problem.contains(&s.p("repl.pem")),
+        "{problem}"
+    );
+    pg.hba_clientcert = Some("verify-ca".into());
+    check_pg_tls_files(&pg, now).unwrap_or_else(|e| panic!("verify-ca has no CN rule: {e:?}"));
 }

@@ -40,6 +40,7 @@ fn node_cfg(dir: &Path, name: &str) -> PgConfig {
         move_aside_unusable: false,
         replication_ssl: Default::default(),
         rewind_ssl: Default::default(),
+        hba_clientcert: None,
         pg_hba: Vec::new(),
     }
 }

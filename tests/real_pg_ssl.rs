@@ -11,7 +11,10 @@
 //! with the client certificate's DN), tenure's pg_hba lines are `hostssl` only.
 //! After the primary's host crash a replica takes over and the old primary
 //! rejoins through pg_rewind (or a basebackup) over TLS: the new primary's log
-//! (`log_connections`) shows the connection with `SSL enabled`. Last, a node given
+//! (`log_connections`) shows the connection with `SSL enabled`. tenure's member
+//! lines carry `clientcert=verify-full` (`[postgresql] hba_clientcert`): the
+//! rewind role's password over TLS without its certificate is refused, with it
+//! accepted. Last, a node given
 //! a wrong root certificate cannot basebackup, its agent's log names the cause,
 //! and it retries once per loop (not at every wake-up). `tenure check-config`
 //! refuses a key others can read, naming it.
@@ -127,6 +130,44 @@ fn basebackup_starts(log: &str) -> Vec<f64> {
         .collect()
 }
 
+/// `psql` as `rewind_user` (its password) over TLS to node `i`'s PostgreSQL,
+/// presenting `cert` (certificate, key) or no certificate: (succeeded, stderr).
+fn rewind_psql(
+    c: &TestCluster,
+    certs: &Certs,
+    i: usize,
+    cert: Option<(&str, &str)>,
+) -> (bool, String) {
+    // A client certificate libpq is told to use but that does not exist is not
+    // sent (and ~/.postgresql holds none here).
+    let (crt, key) = cert.map_or_else(
+        || {
+            (
+                "/nonexistent/none.crt".to_string(),
+                "/nonexistent/none.key".to_string(),
+            )
+        },
+        |(c, k)| (certs.p(c), certs.p(k)),
+    );
+    let conn = format!(
+        "host=127.0.0.1 port={} dbname=postgres user=rewind_user sslmode=verify-ca \
+         sslrootcert='{}' sslcert='{}' sslkey='{}' connect_timeout=5",
+        c.pg_port(i),
+        certs.p("ca.pem").replace('\'', "\\'"),
+        crt.replace('\'', "\\'"),
+        key.replace('\'', "\\'"),
+    );
+    let out = Command::new("/usr/lib/postgresql/15/bin/psql")
+        .args(["-X", "-w", "-At", "-c", "SELECT 1", &conn])
+        .env("PGPASSWORD", &c.passwords.rewind)
+        .output()
+        .expect("run psql");
+    (
+        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "1",
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
     let certs = Certs::make();
@@ -136,7 +177,7 @@ fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
             "[postgresql]".into(),
             // The bed's own SQL connects without TLS as the superuser: a line of
             // its own after tenure's hostssl ones (which it does not match).
-            "sslmode = \"verify-full\"\n\
+            "sslmode = \"verify-full\"\nhba_clientcert = \"verify-full\"\n\
              pg_hba = [\"host all postgres 127.0.0.1/32 scram-sha-256\"]"
                 .into(),
         ),
@@ -215,9 +256,31 @@ fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
     assert_eq!(rows, expect, "standbys of {} over TLS", c.name(p));
     let hba = std::fs::read_to_string(c.data_dir(p).join("pg_hba.conf")).expect("pg_hba");
     assert!(
-        hba.contains("hostssl replication \"replicator\" 127.0.0.1/32 scram-sha-256\n")
-            && hba.contains("hostssl all \"postgres\",\"rewind_user\" 127.0.0.1/32"),
+        hba.contains(
+            "hostssl replication \"replicator\" 127.0.0.1/32 scram-sha-256 \
+             clientcert=verify-full\n"
+        ) && hba.contains(
+            "hostssl all \"postgres\",\"rewind_user\" 127.0.0.1/32 scram-sha-256 \
+             clientcert=verify-full\n"
+        ),
         "{hba}"
+    );
+    // `hba_clientcert = "verify-full"`: the right password over TLS is not enough
+    // without the role's certificate, and with it the role connects.
+    let (no_cert, with_cert) = (
+        rewind_psql(&c, &certs, p, None),
+        rewind_psql(&c, &certs, p, Some(("rewind.pem", "rewind.key"))),
+    );
+    assert!(
+        !no_cert.0
+            && no_cert
+                .1
+                .contains("connection requires a valid client certificate"),
+        "rewind_user without a certificate: {no_cert:?}"
+    );
+    assert!(
+        with_cert.0,
+        "rewind_user with its certificate: {with_cert:?}"
     );
     assert!(
         !hba.lines().any(|l| l.starts_with("host replication")),

@@ -237,6 +237,58 @@ pub(super) fn check_server(
     Ok(())
 }
 
+/// `[postgresql] hba_clientcert`: `verify-ca` or `verify-full`, checked against
+/// what the option needs to work at a failover rather than fail there: the server
+/// side on (the option exists on `hostssl` lines only), `ssl_ca_file` (what the
+/// server checks a client certificate against; without it PostgreSQL refuses every
+/// connection on such a line), and a client certificate for each connecting role (else its
+/// streaming replication, pg_basebackup or pg_rewind is refused). `verify-full`'s
+/// commonName rule is checked with the files ([`check_files`]).
+pub(super) fn hba_clientcert(
+    pg: &Sect<'_>,
+    parameters: &[(String, String)],
+    roles: &[(&Sect<'_>, &PgSsl)],
+) -> Result<Option<String>, ConfigError> {
+    let Some(v) = pg.string("hba_clientcert")? else {
+        return Ok(None);
+    };
+    if v != "verify-ca" && v != "verify-full" {
+        return Err(pg.err(
+            "hba_clientcert",
+            format!("expected verify-ca or verify-full, found \"{v}\""),
+        ));
+    }
+    if !server_ssl_on(parameters) {
+        return Err(pg.err(
+            "hba_clientcert",
+            "needs [postgresql.parameters] ssl = on: clientcert= exists on hostssl lines \
+             only, and tenure's member lines are hostssl only with the server side on",
+        ));
+    }
+    if !parameters.iter().any(|(k, _)| k == "ssl_ca_file") {
+        return Err(pg.err(
+            "hba_clientcert",
+            "needs [postgresql.parameters] ssl_ca_file: the server checks client \
+             certificates against it, and without one PostgreSQL refuses every \
+             connection on a clientcert= line (\"client certificates can only be \
+             checked if a root certificate store is available\")",
+        ));
+    }
+    for (s, ssl) in roles {
+        if ssl.sslcert.is_none() {
+            return Err(s.err(
+                "sslcert",
+                format!(
+                    "missing: [postgresql] hba_clientcert = \"{v}\" requires a client \
+                     certificate on tenure's member lines, so this role's connections \
+                     would be refused"
+                ),
+            ));
+        }
+    }
+    Ok(Some(v))
+}
+
 // ---------------------------------------------------------------------------
 // The files on disk
 // ---------------------------------------------------------------------------
@@ -512,7 +564,17 @@ pub fn check_files(
     let r = Reader::of(pg.user.as_deref()).map_err(|e| ("postgresql.user".to_string(), e))?;
     for (key, path, kind, watched) in todo {
         let not_after = check_file(&path, kind, &r, now_unix)
-            .map_err(|problem| (key, format!("{}: {problem}", path.display())))?;
+            .map_err(|problem| (key.clone(), format!("{}: {problem}", path.display())))?;
+        if let Some(role) = watched
+            && pg.hba_clientcert.as_deref() == Some("verify-full")
+        {
+            let user = match role {
+                CertRole::Rewind => &pg.rewind_user,
+                _ => &pg.replication_user,
+            };
+            verify_full_cn(&path, user)
+                .map_err(|problem| (key, format!("{}: {problem}", path.display())))?;
+        }
         if let (Some(role), Some(not_after)) = (watched, not_after) {
             certs.push(CertExpiry {
                 role,
@@ -522,6 +584,27 @@ pub fn check_files(
         }
     }
     Ok(certs)
+}
+
+/// `clientcert=verify-full`: PostgreSQL compares the client certificate's first
+/// commonName with the connecting role's name, byte for byte (PostgreSQL 15,
+/// no `map=` on tenure's lines). A certificate it would refuse is refused here.
+fn verify_full_cn(path: &Path, user: &str) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot be read: {e}"))?;
+    let certs = super::secrets::pem_blocks(&text, "CERTIFICATE")?;
+    let first = certs.first().ok_or("no PEM CERTIFICATE block in it")?;
+    let need = "[postgresql] hba_clientcert = \"verify-full\" makes PostgreSQL refuse it";
+    match crate::certs::subject_cn(first) {
+        Err(e) => Err(format!("not an X.509 certificate tenure can read: {e}")),
+        Ok(None) => Err(format!(
+            "its subject has no commonName, which must be the role's name \"{user}\": {need}"
+        )),
+        Ok(Some(cn)) if cn == user.as_bytes() => Ok(()),
+        Ok(Some(cn)) => Err(format!(
+            "its subject's commonName is \"{}\", not the role's name \"{user}\": {need}",
+            String::from_utf8_lossy(cn).escape_debug()
+        )),
+    }
 }
 
 #[cfg(test)]

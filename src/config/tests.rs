@@ -679,6 +679,82 @@ fn pg_tls_keys_per_role_and_server_side() {
     );
 }
 
+/// `[postgresql] hba_clientcert`: its values, and what it needs to work at a
+/// failover, each refused with the key that is wrong (config/pgssl.rs).
+#[test]
+fn hba_clientcert_and_what_it_needs() {
+    let with = |opt: &str, params: &str, repl: &str, rewind: &str| {
+        GOOD.replace(
+            "listen = \"127.0.0.1:5432\"\n",
+            &format!("listen = \"127.0.0.1:5432\"\n{opt}"),
+        )
+        .replace(
+            "[postgresql.authentication.replication]\n",
+            &format!("[postgresql.authentication.replication]\n{repl}"),
+        )
+        .replace(
+            "[postgresql.authentication.rewind]\n",
+            &format!("[postgresql.authentication.rewind]\n{rewind}"),
+        )
+        .replace(
+            "[api]",
+            &format!("[postgresql.parameters]\n{params}\n[api]"),
+        )
+    };
+    let server = "ssl = \"on\"\nssl_cert_file = \"/c/s.crt\"\nssl_key_file = \"/c/s.key\"\n\
+                  ssl_ca_file = \"/c/ca.crt\"\n";
+    let cert = |n: &str| format!("sslcert = \"/c/{n}.crt\"\nsslkey = \"/c/{n}.key\"\n");
+    let (r, w) = (cert("r"), cert("w"));
+    assert_eq!(
+        parse(&with("", server, "", ""))
+            .expect("valid")
+            .postgresql
+            .hba_clientcert,
+        None
+    );
+    for v in ["verify-ca", "verify-full"] {
+        let c = parse(&with(
+            &format!("hba_clientcert = \"{v}\"\n"),
+            server,
+            &r,
+            &w,
+        ))
+        .expect(v);
+        assert_eq!(c.postgresql.hba_clientcert.as_deref(), Some(v));
+    }
+    let opt = "hba_clientcert = \"verify-full\"\n";
+    let e = err(&with("hba_clientcert = \"yes\"\n", server, &r, &w));
+    assert!(
+        e.contains("postgresql.hba_clientcert") && e.contains("verify-ca or verify-full"),
+        "{e}"
+    );
+    let e = err(&with(opt, "ssl = \"off\"\n", &r, &w));
+    assert!(
+        e.contains("postgresql.hba_clientcert") && e.contains("ssl = on"),
+        "{e}"
+    );
+    let e = err(&with(
+        opt,
+        &server.replace("ssl_ca_file = \"/c/ca.crt\"\n", ""),
+        &r,
+        &w,
+    ));
+    assert!(
+        e.contains("postgresql.hba_clientcert") && e.contains("ssl_ca_file"),
+        "{e}"
+    );
+    let e = err(&with(opt, server, &r, ""));
+    assert!(
+        e.contains("authentication.rewind.sslcert") && e.contains("missing"),
+        "{e}"
+    );
+    let e = err(&with(opt, server, "", &w));
+    assert!(
+        e.contains("authentication.replication.sslcert") && e.contains("refused"),
+        "{e}"
+    );
+}
+
 /// DESIGN §2 "The guardian": `[watchdog] guardian` and `guardian_kill_budget`.
 #[test]
 fn guardian_settings_and_defaults() {

@@ -266,7 +266,8 @@ fn ssl_conninfo(ssl: &PgSsl) -> String {
 
 /// `pg_hba.conf`: trust on the socket (its directory is 0700, only the PostgreSQL
 /// OS user and root reach it), passwords over TCP — over TLS only (`hostssl`) when
-/// the server side is on (`[postgresql.parameters] ssl = on`, issue 12).
+/// the server side is on (`[postgresql.parameters] ssl = on`, issue 12), and with a
+/// client certificate too when `[postgresql] hba_clientcert` says so.
 pub fn pg_hba(cfg: &PgConfig, hosts: &[String]) -> String {
     let host = if crate::config::server_ssl_on(&cfg.parameters) {
         "hostssl"
@@ -279,6 +280,13 @@ pub fn pg_hba(cfg: &PgConfig, hosts: &[String]) -> String {
         hba_role(&cfg.superuser),
         hba_role(&cfg.rewind_user)
     );
+    // `[postgresql] hba_clientcert`: a client certificate as well as the password
+    // (config/pgssl.rs checks ssl = on, ssl_ca_file and each role's certificate).
+    let opt = cfg
+        .hba_clientcert
+        .as_deref()
+        .map(|v| format!(" clientcert={v}"))
+        .unwrap_or_default();
     let mut s = String::from(
         "# Written by tenure: one entry per member address (DESIGN §3a), rewritten when\n\
          # the members change. Do not edit: add lines with postgresql.pg_hba instead.\n",
@@ -288,8 +296,10 @@ pub fn pg_hba(cfg: &PgConfig, hosts: &[String]) -> String {
         let Some(addr) = hba_address(h) else {
             continue;
         };
-        s.push_str(&format!("{host} replication {repl} {addr} scram-sha-256\n"));
-        s.push_str(&format!("{host} all {admins} {addr} scram-sha-256\n"));
+        s.push_str(&format!(
+            "{host} replication {repl} {addr} scram-sha-256{opt}\n"
+        ));
+        s.push_str(&format!("{host} all {admins} {addr} scram-sha-256{opt}\n"));
     }
     if !cfg.pg_hba.is_empty() {
         s.push_str("# postgresql.pg_hba\n");
@@ -410,6 +420,7 @@ mod tests {
             move_aside_unusable: false,
             replication_ssl: PgSsl::default(),
             rewind_ssl: PgSsl::default(),
+            hba_clientcert: None,
             pg_hba: vec!["hostssl all app 10.0.0.0/8 scram-sha-256".into()],
         }
     }
@@ -553,6 +564,35 @@ mod tests {
         c.parameters.retain(|(k, _)| k != "ssl");
         c.parameters.push(("ssl".into(), "off".into()));
         assert!(pg_hba(&c, &hosts).contains("\nhost replication "));
+    }
+
+    /// `[postgresql] hba_clientcert`: both member lines require a certificate too;
+    /// the local line and the operator's own lines are left as they are.
+    #[test]
+    fn hba_clientcert_goes_on_both_member_lines() {
+        let hosts = vec!["10.1.2.3".to_string(), "db4.example".to_string()];
+        let mut c = cfg();
+        c.parameters.push(("ssl".into(), "on".into()));
+        c.pg_hba = vec!["hostssl all app 10.0.0.0/8 scram-sha-256".into()];
+        c.hba_clientcert = Some("verify-full".into());
+        let h = pg_hba(&c, &hosts);
+        for want in [
+            "hostssl replication \"replicator\" 10.1.2.3/32 scram-sha-256 clientcert=verify-full\n",
+            "hostssl all \"postgres\",\"rewinder\" 10.1.2.3/32 scram-sha-256 clientcert=verify-full\n",
+            "hostssl replication \"replicator\" db4.example scram-sha-256 clientcert=verify-full\n",
+            "local all all trust\n",
+            "hostssl all app 10.0.0.0/8 scram-sha-256\n",
+        ] {
+            assert!(h.contains(want), "{want} in {h}");
+        }
+        assert_eq!(h.matches("clientcert=").count(), 4, "{h}");
+        c.hba_clientcert = Some("verify-ca".into());
+        assert_eq!(
+            pg_hba(&c, &hosts)
+                .matches(" clientcert=verify-ca\n")
+                .count(),
+            4
+        );
     }
 
     #[test]

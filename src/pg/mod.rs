@@ -1495,6 +1495,7 @@ mod tests {
             move_aside_unusable: false,
             replication_ssl: Default::default(),
             rewind_ssl: Default::default(),
+            hba_clientcert: None,
             pg_hba: Vec::new(),
         };
         let data = cfg.data_dir.clone();
