@@ -421,3 +421,56 @@ pub fn run_ns(pid: u32) -> Result<u64, String> {
     }
     Ok(total)
 }
+
+/// `main` of a benchmark that needs etcd and a scratch directory: prints its title
+/// with the machine, skips (exit 0) without `/usr/bin/etcd`, runs `run` in a fresh
+/// `scratch_dir("bench-<name>")`, removes it, and exits 1 naming what broke.
+pub fn main_with_etcd(name: &str, title: &str, run: impl FnOnce(&Path) -> Result<(), String>) {
+    println!("{name}: {title} ({})", machine_line());
+    if !Path::new("/usr/bin/etcd").is_file() {
+        println!("{name}: SKIPPED: /usr/bin/etcd not found (run `make deps`)");
+        return;
+    }
+    let result = tenure::testbed::scratch_dir(&format!("bench-{name}"))
+        .map_err(|e| format!("scratch dir: {e}"))
+        .and_then(|dir| {
+            let r = run(&dir);
+            let _ = std::fs::remove_dir_all(&dir);
+            r
+        });
+    if let Err(e) = result {
+        eprintln!("{name}: broken benchmark: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// A real 3-member etcd in `dir` and a client of it as the agent runs one: a
+/// current-thread runtime, `Etcd::connect` with the key prefix `prefix`, bounded
+/// by `limit`.
+pub fn etcd_with_client(
+    dir: &Path,
+    prefix: &str,
+    limit: Duration,
+) -> Result<
+    (
+        tenure::testbed::etcd::EtcdCluster,
+        tokio::runtime::Runtime,
+        tenure::dcs::Etcd,
+    ),
+    String,
+> {
+    let etcd = tenure::testbed::etcd::EtcdCluster::start(dir, 3)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    let client = tenure::dcs::Etcd::connect(
+        &rt,
+        &etcd.endpoints(),
+        prefix,
+        tenure::clock::now().add(limit),
+    )
+    .map_err(|e| format!("connect: {e}"))?;
+    Ok((etcd, rt, client))
+}

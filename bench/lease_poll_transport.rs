@@ -32,38 +32,19 @@ use std::time::{Duration, Instant as StdInstant};
 
 use harness::Table;
 use tenure::clock;
-use tenure::dcs::Etcd;
 use tenure::testbed::etcd::EtcdCluster;
-use tenure::testbed::scratch_dir;
 
 const PREFIX: &str = "/service/bench/";
 const CALL_LIMIT: Duration = Duration::from_secs(2);
 /// The lease's TTL: long enough that no poll of a run sees it run out.
 const TTL: i64 = 600;
 
-fn fail(why: &str) -> ! {
-    eprintln!("lease_poll_transport: broken benchmark: {why}");
-    std::process::exit(1);
-}
-
 fn main() {
-    println!(
-        "lease_poll_transport: CPU of one lease poll by transport ({})",
-        harness::machine_line()
+    harness::main_with_etcd(
+        "lease_poll_transport",
+        "CPU of one lease poll by transport",
+        run,
     );
-    if !std::path::Path::new("/usr/bin/etcd").is_file() {
-        println!("lease_poll_transport: SKIPPED: /usr/bin/etcd not found (run `make deps`)");
-        return;
-    }
-    let dir = match scratch_dir("bench-lease-poll") {
-        Ok(d) => d,
-        Err(e) => fail(&format!("scratch dir: {e}")),
-    };
-    let result = run(&dir);
-    let _ = std::fs::remove_dir_all(&dir);
-    if let Err(e) = result {
-        fail(&e);
-    }
 }
 
 /// The hand-written gRPC request: `LeaseTimeToLiveRequest { ID: lease, keys: true }`
@@ -318,16 +299,9 @@ fn run(dir: &std::path::Path) -> Result<(), String> {
     let gap = Duration::from_millis(harness::env_num("TENURE_BENCH_POLL_GAP_MS", 20));
     let rounds = harness::env_num("TENURE_BENCH_ROUNDS", 2) as usize;
 
-    let etcd = EtcdCluster::start(dir, 3)?;
+    let (etcd, rt, mut client) = harness::etcd_with_client(dir, PREFIX, CALL_LIMIT)?;
     let endpoints = etcd.endpoints();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
     let deadline = || clock::now().add(CALL_LIMIT);
-    let mut client =
-        Etcd::connect(&rt, &endpoints, PREFIX, deadline()).map_err(|e| format!("connect: {e}"))?;
     let lease = match client.acquire_unbound(&rt, "pg1", TTL as u32, deadline()) {
         tenure::core::model::AcquireOutcome::Won { lease, .. } => lease,
         other => return Err(format!("acquire: {other:?}")),

@@ -26,9 +26,8 @@ use std::time::{Duration, Instant as StdInstant};
 use harness::{STATS_HEAD, Stats, Table, stats_row};
 use tenure::clock;
 use tenure::core::model::{MemberInfo, RenewalOutcome, Tags};
-use tenure::dcs::{Etcd, encode_member};
-use tenure::testbed::etcd::EtcdCluster;
-use tenure::testbed::{etcdkv, scratch_dir};
+use tenure::dcs::encode_member;
+use tenure::testbed::etcdkv;
 
 const PREFIX: &str = "/service/bench/";
 const CALL_LIMIT: Duration = Duration::from_secs(2);
@@ -59,28 +58,7 @@ fn member_json(name: &str, role: &str) -> String {
 }
 
 fn main() {
-    println!(
-        "renewal: etcd round trips of the loop ({})",
-        harness::machine_line()
-    );
-    if !std::path::Path::new("/usr/bin/etcd").is_file() {
-        println!("renewal: SKIPPED: /usr/bin/etcd not found (run `make deps`)");
-        return;
-    }
-    let dir = match scratch_dir("bench-renewal") {
-        Ok(d) => d,
-        Err(e) => fail(&format!("scratch dir: {e}")),
-    };
-    let result = run(&dir);
-    let _ = std::fs::remove_dir_all(&dir);
-    if let Err(e) = result {
-        fail(&e);
-    }
-}
-
-fn fail(why: &str) -> ! {
-    eprintln!("renewal: broken benchmark: {why}");
-    std::process::exit(1);
+    harness::main_with_etcd("renewal", "etcd round trips of the loop", run);
 }
 
 fn run(dir: &std::path::Path) -> Result<(), String> {
@@ -88,16 +66,9 @@ fn run(dir: &std::path::Path) -> Result<(), String> {
     let paced = harness::env_num("TENURE_BENCH_PACED", 100) as usize;
     let reads = harness::env_num("TENURE_BENCH_READS", 1000) as usize;
 
-    let etcd = EtcdCluster::start(dir, 3)?;
+    let (etcd, rt, mut client) = harness::etcd_with_client(dir, PREFIX, CALL_LIMIT)?;
     let endpoints = etcd.endpoints();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
     let deadline = || clock::now().add(CALL_LIMIT);
-    let mut client =
-        Etcd::connect(&rt, &endpoints, PREFIX, deadline()).map_err(|e| format!("connect: {e}"))?;
 
     // The leader key, as the acquire txn writes it.
     let (lease, epoch) = match client.acquire_unbound(&rt, "pg1", 7, deadline()) {

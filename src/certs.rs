@@ -117,13 +117,9 @@ fn expect<'a>(
     Ok((content, rest))
 }
 
-/// `(notBefore, notAfter)` of a DER certificate, Unix seconds.
-///
-/// Certificate ::= SEQUENCE { tbsCertificate SEQUENCE { version [0] EXPLICIT
-/// OPTIONAL, serialNumber INTEGER, signature AlgorithmIdentifier (SEQUENCE),
-/// issuer Name (SEQUENCE), validity SEQUENCE { notBefore Time, notAfter Time },
-/// ... }, ... } (RFC 5280 §4.1).
-pub fn validity(cert: &[u8]) -> Result<(i64, i64), DerError> {
+/// The tbsCertificate's fields from `validity` on (RFC 5280 §4.1): the walk past
+/// the version, serial number, signature algorithm and issuer.
+fn from_validity(cert: &[u8]) -> Result<&[u8], DerError> {
     let (c, _) = expect(cert, SEQUENCE, "certificate")?;
     let (tbs, _) = expect(c, SEQUENCE, "tbsCertificate")?;
     let mut rest = tbs;
@@ -133,7 +129,17 @@ pub fn validity(cert: &[u8]) -> Result<(i64, i64), DerError> {
     let (_, rest) = expect(rest, INTEGER, "serialNumber")?;
     let (_, rest) = expect(rest, SEQUENCE, "signature algorithm")?;
     let (_, rest) = expect(rest, SEQUENCE, "issuer")?;
-    let (v, _) = expect(rest, SEQUENCE, "validity")?;
+    Ok(rest)
+}
+
+/// `(notBefore, notAfter)` of a DER certificate, Unix seconds.
+///
+/// Certificate ::= SEQUENCE { tbsCertificate SEQUENCE { version [0] EXPLICIT
+/// OPTIONAL, serialNumber INTEGER, signature AlgorithmIdentifier (SEQUENCE),
+/// issuer Name (SEQUENCE), validity SEQUENCE { notBefore Time, notAfter Time },
+/// ... }, ... } (RFC 5280 §4.1).
+pub fn validity(cert: &[u8]) -> Result<(i64, i64), DerError> {
+    let (v, _) = expect(from_validity(cert)?, SEQUENCE, "validity")?;
     let (t1, nb, r) = tlv(v, "notBefore")?;
     let (t2, na, _) = tlv(r, "notAfter")?;
     Ok((time(t1, nb, "notBefore")?, time(t2, na, "notAfter")?))
@@ -150,16 +156,7 @@ pub fn subject_cn(cert: &[u8]) -> Result<Option<&[u8]>, DerError> {
     const SET: u8 = 0x31;
     const OID: u8 = 0x06;
     const CN: &[u8] = &[0x55, 0x04, 0x03];
-    let (c, _) = expect(cert, SEQUENCE, "certificate")?;
-    let (tbs, _) = expect(c, SEQUENCE, "tbsCertificate")?;
-    let mut rest = tbs;
-    if let Some(&VERSION) = rest.first() {
-        rest = tlv(rest, "version")?.2;
-    }
-    let (_, rest) = expect(rest, INTEGER, "serialNumber")?;
-    let (_, rest) = expect(rest, SEQUENCE, "signature algorithm")?;
-    let (_, rest) = expect(rest, SEQUENCE, "issuer")?;
-    let (_, rest) = expect(rest, SEQUENCE, "validity")?;
+    let (_, rest) = expect(from_validity(cert)?, SEQUENCE, "validity")?;
     let (mut rdns, _) = expect(rest, SEQUENCE, "subject")?;
     while !rdns.is_empty() {
         let (mut rdn, next) = expect(rdns, SET, "subject's RDN")?;
