@@ -878,6 +878,28 @@ impl Agent {
     /// was refused; nothing changed then.
     fn reload_config(&mut self) -> Result<(), String> {
         let new = Config::load(&self.config_path).map_err(|e| e.to_string())?;
+        // `[postgresql]` changes take a restart, but libpq reads the certificate
+        // files afresh at every connection: the files at the running paths must
+        // satisfy the running `hba_clientcert` (a renewed certificate with another
+        // commonName would fail the next rewind or basebackup, not this reload).
+        let running = &self.cfg.postgresql;
+        if new.postgresql.hba_clientcert != running.hba_clientcert {
+            warn!(
+                "[postgresql] hba_clientcert is {:?} in the file and {:?} running: it \
+                 changes at the agent's restart (set it alike on every member, after \
+                 every member has its client certificates)",
+                new.postgresql.hba_clientcert, running.hba_clientcert
+            );
+        }
+        if running.hba_clientcert.is_some() {
+            let now = crate::clock::realtime().as_secs() as i64;
+            crate::config::check_pg_tls_files(running, now).map_err(|(key, problem)| {
+                format!(
+                    "{key} (as running, hba_clientcert {:?}): {problem}",
+                    running.hba_clientcert
+                )
+            })?;
+        }
         // The API's certificates before anything moves: a bad one keeps the old.
         // Switching between http:// and https:// changes the published api_url:
         // that takes a restart.

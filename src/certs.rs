@@ -153,6 +153,9 @@ pub fn validity(cert: &[u8]) -> Result<(i64, i64), DerError> {
 /// (SET OF AttributeTypeAndValue ::= SEQUENCE { type OID, value ANY }) ...
 /// (RFC 5280 §4.1.2.6).
 pub fn subject_cn(cert: &[u8]) -> Result<Option<&[u8]>, DerError> {
+    /// UTF8String, NumericString, PrintableString, TeletexString, IA5String,
+    /// UniversalString, BMPString.
+    const CN_STRINGS: &[u8] = &[0x0c, 0x12, 0x13, 0x14, 0x16, 0x1c, 0x1e];
     const SET: u8 = 0x31;
     const OID: u8 = 0x06;
     const CN: &[u8] = &[0x55, 0x04, 0x03];
@@ -166,8 +169,17 @@ pub fn subject_cn(cert: &[u8]) -> Result<Option<&[u8]>, DerError> {
             rdn = next;
             let (oid, value) = expect(atv, OID, "subject attribute's type")?;
             if oid == CN {
-                // Any string type (UTF8String, PrintableString, ...): its content.
-                let (_, text, _) = tlv(value, "subject's commonName")?;
+                // A string type's content (UTF8String, PrintableString, ...), as
+                // OpenSSL keeps it; any other type is not a name PostgreSQL and we
+                // would read alike.
+                let (tag, text, _) = tlv(value, "subject's commonName")?;
+                if !CN_STRINGS.contains(&tag) {
+                    return Err(DerError::Tag {
+                        what: "subject's commonName",
+                        expected: 0x0c,
+                        found: tag,
+                    });
+                }
                 return Ok(Some(text));
             }
         }

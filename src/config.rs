@@ -1498,6 +1498,19 @@ impl Config {
             let user = s
                 .nonempty("username")?
                 .unwrap_or_else(|| default.to_string());
+            // PostgreSQL cuts a role name to NAMEDATALEN - 1 = 63 bytes: a longer
+            // one would name another role than the passfile and the certificate
+            // checks (`hba_clientcert`) compare with.
+            if user.len() > 63 {
+                return Err(s.err(
+                    "username",
+                    format!(
+                        "{} bytes: PostgreSQL cuts role names to 63 bytes, so the role \
+                         would not be the one named here",
+                        user.len()
+                    ),
+                ));
+            }
             let password = secrets::secret(&s, cred)?.ok_or_else(|| {
                 s.err(
                     "password",

@@ -219,6 +219,63 @@ fn subject_cn_is_the_first_common_name() {
             .map(|b| String::from_utf8(b.to_vec()).expect("utf8"));
         assert_eq!(got.as_deref(), want, "{name}");
     }
+    // Signed by a CA: the subject's name, not the issuer's ("ca").
+    certs::ca(&s.dir, "ca");
+    certs::sign(
+        &s.dir,
+        "signed",
+        "replicator",
+        "extendedKeyUsage=clientAuth\n",
+    );
+    let der = der_of(&s.dir.join("signed.pem"));
+    assert_eq!(subject_cn(&der), Ok(Some(&b"replicator"[..])));
+    // A multi-valued RDN (O and CN in one SET).
+    let der = der_of(&bmp_or_multi(
+        &s,
+        "multi",
+        &["-multivalue-rdn", "-subj", "/O=x+CN=r"],
+    ));
+    assert_eq!(subject_cn(&der), Ok(Some(&b"r"[..])));
+    // A BMPString name (OpenSSL's `string_mask = default` for a character past
+    // Latin-1): its bytes, NULs included, as PostgreSQL's OpenSSL keeps them.
+    let der = der_of(&bmp_or_multi(
+        &s,
+        "bmp",
+        &["-utf8", "-subj", "/CN=r\u{142}"],
+    ));
+    assert_eq!(subject_cn(&der), Ok(Some(&[0, b'r', 0x01, 0x42][..])));
+}
+
+/// A self-signed EC certificate `name`.pem made with `string_mask = default` (no
+/// system openssl.cnf) and the extra `req` arguments `args` (its subject).
+fn bmp_or_multi(s: &Scratch, name: &str, args: &[&str]) -> std::path::PathBuf {
+    std::fs::write(
+        s.dir.join("req.cnf"),
+        "[req]\ndistinguished_name = dn\nstring_mask = default\n[dn]\n",
+    )
+    .expect("req.cnf");
+    let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
+    let mut a = vec![
+        "openssl",
+        "req",
+        "-config",
+        "req.cnf",
+        "-x509",
+        "-nodes",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-keyout",
+        &key,
+        "-out",
+        &pem,
+        "-days",
+        "1",
+    ];
+    a.extend_from_slice(args);
+    certs::sh(&s.dir, &a);
+    s.dir.join(pem)
 }
 
 #[test]
@@ -323,4 +380,17 @@ fn config_load_keeps_each_certificates_not_after() {
     );
     pg.hba_clientcert = Some("verify-ca".into());
     check_pg_tls_files(&pg, now).unwrap_or_else(|e| panic!("verify-ca has no CN rule: {e:?}"));
+    // A commonName with a NUL byte (a BMPString name) fails PostgreSQL's TLS
+    // handshake whenever the certificate is sent: refused with or without the option.
+    let bmp = bmp_or_multi(&s, "bmprepl", &["-utf8", "-subj", "/CN=r\u{142}"]);
+    pg.replication_ssl.sslcert = Some(bmp.clone());
+    for opt in [None, Some("verify-ca".to_string())] {
+        pg.hba_clientcert = opt;
+        let (key, problem) = check_pg_tls_files(&pg, now).expect_err("a NUL in the CN");
+        assert_eq!(key, "postgresql.authentication.replication.sslcert");
+        assert!(
+            problem.contains("NUL byte") && problem.contains("embedded null"),
+            "{problem}"
+        );
+    }
 }

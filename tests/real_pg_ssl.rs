@@ -13,8 +13,10 @@
 //! rejoins through pg_rewind (or a basebackup) over TLS: the new primary's log
 //! (`log_connections`) shows the connection with `SSL enabled`. tenure's member
 //! lines carry `clientcert=verify-full` (`[postgresql] hba_clientcert`): the
-//! rewind role's password over TLS without its certificate is refused, with it
-//! accepted. Last, a node given
+//! rewind role's password over TLS without its certificate is refused, with
+//! another role's certificate refused for the name, with its own accepted; and a
+//! reload whose file drops the option while the running pg_hba keeps it is
+//! refused when a certificate file at the running path no longer fits. Last, a node given
 //! a wrong root certificate cannot basebackup, its agent's log names the cause,
 //! and it retries once per loop (not at every wake-up). `tenure check-config`
 //! refuses a key others can read, naming it.
@@ -26,7 +28,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use certs::{ca, crl, sign};
 use common::{BOOT, FAILOVER, REJOIN, options, settled, start};
@@ -113,6 +115,21 @@ fn ssl_standbys(c: &TestCluster, p: usize) -> Vec<Vec<String>> {
          FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid) \
          WHERE r.state = 'streaming' ORDER BY 1",
     )
+}
+
+/// `ssl_standbys(c, p)` once `done` holds of it, or its last reading after 10 s.
+fn standbys_until(
+    c: &TestCluster,
+    p: usize,
+    done: impl Fn(&[Vec<String>]) -> bool,
+) -> Vec<Vec<String>> {
+    let mut rows = ssl_standbys(c, p);
+    let t0 = Instant::now();
+    while !done(&rows) && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+        rows = ssl_standbys(c, p);
+    }
+    rows
 }
 
 /// Node `i`'s PostgreSQL server log (`<data_dir>.log`, next to the data dir).
@@ -241,7 +258,6 @@ fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
     // Bootstrap: both replicas basebackup and stream over TLS, each presenting
     // the replication role's certificate.
     let p = settled(&mut c);
-    let rows = ssl_standbys(&c, p);
     let others: Vec<usize> = (0..3).filter(|&i| i != p).collect();
     let expect: Vec<Vec<String>> = others
         .iter()
@@ -253,6 +269,9 @@ fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
             ]
         })
         .collect();
+    // A replica's wal receiver says "streaming" a moment before the primary's
+    // pg_stat_replication row leaves "catchup": wait for the primary's view.
+    let rows = standbys_until(&c, p, |rows| rows == expect.as_slice());
     assert_eq!(rows, expect, "standbys of {} over TLS", c.name(p));
     let hba = std::fs::read_to_string(c.data_dir(p).join("pg_hba.conf")).expect("pg_hba");
     assert!(
@@ -282,6 +301,19 @@ fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
         with_cert.0,
         "rewind_user with its certificate: {with_cert:?}"
     );
+    // verify-full: another role's certificate (CN replicator) with rewind_user's
+    // password is refused too, for the name (PostgreSQL logs the CN mismatch).
+    let wrong_cn = rewind_psql(&c, &certs, p, Some(("replicator.pem", "replicator.key")));
+    assert!(
+        !wrong_cn.0,
+        "rewind_user with replicator's certificate: {wrong_cn:?}"
+    );
+    let mismatch = "certificate validation (clientcert=verify-full) failed for user \
+                    \"rewind_user\": CN mismatch";
+    wait_for(Duration::from_secs(5), Duration::from_millis(100), || {
+        server_log(&c, p).contains(mismatch).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no CN mismatch in {}'s server log", c.name(p)));
     assert!(
         !hba.lines().any(|l| l.starts_with("host replication")),
         "{hba}"
@@ -331,7 +363,12 @@ fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
         c.name(p),
         c.name(n)
     );
-    let rows = ssl_standbys(&c, n);
+    let mine = vec![
+        c.name(p).to_string(),
+        "true".to_string(),
+        "/CN=replicator".to_string(),
+    ];
+    let rows = standbys_until(&c, n, |rows| rows.contains(&mine));
     assert!(
         rows.contains(&vec![
             c.name(p).to_string(),
@@ -394,4 +431,46 @@ fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
         c.name(w)
     );
     assert_eq!(c.primaries(), vec![n]);
+
+    // A reload cannot hide a certificate the running pg_hba would refuse: the
+    // file no longer sets hba_clientcert (it takes a restart, so verify-full still
+    // runs), and the rewind role's certificate file now holds replicator's. The
+    // agent says the option differs and refuses the reload, naming the key and
+    // the certificate's name.
+    let path = c.config_path(n);
+    let text = std::fs::read_to_string(path).expect("config");
+    assert!(
+        text.contains("hba_clientcert = \"verify-full\"\n"),
+        "{text}"
+    );
+    std::fs::write(path, text.replace("hba_clientcert = \"verify-full\"\n", ""))
+        .expect("write config");
+    std::fs::copy(
+        certs.dir.join("replicator.pem"),
+        certs.dir.join("rewind.pem"),
+    )
+    .expect("swap the rewind certificate");
+    let before = c.agent_log(n).len();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.agent_pid(n).expect("agent runs") as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .expect("SIGHUP");
+    let said = wait_for(Duration::from_secs(10), Duration::from_millis(200), || {
+        let log = c.agent_log(n);
+        let new = log[before..].to_string();
+        let refused = new
+            .lines()
+            .find(|l| l.contains("reload refused"))?
+            .to_string();
+        Some((new, refused))
+    });
+    let (new, refused) = said.unwrap_or_else(|| panic!("no refusal{}", c.logs_tail(30)));
+    assert!(
+        refused.contains("postgresql.authentication.rewind.sslcert")
+            && refused.contains("replicator")
+            && refused.contains("not the role's name"),
+        "{refused}"
+    );
+    assert!(new.contains("hba_clientcert is None in the file"), "{new}");
 }

@@ -565,14 +565,14 @@ pub fn check_files(
     for (key, path, kind, watched) in todo {
         let not_after = check_file(&path, kind, &r, now_unix)
             .map_err(|problem| (key.clone(), format!("{}: {problem}", path.display())))?;
-        if let Some(role) = watched
-            && pg.hba_clientcert.as_deref() == Some("verify-full")
-        {
-            let user = match role {
-                CertRole::Rewind => &pg.rewind_user,
-                _ => &pg.replication_user,
-            };
-            verify_full_cn(&path, user)
+        let user = match watched {
+            Some(CertRole::Replication) => Some(&pg.replication_user),
+            Some(CertRole::Rewind) => Some(&pg.rewind_user),
+            _ => None,
+        };
+        if let Some(user) = user {
+            let full = pg.hba_clientcert.as_deref() == Some("verify-full");
+            client_cert_cn(&path, user, full)
                 .map_err(|problem| (key, format!("{}: {problem}", path.display())))?;
         }
         if let (Some(role), Some(not_after)) = (watched, not_after) {
@@ -586,16 +586,27 @@ pub fn check_files(
     Ok(certs)
 }
 
-/// `clientcert=verify-full`: PostgreSQL compares the client certificate's first
-/// commonName with the connecting role's name, byte for byte (PostgreSQL 15,
-/// no `map=` on tenure's lines). A certificate it would refuse is refused here.
-fn verify_full_cn(path: &Path, user: &str) -> Result<(), String> {
+/// A client certificate's commonName as PostgreSQL 15 reads it: one with a NUL
+/// byte in it (a BMPString or UniversalString name) fails the TLS handshake with
+/// any server that asks for client certificates, and with `clientcert=verify-full`
+/// (`full`) the first commonName must be the connecting role's name, byte for byte
+/// (no `map=` on tenure's lines). A certificate PostgreSQL would refuse is refused
+/// here. Read again after `check_file`'s read (start-up, `check-config`, reload:
+/// never on the loop).
+fn client_cert_cn(path: &Path, user: &str, full: bool) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot be read: {e}"))?;
     let certs = super::secrets::pem_blocks(&text, "CERTIFICATE")?;
     let first = certs.first().ok_or("no PEM CERTIFICATE block in it")?;
     let need = "[postgresql] hba_clientcert = \"verify-full\" makes PostgreSQL refuse it";
     match crate::certs::subject_cn(first) {
         Err(e) => Err(format!("not an X.509 certificate tenure can read: {e}")),
+        Ok(Some(cn)) if cn.contains(&0) => Err(
+            "its subject's commonName contains a NUL byte (a BMPString or UniversalString \
+             name?): PostgreSQL refuses such a client certificate (\"SSL certificate's \
+             common name contains embedded null\"); issue it with a UTF8String name"
+                .into(),
+        ),
+        Ok(_) if !full => Ok(()),
         Ok(None) => Err(format!(
             "its subject has no commonName, which must be the role's name \"{user}\": {need}"
         )),

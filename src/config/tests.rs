@@ -752,7 +752,22 @@ fn hba_clientcert_and_what_it_needs() {
     assert!(
         e.contains("authentication.replication.sslcert") && e.contains("refused"),
         "{e}"
+    ); // PostgreSQL cuts role names to 63 bytes (the certificate's name would be
+    // compared with a role that is not the one named).
+    let long = "r".repeat(64);
+    let e = err(&with("", server, &format!("username = \"{long}\"\n"), ""));
+    assert!(
+        e.contains("authentication.replication.username") && e.contains("64 bytes"),
+        "{e}"
     );
+    let c = parse(&with(
+        "",
+        server,
+        &format!("username = \"{}\"\n", &long[..63]),
+        "",
+    ))
+    .expect("63 bytes");
+    assert_eq!(c.postgresql.replication_user.len(), 63);
 }
 
 /// DESIGN §2 "The guardian": `[watchdog] guardian` and `guardian_kill_budget`.
