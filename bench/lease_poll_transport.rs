@@ -1,6 +1,6 @@
 //! Benchmark: what one replica's lease poll (DESIGN §1 step 4, `LeaseTimeToLive(lease,
 //! keys)` once a loop) costs in CPU, the agent's and etcd's, through three transports
-//! (issue 13 item 2: is the 2 s/h target reachable with the crates we use?).
+//! (issue 13 item 2: is the 2 s/h target reachable, and with what client?).
 //!
 //! - `etcd-client`: the agent's own call, `Etcd::lease_ttl` (etcd-client over tonic:
 //!   tower's balance and buffer layers, hyper, h2, prost).
@@ -11,6 +11,9 @@
 //! - `HTTP/1.1 gateway`: etcd's JSON gateway (`POST /v3/lease/timetolive`) on a
 //!   blocking socket, no runtime at all. What the smallest client could reach, at a
 //!   price etcd pays (the gateway calls etcd's own gRPC server).
+//! - `HTTP/2 by hand`: the gRPC call's frames written and read on a blocking
+//!   socket by this thread, no runtime and no h2 crate (`RawH2Poller`): what a
+//!   client on the loop's own terms could reach while etcd keeps serving gRPC.
 //!
 //! Each transport polls a live lease `TENURE_BENCH_POLLS` times (default 1000), one
 //! every `TENURE_BENCH_POLL_GAP_MS` (default 20 ms: an idle gap between polls, as in
@@ -174,6 +177,164 @@ impl H2Poller {
     }
 }
 
+/// HTTP/2 by hand on a blocking socket: the gRPC call with no runtime, the
+/// frames written and read by this loop (what a client on the agent's own terms —
+/// synchronous, one buffer, no task — could reach while keeping etcd's gRPC
+/// server, so etcd pays what it pays for etcd-client).
+///
+/// Measurement only, not a client: the header blocks etcd sends are not HPACK-
+/// decoded (a real client must, Huffman included: ~60 bytes a poll); the answer is
+/// taken as good when a DATA frame carries a `LeaseTimeToLiveResponse` with the
+/// lease's TTL and the stream ends in a trailers HEADERS frame. SETTINGS and PING
+/// are acknowledged, the connection's receive window is topped up, GOAWAY and
+/// RST_STREAM end the run with an error.
+struct RawH2Poller {
+    tcp: TcpStream,
+    /// HEADERS + DATA of one request; the stream id (bytes 5..9) is patched per poll.
+    req: Vec<u8>,
+    /// Offset of the DATA frame's stream id in `req`.
+    data_sid_at: usize,
+    next_sid: u32,
+    buf: Vec<u8>,
+    /// DATA bytes received since the last connection WINDOW_UPDATE.
+    unacked: u32,
+}
+
+const H2_DATA: u8 = 0;
+const H2_HEADERS: u8 = 1;
+const H2_RST: u8 = 3;
+const H2_SETTINGS: u8 = 4;
+const H2_PING: u8 = 6;
+const H2_GOAWAY: u8 = 7;
+const END_STREAM: u8 = 0x1;
+const ACK: u8 = 0x1;
+
+fn h2_frame(out: &mut Vec<u8>, kind: u8, flags: u8, sid: u32, payload: &[u8]) {
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+    out.push(kind);
+    out.push(flags);
+    out.extend_from_slice(&sid.to_be_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// An HPACK string literal, not Huffman-coded (7-bit length prefix: < 127 bytes).
+fn hpack_str(out: &mut Vec<u8>, s: &str) {
+    assert!(s.len() < 127);
+    out.push(s.len() as u8);
+    out.extend_from_slice(s.as_bytes());
+}
+
+impl RawH2Poller {
+    fn connect(addr: SocketAddr, lease: i64) -> Result<Self, String> {
+        let mut tcp = TcpStream::connect_timeout(&addr, CALL_LIMIT)
+            .map_err(|e| format!("raw h2 connect {addr}: {e}"))?;
+        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+        tcp.set_read_timeout(Some(CALL_LIMIT))
+            .map_err(|e| e.to_string())?;
+        let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        // SETTINGS: HEADER_TABLE_SIZE 0 (no dynamic table to keep), ENABLE_PUSH 0.
+        h2_frame(
+            &mut hello,
+            H2_SETTINGS,
+            0,
+            0,
+            &[0, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0],
+        );
+        tcp.write_all(&hello)
+            .map_err(|e| format!("raw h2 preface: {e}"))?;
+
+        let mut block = vec![0x83, 0x86]; // :method POST, :scheme http (static)
+        block.push(0x04); // :path, literal without indexing, static name 4
+        hpack_str(&mut block, "/etcdserverpb.Lease/LeaseTimeToLive");
+        block.push(0x01); // :authority, static name 1
+        hpack_str(&mut block, &addr.to_string());
+        block.extend_from_slice(&[0x0f, 0x10]); // content-type, static name 31
+        hpack_str(&mut block, "application/grpc");
+        block.push(0x00); // te: a new name
+        hpack_str(&mut block, "te");
+        hpack_str(&mut block, "trailers");
+        let mut req = Vec::new();
+        h2_frame(&mut req, H2_HEADERS, 0x4, 1, &block); // END_HEADERS
+        let data_sid_at = req.len() + 5;
+        h2_frame(&mut req, H2_DATA, END_STREAM, 1, &grpc_ttl_request(lease));
+        Ok(RawH2Poller {
+            tcp,
+            req,
+            data_sid_at,
+            next_sid: 1,
+            buf: vec![0; 16 * 1024],
+            unacked: 0,
+        })
+    }
+
+    fn poll(&mut self) -> Result<i64, String> {
+        let sid = self.next_sid;
+        // Stream ids are odd and below 2^31; a real client reconnects at the end.
+        self.next_sid += 2;
+        self.req[5..9].copy_from_slice(&sid.to_be_bytes());
+        let at = self.data_sid_at;
+        self.req[at..at + 4].copy_from_slice(&sid.to_be_bytes());
+        self.tcp
+            .write_all(&self.req)
+            .map_err(|e| format!("raw h2 write: {e}"))?;
+        let (mut got, mut ttl, mut ended) = (0usize, None, false);
+        let mut replies: Vec<u8> = Vec::new();
+        while !ended {
+            if got == self.buf.len() {
+                return Err("raw h2: a frame over 16 KiB".into());
+            }
+            let n = self
+                .tcp
+                .read(&mut self.buf[got..])
+                .map_err(|e| format!("raw h2 read: {e}"))?;
+            if n == 0 {
+                return Err("raw h2: etcd closed the connection".into());
+            }
+            got += n;
+            let mut at = 0;
+            while got - at >= 9 {
+                let h = &self.buf[at..at + 9];
+                let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+                if got - at < 9 + len {
+                    break;
+                }
+                let (kind, flags) = (h[3], h[4]);
+                let fsid = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+                let payload = &self.buf[at + 9..at + 9 + len];
+                match kind {
+                    H2_DATA if fsid == sid => {
+                        self.unacked += len as u32;
+                        // Not padded (etcd does not pad); one whole gRPC message.
+                        ttl = grpc_ttl_of(payload);
+                        ended |= flags & END_STREAM != 0;
+                    }
+                    H2_HEADERS if fsid == sid => ended |= flags & END_STREAM != 0,
+                    H2_SETTINGS if flags & ACK == 0 => {
+                        h2_frame(&mut replies, H2_SETTINGS, ACK, 0, &[])
+                    }
+                    H2_PING if flags & ACK == 0 => h2_frame(&mut replies, H2_PING, ACK, 0, payload),
+                    H2_GOAWAY => return Err("raw h2: GOAWAY".into()),
+                    H2_RST if fsid == sid => return Err("raw h2: RST_STREAM".into()),
+                    _ => {}
+                }
+                at += 9 + len;
+            }
+            self.buf.copy_within(at..got, 0);
+            got -= at;
+        }
+        if self.unacked >= 1 << 15 {
+            h2_frame(&mut replies, 8, 0, 0, &self.unacked.to_be_bytes());
+            self.unacked = 0;
+        }
+        if !replies.is_empty() {
+            self.tcp
+                .write_all(&replies)
+                .map_err(|e| format!("raw h2 write: {e}"))?;
+        }
+        ttl.ok_or_else(|| "raw h2: no TTL in the answer".to_string())
+    }
+}
+
 struct GatewayPoller {
     tcp: TcpStream,
     req: Vec<u8>,
@@ -314,6 +475,7 @@ fn run(dir: &std::path::Path) -> Result<(), String> {
         .map_err(|e| format!("endpoint {}: {e}", endpoints[leader]))?;
     let mut h2 = H2Poller::connect(&rt, addr, lease)?;
     let mut gw = GatewayPoller::connect(addr, lease)?;
+    let mut raw = RawH2Poller::connect(addr, lease)?;
 
     let mut agent_poll = || -> Result<i64, String> {
         let p = client
@@ -327,21 +489,24 @@ fn run(dir: &std::path::Path) -> Result<(), String> {
         agent_poll()?;
         h2.poll(&rt)?;
         gw.poll()?;
+        raw.poll()?;
     }
 
     let names = [
         "etcd-client (the agent's call)",
         "h2 direct",
         "HTTP/1.1 gateway",
+        "HTTP/2 by hand, blocking",
     ];
-    let mut costs = [Cost::default(); 3];
+    let mut costs = [Cost::default(); 4];
     let mut idle = Cost::default();
     for round in 0..rounds {
         for (k, cost) in costs.iter_mut().enumerate() {
             let c = match k {
                 0 => measure(&etcd, n, gap, &mut agent_poll)?,
                 1 => measure(&etcd, n, gap, || h2.poll(&rt))?,
-                _ => measure(&etcd, n, gap, || gw.poll())?,
+                2 => measure(&etcd, n, gap, || gw.poll())?,
+                _ => measure(&etcd, n, gap, || raw.poll())?,
             };
             println!(
                 "  round {round} {}: {:.0} µs here, {:.0} µs in etcd per poll (load {})",
