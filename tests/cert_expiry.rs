@@ -189,31 +189,8 @@ fn subject_cn_is_the_first_common_name() {
         ("utf8", "/O=x/CN=r\u{e9}plica", Some("r\u{e9}plica")),
         ("none", "/O=no common name", None),
     ] {
-        let key = format!("{name}.key");
-        let pem = format!("{name}.pem");
-        certs::sh(
-            &s.dir,
-            &[
-                "openssl",
-                "req",
-                "-x509",
-                "-nodes",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-keyout",
-                &key,
-                "-out",
-                &pem,
-                "-days",
-                "1",
-                "-utf8",
-                "-subj",
-                subj,
-            ],
-        );
-        let der = der_of(&s.dir.join(&pem));
+        let pem = self_signed_ec(&s, name, false, &["-utf8", "-subj", subj]);
+        let der = der_of(&pem);
         let got = subject_cn(&der)
             .unwrap_or_else(|e| panic!("{name}: {e}"))
             .map(|b| String::from_utf8(b.to_vec()).expect("utf8"));
@@ -230,36 +207,44 @@ fn subject_cn_is_the_first_common_name() {
     let der = der_of(&s.dir.join("signed.pem"));
     assert_eq!(subject_cn(&der), Ok(Some(&b"replicator"[..])));
     // A multi-valued RDN (O and CN in one SET).
-    let der = der_of(&bmp_or_multi(
+    let der = der_of(&self_signed_ec(
         &s,
         "multi",
+        true,
         &["-multivalue-rdn", "-subj", "/O=x+CN=r"],
     ));
     assert_eq!(subject_cn(&der), Ok(Some(&b"r"[..])));
     // A BMPString name (OpenSSL's `string_mask = default` for a character past
     // Latin-1): its bytes, NULs included, as PostgreSQL's OpenSSL keeps them.
-    let der = der_of(&bmp_or_multi(
+    let der = der_of(&self_signed_ec(
         &s,
         "bmp",
+        true,
         &["-utf8", "-subj", "/CN=r\u{142}"],
     ));
     assert_eq!(subject_cn(&der), Ok(Some(&[0, b'r', 0x01, 0x42][..])));
 }
 
-/// A self-signed EC certificate `name`.pem made with `string_mask = default` (no
-/// system openssl.cnf) and the extra `req` arguments `args` (its subject).
-fn bmp_or_multi(s: &Scratch, name: &str, args: &[&str]) -> std::path::PathBuf {
+/// A self-signed EC certificate `name`.pem whose subject the extra `req`
+/// arguments `args` give; with `default_mask`, made with `string_mask = default`
+/// (no system openssl.cnf: a character past Latin-1 becomes a BMPString).
+fn self_signed_ec(
+    s: &Scratch,
+    name: &str,
+    default_mask: bool,
+    args: &[&str],
+) -> std::path::PathBuf {
     std::fs::write(
         s.dir.join("req.cnf"),
         "[req]\ndistinguished_name = dn\nstring_mask = default\n[dn]\n",
     )
     .expect("req.cnf");
     let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
-    let mut a = vec![
-        "openssl",
-        "req",
-        "-config",
-        "req.cnf",
+    let mut a = vec!["openssl", "req"];
+    if default_mask {
+        a.extend_from_slice(&["-config", "req.cnf"]);
+    }
+    a.extend_from_slice(&[
         "-x509",
         "-nodes",
         "-newkey",
@@ -272,7 +257,7 @@ fn bmp_or_multi(s: &Scratch, name: &str, args: &[&str]) -> std::path::PathBuf {
         &pem,
         "-days",
         "1",
-    ];
+    ]);
     a.extend_from_slice(args);
     certs::sh(&s.dir, &a);
     s.dir.join(pem)
@@ -382,7 +367,7 @@ fn config_load_keeps_each_certificates_not_after() {
     check_pg_tls_files(&pg, now).unwrap_or_else(|e| panic!("verify-ca has no CN rule: {e:?}"));
     // A commonName with a NUL byte (a BMPString name) fails PostgreSQL's TLS
     // handshake whenever the certificate is sent: refused with or without the option.
-    let bmp = bmp_or_multi(&s, "bmprepl", &["-utf8", "-subj", "/CN=r\u{142}"]);
+    let bmp = self_signed_ec(&s, "bmprepl", true, &["-utf8", "-subj", "/CN=r\u{142}"]);
     pg.replication_ssl.sslcert = Some(bmp.clone());
     for opt in [None, Some("verify-ca".to_string())] {
         pg.hba_clientcert = opt;
