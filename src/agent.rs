@@ -883,21 +883,24 @@ impl Agent {
         // satisfy the running `hba_clientcert` (a renewed certificate with another
         // commonName would fail the next rewind or basebackup, not this reload).
         let running = &self.cfg.postgresql;
-        if new.postgresql.hba_clientcert != running.hba_clientcert {
+        let rule = |pg: &crate::config::PgConfig| {
+            pg.client_cert_rule()
+                .unwrap_or_else(|| "no client certificate".into())
+        };
+        if new.postgresql.client_cert_rule() != running.client_cert_rule() {
             warn!(
-                "[postgresql] hba_clientcert is {:?} in the file and {:?} running: it \
-                 changes at the agent's restart (set it alike on every member, after \
-                 every member has its client certificates)",
-                new.postgresql.hba_clientcert, running.hba_clientcert
+                "[postgresql] member lines: {} in the file, {} running: \
+                 hba_clientcert and hba_method change at the agent's restart (set \
+                 them alike on every member, after every member has its client \
+                 certificates)",
+                rule(&new.postgresql),
+                rule(running)
             );
         }
-        if running.hba_clientcert.is_some() {
+        if running.client_certs_required() {
             let now = crate::clock::realtime().as_secs() as i64;
             crate::config::check_pg_tls_files(running, now).map_err(|(key, problem)| {
-                format!(
-                    "{key} (as running, hba_clientcert {:?}): {problem}",
-                    running.hba_clientcert
-                )
+                format!("{key} (as running, {}): {problem}", rule(running))
             })?;
         }
         // The API's certificates before anything moves: a bad one keeps the old.

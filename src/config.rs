@@ -128,6 +128,37 @@ pub struct PgConfig {
     /// `clientcert=` to tenure's own member lines (a client certificate required
     /// besides the password; `config/pgssl.rs`). `None`: not required.
     pub hba_clientcert: Option<String>,
+    /// `[postgresql] hba_method = "cert"`: tenure's member lines authenticate by
+    /// the client certificate alone (`cert`: verified in full, its commonName the
+    /// role's name), no password; the replication and rewind passwords may then be
+    /// left out (empty here). `false`: `scram-sha-256`, the default.
+    pub hba_cert: bool,
+}
+
+impl PgConfig {
+    /// Whether tenure's member lines require a client certificate
+    /// (`hba_clientcert`, or `hba_method = "cert"`).
+    pub fn client_certs_required(&self) -> bool {
+        self.hba_cert || self.hba_clientcert.is_some()
+    }
+
+    /// What the member lines require of a client certificate, as the file sets
+    /// it, for messages; `None` when they require none.
+    pub fn client_cert_rule(&self) -> Option<String> {
+        if self.hba_cert {
+            Some("hba_method = \"cert\"".into())
+        } else {
+            self.hba_clientcert
+                .as_ref()
+                .map(|v| format!("hba_clientcert = \"{v}\""))
+        }
+    }
+
+    /// Whether that certificate's first commonName must be the role's name
+    /// (`verify-full`, and `cert`, which always verifies in full).
+    pub fn client_cn_is_role(&self) -> bool {
+        self.hba_cert || self.hba_clientcert.as_deref() == Some("verify-full")
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -1435,6 +1466,7 @@ impl Config {
             "move_aside_unusable",
             "sslmode",
             "hba_clientcert",
+            "hba_method",
             "authentication",
             "parameters",
             "pg_hba",
@@ -1485,6 +1517,7 @@ impl Config {
             Some(v) => return Err(pg.wrong("pg_hba", "an array of pg_hba.conf lines", v)),
         };
 
+        let hba_cert = pgssl::hba_method(&pg)?;
         let auth = pg.sub("authentication")?;
         auth.only(&["superuser", "replication", "rewind"])?;
         let role = |k: &str, default: &str, cred: &str| -> Result<(String, String), ConfigError> {
@@ -1511,12 +1544,18 @@ impl Config {
                     ),
                 ));
             }
-            let password = secrets::secret(&s, cred)?.ok_or_else(|| {
-                s.err(
-                    "password",
-                    format!("missing (or password_file, or the {cred} credential)"),
-                )
-            })?;
+            let password = match secrets::secret(&s, cred)? {
+                Some(p) => p,
+                // `cert` on the member lines: the connecting roles need no
+                // password (the superuser's is set at bootstrap all the same).
+                None if hba_cert && k != "superuser" => String::new(),
+                None => {
+                    return Err(s.err(
+                        "password",
+                        format!("missing (or password_file, or the {cred} credential)"),
+                    ));
+                }
+            };
             Ok((user, password))
         };
         let (superuser, superuser_password) =
@@ -1560,6 +1599,7 @@ impl Config {
         )?;
         let hba_clientcert = pgssl::hba_clientcert(
             &pg,
+            hba_cert,
             &parameters,
             &[(&repl_sect, &replication_ssl), (&rewind_sect, &rewind_ssl)],
         )?;
@@ -1778,6 +1818,7 @@ impl Config {
                 rewind_ssl,
                 pg_hba,
                 hba_clientcert,
+                hba_cert,
             },
             api: ApiConfig {
                 listen: api_listen,

@@ -41,6 +41,7 @@ fn node_cfg(dir: &Path, name: &str) -> PgConfig {
         replication_ssl: Default::default(),
         rewind_ssl: Default::default(),
         hba_clientcert: None,
+        hba_cert: false,
         pg_hba: Vec::new(),
     }
 }

@@ -19,7 +19,9 @@
 //! refused when a certificate file at the running path no longer fits. Last, a node given
 //! a wrong root certificate cannot basebackup, its agent's log names the cause,
 //! and it retries once per loop (not at every wake-up). `tenure check-config`
-//! refuses a key others can read, naming it.
+//! refuses a key others can read, naming it. A second bed runs the member lines
+//! with `hba_method = "cert"` and no role passwords at all: bootstrap, streaming,
+//! failover and rejoin on certificates alone.
 
 #[path = "support/certs.rs"]
 mod certs;
@@ -32,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use certs::{ca, crl, sign};
 use common::{BOOT, FAILOVER, REJOIN, options, settled, start};
-use tenure::testbed::cluster::TestCluster;
+use tenure::testbed::cluster::{ClusterOptions, TestCluster};
 use tenure::testbed::wait_for;
 
 /// The certificates, in a directory whose name needs quoting everywhere.
@@ -185,18 +187,21 @@ fn rewind_psql(
     )
 }
 
-#[test]
-fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
-    let certs = Certs::make();
-    let mut opts = options("pgssl", "pgssl");
+/// The bed's options for TLS on both sides: the server's certificate and CA, each
+/// connecting role's root certificate, client certificate and key (replication's
+/// with a CRL), `sslmode = verify-full`, and `member_rule` (the `[postgresql]` line
+/// that says what tenure's member lines require of a client) in `[postgresql]`.
+fn tls_options(certs: &Certs, tag: &str, member_rule: &str) -> ClusterOptions {
+    let mut opts = options("pgssl", tag);
     opts.section_extra = vec![
         (
             "[postgresql]".into(),
             // The bed's own SQL connects without TLS as the superuser: a line of
             // its own after tenure's hostssl ones (which it does not match).
-            "sslmode = \"verify-full\"\nhba_clientcert = \"verify-full\"\n\
-             pg_hba = [\"host all postgres 127.0.0.1/32 scram-sha-256\"]"
-                .into(),
+            format!(
+                "sslmode = \"verify-full\"\n{member_rule}\n\
+                 pg_hba = [\"host all postgres 127.0.0.1/32 scram-sha-256\"]"
+            ),
         ),
         (
             "[postgresql.parameters]".into(),
@@ -228,6 +233,13 @@ fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
             ),
         ),
     ];
+    opts
+}
+
+#[test]
+fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
+    let certs = Certs::make();
+    let opts = tls_options(&certs, "pgssl", "hba_clientcert = \"verify-full\"");
     let mut c = start(opts);
 
     // A key others can read is refused before anything starts, by name.
@@ -472,5 +484,128 @@ fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
             && refused.contains("not the role's name"),
         "{refused}"
     );
-    assert!(new.contains("hba_clientcert is None in the file"), "{new}");
+    assert!(
+        new.contains("member lines: no client certificate in the file, hba_clientcert = \"verify-full\" running"),
+        "{new}"
+    );
+}
+
+/// `[postgresql] hba_method = "cert"` with no replication or rewind password in
+/// the file: tenure's member lines authenticate by the client certificate alone,
+/// the roles are created without a password and the passfile holds none; the
+/// cluster bootstraps (basebackup), streams, fails over and rejoins (pg_rewind or
+/// a basebackup) on certificates only. The rewind role without a certificate is
+/// refused, with another role's certificate refused for the name, with its own
+/// (and no password) accepted.
+#[test]
+fn real_pg_cert_auth_without_passwords_bootstrap_failover_rejoin() {
+    let certs = Certs::make();
+    let mut opts = tls_options(&certs, "pgcert", "hba_method = \"cert\"");
+    opts.role_passwords = false;
+    let mut c = start(opts);
+    let text = std::fs::read_to_string(c.config_path(0)).expect("config");
+    assert!(
+        !text.contains(&c.passwords.replication) && !text.contains(&c.passwords.rewind),
+        "the bed wrote a role password: {text}"
+    );
+
+    let p = settled(&mut c);
+    let others: Vec<usize> = (0..3).filter(|&i| i != p).collect();
+    let expect: Vec<Vec<String>> = others
+        .iter()
+        .map(|&i| {
+            vec![
+                c.name(i).to_string(),
+                "true".into(),
+                "/CN=replicator".into(),
+            ]
+        })
+        .collect();
+    let rows = standbys_until(&c, p, |rows| rows == expect.as_slice());
+    assert_eq!(rows, expect, "standbys of {} on certificates", c.name(p));
+    let hba = std::fs::read_to_string(c.data_dir(p).join("pg_hba.conf")).expect("pg_hba");
+    for want in [
+        "hostssl replication \"replicator\" 127.0.0.1/32 cert\n",
+        "hostssl all \"postgres\",\"rewind_user\" 127.0.0.1/32 cert\n",
+    ] {
+        assert!(hba.contains(want), "{want} in {hba}");
+    }
+    // No password on either role, none in any node's passfile.
+    let pw = sql_rows(
+        &c,
+        p,
+        "SELECT rolname, (rolpassword IS NULL)::text FROM pg_authid \
+         WHERE rolname IN ('replicator', 'rewind_user') ORDER BY 1",
+    );
+    assert_eq!(
+        pw,
+        vec![
+            vec!["replicator".to_string(), "true".into()],
+            vec!["rewind_user".to_string(), "true".into()],
+        ]
+    );
+    let (no_cert, wrong_cn, own) = (
+        rewind_psql(&c, &certs, p, None),
+        rewind_psql(&c, &certs, p, Some(("replicator.pem", "replicator.key"))),
+        rewind_psql(&c, &certs, p, Some(("rewind.pem", "rewind.key"))),
+    );
+    assert!(
+        !no_cert.0
+            && no_cert
+                .1
+                .contains("connection requires a valid client certificate"),
+        "rewind_user without a certificate: {no_cert:?}"
+    );
+    assert!(
+        !wrong_cn.0 && wrong_cn.1.contains("certificate authentication failed"),
+        "rewind_user with replicator's certificate: {wrong_cn:?}"
+    );
+    assert!(
+        own.0,
+        "rewind_user with its certificate, no password: {own:?}"
+    );
+
+    // The primary's host crashes: a replica takes over, the old primary rejoins.
+    c.host_crash(p).expect("host crash");
+    let n = c
+        .wait_new_primary(p, FAILOVER)
+        .unwrap_or_else(|| panic!("no new primary{}", c.logs_tail(40)));
+    c.start_agent(p).expect("restart the old primary's agent");
+    wait_for(REJOIN, Duration::from_millis(200), || {
+        c.is_streaming_replica(p).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{} did not rejoin{}", c.name(p), c.logs_tail(60)));
+    let mine = vec![
+        c.name(p).to_string(),
+        "true".to_string(),
+        "/CN=replicator".to_string(),
+    ];
+    let rows = standbys_until(&c, n, |rows| rows.contains(&mine));
+    assert!(rows.contains(&mine), "{rows:?}");
+    let slog = server_log(&c, n);
+    let how = if c.agent_log(p).contains("pg_rewind") {
+        "connection authorized: user=rewind_user"
+    } else {
+        "replication connection authorized: user=replicator"
+    };
+    assert!(
+        slog.lines()
+            .any(|l| l.contains(how) && l.contains("SSL enabled")),
+        "{} rejoined {} without a logged TLS connection ({how})",
+        c.name(p),
+        c.name(n)
+    );
+    // The replicas wrote their passfile for the basebackup: empty.
+    for &i in &others {
+        let mut pf = c.data_dir(i).as_os_str().to_os_string();
+        pf.push(".pgpass");
+        let pf = std::fs::read_to_string(PathBuf::from(&pf))
+            .unwrap_or_else(|e| panic!("{}'s passfile {pf:?}: {e}", c.name(i)));
+        assert_eq!(pf, "", "{}'s passfile holds a password", c.name(i));
+    }
+    eprintln!(
+        "{} rejoined {} on certificates only; standbys: {rows:?}",
+        c.name(p),
+        c.name(n)
+    );
 }

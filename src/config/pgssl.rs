@@ -237,40 +237,70 @@ pub(super) fn check_server(
     Ok(())
 }
 
-/// `[postgresql] hba_clientcert`: `verify-ca` or `verify-full`, checked against
-/// what the option needs to work at a failover rather than fail there: the server
-/// side on (the option exists on `hostssl` lines only), `ssl_ca_file` (what the
-/// server checks a client certificate against; without it PostgreSQL refuses every
-/// connection on such a line), and a client certificate for each connecting role (else its
-/// streaming replication, pg_basebackup or pg_rewind is refused). `verify-full`'s
-/// commonName rule is checked with the files ([`check_files`]).
+/// `[postgresql] hba_method`: `"scram-sha-256"` (the default: a password, with
+/// `hba_clientcert` a certificate too) or `"cert"` (the client certificate alone,
+/// no password). `true` for `cert`.
+pub(super) fn hba_method(pg: &Sect<'_>) -> Result<bool, ConfigError> {
+    match pg.string("hba_method")?.as_deref() {
+        None | Some("scram-sha-256") => Ok(false),
+        Some("cert") => Ok(true),
+        Some(v) => Err(pg.err(
+            "hba_method",
+            format!("expected scram-sha-256 or cert, found \"{v}\""),
+        )),
+    }
+}
+
+/// `[postgresql] hba_clientcert`: `verify-ca` or `verify-full`; and with it or
+/// with `hba_method = "cert"` (`cert`), what a required client certificate needs
+/// to work at a failover rather than fail there: the server side on (both exist on
+/// `hostssl` lines only), `ssl_ca_file` (what the server checks a client
+/// certificate against; without it PostgreSQL refuses every connection on such a
+/// line), and a client certificate for each connecting role (else its streaming
+/// replication, pg_basebackup or pg_rewind is refused). The commonName rule of
+/// `verify-full` and `cert` is checked with the files ([`check_files`]).
 pub(super) fn hba_clientcert(
     pg: &Sect<'_>,
+    cert: bool,
     parameters: &[(String, String)],
     roles: &[(&Sect<'_>, &PgSsl)],
 ) -> Result<Option<String>, ConfigError> {
-    let Some(v) = pg.string("hba_clientcert")? else {
-        return Ok(None);
-    };
-    if v != "verify-ca" && v != "verify-full" {
-        return Err(pg.err(
-            "hba_clientcert",
-            format!("expected verify-ca or verify-full, found \"{v}\""),
-        ));
+    let clientcert = pg.string("hba_clientcert")?;
+    if let Some(v) = &clientcert {
+        if v != "verify-ca" && v != "verify-full" {
+            return Err(pg.err(
+                "hba_clientcert",
+                format!("expected verify-ca or verify-full, found \"{v}\""),
+            ));
+        }
+        if cert {
+            return Err(pg.err(
+                "hba_clientcert",
+                "not with hba_method = \"cert\": the cert method always verifies the \
+                 client certificate in full (PostgreSQL refuses any other clientcert= on \
+                 such a line); leave hba_clientcert out",
+            ));
+        }
     }
+    let (key, rule) = match &clientcert {
+        _ if cert => ("hba_method", "hba_method = \"cert\"".to_string()),
+        Some(v) => ("hba_clientcert", format!("hba_clientcert = \"{v}\"")),
+        None => return Ok(None),
+    };
     if !server_ssl_on(parameters) {
         return Err(pg.err(
-            "hba_clientcert",
-            "needs [postgresql.parameters] ssl = on: clientcert= exists on hostssl lines \
-             only, and tenure's member lines are hostssl only with the server side on",
+            key,
+            "needs [postgresql.parameters] ssl = on: a client certificate is checked on \
+             hostssl lines only, and tenure's member lines are hostssl only with the \
+             server side on",
         ));
     }
     if !parameters.iter().any(|(k, _)| k == "ssl_ca_file") {
         return Err(pg.err(
-            "hba_clientcert",
+            key,
             "needs [postgresql.parameters] ssl_ca_file: the server checks client \
              certificates against it, and without one PostgreSQL refuses every \
-             connection on a clientcert= line (\"client certificates can only be \
+             connection on a line that asks for one (\"client certificates can only be \
              checked if a root certificate store is available\")",
         ));
     }
@@ -279,14 +309,13 @@ pub(super) fn hba_clientcert(
             return Err(s.err(
                 "sslcert",
                 format!(
-                    "missing: [postgresql] hba_clientcert = \"{v}\" requires a client \
-                     certificate on tenure's member lines, so this role's connections \
-                     would be refused"
+                    "missing: [postgresql] {rule} requires a client certificate on \
+                     tenure's member lines, so this role's connections would be refused"
                 ),
             ));
         }
     }
-    Ok(Some(v))
+    Ok(clientcert)
 }
 
 // ---------------------------------------------------------------------------
@@ -571,8 +600,8 @@ pub fn check_files(
             _ => None,
         };
         if let Some(user) = user {
-            let full = pg.hba_clientcert.as_deref() == Some("verify-full");
-            client_cert_cn(&path, user, full)
+            let rule = pg.client_cert_rule().filter(|_| pg.client_cn_is_role());
+            client_cert_cn(&path, user, rule.as_deref())
                 .map_err(|problem| (key, format!("{}: {problem}", path.display())))?;
         }
         if let (Some(role), Some(not_after)) = (watched, not_after) {
@@ -589,15 +618,19 @@ pub fn check_files(
 /// A client certificate's commonName as PostgreSQL 15 reads it: one with a NUL
 /// byte in it (a BMPString or UniversalString name) fails the TLS handshake with
 /// any server that asks for client certificates, and with `clientcert=verify-full`
-/// (`full`) the first commonName must be the connecting role's name, byte for byte
+/// or `cert` (`rule`, as the file says it) the first commonName must be the
+/// connecting role's name, byte for byte
 /// (no `map=` on tenure's lines). A certificate PostgreSQL would refuse is refused
 /// here. Read again after `check_file`'s read (start-up, `check-config`, reload:
 /// never on the loop).
-fn client_cert_cn(path: &Path, user: &str, full: bool) -> Result<(), String> {
+fn client_cert_cn(path: &Path, user: &str, rule: Option<&str>) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot be read: {e}"))?;
     let certs = super::secrets::pem_blocks(&text, "CERTIFICATE")?;
     let first = certs.first().ok_or("no PEM CERTIFICATE block in it")?;
-    let need = "[postgresql] hba_clientcert = \"verify-full\" makes PostgreSQL refuse it";
+    let need = format!(
+        "[postgresql] {} makes PostgreSQL refuse it",
+        rule.unwrap_or_default()
+    );
     match crate::certs::subject_cn(first) {
         Err(e) => Err(format!("not an X.509 certificate tenure can read: {e}")),
         Ok(Some(cn)) if cn.contains(&0) => Err(
@@ -606,7 +639,7 @@ fn client_cert_cn(path: &Path, user: &str, full: bool) -> Result<(), String> {
              common name contains embedded null\"); issue it with a UTF8String name"
                 .into(),
         ),
-        Ok(_) if !full => Ok(()),
+        Ok(_) if rule.is_none() => Ok(()),
         Ok(None) => Err(format!(
             "its subject has no commonName, which must be the role's name \"{user}\": {need}"
         )),

@@ -205,6 +205,8 @@ impl fmt::Debug for PgConfig {
             .field("replication_ssl", &self.replication_ssl)
             .field("rewind_ssl", &self.rewind_ssl)
             .field("pg_hba", &self.pg_hba)
+            .field("hba_clientcert", &self.hba_clientcert)
+            .field("hba_cert", &self.hba_cert)
             .finish()
     }
 }

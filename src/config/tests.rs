@@ -752,7 +752,8 @@ fn hba_clientcert_and_what_it_needs() {
     assert!(
         e.contains("authentication.replication.sslcert") && e.contains("refused"),
         "{e}"
-    ); // PostgreSQL cuts role names to 63 bytes (the certificate's name would be
+    );
+    // PostgreSQL cuts role names to 63 bytes (the certificate's name would be
     // compared with a role that is not the one named).
     let long = "r".repeat(64);
     let e = err(&with("", server, &format!("username = \"{long}\"\n"), ""));
@@ -768,6 +769,78 @@ fn hba_clientcert_and_what_it_needs() {
     ))
     .expect("63 bytes");
     assert_eq!(c.postgresql.replication_user.len(), 63);
+
+    // `hba_method = "cert"`: the certificate alone. The connecting roles need no
+    // password then; everything the certificate needs is required as above, and
+    // hba_clientcert beside it is refused (cert verifies in full).
+    let cert_only = "hba_method = \"cert\"\n";
+    let no_pw = |t: String| {
+        t.replace("password = \"rep\"\n", "")
+            .replace("password = \"rw\"\n", "")
+    };
+    let c = parse(&no_pw(with(cert_only, server, &r, &w))).expect("cert, no passwords");
+    assert!(c.postgresql.hba_cert && c.postgresql.client_certs_required());
+    assert!(c.postgresql.client_cn_is_role());
+    assert_eq!(c.postgresql.hba_clientcert, None);
+    assert_eq!(
+        (
+            c.postgresql.replication_password.as_str(),
+            c.postgresql.rewind_password.as_str()
+        ),
+        ("", "")
+    );
+    assert_eq!(
+        c.postgresql.client_cert_rule().as_deref(),
+        Some("hba_method = \"cert\"")
+    );
+    let c = parse(&with(cert_only, server, &r, &w)).expect("cert, passwords kept");
+    assert_eq!(c.postgresql.replication_password, "rep");
+    for (m, cert) in [("", false), ("hba_method = \"scram-sha-256\"\n", false)] {
+        let c = parse(&with(m, server, &r, &w)).expect(m);
+        assert_eq!(c.postgresql.hba_cert, cert);
+        assert!(!c.postgresql.client_certs_required());
+    }
+    // Without cert the passwords stay required; the superuser's always does.
+    let e = err(&no_pw(with("", server, &r, &w)));
+    assert!(
+        e.contains("authentication.replication.password: missing"),
+        "{e}"
+    );
+    let e = err(&with(cert_only, server, &r, &w).replace("password = \"su\"\n", ""));
+    assert!(
+        e.contains("authentication.superuser.password: missing"),
+        "{e}"
+    );
+    let e = err(&with("hba_method = \"md5\"\n", server, &r, &w));
+    assert!(
+        e.contains("postgresql.hba_method") && e.contains("scram-sha-256 or cert"),
+        "{e}"
+    );
+    let e = err(&with(&format!("{cert_only}{opt}"), server, &r, &w));
+    assert!(
+        e.contains("postgresql.hba_clientcert") && e.contains("hba_method = \"cert\""),
+        "{e}"
+    );
+    let e = err(&no_pw(with(cert_only, "ssl = \"off\"\n", &r, &w)));
+    assert!(
+        e.contains("postgresql.hba_method") && e.contains("ssl = on"),
+        "{e}"
+    );
+    let e = err(&no_pw(with(
+        cert_only,
+        &server.replace("ssl_ca_file = \"/c/ca.crt\"\n", ""),
+        &r,
+        &w,
+    )));
+    assert!(
+        e.contains("postgresql.hba_method") && e.contains("ssl_ca_file"),
+        "{e}"
+    );
+    let e = err(&no_pw(with(cert_only, server, &r, "")));
+    assert!(
+        e.contains("authentication.rewind.sslcert") && e.contains("hba_method = \"cert\""),
+        "{e}"
+    );
 }
 
 /// DESIGN §2 "The guardian": `[watchdog] guardian` and `guardian_kill_budget`.

@@ -267,7 +267,8 @@ fn ssl_conninfo(ssl: &PgSsl) -> String {
 /// `pg_hba.conf`: trust on the socket (its directory is 0700, only the PostgreSQL
 /// OS user and root reach it), passwords over TCP — over TLS only (`hostssl`) when
 /// the server side is on (`[postgresql.parameters] ssl = on`, issue 12), and with a
-/// client certificate too when `[postgresql] hba_clientcert` says so.
+/// client certificate too when `[postgresql] hba_clientcert` says so, or the
+/// certificate alone (`cert`, no password) with `[postgresql] hba_method = "cert"`.
 pub fn pg_hba(cfg: &PgConfig, hosts: &[String]) -> String {
     let host = if crate::config::server_ssl_on(&cfg.parameters) {
         "hostssl"
@@ -282,11 +283,18 @@ pub fn pg_hba(cfg: &PgConfig, hosts: &[String]) -> String {
     );
     // `[postgresql] hba_clientcert`: a client certificate as well as the password
     // (config/pgssl.rs checks ssl = on, ssl_ca_file and each role's certificate).
-    let opt = cfg
-        .hba_clientcert
-        .as_deref()
-        .map(|v| format!(" clientcert={v}"))
-        .unwrap_or_default();
+    // `cert` verifies the certificate in full itself (the config refuses a
+    // clientcert= beside it).
+    let (method, opt) = if cfg.hba_cert {
+        ("cert", String::new())
+    } else {
+        let opt = cfg
+            .hba_clientcert
+            .as_deref()
+            .map(|v| format!(" clientcert={v}"))
+            .unwrap_or_default();
+        ("scram-sha-256", opt)
+    };
     let mut s = String::from(
         "# Written by tenure: one entry per member address (DESIGN §3a), rewritten when\n\
          # the members change. Do not edit: add lines with postgresql.pg_hba instead.\n",
@@ -296,10 +304,8 @@ pub fn pg_hba(cfg: &PgConfig, hosts: &[String]) -> String {
         let Some(addr) = hba_address(h) else {
             continue;
         };
-        s.push_str(&format!(
-            "{host} replication {repl} {addr} scram-sha-256{opt}\n"
-        ));
-        s.push_str(&format!("{host} all {admins} {addr} scram-sha-256{opt}\n"));
+        s.push_str(&format!("{host} replication {repl} {addr} {method}{opt}\n"));
+        s.push_str(&format!("{host} all {admins} {addr} {method}{opt}\n"));
     }
     if !cfg.pg_hba.is_empty() {
         s.push_str("# postgresql.pg_hba\n");
@@ -328,15 +334,33 @@ fn hba_address(host: &str) -> Option<String> {
     }
 }
 
-/// The passfile: replication and rewind passwords for any host.
+/// The passfile: replication and rewind passwords for any host; a role without
+/// one (`hba_method = "cert"` lets them be left out) gets no line.
 pub fn pgpass(cfg: &PgConfig) -> String {
-    format!(
-        "*:*:*:{}:{}\n*:*:*:{}:{}\n",
-        pgpass_field(&cfg.replication_user),
-        pgpass_field(&cfg.replication_password),
-        pgpass_field(&cfg.rewind_user),
-        pgpass_field(&cfg.rewind_password),
-    )
+    let mut s = String::new();
+    for (user, pw) in [
+        (&cfg.replication_user, &cfg.replication_password),
+        (&cfg.rewind_user, &cfg.rewind_password),
+    ] {
+        if !pw.is_empty() {
+            s.push_str(&format!(
+                "*:*:*:{}:{}\n",
+                pgpass_field(user),
+                pgpass_field(pw)
+            ));
+        }
+    }
+    s
+}
+
+/// ` PASSWORD '...'`, or nothing for a role left without one (an empty password
+/// is PostgreSQL's "no password" too, with a notice).
+fn password_clause(pw: &str) -> String {
+    if pw.is_empty() {
+        String::new()
+    } else {
+        format!(" PASSWORD {}", sql_literal(pw))
+    }
 }
 
 /// SQL for single-user mode (one statement per line: a newline ends a command
@@ -353,12 +377,12 @@ pub fn bootstrap_sql(cfg: &PgConfig) -> String {
             sql_literal(&cfg.superuser_password)
         ),
         format!(
-            "CREATE ROLE {repl} WITH REPLICATION LOGIN PASSWORD {};",
-            sql_literal(&cfg.replication_password)
+            "CREATE ROLE {repl} WITH REPLICATION LOGIN{};",
+            password_clause(&cfg.replication_password)
         ),
         format!(
-            "CREATE ROLE {rw} WITH LOGIN PASSWORD {};",
-            sql_literal(&cfg.rewind_password)
+            "CREATE ROLE {rw} WITH LOGIN{};",
+            password_clause(&cfg.rewind_password)
         ),
         format!("GRANT EXECUTE ON FUNCTION pg_catalog.pg_ls_dir(text, boolean, boolean) TO {rw};"),
         format!("GRANT EXECUTE ON FUNCTION pg_catalog.pg_stat_file(text, boolean) TO {rw};"),
@@ -421,6 +445,7 @@ mod tests {
             replication_ssl: PgSsl::default(),
             rewind_ssl: PgSsl::default(),
             hba_clientcert: None,
+            hba_cert: false,
             pg_hba: vec!["hostssl all app 10.0.0.0/8 scram-sha-256".into()],
         }
     }
@@ -593,6 +618,42 @@ mod tests {
                 .count(),
             4
         );
+    }
+
+    /// `[postgresql] hba_method = "cert"`: both member lines authenticate by the
+    /// certificate alone; no clientcert= (cert verifies in full); a role left
+    /// without a password gets no passfile line and no PASSWORD at bootstrap.
+    #[test]
+    fn cert_method_on_both_member_lines_and_no_password() {
+        let hosts = vec!["10.1.2.3".to_string()];
+        let mut c = cfg();
+        c.parameters.push(("ssl".into(), "on".into()));
+        c.pg_hba = vec!["hostssl all app 10.0.0.0/8 scram-sha-256".into()];
+        c.hba_cert = true;
+        let h = pg_hba(&c, &hosts);
+        for want in [
+            "hostssl replication \"replicator\" 10.1.2.3/32 cert\n",
+            "hostssl all \"postgres\",\"rewinder\" 10.1.2.3/32 cert\n",
+            "local all all trust\n",
+            "hostssl all app 10.0.0.0/8 scram-sha-256\n",
+        ] {
+            assert!(h.contains(want), "{want} in {h}");
+        }
+        assert!(!h.contains("clientcert="), "{h}");
+        c.replication_password.clear();
+        assert_eq!(pgpass(&c), "*:*:*:rewinder:rw\n");
+        let sql = bootstrap_sql(&c);
+        assert!(
+            sql.contains("CREATE ROLE \"replicator\" WITH REPLICATION LOGIN;\n"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("CREATE ROLE \"rewinder\" WITH LOGIN PASSWORD 'rw';\n"),
+            "{sql}"
+        );
+        c.rewind_password.clear();
+        assert_eq!(pgpass(&c), "");
+        assert!(bootstrap_sql(&c).contains("CREATE ROLE \"rewinder\" WITH LOGIN;\n"));
     }
 
     #[test]

@@ -1496,6 +1496,7 @@ mod tests {
             replication_ssl: Default::default(),
             rewind_ssl: Default::default(),
             hba_clientcert: None,
+            hba_cert: false,
             pg_hba: Vec::new(),
         };
         let data = cfg.data_dir.clone();

@@ -107,6 +107,9 @@ pub struct ClusterOptions {
     /// Run each agent as systemd would with its stderr on the journal:
     /// `JOURNAL_STREAM` = the device and inode of its log file (issue 10).
     pub journal_stream: bool,
+    /// Write the replication and rewind roles' passwords (default). `false` for
+    /// `[postgresql] hba_method = "cert"`, which lets them be left out.
+    pub role_passwords: bool,
 }
 
 /// The API user the bed configures (`[api] username`).
@@ -223,6 +226,7 @@ impl ClusterOptions {
             extra_config: String::new(),
             section_extra: Vec::new(),
             journal_stream: false,
+            role_passwords: true,
         }
     }
 }
@@ -390,11 +394,10 @@ password = "{su}"
 
 [postgresql.authentication.replication]
 username = "replicator"
-password = "{repl}"
-
+{repl}
 [postgresql.authentication.rewind]
 username = "rewind_user"
-password = "{rewind}"
+{rewind}
 
 [api]
 listen = "{addr}:{api_port}"
@@ -438,11 +441,20 @@ listen = "{addr}:{api_port}"
         addr = spec.addr,
         socket = spec.socket_dir.display(),
         su = pw.superuser,
-        repl = pw.replication,
-        rewind = pw.rewind,
+        repl = role_password(opts, &pw.replication),
+        rewind = role_password(opts, &pw.rewind),
         api_port = spec.api_port,
     );
     with_section_extra(toml, opts, spec)
+}
+
+/// A connecting role's `password = "..."` line, unless `opts.role_passwords` is off.
+fn role_password(opts: &ClusterOptions, pw: &str) -> String {
+    if opts.role_passwords {
+        format!("password = \"{pw}\"\n")
+    } else {
+        String::new()
+    }
 }
 
 /// `opts.section_extra` inserted after each named header of `toml`.
