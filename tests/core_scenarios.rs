@@ -2782,6 +2782,136 @@ fn a_manual_failover_prefers_the_named_replica_but_keeps_every_check() {
     delayed(&p);
 }
 
+/// pg3's reason at 102.6 s, 0.1 s into a vacancy of pg1's key (lease 0xA), after
+/// following pg1 and polling its lease at 102 s, with `v` the view of the vacancy
+/// and pg3's PostgreSQL on `timeline` at `lsn`: its plan.
+fn pg3_in_a_vacancy(v: ClusterView, timeline: u32, lsn: Lsn) -> Plan {
+    let mut mine = pg(PgRole::Replica, lsn, Some("pg1"));
+    mine.timeline = timeline;
+    let mut c3 = core("pg3", None);
+    let mut f = obs(
+        view(10, Some(key("pg1", 5, 0xA)), v.members.clone()),
+        mine.clone(),
+    );
+    f.cluster.as_mut().expect("view").history = v.history.clone();
+    c3.step(t(100.0), &f);
+    f.lease_poll = Some(lease_poll(0xA, 102.0, Some(1), None, true));
+    c3.step(t(102.01), &f);
+    let mut o = obs(v, mine);
+    o.leader_deleted_at = Some(t(102.5));
+    o.lease_poll = Some(lease_poll(0xA, 102.55, None, None, false));
+    c3.step(t(102.6), &o)
+}
+
+/// A manual failover's candidate that took the key and lost it before clearing
+/// the request (a partition, a stall) is not waited for again at the next vacancy:
+/// the request was served (simulation seeds 1725165121, 1725169102: three nodes
+/// waited a ttl for the gone holder, whose member key still read "replica").
+#[test]
+fn a_served_failover_request_does_not_hold_the_next_vacancy() {
+    let members = vec![
+        member("pg1", 8, "replica", 1000, None),
+        member("pg2", 21, "replica", 900, None),
+        member("pg3", 21, "replica", 1000, None),
+    ];
+    // Control: a request naming pg2 holds pg3.
+    let mut v = view(20, None, members.clone());
+    v.failover = failover(None, Some("pg2"), 19);
+    let p = pg3_in_a_vacancy(v, 1, 1000);
+    no_acquire_nor_promote(&p);
+    let r = p.reason.to_string();
+    assert!(r.contains("pg2 is the requested candidate"), "{r}");
+    // The request names pg1, the holder of the vacated key.
+    let mut v = view(20, None, members);
+    v.failover = failover(None, Some("pg1"), 19);
+    let p = pg3_in_a_vacancy(v, 1, 1000);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+}
+
+/// The others judge a requested candidate by what it published, with the checks
+/// it applies to itself: one on an older timeline than `history`'s newest (it
+/// cannot take the key) is not waited for (simulation seed 1725160487: a
+/// switchover's named replica left on the old timeline had four nodes wait a ttl);
+/// nor one further behind the old leader's position than `maximum_lag_on_failover`.
+/// Only a publication fresher than the vacancy is judged so (review LOW-1: a
+/// clean hand-over's candidate catches up to the shutdown checkpoint at the end).
+#[test]
+fn a_requested_candidate_that_cannot_take_the_key_is_not_waited_for() {
+    let entry = HistoryEntry {
+        timeline: 1,
+        lsn: 400,
+        reason: "r".into(),
+        timestamp: "t".into(),
+        new_leader: "pg1".into(),
+    };
+    let on = |m: Member, tl: u32| {
+        let mut m = m;
+        m.info.timeline = tl;
+        m
+    };
+    let members = |pg2_tl: u32| {
+        vec![
+            on(member("pg1", 8, "primary", 1000, None), 2),
+            on(member("pg2", 21, "replica", 900, None), pg2_tl),
+            on(member("pg3", 21, "replica", 1000, None), 2),
+        ]
+    };
+    for (pg2_tl, waits) in [(2, true), (1, false)] {
+        let mut v = view(20, None, members(pg2_tl));
+        v.history = vec![entry.clone()];
+        v.failover = failover(None, Some("pg2"), 19);
+        let p = pg3_in_a_vacancy(v, 2, 1000);
+        let r = p.reason.to_string();
+        assert_eq!(
+            r.contains("pg2 is the requested candidate"),
+            waits,
+            "pg2 on timeline {pg2_tl}: {r}"
+        );
+        let want = if waits { vec![] } else { vec![Action::Acquire] };
+        assert_eq!(p.actions, want, "pg2 on timeline {pg2_tl}: {r}");
+    }
+    // Judged only on a publication fresher than the vacancy (revision 20): one
+    // from before it may predate the candidate's catching up, and is waited for.
+    let mut stale = members(1);
+    stale[1].mod_revision = 19;
+    let mut v = view(20, None, stale);
+    v.history = vec![entry.clone()];
+    v.failover = failover(None, Some("pg2"), 19);
+    let p = pg3_in_a_vacancy(v, 2, 1000);
+    no_acquire_nor_promote(&p);
+    assert!(
+        p.reason
+            .to_string()
+            .contains("pg2 is the requested candidate"),
+        "{}",
+        p.reason
+    );
+    // The old leader published 2 MiB + 1000; pg3 is there, pg2 at 1000 is further
+    // behind than maximum_lag_on_failover (1 MiB); at 1 MiB + 1000 it is not.
+    let top = (2 << 20) + 1000;
+    for (pg2_at, waits) in [(top - (1 << 20), true), (1000, false)] {
+        let mut v = view(
+            20,
+            None,
+            vec![
+                member("pg1", 8, "primary", top, None),
+                member("pg2", 21, "replica", pg2_at, None),
+                member("pg3", 21, "replica", top, None),
+            ],
+        );
+        v.failover = failover(None, Some("pg2"), 19);
+        let p = pg3_in_a_vacancy(v, 1, top);
+        let r = p.reason.to_string();
+        assert_eq!(
+            r.contains("pg2 is the requested candidate"),
+            waits,
+            "pg2 at {pg2_at}: {r}"
+        );
+        let want = if waits { vec![] } else { vec![Action::Acquire] };
+        assert_eq!(p.actions, want, "pg2 at {pg2_at}: {r}");
+    }
+}
+
 /// S4 with the marker: an agent that stopped in the middle of its hand-over finds,
 /// at start-up, the key of its own epoch still there and its own marker for it: it
 /// never adopts that epoch (its PostgreSQL must not run as primary under it again).

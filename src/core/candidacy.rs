@@ -123,7 +123,16 @@ impl Core {
         }
         // A switchover's or a manual failover's candidate is preferred (for one ttl):
         // it skips the comparison, the others wait for it while it looks fit. Every
-        // check above applies to it as to any candidate.
+        // check above applies to it as to any candidate, and the others judge its
+        // fitness by the same checks on what it published (its timeline, its lag):
+        // a candidate that cannot take the key is not waited for (simulation seed
+        // 1725160487: a switchover's named replica still on the old timeline had
+        // four nodes wait a ttl). Only a publication fresher than the vacancy is
+        // judged so: one from before it may predate the candidate's catching up
+        // (a clean hand-over's candidate reaches the shutdown checkpoint only at
+        // the end), and passing it over would hand a planned switchover to another
+        // node. Safety does not depend on this: the acquire is a compare-and-set
+        // (S3), and the candidate checks itself.
         match self.preferred_candidate(now, view, &v) {
             Some(x) if x == me => {
                 p.push(Action::Acquire);
@@ -139,6 +148,11 @@ impl Core {
                         && m.info.role == "replica"
                         && !m.info.tags.nofailover
                         && m.info.parse_error.is_none()
+                        && (m.mod_revision <= v.seen_revision
+                            || m.info.timeline >= newest
+                                && !(v.old_xlog > 0
+                                    && v.old_xlog.saturating_sub(m.info.xlog_location)
+                                        > self.timing.maximum_lag_on_failover))
                         && self.sync_allows(view, &x).is_ok()
                 }) =>
             {

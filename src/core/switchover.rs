@@ -382,11 +382,16 @@ impl Core {
         if req.parse_error.is_some() {
             return None;
         }
-        match (&req.leader, &v.old_holder) {
+        let named = match (&req.leader, &v.old_holder) {
             (None, _) => req.member.clone(),
             (Some(x), Some(old)) if x == old => req.member.clone(),
             _ => None,
-        }
+        };
+        // A request whose candidate held the key that just went vacant was served:
+        // it took the key and lost it (a partition, a stall) before it could clear
+        // the request. Preferring it again would have every other node wait a ttl
+        // for a node that is gone (simulation seeds 1725165121, 1725169102).
+        named.filter(|x| Some(x) != v.old_holder.as_ref())
     }
 
     /// DESIGN §1 step 4's exception: the release marker proves that the holder of the
