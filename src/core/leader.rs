@@ -464,6 +464,7 @@ impl Core {
                     promoted,
                     down_since: None,
                     handover: None,
+                    followed: None,
                 };
                 let mut l = l;
                 // S4 then S2: the device is opened only after adopting, and the open
@@ -682,6 +683,10 @@ impl Core {
             promoted: obs.pg.role == PgRole::Primary,
             down_since: None,
             handover: None,
+            followed: self
+                .vacancy
+                .as_ref()
+                .and_then(|v| Some((v.old_holder.clone()?, v.seen_revision))),
         };
         // S6(b) for the TTL etcd granted (issue 8 finding 4): with `2W > ttl - M - R` a
         // renewal that took up to R leaves no instant with `t + 2W <= H`, so this

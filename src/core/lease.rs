@@ -55,6 +55,12 @@ pub struct Leadership {
     pub down_since: Option<Instant>,
     /// A planned switchover under way (`switchover`).
     pub handover: Option<super::switchover::Handover>,
+    /// The vacancy this leadership was won in: the member whose key went vacant and
+    /// the revision by which it was gone (its DELETE's, else the first read that
+    /// showed it absent). A `failover` request naming that member written before it
+    /// was served (or moot) and is deleted, not carried out (`switchover`). `None`
+    /// for an adoption or a holder nobody knew.
+    pub followed: Option<(String, i64)>,
 }
 
 impl Core {

@@ -95,6 +95,24 @@ impl Core {
             // Also the request of the switchover this node just won.
             return refuse(p, "I am already the leader".into());
         }
+        // The member whose key this leadership followed, named by a request written
+        // before that key was gone: it took the key after the request (served) or
+        // held it when it was written (and would have refused it), then lost it
+        // before it could delete it (a partition, a stall). Carried out, it would be
+        // a switchover nobody asked for since (review LOW-2 of ee3df9e).
+        if let (Some(m), Some((x, gone))) = (&req.member, &l.followed)
+            && m == x
+            && req.mod_revision < *gone
+        {
+            return refuse(
+                p,
+                format!(
+                    "it names {x}, who held the key after it was written (revision {} < \
+                     {gone}, when the key this leadership followed was gone): served",
+                    req.mod_revision
+                ),
+            );
+        }
         if let Some(x) = &req.leader
             && *x != me
         {
