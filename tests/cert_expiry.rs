@@ -363,6 +363,22 @@ fn config_load_keeps_each_certificates_not_after() {
             && problem.contains(&s.p("repl.pem")),
         "{problem}"
     );
+    // `hba_method = "cert"` verifies in full: the same rule, named by its key (review
+    // of 409d3a4, L2: only `client_cn_is_role()` was tested).
+    pg.hba_clientcert = None;
+    pg.hba_cert = true;
+    let (key, problem) =
+        check_pg_tls_files(&pg, now).expect_err("cert: CN replicator, role standby");
+    assert_eq!(key, "postgresql.authentication.replication.sslcert");
+    assert!(
+        problem.contains("commonName is \"replicator\", not the role's name \"standby\"")
+            && problem.contains("hba_method"),
+        "{problem}"
+    );
+    pg.replication_user = "replicator".into();
+    check_pg_tls_files(&pg, now).unwrap_or_else(|e| panic!("cert, matching CN: {e:?}"));
+    pg.replication_user = "standby".into();
+    pg.hba_cert = false;
     pg.hba_clientcert = Some("verify-ca".into());
     check_pg_tls_files(&pg, now).unwrap_or_else(|e| panic!("verify-ca has no CN rule: {e:?}"));
     // A commonName with a NUL byte (a BMPString name) fails PostgreSQL's TLS

@@ -56,6 +56,19 @@ pub(super) fn secret(s: &Sect<'_>, credential: &str) -> Result<Option<String>, C
             Err(s.err("password_file", "set password or password_file, not both"))
         }
         (Some(p), None) => {
+            // As an empty `password_file` is: an empty password is no password, and
+            // where a role may go without one (`hba_method = "cert"`) that is said
+            // by leaving the key out, not by `""` (review of 409d3a4, M1: `""` under
+            // scram created a replication role without a password, found at the
+            // first base backup).
+            if p.is_empty() {
+                return Err(s.err(
+                    "password",
+                    "must be non-empty (for no password leave the key out: only the \
+                     replication and rewind roles may go without one, under \
+                     [postgresql] hba_method = \"cert\")",
+                ));
+            }
             if p.contains(['\n', '\r', '\0']) {
                 return Err(s.err(
                     "password",

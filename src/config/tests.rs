@@ -806,6 +806,17 @@ fn hba_clientcert_and_what_it_needs() {
         e.contains("authentication.replication.password: missing"),
         "{e}"
     );
+    // An empty inline password is refused under either method (review M1: under
+    // scram it created the replication role without one); "none" is the key left
+    // out.
+    for m in ["", cert_only] {
+        let e = err(&with(m, server, &r, &w).replace("password = \"rep\"", "password = \"\""));
+        assert!(
+            e.contains("authentication.replication.password: must be non-empty")
+                && e.contains("leave the key out"),
+            "{m}: {e}"
+        );
+    }
     let e = err(&with(cert_only, server, &r, &w).replace("password = \"su\"\n", ""));
     assert!(
         e.contains("authentication.superuser.password: missing"),

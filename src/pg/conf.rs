@@ -270,7 +270,10 @@ fn ssl_conninfo(ssl: &PgSsl) -> String {
 /// client certificate too when `[postgresql] hba_clientcert` says so, or the
 /// certificate alone (`cert`, no password) with `[postgresql] hba_method = "cert"`.
 pub fn pg_hba(cfg: &PgConfig, hosts: &[String]) -> String {
-    let host = if crate::config::server_ssl_on(&cfg.parameters) {
+    // `cert` is valid only on `hostssl` lines: PostgreSQL refuses a `host ... cert`
+    // line and then loads no pg_hba.conf at all. The config refuses `cert` without
+    // ssl = on; this keeps the file loadable if that check ever moved (review L3).
+    let host = if cfg.hba_cert || crate::config::server_ssl_on(&cfg.parameters) {
         "hostssl"
     } else {
         "host"
@@ -640,6 +643,15 @@ mod tests {
             assert!(h.contains(want), "{want} in {h}");
         }
         assert!(!h.contains("clientcert="), "{h}");
+        // Never `host ... cert` (PostgreSQL would load no pg_hba.conf), even if
+        // the config's ssl = on check were bypassed.
+        c.parameters.retain(|(k, _)| k != "ssl");
+        let h = pg_hba(&c, &hosts);
+        assert!(
+            h.contains("hostssl replication \"replicator\" 10.1.2.3/32 cert\n")
+                && !h.contains("\nhost "),
+            "{h}"
+        );
         c.replication_password.clear();
         assert_eq!(pgpass(&c), "*:*:*:rewinder:rw\n");
         let sql = bootstrap_sql(&c);
