@@ -117,6 +117,90 @@ fn delete_observed_on_time_promotes_at_once() {
     );
 }
 
+/// pg2 (following pg1's lease 0xA) reads the key gone, the DELETE received at
+/// `deleted`, with a poll of 0xA sent 0.05 s later answering `after`; 0.5 s later
+/// the lease is gone, pg2 acquires and wins (epoch 21): the plan of the step after
+/// the win (`deleted + 0.8`).
+fn win_after_delete_polled_after(c: &mut Core, deleted: f64, after: Option<i64>) -> Plan {
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+    ];
+    let replica = || pg(PgRole::Replica, 1000, None);
+    let mut o = obs(view(20, None, members.clone()), replica());
+    o.leader_deleted_at = Some(t(deleted));
+    o.lease_poll = Some(lease_poll(0xA, deleted + 0.05, after, None, false));
+    let p = c.step(t(deleted + 0.1), &o);
+    assert!(p.actions.is_empty(), "{:?} ({})", p.actions, p.reason);
+    let mut o = obs(view(20, None, members.clone()), replica());
+    o.lease_poll = Some(lease_poll(0xA, deleted + 0.55, None, None, false));
+    let p = c.step(t(deleted + 0.6), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), members.clone()),
+        replica(),
+    );
+    o.acquire = won(0xB, 30, deleted + 0.65, 21);
+    c.step(t(deleted + 0.7), &o);
+    let o = obs(view(22, Some(key("pg2", 21, 0xB)), members), replica());
+    c.step(t(deleted + 0.8), &o)
+}
+
+/// `ttl + R` (31 s) from the DELETE at `deleted`, seen 0.8 s after it.
+fn delayed_from_the_delete(p: &Plan, case: &str) {
+    assert!(p.actions.is_empty(), "{case}: {:?}", p.actions);
+    match &p.reason {
+        Reason::PromoteDelayed { remaining, .. } => assert!(
+            (remaining.as_secs_f64() - 30.2).abs() < 1e-6,
+            "{case}: {remaining:?}"
+        ),
+        other => panic!("{case}: expected PromoteDelayed, got {other}"),
+    }
+}
+
+/// A DELETE is judged on the polls sent before it (DESIGN §1 step 4). pg2's polls
+/// put `E_max` at 103.2 (TTL 0 there: under a second left, or expired with its
+/// revoke in flight); the key is deleted at 103.5 (an operator's `etcdctl del`
+/// while the revoke is in flight). The shell's next poll, sent at 103.55 before the
+/// read that shows the key gone, still finds the lease: TTL 0 says nothing new,
+/// and must not make the DELETE early by its own send instant (simulation seed
+/// 552750413: the winner waited `ttl + R` after a lease that had expired; the
+/// printed worst case missed by 4.6 s). An answer of TTL 1 there shows the lease
+/// outliving the DELETE: early, `ttl + R` from it.
+#[test]
+fn a_poll_sent_after_the_delete_answering_ttl_0_does_not_make_it_early() {
+    for (after, early) in [(Some(0), false), (Some(1), true)] {
+        let mut c = follower_with_poll(None);
+        let held = view(10, Some(key("pg1", 5, 0xA)), two());
+        let mut o = obs(held, pg(PgRole::Replica, 1000, Some("pg1")));
+        o.lease_poll = Some(lease_poll(0xA, 103.2, Some(0), None, true));
+        c.step(t(103.25), &o);
+        let p = win_after_delete_polled_after(&mut c, 103.5, after);
+        let case = format!("TTL {after:?} after the DELETE");
+        if early {
+            delayed_from_the_delete(&p, &case);
+        } else {
+            assert_eq!(
+                p.actions,
+                vec![Action::Promote { epoch: 21 }],
+                "{case}: {}",
+                p.reason
+            );
+        }
+    }
+}
+
+/// The other half of `judged_at` (review LOW-4): leaving out a TTL 0 answer sent
+/// after the DELETE never lends the judgement its freshness. pg2's last poll before
+/// the DELETE at 105.5 was at 102 (older than `L_w + R` = 3 s): early, whatever the
+/// poll sent after it (TTL 0 at 105.55) says; `ttl + R` from the DELETE.
+#[test]
+fn a_poll_after_the_delete_does_not_freshen_a_stale_prediction() {
+    let mut c = follower_with_poll(None);
+    let p = win_after_delete_polled_after(&mut c, 105.5, Some(0));
+    delayed_from_the_delete(&p, "stale prediction");
+}
+
 #[test]
 fn early_delete_delays_promotion_by_ttl_plus_r_without_a_watchdog() {
     let mut c = follower_with_poll(None);

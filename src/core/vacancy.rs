@@ -43,6 +43,83 @@ pub(super) struct LeaseTrack {
     /// ([`promoted_under`]): it promoted after its own promote delay (S3), so any
     /// early-expired leader before it has fenced or been reset by now (review F2).
     pub(super) holder_promoted: bool,
+    /// The last polls of this lease, each with `e_max` and `last_poll` as they were
+    /// before it: a DELETE is judged on the polls sent before it ([`Self::judged_at`]).
+    pub(super) recent: RecentPolls,
+}
+
+/// How many of the last polls [`LeaseTrack`] keeps: polls the shell sent after a
+/// DELETE and before the read that shows the key gone (a loop or two). Fixed, so
+/// the track allocates nothing.
+const RECENT_POLLS: usize = 4;
+
+/// One counted poll of the tracked lease and the track's state before it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RecentPoll {
+    sent_at: Instant,
+    ttl: i64,
+    e_before: Option<Instant>,
+    poll_before: Option<Instant>,
+}
+
+/// The last [`RECENT_POLLS`] counted polls, oldest first once full (a ring).
+#[derive(Clone, Debug, Default)]
+pub(super) struct RecentPolls {
+    polls: [Option<RecentPoll>; RECENT_POLLS],
+    next: usize,
+}
+
+impl RecentPolls {
+    fn push(&mut self, p: RecentPoll) {
+        self.polls[self.next] = Some(p);
+        self.next = (self.next + 1) % RECENT_POLLS;
+    }
+
+    /// Oldest first.
+    fn iter(&self) -> impl Iterator<Item = &RecentPoll> {
+        (0..RECENT_POLLS).filter_map(move |i| self.polls[(self.next + i) % RECENT_POLLS].as_ref())
+    }
+}
+
+impl LeaseTrack {
+    /// `(E_max, last poll)` for judging a DELETE received at `at` (DESIGN §1 step 4:
+    /// early if before `E_max`, or if the last poll is older than `L_w + R`).
+    ///
+    /// A poll the shell sent after `at` (before the read that shows the key gone)
+    /// asked about a lease whose key was already deleted. An answer of TTL >= 1
+    /// shows the lease outliving the DELETE: it counts, and makes the DELETE early
+    /// (`sent_at + ttl > at`). An answer of 0 or less comes only when the key went
+    /// apart from its lease (an expiry's revoke takes both, and the next poll
+    /// answers "not found"): an `etcdctl del`, here while the lease's revoke was in
+    /// flight (simulation seed 552750413). Counted, its bound `sent_at + 0` lay
+    /// after `at` by construction and made the DELETE early: the winner waited
+    /// `ttl + R` after a lease that had expired. So those are left out, and the
+    /// DELETE is judged on `E_max` and the last poll from before it.
+    ///
+    /// Why that is safe (review of the change): etcd computed that answer at some
+    /// `c > at` and found the lease's expiry before `c + 1 s` (an etcd leader
+    /// change only moves it later), so the holder's last counted renewal was sent
+    /// at or before `c + 1 s - ttl`; with a watchdog S6(e) puts its fence deadline
+    /// before `c - (L_w + R)`, and the core acts on the answer only after `c`.
+    /// Without a watchdog the on-time judgement has gaps of its own, left open
+    /// (docs/design.md "Take over"). The judged state is also one the core reached
+    /// before: when the poll after the DELETE answers "not found" or times out, it
+    /// judges on the same values.
+    pub(super) fn judged_at(&self, at: Instant) -> (Option<Instant>, Option<Instant>) {
+        let now = (self.e_max, self.last_poll);
+        let mut after = self.recent.iter().filter(|p| p.sent_at > at).peekable();
+        let Some(first) = after.peek().copied() else {
+            return now;
+        };
+        if after.any(|p| p.ttl >= 1) || first.poll_before.is_none() {
+            return now;
+        }
+        // INVARIANT (S3): only answers of TTL <= 0 sent after `at` are left out;
+        // the state before the first of them is the one every poll before `at`
+        // built. (If the ring dropped that first one, `first.e_before` still
+        // counts the polls between: later, so only more often early.)
+        (first.e_before, first.poll_before)
+    }
 }
 
 /// The newest leadership (a `leader` PUT with a new create revision) the scope
@@ -232,6 +309,12 @@ impl Core {
             let e = poll
                 .sent_at
                 .add(Duration::from_secs(ttl.max(0).unsigned_abs()));
+            self.track.recent.push(RecentPoll {
+                sent_at: poll.sent_at,
+                ttl,
+                e_before: self.track.e_max,
+                poll_before: self.track.last_poll,
+            });
             self.track.e_max = Some(self.track.e_max.map_or(e, |m| m.max(e)));
             self.track.last_poll = Some(poll.sent_at);
         }
@@ -603,8 +686,9 @@ impl Core {
                     let at = if gap { now } else { at };
                     // DESIGN §1 step 4: early if before E_max, or if our last poll is too
                     // old to predict anything, or if we never knew the lease at all.
+                    let (e_max, last_poll) = self.track.judged_at(at);
                     let early = gap
-                        || match (self.track.lease, self.track.e_max, self.track.last_poll) {
+                        || match (self.track.lease, e_max, last_poll) {
                             (Some(_), Some(e), Some(lp)) => at < e || at.since(lp) > l_w_r,
                             _ => !self.bootstrapped_here,
                         };
