@@ -625,7 +625,9 @@ pub fn validate_timing(
             }
         }
         None => {
-            // (c) without a watchdog the fence deadline is the horizon itself.
+            // (c) without a watchdog the fence deadline is the horizon, or earlier
+            // the unwatched deadline `s + ttl - (L_w + R + 1 s)` (core::lease): a
+            // healthy leader's next renewal must count before the fence starts.
             if lw + r + b >= ttl - m {
                 return Err(TimingError {
                     rule: TimingRule::C,
@@ -639,6 +641,25 @@ pub fn validate_timing(
                         sh(ttl),
                         sh(m),
                         sh(ttl - m)
+                    ),
+                });
+            }
+            let unwatched = ttl - (lw + r + 1_000_000_000);
+            if lw + r + b >= unwatched {
+                return Err(TimingError {
+                    rule: TimingRule::C,
+                    detail: format!(
+                        "loop_wait + retry_timeout + demote_budget < ttl - (loop_wait + retry_timeout \
+                         + 1 s) (no watchdog: the fence deadline a replica's on-time judgement \
+                         needs), but {} + {} + {} = {} >= {} - ({} + {} + 1 s) = {}",
+                        sh(lw),
+                        sh(r),
+                        sh(b),
+                        sh(lw + r + b),
+                        sh(ttl),
+                        sh(lw),
+                        sh(r),
+                        sh(unwatched)
                     ),
                 });
             }
@@ -752,7 +773,12 @@ pub fn budget(t: &TimingConfig, ttl: u32, watchdog: Option<u32>) -> Budget {
                 2 * w + r + m,
             )
         }
-        None => (None, horizon, horizon - b - lw - r, ttl_ns + r),
+        // Without a watchdog `F = min(H, s + ttl - (L_w + R + 1 s))` (core::lease,
+        // `unwatched_deadline`).
+        None => {
+            let f = horizon.min(ttl_ns - (lw + r + 1_000_000_000));
+            (None, f, f - b - lw - r, ttl_ns + r)
+        }
     };
     let pd = t.promote_delay.map(ns).unwrap_or(0);
     Budget {
@@ -847,7 +873,7 @@ impl fmt::Display for Budget {
             )?,
             None => writeln!(
                 f,
-                "  fence deadline F         s + {} s (= H); fence starts at s + {} s (F - B)",
+                "  fence deadline F         s + {} s (min(H, ttl - (L_w + R + 1 s)): no watchdog); fence starts at s + {} s (F - B)",
                 sd(self.fence_deadline),
                 sd(self.fence_start)
             )?,
@@ -1168,7 +1194,8 @@ fn check_endpoint(url: &str) -> Result<(), String> {
 /// `[api] primary_min_remaining` must stay below the least time a healthy leader
 /// has left to `F`: just before a renewal counts, `F - now` can be as low as
 /// `span - loop_wait - retry_timeout`, with `span` = `W` (with a watchdog, the `W`
-/// tenure will ask for) or `ttl - safety_margin` (without). At or above it, `/primary`
+/// tenure will ask for) or `ttl - max(safety_margin, loop_wait + retry_timeout + 1 s)`
+/// (without). At or above it, `/primary`
 /// would answer 503 on a healthy leader once per loop.
 pub fn check_primary_min_remaining(
     threshold: Duration,
@@ -1193,13 +1220,27 @@ pub fn check_primary_min_remaining(
 fn healthy_time_left(t: &TimingConfig, ttl: u32, watchdog: Option<u32>) -> (Duration, String) {
     let (span, what) = match watchdog {
         Some(w) => (Duration::from_secs(u64::from(w)), format!("W {w}")),
-        None => (
-            Duration::from_secs(u64::from(ttl)).saturating_sub(t.safety_margin),
-            format!(
-                "ttl - safety_margin = {ttl} - {:.3}",
-                t.safety_margin.as_secs_f64()
-            ),
-        ),
+        // Without a watchdog `F = min(H, s + ttl - (L_w + R + 1 s))` (core::lease).
+        None => {
+            let unwatched = t.loop_wait + t.retry_timeout + Duration::from_secs(1);
+            if unwatched > t.safety_margin {
+                (
+                    Duration::from_secs(u64::from(ttl)).saturating_sub(unwatched),
+                    format!(
+                        "ttl - (loop_wait + retry_timeout + 1 s) = {ttl} - {:.3}",
+                        unwatched.as_secs_f64()
+                    ),
+                )
+            } else {
+                (
+                    Duration::from_secs(u64::from(ttl)).saturating_sub(t.safety_margin),
+                    format!(
+                        "ttl - safety_margin = {ttl} - {:.3}",
+                        t.safety_margin.as_secs_f64()
+                    ),
+                )
+            }
+        }
     };
     (span.saturating_sub(t.loop_wait + t.retry_timeout), what)
 }
@@ -1717,7 +1758,8 @@ impl Config {
             }
         };
         // DESIGN §2: the guardian only acts if the agent's own fence (from F - B,
-        // F = H) has not completed, so it starts no earlier: G = H - B_g >= F - B.
+        // F = min(H, s + ttl - (L_w + R + 1 s)) without a device) has not completed,
+        // so it starts no earlier: G = F - B_g >= F - B.
         // With S6(c) that also gives L_w + R + B_g < ttl - M (a healthy leader's
         // next G arrives before the current one passes).
         let guardian_kill_budget = match wd.secs("guardian_kill_budget")? {
@@ -1726,7 +1768,7 @@ impl Config {
                     "guardian_kill_budget",
                     format!(
                         "must be <= timing.demote_budget ({} s), found {} s: the guardian kills \
-                         from G = H - guardian_kill_budget, which must not come before the \
+                         from G = F - guardian_kill_budget, which must not come before the \
                          agent's own fence starts at F - demote_budget (DESIGN §2)",
                         show_d(timing.demote_budget),
                         show_d(b)

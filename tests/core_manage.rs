@@ -184,16 +184,17 @@ fn a_leader_restarting_its_primary_keeps_the_key_and_still_fences_by_f_minus_b()
         "the reason names the job: {}",
         p.reason
     );
-    // A renewal during the job counts: F moves on (s + ttl - M).
+    // A renewal during the job counts: F moves on (no watchdog: s + ttl - (L_w + R
+    // + 1 s) = 102 + 30 - 4, before H = 130).
     let mut o = restarting(PgRole::Stopped);
     o.renewal = counted(0xA, 102.0);
     c.step(t(102.01), &o);
-    assert_eq!(c.fence_deadline(), Some(t(130.0)));
+    assert_eq!(c.fence_deadline(), Some(t(128.0)));
     assert!(c.leadership().is_some());
-    // No renewal after that: at F - B = 129 the fence comes, job or not.
-    let p = c.step(t(128.9), &restarting(PgRole::Unresponsive));
+    // No renewal after that: at F - B = 127 the fence comes, job or not.
+    let p = c.step(t(126.9), &restarting(PgRole::Unresponsive));
     assert!(p.actions.is_empty(), "{:?}", p.actions);
-    let p = c.step(t(129.0), &restarting(PgRole::Unresponsive));
+    let p = c.step(t(127.0), &restarting(PgRole::Unresponsive));
     assert_eq!(p.actions, vec![Action::Fence]);
     assert!(c.leadership().is_none());
 }

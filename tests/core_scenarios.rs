@@ -257,13 +257,15 @@ fn renewal_key_lost_fences() {
 
 #[test]
 fn no_renewal_until_f_minus_b_fences() {
-    // Adopted at s = 100: H = F = 100 + 30 - 2 = 128 (no watchdog), F - B = 127.
+    // Adopted at s = 100, no watchdog: H = 100 + 30 - 2 = 128, and F the earlier
+    // unwatched deadline s + ttl - (L_w + R + 1 s) = 126; F - B = 125.
     let mut c = adopted_leader(100.0);
-    assert_eq!(c.fence_deadline(), Some(t(128.0)));
+    assert_eq!(c.horizon(), Some(t(128.0)));
+    assert_eq!(c.fence_deadline(), Some(t(126.0)));
     let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
-    let p = c.step(t(126.9), &obs(v.clone(), pg(PgRole::Primary, 600, None)));
+    let p = c.step(t(124.9), &obs(v.clone(), pg(PgRole::Primary, 600, None)));
     assert!(matches!(p.reason, Reason::Leading { .. }), "{}", p.reason);
-    let p = c.step(t(127.0), &obs(v, pg(PgRole::Primary, 600, None)));
+    let p = c.step(t(125.0), &obs(v, pg(PgRole::Primary, 600, None)));
     assert_eq!(p.actions, vec![Action::Fence]);
     assert!(matches!(p.reason, Reason::Fencing(_)), "{}", p.reason);
 }
@@ -1924,42 +1926,43 @@ fn a_primary_is_fenced_when_initialize_does_not_match_even_with_the_key_naming_i
 }
 
 // ---------------------------------------------------------------------------------
-// The guardian (DESIGN §2 "The guardian"): G = H - B_g while leading, promotion only
-// once the guardian holds a G (S3), stand-down (`DisarmWatchdog`) after a complete
-// fence or a clean stop, F = H unchanged.
+// The guardian (DESIGN §2 "The guardian"): G = F - B_g while leading (F without a
+// device: the unwatched deadline s + ttl - (L_w + R + 1 s), before H), promotion
+// only once the guardian holds a G (S3), stand-down (`DisarmWatchdog`) after a
+// complete fence or a clean stop.
 // ---------------------------------------------------------------------------------
 
 const B_G: Duration = Duration::from_millis(500);
 
 #[test]
-fn guardian_deadline_is_h_minus_b_g_while_leading_only() {
+fn guardian_deadline_is_f_minus_b_g_while_leading_only() {
     let mut c = core("pg1", None);
     c.set_guardian(Some(B_G));
     assert_eq!(c.guardian_deadline(), None, "not leading");
     let mut c = adopted_leader(100.0);
     assert_eq!(c.guardian_deadline(), None, "no guardian");
     c.set_guardian(Some(B_G));
-    // Adopted at s = 100: H = 128, G = 127.5; F stays H (S1 without a watchdog).
-    assert_eq!(c.guardian_deadline(), Some(t(127.5)));
-    assert_eq!(c.fence_deadline(), Some(t(128.0)));
+    // Adopted at s = 100: H = 128, F = 126 (the unwatched deadline), G = 125.5.
+    assert_eq!(c.guardian_deadline(), Some(t(125.5)));
+    assert_eq!(c.fence_deadline(), Some(t(126.0)));
     assert_eq!(
         c.call_cap(),
-        Some(t(127.0)),
+        Some(t(125.0)),
         "the agent's own fence starts first"
     );
     // Each counted renewal moves G.
     let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
     let mut o = obs(v.clone(), pg(PgRole::Primary, 600, None));
     o.renewal = counted(0xA, 102.0);
-    o.guardian_holds = Some(t(127.5));
+    o.guardian_holds = Some(t(125.5));
     c.step(t(102.01), &o);
-    assert_eq!(c.guardian_deadline(), Some(t(129.5)));
+    assert_eq!(c.guardian_deadline(), Some(t(127.5)));
     // A wall-clock jump (S5) moves it back.
     let mut o = obs(v, pg(PgRole::Primary, 600, None));
     o.clock_jump = Duration::from_secs(3);
-    o.guardian_holds = Some(t(129.5));
+    o.guardian_holds = Some(t(127.5));
     c.step(t(102.5), &o);
-    assert_eq!(c.guardian_deadline(), Some(t(126.5)));
+    assert_eq!(c.guardian_deadline(), Some(t(124.5)));
     // After a fence: none.
     c.set_guardian(None);
     assert_eq!(c.guardian_deadline(), None);
@@ -2001,7 +2004,8 @@ fn with_the_guardian_promotion_waits_until_it_holds_g() {
     );
     assert!(p.again, "the next step follows at once");
     let g = c.guardian_deadline().expect("leading: a G to hand over");
-    assert_eq!(g, t(103.65 + 28.0 - 0.5));
+    // F = s + ttl - (L_w + R + 1 s) = 103.65 + 26 (no device), G = F - B_g.
+    assert_eq!(g, t(103.65 + 26.0 - 0.5));
     // The shell delivered it: now it promotes.
     let mut o = obs(v, pg(PgRole::Replica, 1000, None));
     o.guardian_holds = Some(g);

@@ -444,9 +444,10 @@ fn postgres_crash(tag: &str, backends_too: bool) {
 // ---------------------------------------------------------------------------
 
 /// A bed whose agents reach etcd only through their own delaying relays.
-fn bed_relayed(tag: &str) -> TestCluster {
+fn bed_relayed(tag: &str, ttl: u32) -> TestCluster {
     let mut opts = common::options("faults", tag);
     opts.etcd_relays = true;
+    opts.ttl = ttl;
     // `lease_valid_lines` reads every renewal tick's reason: unchanged ticks log at
     // `debug`.
     opts.log_level = Some("debug".into());
@@ -465,8 +466,10 @@ fn granted_ttl(c: &TestCluster, lease: i64) -> u32 {
 }
 
 /// The contract's numbers for node `i`'s own config file and the granted TTL, as
-/// `tenure check-config` derives them: `(T, L_w, R, H - s)` where `T` is the etcd
-/// outage tolerated without a fence and `H - s = ttl - M` the horizon.
+/// `tenure check-config` derives them: `(T, L_w, R, F - s)` where `T` is the etcd
+/// outage tolerated without a fence and `F - s` the fence deadline (the bed runs
+/// without a watchdog: `min(ttl - M, ttl - (L_w + R + 1 s))`), at or before the
+/// horizon.
 fn contract(c: &TestCluster, i: usize, ttl: u32) -> (Duration, Duration, Duration, Duration) {
     let cfg = tenure::config::Config::load(c.config_path(i))
         .unwrap_or_else(|e| panic!("config of {}: {e}", c.name(i)));
@@ -479,7 +482,7 @@ fn contract(c: &TestCluster, i: usize, ttl: u32) -> (Duration, Duration, Duratio
         Duration::from_nanos(t),
         b.loop_wait,
         b.retry_timeout,
-        b.horizon,
+        b.fence_deadline,
     )
 }
 
@@ -692,7 +695,9 @@ fn no_old_leadership_writes(
 /// same key, epoch and postmaster; the primary keeps acknowledging writes.
 #[test]
 fn real_etcd_slow_for_the_leader_within_t() {
-    let mut c = bed_relayed("slowshort");
+    // ttl 9: without a watchdog the bed tolerates T = ttl - (L_w + R + 1 s) - B -
+    // L_w - R = 5.5 s, room for half of it to miss renewals (at ttl 7, 3.5 s: not).
+    let mut c = bed_relayed("slowshort", 9);
     let p = settled(&mut c);
     let kv = c.get_kv("leader").expect("leader key");
     let key = (kv.value.clone(), kv.create_revision);
@@ -773,7 +778,7 @@ fn real_etcd_slow_for_the_leader_within_t() {
 /// leader key; once the delay is lifted the old primary streams from the new one.
 #[test]
 fn real_etcd_slow_for_the_leader_beyond_t() {
-    let mut c = bed_relayed("slowlong");
+    let mut c = bed_relayed("slowlong", 7);
     let p = settled(&mut c);
     let kv = c.get_kv("leader").expect("leader key");
     let (old_name, old_epoch) = (kv.value.clone(), kv.create_revision);

@@ -27,6 +27,9 @@ use tenure::testbed::wait_for;
 const TTL: Duration = Duration::from_secs(7);
 const M: Duration = Duration::from_millis(500);
 const L_W: Duration = Duration::from_millis(500);
+/// `F - s` without a device: `ttl - (L_w + R + 1 s)` (R the bed's 0.25 s), before
+/// the horizon `ttl - M` (core::lease, `unwatched_deadline`); `G = F - B_g`.
+const F_SPAN: Duration = Duration::from_millis(7000 - 500 - 250 - 1000);
 /// `guardian_kill_budget`'s default (0.5 s, below `demote_budget` 1 s).
 const B_G: Duration = Duration::from_millis(500);
 
@@ -168,23 +171,25 @@ fn real_guardian_frozen_agent_primary_is_killed_by_g() {
         .unwrap_or_else(|| panic!("no guardian kill line{}", c.logs_tail(30)));
     let (done, _) = stamped(&log, log_from, "killed PostgreSQL:").expect("kill-complete line");
     let g = g_of(&alert).expect("G in the alert");
-    let h = g.add(B_G);
-    let s = h.sub(TTL - M);
+    let f = g.add(B_G);
+    let s = f.sub(F_SPAN);
     println!(
         "frozen agent: stopped at s {:+.3} s; guardian kill began at G {:+.3} s, over at G {:+.3} s \
-         (H = G + {:.1} s); seen gone by the test at G {:+.3} s; last counted renewal s = G - {:.1} s",
+         (F = G + {:.1} s, H = F + {:.2} s); seen gone by the test at G {:+.3} s; last counted \
+         renewal s = G - {:.2} s",
         gap(s, stopped_at),
         gap(g, began),
         gap(g, done),
         secs(B_G),
+        secs(TTL - M - F_SPAN),
         gap(g, gone),
-        secs(TTL - M - B_G),
+        secs(F_SPAN - B_G),
     );
     assert!(began >= g.sub(Duration::from_millis(1)), "killed before G");
     assert!(
-        done <= h,
-        "S1: the kill was over {:.3} s after H",
-        gap(h, done)
+        done <= f,
+        "S1: the kill was over {:.3} s after F",
+        gap(f, done)
     );
     assert!(
         stopped_at > s,
@@ -262,8 +267,8 @@ fn real_guardian_agent_killed_kills_postgres_at_once() {
     })
     .unwrap_or_else(|| panic!("PostgreSQL outlived its agent{}", c.logs_tail(30)));
     // The G pending at the kill came from a renewal at most L_w + R (+ P <= L_w - R)
-    // old: it lies at least ttl - M - B_g - 2 L_w after the kill.
-    let earliest_g = killed_at.add(TTL - M - B_G - L_W - L_W);
+    // old: it lies at least (F - s) - B_g - 2 L_w after the kill.
+    let earliest_g = killed_at.add(F_SPAN - B_G - L_W - L_W);
     println!(
         "agent killed: PostgreSQL gone {:.3} s later (the earliest G: {:.1} s later)",
         gap(killed_at, gone),

@@ -309,7 +309,16 @@ fn s6_each_rule() {
     let e = validate_timing(&t, 8, None).unwrap_err();
     assert_eq!(e.rule, TimingRule::C);
     assert!(e.to_string().contains("2 + 1 + 3 = 6 >= 8 - 2 = 6"), "{e}");
-    assert!(validate_timing(&timing(9, 2.0, 1.0, 2.0, 3.0), 9, None).is_ok());
+    // ... and below the unwatched deadline ttl - (L_w + R + 1 s), which a replica's
+    // on-time judgement needs (core::lease, `unwatched_deadline`).
+    let e = validate_timing(&timing(9, 2.0, 1.0, 2.0, 3.0), 9, None).unwrap_err();
+    assert_eq!(e.rule, TimingRule::C);
+    assert!(
+        e.to_string()
+            .contains("2 + 1 + 3 = 6 >= 9 - (2 + 1 + 1 s) = 5"),
+        "{e}"
+    );
+    assert!(validate_timing(&timing(11, 2.0, 1.0, 2.0, 3.0), 11, None).is_ok());
     // (d) R + P <= L_w.
     let mut t = timing(30, 2.0, 1.0, 2.0, 1.0);
     t.iteration_budget = Duration::from_millis(1500);
@@ -419,10 +428,11 @@ fn worked_example_2() {
     let s = b.to_string();
     assert!(s.contains("1.05 < W <= 3 "), "{s}");
     assert!(s.contains("T  1.95 s"), "{s}");
-    // Without a watchdog: T = ttl - M - B - L_w - R = 7 - 0.5 - 0.3 - 0.5 - 0.25.
+    // Without a watchdog: F = ttl - (L_w + R + 1 s) = 7 - 1.75 (below H = 6.5), T =
+    // F - B - L_w - R = 5.25 - 0.3 - 0.5 - 0.25.
     let b = budget(&t, 7, None);
-    assert_eq!(b.outage_tolerated, 5_450_000_000);
-    assert_eq!(b.fence_deadline, Duration::from_millis(6500));
+    assert_eq!(b.outage_tolerated, 4_200_000_000);
+    assert_eq!(b.fence_deadline, Duration::from_millis(5250));
     assert_eq!(b.early_expiry_delay, Duration::from_millis(7250));
     let s = b.to_string();
     assert!(s.contains("FROZEN agent"), "{s}");
@@ -953,26 +963,31 @@ fn primary_min_remaining_defaults_and_bounds() {
         "{e}"
     );
     parse(&set("9.9", "")).expect("below the bound");
-    // Without one the span is ttl - safety_margin = 28.
+    // Without one the span is ttl - (loop_wait + retry_timeout + 1 s) = 26 (the
+    // fence deadline without a watchdog, below ttl - safety_margin = 28).
     let off = "[watchdog]\nmode = \"off\"\n";
-    parse(&set("24.9", off)).expect("below the bound");
-    let e = err(&set("25", off));
-    assert!(e.contains("ttl - safety_margin = 30 - 2.000"), "{e}");
+    parse(&set("22.9", off)).expect("below the bound");
+    let e = err(&set("23", off));
+    assert!(
+        e.contains("ttl - (loop_wait + retry_timeout + 1 s) = 30 - 4.000"),
+        "{e}"
+    );
     let e = err(&set("\"3s\"", ""));
     assert!(
         e.contains("api.primary_min_remaining: expected a number of seconds"),
         "{e}"
     );
-    // The default is capped at half the least time a healthy leader has: ttl 7,
-    // loop_wait 3, retry 0.25, margin 1.5, no watchdog → (5.5 - 3.25) / 2.
+    // The default is capped at half the least time a healthy leader has: ttl 9,
+    // loop_wait 3, retry 0.25, margin 1.5, no watchdog → F at ttl - (3.25 + 1) =
+    // 4.75 (below ttl - M), (4.75 - 3.25) / 2.
     let tight = GOOD
-        .replace("ttl = 30", "ttl = 7")
+        .replace("ttl = 30", "ttl = 9")
         .replace("loop_wait = 2", "loop_wait = 3")
         .replace("retry_timeout = 1", "retry_timeout = 0.25")
         .replace("safety_margin = 2", "safety_margin = 1.5")
         .replace("[api]", "[watchdog]\nmode = \"off\"\n[api]");
     let c = parse(&tight).expect("valid");
-    assert_eq!(c.api.primary_min_remaining, Duration::from_millis(1125));
+    assert_eq!(c.api.primary_min_remaining, Duration::from_millis(750));
 }
 
 #[test]

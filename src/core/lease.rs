@@ -75,12 +75,15 @@ impl Core {
         self.guardian
     }
 
-    /// DESIGN §2: the deadline the guardian holds, `G = H - B_g`, while this node
+    /// DESIGN §2: the deadline the guardian holds, `G = F - B_g` (DESIGN: `H - B_g`;
+    /// `F` is earlier without a watchdog, `unwatched_deadline`), while this node
     /// leads with the guardian as its fence. It moves with every counted renewal (and
     /// back with a wall-clock jump, S5); the shell hands it over when it changed.
     pub fn guardian_deadline(&self) -> Option<Instant> {
         let bg = self.guardian?;
-        self.horizon().map(|h| h.sub(bg))
+        // Its kill completes by `F`, as the agent's own fence does (with the guardian
+        // there is no device: `F` is the unwatched deadline, at or before `H`).
+        self.fence_deadline().map(|f| f.sub(bg))
     }
 
     /// A device (or systemd's watchdog) or the guardian stands behind leadership:
@@ -177,7 +180,8 @@ impl Core {
             .sub(self.timing.safety_margin)
     }
 
-    /// The fence deadline `F` (S1): `last_pet + W` with a watchdog, else `H`.
+    /// The fence deadline `F` (S1): `last_pet + W` with a watchdog; without one
+    /// `min(H, s + ttl - (L_w + R + 1 s))` (below).
     pub fn fence_deadline(&self) -> Option<Instant> {
         self.leadership().map(|l| self.fence_deadline_of(l))
     }
@@ -191,8 +195,30 @@ impl Core {
             l.last_pet.or(l.pet_pending),
         ) {
             (Some(w), Some(p)) => p.add(w).min(h),
-            _ => h,
+            // Armed by the open that comes before any promotion (S3): until then
+            // nothing writes, and `H` bounds the calls.
+            (Some(_), None) => h,
+            (None, _) => h.min(self.unwatched_deadline(l)),
         }
+    }
+
+    /// Without a watchdog (no device, or the guardian alone): `s + ttl - (L_w + R +
+    /// 1 s)`, the analogue of S6(e). A replica judges a DELETE on time only at or
+    /// after its `E_max`, with a poll at most `L_w + R` old, so on a lease that
+    /// poll saw with at most `L_w + R` left (TTLs truncated to whole seconds, the
+    /// answer up to `R` after the send). With `F` here the leader never leads on
+    /// such a lease: its fence is complete, and no later renewal can count (a
+    /// renewal must complete by `F - B`), before any replica could see it so. With
+    /// `F = H` two reviews of this release found two primaries (docs/design.md
+    /// "Take over": an early revoke in the lease's last second; one after a renewal
+    /// that counted late, up to `ttl - M` of overlap). With a watchdog S2 and S6(e)
+    /// give the same: `F <= H - W` and `W > L_w + R + 1 s - M`.
+    pub(super) fn unwatched_deadline(&self, l: &Leadership) -> Instant {
+        // INVARIANT: F <= s + ttl - (L_w + R + 1 s) without a watchdog; S6(c)
+        // (config::validate_timing) keeps L_w + R + B below it.
+        l.renewed_at
+            .add(Duration::from_secs(u64::from(l.ttl)))
+            .sub(self.timing.loop_wait + self.timing.retry_timeout + Duration::from_secs(1))
     }
 
     /// S1/S3: the fence the contract requires is in place: no watchdog is in use, or
