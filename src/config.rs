@@ -208,7 +208,7 @@ pub struct WatchdogConfig {
     pub sysfs_dir: PathBuf,
     pub guardian: GuardianMode,
     /// `B_g`: the time the guardian's SIGKILL of the postmaster and every backend may
-    /// take to leave no process; it kills from `G = H - B_g`. `0 < B_g <= B`.
+    /// take to leave no process; it kills from `G = F - B_g`. `0 < B_g <= B`.
     pub guardian_kill_budget: Duration,
 }
 
@@ -739,7 +739,8 @@ pub struct Budget {
     /// The fence starts at `F - B`.
     pub fence_start: Duration,
     /// The etcd outage tolerated without fencing: `W - B - L_w - R`, or
-    /// `ttl - M - B - L_w - R` without a watchdog, in signed nanoseconds: <= 0 means none.
+    /// `F - B - L_w - R` without a watchdog (`F` the unwatched deadline), in signed
+    /// nanoseconds: <= 0 means none.
     pub outage_tolerated: i128,
     /// `P`, and the most S6(d) allows (`L_w - R`, signed nanoseconds).
     pub iteration_budget: Duration,
@@ -881,7 +882,7 @@ impl fmt::Display for Budget {
         let formula = if self.watchdog.is_some() {
             "W - B - L_w - R"
         } else {
-            "ttl - M - B - L_w - R"
+            "F - B - L_w - R"
         };
         if self.outage_tolerated > 0 {
             writeln!(
@@ -931,7 +932,7 @@ impl fmt::Display for Budget {
             ),
             None => writeln!(
                 f,
-                "  old primary writable     a partitioned agent fences by s + {} s (F = H); but without a \
+                "  old primary writable     a partitioned agent fences by s + {} s (F); but without a \
                  watchdog or the guardian (below) a FROZEN agent (SIGSTOP, swap storm, suspended VM) leaves PostgreSQL writable \
                  until it thaws: no bound. Use a watchdog or synchronous replication",
                 sd(self.fence_deadline)

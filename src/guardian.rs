@@ -2,7 +2,7 @@
 //! no systemd watchdog exist (DESIGN §2 "The guardian", docs/design.md).
 //!
 //! Owns: the guardian process (forked once, at start-up, before any leadership), the
-//! pipe through which the agent hands it the deadline `G = H - B_g`, and the message
+//! pipe through which the agent hands it the deadline `G = F - B_g`, and the message
 //! format. The child SIGKILLs the local PostgreSQL (the postmaster and every process
 //! whose cwd is the data directory) when `G` passes without a newer one, or at once
 //! when the agent dies (the pipe's EOF) while a `G` is pending.

@@ -319,7 +319,9 @@ fn fence_report(c: &Config, device: bool, systemd: bool) -> String {
         out += &format!("  guardian                 off ([watchdog] guardian = \"{mode}\")\n");
         return out;
     }
-    let h = std::time::Duration::from_secs(u64::from(t.ttl)).saturating_sub(t.safety_margin);
+    // With the guardian there is no device: `F` is the unwatched deadline
+    // `min(H, s + ttl - (L_w + R + 1 s))` (docs/timing.md), `G = F - B_g`.
+    let f = tenure::config::budget(t, t.ttl, None).fence_deadline;
     let bg = w.guardian_kill_budget;
     out += &format!(
         "  guardian                 [watchdog] guardian = \"{mode}\": used where no device and no \
@@ -336,10 +338,10 @@ fn fence_report(c: &Config, device: bool, systemd: bool) -> String {
         t.demote_budget.as_secs_f64()
     );
     out += &format!(
-        "  guardian deadline G      s + {} s (= H - B_g): a frozen agent's PostgreSQL is SIGKILLed \
-         from G and gone by H = s + {} s; an agent that dies while G is pending: at once\n",
-        h.saturating_sub(bg).as_secs_f64(),
-        h.as_secs_f64()
+        "  guardian deadline G      s + {} s (= F - B_g): a frozen agent's PostgreSQL is SIGKILLed \
+         from G and gone by F = s + {} s; an agent that dies while G is pending: at once\n",
+        f.saturating_sub(bg).as_secs_f64(),
+        f.as_secs_f64()
     );
     out
 }

@@ -347,7 +347,7 @@ fn check_config_prints_the_guardian() {
     assert!(out.contains("the guardian process"), "{out}");
     assert!(out.contains("guardian kill budget B_g 0.5 s"), "{out}");
     assert!(
-        out.contains("guardian deadline G      s + 27.5 s (= H - B_g)"),
+        out.contains("guardian deadline G      s + 25.5 s (= F - B_g)"),
         "{out}"
     );
     // required mode refuses it unless allowed.
@@ -367,7 +367,7 @@ fn check_config_prints_the_guardian() {
     )
     .into_owned();
     assert!(out.contains("the guardian process"), "{out}");
-    assert!(out.contains("s + 27.8 s (= H - B_g)"), "{out}");
+    assert!(out.contains("s + 25.8 s (= F - B_g)"), "{out}");
     std::fs::write(&file, wd("guardian = \"off\"\n")).expect("write");
     let out = String::from_utf8_lossy(
         &run_env_clean(&["check-config", file.to_str().expect("utf8")]).stdout,

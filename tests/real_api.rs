@@ -141,13 +141,16 @@ fn stamps(log: &str, needle: &str) -> Vec<f64> {
 }
 
 /// The leader cut off from etcd while its API is under attack, no watchdog: with
-/// `loop_wait` 3 s and `M` 1.5 s, `F - B` falls between two ticks, so a loop that let
-/// a connection hold it would fence at the next tick, after `F` (the order the old
-/// loop had). The fence must start by `F - B` and complete by `F`.
+/// ttl 10 and `loop_wait` 3 s, `F = s + ttl - (L_w + R + 1 s) = s + 5.75` and `F - B
+/// = s + 4.75` falls between two ticks (s + 3, s + 6), so a loop that let a
+/// connection hold it would fence at the next tick, after `F` (the order the old
+/// loop had). The fence must start by `F - B` and complete by `F`. (ttl 10: at 7
+/// S6(c) refuses loop_wait 3 without a watchdog, L_w + R + B >= ttl - (L_w + R + 1).)
 #[test]
 fn real_hostile_api_cannot_delay_the_fence() {
     let mut opts = common::options("api", "fence");
     opts.etcd_relays = true;
+    opts.ttl = 10;
     opts.loop_wait = Duration::from_secs(3);
     opts.safety_margin = Duration::from_millis(1500);
     let mut c = common::start(opts);

@@ -39,7 +39,7 @@ pub(super) fn start(cfg: &Config, wd: &Watchdogs, core: &mut Core) -> GuardianSl
             crate::events::emit(&crate::events::Event::GuardianStarted { pid: g.pid() });
             info!(
                 "fence for a frozen agent: the guardian (pid {}, its own session): it SIGKILLs \
-                 PostgreSQL at G = H - B_g (B_g = {:.3} s) unless a newer G arrives, and at once if \
+                 PostgreSQL at G = F - B_g (B_g = {:.3} s) unless a newer G arrives, and at once if \
                  this agent dies while leading",
                 g.pid(),
                 w.guardian_kill_budget.as_secs_f64()

@@ -65,7 +65,7 @@ pub struct Leadership {
 
 impl Core {
     /// The guardian is this node's fence, with kill budget `B_g` (`None`: it is not,
-    /// or it died in `automatic` mode). With it `F = H` still (S1, S6(c)): the
+    /// or it died in `automatic` mode). With it `F` is unchanged (S1, S6(c)): the
     /// guardian adds a deadline for a frozen agent, it changes none of the agent's.
     pub fn set_guardian(&mut self, kill_budget: Option<Duration>) {
         self.guardian = kill_budget;
@@ -195,9 +195,10 @@ impl Core {
             l.last_pet.or(l.pet_pending),
         ) {
             (Some(w), Some(p)) => p.add(w).min(h),
-            // Armed by the open that comes before any promotion (S3): until then
-            // nothing writes, and `H` bounds the calls.
-            (Some(_), None) => h,
+            // A watchdog configured but not armed (the open not planned, skipped or
+            // failed): an adoption keeps a running primary (S4) meanwhile, so no
+            // later than without one (review of the unwatched deadline, M1).
+            (Some(_), None) => h.min(self.unwatched_deadline(l)),
             (None, _) => h.min(self.unwatched_deadline(l)),
         }
     }
