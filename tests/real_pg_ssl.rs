@@ -119,6 +119,29 @@ fn ssl_standbys(c: &TestCluster, p: usize) -> Vec<Vec<String>> {
     )
 }
 
+/// The settled primary and its two replicas, each streaming over TLS and presenting
+/// the replication role's certificate (`/CN=replicator`) in the primary's
+/// `pg_stat_replication` (`what` names the bed in the message).
+fn settled_streaming_as_replicator(c: &mut TestCluster, what: &str) -> (usize, Vec<usize>) {
+    let p = settled(c);
+    let others: Vec<usize> = (0..3).filter(|&i| i != p).collect();
+    let expect: Vec<Vec<String>> = others
+        .iter()
+        .map(|&i| {
+            vec![
+                c.name(i).to_string(),
+                "true".into(),
+                "/CN=replicator".into(),
+            ]
+        })
+        .collect();
+    // A replica's wal receiver says "streaming" a moment before the primary's
+    // pg_stat_replication row leaves "catchup": wait for the primary's view.
+    let rows = standbys_until(c, p, |rows| rows == expect.as_slice());
+    assert_eq!(rows, expect, "standbys of {} {what}", c.name(p));
+    (p, others)
+}
+
 /// `ssl_standbys(c, p)` once `done` holds of it, or its last reading after 10 s.
 fn standbys_until(
     c: &TestCluster,
@@ -269,22 +292,7 @@ fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
 
     // Bootstrap: both replicas basebackup and stream over TLS, each presenting
     // the replication role's certificate.
-    let p = settled(&mut c);
-    let others: Vec<usize> = (0..3).filter(|&i| i != p).collect();
-    let expect: Vec<Vec<String>> = others
-        .iter()
-        .map(|&i| {
-            vec![
-                c.name(i).to_string(),
-                "true".into(),
-                "/CN=replicator".into(),
-            ]
-        })
-        .collect();
-    // A replica's wal receiver says "streaming" a moment before the primary's
-    // pg_stat_replication row leaves "catchup": wait for the primary's view.
-    let rows = standbys_until(&c, p, |rows| rows == expect.as_slice());
-    assert_eq!(rows, expect, "standbys of {} over TLS", c.name(p));
+    let (p, others) = settled_streaming_as_replicator(&mut c, "over TLS");
     let hba = std::fs::read_to_string(c.data_dir(p).join("pg_hba.conf")).expect("pg_hba");
     assert!(
         hba.contains(
@@ -509,20 +517,7 @@ fn real_pg_cert_auth_without_passwords_bootstrap_failover_rejoin() {
         "the bed wrote a role password: {text}"
     );
 
-    let p = settled(&mut c);
-    let others: Vec<usize> = (0..3).filter(|&i| i != p).collect();
-    let expect: Vec<Vec<String>> = others
-        .iter()
-        .map(|&i| {
-            vec![
-                c.name(i).to_string(),
-                "true".into(),
-                "/CN=replicator".into(),
-            ]
-        })
-        .collect();
-    let rows = standbys_until(&c, p, |rows| rows == expect.as_slice());
-    assert_eq!(rows, expect, "standbys of {} on certificates", c.name(p));
+    let (p, others) = settled_streaming_as_replicator(&mut c, "on certificates");
     let hba = std::fs::read_to_string(c.data_dir(p).join("pg_hba.conf")).expect("pg_hba");
     for want in [
         "hostssl replication \"replicator\" 127.0.0.1/32 cert\n",
