@@ -142,6 +142,21 @@ fn settled_streaming_as_replicator(c: &mut TestCluster, what: &str) -> (usize, V
     (p, others)
 }
 
+/// The primary `p`'s host crashes; a replica takes over and `p`'s restarted agent
+/// rejoins it as a streaming replica (pg_rewind or a basebackup). The new primary.
+fn crash_and_rejoin(c: &mut TestCluster, p: usize) -> usize {
+    c.host_crash(p).expect("host crash");
+    let n = c
+        .wait_new_primary(p, FAILOVER)
+        .unwrap_or_else(|| panic!("no new primary{}", c.logs_tail(40)));
+    c.start_agent(p).expect("restart the old primary's agent");
+    wait_for(REJOIN, Duration::from_millis(200), || {
+        c.is_streaming_replica(p).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{} did not rejoin{}", c.name(p), c.logs_tail(60)));
+    n
+}
+
 /// `ssl_standbys(c, p)` once `done` holds of it, or its last reading after 10 s.
 fn standbys_until(
     c: &TestCluster,
@@ -347,15 +362,7 @@ fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
 
     // The primary's host crashes: a replica takes over, the old primary rejoins
     // through pg_rewind (or a basebackup) over TLS.
-    c.host_crash(p).expect("host crash");
-    let n = c
-        .wait_new_primary(p, FAILOVER)
-        .unwrap_or_else(|| panic!("no new primary{}", c.logs_tail(40)));
-    c.start_agent(p).expect("restart the old primary's agent");
-    wait_for(REJOIN, Duration::from_millis(200), || {
-        c.is_streaming_replica(p).then_some(())
-    })
-    .unwrap_or_else(|| panic!("{} did not rejoin{}", c.name(p), c.logs_tail(60)));
+    let n = crash_and_rejoin(&mut c, p);
     let log = c.agent_log(p);
     let rewound = log
         .lines()
@@ -561,15 +568,7 @@ fn real_pg_cert_auth_without_passwords_bootstrap_failover_rejoin() {
     );
 
     // The primary's host crashes: a replica takes over, the old primary rejoins.
-    c.host_crash(p).expect("host crash");
-    let n = c
-        .wait_new_primary(p, FAILOVER)
-        .unwrap_or_else(|| panic!("no new primary{}", c.logs_tail(40)));
-    c.start_agent(p).expect("restart the old primary's agent");
-    wait_for(REJOIN, Duration::from_millis(200), || {
-        c.is_streaming_replica(p).then_some(())
-    })
-    .unwrap_or_else(|| panic!("{} did not rejoin{}", c.name(p), c.logs_tail(60)));
+    let n = crash_and_rejoin(&mut c, p);
     let mine = vec![
         c.name(p).to_string(),
         "true".to_string(),
