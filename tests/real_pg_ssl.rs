@@ -187,6 +187,19 @@ fn basebackup_starts(log: &str) -> Vec<f64> {
         .collect()
 }
 
+/// The rewind role's connection to `i` without a client certificate is refused with
+/// PostgreSQL's own words (`hba_clientcert` and `hba_method = "cert"` alike).
+fn refused_without_a_certificate(c: &TestCluster, certs: &Certs, i: usize) {
+    let no_cert = rewind_psql(c, certs, i, None);
+    assert!(
+        !no_cert.0
+            && no_cert
+                .1
+                .contains("connection requires a valid client certificate"),
+        "rewind_user without a certificate: {no_cert:?}"
+    );
+}
+
 /// `psql` as `rewind_user` (its password) over TLS to node `i`'s PostgreSQL,
 /// presenting `cert` (certificate, key) or no certificate: (succeeded, stderr).
 fn rewind_psql(
@@ -321,17 +334,8 @@ fn real_pg_over_tls_verify_full_failover_rewind_and_a_wrong_root_cert() {
     );
     // `hba_clientcert = "verify-full"`: the right password over TLS is not enough
     // without the role's certificate, and with it the role connects.
-    let (no_cert, with_cert) = (
-        rewind_psql(&c, &certs, p, None),
-        rewind_psql(&c, &certs, p, Some(("rewind.pem", "rewind.key"))),
-    );
-    assert!(
-        !no_cert.0
-            && no_cert
-                .1
-                .contains("connection requires a valid client certificate"),
-        "rewind_user without a certificate: {no_cert:?}"
-    );
+    refused_without_a_certificate(&c, &certs, p);
+    let with_cert = rewind_psql(&c, &certs, p, Some(("rewind.pem", "rewind.key")));
     assert!(
         with_cert.0,
         "rewind_user with its certificate: {with_cert:?}"
@@ -546,17 +550,10 @@ fn real_pg_cert_auth_without_passwords_bootstrap_failover_rejoin() {
             vec!["rewind_user".to_string(), "true".into()],
         ]
     );
-    let (no_cert, wrong_cn, own) = (
-        rewind_psql(&c, &certs, p, None),
+    refused_without_a_certificate(&c, &certs, p);
+    let (wrong_cn, own) = (
         rewind_psql(&c, &certs, p, Some(("replicator.pem", "replicator.key"))),
         rewind_psql(&c, &certs, p, Some(("rewind.pem", "rewind.key"))),
-    );
-    assert!(
-        !no_cert.0
-            && no_cert
-                .1
-                .contains("connection requires a valid client certificate"),
-        "rewind_user without a certificate: {no_cert:?}"
     );
     assert!(
         !wrong_cn.0 && wrong_cn.1.contains("certificate authentication failed"),
