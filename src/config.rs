@@ -390,6 +390,13 @@ fn ns_secs(s: u32) -> i128 {
     i128::from(s) * 1_000_000_000
 }
 
+/// The fence deadline without a watchdog, `F - s = min(ttl - M, ttl - (L_w + R +
+/// 1 s))` (core::lease, `unwatched_deadline`), in nanoseconds: the one formula the
+/// budget table, S6(c) and `primary_min_remaining`'s bound share.
+fn unwatched_f_ns(ttl: i128, lw: i128, r: i128, m: i128) -> i128 {
+    (ttl - m).min(ttl - (lw + r + 1_000_000_000))
+}
+
 /// Seconds for humans: `5`, `0.25`, `1.05`, `-0.5` (trailing zeros trimmed).
 fn show(n: i128) -> String {
     let neg = n < 0;
@@ -645,7 +652,7 @@ pub fn validate_timing(
                 });
             }
             let unwatched = ttl - (lw + r + 1_000_000_000);
-            if lw + r + b >= unwatched {
+            if lw + r + b >= unwatched_f_ns(ttl, lw, r, m) {
                 return Err(TimingError {
                     rule: TimingRule::C,
                     detail: format!(
@@ -777,7 +784,7 @@ pub fn budget(t: &TimingConfig, ttl: u32, watchdog: Option<u32>) -> Budget {
         // Without a watchdog `F = min(H, s + ttl - (L_w + R + 1 s))` (core::lease,
         // `unwatched_deadline`).
         None => {
-            let f = horizon.min(ttl_ns - (lw + r + 1_000_000_000));
+            let f = unwatched_f_ns(ttl_ns, lw, r, m);
             (None, f, f - b - lw - r, ttl_ns + r)
         }
     };
@@ -1223,24 +1230,25 @@ fn healthy_time_left(t: &TimingConfig, ttl: u32, watchdog: Option<u32>) -> (Dura
         Some(w) => (Duration::from_secs(u64::from(w)), format!("W {w}")),
         // Without a watchdog `F = min(H, s + ttl - (L_w + R + 1 s))` (core::lease).
         None => {
+            let f = unwatched_f_ns(
+                ns_secs(ttl),
+                ns(t.loop_wait),
+                ns(t.retry_timeout),
+                ns(t.safety_margin),
+            );
             let unwatched = t.loop_wait + t.retry_timeout + Duration::from_secs(1);
-            if unwatched > t.safety_margin {
-                (
-                    Duration::from_secs(u64::from(ttl)).saturating_sub(unwatched),
-                    format!(
-                        "ttl - (loop_wait + retry_timeout + 1 s) = {ttl} - {:.3}",
-                        unwatched.as_secs_f64()
-                    ),
+            let what = if unwatched > t.safety_margin {
+                format!(
+                    "ttl - (loop_wait + retry_timeout + 1 s) = {ttl} - {:.3}",
+                    unwatched.as_secs_f64()
                 )
             } else {
-                (
-                    Duration::from_secs(u64::from(ttl)).saturating_sub(t.safety_margin),
-                    format!(
-                        "ttl - safety_margin = {ttl} - {:.3}",
-                        t.safety_margin.as_secs_f64()
-                    ),
+                format!(
+                    "ttl - safety_margin = {ttl} - {:.3}",
+                    t.safety_margin.as_secs_f64()
                 )
-            }
+            };
+            (from_ns(f.max(0)), what)
         }
     };
     (span.saturating_sub(t.loop_wait + t.retry_timeout), what)

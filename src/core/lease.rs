@@ -195,11 +195,10 @@ impl Core {
             l.last_pet.or(l.pet_pending),
         ) {
             (Some(w), Some(p)) => p.add(w).min(h),
-            // A watchdog configured but not armed (the open not planned, skipped or
-            // failed): an adoption keeps a running primary (S4) meanwhile, so no
-            // later than without one (review of the unwatched deadline, M1).
-            (Some(_), None) => h.min(self.unwatched_deadline(l)),
-            (None, _) => h.min(self.unwatched_deadline(l)),
+            // No watchdog, or one configured but not armed (the open not planned,
+            // skipped or failed: an adoption keeps a running primary meanwhile, S4;
+            // review of the unwatched deadline, M1).
+            _ => h.min(self.unwatched_deadline(l)),
         }
     }
 

@@ -101,8 +101,8 @@ impl LeaseTrack {
     /// change only moves it later), so the holder's last counted renewal was sent
     /// at or before `c + 1 s - ttl`; with a watchdog S6(e) puts its fence deadline
     /// before `c - (L_w + R)`, and the core acts on the answer only after `c`.
-    /// Without a watchdog the on-time judgement has gaps of its own, left open
-    /// (docs/design.md "Take over"). The judged state is also one the core reached
+    /// Without a watchdog the fence deadline `unwatched_deadline` (core::lease) gives
+    /// the same (docs/design.md "Take over"). The judged state is also one the core reached
     /// before: when the poll after the DELETE answers "not found" or times out, it
     /// judges on the same values.
     pub(super) fn judged_at(&self, at: Instant) -> (Option<Instant>, Option<Instant>) {
