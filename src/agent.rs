@@ -26,7 +26,7 @@ use crate::core::time::Instant;
 use crate::core::{Core, CoreConfig};
 use crate::dcs::{AcquireBasis, Etcd, WatchEvent};
 use crate::pg::{ConnTarget, PgCtl};
-use crate::watchdog::{Device, Notifier, WatchdogError};
+use crate::watchdog::{Device, Notifier, OpenTry, WatchdogError};
 
 mod cluster_config;
 mod events_hooks;
@@ -1978,7 +1978,10 @@ impl Agent {
             };
         }
         let result = match self.wd.device.as_mut() {
-            Some(dev) => dev.keepalive().map(|()| at).map_err(|e| e.to_string()),
+            Some(dev) => dev
+                .keepalive()
+                .map(|()| at)
+                .map_err(|e| OpenError::Unusable(e.to_string())),
             None => self.open_watchdog(not_after),
         };
         match result {
@@ -1986,7 +1989,16 @@ impl Agent {
                 at,
                 outcome: PetOutcome::Done,
             },
-            Err(why) => {
+            Err(OpenError::Late(why)) => {
+                // Not tried, nothing wrong with the device: no pet, so the core
+                // waits to promote and the next counted renewal's pet opens it.
+                warn!("watchdog arm skipped: {why}");
+                PetReport {
+                    at,
+                    outcome: PetOutcome::Skipped(why),
+                }
+            }
+            Err(OpenError::Unusable(why)) => {
                 self.watchdog_unusable(why.clone());
                 PetReport {
                     at,
@@ -2001,10 +2013,8 @@ impl Agent {
     /// succeeds, S2; issue 8 finding 11), then check the read-back `W` against S6
     /// for the TTL in force. Returns the instant read just before the open that
     /// succeeded.
-    fn open_watchdog(&mut self, not_after: Instant) -> Result<Instant, String> {
-        let until = self
-            .deadline(self.core.timing().retry_timeout)
-            .min(not_after);
+    fn open_watchdog(&mut self, not_after: Instant) -> Result<Instant, OpenError> {
+        let retry_until = self.deadline(self.core.timing().retry_timeout);
         let ttl = self
             .core
             .leadership()
@@ -2012,21 +2022,29 @@ impl Agent {
         // The W the core planned this arm with (it follows the ttl in force,
         // `follow_ttl_with_w`); the read-back is checked against S2 below.
         let requested = self.wd.requested;
-        let (dev, at) = loop {
-            let at = clock::now();
-            if at > until {
-                return Err(format!(
-                    "{} stayed busy until the last instant a pet was allowed",
-                    self.wd.path.display()
-                ));
+        let (path, sysfs) = (&self.wd.path, &self.cfg.watchdog.sysfs_dir);
+        let (dev, at) = match crate::watchdog::open_within(
+            not_after,
+            retry_until,
+            clock::now,
+            || Device::open_with_sysfs(path, requested, sysfs),
+            std::thread::sleep,
+        ) {
+            OpenTry::Opened(d, at) => (d, at),
+            OpenTry::Late => {
+                return Err(OpenError::Late(format!(
+                    "{}: not opened, the instant was past the last one a pet was allowed, \
+                     {not_after} (S2)",
+                    path.display()
+                )));
             }
-            match Device::open_with_sysfs(&self.wd.path, requested, &self.cfg.watchdog.sysfs_dir) {
-                Ok(d) => break (d, at),
-                Err(WatchdogError::Busy { .. }) => {
-                    std::thread::sleep(Duration::from_millis(20).min(clock::now().until(until)));
-                }
-                Err(e) => return Err(e.to_string()),
+            OpenTry::Busy => {
+                return Err(OpenError::Unusable(format!(
+                    "{} stayed busy until the last instant the open could be retried",
+                    path.display()
+                )));
             }
+            OpenTry::Failed(e) => return Err(OpenError::Unusable(e.to_string())),
         };
         if dev.boot_status_watchdog_reset() && !self.wd.boot_reset_said {
             self.wd.boot_reset_said = true;
@@ -2072,7 +2090,7 @@ impl Agent {
                 }
                 Err(e) => error!("could not disarm the refused watchdog: {e}"),
             }
-            return Err(why);
+            return Err(OpenError::Unusable(why));
         }
         let w = Duration::from_secs(u64::from(dev.timeout()));
         crate::events::emit(&crate::events::Event::WatchdogArmed {
@@ -2355,4 +2373,13 @@ fn config_refused(error: String) {
         source: "reload",
         error,
     });
+}
+
+/// Why a leadership's open of its watchdog gave no pet (`Agent::open_watchdog`).
+enum OpenError {
+    /// Not tried: too late for a pet (S2). The pet is skipped, the device kept.
+    Late(String),
+    /// The device cannot serve (busy for good, an error, refused): S3 for `required`,
+    /// no watchdog for the run in `automatic`.
+    Unusable(String),
 }

@@ -152,6 +152,57 @@ pub fn fence_deadline(last_pet: Instant, w: Duration, horizon: Instant) -> Insta
     last_pet.add(w).min(horizon)
 }
 
+/// How a leadership's open of its device ended ([`open_within`]).
+#[derive(Debug)]
+pub enum OpenTry<D> {
+    /// Opened at this instant (read just before the `open`: the pet's instant).
+    Opened(D, Instant),
+    /// Not tried: the instant was already past `not_after` (S2). Nothing is wrong
+    /// with the device; the pet is skipped and the next counted renewal tries again.
+    Late,
+    /// Busy at every attempt until the retries ran out.
+    Busy,
+    /// The open failed otherwise (the device's own error).
+    Failed(WatchdogError),
+}
+
+/// Open a device for a leadership's arming: the first attempt whenever the instant
+/// is at or before `not_after` (S2: the open is a pet), EBUSY retried every 20 ms
+/// while also at or before `retry_until` (the caller's cap: the next tick and
+/// `F - B`, so retries never delay a renewal).
+///
+/// Why the first attempt is not held to `retry_until`: an iteration that ran past
+/// its tick (the bootstrap's, which ran initdb, seeded the configuration and took
+/// the key in one go) would otherwise fail an open it never tried, and a required
+/// watchdog's failure gives up the key and refuses leadership for the run: a
+/// freshly bootstrapped cluster left with no primary (found by
+/// `real_watchdog_e2e`, 1 boot in 10). One `open(2)` and its `ioctl`s are as short
+/// as the keepalive an armed device gets at the same point.
+pub fn open_within<D>(
+    not_after: Instant,
+    retry_until: Instant,
+    mut now: impl FnMut() -> Instant,
+    mut open: impl FnMut() -> Result<D, WatchdogError>,
+    mut sleep: impl FnMut(Duration),
+) -> OpenTry<D> {
+    let mut tried = false;
+    loop {
+        let at = now();
+        if at > not_after || (tried && at > retry_until) {
+            return if tried { OpenTry::Busy } else { OpenTry::Late };
+        }
+        tried = true;
+        match open() {
+            Ok(d) => return OpenTry::Opened(d, at),
+            Err(WatchdogError::Busy { .. }) => {
+                let left = now().until(retry_until.min(not_after));
+                sleep(Duration::from_millis(20).min(left));
+            }
+            Err(e) => return OpenTry::Failed(e),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::device::fake::{self, Fake};
@@ -390,5 +441,113 @@ mod tests {
             let w = Duration::from_secs(u64::from(w));
             assert!(pet_allowed(s.add(t.retry_timeout), w, h));
         }
+    }
+
+    /// A scripted clock and device for [`open_within`]: each `open` returns the next
+    /// scripted result and takes 1 ms; `sleep` advances the clock.
+    struct Script {
+        now_ns: std::cell::Cell<u64>,
+        results: std::cell::RefCell<Vec<Result<u32, WatchdogError>>>,
+        opens_at: std::cell::RefCell<Vec<u64>>,
+    }
+
+    impl Script {
+        fn new(now_ms: u64, results: Vec<Result<u32, WatchdogError>>) -> Script {
+            Script {
+                now_ns: std::cell::Cell::new(now_ms * 1_000_000),
+                results: std::cell::RefCell::new(results),
+                opens_at: std::cell::RefCell::new(Vec::new()),
+            }
+        }
+
+        fn run(&self, not_after_ms: u64, retry_until_ms: u64) -> OpenTry<u32> {
+            open_within(
+                Instant::from_nanos(not_after_ms * 1_000_000),
+                Instant::from_nanos(retry_until_ms * 1_000_000),
+                || Instant::from_nanos(self.now_ns.get()),
+                || {
+                    self.opens_at
+                        .borrow_mut()
+                        .push(self.now_ns.get() / 1_000_000);
+                    self.now_ns.set(self.now_ns.get() + 1_000_000);
+                    let mut r = self.results.borrow_mut();
+                    if r.is_empty() {
+                        Err(busy())
+                    } else {
+                        r.remove(0)
+                    }
+                },
+                |d| self.now_ns.set(self.now_ns.get() + d.as_nanos() as u64),
+            )
+        }
+
+        fn opens(&self) -> Vec<u64> {
+            self.opens_at.borrow().clone()
+        }
+    }
+
+    fn busy() -> WatchdogError {
+        WatchdogError::Busy {
+            path: "/dev/watchdog".into(),
+        }
+    }
+
+    #[test]
+    fn an_iteration_past_its_tick_still_tries_the_open_once() {
+        // The bootstrap's iteration ran past its tick (retry_until = 500 ms) but the
+        // pet is still allowed until 900 ms: the open is tried, and succeeds.
+        let s = Script::new(535, vec![Ok(7)]);
+        match s.run(900, 500) {
+            OpenTry::Opened(7, at) => assert_eq!(at, Instant::from_nanos(535_000_000)),
+            other => panic!("expected the open at 535 ms, got {other:?}"),
+        }
+        assert_eq!(s.opens(), vec![535]);
+        // Busy at that one attempt: not retried past the tick, reported busy.
+        let s = Script::new(535, vec![Err(busy()), Ok(7)]);
+        assert!(matches!(s.run(900, 500), OpenTry::Busy));
+        assert_eq!(s.opens(), vec![535]);
+    }
+
+    #[test]
+    fn past_not_after_the_open_is_not_tried_and_is_late_not_failed() {
+        let s = Script::new(901, vec![Ok(7)]);
+        assert!(matches!(s.run(900, 2_000), OpenTry::Late));
+        assert!(s.opens().is_empty(), "S2: no open past not_after");
+    }
+
+    #[test]
+    fn busy_is_retried_every_20_ms_until_the_earlier_cap() {
+        // Busy twice, then free: opened at the third attempt.
+        let s = Script::new(0, vec![Err(busy()), Err(busy()), Ok(3)]);
+        assert!(matches!(s.run(1_000, 250), OpenTry::Opened(3, _)));
+        assert_eq!(s.opens(), vec![0, 21, 42]);
+        // Busy for good: the last attempt is at or before the retry cap...
+        let s = Script::new(0, vec![]);
+        assert!(matches!(s.run(1_000, 250), OpenTry::Busy));
+        let opens = s.opens();
+        assert!(
+            opens.len() > 5 && *opens.last().unwrap() <= 250,
+            "{opens:?}"
+        );
+        // ...and at or before not_after when that comes first (S2).
+        let s = Script::new(0, vec![]);
+        assert!(matches!(s.run(100, 250), OpenTry::Busy));
+        assert!(s.opens().iter().all(|&t| t <= 100), "{:?}", s.opens());
+    }
+
+    #[test]
+    fn another_error_ends_the_open_at_once() {
+        let s = Script::new(
+            0,
+            vec![Err(WatchdogError::Open {
+                path: "/dev/watchdog".into(),
+                errno: nix::errno::Errno::ENOENT,
+            })],
+        );
+        assert!(matches!(
+            s.run(1_000, 250),
+            OpenTry::Failed(WatchdogError::Open { .. })
+        ));
+        assert_eq!(s.opens(), vec![0]);
     }
 }
