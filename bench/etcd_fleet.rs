@@ -986,6 +986,7 @@ fn member_json(name: &str, leader: bool) -> String {
         leader_lease: leader.then_some(0x694d_8b2f_1a2b_3c4d),
         leader_ttl: leader.then_some(7),
         leader_ttl_seen: Some(7),
+        poll_window: Some(Duration::from_millis(750)),
         pg_healthy: true,
         released: None,
         lacks_acquire_record: false,

@@ -50,6 +50,7 @@ fn member_json(name: &str, role: &str) -> String {
         leader_lease: (role == "primary").then_some(0x694d_8b2f_1a2b_3c4d),
         leader_ttl: (role == "primary").then_some(30),
         leader_ttl_seen: Some(30),
+        poll_window: Some(Duration::from_millis(3_000)),
         pg_healthy: true,
         released: None,
         lacks_acquire_record: false,

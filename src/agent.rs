@@ -925,7 +925,7 @@ impl Agent {
         t.iteration_budget = new.timing.iteration_budget;
         self.timing_fits_node(&t)?;
         self.cfg.timing = t;
-        self.core.set_timing(timing_of(&self.cfg));
+        self.core.set_timing(clock::now(), timing_of(&self.cfg));
         self.guardian_reloaded(&new);
         self.api.set_auth(new.api.auth.clone());
         self.cfg.api.auth = new.api.auth;
@@ -1223,7 +1223,7 @@ impl Agent {
                 info!("applying the cluster's dynamic configuration: {raw}");
                 self.cfg.timing = t;
                 self.cfg.dynamic = d;
-                self.core.set_timing(timing_of(&self.cfg));
+                self.core.set_timing(clock::now(), timing_of(&self.cfg));
                 self.pg.set_loop_wait(self.cfg.timing.loop_wait);
                 self.follow_ttl_with_w();
                 self.status.config_refused = None;
@@ -1378,6 +1378,8 @@ impl Agent {
             // Seed 253898 review: changes only with a ttl change or its decay, so an
             // idle cluster still writes nothing (issue 13 item 5).
             leader_ttl_seen: self.core.leader_ttl_seen(),
+            // Review L2: changes only with a `loop_wait`/`retry_timeout` change.
+            poll_window: Some(self.core.poll_window()),
             pg_healthy: matches!(pg.role, PgRole::Primary | PgRole::Replica),
             released: self.core.released_epoch(),
             // Finding L1: our acquisitions write the record (`"acquire_record": true`).

@@ -952,7 +952,7 @@ fn standby(name: &str, streaming: bool, sync: bool, flush: Lsn) -> StandbyStat {
 /// pg1 leads (adopted, epoch 5) with replicas pg2 and pg3 as members; `mode` is on.
 fn sync_leader(mode: SyncMode) -> Core {
     let mut c = adopted_leader(5.0);
-    c.set_timing(sync_timing(mode));
+    c.set_timing(t(5.0), sync_timing(mode));
     c
 }
 
@@ -1248,7 +1248,7 @@ fn vacancy_step(
     pg3_lsn: Lsn,
 ) -> Plan {
     let mut c = core(me, None);
-    c.set_timing(sync_timing(SyncMode::On));
+    c.set_timing(t(0.0), sync_timing(SyncMode::On));
     let members = vec![
         member("pg1", 8, "primary", 1000, None),
         member("pg2", 9, "replica", 1000, None),
@@ -1309,7 +1309,7 @@ fn in_synchronous_mode_only_the_listed_standby_or_the_old_leader_may_take_the_ke
 fn a_synchronous_winner_names_itself_in_the_key_and_sets_the_names_before_promoting() {
     for (mode, want) in [(SyncMode::On, ""), (SyncMode::Strict, "*")] {
         let mut c = follower_with_poll(None);
-        c.set_timing(sync_timing(mode));
+        c.set_timing(t(0.0), sync_timing(mode));
         let members = vec![
             member("pg1", 8, "primary", 1000, None),
             member("pg2", 9, "replica", 1000, None),
@@ -2320,7 +2320,7 @@ fn a_switchover_to_a_standby_the_sync_key_does_not_list_is_refused() {
     let mut c = adopted_leader(100.0);
     let mut tm = timing30();
     tm.synchronous = SyncMode::On;
-    c.set_timing(tm);
+    c.set_timing(t(100.0), tm);
     let mut o = switchover_obs(failover(Some("pg1"), Some("pg2"), 41), 500, 500);
     if let Ok(v) = &mut o.cluster {
         v.sync = sync_key("pg1", Some("pg3"));

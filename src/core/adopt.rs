@@ -47,8 +47,8 @@ impl Core {
     /// Why a confirming renewal sent at `s` after `poll` could resurrect a lease a
     /// replica may count as running out (module doc), or `None` if it cannot.
     pub(super) fn adoption_too_late(&self, poll: AdoptPoll, s: Instant) -> Option<String> {
-        let t = &self.timing;
-        let window = t.loop_wait + t.retry_timeout;
+        // Review L2: the widest `L_w + R` a replica may still judge with.
+        let window = self.poll_window_widest();
         if s < poll.sent_at {
             return Some("the renewal was sent before the poll".into());
         }

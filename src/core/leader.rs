@@ -250,7 +250,7 @@ impl Core {
     /// before the adopting renewal stale, measured on the replica's clock; `M`
     /// covers the two hosts' clock-rate drift (review of 88463a7, F2).
     fn confirm_wait(&self) -> Duration {
-        self.timing.loop_wait + self.timing.retry_timeout + self.timing.safety_margin
+        self.poll_window_widest() + self.timing.safety_margin
     }
 
     /// Whether an adoption's confirming renewal (`Leadership::confirm_after`) has

@@ -218,7 +218,7 @@ impl Core {
         // (config::validate_timing) keeps L_w + R + B below it.
         l.renewed_at
             .add(Duration::from_secs(u64::from(l.ttl)))
-            .sub(self.timing.loop_wait + self.timing.retry_timeout + Duration::from_secs(1))
+            .sub(self.poll_window_widest() + Duration::from_secs(1))
     }
 
     /// S1/S3: the fence the contract requires is in place: no watchdog is in use, or

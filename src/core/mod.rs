@@ -34,6 +34,7 @@ pub mod time;
 mod ttl_seen;
 mod vacancy;
 mod watched;
+mod window;
 
 use std::time::Duration;
 
@@ -118,6 +119,9 @@ pub struct Core {
     late_delete: Option<(Instant, Option<i64>)>,
     /// Instant of the previous step.
     last_step: Option<Instant>,
+    /// The `L_w + R` in force before the last change of it, while it still counts
+    /// (review L2, `window`).
+    window_prev: Option<window::WindowPrev>,
     /// The epoch in the local data's `tenure.epoch` row, as last read while
     /// PostgreSQL answered (`None`: no row). DESIGN §3: the last epoch, remembered
     /// locally, so a wiped or restored etcd cannot make it go backwards unnoticed.
@@ -233,6 +237,7 @@ impl Core {
             guardian: None,
             paused: false,
             acquire_proof: None,
+            window_prev: None,
         }
     }
 
@@ -251,10 +256,12 @@ impl Core {
         self.released
     }
 
-    /// Replace the timing (a validated `config` change). A ttl change applies at the
-    /// next grant; the lease held keeps its granted TTL.
-    pub fn set_timing(&mut self, timing: Timing) {
-        self.timing = timing;
+    /// Replace the timing (a validated `config` change) at `now`. A ttl change
+    /// applies at the next grant; the lease held keeps its granted TTL. A change of
+    /// `L_w + R` keeps the old value counting where it is the safe side (`window`).
+    pub fn set_timing(&mut self, now: Instant, timing: Timing) {
+        let old = std::mem::replace(&mut self.timing, timing);
+        self.retime_window(now, &old);
     }
 
     pub fn timing(&self) -> &Timing {
@@ -273,6 +280,7 @@ impl Core {
         //    `vacancy`), epochs and etcd's revisions (§3, `epoch`), the synchronous
         //    names in effect (§3a, `sync`).
         self.track_leader(now, obs);
+        self.note_poll_windows(now, obs);
         self.watchdog_unusable.clone_from(&obs.watchdog_unusable);
         self.note_epochs(obs);
         self.note_sync_names(now, obs);

@@ -106,6 +106,10 @@ pub struct MemberInfo {
     /// by `config`, an old leader may still hold a lease granted under the old ttl
     /// (DESIGN §1 step 4, §5; seed 253898 review). Written only when it changes.
     pub leader_ttl_seen: Option<u32>,
+    /// The member's own `L_w + R` (`loop_wait + retry_timeout` as it applied
+    /// them): a replica judges its leader's DELETE with no wider window, a leader
+    /// keeps its earlier one until its own shows this (review L2, `core::window`).
+    pub poll_window: Option<Duration>,
     /// PostgreSQL running and answering queries.
     pub pg_healthy: bool,
     /// Set by a leader that stopped its PostgreSQL cleanly and is about to release the

@@ -30,6 +30,9 @@ pub(super) struct LeaseTrack {
     pub(super) last_poll: Option<Instant>,
     /// The holder's published watchdog timeout.
     pub(super) holder_watchdog: Option<u32>,
+    /// The holder's published `L_w + R` (`poll_window`), from the last read that
+    /// showed its member key (review L2, `window`).
+    pub(super) holder_window: Option<Duration>,
     /// The TTL the holder's lease was granted with (`grantedTTL` from a poll, or the
     /// holder's published `leader_ttl`).
     pub(super) holder_ttl: Option<u32>,
@@ -519,6 +522,12 @@ impl Core {
         let me = self.cfg.name.clone();
         self.note_leader_changes(obs);
         let Ok(view) = &obs.cluster else { return };
+        // Review L2: the holder's `L_w + R` as its member key publishes it now,
+        // also in the read that shows its key gone (a value published before the
+        // DELETE is in every read after it).
+        if let Some(m) = self.track.holder.as_deref().and_then(|h| view.member(h)) {
+            self.track.holder_window = m.info.poll_window;
+        }
         match &view.leader {
             Some(k) => {
                 // A DELETE the watch reported after the previous step, of a key our
@@ -552,6 +561,7 @@ impl Core {
                             self.track.holder_promoted = true;
                         }
                         self.track.holder_watchdog = m.info.watchdog_timeout;
+                        self.track.holder_window = m.info.poll_window;
                         if m.info.leader_lease == Some(k.lease)
                             && let Some(t) = m.info.leader_ttl.and_then(|t| sane_ttl(t.into()))
                         {
@@ -677,7 +687,9 @@ impl Core {
                     let seen_revision = deleted_revision
                         .filter(|r| *r <= view.revision && self.track.epoch.is_some_and(|e| *r > e))
                         .unwrap_or(view.revision);
-                    let l_w_r = self.timing.loop_wait + self.timing.retry_timeout;
+                    // Review L2: no more than the holder (and our earlier value)
+                    // allows, while a change of it reaches the members.
+                    let l_w_r = self.poll_window_tightest(now);
                     // The watch had a gap since the last read that showed the key we
                     // polled: a whole leadership may lie in it, its DELETE after the
                     // one we saw and before this read (S3: untimeable, from now).

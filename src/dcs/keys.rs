@@ -83,6 +83,9 @@ pub fn encode_member_with(info: &MemberInfo, extra: Vec<(&str, Value)>) -> Strin
     if let Some(t) = info.leader_ttl_seen {
         m.insert("leader_ttl_seen".into(), json!(t));
     }
+    if let Some(w) = info.poll_window {
+        m.insert("poll_window".into(), json!(w.as_secs_f64()));
+    }
     if let Some(e) = info.released {
         m.insert("released".into(), json!(e));
     }
@@ -253,6 +256,22 @@ pub fn parse_member(raw: &[u8]) -> MemberInfo {
                     short(v)
                 )),
             }
+        }
+    }
+    // Review L2: a replica judges with no more than its leader publishes, so a
+    // value out of range is left out (its own and earlier values then count),
+    // never read as 0 or as a huge window.
+    if let Some(v) = field("poll_window") {
+        match v.as_f64() {
+            Some(x) if x > 0.0 && x <= f64::from(MAX_TTL) => {
+                // Whole nanoseconds, as the config's own durations: the value
+                // this agent publishes reads back equal (`core::window`).
+                info.poll_window = Some(std::time::Duration::from_nanos((x * 1e9).round() as u64));
+            }
+            _ => problems.push(format!(
+                "poll_window: expected seconds in (0, {MAX_TTL}], got {}",
+                short(v)
+            )),
         }
     }
     if let Some(v) = field("leader_lease") {
@@ -765,6 +784,7 @@ mod tests {
             leader_lease: Some(0x7a2b_0000_1234),
             leader_ttl: Some(30),
             leader_ttl_seen: Some(60),
+            poll_window: Some(std::time::Duration::from_millis(300)),
             pg_healthy: true,
             released: Some(41),
             lacks_acquire_record: false,
@@ -933,6 +953,42 @@ mod tests {
         }
         let m = parse_member(br#"{"leader_ttl_seen":30,"leader_ttl":null}"#);
         assert_eq!((m.leader_ttl_seen, m.parse_error), (Some(30), None));
+    }
+
+    /// Review L2: a replica judges with no more than its leader's `poll_window`, so a
+    /// garbled one is left out with a problem (the replica's own value and its hold
+    /// then count), never read as 0 or as a huge window; values this agent writes read
+    /// back to the nanosecond (a leader compares its own with what it applied).
+    #[test]
+    fn member_poll_window_garbled_is_left_out_and_its_own_reads_back_exactly() {
+        for bad in [
+            &br#"{"poll_window":"0.75"}"#[..],
+            br#"{"poll_window":0}"#,
+            br#"{"poll_window":-0.5}"#,
+            br#"{"poll_window":3601}"#,
+            br#"{"poll_window":1e300}"#,
+            br#"{"poll_window":[1]}"#,
+        ] {
+            let m = parse_member(bad);
+            assert_eq!(m.poll_window, None, "{}", excerpt(bad));
+            let err = m.parse_error.expect("a problem");
+            assert!(err.contains("poll_window"), "{err}");
+        }
+        for ns in [
+            300_000_000u64,
+            750_000_000,
+            1_100_000_000,
+            3_000_000_001,
+            86_399_999_999,
+        ] {
+            let w = std::time::Duration::from_nanos(ns).min(std::time::Duration::from_secs(3600));
+            let info = MemberInfo {
+                poll_window: Some(w),
+                ..MemberInfo::default()
+            };
+            let back = parse_member(encode_member(&info).as_bytes());
+            assert_eq!(back.poll_window, Some(w), "{ns} ns");
+        }
     }
 
     /// Fresh-eyes review of seed 253898, R1: a TTL or `W` no validated configuration

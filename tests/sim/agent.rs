@@ -397,6 +397,7 @@ pub async fn run(cx: Cx) {
                 leader_lease: l.map(|l| l.lease),
                 leader_ttl: l.map(|l| l.ttl),
                 leader_ttl_seen: core.leader_ttl_seen(),
+                poll_window: Some(core.poll_window()),
                 pg_healthy: matches!(pg.role, PgRole::Primary | PgRole::Replica),
                 released: core.released_epoch(),
                 // Finding L1: an older agent's key lacks the capability, unless

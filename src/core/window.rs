@@ -1,0 +1,138 @@
+//! The poll window `L_w + R` while a `config` change of `loop_wait` or
+//! `retry_timeout` reaches the members one by one (review L2 of the unwatched
+//! fence deadline).
+//!
+//! Owns: which `L_w + R` the leader's rules assume of the replicas' polls (the
+//! unwatched `F`, the adoption window, the adoption's confirm wait: the *widest*
+//! in force anywhere) and which a replica's on-time judgement of a DELETE allows
+//! (the *tightest*: DESIGN §1 step 4's "last poll no older than `L_w + R`").
+//!
+//! Why: each rule pairs a replica's `L_w + R` with the leader's, and each node
+//! applies a change when its own view shows it — or refuses it, if it breaks S6
+//! for its own `W`, `M`, `B` (then for good). With the leader on `x` and a
+//! replica on `y > x`, the replica counted a poll up to `y` old as fresh while the
+//! leader's `F = s + ttl - (x + 1 s)` allowed only `x`: `y - x` of the margin gone.
+//! So every member publishes its own `L_w + R` (`poll_window` in its member key)
+//! and:
+//! - a replica judges with the smaller of its own and the followed leader's
+//!   published one; when that leader publishes none (an older agent, or its member
+//!   key never read), with the smaller of its own and its previous one for `ttl +
+//!   L_w + R + M` after a change;
+//! - a leader counts with the largest of its own and its previous one until a
+//!   linearizable read shows its member key publishing the new one (only then can
+//!   every replica that judges a later DELETE see it).
+//!
+//! Must never: widen a replica's window past any value in force at its leader, or
+//! narrow a leader's below one a replica may still judge with; do I/O or read a
+//! clock (pure: `now` comes in). Members older than this rule publish nothing and
+//! read nothing: a change applied unevenly among them keeps the narrowing (the
+//! mixed-version residual, docs/design.md).
+
+use std::time::Duration;
+
+use super::Core;
+use super::model::{Observation, Timing};
+use super::time::Instant;
+
+/// The `L_w + R` values in force before the last change, while they still count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct WindowPrev {
+    /// The largest earlier value no linearizable read has shown replaced in our
+    /// member key: the leader's rules still assume it.
+    widest: Duration,
+    /// The smallest earlier value within its hold: a replica's judgement still
+    /// allows no more.
+    tightest: Duration,
+    /// When the last change was applied, and how long `tightest` holds after it.
+    since: Instant,
+    hold: Duration,
+    /// A read showed our member key publishing the current value.
+    published: bool,
+}
+
+/// This timing's `L_w + R`.
+pub(super) fn window_of(t: &Timing) -> Duration {
+    t.loop_wait + t.retry_timeout
+}
+
+impl Core {
+    /// Our own `L_w + R`, as published in our member key (`poll_window`).
+    pub fn poll_window(&self) -> Duration {
+        window_of(&self.timing)
+    }
+
+    /// The `L_w + R` the leader's rules assume a replica's poll may be old.
+    pub(super) fn poll_window_widest(&self) -> Duration {
+        let own = self.poll_window();
+        match self.window_prev {
+            Some(p) if !p.published => own.max(p.widest),
+            _ => own,
+        }
+    }
+
+    /// The `L_w + R` a replica's judgement at `now` allows: no more than the
+    /// followed leader publishes; with nothing published, no more than an earlier
+    /// value of ours within its hold.
+    pub(super) fn poll_window_tightest(&self, now: Instant) -> Duration {
+        let own = self.poll_window();
+        match (self.track.holder_window, self.window_prev) {
+            // INVARIANT: a leader publishes a value only once it applied it, and
+            // from then on its rules use no less (`poll_window_widest`); a value in
+            // the read that shows its DELETE was written before the DELETE.
+            (Some(h), _) => own.min(h),
+            (None, Some(p)) if now < p.since.add(p.hold) => own.min(p.tightest),
+            (None, _) => own,
+        }
+    }
+
+    /// `set_timing`'s part: a change of `L_w + R` keeps the old value counting.
+    pub(super) fn retime_window(&mut self, now: Instant, old: &Timing) {
+        let (was, is) = (window_of(old), window_of(&self.timing));
+        if was == is {
+            return;
+        }
+        let prev = self.window_prev;
+        let widest = match prev {
+            Some(p) if !p.published => was.max(p.widest),
+            _ => was,
+        };
+        let tightest = match prev {
+            Some(p) if now < p.since.add(p.hold) => was.min(p.tightest),
+            _ => was,
+        };
+        // A leader that publishes nothing applies the change within about a loop of
+        // its commit (its renewal read shows it) when it renews at all, so its `F`
+        // on the old value passes within its lease's ttl after that; `M` for the
+        // two clocks' rates.
+        let ttl = old.ttl.max(self.timing.ttl).max(self.max_leader_ttl_seen);
+        let hold = Duration::from_secs(u64::from(ttl))
+            + was.max(is)
+            + self.timing.safety_margin.max(old.safety_margin);
+        self.window_prev = Some(WindowPrev {
+            widest,
+            tightest,
+            since: now,
+            hold,
+            published: false,
+        });
+    }
+
+    /// Step phase 1: our member key in a read publishing the current value ends
+    /// the leader's use of the earlier one; both ended, the record goes.
+    pub(super) fn note_poll_windows(&mut self, now: Instant, obs: &Observation) {
+        let own = self.poll_window();
+        let Some(p) = &mut self.window_prev else {
+            return;
+        };
+        if let Ok(view) = &obs.cluster
+            && view
+                .member(&self.cfg.name)
+                .is_some_and(|m| m.info.poll_window == Some(own))
+        {
+            p.published = true;
+        }
+        if p.published && now >= p.since.add(p.hold) {
+            self.window_prev = None;
+        }
+    }
+}
