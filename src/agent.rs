@@ -83,6 +83,11 @@ struct Watchdogs {
     last_status: String,
     /// `WATCHDOG_RESET` was said this run (sysfs at start-up or the first open).
     boot_reset_said: bool,
+    /// How long this leadership's arming found the device busy (review of
+    /// 677a682, M1): busy for `retry_timeout` across attempts is a device that
+    /// cannot be used; an attempt whose retries the loop cut shorter is tried
+    /// again at the next counted renewal.
+    busy_since: crate::watchdog::BusySince,
     /// The required device's check before candidacy (agent/wdcheck.rs).
     check: wdcheck::WdCheck,
 }
@@ -2014,7 +2019,10 @@ impl Agent {
     /// still be in flight) but never past `not_after` (each attempt is a pet if it
     /// succeeds, S2; issue 8 finding 11), then check the read-back `W` against S6
     /// for the TTL in force. Returns the instant read just before the open that
-    /// succeeded.
+    /// succeeded. The first attempt is made even past the tick or `F - B` (one
+    /// non-blocking `open(2)` and its `ioctl`s, as long as the keepalive an armed
+    /// device gets at the same point; F until its report is `pet_pending + W` or the
+    /// unwatched deadline, and a done open moves it to `at + W <= H - W`, S2).
     fn open_watchdog(&mut self, not_after: Instant) -> Result<Instant, OpenError> {
         let retry_until = self.deadline(self.core.timing().retry_timeout);
         let ttl = self
@@ -2025,6 +2033,7 @@ impl Agent {
         // `follow_ttl_with_w`); the read-back is checked against S2 below.
         let requested = self.wd.requested;
         let (path, sysfs) = (&self.wd.path, &self.cfg.watchdog.sysfs_dir);
+        let first_try = clock::now();
         let (dev, at) = match crate::watchdog::open_within(
             not_after,
             retry_until,
@@ -2032,7 +2041,10 @@ impl Agent {
             || Device::open_with_sysfs(path, requested, sysfs),
             std::thread::sleep,
         ) {
-            OpenTry::Opened(d, at) => (d, at),
+            OpenTry::Opened(d, at) => {
+                self.wd.busy_since.opened();
+                (d, at)
+            }
             OpenTry::Late => {
                 return Err(OpenError::Late(format!(
                     "{}: not opened, the instant was past the last one a pet was allowed, \
@@ -2041,9 +2053,26 @@ impl Agent {
                 )));
             }
             OpenTry::Busy => {
+                let epoch = self.core.leadership().map(|l| l.epoch);
+                let busy_for = self.wd.busy_since.busy(epoch, first_try, clock::now());
+                let retry = self.core.timing().retry_timeout;
+                if busy_for < retry {
+                    // The loop's tick, `F - B` or S2 cut the retries short: not yet
+                    // evidence against the device (a predecessor's release may be
+                    // in flight). No pet: the next counted renewal tries again.
+                    return Err(OpenError::Late(format!(
+                        "{} busy for {:.3} s, under retry_timeout ({:.3} s), when the \
+                         retries had to stop",
+                        path.display(),
+                        busy_for.as_secs_f64(),
+                        retry.as_secs_f64()
+                    )));
+                }
                 return Err(OpenError::Unusable(format!(
-                    "{} stayed busy until the last instant the open could be retried",
-                    path.display()
+                    "{} stayed busy for {:.3} s (retry_timeout {:.3} s)",
+                    path.display(),
+                    busy_for.as_secs_f64(),
+                    retry.as_secs_f64()
                 )));
             }
             OpenTry::Failed(e) => return Err(OpenError::Unusable(e.to_string())),
@@ -2300,6 +2329,7 @@ impl Watchdogs {
                 ready_sent: false,
                 last_status: String::new(),
                 boot_reset_said,
+                busy_since: Default::default(),
                 check: wdcheck::WdCheck::default(),
             },
             core,

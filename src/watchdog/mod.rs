@@ -152,6 +152,34 @@ pub fn fence_deadline(last_pet: Instant, w: Duration, horizon: Instant) -> Insta
     last_pet.add(w).min(horizon)
 }
 
+/// How long a leadership's arming has found its device busy, across attempts
+/// (review of 677a682, M1): an `open_within` whose retries the loop cut short
+/// (the tick, `F - B`, S2) is no evidence yet; busy for `retry_timeout` across a
+/// leadership's attempts is. Keyed by the leadership's epoch, so a new
+/// leadership starts afresh; cleared by an open.
+#[derive(Debug, Default)]
+pub struct BusySince(Option<(Option<i64>, Instant)>);
+
+impl BusySince {
+    /// An attempt of leadership `epoch` that began at `first_try` ended busy at
+    /// `now`: how long this leadership's arming has seen the device busy.
+    pub fn busy(&mut self, epoch: Option<i64>, first_try: Instant, now: Instant) -> Duration {
+        let since = match self.0 {
+            Some((e, at)) if e == epoch => at,
+            _ => {
+                self.0 = Some((epoch, first_try));
+                first_try
+            }
+        };
+        now.since(since)
+    }
+
+    /// The device opened: the next busy starts a new count.
+    pub fn opened(&mut self) {
+        self.0 = None;
+    }
+}
+
 /// How a leadership's open of its device ended ([`open_within`]).
 #[derive(Debug)]
 pub enum OpenTry<D> {
@@ -176,7 +204,7 @@ pub enum OpenTry<D> {
 /// the key in one go) would otherwise fail an open it never tried, and a required
 /// watchdog's failure gives up the key and refuses leadership for the run: a
 /// freshly bootstrapped cluster left with no primary (found by
-/// `real_watchdog_e2e`, 1 boot in 10). One `open(2)` and its `ioctl`s are as short
+/// `real_watchdog_e2e`, 1 boot in 12). One `open(2)` and its `ioctl`s are as short
 /// as the keepalive an armed device gets at the same point.
 pub fn open_within<D>(
     not_after: Instant,
@@ -549,5 +577,32 @@ mod tests {
             OpenTry::Failed(WatchdogError::Open { .. })
         ));
         assert_eq!(s.opens(), vec![0]);
+    }
+
+    #[test]
+    fn busy_is_counted_across_a_leaderships_attempts_and_starts_afresh() {
+        let at = |ms: u64| Instant::from_nanos(ms * 1_000_000);
+        let mut b = BusySince::default();
+        // A cut-short attempt at 1000 ms (busy until 1001): 1 ms so far.
+        assert_eq!(
+            b.busy(Some(7), at(1000), at(1001)),
+            Duration::from_millis(1)
+        );
+        // The next renewal's attempt, same leadership: counted from the first.
+        assert_eq!(
+            b.busy(Some(7), at(1500), at(1750)),
+            Duration::from_millis(750)
+        );
+        // Another leadership: afresh.
+        assert_eq!(
+            b.busy(Some(9), at(2000), at(2010)),
+            Duration::from_millis(10)
+        );
+        // An open in between: afresh too.
+        b.opened();
+        assert_eq!(
+            b.busy(Some(9), at(3000), at(3020)),
+            Duration::from_millis(20)
+        );
     }
 }
