@@ -179,3 +179,135 @@ fn a_leader_keeps_its_wider_window_until_its_member_key_shows_the_narrower_one()
         "100 + 30 - (5 + 1), at once"
     );
 }
+
+/// Review of c776472, M1: a leader published 2 s; the read that shows its key
+/// gone shows its member key's `poll_window` garbled (another writer; parsed as
+/// absent). The good value is kept: a DELETE 2.5 s after the last poll is early,
+/// not judged with the replica's own 3 s. A larger value later in the leadership
+/// does not replace the smaller either.
+#[test]
+fn a_garbled_or_larger_published_window_never_widens_the_judgement() {
+    let mut c = follower(Some(2.0), None);
+    assert!(!on_time(&mut c, 104.5, None), "garbled: 2 s kept");
+    let mut c = follower(Some(2.0), None);
+    assert!(!on_time(&mut c, 104.5, Some(3.0)), "larger: 2 s kept");
+}
+
+/// Review of c776472, L5: the followed leader publishes nothing (an older agent,
+/// which may have refused the change for good) and is the same leadership as when
+/// this replica widened its window: the earlier window binds past the hold.
+#[test]
+fn a_silent_leader_keeps_the_earlier_window_binding_past_the_hold() {
+    let mut c = follower(None, None);
+    c.set_timing(t(101.0), timing_lw(4.0));
+    // The hold (30 + 5 + 2 s) ended at 138 s; poll at 140 (TTL 1: E_max 141), the
+    // DELETE at 143.5, 3.5 s after it.
+    let v = view(11, Some(key("pg1", 5, 0xA)), vec![pg1_publishing(None)]);
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
+    o.lease_poll = Some(lease_poll(0xA, 140.0, Some(1), None, true));
+    c.step(t(140.01), &o);
+    assert!(!on_time(&mut c, 143.5, None), "pg1 may still count on 3 s");
+}
+
+/// pg1's own adoption with no primary running waits for a renewal `L_w + R + M`
+/// after it (`confirm_after`): with a narrowing not yet published, the earlier
+/// (wider) window counts.
+#[test]
+fn an_adoptions_confirm_wait_uses_the_earlier_wider_window() {
+    for (narrowed, want) in [(true, 105.01), (false, 105.01)] {
+        let mut c = core("pg1", None);
+        if narrowed {
+            c.set_timing(t(90.0), timing_lw(0.5));
+        }
+        let mut standby = pg(PgRole::Replica, 1000, None);
+        standby.epoch = Some(5);
+        standby.epoch_row.member = Some("pg1".into());
+        standby.epoch_row.lease = Some(0xA);
+        let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+        let mut o = obs(v.clone(), standby.clone());
+        o.lease_poll = Some(lease_poll(0xA, 100.0, Some(25), Some(30), true));
+        c.step(t(100.001), &o);
+        let mut o = obs(v, standby);
+        o.renewal = core_builders::counted(0xA, 100.005);
+        let p = c.step(t(100.01), &o);
+        let l = c
+            .leadership()
+            .unwrap_or_else(|| panic!("not adopted: {}", p.reason));
+        let got = l
+            .confirm_after
+            .expect("an adoption with no primary")
+            .secs_f64();
+        // 100.01 + 3 + 2 either way: unnarrowed the window is 3 s, narrowed to
+        // 1.5 s the unpublished 3 s still counts (else 103.51).
+        assert!((got - want).abs() < 1e-6, "narrowed {narrowed}: {got}");
+    }
+}
+
+/// Review of c776472, L2 and L4: a leader restarted with its member key still
+/// publishing the wider window of before (20 s; its own is now 3 s) keeps it in
+/// `F` until its key shows 3 s, with a watchdog too: `F = min(p + W, s + ttl -
+/// (20 + 1 s))`.
+#[test]
+fn a_wider_window_left_in_our_member_key_counts_until_ours_replaces_it() {
+    let mut c = core_builders::core_with("pg1", Some(13), timing30());
+    let v = view(
+        10,
+        Some(key("pg1", 5, 0xA)),
+        vec![pg1_publishing(Some(3.0))],
+    );
+    c.step(
+        t(100.0),
+        &polled(obs(v.clone(), pg(PgRole::Primary, 500, None)), 0xA, 100.0),
+    );
+    let mut o = obs(v, pg(PgRole::Primary, 500, None));
+    o.renewal = core_builders::counted(0xA, 100.0);
+    o.pet = Some(PetReport {
+        at: t(100.001),
+        outcome: PetOutcome::Done,
+    });
+    c.step(t(100.01), &o);
+    assert_eq!(c.fence_deadline(), Some(t(113.01)), "p + W");
+    let step = |c: &mut Core, at: f64, published: f64| {
+        let v = view(
+            12,
+            Some(key("pg1", 5, 0xA)),
+            vec![pg1_publishing(Some(published))],
+        );
+        c.step(t(at), &obs(v, pg(PgRole::Primary, 500, None)));
+    };
+    step(&mut c, 100.5, 20.0);
+    assert_eq!(c.fence_deadline(), Some(t(109.0)), "100 + 30 - (20 + 1)");
+    step(&mut c, 101.0, 3.0);
+    assert_eq!(
+        c.fence_deadline(),
+        Some(t(113.01)),
+        "ours shown: p + W again"
+    );
+}
+
+/// The adoption rule (seed 9982): a poll showing `TTL` left allows adopting only
+/// if `TTL >= (s - q) + L_w + R + 1 s`. With 4 s left and `L_w + R` 1.5 s it
+/// allows it; with 1.5 s narrowed from 3 s and not yet published, 3 s counts and it
+/// refuses (replicas may still judge with 3 s).
+#[test]
+fn the_adoption_window_uses_the_earlier_wider_window() {
+    for (narrowed, adopts) in [(false, true), (true, false)] {
+        let mut c = if narrowed {
+            let mut c = core("pg1", None);
+            c.set_timing(t(90.0), timing_lw(0.5));
+            c
+        } else {
+            core_builders::core_with("pg1", None, timing_lw(0.5))
+        };
+        let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+        let mut o = obs(v, pg(PgRole::Replica, 1000, None));
+        o.lease_poll = Some(lease_poll(0xA, 100.0, Some(4), Some(30), true));
+        let p = c.step(t(100.001), &o);
+        assert_eq!(
+            c.lease_to_renew().is_some(),
+            adopts,
+            "narrowed {narrowed}: {}",
+            p.reason
+        );
+    }
+}

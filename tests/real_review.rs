@@ -110,6 +110,49 @@ fn real_timing_changes_that_break_s6_for_the_armed_w_are_refused() {
     assert!(log.contains("S6(b)"), "refusal without S6(b): {log}");
     std::fs::write(&path, &text).expect("restore config file");
     common::no_failover_for(&c, p, &key, pm, Duration::from_secs(3));
+
+    // Review L2: a change of `loop_wait` every member applies is published by each
+    // as its `poll_window` (its applied `L_w + R`), the value replicas judge a
+    // DELETE with and the leader keeps its earlier one until its own key shows.
+    let from: Vec<usize> = (0..3).map(|i| c.agent_log(i).len()).collect();
+    let wider = config_with(&c, "loop_wait", serde_json::json!(0.6));
+    let r =
+        serde_json::from_str::<serde_json::Value>(&wider).expect("config is JSON")["retry_timeout"]
+            .as_f64()
+            .expect("retry_timeout in config");
+    etcdctl(&c, &["put", &format!("{}config", c.prefix()), &wider]).expect("put config");
+    for (i, &f) in from.iter().enumerate() {
+        assert!(
+            wait_log(
+                &c,
+                i,
+                f,
+                "applying the cluster's dynamic configuration",
+                FAILOVER
+            ),
+            "{} did not apply loop_wait 0.6{}",
+            c.name(i),
+            c.logs_tail(30)
+        );
+    }
+    let published = |i: usize| {
+        c.get_key(&format!("members/{}", c.name(i)))
+            .and_then(|raw| serde_json::from_str::<serde_json::Value>(&raw).ok())
+            .and_then(|v| v["poll_window"].as_f64())
+    };
+    for i in 0..3 {
+        let got = wait_for(Duration::from_secs(10), Duration::from_millis(50), || {
+            published(i).filter(|w| (w - (0.6 + r)).abs() < 1e-9)
+        });
+        assert!(
+            got.is_some(),
+            "{} publishes poll_window {:?}, not {}",
+            c.name(i),
+            published(i),
+            0.6 + r
+        );
+    }
+    common::no_failover_for(&c, p, &key, pm, Duration::from_secs(3));
     // Nothing reset a host.
     for i in 0..3 {
         let fired = c.standin(i).and_then(|s| s.fired());

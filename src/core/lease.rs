@@ -194,7 +194,10 @@ impl Core {
             self.watchdog_fence.or(self.cfg.watchdog),
             l.last_pet.or(l.pet_pending),
         ) {
-            (Some(w), Some(p)) => p.add(w).min(h),
+            // With our own window S2 and S6(e) keep `p + W` below the unwatched
+            // deadline; a wider one published elsewhere (review of c776472, L4: a
+            // narrowing not yet published, a value from before a restart) may not.
+            (Some(w), Some(p)) => p.add(w).min(h).min(self.unwatched_deadline(l)),
             // No watchdog, or one configured but not armed (the open not planned,
             // skipped or failed: an adoption keeps a running primary meanwhile, S4;
             // review of the unwatched deadline, M1).

@@ -30,8 +30,8 @@ pub(super) struct LeaseTrack {
     pub(super) last_poll: Option<Instant>,
     /// The holder's published watchdog timeout.
     pub(super) holder_watchdog: Option<u32>,
-    /// The holder's published `L_w + R` (`poll_window`), from the last read that
-    /// showed its member key (review L2, `window`).
+    /// The smallest `L_w + R` the holder published in this leadership
+    /// (`poll_window`; review L2, `window`).
     pub(super) holder_window: Option<Duration>,
     /// The TTL the holder's lease was granted with (`grantedTTL` from a poll, or the
     /// holder's published `leader_ttl`).
@@ -85,6 +85,17 @@ impl RecentPolls {
 }
 
 impl LeaseTrack {
+    /// A read of the holder's member key: its `poll_window`, kept as the smallest
+    /// valid one seen in this leadership (review of c776472, M1). A garbled or
+    /// missing value (another writer) never erases a good one, and a larger one
+    /// never replaces a smaller: a replica's judgement can only get stricter, the
+    /// cost at most a promote delay after a widening.
+    pub(super) fn note_holder_window(&mut self, published: Option<Duration>) {
+        if let Some(w) = published {
+            self.holder_window = Some(self.holder_window.map_or(w, |h| h.min(w)));
+        }
+    }
+
     /// `(E_max, last poll)` for judging a DELETE received at `at` (DESIGN §1 step 4:
     /// early if before `E_max`, or if the last poll is older than `L_w + R`).
     ///
@@ -526,7 +537,7 @@ impl Core {
         // also in the read that shows its key gone (a value published before the
         // DELETE is in every read after it).
         if let Some(m) = self.track.holder.as_deref().and_then(|h| view.member(h)) {
-            self.track.holder_window = m.info.poll_window;
+            self.track.note_holder_window(m.info.poll_window);
         }
         match &view.leader {
             Some(k) => {
@@ -561,7 +572,7 @@ impl Core {
                             self.track.holder_promoted = true;
                         }
                         self.track.holder_watchdog = m.info.watchdog_timeout;
-                        self.track.holder_window = m.info.poll_window;
+                        self.track.note_holder_window(m.info.poll_window);
                         if m.info.leader_lease == Some(k.lease)
                             && let Some(t) = m.info.leader_ttl.and_then(|t| sane_ttl(t.into()))
                         {

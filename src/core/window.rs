@@ -14,13 +14,16 @@
 //! leader's `F = s + ttl - (x + 1 s)` allowed only `x`: `y - x` of the margin gone.
 //! So every member publishes its own `L_w + R` (`poll_window` in its member key)
 //! and:
-//! - a replica judges with the smaller of its own and the followed leader's
-//!   published one; when that leader publishes none (an older agent, or its member
-//!   key never read), with the smaller of its own and its previous one for `ttl +
-//!   L_w + R + M` after a change;
+//! - a replica judges with the smaller of its own and the smallest valid one the
+//!   followed leader published in its leadership; when that leader publishes none
+//!   (an older agent, or its member key never read), with the smaller of its own
+//!   and its previous one for `ttl + L_w + R + M` after a change, and for as long
+//!   as it follows the leadership it followed then;
 //! - a leader counts with the largest of its own and its previous one until a
-//!   linearizable read shows its member key publishing the new one (only then can
-//!   every replica that judges a later DELETE see it).
+//!   read shows its member key publishing the new one (only then can every replica
+//!   that judges a later DELETE see it); a value in its member key it did not
+//!   change from (written before a restart) counts as such a previous one; with a
+//!   watchdog `F` is capped by the unwatched deadline on that widest window too.
 //!
 //! Must never: widen a replica's window past any value in force at its leader, or
 //! narrow a leader's below one a replica may still judge with; do I/O or read a
@@ -46,6 +49,10 @@ pub(super) struct WindowPrev {
     /// When the last change was applied, and how long `tightest` holds after it.
     since: Instant,
     hold: Duration,
+    /// The leadership we followed then: while it publishes nothing (an older
+    /// agent, which may have refused the change for good), `tightest` holds past
+    /// `hold` (review of c776472, L5).
+    holder_epoch: Option<super::model::Epoch>,
     /// A read showed our member key publishing the current value.
     published: bool,
 }
@@ -80,9 +87,26 @@ impl Core {
             // from then on its rules use no less (`poll_window_widest`); a value in
             // the read that shows its DELETE was written before the DELETE.
             (Some(h), _) => own.min(h),
-            (None, Some(p)) if now < p.since.add(p.hold) => own.min(p.tightest),
+            (None, Some(p)) if self.prev_holds(&p, now) => own.min(p.tightest),
             (None, _) => own,
         }
+    }
+
+    /// Whether an earlier value still binds a replica whose leader publishes none.
+    fn prev_holds(&self, p: &WindowPrev, now: Instant) -> bool {
+        now < p.since.add(p.hold)
+            || (p.holder_epoch.is_some() && p.holder_epoch == self.track.epoch)
+    }
+
+    /// How long an earlier value holds for a replica whose leader publishes none:
+    /// a leader that renews applies a change within about a loop of its commit (its
+    /// renewal read shows it), so its `F` on the old value passes within its
+    /// lease's ttl after that; `M` for the two clocks' rates.
+    fn window_hold(&self, old: &Timing, was: Duration, is: Duration) -> Duration {
+        let ttl = old.ttl.max(self.timing.ttl).max(self.max_leader_ttl_seen);
+        Duration::from_secs(u64::from(ttl))
+            + was.max(is)
+            + self.timing.safety_margin.max(old.safety_margin)
     }
 
     /// `set_timing`'s part: a change of `L_w + R` keeps the old value counting.
@@ -97,22 +121,16 @@ impl Core {
             _ => was,
         };
         let tightest = match prev {
-            Some(p) if now < p.since.add(p.hold) => was.min(p.tightest),
+            Some(p) if self.prev_holds(&p, now) => was.min(p.tightest),
             _ => was,
         };
-        // A leader that publishes nothing applies the change within about a loop of
-        // its commit (its renewal read shows it) when it renews at all, so its `F`
-        // on the old value passes within its lease's ttl after that; `M` for the
-        // two clocks' rates.
-        let ttl = old.ttl.max(self.timing.ttl).max(self.max_leader_ttl_seen);
-        let hold = Duration::from_secs(u64::from(ttl))
-            + was.max(is)
-            + self.timing.safety_margin.max(old.safety_margin);
+        let hold = self.window_hold(old, was, is);
         self.window_prev = Some(WindowPrev {
             widest,
             tightest,
             since: now,
             hold,
+            holder_epoch: self.track.epoch,
             published: false,
         });
     }
@@ -121,17 +139,34 @@ impl Core {
     /// the leader's use of the earlier one; both ended, the record goes.
     pub(super) fn note_poll_windows(&mut self, now: Instant, obs: &Observation) {
         let own = self.poll_window();
-        let Some(p) = &mut self.window_prev else {
-            return;
+        let shown = match &obs.cluster {
+            Ok(view) => view.member(&self.cfg.name).map(|m| m.info.poll_window),
+            Err(_) => None,
         };
-        if let Ok(view) = &obs.cluster
-            && view
-                .member(&self.cfg.name)
-                .is_some_and(|m| m.info.poll_window == Some(own))
-        {
-            p.published = true;
+        match (shown, &mut self.window_prev) {
+            (Some(Some(w)), Some(p)) if w == own => p.published = true,
+            // Review of c776472, L2: our member key shows another value than ours
+            // with no change of ours behind it — written before a restart (the
+            // core's memory starts empty) or by another writer. Replicas may judge
+            // with it until ours replaces it: the leader's rules keep it as an
+            // earlier value not yet published.
+            (Some(Some(w)), None) if w != own => {
+                let t = self.timing.clone();
+                self.window_prev = Some(WindowPrev {
+                    widest: w,
+                    tightest: w,
+                    since: now,
+                    hold: self.window_hold(&t, w, own),
+                    holder_epoch: self.track.epoch,
+                    published: false,
+                });
+            }
+            _ => {}
         }
-        if p.published && now >= p.since.add(p.hold) {
+        if let Some(p) = self.window_prev
+            && p.published
+            && !self.prev_holds(&p, now)
+        {
             self.window_prev = None;
         }
     }
