@@ -2087,10 +2087,14 @@ impl Agent {
         // S2 at the instant of this open with the W the device really took (review of
         // issue 8: the planned `not_after` assumed the requested W; a device that
         // rounds up, or a request for another ttl, could otherwise break t + 2W <= H).
+        // Judged at the open's last ping (after its ioctls), the latest instant it
+        // may have pinged; the core's F counts from `at`, before it (review of
+        // 677a682, L3).
         let w_read = Duration::from_secs(u64::from(dev.timeout()));
+        let pinged = dev.last_ping();
         let s2 = match self.core.horizon() {
-            Some(h) if at.add(w_read).add(w_read) > h => Err(format!(
-                "{} took W = {} s: the open at {at} + 2W passes H = {h} (S2)",
+            Some(h) if pinged.add(w_read).add(w_read) > h => Err(format!(
+                "{} took W = {} s: the open at {pinged} + 2W passes H = {h} (S2)",
                 self.wd.path.display(),
                 dev.timeout()
             )),
