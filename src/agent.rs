@@ -1409,18 +1409,12 @@ impl Agent {
             .as_ref()
             .is_some_and(|(l, j)| *l == lease && *j == json);
         let needed_anyway = match &obs.cluster {
-            Ok(view) => match view.member(&me) {
-                None => true,
-                // Once per vacancy: the first write past the read that showed it
-                // is this node's fresh position; later ones add nothing.
-                Some(m) => {
-                    view.leader.is_none()
-                        && self
-                            .core
-                            .vacancy_revision()
-                            .is_none_or(|seen| m.mod_revision <= seen)
-                }
-            },
+            Ok(view) => member_write_needed(
+                view.member(&me),
+                view.leader.is_none(),
+                self.core.vacancy_revision(),
+                self.core.poll_window(),
+            ),
             Err(_) => false,
         };
         if unchanged && !needed_anyway {
@@ -2411,6 +2405,31 @@ fn config_refused(error: String) {
     });
 }
 
+/// Whether our member key must be written although its content did not change
+/// since our last write (issue 13 item 5 writes it only on a change), given the
+/// read's view of it: `shown` our member key in the read, `no_leader` the read
+/// shows no leader key, `vacancy_seen` the revision at which this node found the
+/// vacancy, `own_window` our `L_w + R`.
+fn member_write_needed(
+    shown: Option<&crate::core::model::Member>,
+    no_leader: bool,
+    vacancy_seen: Option<i64>,
+    own_window: Duration,
+) -> bool {
+    match shown {
+        // Deleted by an operator, or its lease expired.
+        None => true,
+        // Review L2: the read shows another `poll_window` than ours (written
+        // before a restart, or by another writer): a leader's rules keep such a
+        // value until our key shows ours (`core::window`), so repair it now.
+        Some(m) if m.info.poll_window != Some(own_window) => true,
+        // Once per vacancy: candidates wait for positions published after it
+        // (DESIGN §3a); the first write past the read that showed it is this
+        // node's fresh position, later ones add nothing.
+        Some(m) => no_leader && vacancy_seen.is_none_or(|seen| m.mod_revision <= seen),
+    }
+}
+
 /// Why a leadership's open of its watchdog gave no pet (`Agent::open_watchdog`).
 enum OpenError {
     /// Not tried: too late for a pet (S2). The pet is skipped, the device kept.
@@ -2418,4 +2437,57 @@ enum OpenError {
     /// The device cannot serve (busy for good, an error, refused): S3 for `required`,
     /// no watchdog for the run in `automatic`.
     Unusable(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::{Member, MemberInfo};
+
+    fn shown(rev: i64, window: Option<f64>) -> Member {
+        Member {
+            name: "pg1".into(),
+            mod_revision: rev,
+            lease: 7,
+            info: MemberInfo {
+                poll_window: window.map(Duration::from_secs_f64),
+                ..MemberInfo::default()
+            },
+        }
+    }
+
+    #[test]
+    fn an_unchanged_member_key_is_written_only_when_the_read_needs_it() {
+        let own = Duration::from_millis(750);
+        // Steady state: a leader is seen, our key shows our window: no write.
+        assert!(!member_write_needed(
+            Some(&shown(9, Some(0.75))),
+            false,
+            None,
+            own
+        ));
+        // Gone: written.
+        assert!(member_write_needed(None, false, None, own));
+        // Review L2: another window, or none, in our key: written back.
+        assert!(member_write_needed(
+            Some(&shown(9, Some(3600.0))),
+            false,
+            None,
+            own
+        ));
+        assert!(member_write_needed(Some(&shown(9, None)), false, None, own));
+        // A vacancy: once past the read that showed it.
+        assert!(member_write_needed(
+            Some(&shown(9, Some(0.75))),
+            true,
+            Some(12),
+            own
+        ));
+        assert!(!member_write_needed(
+            Some(&shown(13, Some(0.75))),
+            true,
+            Some(12),
+            own
+        ));
+    }
 }

@@ -246,14 +246,15 @@ fn an_adoptions_confirm_wait_uses_the_earlier_wider_window() {
 /// Review of c776472, L2 and L4: a leader restarted with its member key still
 /// publishing the wider window of before (20 s; its own is now 3 s) keeps it in
 /// `F` until its key shows 3 s, with a watchdog too: `F = min(p + W, s + ttl -
-/// (20 + 1 s))`.
+/// (20 + 1 s))`. Only the value found at the run's first read counts: one another
+/// writer puts there later moves nothing (a huge one would fence a healthy leader).
 #[test]
 fn a_wider_window_left_in_our_member_key_counts_until_ours_replaces_it() {
     let mut c = core_builders::core_with("pg1", Some(13), timing30());
     let v = view(
         10,
         Some(key("pg1", 5, 0xA)),
-        vec![pg1_publishing(Some(3.0))],
+        vec![pg1_publishing(Some(20.0))],
     );
     c.step(
         t(100.0),
@@ -261,12 +262,9 @@ fn a_wider_window_left_in_our_member_key_counts_until_ours_replaces_it() {
     );
     let mut o = obs(v, pg(PgRole::Primary, 500, None));
     o.renewal = core_builders::counted(0xA, 100.0);
-    o.pet = Some(PetReport {
-        at: t(100.001),
-        outcome: PetOutcome::Done,
-    });
     c.step(t(100.01), &o);
-    assert_eq!(c.fence_deadline(), Some(t(113.01)), "p + W");
+    assert!(c.leadership().is_some());
+    assert_eq!(c.fence_deadline(), Some(t(109.0)), "100 + 30 - (20 + 1)");
     let step = |c: &mut Core, at: f64, published: f64| {
         let v = view(
             12,
@@ -276,13 +274,14 @@ fn a_wider_window_left_in_our_member_key_counts_until_ours_replaces_it() {
         c.step(t(at), &obs(v, pg(PgRole::Primary, 500, None)));
     };
     step(&mut c, 100.5, 20.0);
-    assert_eq!(c.fence_deadline(), Some(t(109.0)), "100 + 30 - (20 + 1)");
+    assert_eq!(c.fence_deadline(), Some(t(109.0)), "still shown");
     step(&mut c, 101.0, 3.0);
-    assert_eq!(
-        c.fence_deadline(),
-        Some(t(113.01)),
-        "ours shown: p + W again"
-    );
+    assert_eq!(c.fence_deadline(), Some(t(113.01)), "ours shown: p + W");
+    // A leader whose first read showed its own value (no earlier one kept): a
+    // huge value another writer puts there later moves nothing.
+    let mut c = unwatched_leader();
+    step(&mut c, 100.5, 3600.0);
+    assert_eq!(c.fence_deadline(), Some(t(126.0)), "another writer's value");
 }
 
 /// The adoption rule (seed 9982): a poll showing `TTL` left allows adopting only

@@ -152,6 +152,30 @@ fn real_timing_changes_that_break_s6_for_the_armed_w_are_refused() {
             0.6 + r
         );
     }
+    // Another writer puts a huge `poll_window` into the leader's member key: no
+    // node applied it, so it moves no fence deadline (no failover), and the key
+    // shows the leader's own value again (its agent rewrites a key that does not
+    // show it, `member_write_needed`, or any change of the key's content does; the
+    // pure tests pin down which rule does what: `core_window`, `agent::tests`).
+    let member = format!("members/{}", c.name(p));
+    let mut v: serde_json::Value =
+        serde_json::from_str(&c.get_key(&member).expect("leader's member key"))
+            .expect("member JSON");
+    v["poll_window"] = serde_json::json!(3600);
+    etcdctl(
+        &c,
+        &["put", &format!("{}{member}", c.prefix()), &v.to_string()],
+    )
+    .expect("put member key");
+    let repaired = wait_for(Duration::from_secs(10), Duration::from_millis(50), || {
+        published(p).filter(|w| (w - (0.6 + r)).abs() < 1e-9)
+    });
+    assert!(
+        repaired.is_some(),
+        "{} did not write its poll_window back: {:?}",
+        c.name(p),
+        published(p)
+    );
     common::no_failover_for(&c, p, &key, pm, Duration::from_secs(3));
     // Nothing reset a host.
     for i in 0..3 {

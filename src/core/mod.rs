@@ -122,6 +122,9 @@ pub struct Core {
     /// The `L_w + R` in force before the last change of it, while it still counts
     /// (review L2, `window`).
     window_prev: Option<window::WindowPrev>,
+    /// A read in this run showed (or lacked) our member key: the value left in it
+    /// from before was looked at (`window`).
+    window_own_read: bool,
     /// The epoch in the local data's `tenure.epoch` row, as last read while
     /// PostgreSQL answered (`None`: no row). DESIGN §3: the last epoch, remembered
     /// locally, so a wiped or restored etcd cannot make it go backwards unnoticed.
@@ -238,6 +241,7 @@ impl Core {
             paused: false,
             acquire_proof: None,
             window_prev: None,
+            window_own_read: false,
         }
     }
 

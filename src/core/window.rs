@@ -21,8 +21,8 @@
 //!   as it follows the leadership it followed then;
 //! - a leader counts with the largest of its own and its previous one until a
 //!   read shows its member key publishing the new one (only then can every replica
-//!   that judges a later DELETE see it); a value in its member key it did not
-//!   change from (written before a restart) counts as such a previous one; with a
+//!   that judges a later DELETE see it); a value in its member key at its first
+//!   read of the run (written before a restart) counts as such a previous one; with a
 //!   watchdog `F` is capped by the unwatched deadline on that widest window too.
 //!
 //! Must never: widen a replica's window past any value in force at its leader, or
@@ -143,14 +143,19 @@ impl Core {
             Ok(view) => view.member(&self.cfg.name).map(|m| m.info.poll_window),
             Err(_) => None,
         };
+        let first_read = obs.cluster.is_ok() && !self.window_own_read;
+        self.window_own_read |= obs.cluster.is_ok();
         match (shown, &mut self.window_prev) {
             (Some(Some(w)), Some(p)) if w == own => p.published = true,
-            // Review of c776472, L2: our member key shows another value than ours
-            // with no change of ours behind it — written before a restart (the
-            // core's memory starts empty) or by another writer. Replicas may judge
-            // with it until ours replaces it: the leader's rules keep it as an
-            // earlier value not yet published.
-            (Some(Some(w)), None) if w != own => {
+            // Review of c776472, L2: at the first read of this run our member key
+            // shows another value than ours — written before a restart (the core's
+            // memory starts empty). Replicas may judge with it until ours replaces
+            // it (the shell rewrites a key that does not show ours): the leader's
+            // rules keep it as an earlier value not yet published. Only at the
+            // first read: a value another writer puts there later is no window any
+            // node applied, and must not move `F` (a huge one would fence a
+            // healthy leader).
+            (Some(Some(w)), None) if w != own && first_read => {
                 let t = self.timing.clone();
                 self.window_prev = Some(WindowPrev {
                     widest: w,
