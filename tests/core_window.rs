@@ -277,6 +277,24 @@ fn a_wider_window_left_in_our_member_key_counts_until_ours_replaces_it() {
     assert_eq!(c.fence_deadline(), Some(t(109.0)), "still shown");
     step(&mut c, 101.0, 3.0);
     assert_eq!(c.fence_deadline(), Some(t(113.01)), "ours shown: p + W");
+    // The same restart with the `config` key's timing applied before the first
+    // read (the file said loop 1 s: 2 s; the key 2 s: 3 s): 20 s still counts.
+    let mut c = core_builders::core_with("pg1", Some(13), timing_lw(1.0));
+    c.set_timing(t(99.0), timing30());
+    let v = view(
+        10,
+        Some(key("pg1", 5, 0xA)),
+        vec![pg1_publishing(Some(20.0))],
+    );
+    c.step(
+        t(100.0),
+        &polled(obs(v.clone(), pg(PgRole::Primary, 500, None)), 0xA, 100.0),
+    );
+    let mut o = obs(v, pg(PgRole::Primary, 500, None));
+    o.renewal = core_builders::counted(0xA, 100.0);
+    c.step(t(100.01), &o);
+    assert_eq!(c.fence_deadline(), Some(t(109.0)), "config applied first");
+
     // A leader whose first read showed its own value (no earlier one kept): a
     // huge value another writer puts there later moves nothing.
     let mut c = unwatched_leader();

@@ -155,6 +155,14 @@ impl Core {
             // first read: a value another writer puts there later is no window any
             // node applied, and must not move `F` (a huge one would fence a
             // healthy leader).
+            // A `config` change applied before this first read (the file's timing
+            // differed from the key's: second review, M) already made a record:
+            // the value is folded into it.
+            (Some(Some(w)), Some(p)) if w != own && first_read => {
+                p.widest = p.widest.max(w);
+                p.tightest = p.tightest.min(w);
+                p.published = false;
+            }
             (Some(Some(w)), None) if w != own && first_read => {
                 let t = self.timing.clone();
                 self.window_prev = Some(WindowPrev {
