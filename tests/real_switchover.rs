@@ -572,6 +572,18 @@ fn real_clean_stop_marker_carries_pg_controls_checkpoint() {
     let (_, epoch) = c.leader_key().expect("leader");
     c.sql(p, "CREATE TABLE x(a int); INSERT INTO x VALUES (1)")
         .unwrap();
+    // `/primary` answers 200 once PostgreSQL runs as primary, which can be while
+    // the agent's `StartPrimary` job (`pg_ctl start -w`) still runs; only a step
+    // after it marks the leadership promoted, and only a promoted leadership hands
+    // over with a marker (review F2: a SIGTERM before it releases plainly, the safe
+    // side: a full run and 1 of 2 runs in a loop stopped the agent in between).
+    // The first leading step says so in the log.
+    wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+        c.agent_log(p)
+            .contains("leader with the lock, lease valid")
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("never led with its primary{}", c.logs_tail(20)));
     let st = c.term_agent(p, Duration::from_secs(30)).expect("exit");
     assert!(st.success(), "{st}{}", c.logs_tail(20));
     let out = Command::new(c.opts.pg_bin_dir.join("pg_controldata"))
