@@ -131,14 +131,14 @@ fn with_nothing_published_a_widened_window_waits_its_hold() {
     assert!(!on_time(&mut c, 105.5, None), "within the hold: 3 s binds");
 }
 
-/// pg1 leads (adopted, lease 0xA, renewal sent at 100 s) with no watchdog, on
-/// `L_w + R` = 3 s: `F = 100 + 30 - (3 + 1)` = 126 s.
-fn unwatched_leader() -> Core {
-    let mut c = core("pg1", None);
+/// pg1, its primary running and the key naming it (lease 0xA, epoch 5), adopts it
+/// through a counted renewal sent at 100 s; its member key publishes `published`
+/// as its `L_w + R`.
+fn adopt_running_primary(c: &mut Core, published: f64) {
     let v = view(
         10,
         Some(key("pg1", 5, 0xA)),
-        vec![pg1_publishing(Some(3.0))],
+        vec![pg1_publishing(Some(published))],
     );
     c.step(
         t(100.0),
@@ -147,6 +147,23 @@ fn unwatched_leader() -> Core {
     let mut o = obs(v, pg(PgRole::Primary, 500, None));
     o.renewal = core_builders::counted(0xA, 100.0);
     c.step(t(100.01), &o);
+}
+
+/// A leader step at `at` whose read shows pg1's member key publishing `published`.
+fn leader_step(c: &mut Core, at: f64, published: f64) {
+    let v = view(
+        12,
+        Some(key("pg1", 5, 0xA)),
+        vec![pg1_publishing(Some(published))],
+    );
+    c.step(t(at), &obs(v, pg(PgRole::Primary, 500, None)));
+}
+
+/// pg1 leads (adopted, lease 0xA, renewal sent at 100 s) with no watchdog, on
+/// `L_w + R` = 3 s: `F = 100 + 30 - (3 + 1)` = 126 s.
+fn unwatched_leader() -> Core {
+    let mut c = core("pg1", None);
+    adopt_running_primary(&mut c, 3.0);
     assert_eq!(c.fence_deadline(), Some(t(126.0)));
     c
 }
@@ -158,17 +175,9 @@ fn unwatched_leader() -> Core {
 fn a_leader_keeps_its_wider_window_until_its_member_key_shows_the_narrower_one() {
     let mut c = unwatched_leader();
     c.set_timing(t(100.5), timing_lw(0.5));
-    let step = |c: &mut Core, at: f64, published: f64| {
-        let v = view(
-            12,
-            Some(key("pg1", 5, 0xA)),
-            vec![pg1_publishing(Some(published))],
-        );
-        c.step(t(at), &obs(v, pg(PgRole::Primary, 500, None)));
-    };
-    step(&mut c, 101.0, 3.0);
+    leader_step(&mut c, 101.0, 3.0);
     assert_eq!(c.fence_deadline(), Some(t(126.0)), "not published yet");
-    step(&mut c, 101.5, 1.5);
+    leader_step(&mut c, 101.5, 1.5);
     assert_eq!(c.fence_deadline(), Some(t(127.5)), "100 + 30 - (1.5 + 1)");
 
     let mut c = unwatched_leader();
@@ -251,54 +260,24 @@ fn an_adoptions_confirm_wait_uses_the_earlier_wider_window() {
 #[test]
 fn a_wider_window_left_in_our_member_key_counts_until_ours_replaces_it() {
     let mut c = core_builders::core_with("pg1", Some(13), timing30());
-    let v = view(
-        10,
-        Some(key("pg1", 5, 0xA)),
-        vec![pg1_publishing(Some(20.0))],
-    );
-    c.step(
-        t(100.0),
-        &polled(obs(v.clone(), pg(PgRole::Primary, 500, None)), 0xA, 100.0),
-    );
-    let mut o = obs(v, pg(PgRole::Primary, 500, None));
-    o.renewal = core_builders::counted(0xA, 100.0);
-    c.step(t(100.01), &o);
+    adopt_running_primary(&mut c, 20.0);
     assert!(c.leadership().is_some());
     assert_eq!(c.fence_deadline(), Some(t(109.0)), "100 + 30 - (20 + 1)");
-    let step = |c: &mut Core, at: f64, published: f64| {
-        let v = view(
-            12,
-            Some(key("pg1", 5, 0xA)),
-            vec![pg1_publishing(Some(published))],
-        );
-        c.step(t(at), &obs(v, pg(PgRole::Primary, 500, None)));
-    };
-    step(&mut c, 100.5, 20.0);
+    leader_step(&mut c, 100.5, 20.0);
     assert_eq!(c.fence_deadline(), Some(t(109.0)), "still shown");
-    step(&mut c, 101.0, 3.0);
+    leader_step(&mut c, 101.0, 3.0);
     assert_eq!(c.fence_deadline(), Some(t(113.01)), "ours shown: p + W");
     // The same restart with the `config` key's timing applied before the first
     // read (the file said loop 1 s: 2 s; the key 2 s: 3 s): 20 s still counts.
     let mut c = core_builders::core_with("pg1", Some(13), timing_lw(1.0));
     c.set_timing(t(99.0), timing30());
-    let v = view(
-        10,
-        Some(key("pg1", 5, 0xA)),
-        vec![pg1_publishing(Some(20.0))],
-    );
-    c.step(
-        t(100.0),
-        &polled(obs(v.clone(), pg(PgRole::Primary, 500, None)), 0xA, 100.0),
-    );
-    let mut o = obs(v, pg(PgRole::Primary, 500, None));
-    o.renewal = core_builders::counted(0xA, 100.0);
-    c.step(t(100.01), &o);
+    adopt_running_primary(&mut c, 20.0);
     assert_eq!(c.fence_deadline(), Some(t(109.0)), "config applied first");
 
     // A leader whose first read showed its own value (no earlier one kept): a
     // huge value another writer puts there later moves nothing.
     let mut c = unwatched_leader();
-    step(&mut c, 100.5, 3600.0);
+    leader_step(&mut c, 100.5, 3600.0);
     assert_eq!(c.fence_deadline(), Some(t(126.0)), "another writer's value");
 }
 

@@ -34,6 +34,27 @@ fn config_with(c: &TestCluster, field: &str, value: serde_json::Value) -> String
     v.to_string()
 }
 
+/// Put `value` into the `config` key and wait until every member applied it
+/// (`what` names the change in the failure message).
+fn put_config_applied_by_all(c: &TestCluster, value: &str, what: &str) {
+    let from: Vec<usize> = (0..3).map(|i| c.agent_log(i).len()).collect();
+    etcdctl(c, &["put", &format!("{}config", c.prefix()), value]).expect("put config");
+    for (i, &f) in from.iter().enumerate() {
+        assert!(
+            wait_log(
+                c,
+                i,
+                f,
+                "applying the cluster's dynamic configuration",
+                FAILOVER
+            ),
+            "{} did not apply {what}{}",
+            c.name(i),
+            c.logs_tail(30)
+        );
+    }
+}
+
 /// Finding 4: with stand-in watchdogs armed at W = 3 (ttl 7, L_w 0.5, R 0.25, M 0.5,
 /// B 1). Each change below is valid on its own — some `W` satisfies S6 for it, so
 /// the checks before the fix accepted it — but breaks S6 for the `W` the leader has
@@ -114,27 +135,12 @@ fn real_timing_changes_that_break_s6_for_the_armed_w_are_refused() {
     // Review L2: a change of `loop_wait` every member applies is published by each
     // as its `poll_window` (its applied `L_w + R`), the value replicas judge a
     // DELETE with and the leader keeps its earlier one until its own key shows.
-    let from: Vec<usize> = (0..3).map(|i| c.agent_log(i).len()).collect();
     let wider = config_with(&c, "loop_wait", serde_json::json!(0.6));
     let r =
         serde_json::from_str::<serde_json::Value>(&wider).expect("config is JSON")["retry_timeout"]
             .as_f64()
             .expect("retry_timeout in config");
-    etcdctl(&c, &["put", &format!("{}config", c.prefix()), &wider]).expect("put config");
-    for (i, &f) in from.iter().enumerate() {
-        assert!(
-            wait_log(
-                &c,
-                i,
-                f,
-                "applying the cluster's dynamic configuration",
-                FAILOVER
-            ),
-            "{} did not apply loop_wait 0.6{}",
-            c.name(i),
-            c.logs_tail(30)
-        );
-    }
+    put_config_applied_by_all(&c, &wider, "loop_wait 0.6");
     let published = |i: usize| {
         c.get_key(&format!("members/{}", c.name(i)))
             .and_then(|raw| serde_json::from_str::<serde_json::Value>(&raw).ok())
@@ -199,22 +205,7 @@ fn real_early_revoke_after_the_ttl_was_lowered_waits_the_old_lease() {
     let p = settled(&mut c);
     let kv = c.get_kv("leader").expect("leader key");
     let lowered = config_with(&c, "ttl", serde_json::json!(10));
-    let from: Vec<usize> = (0..3).map(|i| c.agent_log(i).len()).collect();
-    etcdctl(&c, &["put", &format!("{}config", c.prefix()), &lowered]).expect("put config");
-    for (i, &f) in from.iter().enumerate() {
-        assert!(
-            wait_log(
-                &c,
-                i,
-                f,
-                "applying the cluster's dynamic configuration",
-                FAILOVER
-            ),
-            "{} did not apply ttl 10{}",
-            c.name(i),
-            c.logs_tail(30)
-        );
-    }
+    put_config_applied_by_all(&c, &lowered, "ttl 10");
     // Let every replica poll the old lease a few times (E_max, grantedTTL).
     std::thread::sleep(Duration::from_secs(2));
     // Seed 253898 review: every member publishes the 30 s it saw (`leader_ttl_seen`),

@@ -164,12 +164,12 @@ impl Core {
                 p.published = false;
             }
             (Some(Some(w)), None) if w != own && first_read => {
-                let t = self.timing.clone();
+                let hold = self.window_hold(&self.timing, w, own);
                 self.window_prev = Some(WindowPrev {
                     widest: w,
                     tightest: w,
                     since: now,
-                    hold: self.window_hold(&t, w, own),
+                    hold,
                     holder_epoch: self.track.epoch,
                     published: false,
                 });
