@@ -84,11 +84,25 @@
 //! (a replica streams whenever its upstream is writable and their WAL has not
 //! forked; a replica stalled by `SyncSwitch` stays connected), cascading replicas,
 //! a replica's catch-up time (it streams at once, and a stalled one catches up at
-//! once when the stall ends), garbage values in etcd, dynamic config changes (so
-//! the mode never changes within a run, and `DeleteSync` never runs), quorum
+//! once when the stall ends), garbage values in etcd, dynamic config changes other
+//! than `loop_wait`/`retry_timeout` (so the ttl and the synchronous mode never
+//! change within a run, and `DeleteSync` never runs), quorum
 //! commit, systemd's cgroup kill of PostgreSQL when the agent dies, hypervisor
 //! pauses and clock-rate drift, fences slower than `demote_budget`, lingering
 //! backends, a reload slower than a loop.
+//!
+//! Timing changes (review L2 of the unwatched fence deadline, `core::window`): 30 %
+//! of the schedules (an rng of their own: a seed keeps its faults) write one or two
+//! `config` changes of `loop_wait` and `retry_timeout`, each valid under S6 for
+//! every node's `W`; each node applies a change when a read of its own shows it, 0
+//! to 2 loops after it is written or (a third) up to 3 ttl later, and an agent
+//! (re)started runs the profile's values until its first read. The liveness bound
+//! takes the largest `loop_wait` and `retry_timeout` any node runs, and judges a
+//! winner's prediction stale by the smallest `L_w + R`. In those schedules a slow
+//! etcd answer stays under a fifth of the smallest `retry_timeout` (a slow answer
+//! is no fault by itself). `uneven_timing_change_race` aims at the race the rule
+//! closes (a leader on a narrower window than its replicas). `TENURE_SIM_NO_RETIME=1`:
+//! no changes (the schedules before).
 //!
 //! `TENURE_SIM_SEEDS=N` runs N schedules (default below) from seed
 //! `TENURE_SIM_SEED_BASE` (default 0); `TENURE_SIM_SEED=S` runs
@@ -151,6 +165,8 @@ pub struct Outcome {
     /// change (the watch model, DESIGN §1 step 4).
     pub quick_deletes: u64,
     pub watch_closures: u64,
+    /// Timing changes applied (all, by a key holder), and refused.
+    pub retimes: (u64, u64, u64),
 }
 
 fn poll(w: &Rc<RefCell<World>>, agents: &mut [Option<Task>], n: usize) {
@@ -252,13 +268,15 @@ pub fn run_schedule(sched: Schedule) -> Outcome {
         handover_gaps: wb.handover_gaps.clone(),
         quick_deletes: wb.quick_deletes,
         watch_closures: wb.watch_closures,
+        retimes: wb.retimes,
     }
 }
 
 fn describe(o: &Outcome) -> String {
     let s = &o.sched;
     format!(
-        "seed {}: {} nodes, profile {}, synchronous {:?}, watchdog {:?} (W {:?}), faults {:?}",
+        "seed {}: {} nodes, profile {}, synchronous {:?}, watchdog {:?} (W {:?}), faults {:?}, \
+         timing changes {:?}",
         s.seed,
         s.nodes,
         s.profile.name,
@@ -273,6 +291,19 @@ fn describe(o: &Outcome) -> String {
                 f.at,
                 if f.at_leader { "(leader)" } else { "" },
                 f.dur.as_secs_f64()
+            ))
+            .collect::<Vec<_>>(),
+        s.timing_changes
+            .iter()
+            .map(|c| format!(
+                "loop_wait {:?} retry_timeout {:?} applied at {}",
+                c.timing.loop_wait,
+                c.timing.retry_timeout,
+                c.apply_at
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
             .collect::<Vec<_>>()
     )
@@ -370,6 +401,8 @@ fn sim_schedules() {
     // The watch model: (leaderships struck by a quick delete, schedules with one,
     // watch closures, schedules with one).
     let mut watch = (0u64, 0u64, 0u64, 0u64);
+    // Schedules with timing changes, applications, of them by a key holder.
+    let mut retimed = (0u64, 0u64, 0u64);
     for seed in base..base + n {
         let t0 = std::time::Instant::now();
         let o = run(seed);
@@ -406,6 +439,9 @@ fn sim_schedules() {
         watch.1 += u64::from(o.quick_deletes > 0);
         watch.2 += o.watch_closures;
         watch.3 += u64::from(o.watch_closures > 0);
+        retimed.0 += u64::from(!o.sched.timing_changes.is_empty());
+        retimed.1 += o.retimes.0;
+        retimed.2 += o.retimes.1;
         so_gaps.extend(o.handover_gaps.iter().copied());
         if o.sched
             .faults
@@ -511,6 +547,11 @@ fn sim_schedules() {
         "sim: watch model: {} leaderships struck by a quick delete in {} schedules; {} scope \
          watches closed by a lost change in {} schedules",
         watch.0, watch.1, watch.2, watch.3
+    );
+    println!(
+        "sim: timing changes (loop_wait, retry_timeout) in {} schedules: {} applied by a node, {} \
+         of them by the key's holder",
+        retimed.0, retimed.1, retimed.2
     );
     so_gaps.sort();
     let q = |f: f64| {
@@ -676,6 +717,7 @@ fn api_flood_cannot_delay_the_fence() {
         t.primary_start_timeout = secs(30.0);
         t.synchronous = SyncMode::Off;
         s.profile.name = "ttl30-loop8";
+        s.timing_changes.clear();
         // Two nodes: the one replica is the only candidate and takes over as soon
         // as the watch reports the expiry (with rivals it waits up to a loop for
         // their fresh positions, and a loop of 8 s hides the late fence).
@@ -772,5 +814,103 @@ fn api_flood_cannot_delay_the_fence() {
     assert!(
         !legacy_bad.is_empty(),
         "the legacy loop never let the flood delay the fence: the model no longer shows finding 1"
+    );
+}
+
+/// Review L2 of the unwatched fence deadline (`core::window`), in the simulation:
+/// a `config` change widens `L_w + R` from 3 s to 12 s (ttl 30: `loop_wait` 2 → 9,
+/// `retry_timeout` 1 → 3; S6 holds for both without a watchdog) and every member
+/// applies it but the leader, which refuses it (`TimingChange::except_holder`: as a
+/// member refuses a value that breaks S6 for its own `M` or `B`). No watchdog
+/// anywhere. The leader is cut off from etcd for `gap` (its lease runs down while
+/// it stays under its `F - B`), renews once it is back, is cut off again and its
+/// lease is revoked at `revoke`. A replica whose last poll came before that renewal
+/// and within 12 s of the revoke would judge the DELETE on time by its own window,
+/// take the key and promote at once beside a primary that fences only at its own
+/// `F = s + ttl - (3 s + 1 s)`. With the rule it judges with the 3 s the leader
+/// publishes: early, and it waits the promote delay.
+/// The instants are drawn from the ranges where that lands. With the replica's half
+/// of the rule taken out (`poll_window_tightest` returning its own window), 142 of
+/// these 400 schedules had two writable primaries (2026-12-06); the leader's half
+/// (`poll_window_widest`) is not what this race needs (0 without it), and is
+/// covered by tests/core_window.rs.
+#[test]
+fn uneven_timing_change_race() {
+    use sim::world::{Fault, FaultKind, TimingChange, profiles, secs};
+    use tenure::core::time::Instant;
+    let schedule = |seed: u64, change: f64, gap: f64, revoke: f64| {
+        let mut s = Schedule::from_seed(seed);
+        s.nodes = 3;
+        s.profile = profiles()[1].clone();
+        s.profile.timing.synchronous = SyncMode::Off;
+        s.watchdog = vec![false; s.nodes];
+        s.w = vec![s.profile.w; s.nodes];
+        let at = |x: f64| Instant::ZERO.add(secs(x));
+        let p0 = 30.0;
+        let fault = |x: f64, kind: FaultKind, dur: f64| Fault {
+            at: at(x),
+            kind,
+            at_leader: true,
+            pick: seed,
+            dur: secs(dur),
+        };
+        s.faults = vec![
+            fault(p0, FaultKind::Partition, gap),
+            fault(revoke - 0.05, FaultKind::Partition, 40.0),
+            fault(revoke, FaultKind::EarlyRevoke, 0.0),
+        ];
+        let mut wide = s.profile.timing.clone();
+        wide.loop_wait = secs(9.0);
+        wide.retry_timeout = secs(3.0);
+        // A value every member may apply: S6 holds for it (no watchdog).
+        let tc = sim::world::timing_config(&wide);
+        if let Err(e) = tenure::config::validate_timing(&tc, wide.ttl, None) {
+            panic!("the wide timing breaks S6: {e}");
+        }
+        s.timing_changes = vec![TimingChange {
+            timing: wide,
+            apply_at: vec![at(change); s.nodes],
+            except_holder: true,
+        }];
+        s.loop_faults = Default::default();
+        s.loop_faults.api = vec![None; s.nodes];
+        s.late_puts = false;
+        s.old_agents = None;
+        s
+    };
+    // Drawn from the ranges where the race lands (a replica's poll just before the
+    // leader's renewal, the revoke at or after the lease's predicted expiry).
+    let mut pick = sim::rng::Rng::new(0x0e7e_2a11);
+    let mut refused = 0;
+    let mut delayed = 0;
+    let runs = 400;
+    for seed in 0..runs {
+        let change = 20.0 + 3.0 * pick.unit();
+        let gap = 19.5 + 3.0 * pick.unit();
+        let revoke = 57.0 + 4.0 * pick.unit();
+        let o = run_schedule(schedule(seed, change, gap, revoke));
+        assert!(
+            o.sched.fence_asserted(),
+            "the schedule must assert the fence"
+        );
+        assert!(
+            o.violations.is_empty(),
+            "change at {change:.3} s, gap {gap:.3} s, revoke at {revoke:.3} s{}",
+            report_failure(&o)
+        );
+        refused += u64::from(o.retimes.2 > 0);
+        delayed += u64::from(
+            o.log
+                .iter()
+                .any(|l| l.contains("vanished before its lease could have expired")),
+        );
+    }
+    println!(
+        "uneven timing change: {runs} schedules, {refused} with the leader refusing the change, \
+         {delayed} with a winner that judged the revoke early"
+    );
+    assert!(
+        refused == runs,
+        "only {refused} of {runs} leaders refused the change: the test shows less than it says"
     );
 }

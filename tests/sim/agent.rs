@@ -171,8 +171,14 @@ async fn do_pet(
     }
 }
 
+/// A call's deadline: `R` after `t`, never past the core's cap (`F - B`).
+fn cap(core: &Core, r: Duration, t: Instant) -> Instant {
+    let d = t.add(r);
+    core.call_cap().map_or(d, |c| d.min(c))
+}
+
 pub async fn run(cx: Cx) {
-    let (name, wd, timing) = {
+    let (name, wd, mut timing) = {
         let w = cx.w.borrow();
         let n = &w.nodes[cx.node];
         (n.name.clone(), n.wd_timeout, w.sched.profile.timing.clone())
@@ -186,8 +192,13 @@ pub async fn run(cx: Cx) {
         },
         timing.clone(),
     );
-    let r = timing.retry_timeout;
-    let lw = timing.loop_wait;
+    // Per `config` change of the timing: whether this run's reads saw it come, and
+    // whether it refused it (`TimingChange::except_holder`).
+    let changes = cx.w.borrow().sched.timing_changes.len();
+    let mut timing_seen = vec![false; changes];
+    let mut timing_refused = vec![false; changes];
+    let mut r = timing.retry_timeout;
+    let mut lw = timing.loop_wait;
     let mut next_tick = cx.now();
     let mut out = Outcomes::default();
     let mut again = false;
@@ -266,10 +277,6 @@ pub async fn run(cx: Cx) {
                 next_tick = next_tick.add(lw);
             }
         }
-        let cap = |core: &Core, t: Instant| -> Instant {
-            let d = t.add(r);
-            core.call_cap().map_or(d, |c| d.min(c))
-        };
 
         // The confirmed renewal (DESIGN §1 step 2).
         let mut renewal = None;
@@ -277,7 +284,7 @@ pub async fn run(cx: Cx) {
             && (tick || core.renew_now())
         {
             let s = cx.now();
-            let deadline = cap(&core, s);
+            let deadline = cap(&core, r, s);
             let outcome = match cx.call(Op::KeepAlive { lease }, deadline).await {
                 Err(e) => RenewalOutcome::Failed(e),
                 Ok(Resp::Ttl(t)) if t <= 0 => RenewalOutcome::LeaseGone,
@@ -316,10 +323,10 @@ pub async fn run(cx: Cx) {
         if let Some(lease) = core.lease_to_keep_alive()
             && tick
         {
-            let d = cap(&core, cx.now());
+            let d = cap(&core, r, cx.now());
             let _ = cx.call(Op::KeepAlive { lease }, d).await;
         }
-        let d = cap(&core, cx.now());
+        let d = cap(&core, r, cx.now());
         // The watch's coverage as of the read; reopened after a successful read
         // from its revision + 1 (`Agent::observe`).
         let watch_from = cx.w.borrow().nodes[cx.node].watch_from;
@@ -328,6 +335,44 @@ pub async fn run(cx: Cx) {
             Ok(other) => Err(format!("{other:?}")),
             Err(e) => Err(e),
         };
+        // A `config` change of the timing, applied when a read shows it
+        // (`Agent::apply_cluster_config`: after the read, before the member key).
+        if cluster.is_ok() {
+            let now = cx.now();
+            let want = {
+                let mut w = cx.w.borrow_mut();
+                for i in 0..changes {
+                    let c = &w.sched.timing_changes[i];
+                    if c.apply_at[cx.node] <= now && !timing_seen[i] {
+                        timing_seen[i] = true;
+                        timing_refused[i] = c.except_holder && core.leadership().is_some();
+                        if timing_refused[i] {
+                            w.retimes.2 += 1;
+                            w.text(Some(cx.node), format!("refuses timing change {i}"));
+                        }
+                    }
+                }
+                w.sched.timing_for(cx.node, now, &timing_refused).clone()
+            };
+            if want.loop_wait != timing.loop_wait || want.retry_timeout != timing.retry_timeout {
+                cx.w.borrow_mut().text(
+                    Some(cx.node),
+                    format!(
+                        "applies loop_wait {:?} retry_timeout {:?}",
+                        want.loop_wait, want.retry_timeout
+                    ),
+                );
+                {
+                    let mut w = cx.w.borrow_mut();
+                    w.retimes.0 += 1;
+                    w.retimes.1 += u64::from(core.leadership().is_some());
+                }
+                core.set_timing(now, want.clone());
+                lw = want.loop_wait;
+                r = want.retry_timeout;
+                timing = want;
+            }
+        }
         if let Ok(v) = &cluster
             && watch_from.is_none()
         {
@@ -339,7 +384,7 @@ pub async fn run(cx: Cx) {
         let mut lease_poll = None;
         if let Some(lease) = core.lease_to_poll() {
             let sent_at = cx.now();
-            let d = cap(&core, sent_at);
+            let d = cap(&core, r, sent_at);
             if let Ok(Resp::TimeToLive {
                 ttl,
                 granted_ttl,
@@ -406,7 +451,7 @@ pub async fn run(cx: Cx) {
                 parse_error: None,
             };
             last_info = Some(info.clone());
-            let d = cap(&core, cx.now());
+            let d = cap(&core, r, cx.now());
             let _ = cx
                 .call(
                     Op::PutMember {
@@ -475,7 +520,7 @@ pub async fn run(cx: Cx) {
         {
             info.released = Some(epoch);
             info.pg_healthy = matches!(obs.pg.role, PgRole::Primary | PgRole::Replica);
-            let d = cap(&core, cx.now());
+            let d = cap(&core, r, cx.now());
             let _ = cx
                 .call(
                     Op::PutMember {
@@ -701,7 +746,7 @@ pub async fn run(cx: Cx) {
                                 by: name.clone(),
                                 taken_by: None,
                             };
-                            let d = cap(&core, cx.now());
+                            let d = cap(&core, r, cx.now());
                             let op = Op::HandOver {
                                 me: name.clone(),
                                 epoch,
@@ -732,7 +777,7 @@ pub async fn run(cx: Cx) {
                     epoch,
                     mod_revision,
                 } => {
-                    let d = cap(&core, cx.now());
+                    let d = cap(&core, r, cx.now());
                     let op = Op::ClearFailover {
                         me: name.clone(),
                         epoch,
@@ -759,7 +804,7 @@ pub async fn run(cx: Cx) {
                         timestamp: format!("{}", cx.now()),
                         new_leader: name.clone(),
                     };
-                    let d = cap(&core, cx.now());
+                    let d = cap(&core, r, cx.now());
                     let op = Op::AppendHistory {
                         me: name.clone(),
                         epoch,
@@ -775,7 +820,7 @@ pub async fn run(cx: Cx) {
                     leader,
                     sync_standby,
                 } => {
-                    let d = cap(&core, cx.now());
+                    let d = cap(&core, r, cx.now());
                     let key = SyncKey {
                         leader,
                         sync_standby,
@@ -793,7 +838,7 @@ pub async fn run(cx: Cx) {
                     }
                 }
                 Action::DeleteSync { epoch } => {
-                    let d = cap(&core, cx.now());
+                    let d = cap(&core, r, cx.now());
                     let op = Op::DeleteSync {
                         me: name.clone(),
                         epoch,

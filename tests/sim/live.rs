@@ -50,7 +50,7 @@ use std::time::Duration;
 use tenure::core::model::*;
 use tenure::core::time::Instant;
 
-use super::world::Schedule;
+use super::world::{Schedule, WATCH_LAG_MAX};
 
 /// Fixed slack for the simulated PostgreSQL actions on the takeover path: a
 /// promote (`pg_promote()`, at most 0.3 s here) or a start (at most 0.21 s), plus
@@ -77,7 +77,7 @@ pub fn fresh_allowance(_sched: &Schedule) -> Duration {
 pub fn sync_allowance(sched: &Schedule) -> Duration {
     match sched.sync() {
         SyncMode::Off => Duration::ZERO,
-        _ => sched.profile.timing.loop_wait * SYNC_ALLOWANCE_LW,
+        _ => sched.bound_timing().loop_wait * SYNC_ALLOWANCE_LW,
     }
 }
 
@@ -112,7 +112,7 @@ pub struct LiveRec {
     pub holder: Option<usize>,
     /// Per node: transitions of "healthy".
     pub healthy: Vec<Vec<(Instant, bool)>>,
-    /// (node, lease) -> last instant etcd answered the node's `LeaseTimeToLive` in time.
+    /// (node, lease) -> when the node sent its last `LeaseTimeToLive` etcd answered in time.
     pub polls: HashMap<(usize, LeaseId), Instant>,
     /// Per node: transitions of "its scope watch is open" (closed: a change lost).
     pub watch_open: Vec<Vec<(Instant, bool)>>,
@@ -220,7 +220,8 @@ pub fn check(
         .find(|t| **t <= cut)
         .map(|t| t.add(election_timeout))
         .unwrap_or(Instant::ZERO);
-    let t = &sched.profile.timing;
+    // With `config` changes of the timing, the largest values any node runs.
+    let t = &sched.bound_timing();
     // The node elected at the end (its name is the key's then).
     let winner = elected_at.and_then(|e| {
         rec.keys
@@ -320,7 +321,9 @@ pub fn check(
         (Some(w), Some(r)) => rec
             .polls
             .get(&(w, key.lease))
-            .is_none_or(|p| p.add(t.loop_wait + t.retry_timeout) < r.at),
+            // The winner's window is at least the smallest any node runs; it
+            // judges at the instant its watch delivers the DELETE.
+            .is_none_or(|p| p.add(sched.min_poll_window()) < r.at.add(WATCH_LAG_MAX)),
         _ => false,
     };
     // The winner's watch was closed when the key went: it cannot know what it

@@ -26,6 +26,10 @@ pub fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
 }
 
+/// The longest a `leader` DELETE takes to reach a node's open watch: the core
+/// judges the vacancy at that instant (`Observation::leader_deleted_at`).
+pub const WATCH_LAG_MAX: Duration = Duration::from_millis(5);
+
 /// Timing profile of a run.
 #[derive(Clone, Debug)]
 pub struct Profile {
@@ -153,6 +157,28 @@ pub struct Schedule {
     /// The even-numbered nodes run an older agent (`agent::old_agent`):
     /// `TENURE_SIM_OLD_AGENTS`, or a test's own choice.
     pub old_agents: Option<String>,
+    /// `config` changes of `loop_wait` and `retry_timeout`, in the order they were
+    /// written (see [`TimingChange`]).
+    pub timing_changes: Vec<TimingChange>,
+}
+
+/// A `config` change of `loop_wait` and `retry_timeout` (review L2 of the unwatched
+/// fence deadline, `core::window`): the members apply it one by one, each when its
+/// own read shows it. A node applies the newest change whose instant for it has
+/// come, after a successful read of the scope (as `Agent::apply_cluster_config`
+/// does); an agent (re)started runs the profile's timing (its file's) until then.
+/// Every change is valid under S6 for every node's `W` (else the node would refuse
+/// it for good, which is the same as never applying it).
+#[derive(Clone, Debug)]
+pub struct TimingChange {
+    pub timing: Timing,
+    /// Per node: from when its reads apply it.
+    pub apply_at: Vec<Instant>,
+    /// A node that holds the `leader` key when its instant comes refuses this
+    /// change for good (as a member refuses one that breaks S6 for its own `W`, `M`
+    /// or `B`): the leader stays on the old values while its replicas run the new
+    /// (tests/sim.rs `uneven_timing_change_race`). Never drawn by `from_seed`.
+    pub except_holder: bool,
 }
 
 impl Schedule {
@@ -314,6 +340,7 @@ impl Schedule {
                 .unwrap_or(Instant::ZERO);
         }
         let w = node_watchdogs(seed, nodes, &profile);
+        let timing_changes = timing_changes(seed, &profile, &watchdog, &w, start, span);
         Schedule {
             seed,
             nodes,
@@ -324,7 +351,53 @@ impl Schedule {
             loop_faults,
             late_puts: std::env::var_os("TENURE_SIM_LATE_PUTS").is_some(),
             old_agents: std::env::var("TENURE_SIM_OLD_AGENTS").ok(),
+            timing_changes,
         }
+    }
+
+    /// The timing `node` runs at `at` once a read showed the `config` key: the
+    /// newest change whose instant for it has come and that it did not refuse
+    /// (`refused[i]`: it refused change `i`), else the profile's.
+    pub fn timing_for(&self, node: usize, at: Instant, refused: &[bool]) -> &Timing {
+        self.timing_changes
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(i, c)| c.apply_at[node] <= at && !refused.get(*i).copied().unwrap_or(false))
+            .map_or(&self.profile.timing, |(_, c)| &c.timing)
+    }
+
+    /// Every timing a node may run in this schedule.
+    fn timings(&self) -> impl Iterator<Item = &Timing> {
+        std::iter::once(&self.profile.timing).chain(self.timing_changes.iter().map(|c| &c.timing))
+    }
+
+    /// The profile with the largest `loop_wait` and `retry_timeout` any node runs:
+    /// the bounds (liveness, the run's length) are monotone in both.
+    pub fn bound_timing(&self) -> Timing {
+        let mut t = self.profile.timing.clone();
+        for c in self.timings() {
+            t.loop_wait = t.loop_wait.max(c.loop_wait);
+            t.retry_timeout = t.retry_timeout.max(c.retry_timeout);
+        }
+        t
+    }
+
+    /// The smallest `L_w + R` any node runs (a winner's on-time judgement never
+    /// allows more: `Core::poll_window_tightest`).
+    pub fn min_poll_window(&self) -> Duration {
+        self.timings()
+            .map(|t| t.loop_wait + t.retry_timeout)
+            .min()
+            .unwrap_or(Duration::MAX)
+    }
+
+    /// The smallest `loop_wait` any node runs.
+    pub fn min_loop_wait(&self) -> Duration {
+        self.timings()
+            .map(|t| t.loop_wait)
+            .min()
+            .unwrap_or(Duration::MAX)
     }
 
     pub fn sync(&self) -> SyncMode {
@@ -350,7 +423,7 @@ impl Schedule {
     /// How long the run goes on after the faults stop: long enough for any bound
     /// check (3) can apply (it is evaluated on the recorded history at the end).
     pub fn run_length(&self) -> Duration {
-        let t = &self.profile.timing;
+        let t = &self.bound_timing();
         let ttl = secs(f64::from(t.ttl));
         let delay =
             (ttl + t.retry_timeout).max(2 * self.profile.w + t.retry_timeout + t.safety_margin);
@@ -363,7 +436,7 @@ impl Schedule {
     /// The budget table `tenure check-config` prints for this profile, with the
     /// old leader's watchdog (`Some(W)`) or none.
     pub fn budget(&self, watchdog: Option<Duration>) -> tenure::config::Budget {
-        let t = &self.profile.timing;
+        let t = &self.bound_timing();
         // The simulated etcd grants what is asked (min TTL 1 s).
         let w = watchdog.map(|w| w.as_secs() as u32);
         tenure::config::budget(&timing_config(t), t.ttl, w)
@@ -378,7 +451,7 @@ impl Schedule {
     }
 }
 
-fn timing_config(t: &Timing) -> tenure::config::TimingConfig {
+pub fn timing_config(t: &Timing) -> tenure::config::TimingConfig {
     tenure::config::TimingConfig {
         ttl: t.ttl,
         loop_wait: t.loop_wait,
@@ -388,6 +461,89 @@ fn timing_config(t: &Timing) -> tenure::config::TimingConfig {
         promote_delay: t.promote_delay,
         iteration_budget: t.loop_wait.saturating_sub(t.retry_timeout),
     }
+}
+
+/// `config` changes of `loop_wait`/`retry_timeout` ([`TimingChange`]) in 30 % of
+/// the schedules, from an rng of their own (a seed keeps its other faults):
+/// one change, and in a third of those a second one later (back to the profile's
+/// values, or another). The values scale the profile's (`loop_wait` × ½ to 3,
+/// `retry_timeout` × 0.4 to 2), each kept only if S6 holds for it with every
+/// node's `W` (or none) at the profile's ttl, and only if it changes `L_w + R`.
+/// Each node applies a change 0 to 2 loops after it is written, or (a third of
+/// them: a node cut off, slow or restarting) up to 3 ttl later.
+/// `TENURE_SIM_NO_RETIME=1`: none (the schedules before).
+fn timing_changes(
+    seed: u64,
+    profile: &Profile,
+    watchdog: &[bool],
+    w: &[Duration],
+    start: f64,
+    span: f64,
+) -> Vec<TimingChange> {
+    let mut r = Rng::new(seed ^ 0x7e71_3e00_c0f1_9a11);
+    if std::env::var_os("TENURE_SIM_NO_RETIME").is_some() || !r.chance(0.3) {
+        return Vec::new();
+    }
+    let t = &profile.timing;
+    let valid = |c: &Timing| {
+        let tc = timing_config(c);
+        watchdog.iter().zip(w).all(|(&on, &w)| {
+            let w = on.then_some(w.as_secs() as u32);
+            tenure::config::validate_timing(&tc, t.ttl, w).is_ok()
+        })
+    };
+    let mut candidates = Vec::new();
+    for lw in [0.5, 1.0, 1.5, 2.0, 3.0] {
+        for rt in [0.4, 1.0, 2.0] {
+            let mut c = t.clone();
+            c.loop_wait = t.loop_wait.mul_f64(lw);
+            c.retry_timeout = t.retry_timeout.mul_f64(rt);
+            if valid(&c) {
+                candidates.push(c);
+            }
+        }
+    }
+    let nodes = watchdog.len();
+    let ttl = f64::from(t.ttl);
+    let mut out: Vec<TimingChange> = Vec::new();
+    let mut at = start + span * r.unit();
+    let mut last = t.loop_wait + t.retry_timeout;
+    for i in 0..2 {
+        if i == 1 && !r.chance(1.0 / 3.0) {
+            break;
+        }
+        let fresh: Vec<&Timing> = candidates
+            .iter()
+            .filter(|c| c.loop_wait + c.retry_timeout != last)
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        let c = if i == 1 && r.chance(0.5) && last != t.loop_wait + t.retry_timeout {
+            t.clone()
+        } else {
+            fresh[r.below(fresh.len() as u64) as usize].clone()
+        };
+        let lw = c.loop_wait.max(t.loop_wait).as_secs_f64();
+        let apply_at = (0..nodes)
+            .map(|_| {
+                let d = if r.chance(1.0 / 3.0) {
+                    3.0 * ttl * r.unit()
+                } else {
+                    2.0 * lw * r.unit()
+                };
+                Instant::ZERO.add(secs(at + d))
+            })
+            .collect();
+        last = c.loop_wait + c.retry_timeout;
+        out.push(TimingChange {
+            timing: c,
+            apply_at,
+            except_holder: false,
+        });
+        at += ttl * (0.5 + 2.0 * r.unit());
+    }
+    out
 }
 
 /// Each node's `W`: the profile's in three schedules of four; in the fourth each
@@ -613,6 +769,8 @@ pub enum Ev {
         token: u64,
         inc: u32,
         op: Box<Op>,
+        /// When the agent sent it (a `LeasePoll`'s `sent_at`).
+        sent_at: Instant,
         resp_at: Instant,
         deadline: Instant,
     },
@@ -759,6 +917,11 @@ pub struct World {
     late_puts: bool,
     /// Scope watches closed while open (a change lost, a restart, etcd's cancel).
     pub watch_closures: u64,
+    /// Timing changes applied by the nodes (`Schedule::timing_changes`), of them
+    /// while the node held the key, and changes refused (`except_holder`).
+    pub retimes: (u64, u64, u64),
+    /// The longest a slow leg of an etcd call takes (see `send`).
+    slow_leg_max: Duration,
 }
 
 const LOG_KEEP: usize = 60;
@@ -814,6 +977,18 @@ impl World {
                 lost: false,
             })
             .collect();
+        let slow_leg_max = if sched.timing_changes.is_empty() {
+            Duration::from_millis(120)
+        } else {
+            let r = sched
+                .timing_changes
+                .iter()
+                .map(|c| c.timing.retry_timeout)
+                .min()
+                .unwrap_or(Duration::MAX)
+                .min(sched.profile.timing.retry_timeout);
+            Duration::from_millis(120).min(r / 5)
+        };
         let mut w = World {
             sched,
             now: Instant::ZERO,
@@ -851,6 +1026,8 @@ impl World {
             quick_deletes: 0,
             late_puts,
             watch_closures: 0,
+            retimes: (0, 0, 0),
+            slow_leg_max,
         };
         let phase = w.rng.ms(1, 500);
         w.push(Instant::ZERO.add(phase), Ev::Sweep);
@@ -943,21 +1120,25 @@ impl World {
         if self.nodes[node].partitioned_until > now {
             return token;
         }
-        // Latencies: usually sub-millisecond, sometimes tens of milliseconds.
+        // Latencies: usually sub-millisecond, sometimes tens of milliseconds, but
+        // no slow answer is a timeout by itself: with a `retry_timeout` changed
+        // below the profile's (`Schedule::timing_changes`) a slow leg stays under a
+        // fifth of the smallest one (a renewal is two round trips within `R`).
+        let slow_max = self.slow_leg_max;
         let slow = self.rng.chance(0.03);
         let a = if slow {
-            self.rng.ms(5, 120)
+            self.rng.ms(5, 120).min(slow_max)
         } else {
             self.rng.dur(secs(0.0001), secs(0.002))
         };
         let mut b = if self.rng.chance(0.03) {
-            self.rng.ms(5, 120)
+            self.rng.ms(5, 120).min(slow_max)
         } else {
             self.rng.dur(secs(0.0001), secs(0.002))
         };
         if self.nodes[node].delay_until > now {
-            // Answers held back beyond retry_timeout.
-            let r = self.sched.profile.timing.retry_timeout;
+            // Answers held back beyond retry_timeout (the largest any node runs).
+            let r = self.sched.bound_timing().retry_timeout;
             b += self.rng.dur(r, 3 * r);
         }
         let apply_at = now.add(a);
@@ -968,6 +1149,7 @@ impl World {
                 token,
                 inc,
                 op: Box::new(op),
+                sent_at: now,
                 resp_at: apply_at.add(b),
                 deadline,
             },
@@ -1360,7 +1542,7 @@ impl World {
             let pgen = pg.pgen;
             // Usually milliseconds; now and then most of a loop (a busy checkpointer),
             // never a whole one: the core trusts a value that held for a loop.
-            let lw = self.sched.profile.timing.loop_wait;
+            let lw = self.sched.min_loop_wait();
             let d = if self.rng.chance(0.05) {
                 self.rng.dur(secs(0.001), lw.mul_f64(0.8))
             } else {
@@ -2022,7 +2204,7 @@ impl World {
             let n = &self.nodes[node];
             if n.agent_alive && n.partitioned_until <= self.now {
                 let inc = n.inc;
-                let d = self.rng.dur(secs(0.0002), secs(0.005));
+                let d = self.rng.dur(secs(0.0002), WATCH_LAG_MAX);
                 let at = self.now.add(d);
                 let rev = self.etcd.rev;
                 self.push(at, Ev::Watch { node, inc, rev });
@@ -2169,6 +2351,7 @@ impl World {
                 token,
                 inc,
                 op,
+                sent_at,
                 resp_at,
                 deadline,
             } => {
@@ -2208,7 +2391,9 @@ impl World {
                             if resp_at < deadline
                                 && self.etcd.leader_key().is_some_and(|k| k.lease == *lease) =>
                         {
-                            self.live.polls.insert((node, *lease), at);
+                            // The core's last poll is the instant it was sent
+                            // (`LeasePoll::sent_at`), which its window is judged by.
+                            self.live.polls.insert((node, *lease), sent_at);
                         }
                         _ => {}
                     }
