@@ -130,7 +130,7 @@ struct Agent {
     member_lease: Option<LeaseId>,
     /// The member key as last written (lease, JSON): an idle cluster writes nothing
     /// (issue 13 item 5); `publish_member` says when it is written anyway.
-    member_written: Option<(LeaseId, String)>,
+    member_written: Option<(LeaseId, MemberInputs, String)>,
     /// When the member lease was last kept alive: at a third of its TTL, not every
     /// tick (it is no part of any safety rule: a lost member key is re-published).
     member_kept_at: Option<Instant>,
@@ -1391,23 +1391,24 @@ impl Agent {
             lacks_acquire_record: false,
             parse_error: None,
         };
-        let mut extra = vec![("timing", self.published_timing().to_json())];
-        extra.extend(self.operator_member_fields(pg.report.pending_restart));
-        if self.core.paused() {
-            // Every agent says it saw the pause (Patroni's status JSON `pause`).
-            extra.push(("pause", serde_json::Value::Bool(true)));
-        }
-        let json = crate::dcs::encode_member_with(&info, extra);
+        let inputs = MemberInputs {
+            info,
+            timing: self.published_timing(),
+            operator: self.operator_member_fields(pg.report.pending_restart),
+            paused: self.core.paused(),
+        };
         let me = self.cfg.name.clone();
         // Issue 13 item 5: written when it changed, not every iteration (a Raft
         // round and an fsync on every etcd member each time). Written anyway while
         // no leader key is seen: candidates wait for positions published after the
         // vacancy (DESIGN §3a), identical or not. And when the read lacks it (deleted
         // by an operator, its lease expired).
+        // Issue 13 item 2: "changed" is judged on the inputs, so an unchanged key
+        // costs a comparison, not a JSON encoding, every iteration.
         let unchanged = self
             .member_written
             .as_ref()
-            .is_some_and(|(l, j)| *l == lease && *j == json);
+            .is_some_and(|(l, i, _)| *l == lease && *i == inputs);
         let needed_anyway = match &obs.cluster {
             Ok(view) => member_write_needed(
                 view.member(&me),
@@ -1424,11 +1425,15 @@ impl Agent {
         if self.etcd.is_none() {
             return;
         }
+        let json = match &self.member_written {
+            Some((_, _, json)) if unchanged => json.clone(),
+            _ => inputs.encode(),
+        };
         let put = self
             .connect(deadline)
             .map(|(etcd, rt)| etcd.put_member(rt, &me, &json, lease, deadline));
         match put {
-            Some(Ok(())) => self.member_written = Some((lease, json)),
+            Some(Ok(())) => self.member_written = Some((lease, inputs, json)),
             Some(Err(e)) => {
                 // A refused token is dropped here too: else a replica whose only
                 // authenticated request is this write retries it with that token
@@ -2405,6 +2410,31 @@ fn config_refused(error: String) {
     });
 }
 
+/// What the member key's JSON is made of. `encode` is a pure function of it, so
+/// equal inputs mean an equal key: the loop compares these instead of encoding the
+/// JSON every iteration to compare it (issue 13 item 2).
+#[derive(Clone, Debug, PartialEq)]
+struct MemberInputs {
+    info: MemberInfo,
+    /// The member JSON's `timing` (`PATCH /config` checks members against it).
+    timing: crate::config::cluster::PublishedTiming,
+    /// `pending_restart`, `scheduled_restart` (Patroni's names), when set.
+    operator: Vec<(&'static str, serde_json::Value)>,
+    /// Every agent says it saw the pause (Patroni's status JSON `pause`).
+    paused: bool,
+}
+
+impl MemberInputs {
+    fn encode(&self) -> String {
+        let mut extra = vec![("timing", self.timing.to_json())];
+        extra.extend(self.operator.iter().cloned());
+        if self.paused {
+            extra.push(("pause", serde_json::Value::Bool(true)));
+        }
+        crate::dcs::encode_member_with(&self.info, extra)
+    }
+}
+
 /// Whether our member key must be written although its content did not change
 /// since our last write (issue 13 item 5 writes it only on a change), given the
 /// read's view of it: `shown` our member key in the read, `no_leader` the read
@@ -2489,5 +2519,56 @@ mod tests {
             Some(12),
             own
         ));
+    }
+
+    /// Issue 13 item 2: the loop compares `MemberInputs` instead of the encoded
+    /// JSON; each part of them shows in the JSON, so a change of any is a write.
+    /// (The other way is harmless: `timing.leader_ttl` is published as the
+    /// member's `leader_ttl`, so inputs may differ with the same JSON, which costs
+    /// one write the JSON comparison would have skipped.)
+    #[test]
+    fn member_inputs_decide_the_member_json() {
+        let base = MemberInputs {
+            info: MemberInfo {
+                conn_url: "postgres://10.0.0.1:5432/postgres".into(),
+                role: "replica".into(),
+                xlog_location: 100,
+                poll_window: Some(Duration::from_millis(750)),
+                ..MemberInfo::default()
+            },
+            timing: crate::config::cluster::PublishedTiming {
+                watchdogs: vec![3],
+                arms_watchdog: false,
+                safety_margin: Duration::from_millis(500),
+                demote_budget: Duration::from_secs(1),
+                iteration_budget: Duration::from_millis(250),
+                iteration_budget_default: true,
+                leader_ttl: None,
+            },
+            operator: Vec::new(),
+            paused: false,
+        };
+        let json = base.encode();
+        assert_eq!(base.clone().encode(), json, "equal inputs, equal JSON");
+        let mut changed = Vec::new();
+        let mut c = base.clone();
+        c.info.xlog_location = 101;
+        changed.push(c);
+        let mut c = base.clone();
+        c.info.poll_window = Some(Duration::from_secs(1));
+        changed.push(c);
+        let mut c = base.clone();
+        c.timing.demote_budget = Duration::from_secs(2);
+        changed.push(c);
+        let mut c = base.clone();
+        c.operator = vec![("pending_restart", serde_json::Value::Bool(true))];
+        changed.push(c);
+        let mut c = base.clone();
+        c.paused = true;
+        changed.push(c);
+        for c in changed {
+            assert_ne!(c, base);
+            assert_ne!(c.encode(), json, "{c:?}");
+        }
     }
 }
