@@ -1622,6 +1622,10 @@ impl Agent {
                         }
                         AcquireOutcome::Lost => info!("lost the race for the leader key"),
                         AcquireOutcome::Failed(e) => warn!("acquire failed: {e}"),
+                        AcquireOutcome::Unanswered { lease, why, .. } => warn!(
+                            "acquire txn unanswered ({why}): the next read decides (won if \
+                             it shows the key on lease {lease:x}, else the lease is revoked)"
+                        ),
                     }
                     self.pending.acquire = Some(out);
                 }

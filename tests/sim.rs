@@ -104,6 +104,11 @@
 //! closes (a leader on a narrower window than its replicas). `TENURE_SIM_NO_RETIME=1`:
 //! no changes (the schedules before).
 //!
+//! Lost acquire answers: a tenth of the acquire txns are applied and their answer
+//! comes after the deadline (an rng of its own), so the winner reports
+//! `AcquireOutcome::Unanswered` and its next read decides; the summary counts them
+//! and how many that read showed won. `TENURE_SIM_NO_LOST_ACQUIRE=1`: none.
+//!
 //! `TENURE_SIM_SEEDS=N` runs N schedules (default below) from seed
 //! `TENURE_SIM_SEED_BASE` (default 0); `TENURE_SIM_SEED=S` runs
 //! one schedule and prints its log (`TENURE_SIM_FULL_LOG=1`: every step of the run).
@@ -167,6 +172,8 @@ pub struct Outcome {
     pub watch_closures: u64,
     /// Timing changes applied (all, by a key holder), and refused.
     pub retimes: (u64, u64, u64),
+    /// Acquire txns unanswered, of them won by the next read, held back on purpose.
+    pub unanswered: (u64, u64, u64),
 }
 
 fn poll(w: &Rc<RefCell<World>>, agents: &mut [Option<Task>], n: usize) {
@@ -269,6 +276,7 @@ pub fn run_schedule(sched: Schedule) -> Outcome {
         quick_deletes: wb.quick_deletes,
         watch_closures: wb.watch_closures,
         retimes: wb.retimes,
+        unanswered: wb.unanswered,
     }
 }
 
@@ -403,6 +411,9 @@ fn sim_schedules() {
     let mut watch = (0u64, 0u64, 0u64, 0u64);
     // Schedules with timing changes, applications, of them by a key holder.
     let mut retimed = (0u64, 0u64, 0u64);
+    // Acquire txns unanswered, of them won by the next read, schedules with one,
+    // answers held back on purpose.
+    let mut unanswered = (0u64, 0u64, 0u64, 0u64);
     for seed in base..base + n {
         let t0 = std::time::Instant::now();
         let o = run(seed);
@@ -442,6 +453,10 @@ fn sim_schedules() {
         retimed.0 += u64::from(!o.sched.timing_changes.is_empty());
         retimed.1 += o.retimes.0;
         retimed.2 += o.retimes.1;
+        unanswered.0 += o.unanswered.0;
+        unanswered.1 += o.unanswered.1;
+        unanswered.2 += u64::from(o.unanswered.0 > 0);
+        unanswered.3 += o.unanswered.2;
         so_gaps.extend(o.handover_gaps.iter().copied());
         if o.sched
             .faults
@@ -552,6 +567,11 @@ fn sim_schedules() {
         "sim: timing changes (loop_wait, retry_timeout) in {} schedules: {} applied by a node, {} \
          of them by the key's holder",
         retimed.0, retimed.1, retimed.2
+    );
+    println!(
+        "sim: acquire txns unanswered in time: {} in {} schedules ({} answers held back on \
+         purpose), {} of them won (the next read showed the key on their lease)",
+        unanswered.0, unanswered.2, unanswered.3, unanswered.1
     );
     so_gaps.sort();
     let q = |f: f64| {

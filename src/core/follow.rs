@@ -47,6 +47,13 @@ impl Core {
         {
             return self.won(now, obs, p, *lease, *granted_ttl, *granted_at, *epoch);
         }
+        // An acquire whose answer was lost and which this read does not show won
+        // (`acquire_answered_by_read` turned a shown one into `Won`): a failure. Its
+        // lease is revoked; if the txn is applied after this read after all, the
+        // revoke deletes the key it made (never promoted under: S3).
+        if let Some(AcquireOutcome::Unanswered { lease, .. }) = &obs.acquire {
+            p.push(Action::Revoke { lease: *lease });
+        }
         if let Some(ClaimOutcome::Won { lease }) = &obs.claim {
             self.state = State::Bootstrapping { lease: *lease };
             p.push(Action::StartJob(JobKind::InitDb));

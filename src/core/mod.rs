@@ -279,6 +279,16 @@ impl Core {
     /// One decision. Pure: same state + same inputs = same plan. The phases run in
     /// the contract's order; each lives in the module that owns it.
     pub fn step(&mut self, now: Instant, obs: &Observation) -> Plan {
+        // 0. An acquire whose answer was lost, which this read shows won, is the win
+        //    it was (`acquire_answered_by_read`).
+        let answered;
+        let obs = match acquire_answered_by_read(&self.cfg.name, obs) {
+            Some(o) => {
+                answered = o;
+                &answered
+            }
+            None => obs,
+        };
         let mut p = Planner::default();
         // 1. Facts in: the leader's lease as a replica sees it (§1 step 4,
         //    `vacancy`), epochs and etcd's revisions (§3, `epoch`), the synchronous
@@ -353,4 +363,37 @@ impl Planner {
     fn wake_by(&mut self, t: Instant) {
         self.wake_at = Some(self.wake_at.map_or(t, |w| w.min(t)));
     }
+}
+
+/// `AcquireOutcome::Unanswered` (the txn's answer did not come in time): if this
+/// observation's read shows the key naming `me` on the lease granted for that txn,
+/// the txn was applied and the observation is the one its answer would have given:
+/// `Won`, with the key's create revision as the epoch.
+// INVARIANT (S3): the lease was granted for this one txn and no other request of
+// ours puts the key, so the key naming us on it proves that txn succeeded, bound to
+// the read it was decided on (the txn compared that read's `config` and `release`
+// revisions); `granted_at` precedes the grant, so the first horizon counted from it
+// is no later than etcd's (S1).
+fn acquire_answered_by_read(me: &str, obs: &Observation) -> Option<Observation> {
+    let Some(AcquireOutcome::Unanswered {
+        lease,
+        granted_ttl,
+        granted_at,
+        ..
+    }) = &obs.acquire
+    else {
+        return None;
+    };
+    let k = obs.cluster.as_ref().ok()?.leader.as_ref()?;
+    if k.name != me || k.lease != *lease {
+        return None;
+    }
+    let mut o = obs.clone();
+    o.acquire = Some(AcquireOutcome::Won {
+        lease: *lease,
+        granted_ttl: *granted_ttl,
+        granted_at: *granted_at,
+        epoch: k.epoch,
+    });
+    Some(o)
 }

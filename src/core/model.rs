@@ -427,7 +427,19 @@ pub enum AcquireOutcome {
     /// Someone else holds the key (the txn's If failed). The granted lease was revoked
     /// by the shell.
     Lost,
+    /// Nothing was sent that could have created the key (the grant failed, no read
+    /// to bind to), or the txn was refused; any granted lease was revoked.
     Failed(String),
+    /// The lease was granted and the txn sent, but no answer came in time: etcd may
+    /// have applied it. The shell kept the lease. The next read decides
+    /// (`Core::step`): the key naming us on this lease is the win (the answer was
+    /// lost on its way back), anything else a failure, and the lease is revoked.
+    Unanswered {
+        lease: LeaseId,
+        granted_ttl: u32,
+        granted_at: Instant,
+        why: String,
+    },
 }
 
 /// Outcome of a `ClaimInitialize` action.

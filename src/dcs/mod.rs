@@ -546,8 +546,8 @@ impl Etcd {
     /// sending the grant; granted_ttl = the TTL etcd answered), then txn
     /// `If(version(leader)==0) Then(put(leader, me, lease))`. `Won{epoch}` is the
     /// key's create_revision (the revision of the txn's put). On Lost/Failed the
-    /// granted lease is revoked (best effort, same deadline): if the txn timed out
-    /// but did create the key, the revoke deletes it again.
+    /// granted lease is revoked (best effort, same deadline); on a txn that went
+    /// unanswered it is kept (`AcquireOutcome::Unanswered`).
     ///
     /// Bound to no read: for tests and benchmarks only. The agent always uses
     /// [`Etcd::acquire_seen`] (review F1: an unbound acquire would not take a
@@ -657,10 +657,16 @@ impl Etcd {
                 self.revoke_best_effort(rt, lease, deadline);
                 AcquireOutcome::Lost
             }
-            Err(e) => {
-                self.revoke_best_effort(rt, lease, deadline);
-                AcquireOutcome::Failed(e.0)
-            }
+            // No answer in time: etcd may have applied it. The lease is kept and the
+            // core's next read decides (`AcquireOutcome::Unanswered`): a revoke here,
+            // past the deadline, was rarely sent, and when it was the node's next
+            // win waited the promote delay for its own key's early DELETE.
+            Err(e) => AcquireOutcome::Unanswered {
+                lease,
+                granted_ttl,
+                granted_at,
+                why: e.0,
+            },
         }
     }
 

@@ -510,6 +510,12 @@ pub async fn run(cx: Cx) {
         let before = core.leadership().map(|l| (l.lease, l.epoch));
         let f_before = core.fence_deadline();
         let plan = core.step(now, &obs);
+        if let Some(AcquireOutcome::Unanswered { lease, .. }) = &obs.acquire {
+            let won = core.leadership().is_some_and(|l| l.lease == *lease);
+            let mut w = cx.w.borrow_mut();
+            w.unanswered.0 += 1;
+            w.unanswered.1 += u64::from(won);
+        }
         // Like the real agent: the member key is published after the step and before
         // the actions, so a clean release's marker precedes the key's deletion.
         if let (Some(epoch), Some(mut info)) = (core.released_epoch(), last_info.take())
@@ -675,7 +681,14 @@ pub async fn run(cx: Cx) {
                                     let _ = cx.call(Op::Revoke { lease: id }, d).await;
                                     AcquireOutcome::Lost
                                 }
-                                Err(e) => AcquireOutcome::Failed(e),
+                                // As `Etcd::acquire_seen`: no answer in time, the
+                                // lease kept, the core's next read decides.
+                                Err(why) => AcquireOutcome::Unanswered {
+                                    lease: id,
+                                    granted_ttl: ttl as u32,
+                                    granted_at: g,
+                                    why,
+                                },
                             }
                         }
                         Ok(other) => AcquireOutcome::Failed(format!("{other:?}")),

@@ -920,6 +920,13 @@ pub struct World {
     /// Timing changes applied by the nodes (`Schedule::timing_changes`), of them
     /// while the node held the key, and changes refused (`except_holder`).
     pub retimes: (u64, u64, u64),
+    /// Acquire txns that went unanswered, of them the ones the next read showed
+    /// won (`AcquireOutcome::Unanswered`), and answers held back past their
+    /// deadline on purpose (`lost_acquire`).
+    pub unanswered: (u64, u64, u64),
+    /// Holds back a tenth of the acquire txns' answers (see `send`); `None`:
+    /// `TENURE_SIM_NO_LOST_ACQUIRE`.
+    lost_acquire: Option<Rng>,
     /// The longest a slow leg of an etcd call takes (see `send`).
     slow_leg_max: Duration,
 }
@@ -989,6 +996,9 @@ impl World {
                 .min(sched.profile.timing.retry_timeout);
             Duration::from_millis(120).min(r / 5)
         };
+        let lost_acquire = std::env::var_os("TENURE_SIM_NO_LOST_ACQUIRE")
+            .is_none()
+            .then(|| Rng::new(sched.seed ^ 0x10_57ac_9e11_0a5e));
         let mut w = World {
             sched,
             now: Instant::ZERO,
@@ -1027,6 +1037,8 @@ impl World {
             late_puts,
             watch_closures: 0,
             retimes: (0, 0, 0),
+            unanswered: (0, 0, 0),
+            lost_acquire,
             slow_leg_max,
         };
         let phase = w.rng.ms(1, 500);
@@ -1142,6 +1154,15 @@ impl World {
             b += self.rng.dur(r, 3 * r);
         }
         let apply_at = now.add(a);
+        // A tenth of the acquire txns are applied and their answer comes after the
+        // deadline (`AcquireOutcome::Unanswered`), from an rng of its own (every
+        // other draw of the seed stays); `TENURE_SIM_NO_LOST_ACQUIRE=1`: none.
+        if matches!(op, Op::CreateLeader { .. })
+            && self.lost_acquire.as_mut().is_some_and(|r| r.chance(0.1))
+        {
+            b = b.max(deadline.since(apply_at) + Duration::from_millis(1));
+            self.unanswered.2 += 1;
+        }
         self.push(
             apply_at,
             Ev::Apply {

@@ -1,0 +1,131 @@
+//! An acquire txn whose answer did not come in time (`AcquireOutcome::Unanswered`):
+//! the next read decides. Before, the shell revoked the lease (rarely sent, past
+//! the deadline) and reported a failure; the read then showed a key naming the node
+//! that it never took, which it revoked as a stale key of its own, and the next win
+//! waited the promote delay for that early DELETE: a failover about `ttl` slower
+//! whenever etcd answered the winner's txn late (docs/failure-modes.md). Pure.
+
+#[path = "support/core_builders.rs"]
+mod core_builders;
+
+use core_builders::{core, key, lease_poll, member, obs, pg, t, view};
+use tenure::core::Core;
+use tenure::core::model::*;
+
+/// pg2 follows pg1 (lease 0xA), polls it at 102 s (TTL 1: `E_max` 103 s), sees the
+/// key deleted on time at 103.5 s and plans `Acquire`: the members of the read.
+fn acquiring() -> (Core, Vec<Member>) {
+    let mut c = core("pg2", None);
+    let mut pg1 = member("pg1", 8, "primary", 1000, None);
+    pg1.info.epoch = Some(5);
+    let members = vec![pg1, member("pg2", 9, "replica", 1000, None)];
+    let v = view(10, Some(key("pg1", 5, 0xA)), members.clone());
+    c.step(
+        t(100.0),
+        &obs(v.clone(), pg(PgRole::Replica, 1000, Some("pg1"))),
+    );
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
+    o.lease_poll = Some(lease_poll(0xA, 102.0, Some(1), None, true));
+    c.step(t(102.01), &o);
+    let mut o = obs(
+        view(20, None, members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.leader_deleted_at = Some(t(103.5));
+    o.lease_poll = Some(lease_poll(0xA, 103.55, None, None, false));
+    let p = c.step(t(103.6), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    (c, members)
+}
+
+fn unanswered(lease: LeaseId) -> Option<AcquireOutcome> {
+    Some(AcquireOutcome::Unanswered {
+        lease,
+        granted_ttl: 30,
+        granted_at: t(103.65),
+        why: "acquire txn on leader: timed out".into(),
+    })
+}
+
+/// The read after it shows the key naming us on the lease granted for it: the txn
+/// was applied, the answer lost. That is the win, with the on-time DELETE's
+/// judgement: promotion at once, under the key's create revision.
+#[test]
+fn an_unanswered_acquire_the_read_shows_won_is_the_win() {
+    let (mut c, members) = acquiring();
+    let mut o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), members.clone()),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = unanswered(0xB);
+    let p = c.step(t(104.0), &o);
+    assert_eq!(p.reason, Reason::Promoting { epoch: 21 }, "{:?}", p.actions);
+    assert!(
+        !p.actions.iter().any(|a| matches!(a, Action::Revoke { .. })),
+        "{:?}",
+        p.actions
+    );
+    let l = c.leadership().expect("leadership from the unanswered win");
+    assert_eq!((l.lease, l.epoch), (0xB, 21));
+    // S1: the first horizon counts from the grant's send instant, as for `Won`.
+    assert_eq!(l.renewed_at, t(103.65));
+    let o = obs(
+        view(22, Some(key("pg2", 21, 0xB)), members),
+        pg(PgRole::Replica, 1000, None),
+    );
+    let p = c.step(t(104.1), &o);
+    assert_eq!(
+        p.actions,
+        vec![Action::Promote { epoch: 21 }],
+        "{}",
+        p.reason
+    );
+}
+
+/// The read does not show the key: a failure; the lease kept for the txn is revoked
+/// (if etcd applies the txn after this read, that deletes the key it made).
+#[test]
+fn an_unanswered_acquire_the_read_does_not_show_revokes_its_lease() {
+    let (mut c, members) = acquiring();
+    let mut o = obs(view(21, None, members), pg(PgRole::Replica, 1000, None));
+    o.acquire = unanswered(0xB);
+    let p = c.step(t(104.0), &o);
+    assert!(c.leadership().is_none());
+    assert!(
+        p.actions.contains(&Action::Revoke { lease: 0xB }),
+        "{:?} {}",
+        p.actions,
+        p.reason
+    );
+}
+
+/// A key naming us on another lease is no proof that this txn was applied: no win;
+/// it is a stale key of ours (revoked) and the txn's lease is revoked too.
+#[test]
+fn an_unanswered_acquire_with_our_key_on_another_lease_is_no_win() {
+    let (mut c, members) = acquiring();
+    let mut o = obs(
+        view(21, Some(key("pg2", 19, 0xC)), members),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = unanswered(0xB);
+    let p = c.step(t(104.0), &o);
+    assert!(c.leadership().is_none());
+    assert!(
+        p.actions.contains(&Action::Revoke { lease: 0xB })
+            && p.actions.contains(&Action::Revoke { lease: 0xC }),
+        "{:?} {}",
+        p.actions,
+        p.reason
+    );
+}
+
+/// A read that failed decides nothing: no win, and no leadership taken on trust.
+#[test]
+fn an_unanswered_acquire_without_a_read_is_no_win() {
+    let (mut c, _) = acquiring();
+    let mut o = Observation::reading(Err("timed out".into()), pg(PgRole::Replica, 1000, None));
+    o.acquire = unanswered(0xB);
+    c.step(t(104.0), &o);
+    assert!(c.leadership().is_none());
+}
