@@ -120,12 +120,108 @@ fn an_unanswered_acquire_with_our_key_on_another_lease_is_no_win() {
     );
 }
 
-/// A read that failed decides nothing: no win, and no leadership taken on trust.
+/// A read that failed decides nothing (review of b59d65c, MEDIUM: it was dropped,
+/// and the next read revoked the key as a stale one): the next read that answers
+/// does. Here it shows the key: the win.
 #[test]
-fn an_unanswered_acquire_without_a_read_is_no_win() {
-    let (mut c, _) = acquiring();
+fn an_unanswered_acquire_is_decided_by_the_next_read_that_answers() {
+    let (mut c, members) = acquiring();
+    let mut o = Observation::reading(Err("timed out".into()), pg(PgRole::Replica, 1000, None));
+    o.acquire = unanswered(0xB);
+    let p = c.step(t(104.0), &o);
+    assert!(c.leadership().is_none());
+    assert!(
+        !p.actions.iter().any(|a| matches!(a, Action::Revoke { .. })),
+        "{:?}",
+        p.actions
+    );
+    let o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), members),
+        pg(PgRole::Replica, 1000, None),
+    );
+    let p = c.step(t(104.6), &o);
+    assert_eq!(p.reason, Reason::Promoting { epoch: 21 }, "{:?}", p.actions);
+    assert_eq!(c.leadership().map(|l| l.renewed_at), Some(t(103.65)));
+}
+
+/// The same, the read that answers shows no key: the lease is revoked then.
+#[test]
+fn an_unanswered_acquire_a_later_read_shows_lost_revokes_its_lease() {
+    let (mut c, members) = acquiring();
     let mut o = Observation::reading(Err("timed out".into()), pg(PgRole::Replica, 1000, None));
     o.acquire = unanswered(0xB);
     c.step(t(104.0), &o);
+    let p = c.step(
+        t(104.6),
+        &obs(view(21, None, members), pg(PgRole::Replica, 1000, None)),
+    );
     assert!(c.leadership().is_none());
+    assert!(
+        p.actions.contains(&Action::Revoke { lease: 0xB }),
+        "{:?}",
+        p.actions
+    );
+}
+
+/// Kept only while its lease could live: a read past `granted_at + ttl` that shows
+/// our key on it decides nothing (a key of ours, not adopted: revoked as stale).
+#[test]
+fn an_unanswered_acquire_is_forgotten_once_its_lease_could_have_expired() {
+    let (mut c, members) = acquiring();
+    let mut o = Observation::reading(Err("timed out".into()), pg(PgRole::Replica, 1000, None));
+    o.acquire = unanswered(0xB);
+    c.step(t(104.0), &o);
+    let o = Observation::reading(Err("timed out".into()), pg(PgRole::Replica, 1000, None));
+    c.step(t(134.0), &o);
+    let p = c.step(
+        t(134.5),
+        &obs(
+            view(21, Some(key("pg2", 21, 0xB)), members),
+            pg(PgRole::Replica, 1000, None),
+        ),
+    );
+    assert!(c.leadership().is_none(), "{}", p.reason);
+    assert!(
+        p.actions.contains(&Action::Revoke { lease: 0xB }),
+        "{:?}",
+        p.actions
+    );
+}
+
+/// A shutdown before the read decided: no win; the lease goes with the stop.
+#[test]
+fn an_unanswered_acquire_during_a_shutdown_is_revoked() {
+    let (mut c, members) = acquiring();
+    let mut o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), members),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.acquire = unanswered(0xB);
+    o.shutdown = true;
+    let p = c.step(t(104.0), &o);
+    assert!(c.leadership().is_none());
+    assert!(
+        p.actions.contains(&Action::Revoke { lease: 0xB }),
+        "{:?}",
+        p.actions
+    );
+}
+
+/// S5 (review of b59d65c, LOW 1): a wall-clock jump the winning observation found
+/// (a paused VM) moves the first renewal back, as it moves a leader's; so does one
+/// found while the acquire waited for a read.
+#[test]
+fn a_clock_jump_moves_an_unanswered_win_back() {
+    let (mut c, members) = acquiring();
+    let mut o = Observation::reading(Err("timed out".into()), pg(PgRole::Replica, 1000, None));
+    o.acquire = unanswered(0xB);
+    o.clock_jump = std::time::Duration::from_secs(2);
+    c.step(t(104.0), &o);
+    let mut o = obs(
+        view(21, Some(key("pg2", 21, 0xB)), members),
+        pg(PgRole::Replica, 1000, None),
+    );
+    o.clock_jump = std::time::Duration::from_secs(3);
+    c.step(t(104.6), &o);
+    assert_eq!(c.leadership().map(|l| l.renewed_at), Some(t(98.65)));
 }

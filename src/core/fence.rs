@@ -183,6 +183,11 @@ impl Core {
     }
 
     pub(super) fn stopping(&mut self, obs: &Observation, p: &mut Planner) -> Reason {
+        // An unanswered acquire decided lost while stopping: its lease goes too
+        // (`Core::acquire_answered_by_read`).
+        if let Some(lease) = self.unanswered_revoke.take() {
+            p.push(Action::Revoke { lease });
+        }
         match (&obs.job, obs.pg.role) {
             (Job::Running { .. }, _) => {
                 Reason::ShuttingDown("waiting for PostgreSQL to stop".into())

@@ -20,6 +20,7 @@ impl Core {
         let me = self.cfg.name.clone();
         let first = self.state == State::Init;
         if obs.shutdown {
+            // An unanswered acquire decided lost goes in `stopping`.
             self.state = State::Stopping;
             return self.stopping(obs, p);
         }
@@ -46,13 +47,6 @@ impl Core {
             } = out
         {
             return self.won(now, obs, p, *lease, *granted_ttl, *granted_at, *epoch);
-        }
-        // An acquire whose answer was lost and which this read does not show won
-        // (`acquire_answered_by_read` turned a shown one into `Won`): a failure. Its
-        // lease is revoked; if the txn is applied after this read after all, the
-        // revoke deletes the key it made (never promoted under: S3).
-        if let Some(AcquireOutcome::Unanswered { lease, .. }) = &obs.acquire {
-            p.push(Action::Revoke { lease: *lease });
         }
         if let Some(ClaimOutcome::Won { lease }) = &obs.claim {
             self.state = State::Bootstrapping { lease: *lease };
@@ -91,6 +85,13 @@ impl Core {
             return self.start_fence(p, why);
         }
 
+        // An acquire whose answer was lost and which a read did not show won
+        // (`acquire_answered_by_read`): a failure. Its lease is revoked, after S4's
+        // fence; if the txn is applied after that read after all, the revoke deletes
+        // the key it made (never promoted under: S3).
+        if let Some(lease) = self.unanswered_revoke.take() {
+            p.push(Action::Revoke { lease });
+        }
         if let Job::Running { kind, .. } = &obs.job {
             return Reason::Waiting(format!("{kind:?} running"));
         }

@@ -673,7 +673,10 @@ impl Core {
             lease,
             epoch,
             ttl: granted_ttl,
-            renewed_at: granted_at,
+            // S5: a wall-clock jump this observation found (a hypervisor pause) came
+            // off the monotonic clock after the grant as much as after a renewal
+            // (`take_lease_reports` shifts a leader's; this leadership is new).
+            renewed_at: granted_at.sub(obs.clock_jump),
             last_pet: None,
             pet_pending: None,
             promote_after: after,

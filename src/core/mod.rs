@@ -198,6 +198,15 @@ pub struct Core {
     /// taken, so the read after a win no longer shows it untaken; `won` judges the
     /// early-expiry delay on this, the marker the winning txn was bound to.
     acquire_proof: Option<ReleaseMarker>,
+    /// An acquire txn that went unanswered (`AcquireOutcome::Unanswered`: lease,
+    /// granted TTL, the grant's send instant) until a read decides it: the win if
+    /// the read shows the key naming us on that lease, else its lease is revoked.
+    /// Kept across failed reads (the likely next one when etcd was too slow to
+    /// answer): until its lease could have expired.
+    unanswered: Option<(LeaseId, u32, Instant)>,
+    /// The lease of an unanswered acquire a read showed lost: `follow` revokes it
+    /// (kept until a step plans it: a step may return before).
+    unanswered_revoke: Option<LeaseId>,
 }
 
 impl Core {
@@ -240,6 +249,8 @@ impl Core {
             guardian: None,
             paused: false,
             acquire_proof: None,
+            unanswered: None,
+            unanswered_revoke: None,
             window_prev: None,
             window_own_read: false,
         }
@@ -279,10 +290,10 @@ impl Core {
     /// One decision. Pure: same state + same inputs = same plan. The phases run in
     /// the contract's order; each lives in the module that owns it.
     pub fn step(&mut self, now: Instant, obs: &Observation) -> Plan {
-        // 0. An acquire whose answer was lost, which this read shows won, is the win
-        //    it was (`acquire_answered_by_read`).
+        // 0. An acquire whose answer was lost, which a read shows won, is the win it
+        //    was (`acquire_answered_by_read`).
         let answered;
-        let obs = match acquire_answered_by_read(&self.cfg.name, obs) {
+        let obs = match self.acquire_answered_by_read(now, obs) {
             Some(o) => {
                 answered = o;
                 &answered
@@ -365,35 +376,54 @@ impl Planner {
     }
 }
 
-/// `AcquireOutcome::Unanswered` (the txn's answer did not come in time): if this
-/// observation's read shows the key naming `me` on the lease granted for that txn,
-/// the txn was applied and the observation is the one its answer would have given:
-/// `Won`, with the key's create revision as the epoch.
-// INVARIANT (S3): the lease was granted for this one txn and no other request of
-// ours puts the key, so the key naming us on it proves that txn succeeded, bound to
-// the read it was decided on (the txn compared that read's `config` and `release`
-// revisions); `granted_at` precedes the grant, so the first horizon counted from it
-// is no later than etcd's (S1).
-fn acquire_answered_by_read(me: &str, obs: &Observation) -> Option<Observation> {
-    let Some(AcquireOutcome::Unanswered {
-        lease,
-        granted_ttl,
-        granted_at,
-        ..
-    }) = &obs.acquire
-    else {
-        return None;
-    };
-    let k = obs.cluster.as_ref().ok()?.leader.as_ref()?;
-    if k.name != me || k.lease != *lease {
-        return None;
+impl Core {
+    /// `AcquireOutcome::Unanswered` (the txn's answer did not come in time), kept
+    /// until a read decides it: if the read shows the key naming us on the lease
+    /// granted for that txn, the txn was applied and the observation is the one its
+    /// answer would have given: `Won`, with the key's create revision as the epoch.
+    /// Any other read: lost, its lease to be revoked (`unanswered_revoke`). No read:
+    /// kept, until the lease could have expired (`granted_at + ttl`).
+    // INVARIANT (S3): the lease was granted for this one txn and no other request of
+    // ours puts the key, so the key naming us on it proves that txn succeeded, bound
+    // to the read it was decided on (the txn compared that read's `config` and
+    // `release` revisions); `granted_at` precedes the grant, so the first horizon
+    // counted from it is no later than etcd's (S1).
+    fn acquire_answered_by_read(&mut self, now: Instant, obs: &Observation) -> Option<Observation> {
+        if let Some(AcquireOutcome::Unanswered {
+            lease,
+            granted_ttl,
+            granted_at,
+            ..
+        }) = &obs.acquire
+        {
+            self.unanswered = Some((*lease, *granted_ttl, *granted_at));
+        }
+        let (lease, granted_ttl, granted_at) = self.unanswered?;
+        let Ok(view) = &obs.cluster else {
+            // S5: a wall-clock jump counts against the lease as for a leader's.
+            let granted_at = granted_at.sub(obs.clock_jump);
+            self.unanswered = (now < granted_at.add(Duration::from_secs(u64::from(granted_ttl))))
+                .then_some((lease, granted_ttl, granted_at));
+            return None;
+        };
+        self.unanswered = None;
+        let shown = view
+            .leader
+            .as_ref()
+            .filter(|k| k.name == self.cfg.name && k.lease == lease);
+        // Only a node that is still where an acquire leaves it takes the win (a
+        // shutdown, or a state another step moved on, revokes instead).
+        let (Some(k), State::Follower, false) = (shown, &self.state, obs.shutdown) else {
+            self.unanswered_revoke = Some(lease);
+            return None;
+        };
+        let mut o = obs.clone();
+        o.acquire = Some(AcquireOutcome::Won {
+            lease,
+            granted_ttl,
+            granted_at,
+            epoch: k.epoch,
+        });
+        Some(o)
     }
-    let mut o = obs.clone();
-    o.acquire = Some(AcquireOutcome::Won {
-        lease: *lease,
-        granted_ttl: *granted_ttl,
-        granted_at: *granted_at,
-        epoch: k.epoch,
-    });
-    Some(o)
 }

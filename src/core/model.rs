@@ -430,10 +430,11 @@ pub enum AcquireOutcome {
     /// Nothing was sent that could have created the key (the grant failed, no read
     /// to bind to), or the txn was refused; any granted lease was revoked.
     Failed(String),
-    /// The lease was granted and the txn sent, but no answer came in time: etcd may
-    /// have applied it. The shell kept the lease. The next read decides
-    /// (`Core::step`): the key naming us on this lease is the win (the answer was
-    /// lost on its way back), anything else a failure, and the lease is revoked.
+    /// The lease was granted but the txn got no answer in time (or an error that
+    /// does not say it was not applied): etcd may have applied it. The shell kept
+    /// the lease. The next read that answers decides (`Core::step`): the key naming
+    /// us on this lease is the win (the answer was lost on its way back), anything
+    /// else a failure, and the lease is revoked.
     Unanswered {
         lease: LeaseId,
         granted_ttl: u32,
