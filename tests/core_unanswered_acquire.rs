@@ -163,8 +163,9 @@ fn an_unanswered_acquire_a_later_read_shows_lost_revokes_its_lease() {
     );
 }
 
-/// Kept only while its lease could live: a read past `granted_at + ttl` that shows
-/// our key on it decides nothing (a key of ours, not adopted: revoked as stale).
+/// Kept only while its lease could live: past `granted_at + ttl` no read makes it a
+/// win, and its lease is revoked all the same (second review, L1: an etcd leader
+/// change may have extended it).
 #[test]
 fn an_unanswered_acquire_is_forgotten_once_its_lease_could_have_expired() {
     let (mut c, members) = acquiring();
@@ -224,4 +225,24 @@ fn a_clock_jump_moves_an_unanswered_win_back() {
     o.clock_jump = std::time::Duration::from_secs(3);
     c.step(t(104.6), &o);
     assert_eq!(c.leadership().map(|l| l.renewed_at), Some(t(98.65)));
+}
+
+/// A shutdown while reads keep failing: a stopping node never takes the win, so the
+/// undecided acquire's lease is revoked at once (second review, L3).
+#[test]
+fn an_undecided_unanswered_acquire_is_revoked_by_a_shutdown() {
+    let (mut c, _) = acquiring();
+    let mut o = Observation::reading(Err("timed out".into()), pg(PgRole::Replica, 1000, None));
+    o.acquire = unanswered(0xB);
+    c.step(t(104.0), &o);
+    let mut o = Observation::reading(Err("timed out".into()), pg(PgRole::Stopped, 1000, None));
+    o.shutdown = true;
+    let p = c.step(t(104.5), &o);
+    assert!(c.leadership().is_none());
+    assert!(
+        p.actions.contains(&Action::Revoke { lease: 0xB }),
+        "{:?} {}",
+        p.actions,
+        p.reason
+    );
 }

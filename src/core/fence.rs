@@ -183,9 +183,11 @@ impl Core {
     }
 
     pub(super) fn stopping(&mut self, obs: &Observation, p: &mut Planner) -> Reason {
-        // An unanswered acquire decided lost while stopping: its lease goes too
+        // An unanswered acquire decided lost, or not decided yet (a stopping node
+        // never takes it: second review, L3): its lease goes too
         // (`Core::acquire_answered_by_read`).
-        if let Some(lease) = self.unanswered_revoke.take() {
+        let pending = self.unanswered.take().map(|(lease, ..)| lease);
+        if let Some(lease) = self.unanswered_revoke.take().or(pending) {
             p.push(Action::Revoke { lease });
         }
         match (&obs.job, obs.pg.role) {

@@ -402,8 +402,15 @@ impl Core {
         let Ok(view) = &obs.cluster else {
             // S5: a wall-clock jump counts against the lease as for a leader's.
             let granted_at = granted_at.sub(obs.clock_jump);
-            self.unanswered = (now < granted_at.add(Duration::from_secs(u64::from(granted_ttl))))
-                .then_some((lease, granted_ttl, granted_at));
+            if now < granted_at.add(Duration::from_secs(u64::from(granted_ttl))) {
+                self.unanswered = Some((lease, granted_ttl, granted_at));
+            } else {
+                // Too late to be a win; revoked all the same (second review, L1: an
+                // etcd leader change may have extended the lease, and the key a late
+                // txn made on it would hold the cluster).
+                self.unanswered = None;
+                self.unanswered_revoke = Some(lease);
+            }
             return None;
         };
         self.unanswered = None;
@@ -411,8 +418,10 @@ impl Core {
             .leader
             .as_ref()
             .filter(|k| k.name == self.cfg.name && k.lease == lease);
-        // Only a node that is still where an acquire leaves it takes the win (a
-        // shutdown, or a state another step moved on, revokes instead).
+        // Only a Follower that is not stopping takes the win; a shutdown revokes
+        // instead. (While fencing no read answers, so a Follower that fenced a
+        // local primary meanwhile may still win: its fence is done, and `won`'s
+        // checks run as for any win.)
         let (Some(k), State::Follower, false) = (shown, &self.state, obs.shutdown) else {
             self.unanswered_revoke = Some(lease);
             return None;
