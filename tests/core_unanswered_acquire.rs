@@ -38,6 +38,18 @@ fn acquiring() -> (Core, Vec<Member>) {
     (c, members)
 }
 
+/// A read that failed (etcd too slow again), PostgreSQL in `role`.
+fn unread(role: PgRole) -> Observation {
+    Observation::reading(Err("timed out".into()), pg(role, 1000, None))
+}
+
+/// The step after `Acquire`: the txn unanswered (lease 0xB) and the read failed.
+fn unanswered_unread() -> Observation {
+    let mut o = unread(PgRole::Replica);
+    o.acquire = unanswered(0xB);
+    o
+}
+
 fn unanswered(lease: LeaseId) -> Option<AcquireOutcome> {
     Some(AcquireOutcome::Unanswered {
         lease,
@@ -126,9 +138,7 @@ fn an_unanswered_acquire_with_our_key_on_another_lease_is_no_win() {
 #[test]
 fn an_unanswered_acquire_is_decided_by_the_next_read_that_answers() {
     let (mut c, members) = acquiring();
-    let mut o = Observation::reading(Err("timed out".into()), pg(PgRole::Replica, 1000, None));
-    o.acquire = unanswered(0xB);
-    let p = c.step(t(104.0), &o);
+    let p = c.step(t(104.0), &unanswered_unread());
     assert!(c.leadership().is_none());
     assert!(
         !p.actions.iter().any(|a| matches!(a, Action::Revoke { .. })),
@@ -148,9 +158,7 @@ fn an_unanswered_acquire_is_decided_by_the_next_read_that_answers() {
 #[test]
 fn an_unanswered_acquire_a_later_read_shows_lost_revokes_its_lease() {
     let (mut c, members) = acquiring();
-    let mut o = Observation::reading(Err("timed out".into()), pg(PgRole::Replica, 1000, None));
-    o.acquire = unanswered(0xB);
-    c.step(t(104.0), &o);
+    c.step(t(104.0), &unanswered_unread());
     let p = c.step(
         t(104.6),
         &obs(view(21, None, members), pg(PgRole::Replica, 1000, None)),
@@ -169,10 +177,8 @@ fn an_unanswered_acquire_a_later_read_shows_lost_revokes_its_lease() {
 #[test]
 fn an_unanswered_acquire_is_forgotten_once_its_lease_could_have_expired() {
     let (mut c, members) = acquiring();
-    let mut o = Observation::reading(Err("timed out".into()), pg(PgRole::Replica, 1000, None));
-    o.acquire = unanswered(0xB);
-    c.step(t(104.0), &o);
-    let o = Observation::reading(Err("timed out".into()), pg(PgRole::Replica, 1000, None));
+    c.step(t(104.0), &unanswered_unread());
+    let o = unread(PgRole::Replica);
     c.step(t(134.0), &o);
     let p = c.step(
         t(134.5),
@@ -214,8 +220,7 @@ fn an_unanswered_acquire_during_a_shutdown_is_revoked() {
 #[test]
 fn a_clock_jump_moves_an_unanswered_win_back() {
     let (mut c, members) = acquiring();
-    let mut o = Observation::reading(Err("timed out".into()), pg(PgRole::Replica, 1000, None));
-    o.acquire = unanswered(0xB);
+    let mut o = unanswered_unread();
     o.clock_jump = std::time::Duration::from_secs(2);
     c.step(t(104.0), &o);
     let mut o = obs(
@@ -232,10 +237,8 @@ fn a_clock_jump_moves_an_unanswered_win_back() {
 #[test]
 fn an_undecided_unanswered_acquire_is_revoked_by_a_shutdown() {
     let (mut c, _) = acquiring();
-    let mut o = Observation::reading(Err("timed out".into()), pg(PgRole::Replica, 1000, None));
-    o.acquire = unanswered(0xB);
-    c.step(t(104.0), &o);
-    let mut o = Observation::reading(Err("timed out".into()), pg(PgRole::Stopped, 1000, None));
+    c.step(t(104.0), &unanswered_unread());
+    let mut o = unread(PgRole::Stopped);
     o.shutdown = true;
     let p = c.step(t(104.5), &o);
     assert!(c.leadership().is_none());
