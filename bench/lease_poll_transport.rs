@@ -1,5 +1,5 @@
 //! Benchmark: what one replica's lease poll (DESIGN §1 step 4, `LeaseTimeToLive(lease,
-//! keys)` once a loop) costs in CPU, the agent's and etcd's, through three transports
+//! keys)` once a loop) costs in CPU, the agent's and etcd's, through five transports
 //! (issue 13 item 2: is the 2 s/h target reachable, and with what client?).
 //!
 //! - `etcd-client`: the agent's own call, `Etcd::lease_ttl` (etcd-client over tonic:
@@ -14,6 +14,10 @@
 //! - `HTTP/2 by hand`: the gRPC call's frames written and read on a blocking
 //!   socket by this thread, no runtime and no h2 crate (`RawH2Poller`): what a
 //!   client on the loop's own terms could reach while etcd keeps serving gRPC.
+//! - `etcd-client, one channel, no balance`: the agent's call through etcd-client
+//!   built on one plain tonic channel to the same member (`Client::from_channel`,
+//!   the `raw-channel` feature, benches only): tonic, hyper and tower's buffer
+//!   without tower's balance layer, to tell which of them the cost is.
 //!
 //! Each transport polls a live lease `TENURE_BENCH_POLLS` times (default 1000), one
 //! every `TENURE_BENCH_POLL_GAP_MS` (default 20 ms: an idle gap between polls, as in
@@ -476,6 +480,31 @@ fn run(dir: &std::path::Path) -> Result<(), String> {
     let mut h2 = H2Poller::connect(&rt, addr, lease)?;
     let mut gw = GatewayPoller::connect(addr, lease)?;
     let mut raw = RawH2Poller::connect(addr, lease)?;
+    let mut unbal = rt.block_on(async {
+        let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("endpoint: {e}"))?
+            .connect()
+            .await
+            .map_err(|e| format!("tonic connect: {e}"))?;
+        etcd_client::Client::from_channel(etcd_client::Channel::Tonic(ch), None)
+            .await
+            .map_err(|e| format!("from_channel: {e}"))
+    })?;
+    let mut unbal_poll = || -> Result<i64, String> {
+        rt.block_on(async {
+            let r = tokio::time::timeout(
+                CALL_LIMIT,
+                unbal.lease_time_to_live(
+                    lease,
+                    Some(etcd_client::LeaseTimeToLiveOptions::new().with_keys()),
+                ),
+            )
+            .await
+            .map_err(|_| "unbalanced poll: no answer in time".to_string())?
+            .map_err(|e| format!("unbalanced poll: {e}"))?;
+            Ok(r.ttl())
+        })
+    };
 
     let mut agent_poll = || -> Result<i64, String> {
         let p = client
@@ -490,6 +519,7 @@ fn run(dir: &std::path::Path) -> Result<(), String> {
         h2.poll(&rt)?;
         gw.poll()?;
         raw.poll()?;
+        unbal_poll()?;
     }
 
     let names = [
@@ -497,8 +527,9 @@ fn run(dir: &std::path::Path) -> Result<(), String> {
         "h2 direct",
         "HTTP/1.1 gateway",
         "HTTP/2 by hand, blocking",
+        "etcd-client, one channel, no balance",
     ];
-    let mut costs = [Cost::default(); 4];
+    let mut costs = [Cost::default(); 5];
     let mut idle = Cost::default();
     for round in 0..rounds {
         for (k, cost) in costs.iter_mut().enumerate() {
@@ -506,7 +537,8 @@ fn run(dir: &std::path::Path) -> Result<(), String> {
                 0 => measure(&etcd, n, gap, &mut agent_poll)?,
                 1 => measure(&etcd, n, gap, || h2.poll(&rt))?,
                 2 => measure(&etcd, n, gap, || gw.poll())?,
-                _ => measure(&etcd, n, gap, || raw.poll())?,
+                3 => measure(&etcd, n, gap, || raw.poll())?,
+                _ => measure(&etcd, n, gap, &mut unbal_poll)?,
             };
             println!(
                 "  round {round} {}: {:.0} µs here, {:.0} µs in etcd per poll (load {})",
