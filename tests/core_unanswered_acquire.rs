@@ -249,3 +249,70 @@ fn an_undecided_unanswered_acquire_is_revoked_by_a_shutdown() {
         p.reason
     );
 }
+
+/// The steps of an S4 fence while the acquire waits for a read: the local
+/// PostgreSQL turns up writable (promoted by hand) while etcd does not answer, so
+/// the node fences it; the fence completes. The acquire stays undecided through
+/// it (no read answered) and no revoke is planned before the fence is done.
+fn fenced_while_undecided(c: &mut Core) {
+    c.step(t(104.0), &unanswered_unread());
+    let p = c.step(t(104.5), &unread(PgRole::Primary));
+    assert_eq!(p.actions, vec![Action::Fence], "{}", p.reason);
+    assert!(c.fence_in_progress());
+    let mut o = unread(PgRole::Stopped);
+    o.fence = Some(FenceOutcome::Complete);
+    let p = c.step(t(104.8), &o);
+    assert!(!c.fence_in_progress(), "{}", p.reason);
+    assert!(
+        !p.actions.iter().any(|a| matches!(a, Action::Revoke { .. })),
+        "{:?} {}",
+        p.actions,
+        p.reason
+    );
+}
+
+/// The fence's round trip, lost: the first read after it does not show the key, so
+/// the acquire failed and its lease is revoked, after the fence (S4 first).
+#[test]
+fn an_unanswered_acquire_lost_across_a_fence_revokes_its_lease() {
+    let (mut c, members) = acquiring();
+    fenced_while_undecided(&mut c);
+    let p = c.step(
+        t(105.0),
+        &obs(view(21, None, members), pg(PgRole::Stopped, 1000, None)),
+    );
+    assert!(c.leadership().is_none());
+    assert!(
+        p.actions.contains(&Action::Revoke { lease: 0xB }),
+        "{:?} {}",
+        p.actions,
+        p.reason
+    );
+}
+
+/// The fence's round trip, won: the first read after it shows the key naming us on
+/// the lease granted for the txn. The fenced PostgreSQL has no process left, so
+/// the win is taken as any win is (`won`'s checks), with the first horizon counted
+/// from the grant's send instant (S1), and the lease is not revoked.
+#[test]
+fn an_unanswered_acquire_won_across_a_fence_is_the_win() {
+    let (mut c, members) = acquiring();
+    fenced_while_undecided(&mut c);
+    let p = c.step(
+        t(105.0),
+        &obs(
+            view(21, Some(key("pg2", 21, 0xB)), members),
+            pg(PgRole::Stopped, 1000, None),
+        ),
+    );
+    assert!(
+        !p.actions.iter().any(|a| matches!(a, Action::Revoke { .. })),
+        "{:?} {}",
+        p.actions,
+        p.reason
+    );
+    let l = c
+        .leadership()
+        .expect("leadership from the win after the fence");
+    assert_eq!((l.lease, l.epoch, l.renewed_at), (0xB, 21, t(103.65)));
+}
