@@ -107,7 +107,11 @@
 //! Lost acquire answers: a tenth of the acquire txns are applied and their answer
 //! comes after the deadline (an rng of its own), so the winner reports
 //! `AcquireOutcome::Unanswered` and its next read decides; the summary counts them
-//! and how many that read showed won. `TENURE_SIM_NO_LOST_ACQUIRE=1`: none.
+//! and how many that read showed won. Half of them are applied only after their
+//! deadline, up to two loops late, often after the read that decides them: the
+//! lease's revoke comes first (the txn fails) or deletes the key it made; the
+//! summary counts those that made the key. `TENURE_SIM_NO_LOST_ACQUIRE=1`: none;
+//! `TENURE_SIM_NO_LATE_ACQUIRE=1`: all applied in time.
 //!
 //! `TENURE_SIM_SEEDS=N` runs N schedules (default below) from seed
 //! `TENURE_SIM_SEED_BASE` (default 0); `TENURE_SIM_SEED=S` runs
@@ -174,6 +178,8 @@ pub struct Outcome {
     pub retimes: (u64, u64, u64),
     /// Acquire txns unanswered, of them won by the next read, held back on purpose.
     pub unanswered: (u64, u64, u64),
+    /// Acquire txns applied after their deadline, of them the ones that made the key.
+    pub late_acquire: (u64, u64),
 }
 
 fn poll(w: &Rc<RefCell<World>>, agents: &mut [Option<Task>], n: usize) {
@@ -277,6 +283,7 @@ pub fn run_schedule(sched: Schedule) -> Outcome {
         watch_closures: wb.watch_closures,
         retimes: wb.retimes,
         unanswered: wb.unanswered,
+        late_acquire: wb.late_acquire,
     }
 }
 
@@ -414,6 +421,7 @@ fn sim_schedules() {
     // Acquire txns unanswered, of them won by the next read, schedules with one,
     // answers held back on purpose.
     let mut unanswered = (0u64, 0u64, 0u64, 0u64);
+    let mut late_acquire = (0u64, 0u64);
     for seed in base..base + n {
         let t0 = std::time::Instant::now();
         let o = run(seed);
@@ -457,6 +465,8 @@ fn sim_schedules() {
         unanswered.1 += o.unanswered.1;
         unanswered.2 += u64::from(o.unanswered.0 > 0);
         unanswered.3 += o.unanswered.2;
+        late_acquire.0 += o.late_acquire.0;
+        late_acquire.1 += o.late_acquire.1;
         so_gaps.extend(o.handover_gaps.iter().copied());
         if o.sched
             .faults
@@ -572,6 +582,10 @@ fn sim_schedules() {
         "sim: acquire txns unanswered in time: {} in {} schedules ({} answers held back on \
          purpose), {} of them won (the next read showed the key on their lease)",
         unanswered.0, unanswered.2, unanswered.3, unanswered.1
+    );
+    println!(
+        "sim: acquire txns applied after their deadline: {}, {} of them made the key",
+        late_acquire.0, late_acquire.1
     );
     so_gaps.sort();
     let q = |f: f64| {

@@ -32,6 +32,10 @@
 //!   leadership came and went unseen). Such a winner (typically
 //!   restarted, or cut off until just before) also counts only from when it became
 //!   healthy: `base` takes the start of its last healthy interval.
+//! - **A key made and removed early before the election** by a holder that never
+//!   ran under it (an acquire txn applied after the read that decided it lost, its
+//!   lease revoked: `TENURE_SIM_NO_LATE_ACQUIRE`): to every other node an early
+//!   DELETE of a holder that may have promoted (F2), so the bound adds `ttl + R`.
 //! - **Adopted after a restart** (seed 253898): a winner whose agent restarted
 //!   after its key was created and before it was elected adopts the key with no
 //!   record of its promote delay and waits the conservative one (`ttl + R`) from
@@ -364,6 +368,28 @@ pub fn check(
     } else {
         Duration::ZERO
     };
+    // A key made after the old one went and removed early before the election, by
+    // a holder that never ran under it: an acquire txn applied after the read
+    // that decided it lost, whose lease its node then revoked (review LOW 5,
+    // `TENURE_SIM_NO_LATE_ACQUIRE`). To every other node that is an early DELETE
+    // of a holder that may have promoted (F2): the winner waits `ttl + R` from it.
+    let interloper = removal.as_ref().and_then(|o| {
+        rec.removals
+            .iter()
+            .find(|r| {
+                r.at > o.at
+                    && elected_at.is_none_or(|e| r.at < e)
+                    && r.early
+                    && !r.clean
+                    && r.key != key
+            })
+            .cloned()
+    });
+    let extra_delay = if interloper.is_some() {
+        adoption_delay.max(sched.budget(None).early_expiry_delay)
+    } else {
+        adoption_delay
+    };
     // `TENURE_SIM_OLD_AGENTS` with their member keys shown (finding L1): every win
     // waits `ttl + R` counted from the win, after fresh positions published past
     // the read that saw them (one more loop); member keys persist in the
@@ -378,9 +404,9 @@ pub fn check(
     let printed = b.failover_worst
         + mixed
         + if early {
-            b.early_expiry_delay.max(adoption_delay)
+            b.early_expiry_delay.max(extra_delay)
         } else {
-            adoption_delay
+            extra_delay
         };
     let bound = printed + fresh_allowance(sched) + sync_allowance(sched) + SLACK;
     let deadline = base.add(bound);
@@ -394,7 +420,8 @@ pub fn check(
              (failover_worst {:.3} s + fresh-position allowance {:.3} s{} + slack {:.1} s); elected at {e:?}; base = max(last keepalive {t_ka}, \
              etcd change + ET {t_ch}, healthy majority from {s}, winner {winner:?} healthy from {winner_since}, \
              winner's prediction stale {stale}{sync_note}); adopted after a restart at {adopted_at:?} \
-             (adoption delay {:.3} s); sync allowance {:.3} s; old leader {} lease {:x}, removal {removal:?}",
+             (adoption delay {:.3} s); sync allowance {:.3} s; old leader {} lease {:x}, removal {removal:?}; \
+             a key made and removed early after it {interloper:?}",
             bound.as_secs_f64(),
             b.failover_worst.as_secs_f64(),
             fresh_allowance(sched).as_secs_f64(),
@@ -417,7 +444,7 @@ pub fn check(
         took: elected_at.map_or(bound, |e| e.since(base)),
         bound,
         printed,
-        early,
+        early: early || interloper.is_some(),
         base_from,
         late,
     }

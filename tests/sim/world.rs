@@ -927,6 +927,12 @@ pub struct World {
     /// Holds back a tenth of the acquire txns' answers (see `send`); `None`:
     /// `TENURE_SIM_NO_LOST_ACQUIRE`.
     lost_acquire: Option<Rng>,
+    /// Half of those applied only after their deadline (see `send`); off:
+    /// `TENURE_SIM_NO_LATE_ACQUIRE`.
+    late_acquire_on: bool,
+    /// Acquire txns applied after their deadline, and of them the ones that made
+    /// the key (the rest found the lease revoked, or the key taken).
+    pub late_acquire: (u64, u64),
     /// The longest a slow leg of an etcd call takes (see `send`).
     slow_leg_max: Duration,
 }
@@ -1039,6 +1045,8 @@ impl World {
             retimes: (0, 0, 0),
             unanswered: (0, 0, 0),
             lost_acquire,
+            late_acquire_on: std::env::var_os("TENURE_SIM_NO_LATE_ACQUIRE").is_none(),
+            late_acquire: (0, 0),
             slow_leg_max,
         };
         let phase = w.rng.ms(1, 500);
@@ -1153,14 +1161,28 @@ impl World {
             let r = self.sched.bound_timing().retry_timeout;
             b += self.rng.dur(r, 3 * r);
         }
-        let apply_at = now.add(a);
+        let mut apply_at = now.add(a);
         // A tenth of the acquire txns are applied and their answer comes after the
         // deadline (`AcquireOutcome::Unanswered`), from an rng of its own (every
-        // other draw of the seed stays); `TENURE_SIM_NO_LOST_ACQUIRE=1`: none.
+        // other draw of the seed stays); `TENURE_SIM_NO_LOST_ACQUIRE=1`: none. Half
+        // of those are applied only after the deadline, up to 20 ms or up to two
+        // loops late: often after the read that decides them (review LOW 5), where
+        // the lease's revoke either comes first (the txn fails) or deletes the key
+        // the txn made.
+        // `TENURE_SIM_NO_LATE_ACQUIRE=1`: all applied in time.
+        let late_ok = self.late_acquire_on;
+        let lw = self.sched.bound_timing().loop_wait;
         if matches!(op, Op::CreateLeader { .. })
-            && self.lost_acquire.as_mut().is_some_and(|r| r.chance(0.1))
+            && let Some(r) = self.lost_acquire.as_mut()
+            && r.chance(0.1)
         {
-            b = b.max(deadline.since(apply_at) + Duration::from_millis(1));
+            if late_ok && r.chance(0.5) {
+                // Half of them within 20 ms: the read and the revoke's race.
+                let most = if r.chance(0.5) { secs(0.02) } else { 2 * lw };
+                apply_at = deadline.add(r.dur(Duration::from_millis(1), most));
+            } else {
+                b = b.max(deadline.since(apply_at) + Duration::from_millis(1));
+            }
             self.unanswered.2 += 1;
         }
         self.push(
@@ -2403,6 +2425,10 @@ impl World {
                                 Some(node),
                                 format!("SYNC BREACH {me} took the leader key; sync key {k:?}"),
                             );
+                        }
+                        (Op::CreateLeader { .. }, r) if at > deadline => {
+                            self.late_acquire.0 += 1;
+                            self.late_acquire.1 += u64::from(matches!(r, Resp::Created(Some(_))));
                         }
                         // A poll answered in time: the node's `E_max` is fresh. Only
                         // while the key still stands on that lease: a poll after its
