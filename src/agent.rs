@@ -232,7 +232,8 @@ pub fn confirm_epoch(
         .map_err(|e| format!("cannot build the event loop: {e}"))?;
     let prefix = format!("{}/{}/", cfg.namespace.trim_end_matches('/'), cfg.scope);
     let sec = crate::dcs::Security::of(&cfg.etcd);
-    let mut etcd = Etcd::connect_authenticated(&rt, &cfg.etcd.endpoints, &prefix, &sec, deadline)
+    let endpoints = crate::resolve::endpoints_now(&cfg.etcd, deadline)?;
+    let mut etcd = Etcd::connect_authenticated(&rt, &endpoints, &prefix, &sec, deadline)
         .map_err(|e| e.to_string())?;
     let c = ConfirmEpoch {
         up_to,
@@ -654,7 +655,14 @@ impl Agent {
             match connected {
                 Ok(e) => self.etcd = Some(e),
                 Err(e) => {
-                    let msg = format!("etcd connect to {}: {e}", self.cfg.etcd.endpoints[i]);
+                    // `[etcd] srv` before its first answer: no endpoint at all.
+                    let ep = self
+                        .cfg
+                        .etcd
+                        .endpoints
+                        .get(i)
+                        .map_or("(no endpoint)", String::as_str);
+                    let msg = format!("etcd connect to {ep}: {e}");
                     self.etcd_failed(&msg);
                     self.switch_endpoint();
                     return None;
@@ -679,7 +687,11 @@ impl Agent {
         self.status.metrics.endpoint_switched(self.endpoint);
         debug!(
             "etcd: switching to endpoint {}",
-            self.cfg.etcd.endpoints[self.endpoint]
+            self.cfg
+                .etcd
+                .endpoints
+                .get(self.endpoint)
+                .map_or("(none yet)", String::as_str)
         );
     }
 

@@ -81,7 +81,11 @@ pub struct EtcdConfig {
     /// `http://127.0.0.1:2379` or `https://etcd1.example:2379` style URLs (checked
     /// by [`Endpoint::parse`]); names are resolved in a child process, never in
     /// the loop (DESIGN §5, crate::resolve). All `http://` or all `https://`.
+    /// With `srv`: empty in the file, filled from the SRV answer by the agent
+    /// (agent/names.rs) and by one-shot commands ([`crate::resolve::endpoints_now`]).
     pub endpoints: Vec<String>,
+    /// `[etcd] srv` (+ `srv_suffix`): the members found by DNS SRV instead.
+    pub srv: Option<EtcdSrv>,
     /// `[etcd] resolve_timeout`: how long one resolution of the endpoints' names
     /// may take before its child process is killed (the last good addresses stay).
     pub resolve_timeout: Duration,
@@ -89,6 +93,36 @@ pub struct EtcdConfig {
     pub tls: Option<EtcdTls>,
     /// etcd user/password authentication (`[etcd] username` + a password).
     pub auth: Option<EtcdAuth>,
+}
+
+/// `[etcd] srv = "example.com"`: the members' client URLs come from DNS SRV
+/// records, named as etcd's own DNS discovery names them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdSrv {
+    pub domain: String,
+    /// `[etcd] srv_suffix`: etcd's `--discovery-srv-name`, for several clusters
+    /// under one domain.
+    pub suffix: Option<String>,
+    /// TLS (`cacert` set): `_etcd-client-ssl` records and `https://` URLs.
+    pub https: bool,
+}
+
+impl EtcdSrv {
+    /// `_etcd-client-ssl[-SUFFIX]._tcp.DOMAIN` with TLS, `_etcd-client[-SUFFIX]._tcp.DOMAIN`
+    /// without: the records etcd's documentation has members publish for clients.
+    pub fn service(&self) -> String {
+        let kind = if self.https { "client-ssl" } else { "client" };
+        match &self.suffix {
+            Some(x) => format!("_etcd-{kind}-{x}._tcp.{}", self.domain),
+            None => format!("_etcd-{kind}._tcp.{}", self.domain),
+        }
+    }
+
+    /// The endpoint URL of one target.
+    pub fn endpoint(&self, t: &crate::resolve::SrvTarget) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}:{}", t.host, t.port)
+    }
 }
 
 /// `Debug` hides the passwords (config/secrets.rs).
@@ -1393,12 +1427,54 @@ impl Config {
             "password",
             "password_file",
             "resolve_timeout",
+            "srv",
+            "srv_suffix",
         ])?;
         let resolve_timeout = etcd
             .secs("resolve_timeout")?
             .unwrap_or(DEFAULT_RESOLVE_TIMEOUT);
+        let srv_domain = etcd.nonempty("srv")?;
+        let srv_suffix = etcd.nonempty("srv_suffix")?;
+        if let Some(d) = &srv_domain
+            && !crate::resolve::host_name_ok(d.trim_end_matches('.'))
+        {
+            return Err(etcd.err(
+                "srv",
+                format!("\"{d}\" is not a DNS domain (letters, digits, '-', '.')"),
+            ));
+        }
+        if let Some(x) = &srv_suffix
+            && !(x.len() <= 40 && x.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-'))
+        {
+            return Err(etcd.err(
+                "srv_suffix",
+                format!("\"{x}\" must be letters, digits and '-' (etcd's --discovery-srv-name)"),
+            ));
+        }
+        if srv_suffix.is_some() && srv_domain.is_none() {
+            return Err(etcd.err("srv_suffix", "needs srv (the domain the records are in)"));
+        }
+        if srv_domain.is_some() && etcd.table.contains_key("endpoints") {
+            return Err(etcd.err(
+                "srv",
+                "set either endpoints or srv, not both (srv finds the endpoints by DNS)",
+            ));
+        }
+        let srv = srv_domain.map(|d| EtcdSrv {
+            domain: d.trim_end_matches('.').to_ascii_lowercase(),
+            suffix: srv_suffix,
+            // TLS when its CA bundle is given: the members publish
+            // `_etcd-client-ssl` records for https:// URLs.
+            https: etcd.table.contains_key("cacert"),
+        });
         let endpoints = match etcd.table.get("endpoints") {
-            None => return Err(etcd.err("endpoints", "missing")),
+            None if srv.is_some() => Vec::new(),
+            None => {
+                return Err(etcd.err(
+                    "endpoints",
+                    "missing (list the members' URLs, or set srv = \"<domain>\" to find them by DNS SRV)",
+                ));
+            }
             Some(Value::Array(a)) => {
                 let mut out = Vec::with_capacity(a.len());
                 for (i, v) in a.iter().enumerate() {
@@ -1416,7 +1492,10 @@ impl Config {
             }
             Some(v) => return Err(etcd.wrong("endpoints", "an array of URLs", v)),
         };
-        let https = endpoints.iter().any(|e| e.starts_with("https://"));
+        let https = match &srv {
+            Some(s) => s.https,
+            None => endpoints.iter().any(|e| e.starts_with("https://")),
+        };
         if https && endpoints.iter().any(|e| e.starts_with("http://")) {
             return Err(etcd.err(
                 "endpoints",
@@ -1844,6 +1923,7 @@ impl Config {
             namespace,
             etcd: EtcdConfig {
                 endpoints,
+                srv,
                 tls: etcd_tls,
                 auth: etcd_auth,
                 resolve_timeout,

@@ -439,6 +439,12 @@ fn main() -> ExitCode {
     {
         return tenure::resolve::child_main(std::env::args_os().skip(2));
     }
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == tenure::resolve::SRV_SUBCOMMAND)
+    {
+        return tenure::resolve::srv_child_main(std::env::args_os().skip(2));
+    }
     // `tenure ctl` has its own parser, help and exit codes (src/ctl).
     if std::env::args_os().nth(1).is_some_and(|a| a == "ctl") {
         return ExitCode::from(tenure::ctl::main(std::env::args_os().skip(2)));

@@ -37,6 +37,14 @@
 //!
 //! Wire format (child → parent, one line per name, in the order asked):
 //! `NAME ADDR ADDR ...` or `NAME !why it failed`.
+//!
+//! DNS SRV discovery (`[etcd] srv`) takes the same way: `tenure __resolve_srv
+//! SECS NAME` answers `NAME HOST:PORT HOST:PORT ...` (the records' targets in the
+//! order RFC 2782 says to try them), asked with the C library's `res_query(3)` in
+//! the child, so `resolv.conf` counts as it does for every other program; the
+//! answer is parsed with the `simple-dns` crate (a DNS message parser is a format
+//! of its own, with name compression; not one to keep by hand). The targets are
+//! then host names like any other endpoint's.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, ToSocketAddrs};
@@ -51,6 +59,66 @@ use crate::core::time::Instant;
 
 /// The hidden subcommand `main` hands to [`child_main`].
 pub const SUBCOMMAND: &str = "__resolve";
+/// The hidden subcommand `main` hands to [`srv_child_main`].
+pub const SRV_SUBCOMMAND: &str = "__resolve_srv";
+/// Most targets kept from one SRV answer (an etcd cluster has a handful).
+const MAX_TARGETS: usize = 64;
+
+/// What a resolver child answers per name: one token of its line.
+pub trait Token: Sized + Clone + PartialEq + std::fmt::Debug {
+    /// The hidden subcommand that answers with this kind of token.
+    const SUBCOMMAND: &'static str;
+    /// Why a line with no token is no answer.
+    const NONE: &'static str;
+    fn parse(tok: &str) -> Option<Self>;
+}
+
+impl Token for IpAddr {
+    const SUBCOMMAND: &'static str = SUBCOMMAND;
+    const NONE: &'static str = "no address";
+    fn parse(tok: &str) -> Option<Self> {
+        tok.parse().ok()
+    }
+}
+
+/// One SRV record's target: a host name and a port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SrvTarget {
+    pub host: String,
+    pub port: u16,
+}
+
+impl Token for SrvTarget {
+    const SUBCOMMAND: &'static str = SRV_SUBCOMMAND;
+    const NONE: &'static str = "no SRV record";
+    fn parse(tok: &str) -> Option<Self> {
+        let (host, port) = tok.rsplit_once(':')?;
+        let port = port.parse().ok().filter(|p| *p != 0)?;
+        host_name_ok(host).then(|| SrvTarget {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+impl std::fmt::Display for SrvTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// A DNS host name this crate will put in a URL: letters, digits, `-`, `_` and
+/// dots, at most 253 bytes, labels of 1 to 63.
+pub fn host_name_ok(h: &str) -> bool {
+    !h.is_empty()
+        && h.len() <= 253
+        && h.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        })
+}
 /// Most output a resolver child may write (a few hundred addresses): more is
 /// garbage, and the child is killed.
 const MAX_OUTPUT: usize = 64 * 1024;
@@ -58,36 +126,40 @@ const MAX_OUTPUT: usize = 64 * 1024;
 const MAX_NAMES: usize = 64;
 
 /// What one name resolved to: its addresses (deduplicated, in the resolver's
-/// order), or why not.
-pub type Answer = (String, Result<Vec<IpAddr>, String>);
+/// order) or SRV targets, or why not.
+pub type AnswerOf<T> = (String, Result<Vec<T>, String>);
+/// A host name's answer.
+pub type Answer = AnswerOf<IpAddr>;
 
 /// The outcome of a lookup, once it is over.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Outcome<T = IpAddr> {
     /// The child answered for every name (each answer may still be a failure).
-    Done(Vec<Answer>),
+    Done(Vec<AnswerOf<T>>),
     /// The deadline passed: the child was killed. The names it had answered by
     /// then are kept.
-    TimedOut(Vec<Answer>),
+    TimedOut(Vec<AnswerOf<T>>),
     /// The child could not be started, or died without answering.
     Failed(String),
 }
 
 /// One resolver child in flight.
-pub struct Lookup {
+pub struct Lookup<T = IpAddr> {
     child: Child,
     out: ChildStdout,
     buf: Vec<u8>,
     names: Vec<String>,
     started: Instant,
     deadline: Instant,
+    kind: std::marker::PhantomData<T>,
 }
 
-impl Lookup {
-    /// Start `tenure __resolve` for `names`, to be done by `deadline`.
-    pub fn start(names: &[String], deadline: Instant) -> Result<Lookup, String> {
+impl<T: Token> Lookup<T> {
+    /// Start `tenure __resolve` (or `__resolve_srv`) for `names`, to be done by
+    /// `deadline`.
+    pub fn start(names: &[String], deadline: Instant) -> Result<Lookup<T>, String> {
         let mut cmd = Command::new("/proc/self/exe");
-        cmd.arg0("tenure").arg(SUBCOMMAND);
+        cmd.arg0("tenure").arg(T::SUBCOMMAND);
         Lookup::start_with(cmd, names, deadline)
     }
 
@@ -97,7 +169,7 @@ impl Lookup {
         mut cmd: Command,
         names: &[String],
         deadline: Instant,
-    ) -> Result<Lookup, String> {
+    ) -> Result<Lookup<T>, String> {
         let names: Vec<String> = names.iter().take(MAX_NAMES).cloned().collect();
         let now = clock::now();
         // The child's own end: its deadline rounded up, plus a second, so the
@@ -131,6 +203,7 @@ impl Lookup {
             names,
             started: now,
             deadline,
+            kind: std::marker::PhantomData,
         })
     }
 
@@ -174,7 +247,7 @@ impl Lookup {
     /// Never blocks. `None`: still running and its deadline not reached. Past
     /// the deadline the child is killed and what it answered is kept. The child
     /// is handed back for reaping (it may not have exited yet).
-    pub fn poll(&mut self, now: Instant) -> Option<Outcome> {
+    pub fn poll(&mut self, now: Instant) -> Option<Outcome<T>> {
         match self.drain() {
             Ok(true) => {
                 let answers = parse_output(&self.buf, &self.names);
@@ -207,7 +280,7 @@ impl Lookup {
     /// Wait for the outcome, at most until the deadline (poll(2) on the pipe).
     /// Only where no lease is held: start-up and one-shot commands. The child is
     /// killed and reaped before this returns.
-    pub fn wait(mut self) -> Outcome {
+    pub fn wait(mut self) -> Outcome<T> {
         loop {
             let now = clock::now();
             if let Some(o) = self.poll(now) {
@@ -266,7 +339,7 @@ fn kill_and_reap(child: &mut Child) {
 
 /// The child's lines, matched to the names asked in order; garbage lines end the
 /// parse (what came before is kept).
-fn parse_output(buf: &[u8], names: &[String]) -> Vec<Answer> {
+fn parse_output<T: Token>(buf: &[u8], names: &[String]) -> Vec<AnswerOf<T>> {
     let text = String::from_utf8_lossy(buf);
     let mut out = Vec::new();
     // Only complete lines: a killed child may have written half of one.
@@ -284,12 +357,11 @@ fn parse_output(buf: &[u8], names: &[String]) -> Vec<Answer> {
         let answer = match rest.strip_prefix('!') {
             Some(why) => Err(why.to_string()),
             None => {
-                let addrs: Result<Vec<IpAddr>, _> =
-                    rest.split_whitespace().map(str::parse::<IpAddr>).collect();
-                match addrs {
-                    Ok(a) if a.is_empty() => Err("no address".to_string()),
-                    Ok(a) => Ok(a),
-                    Err(_) => break,
+                let toks: Option<Vec<T>> = rest.split_whitespace().map(T::parse).collect();
+                match toks {
+                    Some(a) if a.is_empty() => Err(T::NONE.to_string()),
+                    Some(a) => Ok(a),
+                    None => break,
                 }
             }
         };
@@ -302,6 +374,120 @@ fn parse_output(buf: &[u8], names: &[String]) -> Vec<Answer> {
 /// every program on this host would) and print one line per name. Exits by
 /// itself after `SECS` seconds (SIGALRM) if nobody killed it before.
 pub fn child_main(args: impl Iterator<Item = std::ffi::OsString>) -> ExitCode {
+    answer_lines(args, |name| {
+        let mut addrs: Vec<IpAddr> = Vec::new();
+        for a in (name, 0u16).to_socket_addrs().map_err(|e| e.to_string())? {
+            if !addrs.contains(&a.ip()) {
+                addrs.push(a.ip());
+            }
+        }
+        if addrs.is_empty() {
+            return Err("no address".into());
+        }
+        Ok(addrs.iter().map(IpAddr::to_string).collect())
+    })
+}
+
+/// `tenure __resolve_srv SECS NAME...`: the SRV records of each name, asked with
+/// the C library's `res_query(3)`, one line per name (`NAME HOST:PORT ...`).
+pub fn srv_child_main(args: impl Iterator<Item = std::ffi::OsString>) -> ExitCode {
+    answer_lines(args, |name| {
+        Ok(srv_query(name)?.iter().map(SrvTarget::to_string).collect())
+    })
+}
+
+/// `res_query(3)` for the SRV records of `name`, class IN: the C library's stub
+/// resolver, with `resolv.conf`'s servers, timeouts and attempts. In the child
+/// only (it blocks for as long as the servers take).
+fn srv_query(name: &str) -> Result<Vec<SrvTarget>, String> {
+    const C_IN: libc::c_int = 1;
+    const T_SRV: libc::c_int = 33;
+    unsafe extern "C" {
+        // glibc >= 2.34 (Debian 12 has 2.36) has these in libc itself.
+        fn res_query(
+            dname: *const libc::c_char,
+            class: libc::c_int,
+            typ: libc::c_int,
+            answer: *mut libc::c_uchar,
+            anslen: libc::c_int,
+        ) -> libc::c_int;
+        fn __h_errno_location() -> *mut libc::c_int;
+    }
+    let c = std::ffi::CString::new(name).map_err(|_| "a NUL byte in the name".to_string())?;
+    let mut buf = vec![0u8; 65_535];
+    let len = libc::c_int::try_from(buf.len()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `c` is a NUL-terminated string and `buf` a writable buffer of `len`
+    // bytes, both alive for the call; res_query writes at most `len` bytes.
+    let n = unsafe { res_query(c.as_ptr(), C_IN, T_SRV, buf.as_mut_ptr(), len) };
+    if n < 0 {
+        // SAFETY: glibc's per-thread h_errno; this child has one thread.
+        let h = unsafe { *__h_errno_location() };
+        return Err(match h {
+            1 => "no such name (NXDOMAIN)".into(),
+            2 => "temporary failure (no answer, or SERVFAIL)".into(),
+            3 => "the server refused or could not answer".into(),
+            4 => "no SRV record".into(),
+            h => format!("lookup failed (h_errno {h})"),
+        });
+    }
+    let n = usize::try_from(n).unwrap_or(0).min(buf.len());
+    srv_targets(&buf[..n])
+}
+
+/// The SRV targets of a DNS answer, in the order RFC 2782 says to try them
+/// (lowest priority first, then the heavier weight; no random draw: every agent
+/// tries them in the same, stable order), deduplicated, at most [`MAX_TARGETS`].
+/// A target of `.` says the service is not offered there; a target that is no
+/// host name, or port 0, is garbage and left out.
+pub fn srv_targets(msg: &[u8]) -> Result<Vec<SrvTarget>, String> {
+    let p = simple_dns::Packet::parse(msg).map_err(|e| format!("malformed DNS answer: {e}"))?;
+    let mut found: Vec<(u16, std::cmp::Reverse<u16>, SrvTarget)> = Vec::new();
+    let (mut dot, mut garbage) = (false, 0usize);
+    for rr in &p.answers {
+        let simple_dns::rdata::RData::SRV(srv) = &rr.rdata else {
+            continue;
+        };
+        let host = srv.target.to_string();
+        let host = host.trim_end_matches('.');
+        if host.is_empty() {
+            dot = true;
+            continue;
+        }
+        if srv.port == 0 || !host_name_ok(host) {
+            garbage += 1;
+            continue;
+        }
+        let t = SrvTarget {
+            host: host.to_ascii_lowercase(),
+            port: srv.port,
+        };
+        if !found.iter().any(|(_, _, x)| *x == t) {
+            found.push((srv.priority, std::cmp::Reverse(srv.weight), t));
+        }
+    }
+    found.sort_by(|a, b| (a.0, a.1, &a.2.host, a.2.port).cmp(&(b.0, b.1, &b.2.host, b.2.port)));
+    if found.is_empty() {
+        return Err(if dot {
+            "the SRV record's target is \".\": the service is not offered there".into()
+        } else if garbage > 0 {
+            format!("{garbage} SRV record(s), none with a usable host name and port")
+        } else {
+            "no SRV record".into()
+        });
+    }
+    Ok(found
+        .into_iter()
+        .take(MAX_TARGETS)
+        .map(|(_, _, t)| t)
+        .collect())
+}
+
+/// The child's body: its own alarm, then one line per name as `answer` gives it
+/// (`NAME TOKEN...`, or `NAME !why`).
+fn answer_lines(
+    args: impl Iterator<Item = std::ffi::OsString>,
+    answer: impl Fn(&str) -> Result<Vec<String>, String>,
+) -> ExitCode {
     let args: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
     let Some((secs, names)) = args.split_first() else {
         return ExitCode::from(2);
@@ -313,22 +499,10 @@ pub fn child_main(args: impl Iterator<Item = std::ffi::OsString>) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for name in names.iter().take(MAX_NAMES) {
-        let line = match (name.as_str(), 0u16).to_socket_addrs() {
-            Ok(it) => {
-                let mut addrs: Vec<IpAddr> = Vec::new();
-                for a in it {
-                    if !addrs.contains(&a.ip()) {
-                        addrs.push(a.ip());
-                    }
-                }
-                if addrs.is_empty() {
-                    format!("{name} !no address\n")
-                } else {
-                    let list: Vec<String> = addrs.iter().map(IpAddr::to_string).collect();
-                    format!("{name} {}\n", list.join(" "))
-                }
-            }
-            Err(e) => format!("{name} !{}\n", e.to_string().replace('\n', " ")),
+        let line = match answer(name) {
+            Ok(toks) if toks.is_empty() => format!("{name} !no answer\n"),
+            Ok(toks) => format!("{name} {}\n", toks.join(" ")),
+            Err(e) => format!("{name} !{}\n", e.replace('\n', " ")),
         };
         // Line by line: a parent that kills us at its deadline keeps the names
         // already answered.
@@ -345,13 +519,21 @@ pub fn child_main(args: impl Iterator<Item = std::ffi::OsString>) -> ExitCode {
 
 /// The loop's resolver: at most one lookup in flight, plus killed children not
 /// reaped yet. Never blocks.
-#[derive(Default)]
-pub struct Resolver {
-    running: Option<Lookup>,
+pub struct Resolver<T: Token = IpAddr> {
+    running: Option<Lookup<T>>,
     dying: Vec<Child>,
 }
 
-impl Resolver {
+impl<T: Token> Default for Resolver<T> {
+    fn default() -> Self {
+        Resolver {
+            running: None,
+            dying: Vec::new(),
+        }
+    }
+}
+
+impl<T: Token> Resolver<T> {
     /// Start a lookup unless one is running. `Err`: it could not be started.
     pub fn start(&mut self, names: &[String], deadline: Instant) -> Result<bool, String> {
         if self.running.is_some() || names.is_empty() {
@@ -362,7 +544,7 @@ impl Resolver {
     }
 
     /// The running lookup (tests use their own program).
-    pub fn start_lookup(&mut self, l: Lookup) {
+    pub fn start_lookup(&mut self, l: Lookup<T>) {
         if let Some(old) = self.running.replace(l) {
             let mut c = old.into_child();
             let _ = c.kill();
@@ -376,7 +558,7 @@ impl Resolver {
 
     /// Reap what can be reaped, and the running lookup's outcome once it is over
     /// (with the names it asked and when it started). Call on every wake-up.
-    pub fn service(&mut self, now: Instant) -> Option<(Vec<String>, Instant, Outcome)> {
+    pub fn service(&mut self, now: Instant) -> Option<(Vec<String>, Instant, Outcome<T>)> {
         self.dying.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
         let l = self.running.as_mut()?;
         let o = l.poll(now)?;
@@ -391,7 +573,7 @@ impl Resolver {
 
     /// When the running lookup must be killed.
     pub fn deadline(&self) -> Option<Instant> {
-        self.running.as_ref().map(Lookup::deadline)
+        self.running.as_ref().map(|l| l.deadline)
     }
 
     /// Whether `pid` is a child of ours (the loop's orphan reaper leaves it to us).
@@ -401,7 +583,7 @@ impl Resolver {
     }
 }
 
-impl Drop for Resolver {
+impl<T: Token> Drop for Resolver<T> {
     fn drop(&mut self) {
         if let Some(l) = self.running.take() {
             let mut c = l.into_child();
@@ -411,6 +593,34 @@ impl Drop for Resolver {
             kill_and_reap(c);
         }
     }
+}
+
+/// The endpoints a one-shot command (`ctl`, `confirm-epoch`) starts from: the
+/// configured list, or with `[etcd] srv` the SRV answer's targets, asked now
+/// within `resolve_timeout` (the default when 0) and `deadline`.
+pub fn endpoints_now(
+    cfg: &crate::config::EtcdConfig,
+    deadline: Instant,
+) -> Result<Vec<String>, String> {
+    let Some(srv) = &cfg.srv else {
+        return Ok(cfg.endpoints.clone());
+    };
+    let timeout = if cfg.resolve_timeout.is_zero() {
+        DEFAULT_RESOLVE_TIMEOUT
+    } else {
+        cfg.resolve_timeout
+    };
+    let service = srv.service();
+    let d = clock::now().add(timeout).min(deadline);
+    let why = match Lookup::<SrvTarget>::start(std::slice::from_ref(&service), d)?.wait() {
+        Outcome::Done(a) | Outcome::TimedOut(a) => match a.into_iter().next() {
+            Some((_, Ok(targets))) => return Ok(targets.iter().map(|t| srv.endpoint(t)).collect()),
+            Some((_, Err(why))) => why,
+            None => format!("no answer within {:.3} s", timeout.as_secs_f64()),
+        },
+        Outcome::Failed(why) => why,
+    };
+    Err(format!("etcd: DNS SRV lookup of {service}: {why}"))
 }
 
 /// What a one-shot command (`ctl`, `confirm-epoch`) connects to: the endpoints
@@ -504,7 +714,7 @@ mod tests {
     fn output_lines_match_the_names_asked() {
         let n = names(&["a.example", "b.example", "c.example"]);
         let out = b"a.example 10.0.0.1 fd00::2\nb.example !Name or service not known\nc.exa";
-        let a = parse_output(out, &n);
+        let a = parse_output::<IpAddr>(out, &n);
         assert_eq!(a.len(), 2, "the half line is not an answer: {a:?}");
         assert_eq!(
             a[0],
@@ -524,8 +734,125 @@ mod tests {
             )
         );
         // A line for another name, or garbage, ends the parse.
-        assert!(parse_output(b"x.example 10.0.0.1\n", &n).is_empty());
-        assert!(parse_output(b"a.example 10.0.0.999\n", &n).is_empty());
+        assert!(parse_output::<IpAddr>(b"x.example 10.0.0.1\n", &n).is_empty());
+        assert!(parse_output::<IpAddr>(b"a.example 10.0.0.999\n", &n).is_empty());
+    }
+
+    /// A DNS answer with these SRV records (priority, weight, port, target), as
+    /// a server sends it (`compressed`: names as pointers into the message).
+    fn srv_answer(recs: &[(u16, u16, u16, &str)], compressed: bool) -> Vec<u8> {
+        use simple_dns::rdata::{RData, SRV};
+        use simple_dns::{CLASS, Name, Packet, ResourceRecord};
+        let mut p = Packet::new_reply(7);
+        for &(priority, weight, port, target) in recs {
+            p.answers.push(ResourceRecord::new(
+                Name::new_unchecked("_etcd-client._tcp.srv.test"),
+                CLASS::IN,
+                60,
+                RData::SRV(SRV {
+                    priority,
+                    weight,
+                    port,
+                    target: Name::new_unchecked(target),
+                }),
+            ));
+        }
+        if compressed {
+            p.build_bytes_vec_compressed().expect("build")
+        } else {
+            p.build_bytes_vec().expect("build")
+        }
+    }
+
+    fn target(host: &str, port: u16) -> SrvTarget {
+        SrvTarget {
+            host: host.into(),
+            port,
+        }
+    }
+
+    /// RFC 2782's order (lowest priority, then heavier weight; a stable order
+    /// for equal ones), duplicates once, names lower-cased, the root dot gone.
+    #[test]
+    fn srv_targets_come_in_the_order_to_try_them() {
+        for compressed in [false, true] {
+            let msg = srv_answer(
+                &[
+                    (20, 0, 2379, "etcd3.srv.test"),
+                    (10, 5, 2379, "ETCD2.srv.test"),
+                    (10, 50, 2379, "etcd1.srv.test."),
+                    (10, 5, 2379, "etcd2.srv.test"),
+                    (10, 5, 2381, "etcd2.srv.test"),
+                ],
+                compressed,
+            );
+            assert_eq!(
+                srv_targets(&msg),
+                Ok(vec![
+                    target("etcd1.srv.test", 2379),
+                    target("etcd2.srv.test", 2379),
+                    target("etcd2.srv.test", 2381),
+                    target("etcd3.srv.test", 2379),
+                ]),
+                "compressed {compressed}"
+            );
+        }
+    }
+
+    /// What an answer without a usable target says: each case named.
+    #[test]
+    fn srv_answers_without_a_target_say_why() {
+        let e = srv_targets(&srv_answer(&[], false)).expect_err("empty");
+        assert_eq!(e, "no SRV record");
+        let e = srv_targets(&srv_answer(&[(0, 0, 0, ".")], false)).expect_err("dot");
+        assert!(e.contains("not offered"), "{e}");
+        let e =
+            srv_targets(&srv_answer(&[(0, 0, 0, "etcd1.srv.test")], false)).expect_err("port 0");
+        assert!(e.contains("none with a usable host name and port"), "{e}");
+        let e = srv_targets(&srv_answer(&[(0, 0, 2379, "etcd 1.srv.test")], false))
+            .expect_err("a space");
+        assert!(e.contains("none with a usable"), "{e}");
+        // Garbage beside a good one: the good one.
+        let msg = srv_answer(
+            &[(0, 0, 0, "x.test"), (1, 0, 2379, "etcd1.srv.test")],
+            false,
+        );
+        assert_eq!(srv_targets(&msg), Ok(vec![target("etcd1.srv.test", 2379)]));
+        let e = srv_targets(b"\x00\x07garbage").expect_err("garbage");
+        assert!(e.starts_with("malformed DNS answer"), "{e}");
+    }
+
+    /// The SRV child's lines: `NAME HOST:PORT ...`; garbage ends the parse.
+    #[test]
+    fn srv_output_lines_parse_into_targets() {
+        let n = names(&["_etcd-client._tcp.srv.test", "_etcd-client._tcp.other.test"]);
+        let out = b"_etcd-client._tcp.srv.test etcd1.srv.test:2379 etcd2.srv.test:2380\n\
+                    _etcd-client._tcp.other.test !no such name (NXDOMAIN)\n";
+        let a = parse_output::<SrvTarget>(out, &n);
+        assert_eq!(
+            a,
+            vec![
+                (
+                    n[0].clone(),
+                    Ok(vec![
+                        target("etcd1.srv.test", 2379),
+                        target("etcd2.srv.test", 2380)
+                    ])
+                ),
+                (n[1].clone(), Err("no such name (NXDOMAIN)".into())),
+            ]
+        );
+        for bad in [
+            "_etcd-client._tcp.srv.test etcd1.srv.test\n",
+            "_etcd-client._tcp.srv.test etcd1.srv.test:0\n",
+            "_etcd-client._tcp.srv.test etcd1.srv.test:99999\n",
+            "_etcd-client._tcp.srv.test http://x:1\n",
+        ] {
+            assert!(
+                parse_output::<SrvTarget>(bad.as_bytes(), &n).is_empty(),
+                "{bad}"
+            );
+        }
     }
 
     fn sh(script: &str) -> Command {
@@ -542,8 +869,12 @@ mod tests {
         let n = names(&["a.example", "b.example"]);
         let start = clock::now();
         let deadline = start.add(Duration::from_millis(300));
-        let l = Lookup::start_with(sh("echo 'a.example 10.0.0.1'; exec sleep 30"), &n, deadline)
-            .expect("start");
+        let l = Lookup::<IpAddr>::start_with(
+            sh("echo 'a.example 10.0.0.1'; exec sleep 30"),
+            &n,
+            deadline,
+        )
+        .expect("start");
         let pid = l.pid();
         let o = l.wait();
         let took = clock::now().since(start);
@@ -573,8 +904,9 @@ mod tests {
     fn the_loop_polls_without_blocking() {
         let n = names(&["a.example"]);
         let deadline = clock::now().add(Duration::from_secs(10));
-        let l = Lookup::start_with(sh("sleep 0.2; echo 'a.example 10.0.0.7'"), &n, deadline)
-            .expect("start");
+        let l =
+            Lookup::<IpAddr>::start_with(sh("sleep 0.2; echo 'a.example 10.0.0.7'"), &n, deadline)
+                .expect("start");
         let pid = l.pid();
         let mut r = Resolver::default();
         r.start_lookup(l);

@@ -25,40 +25,12 @@ use std::net::UdpSocket;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{FAILOVER, settled};
+use common::{FAILOVER, NetnsFiles, endpoint_in_use, metric, settled};
 use tenure::testbed::cluster::TestCluster;
 use tenure::testbed::wait_for;
 
 /// The domain the test's names live in (RFC 6761 reserves `.test`).
 const DOMAIN: &str = "names.test";
-
-/// The `/etc/netns/<ns>/` directories this test made; removed on drop, so a
-/// failing test leaves none behind. Declared before the cluster, so it is
-/// dropped after the cluster stopped every agent.
-#[derive(Default)]
-struct NetnsFiles(Vec<PathBuf>);
-
-impl NetnsFiles {
-    /// Make `/etc/netns/<ns>/` with `hosts` and `resolv.conf`.
-    fn make(&mut self, ns: &str, hosts: &str, resolv: &str) {
-        let dir = PathBuf::from("/etc/netns").join(ns);
-        assert!(!dir.exists(), "{} exists already", dir.display());
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
-        self.0.push(dir.clone());
-        fs::write(dir.join("hosts"), hosts).expect("write hosts");
-        fs::write(dir.join("resolv.conf"), resolv).expect("write resolv.conf");
-    }
-}
-
-impl Drop for NetnsFiles {
-    fn drop(&mut self) {
-        for d in &self.0 {
-            let _ = fs::remove_dir_all(d);
-        }
-        // /etc/netns itself only if we left it empty (another user's entries stay).
-        let _ = fs::remove_dir("/etc/netns");
-    }
-}
 
 fn hosts_file(etcd: &[(String, String)]) -> String {
     let mut s = String::from("127.0.0.1 localhost\n");
@@ -66,41 +38,6 @@ fn hosts_file(etcd: &[(String, String)]) -> String {
         s.push_str(&format!("{addr} {name}\n"));
     }
     s
-}
-
-/// One counter or gauge of node `i`'s `GET /metrics` (its first sample), if the
-/// API answered within the bed's 1 s.
-fn metric_opt(c: &TestCluster, i: usize, name: &str) -> Option<f64> {
-    let (code, body) = c.api_body(i, "/metrics")?;
-    assert_eq!(code, 200, "{}: /metrics answered {code}", c.name(i));
-    // Every sample carries the scope and name labels: `NAME{...} VALUE`.
-    let v = body.lines().find_map(|l| {
-        let (k, v) = l.rsplit_once(' ')?;
-        let k = k.split('{').next()?;
-        (k == name).then(|| v.trim().parse::<f64>().ok())?
-    });
-    Some(v.unwrap_or_else(|| panic!("{}: no {name} in /metrics", c.name(i))))
-}
-
-/// [`metric_opt`], a few tries: an agent whose etcd is cut off serves its API
-/// between calls that each wait up to `retry_timeout`.
-fn metric(c: &TestCluster, i: usize, name: &str) -> f64 {
-    wait_for(Duration::from_secs(5), Duration::from_millis(100), || {
-        metric_opt(c, i, name)
-    })
-    .unwrap_or_else(|| panic!("{}: no answer to /metrics{}", c.name(i), c.logs_tail(60)))
-}
-
-/// The endpoint node `i` talks to (the `endpoint` label of `tenure_etcd_endpoint`).
-fn endpoint_in_use(c: &TestCluster, i: usize) -> String {
-    let (_, body) = c.api_body(i, "/metrics").expect("/metrics");
-    body.lines()
-        .find_map(|l| {
-            let labels = l.strip_prefix("tenure_etcd_endpoint{")?;
-            let rest = labels.split_once("endpoint=\"")?.1;
-            Some(rest.split('"').next()?.to_string())
-        })
-        .unwrap_or_else(|| panic!("{}: no tenure_etcd_endpoint", c.name(i)))
 }
 
 #[test]

@@ -12,6 +12,14 @@
 //! S1, S6 d), forget the last good addresses because a resolution failed or
 //! timed out, or count a failed renewal as anything but failed (the re-resolve
 //! is never part of it).
+//!
+//! `[etcd] srv`: the endpoint list itself comes from DNS SRV records, asked by
+//! a child the same way (`tenure __resolve_srv`): at start-up (waiting at most
+//! `resolve_timeout`, before any lease), and again once the last endpoint of the
+//! list failed in turn (every member it named may be gone). An answer that
+//! changes the list replaces it (names then resolved as above); a failed or
+//! timed-out one keeps the last good list; a connected client whose endpoint is
+//! still listed is kept.
 
 use std::net::IpAddr;
 
@@ -19,10 +27,10 @@ use log::{debug, info, warn};
 
 use super::Agent;
 use crate::clock;
-use crate::config::{Endpoint, EtcdConfig, Host};
+use crate::config::{Endpoint, EtcdConfig, EtcdSrv, Host};
 use crate::core::time::Instant;
 use crate::dcs::Security;
-use crate::resolve::{Outcome, Resolver};
+use crate::resolve::{Outcome, Resolver, SrvTarget};
 
 /// One `[etcd] endpoints` entry and what its name resolved to.
 struct Ep {
@@ -43,34 +51,64 @@ pub(super) struct Names {
     /// `resolve_timeout` after it (a resolver that always hangs costs one child
     /// at a time, not one per iteration).
     last_end: Option<Instant>,
+    /// `[etcd] srv`: where the endpoint list comes from.
+    srv: Option<Srv>,
+}
+
+/// The SRV side: the records asked, the child in flight, whether to ask again.
+struct Srv {
+    spec: EtcdSrv,
+    resolver: Resolver<SrvTarget>,
+    /// Ask again (no answer yet, or the last endpoint of the list failed).
+    stale: bool,
+    /// As `Names::last_end`, for SRV lookups.
+    last_end: Option<Instant>,
+}
+
+fn ep_of(url: &str) -> Ep {
+    // The configuration (or the SRV answer) was checked with the same parser; an
+    // entry that fails here stays unusable rather than panicking.
+    let ep = Endpoint::parse(url).ok();
+    let (addrs, stale) = match ep.as_ref().map(|e| &e.host) {
+        Some(Host::Ip(ip)) => (vec![*ip], false),
+        _ => (Vec::new(), true),
+    };
+    Ep {
+        ep,
+        addrs,
+        next: 0,
+        stale,
+    }
 }
 
 impl Names {
     pub(super) fn new(cfg: &EtcdConfig) -> Names {
-        let eps = cfg
-            .endpoints
-            .iter()
-            .map(|u| {
-                // The configuration was checked with the same parser; an entry
-                // that fails here stays unusable rather than panicking.
-                let ep = Endpoint::parse(u).ok();
-                let (addrs, stale) = match ep.as_ref().map(|e| &e.host) {
-                    Some(Host::Ip(ip)) => (vec![*ip], false),
-                    _ => (Vec::new(), true),
-                };
-                Ep {
-                    ep,
-                    addrs,
-                    next: 0,
-                    stale,
-                }
-            })
-            .collect();
         Names {
-            eps,
+            eps: cfg.endpoints.iter().map(|u| ep_of(u)).collect(),
             resolver: Resolver::default(),
             last_end: None,
+            srv: cfg.srv.clone().map(|spec| Srv {
+                spec,
+                resolver: Resolver::default(),
+                stale: true,
+                last_end: None,
+            }),
         }
+    }
+
+    /// A new endpoint list (from an SRV answer): an entry listed before keeps
+    /// its addresses; new names are resolved at the next step.
+    fn set_endpoints(&mut self, urls: &[String]) {
+        let mut old = std::mem::take(&mut self.eps);
+        for u in urls {
+            let fresh = ep_of(u);
+            match old.iter().position(|e| e.ep.is_some() && e.ep == fresh.ep) {
+                Some(k) => self.eps.push(old.swap_remove(k)),
+                None => self.eps.push(fresh),
+            }
+        }
+        // New names now, not a `resolve_timeout` after the last lookup.
+        self.last_end = None;
     }
 
     /// The names to resolve now (stale, deduplicated).
@@ -93,6 +131,13 @@ impl Names {
         if let Some(e) = self.eps.get_mut(i) {
             e.next = e.next.wrapping_add(1);
             e.stale = e.ep.as_ref().and_then(Endpoint::name).is_some();
+        }
+        // The list is tried in order: its last entry failing means every member
+        // it names failed once since the last answer (or there is no list).
+        if let Some(s) = &mut self.srv
+            && i + 1 >= self.eps.len()
+        {
+            s.stale = true;
         }
     }
 
@@ -131,7 +176,7 @@ impl Names {
 
     /// Whether `pid` is a resolver child (the orphan reaper leaves it alone).
     pub(super) fn owns(&self, pid: u32) -> bool {
-        self.resolver.owns(pid)
+        self.resolver.owns(pid) || self.srv.as_ref().is_some_and(|s| s.resolver.owns(pid))
     }
 }
 
@@ -155,7 +200,14 @@ impl Agent {
     pub(super) fn etcd_target(&self, i: usize) -> Result<(String, Security), String> {
         let mut sec = Security::of(&self.cfg.etcd);
         let Some(e) = self.names.eps.get(i) else {
-            return Err(format!("etcd endpoint #{i}: not configured"));
+            return Err(match &self.names.srv {
+                Some(s) if self.names.eps.is_empty() => format!(
+                    "no etcd endpoint yet: the DNS SRV lookup of {} has not answered \
+                     (asked again in its own step, outside the loop)",
+                    s.spec.service()
+                ),
+                _ => format!("etcd endpoint #{i}: not configured"),
+            });
         };
         let Some(ep) = &e.ep else {
             return Err(format!(
@@ -182,6 +234,18 @@ impl Agent {
     /// waiting at most `[etcd] resolve_timeout`. Names that do not resolve now
     /// are retried by `resolve_step`.
     pub(super) fn resolve_at_startup(&mut self) {
+        if let Some(s) = &self.names.srv {
+            let deadline = clock::now().add(self.cfg.etcd.resolve_timeout);
+            let service = s.spec.service();
+            let o = match crate::resolve::Lookup::<SrvTarget>::start(&[service], deadline) {
+                Ok(l) => l.wait(),
+                Err(e) => Outcome::Failed(e),
+            };
+            self.srv_resolved(o);
+            if let Some(s) = &mut self.names.srv {
+                s.last_end = Some(clock::now());
+            }
+        }
         let names = self.names.stale_names();
         if names.is_empty() {
             return;
@@ -201,6 +265,7 @@ impl Agent {
     /// authentication step, never inside a renewal.
     pub(super) fn resolve_step(&mut self) {
         let now = clock::now();
+        self.srv_step(now);
         if let Some((names, started, o)) = self.names.resolver.service(now) {
             debug!(
                 "etcd: resolver for {} ended after {:.3} s",
@@ -227,6 +292,93 @@ impl Agent {
             self.status.metrics.etcd_resolve_failures += 1;
             self.names.last_end = Some(now);
         }
+    }
+
+    /// `resolve_step`'s SRV half: poll the SRV child, start one when the list is
+    /// stale. Never blocks.
+    fn srv_step(&mut self, now: Instant) {
+        let Some(s) = &mut self.names.srv else {
+            return;
+        };
+        if let Some((_, _, o)) = s.resolver.service(now) {
+            s.last_end = Some(now);
+            self.srv_resolved(o);
+        }
+        let timeout = self.cfg.etcd.resolve_timeout;
+        let Some(s) = &mut self.names.srv else {
+            return;
+        };
+        if !s.stale || s.resolver.running() || s.last_end.is_some_and(|t| now < t.add(timeout)) {
+            return;
+        }
+        let service = s.spec.service();
+        debug!("etcd: asking DNS for {service} again");
+        if let Err(e) = s.resolver.start(&[service], now.add(timeout)) {
+            warn!("etcd: {e}");
+            s.last_end = Some(now);
+            self.status.metrics.etcd_resolve_failures += 1;
+        }
+    }
+
+    /// An SRV lookup's outcome: a new list replaces the endpoints (the client
+    /// kept when its endpoint is still listed); a failure keeps the last good
+    /// list.
+    fn srv_resolved(&mut self, o: Outcome<SrvTarget>) {
+        let Some(s) = &mut self.names.srv else {
+            return;
+        };
+        let service = s.spec.service();
+        let kept = if self.cfg.etcd.endpoints.is_empty() {
+            "no endpoint yet".to_string()
+        } else {
+            self.cfg.etcd.endpoints.join(", ")
+        };
+        let answer = match o {
+            Outcome::Done(a) => a.into_iter().next().map(|(_, r)| r),
+            Outcome::TimedOut(a) => {
+                self.status.metrics.etcd_resolve_timeouts += 1;
+                let r = a.into_iter().next().map(|(_, r)| r);
+                if r.is_none() {
+                    warn!(
+                        "etcd: DNS SRV lookup of {service} took longer than resolve_timeout = \
+                         {:.3} s (resolver killed); keeping {kept}",
+                        self.cfg.etcd.resolve_timeout.as_secs_f64()
+                    );
+                    return;
+                }
+                r
+            }
+            Outcome::Failed(why) => Some(Err(why)),
+        };
+        let urls: Vec<String> = match answer {
+            Some(Ok(targets)) => targets.iter().map(|t| s.spec.endpoint(t)).collect(),
+            Some(Err(why)) => {
+                self.status.metrics.etcd_resolve_failures += 1;
+                warn!("etcd: DNS SRV lookup of {service}: {why}; keeping {kept}");
+                return;
+            }
+            None => return,
+        };
+        s.stale = false;
+        self.status.metrics.etcd_resolves += 1;
+        if urls == self.cfg.etcd.endpoints {
+            return;
+        }
+        info!("etcd: DNS SRV {service}: {}", urls.join(", "));
+        let current = self.cfg.etcd.endpoints.get(self.endpoint).cloned();
+        self.names.set_endpoints(&urls);
+        self.cfg.etcd.endpoints = urls.clone();
+        self.status.metrics.etcd_endpoints = urls;
+        // A connected client whose endpoint is still listed stays (no reconnect on
+        // a leader's next renewal); otherwise the new list from its start.
+        match current.and_then(|c| self.cfg.etcd.endpoints.iter().position(|u| *u == c)) {
+            Some(k) => self.endpoint = k,
+            None => {
+                self.endpoint = 0;
+                self.etcd = None;
+            }
+        }
+        self.status.metrics.etcd_endpoint = self.endpoint;
     }
 
     /// Count and log a lookup's outcome, and keep what it found.
@@ -278,10 +430,52 @@ mod tests {
     fn cfg(eps: &[&str]) -> EtcdConfig {
         EtcdConfig {
             endpoints: eps.iter().map(|s| s.to_string()).collect(),
+            srv: None,
             tls: None,
             auth: None,
             resolve_timeout: Duration::from_secs(2),
         }
+    }
+
+    /// `[etcd] srv`: a new list keeps the addresses of entries it keeps; the
+    /// last entry failing (every one tried since the answer) asks DNS again.
+    #[test]
+    fn an_srv_list_keeps_what_it_keeps_and_is_asked_again_after_a_round() {
+        let mut c = cfg(&[]);
+        c.srv = Some(EtcdSrv {
+            domain: "srv.test".into(),
+            suffix: None,
+            https: false,
+        });
+        let mut n = Names::new(&c);
+        assert!(n.eps.is_empty());
+        assert!(n.srv.as_ref().is_some_and(|s| s.stale), "asked at start-up");
+        n.set_endpoints(&[
+            "http://etcd1.srv.test:2379".into(),
+            "http://etcd2.srv.test:2379".into(),
+        ]);
+        n.srv.as_mut().expect("srv").stale = false;
+        n.apply(&[("etcd1.srv.test".into(), Ok(vec![ip("10.0.0.1")]))]);
+        assert_eq!(n.stale_names(), vec!["etcd2.srv.test".to_string()]);
+        n.failed(0);
+        assert!(!n.srv.as_ref().is_some_and(|s| s.stale), "one failure");
+        n.failed(1);
+        assert!(
+            n.srv.as_ref().is_some_and(|s| s.stale),
+            "the last one failed"
+        );
+        n.last_end = Some(crate::clock::now());
+        n.set_endpoints(&[
+            "http://etcd3.srv.test:2379".into(),
+            "http://etcd1.srv.test:2379".into(),
+        ]);
+        assert_eq!(
+            n.eps[1].addrs,
+            vec![ip("10.0.0.1")],
+            "etcd1 keeps its address"
+        );
+        assert!(n.eps[0].addrs.is_empty());
+        assert!(n.last_end.is_none(), "new names are resolved at once");
     }
 
     fn ip(s: &str) -> IpAddr {

@@ -1123,3 +1123,61 @@ fn endpoint_names_and_resolve_timeout() {
     let e = err(&GOOD.replace("[etcd]", "[etcd]\nresolve_timeout = 0"));
     assert!(e.contains("etcd.resolve_timeout: must be > 0"), "{e}");
 }
+
+/// `[etcd] srv`: etcd's own record names (with TLS, the `-ssl` ones and
+/// https:// URLs), a suffix for several clusters under one domain, and each
+/// wrong combination named.
+#[test]
+fn etcd_srv_discovery() {
+    let srv = |etcd: &str| {
+        GOOD.replace(
+            "endpoints = [\"http://127.0.0.1:2379\", \"http://[::1]:2380\"]",
+            etcd,
+        )
+    };
+    let c = parse(&srv("srv = \"Srv.Example.\"")).expect("srv alone");
+    assert!(c.etcd.endpoints.is_empty());
+    let s = c.etcd.srv.expect("srv");
+    assert_eq!(s.service(), "_etcd-client._tcp.srv.example");
+    let t = crate::resolve::SrvTarget {
+        host: "etcd1.srv.example".into(),
+        port: 2379,
+    };
+    assert_eq!(s.endpoint(&t), "http://etcd1.srv.example:2379");
+    let c = parse(&srv(
+        "srv = \"srv.example\"\nsrv_suffix = \"pg-a\"\ncacert = \"/ca.pem\"",
+    ))
+    .expect("srv with TLS and a suffix");
+    let s = c.etcd.srv.expect("srv");
+    assert_eq!(s.service(), "_etcd-client-ssl-pg-a._tcp.srv.example");
+    assert_eq!(s.endpoint(&t), "https://etcd1.srv.example:2379");
+    assert!(c.etcd.tls.is_some(), "TLS with srv and cacert");
+
+    let e = err(&GOOD.replace("[etcd]", "[etcd]\nsrv = \"srv.example\""));
+    assert!(
+        e.contains("etcd.srv: set either endpoints or srv, not both"),
+        "{e}"
+    );
+    let e = err(&srv(""));
+    assert!(
+        e.contains("etcd.endpoints: missing") && e.contains("srv"),
+        "{e}"
+    );
+    let e = err(&srv("srv = \"bad domain\""));
+    assert!(
+        e.contains("etcd.srv: \"bad domain\" is not a DNS domain"),
+        "{e}"
+    );
+    let e = err(&srv("srv = \"\""));
+    assert!(e.contains("etcd.srv: must not be empty"), "{e}");
+    let e = err(&srv("srv = \"srv.example\"\nsrv_suffix = \"a.b\""));
+    assert!(
+        e.contains("etcd.srv_suffix: \"a.b\" must be letters"),
+        "{e}"
+    );
+    let e = err(&GOOD.replace("[etcd]", "[etcd]\nsrv_suffix = \"x\""));
+    assert!(e.contains("etcd.srv_suffix: needs srv"), "{e}");
+    // Without TLS the TLS keys stay refused, as with http:// endpoints.
+    let e = err(&srv("srv = \"srv.example\"\ncert = \"/c.pem\""));
+    assert!(e.contains("etcd.cert"), "{e}");
+}

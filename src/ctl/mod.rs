@@ -181,17 +181,14 @@ impl Ctx {
                 .enable_time()
                 .build()
                 .map_err(|e| CtlError::Failed(format!("cannot build the event loop: {e}")))?;
-            let endpoints = self.cfg.etcd.endpoints.join(",");
             let deadline = clock::now().add(ETCD_TIMEOUT);
+            // `[etcd] srv`: the members from DNS first (crate::resolve).
+            let list = crate::resolve::endpoints_now(&self.cfg.etcd, deadline)
+                .map_err(CtlError::Failed)?;
+            let endpoints = list.join(",");
             let sec = crate::dcs::Security::of(&self.cfg.etcd);
-            let etcd = Etcd::connect_authenticated(
-                &rt,
-                &self.cfg.etcd.endpoints,
-                &self.prefix(),
-                &sec,
-                deadline,
-            )
-            .map_err(|e| CtlError::Failed(format!("etcd unreachable ({endpoints}): {e}")))?;
+            let etcd = Etcd::connect_authenticated(&rt, &list, &self.prefix(), &sec, deadline)
+                .map_err(|e| CtlError::Failed(format!("etcd unreachable ({endpoints}): {e}")))?;
             self.dcs = Some(Dcs {
                 rt,
                 etcd,

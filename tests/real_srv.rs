@@ -1,0 +1,276 @@
+//! `[etcd] srv`: the etcd members found by DNS SRV records, on real parts: every
+//! node and etcd member in its own network namespace (`testbed::netns`), a real
+//! DNS server (dnsmasq) on the observer's address that every namespace reaches,
+//! named in `/etc/netns/<ns>/resolv.conf` (`ip netns exec` bind-mounts it), and
+//! no endpoint in any node's configuration.
+//!
+//! What it shows: the cluster bootstraps from an SRV answer that names one member
+//! (the names of the targets resolved by the same DNS server), and `tenure ctl`
+//! finds the members the same way; then the records change to name the two
+//! other members, every node is cut off from the first one, and every agent asks
+//! DNS again once the last endpoint of its list failed, moves to the new members
+//! and the cluster goes on (the primary takes writes, its leader renews).
+//!
+//! Needs root, iproute2, nftables, dnsmasq-base, etcd-server and postgresql-15,
+//! like every `real_*` test; run one at a time (nextest group `real`, and
+//! `flock /tmp/tenure-real.lock` by hand).
+
+mod common;
+
+use std::fs;
+use std::net::Ipv4Addr;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{NetnsFiles, metric, settled};
+use tenure::testbed::cluster::TestCluster;
+use tenure::testbed::wait_for;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tenure");
+/// The domain of the records (RFC 6761 reserves `.test`).
+const DOMAIN: &str = "srv.test";
+/// What tenure asks for without TLS.
+const SERVICE: &str = "_etcd-client._tcp.srv.test";
+
+/// A dnsmasq this test started, answering only from its command line (no
+/// upstream, no hosts file); stopped by its pid on drop.
+struct Dns(Child);
+
+impl Dns {
+    /// Serve `members` (name, address, port), in that order of priority, on
+    /// `listen`:53.
+    fn start(listen: Ipv4Addr, members: &[(String, String, u16)]) -> Dns {
+        let mut cmd = Command::new("dnsmasq");
+        cmd.args([
+            "--keep-in-foreground",
+            "--conf-file=/dev/null",
+            "--no-resolv",
+            "--no-hosts",
+            "--no-poll",
+            "--bind-interfaces",
+            "--port=53",
+            "--user=root",
+            "--group=root",
+            "--pid-file=",
+            "--log-facility=/dev/null",
+        ])
+        .arg(format!("--listen-address={listen}"));
+        for (k, (name, addr, port)) in members.iter().enumerate() {
+            cmd.arg(format!(
+                "--srv-host={SERVICE},{name},{port},{},0",
+                10 * (k + 1)
+            ));
+            cmd.arg(format!("--host-record={name},{addr}"));
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start dnsmasq (package dnsmasq-base): {e}"));
+        Dns(child)
+    }
+
+    fn stop(mut self) {
+        self.kill();
+    }
+
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Dns {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `program args...` inside node `i`'s namespace (its resolv.conf and hosts).
+fn in_ns(c: &TestCluster, i: usize, args: &[&str]) -> Output {
+    let ns = c.spec(i).netns.clone().expect("node namespace");
+    Command::new("ip")
+        .args(["netns", "exec", &ns])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("ip netns exec")
+}
+
+/// The SRV answer as node `i`'s namespace sees it (the agent's own resolver
+/// child), once it names `want`.
+fn wait_dns(c: &TestCluster, i: usize, want: &str) {
+    let seen = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        let o = in_ns(c, i, &[BIN, "__resolve_srv", "2", SERVICE]);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        out.contains(want).then_some(out)
+    });
+    assert!(
+        seen.is_some(),
+        "DNS in {}'s namespace never answered {want}",
+        c.name(i)
+    );
+}
+
+/// The endpoint node `i` talks to, if its API answers.
+fn endpoint_now(c: &TestCluster, i: usize) -> Option<String> {
+    let (_, body) = c.api_body(i, "/metrics")?;
+    body.lines().find_map(|l| {
+        let labels = l.strip_prefix("tenure_etcd_endpoint{")?;
+        let rest = labels.split_once("endpoint=\"")?.1;
+        Some(rest.split('"').next()?.to_string())
+    })
+}
+
+#[test]
+fn srv_bootstrap_ctl_and_rediscovery() {
+    // Declared first: dropped last, after the cluster (and its agents) are gone.
+    let mut files = NetnsFiles::default();
+    let mut opts = common::options("srv", "srv");
+    opts.netns = true;
+    opts.start_agents = false;
+    opts.log_level = Some("debug".into());
+    opts.etcd_extra = vec!["resolve_timeout = 1.0".into(); 3];
+    let mut c = common::start(opts);
+    let observer = c.net().expect("netns").observer();
+
+    // Member j is `etcd<j+1>.srv.test`; at first the records name member 0 only.
+    let members: Vec<(String, String, u16)> = c
+        .endpoints()
+        .iter()
+        .enumerate()
+        .map(|(j, e)| {
+            let (addr, port) = e
+                .trim_start_matches("http://")
+                .rsplit_once(':')
+                .expect("host:port");
+            (
+                format!("etcd{}.{DOMAIN}", j + 1),
+                addr.to_string(),
+                port.parse().expect("port"),
+            )
+        })
+        .collect();
+    let url = |j: usize| format!("http://{}:{}", members[j].0, members[j].2);
+    let dns = Dns::start(observer, &members[..1]);
+    let resolv = format!("nameserver {observer}\noptions timeout:1 attempts:2\n");
+    for i in 0..c.node_count() {
+        let ns = c.spec(i).netns.clone().expect("node namespace");
+        files.make(&ns, "127.0.0.1 localhost\n", &resolv);
+        let path = c.config_path(i).to_path_buf();
+        let toml = fs::read_to_string(&path).expect("read node config");
+        let line = toml
+            .lines()
+            .find(|l| l.starts_with("endpoints = ["))
+            .unwrap_or_else(|| panic!("no endpoints line in\n{toml}"))
+            .to_string();
+        fs::write(&path, toml.replace(&line, &format!("srv = \"{DOMAIN}\"")))
+            .expect("write node config");
+    }
+    wait_dns(&c, 0, &format!("{}:{}", members[0].0, members[0].2));
+    for i in 0..c.node_count() {
+        c.start_agent(i)
+            .unwrap_or_else(|e| panic!("start agent {i}: {e}"));
+    }
+
+    // --- 1. Bootstrap from the SRV answer; ctl finds the members the same way ---
+    let p = settled(&mut c);
+    for i in 0..c.node_count() {
+        let log = c.agent_log(i);
+        assert!(
+            log.contains(&format!("etcd: DNS SRV {SERVICE}: {}", url(0))),
+            "{} did not take its endpoints from DNS{}",
+            c.name(i),
+            c.logs_tail(20)
+        );
+        assert!(
+            log.contains(&format!(
+                "etcd: {} resolves to {}",
+                members[0].0, members[0].1
+            )),
+            "{} did not resolve the target{}",
+            c.name(i),
+            c.logs_tail(20)
+        );
+        assert_eq!(endpoint_now(&c, i), Some(url(0)), "{}", c.name(i));
+    }
+    let cfg = c.config_path(p).to_string_lossy().into_owned();
+    let o = in_ns(&c, p, &[BIN, "ctl", "--config", &cfg, "list"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "tenure ctl list: {:?}\n{out}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for i in 0..c.node_count() {
+        assert!(
+            out.contains(c.name(i)),
+            "ctl list lacks {}:\n{out}",
+            c.name(i)
+        );
+    }
+    eprintln!("srv: bootstrapped on {}, ctl list:\n{out}", url(0));
+
+    // --- 2. The records move to the other two members; the first is cut off ---
+    dns.stop();
+    let _dns = Dns::start(observer, &members[1..]);
+    wait_dns(&c, p, &format!("{}:{}", members[1].0, members[1].2));
+    for i in 0..c.node_count() {
+        c.cut_between(i, c.etcd_host(0))
+            .unwrap_or_else(|e| panic!("cut {} from etcd1: {e}", c.name(i)));
+    }
+    let new = [url(1), url(2)];
+    for i in 0..c.node_count() {
+        let moved = wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
+            endpoint_now(&c, i).filter(|e| new.contains(e))
+        });
+        assert!(
+            moved.is_some(),
+            "{} still on {:?} after the records changed{}",
+            c.name(i),
+            endpoint_now(&c, i),
+            c.logs_tail(40)
+        );
+        assert!(
+            c.agent_log(i)
+                .contains(&format!("etcd: DNS SRV {SERVICE}: {}, {}", url(1), url(2))),
+            "{} did not say its new list{}",
+            c.name(i),
+            c.logs_tail(20)
+        );
+    }
+
+    // The cluster goes on from the new members: a primary takes writes, its
+    // leader renews through them.
+    let np = c
+        .wait_primary(common::FAILOVER)
+        .unwrap_or_else(|| panic!("no primary after the move{}", c.logs_tail(40)));
+    let before = metric(&c, np, "tenure_renewals_counted_total");
+    let renews = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        (metric(&c, np, "tenure_renewals_counted_total") >= before + 3.0).then_some(())
+    });
+    assert!(
+        renews.is_some(),
+        "{} does not renew{}",
+        c.name(np),
+        c.logs_tail(40)
+    );
+    let wrote = wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
+        c.write_row(np, 4242).ok()
+    });
+    assert!(
+        wrote.is_some(),
+        "{} takes no write{}",
+        c.name(np),
+        c.logs_tail(40)
+    );
+    eprintln!(
+        "srv: every node moved to {} and {}; {} leads (was {})",
+        url(1),
+        url(2),
+        c.name(np),
+        c.name(p)
+    );
+}
