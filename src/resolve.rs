@@ -822,6 +822,53 @@ mod tests {
         assert!(e.starts_with("malformed DNS answer"), "{e}");
     }
 
+    /// Hostile answers (a DNS server, or anyone who can spoof one): truncated
+    /// and bit-flipped copies of a good answer, and random bytes, never panic
+    /// and never yield a target that is no host name (it goes into a URL).
+    #[test]
+    fn hostile_srv_answers_never_panic_nor_yield_a_bad_target() {
+        let good = srv_answer(
+            &[
+                (10, 5, 2379, "etcd1.srv.test"),
+                (20, 0, 2380, "etcd2.srv.test"),
+            ],
+            true,
+        );
+        let mut seed = 0x5eed_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let check = |msg: &[u8]| match srv_targets(msg) {
+            Ok(ts) => {
+                for t in &ts {
+                    assert!(host_name_ok(&t.host) && t.port != 0, "{t:?} from {msg:?}");
+                }
+                1
+            }
+            Err(_) => 0,
+        };
+        for cut in 0..good.len() {
+            check(&good[..cut]);
+        }
+        let mut answered = 0;
+        for _ in 0..20_000 {
+            let mut m = good.clone();
+            for _ in 0..1 + next() % 4 {
+                let i = (next() as usize) % m.len();
+                m[i] ^= 1 << (next() % 8);
+            }
+            answered += check(&m);
+            let n = (next() % 600) as usize;
+            let r: Vec<u8> = (0..n).map(|_| next() as u8).collect();
+            check(&r);
+        }
+        // The flipped copies reach the target checks, not only the parser's errors.
+        assert!(answered > 1_000, "only {answered} flipped answers parsed");
+    }
+
     /// The SRV child's lines: `NAME HOST:PORT ...`; garbage ends the parse.
     #[test]
     fn srv_output_lines_parse_into_targets() {
