@@ -170,6 +170,9 @@ struct Agent {
     /// Iterations that took longer than `P` (+ `R` with a renewal), since start.
     budget_overruns: u64,
     state_file: PathBuf,
+    /// `[etcd] srv`: the id of the etcd cluster the first member answered for;
+    /// a member of another cluster is refused for the rest of the run.
+    etcd_cluster: Option<u64>,
     wd: Watchdogs,
     /// The guardian, where it is the fence (DESIGN §2, `guardian_hooks`).
     guardian: guardian_hooks::GuardianSlot,
@@ -359,6 +362,7 @@ impl Agent {
             shutdown: false,
             budget_overruns: 0,
             state_file,
+            etcd_cluster: None,
             wd,
             guardian,
             ev: events_hooks::EventState::default(),
@@ -652,6 +656,37 @@ impl Agent {
                 Etcd::connect_with(&self.rt, &[url], &self.prefix, &sec, deadline)
                     .map_err(|e| e.to_string())
             });
+            // `[etcd] srv`: DNS names the members, and may name another cluster's
+            // later (a wrong or forged record): every new client's member must
+            // belong to the etcd cluster this agent first used (review of the SRV
+            // change, finding 1: agents split between two clusters would each
+            // elect a leader).
+            let connected = match connected {
+                Ok(mut e) if self.cfg.etcd.srv.is_some() => {
+                    match e.cluster_id(&self.rt, deadline) {
+                        Ok(id) => match self.etcd_cluster {
+                            Some(pinned) if pinned != id => {
+                                let ep =
+                                    self.cfg.etcd.endpoints.get(i).cloned().unwrap_or_default();
+                                let why = format!(
+                                    "{ep} answers for etcd cluster {id:x}, not {pinned:x}, the one \
+                                     this agent has used since it started: a wrong DNS SRV record, \
+                                     or another etcd cluster (restart the agent to accept a new \
+                                     one, e.g. etcd restored from a backup)"
+                                );
+                                error!("ALERT: etcd: {why}");
+                                Err(why)
+                            }
+                            _ => {
+                                self.etcd_cluster = Some(id);
+                                Ok(e)
+                            }
+                        },
+                        Err(err) => Err(err.to_string()),
+                    }
+                }
+                other => other,
+            };
             match connected {
                 Ok(e) => self.etcd = Some(e),
                 Err(e) => {
@@ -933,6 +968,19 @@ impl Agent {
         let api_tls = api::server::tls_of(&new.api)?;
         if new.name != self.cfg.name || new.scope != self.cfg.scope {
             return Err("name and scope cannot change at runtime".into());
+        }
+        // The endpoints' scheme and the SRV records asked stay as started: TLS on
+        // or off, or other records, would leave every connect failing (review of
+        // the SRV change, finding 4).
+        if new.etcd.srv != self.cfg.etcd.srv {
+            return Err("[etcd] srv or srv_suffix changed: that takes a restart".into());
+        }
+        if new.etcd.tls.is_some() != self.cfg.etcd.tls.is_some() {
+            return Err(
+                "[etcd] TLS was turned on or off (cacert, https:// endpoints): that takes a \
+                 restart"
+                    .into(),
+            );
         }
         // S6 against what is armed (issue 8 finding 4): the new M, B, P with
         // the timing in force and the watchdogs in use, before anything moves.

@@ -1436,12 +1436,9 @@ impl Config {
         let srv_domain = etcd.nonempty("srv")?;
         let srv_suffix = etcd.nonempty("srv_suffix")?;
         if let Some(d) = &srv_domain
-            && !crate::resolve::host_name_ok(d.trim_end_matches('.'))
+            && let Err(why) = check_host_name(d.trim_end_matches('.'))
         {
-            return Err(etcd.err(
-                "srv",
-                format!("\"{d}\" is not a DNS domain (letters, digits, '-', '.')"),
-            ));
+            return Err(etcd.err("srv", format!("\"{d}\" is not a DNS domain: {why}")));
         }
         if let Some(x) = &srv_suffix
             && !(x.len() <= 40 && x.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-'))
@@ -1467,6 +1464,18 @@ impl Config {
             // `_etcd-client-ssl` records for https:// URLs.
             https: etcd.table.contains_key("cacert"),
         });
+        if let Some(s) = &srv
+            && s.service().len() > 253
+        {
+            return Err(etcd.err(
+                "srv",
+                format!(
+                    "the record name {} is {} characters long (DNS allows 253)",
+                    s.service(),
+                    s.service().len()
+                ),
+            ));
+        }
         let endpoints = match etcd.table.get("endpoints") {
             None if srv.is_some() => Vec::new(),
             None => {
@@ -2212,6 +2221,7 @@ mod endpoint;
 mod pgssl;
 mod secrets;
 pub use api_tls::{ApiTls, CtlConfig, ReadAuth, VerifyClient, check_api_tls_files};
+pub(crate) use endpoint::check_name as check_host_name;
 pub use endpoint::{Endpoint, Host};
 pub use pgssl::{PgSsl, check_files as check_pg_tls_files, server_ssl_on};
 pub use secrets::{

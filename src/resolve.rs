@@ -107,18 +107,14 @@ impl std::fmt::Display for SrvTarget {
     }
 }
 
-/// A DNS host name this crate will put in a URL: letters, digits, `-`, `_` and
-/// dots, at most 253 bytes, labels of 1 to 63.
+/// A DNS host name this crate will put in a URL: exactly what an `[etcd]
+/// endpoints` entry may name (`config::endpoint`'s rule: labels of letters,
+/// digits, `-`, `_`, not starting or ending with `-`, no all-digit last label),
+/// so an SRV target is never an entry the endpoint parser refuses later.
 pub fn host_name_ok(h: &str) -> bool {
-    !h.is_empty()
-        && h.len() <= 253
-        && h.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
-        })
+    crate::config::check_host_name(h).is_ok()
 }
+
 /// Most output a resolver child may write (a few hundred addresses): more is
 /// garbage, and the child is killed.
 const MAX_OUTPUT: usize = 64 * 1024;
@@ -427,6 +423,8 @@ fn srv_query(name: &str) -> Result<Vec<SrvTarget>, String> {
             2 => "temporary failure (no answer, or SERVFAIL)".into(),
             3 => "the server refused or could not answer".into(),
             4 => "no SRV record".into(),
+            // NETDB_INTERNAL (-1): the reason is in errno.
+            -1 => format!("lookup failed: {}", std::io::Error::last_os_error()),
             h => format!("lookup failed (h_errno {h})"),
         });
     }
@@ -809,9 +807,20 @@ mod tests {
         let e =
             srv_targets(&srv_answer(&[(0, 0, 0, "etcd1.srv.test")], false)).expect_err("port 0");
         assert!(e.contains("none with a usable host name and port"), "{e}");
-        let e = srv_targets(&srv_answer(&[(0, 0, 2379, "etcd 1.srv.test")], false))
-            .expect_err("a space");
-        assert!(e.contains("none with a usable"), "{e}");
+        // What an `[etcd] endpoints` entry may not name, an SRV target may not
+        // either (review finding 6): a space, a leading or trailing '-', an
+        // all-digit last label (a mistyped address).
+        for bad in [
+            "etcd 1.srv.test",
+            "-x.srv.test",
+            "x-.srv.test",
+            "etcd.123",
+            "10.0.0.300",
+        ] {
+            let e = srv_targets(&srv_answer(&[(0, 0, 2379, bad)], false)).expect_err(bad);
+            assert!(e.contains("none with a usable"), "{bad}: {e}");
+            assert!(crate::config::Endpoint::parse(&format!("http://{bad}:2379")).is_err());
+        }
         // Garbage beside a good one: the good one.
         let msg = srv_answer(
             &[(0, 0, 0, "x.test"), (1, 0, 2379, "etcd1.srv.test")],

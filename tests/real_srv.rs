@@ -9,7 +9,10 @@
 //! finds the members the same way; then the records change to name the two
 //! other members, every node is cut off from the first one, and every agent asks
 //! DNS again once the last endpoint of its list failed, moves to the new members
-//! and the cluster goes on (the primary takes writes, its leader renews).
+//! and the cluster goes on (the primary takes writes, its leader renews; whether
+//! the leader kept its key depends on the move fitting its outage tolerance, so
+//! it is printed, not asserted). Last, a SIGHUP that changes the records asked
+//! (`srv_suffix`) is refused and the agent keeps its list.
 //!
 //! Needs root, iproute2, nftables, dnsmasq-base, etcd-server and postgresql-15,
 //! like every `real_*` test; run one at a time (nextest group `real`, and
@@ -272,5 +275,39 @@ fn srv_bootstrap_ctl_and_rediscovery() {
         url(2),
         c.name(np),
         c.name(p)
+    );
+
+    // --- 3. Other records on reload: refused (a restart asks for them) ---
+    let path = c.config_path(np).to_path_buf();
+    let toml = fs::read_to_string(&path).expect("read node config");
+    let line = format!("srv = \"{DOMAIN}\"");
+    fs::write(
+        &path,
+        toml.replace(&line, &format!("{line}\nsrv_suffix = \"x\"")),
+    )
+    .expect("write node config");
+    let before = c.agent_log(np).len();
+    let pid = c.agent_pid(np).expect("agent runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .expect("SIGHUP");
+    let refused = wait_for(Duration::from_secs(10), Duration::from_millis(200), || {
+        c.agent_log(np)[before..]
+            .lines()
+            .find(|l| l.contains("reload refused") && l.contains("srv or srv_suffix changed"))
+            .map(str::to_string)
+    });
+    assert!(
+        refused.is_some(),
+        "no refusal of the new records{}",
+        c.logs_tail(20)
+    );
+    let kept = endpoint_now(&c, np);
+    assert!(
+        kept.as_ref().is_some_and(|e| new.contains(e)),
+        "{} left its list after the refused reload: {kept:?}",
+        c.name(np)
     );
 }

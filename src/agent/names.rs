@@ -180,6 +180,51 @@ impl Names {
     }
 }
 
+/// What an SRV lookup's outcome does to the endpoint list.
+#[derive(Debug, PartialEq, Eq)]
+enum SrvDecision {
+    /// Killed at its deadline before it answered: the list stays.
+    TimedOut,
+    /// No usable answer (why): the list stays.
+    Failed(String),
+    /// The same list: nothing moves.
+    Same,
+    /// A new list; `keep_at`: where the endpoint in use now is in it (its client
+    /// stays connected), `None`: not listed, a new client from the start.
+    Replace {
+        urls: Vec<String>,
+        keep_at: Option<usize>,
+    },
+}
+
+/// The pure part of `srv_resolved`: `list` is the endpoint list in use and
+/// `current` the index of the endpoint in use.
+fn srv_decision(
+    spec: &EtcdSrv,
+    o: Outcome<SrvTarget>,
+    list: &[String],
+    current: usize,
+) -> SrvDecision {
+    let answer = match o {
+        Outcome::Done(a) | Outcome::TimedOut(a) if !a.is_empty() => a.into_iter().next(),
+        Outcome::Done(_) => None,
+        Outcome::TimedOut(_) => return SrvDecision::TimedOut,
+        Outcome::Failed(why) => return SrvDecision::Failed(why),
+    };
+    let urls: Vec<String> = match answer {
+        Some((_, Ok(targets))) => targets.iter().map(|t| spec.endpoint(t)).collect(),
+        Some((_, Err(why))) => return SrvDecision::Failed(why),
+        None => return SrvDecision::Failed("the resolver answered nothing".into()),
+    };
+    if urls == list {
+        return SrvDecision::Same;
+    }
+    let keep_at = list
+        .get(current)
+        .and_then(|c| urls.iter().position(|u| u == c));
+    SrvDecision::Replace { urls, keep_at }
+}
+
 fn last_good(addrs: &[IpAddr]) -> String {
     if addrs.is_empty() {
         "no address (none resolved yet)".into()
@@ -234,8 +279,10 @@ impl Agent {
     /// waiting at most `[etcd] resolve_timeout`. Names that do not resolve now
     /// are retried by `resolve_step`.
     pub(super) fn resolve_at_startup(&mut self) {
+        // One deadline for the SRV lookup and the names after it (review finding
+        // 9): a restarted agent waits `resolve_timeout` at most before it adopts.
+        let deadline = clock::now().add(self.cfg.etcd.resolve_timeout);
         if let Some(s) = &self.names.srv {
-            let deadline = clock::now().add(self.cfg.etcd.resolve_timeout);
             let service = s.spec.service();
             let o = match crate::resolve::Lookup::<SrvTarget>::start(&[service], deadline) {
                 Ok(l) => l.wait(),
@@ -247,10 +294,9 @@ impl Agent {
             }
         }
         let names = self.names.stale_names();
-        if names.is_empty() {
+        if names.is_empty() || clock::now() >= deadline {
             return;
         }
-        let deadline = clock::now().add(self.cfg.etcd.resolve_timeout);
         let o = match crate::resolve::Lookup::start(&names, deadline) {
             Ok(l) => l.wait(),
             Err(e) => Outcome::Failed(e),
@@ -333,52 +379,44 @@ impl Agent {
         } else {
             self.cfg.etcd.endpoints.join(", ")
         };
-        let answer = match o {
-            Outcome::Done(a) => a.into_iter().next().map(|(_, r)| r),
-            Outcome::TimedOut(a) => {
+        match srv_decision(&s.spec, o, &self.cfg.etcd.endpoints, self.endpoint) {
+            SrvDecision::TimedOut => {
                 self.status.metrics.etcd_resolve_timeouts += 1;
-                let r = a.into_iter().next().map(|(_, r)| r);
-                if r.is_none() {
-                    warn!(
-                        "etcd: DNS SRV lookup of {service} took longer than resolve_timeout = \
-                         {:.3} s (resolver killed); keeping {kept}",
-                        self.cfg.etcd.resolve_timeout.as_secs_f64()
-                    );
-                    return;
-                }
-                r
+                warn!(
+                    "etcd: DNS SRV lookup of {service} took longer than resolve_timeout = \
+                     {:.3} s (resolver killed); keeping {kept}",
+                    self.cfg.etcd.resolve_timeout.as_secs_f64()
+                );
             }
-            Outcome::Failed(why) => Some(Err(why)),
-        };
-        let urls: Vec<String> = match answer {
-            Some(Ok(targets)) => targets.iter().map(|t| s.spec.endpoint(t)).collect(),
-            Some(Err(why)) => {
+            SrvDecision::Failed(why) => {
                 self.status.metrics.etcd_resolve_failures += 1;
                 warn!("etcd: DNS SRV lookup of {service}: {why}; keeping {kept}");
-                return;
             }
-            None => return,
-        };
-        s.stale = false;
-        self.status.metrics.etcd_resolves += 1;
-        if urls == self.cfg.etcd.endpoints {
-            return;
-        }
-        info!("etcd: DNS SRV {service}: {}", urls.join(", "));
-        let current = self.cfg.etcd.endpoints.get(self.endpoint).cloned();
-        self.names.set_endpoints(&urls);
-        self.cfg.etcd.endpoints = urls.clone();
-        self.status.metrics.etcd_endpoints = urls;
-        // A connected client whose endpoint is still listed stays (no reconnect on
-        // a leader's next renewal); otherwise the new list from its start.
-        match current.and_then(|c| self.cfg.etcd.endpoints.iter().position(|u| *u == c)) {
-            Some(k) => self.endpoint = k,
-            None => {
-                self.endpoint = 0;
-                self.etcd = None;
+            SrvDecision::Same => {
+                s.stale = false;
+                self.status.metrics.etcd_resolves += 1;
+            }
+            SrvDecision::Replace { urls, keep_at } => {
+                s.stale = false;
+                self.status.metrics.etcd_resolves += 1;
+                info!("etcd: DNS SRV {service}: {}", urls.join(", "));
+                self.names.set_endpoints(&urls);
+                self.cfg.etcd.endpoints = urls.clone();
+                self.status.metrics.etcd_endpoints = urls;
+                match keep_at {
+                    Some(k) => self.endpoint = k,
+                    None => {
+                        self.endpoint = 0;
+                        self.etcd = None;
+                        // The token now, in this step (review finding 3): the rest
+                        // of the iteration and the next renewal must not go out
+                        // without one.
+                        self.authenticate_step(self.deadline(self.core.timing().retry_timeout));
+                    }
+                }
+                self.status.metrics.etcd_endpoint = self.endpoint;
             }
         }
-        self.status.metrics.etcd_endpoint = self.endpoint;
     }
 
     /// Count and log a lookup's outcome, and keep what it found.
@@ -476,6 +514,80 @@ mod tests {
         );
         assert!(n.eps[0].addrs.is_empty());
         assert!(n.last_end.is_none(), "new names are resolved at once");
+    }
+
+    /// What an SRV answer does to the list in use (review of the SRV change, T2):
+    /// failures and timeouts keep it, the same list moves nothing, a new one keeps
+    /// the client when its endpoint is still listed (at its new index).
+    #[test]
+    fn an_srv_answer_keeps_replaces_or_keeps_the_client() {
+        let spec = EtcdSrv {
+            domain: "srv.test".into(),
+            suffix: None,
+            https: false,
+        };
+        let t = |h: &str| SrvTarget {
+            host: h.into(),
+            port: 2379,
+        };
+        let u = |h: &str| format!("http://{h}:2379");
+        let ok = |hs: &[&str]| {
+            Outcome::Done(vec![(
+                spec.service(),
+                Ok(hs.iter().map(|h| t(h)).collect()),
+            )])
+        };
+        let list = vec![u("a.srv.test"), u("b.srv.test")];
+        assert_eq!(
+            srv_decision(&spec, Outcome::TimedOut(vec![]), &list, 1),
+            SrvDecision::TimedOut
+        );
+        assert_eq!(
+            srv_decision(&spec, Outcome::Failed("x".into()), &list, 1),
+            SrvDecision::Failed("x".into())
+        );
+        let nx = Outcome::Done(vec![(
+            spec.service(),
+            Err("no such name (NXDOMAIN)".into()),
+        )]);
+        assert_eq!(
+            srv_decision(&spec, nx, &list, 1),
+            SrvDecision::Failed("no such name (NXDOMAIN)".into())
+        );
+        assert_eq!(
+            srv_decision(&spec, ok(&["a.srv.test", "b.srv.test"]), &list, 1),
+            SrvDecision::Same
+        );
+        // b (in use) moves to index 0 and keeps its client.
+        assert_eq!(
+            srv_decision(&spec, ok(&["b.srv.test", "c.srv.test"]), &list, 1),
+            SrvDecision::Replace {
+                urls: vec![u("b.srv.test"), u("c.srv.test")],
+                keep_at: Some(0)
+            }
+        );
+        // b (in use) is gone: a new client from the start.
+        assert_eq!(
+            srv_decision(&spec, ok(&["c.srv.test", "a.srv.test"]), &list, 1),
+            SrvDecision::Replace {
+                urls: vec![u("c.srv.test"), u("a.srv.test")],
+                keep_at: None
+            }
+        );
+        // Start-up: no list yet.
+        assert_eq!(
+            srv_decision(&spec, ok(&["c.srv.test"]), &[], 0),
+            SrvDecision::Replace {
+                urls: vec![u("c.srv.test")],
+                keep_at: None
+            }
+        );
+        // An answer that came in before the kill counts.
+        let late = Outcome::TimedOut(vec![(spec.service(), Ok(vec![t("c.srv.test")]))]);
+        assert!(matches!(
+            srv_decision(&spec, late, &list, 0),
+            SrvDecision::Replace { .. }
+        ));
     }
 
     fn ip(s: &str) -> IpAddr {

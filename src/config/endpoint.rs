@@ -137,7 +137,7 @@ fn parse_port(p: &str) -> Result<u16, String> {
 /// A host name as DNS and TLS accept it: labels of letters, digits, `-` (and `_`,
 /// which SRV-style and some internal names carry), 1 to 63 characters, not
 /// starting or ending with `-`; at most 253 characters in all.
-fn check_name(h: &str) -> Result<String, String> {
+pub(crate) fn check_name(h: &str) -> Result<String, String> {
     if h.len() > MAX_NAME {
         return Err(format!(
             "the host name is {} characters long (at most {MAX_NAME})",

@@ -334,6 +334,16 @@ impl Etcd {
         self.keeper.warn_once(key, problem);
     }
 
+    /// The id of the etcd cluster the connected member belongs to (the header of
+    /// its `Status`, which etcd answers without authentication): one round trip.
+    pub fn cluster_id(&mut self, rt: &Runtime, deadline: Instant) -> Result<u64, DcsError> {
+        let mut m = self.client.maintenance_client();
+        let resp = bounded(rt, deadline, "ask the member's cluster id", m.status())?;
+        resp.header()
+            .map(|h| h.cluster_id())
+            .ok_or_else(|| DcsError("the member's status carries no header".into()))
+    }
+
     /// One linearizable range over the prefix; parses leader/members/initialize/
     /// history/config defensively into a `ClusterView` (garbage is logged once per
     /// distinct problem and carried in `MemberInfo.parse_error` /

@@ -25,6 +25,7 @@ use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
 use tokio::runtime::Runtime;
 
 use super::{DcsError, Etcd, bounded};
+use crate::clock;
 use crate::config::{EtcdAuth, EtcdConfig, EtcdTls, check_tls_files};
 use crate::core::time::Instant;
 
@@ -134,7 +135,39 @@ impl Etcd {
 
     /// Connect with `sec` and authenticate at once (for one-shot users: `ctl`,
     /// `confirm-epoch`, start-up checks, which renew nothing), within `deadline`.
+    /// Under TLS without `tls_server_name` a client checks one name, so with more
+    /// than one endpoint each is tried on its own, in order, each within its share
+    /// of the time left, until one answers (its `Status`): a member down, first in
+    /// the list or the SRV answer, does not fail the command (review of the SRV
+    /// change, finding 5).
     pub fn connect_authenticated(
+        rt: &Runtime,
+        endpoints: &[String],
+        prefix: &str,
+        sec: &Security,
+        deadline: Instant,
+    ) -> Result<Etcd, DcsError> {
+        let one_name = sec.tls.as_ref().is_some_and(|t| t.server_name.is_none());
+        if !one_name || endpoints.len() <= 1 {
+            return Etcd::connect_authenticated_to(rt, endpoints, prefix, sec, deadline);
+        }
+        let mut failed = Vec::new();
+        for (k, e) in endpoints.iter().enumerate() {
+            let now = clock::now();
+            let share = now.until(deadline) / u32::try_from(endpoints.len() - k).unwrap_or(1);
+            let d = now.add(share);
+            let tried = Etcd::connect_authenticated_to(rt, std::slice::from_ref(e), prefix, sec, d)
+                .and_then(|mut etcd| etcd.cluster_id(rt, d).map(|_| etcd));
+            match tried {
+                Ok(etcd) => return Ok(etcd),
+                Err(why) => failed.push(format!("{e}: {}", why.0)),
+            }
+        }
+        Err(DcsError(failed.join("; ")))
+    }
+
+    /// [`Etcd::connect_authenticated`] with one client over `endpoints`.
+    fn connect_authenticated_to(
         rt: &Runtime,
         endpoints: &[String],
         prefix: &str,
