@@ -173,6 +173,8 @@ struct Agent {
     /// `[etcd] srv`: the id of the etcd cluster the first member answered for;
     /// a member of another cluster is refused for the rest of the run.
     etcd_cluster: Option<u64>,
+    /// The last such refusal said (an ALERT once per member and id).
+    cluster_alert: Option<String>,
     wd: Watchdogs,
     /// The guardian, where it is the fence (DESIGN §2, `guardian_hooks`).
     guardian: guardian_hooks::GuardianSlot,
@@ -363,6 +365,7 @@ impl Agent {
             budget_overruns: 0,
             state_file,
             etcd_cluster: None,
+            cluster_alert: None,
             wd,
             guardian,
             ev: events_hooks::EventState::default(),
@@ -674,7 +677,11 @@ impl Agent {
                                      or another etcd cluster (restart the agent to accept a new \
                                      one, e.g. etcd restored from a backup)"
                                 );
-                                error!("ALERT: etcd: {why}");
+                                // Once per member and id, not every loop.
+                                if self.cluster_alert.as_deref() != Some(why.as_str()) {
+                                    error!("ALERT: etcd: {why}");
+                                    self.cluster_alert = Some(why.clone());
+                                }
                                 Err(why)
                             }
                             _ => {

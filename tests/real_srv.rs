@@ -11,8 +11,12 @@
 //! DNS again once the last endpoint of its list failed, moves to the new members
 //! and the cluster goes on (the primary takes writes, its leader renews; whether
 //! the leader kept its key depends on the move fitting its outage tolerance, so
-//! it is printed, not asserted). Last, a SIGHUP that changes the records asked
-//! (`srv_suffix`) is refused and the agent keeps its list.
+//! it is printed, not asserted). Then the records name a member of another etcd
+//! cluster (a one-member etcd this test starts on the observer's address) and
+//! the real members are cut off: every agent refuses it (its cluster id is not
+//! the one it has used), writes nothing there, and once the records and the
+//! network are right again the cluster goes on. Last, a SIGHUP that changes the
+//! records asked (`srv_suffix`) is refused and the agent keeps its list.
 //!
 //! Needs root, iproute2, nftables, dnsmasq-base, etcd-server and postgresql-15,
 //! like every `real_*` test; run one at a time (nextest group `real`, and
@@ -22,6 +26,7 @@ mod common;
 
 use std::fs;
 use std::net::Ipv4Addr;
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
@@ -87,6 +92,55 @@ impl Dns {
 impl Drop for Dns {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A one-member etcd cluster of its own on `addr` (another cluster id than the
+/// bed's): what a wrong SRV record could name. Stopped by its pid on drop.
+struct ForeignEtcd(Child);
+
+impl ForeignEtcd {
+    fn start(dir: &Path, addr: Ipv4Addr, client: u16, peer: u16) -> ForeignEtcd {
+        let data = dir.join("foreign-etcd");
+        let log = fs::File::create(dir.join("foreign-etcd.log")).expect("foreign etcd log");
+        let child = Command::new("etcd")
+            .arg("--name=foreign")
+            .arg(format!("--data-dir={}", data.display()))
+            .arg(format!("--listen-client-urls=http://{addr}:{client}"))
+            .arg(format!("--advertise-client-urls=http://{addr}:{client}"))
+            .arg(format!("--listen-peer-urls=http://{addr}:{peer}"))
+            .arg(format!(
+                "--initial-advertise-peer-urls=http://{addr}:{peer}"
+            ))
+            .arg(format!("--initial-cluster=foreign=http://{addr}:{peer}"))
+            .arg("--initial-cluster-token=tenure-test-foreign")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start the foreign etcd: {e}"));
+        ForeignEtcd(child)
+    }
+
+    /// Keys it holds (`etcdctl get "" --prefix --keys-only`), once it answers.
+    fn keys(addr: Ipv4Addr, client: u16) -> Option<String> {
+        let o = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints=http://{addr}:{client}"))
+            .args(["--dial-timeout=1s", "--command-timeout=2s"])
+            .args(["get", "", "--prefix", "--keys-only"])
+            .output()
+            .ok()?;
+        o.status
+            .success()
+            .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+    }
+}
+
+impl Drop for ForeignEtcd {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -277,7 +331,96 @@ fn srv_bootstrap_ctl_and_rediscovery() {
         c.name(p)
     );
 
-    // --- 3. Other records on reload: refused (a restart asks for them) ---
+    // --- 3. The records name another etcd cluster: refused ---
+    let (fc, fp) = (tenure::testbed::free_port(), tenure::testbed::free_port());
+    let foreign = ForeignEtcd::start(c.dir(), observer, fc, fp);
+    let up = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
+        ForeignEtcd::keys(observer, fc)
+    });
+    assert!(
+        up.is_some_and(|k| k.trim().is_empty()),
+        "the foreign etcd is not up, or not empty"
+    );
+    drop(_dns);
+    let fname = format!("foreign.{DOMAIN}");
+    let dns = Dns::start(observer, &[(fname.clone(), observer.to_string(), fc)]);
+    wait_dns(&c, np, &format!("{fname}:{fc}"));
+    for i in 0..c.node_count() {
+        for j in 1..3 {
+            c.cut_between(i, c.etcd_host(j))
+                .unwrap_or_else(|e| panic!("cut {} from etcd{}: {e}", c.name(i), j + 1));
+        }
+    }
+    // Every agent got to the foreign records: it refused the member (ALERT) or,
+    // were the check missing, talks to it.
+    let furl = format!("http://{fname}:{fc}");
+    let alert = |c: &TestCluster, i: usize| {
+        c.agent_log(i)
+            .lines()
+            .any(|l| l.contains("ALERT: etcd:") && l.contains("answers for etcd cluster"))
+    };
+    for i in 0..c.node_count() {
+        let reached = wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
+            (alert(&c, i) || endpoint_now(&c, i).as_deref() == Some(furl.as_str())).then_some(())
+        });
+        assert!(
+            reached.is_some(),
+            "{} never got to the foreign records{}",
+            c.name(i),
+            c.logs_tail(40)
+        );
+    }
+    // A while on the foreign records: nothing of ours is written there, and each
+    // agent said why.
+    std::thread::sleep(Duration::from_secs(3));
+    let keys = ForeignEtcd::keys(observer, fc).expect("the foreign etcd answers");
+    assert!(
+        keys.trim().is_empty(),
+        "written into the foreign etcd:\n{keys}"
+    );
+    for i in 0..c.node_count() {
+        assert!(
+            alert(&c, i),
+            "{} did not refuse the foreign etcd{}",
+            c.name(i),
+            c.logs_tail(40)
+        );
+    }
+    eprintln!("srv: every agent refused the foreign etcd; it holds no key");
+
+    // The records and the network right again: the cluster goes on.
+    dns.stop();
+    drop(foreign);
+    let _dns = Dns::start(observer, &members[1..]);
+    for i in 0..c.node_count() {
+        c.heal(i)
+            .unwrap_or_else(|e| panic!("heal {}: {e}", c.name(i)));
+    }
+    let np = c
+        .wait_primary(common::FAILOVER)
+        .unwrap_or_else(|| panic!("no primary after the foreign etcd{}", c.logs_tail(40)));
+    for i in 0..c.node_count() {
+        let back = wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
+            endpoint_now(&c, i).filter(|e| new.contains(e))
+        });
+        assert!(
+            back.is_some(),
+            "{} not back on the cluster{}",
+            c.name(i),
+            c.logs_tail(40)
+        );
+    }
+    let wrote = wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
+        c.write_row(np, 4343).ok()
+    });
+    assert!(
+        wrote.is_some(),
+        "{} takes no write{}",
+        c.name(np),
+        c.logs_tail(40)
+    );
+
+    // --- 4. Other records on reload: refused (a restart asks for them) ---
     let path = c.config_path(np).to_path_buf();
     let toml = fs::read_to_string(&path).expect("read node config");
     let line = format!("srv = \"{DOMAIN}\"");
