@@ -18,10 +18,18 @@
 //! network are right again the cluster goes on. Last, a SIGHUP that changes the
 //! records asked (`srv_suffix`) is refused and the agent keeps its list.
 //!
+//! `srv_over_tls_with_a_suffix`: etcd over TLS with client certificates, the
+//! records `_etcd-client-ssl-<suffix>._tcp` and `https://` URLs, each target's
+//! certificate checked against its own name (no `tls_server_name`); the cluster
+//! bootstraps, and `tenure ctl list` answers with the first target cut off (under
+//! TLS it tries the targets one at a time).
+//!
 //! Needs root, iproute2, nftables, dnsmasq-base, etcd-server and postgresql-15,
 //! like every `real_*` test; run one at a time (nextest group `real`, and
 //! `flock /tmp/tenure-real.lock` by hand).
 
+#[path = "support/certs.rs"]
+mod certs;
 mod common;
 
 use std::fs;
@@ -45,9 +53,9 @@ const SERVICE: &str = "_etcd-client._tcp.srv.test";
 struct Dns(Child);
 
 impl Dns {
-    /// Serve `members` (name, address, port), in that order of priority, on
-    /// `listen`:53.
-    fn start(listen: Ipv4Addr, members: &[(String, String, u16)]) -> Dns {
+    /// Serve `members` (name, address, port) as the targets of `service`, in
+    /// that order of priority, on `listen`:53.
+    fn start(listen: Ipv4Addr, service: &str, members: &[(String, String, u16)]) -> Dns {
         let mut cmd = Command::new("dnsmasq");
         cmd.args([
             "--keep-in-foreground",
@@ -65,7 +73,7 @@ impl Dns {
         .arg(format!("--listen-address={listen}"));
         for (k, (name, addr, port)) in members.iter().enumerate() {
             cmd.arg(format!(
-                "--srv-host={SERVICE},{name},{port},{},0",
+                "--srv-host={service},{name},{port},{},0",
                 10 * (k + 1)
             ));
             cmd.arg(format!("--host-record={name},{addr}"));
@@ -157,9 +165,9 @@ fn in_ns(c: &TestCluster, i: usize, args: &[&str]) -> Output {
 
 /// The SRV answer as node `i`'s namespace sees it (the agent's own resolver
 /// child), once it names `want`.
-fn wait_dns(c: &TestCluster, i: usize, want: &str) {
+fn wait_dns(c: &TestCluster, i: usize, service: &str, want: &str) {
     let seen = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
-        let o = in_ns(c, i, &[BIN, "__resolve_srv", "2", SERVICE]);
+        let o = in_ns(c, i, &[BIN, "__resolve_srv", "2", service]);
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
         out.contains(want).then_some(out)
     });
@@ -210,7 +218,7 @@ fn srv_bootstrap_ctl_and_rediscovery() {
         })
         .collect();
     let url = |j: usize| format!("http://{}:{}", members[j].0, members[j].2);
-    let dns = Dns::start(observer, &members[..1]);
+    let dns = Dns::start(observer, SERVICE, &members[..1]);
     let resolv = format!("nameserver {observer}\noptions timeout:1 attempts:2\n");
     for i in 0..c.node_count() {
         let ns = c.spec(i).netns.clone().expect("node namespace");
@@ -225,7 +233,12 @@ fn srv_bootstrap_ctl_and_rediscovery() {
         fs::write(&path, toml.replace(&line, &format!("srv = \"{DOMAIN}\"")))
             .expect("write node config");
     }
-    wait_dns(&c, 0, &format!("{}:{}", members[0].0, members[0].2));
+    wait_dns(
+        &c,
+        0,
+        SERVICE,
+        &format!("{}:{}", members[0].0, members[0].2),
+    );
     for i in 0..c.node_count() {
         c.start_agent(i)
             .unwrap_or_else(|e| panic!("start agent {i}: {e}"));
@@ -272,8 +285,13 @@ fn srv_bootstrap_ctl_and_rediscovery() {
 
     // --- 2. The records move to the other two members; the first is cut off ---
     dns.stop();
-    let _dns = Dns::start(observer, &members[1..]);
-    wait_dns(&c, p, &format!("{}:{}", members[1].0, members[1].2));
+    let _dns = Dns::start(observer, SERVICE, &members[1..]);
+    wait_dns(
+        &c,
+        p,
+        SERVICE,
+        &format!("{}:{}", members[1].0, members[1].2),
+    );
     for i in 0..c.node_count() {
         c.cut_between(i, c.etcd_host(0))
             .unwrap_or_else(|e| panic!("cut {} from etcd1: {e}", c.name(i)));
@@ -343,8 +361,12 @@ fn srv_bootstrap_ctl_and_rediscovery() {
     );
     drop(_dns);
     let fname = format!("foreign.{DOMAIN}");
-    let dns = Dns::start(observer, &[(fname.clone(), observer.to_string(), fc)]);
-    wait_dns(&c, np, &format!("{fname}:{fc}"));
+    let dns = Dns::start(
+        observer,
+        SERVICE,
+        &[(fname.clone(), observer.to_string(), fc)],
+    );
+    wait_dns(&c, np, SERVICE, &format!("{fname}:{fc}"));
     for i in 0..c.node_count() {
         for j in 1..3 {
             c.cut_between(i, c.etcd_host(j))
@@ -391,7 +413,7 @@ fn srv_bootstrap_ctl_and_rediscovery() {
     // The records and the network right again: the cluster goes on.
     dns.stop();
     drop(foreign);
-    let _dns = Dns::start(observer, &members[1..]);
+    let _dns = Dns::start(observer, SERVICE, &members[1..]);
     for i in 0..c.node_count() {
         c.heal(i)
             .unwrap_or_else(|e| panic!("heal {}: {e}", c.name(i)));
@@ -452,5 +474,154 @@ fn srv_bootstrap_ctl_and_rediscovery() {
         kept.as_ref().is_some_and(|e| new.contains(e)),
         "{} left its list after the refused reload: {kept:?}",
         c.name(np)
+    );
+}
+
+/// `[etcd] srv` over TLS with `srv_suffix`: the `-ssl-<suffix>` records,
+/// `https://` URLs, each target checked against its own name.
+#[test]
+fn srv_over_tls_with_a_suffix() {
+    let mut files = NetnsFiles::default();
+    let dir = std::path::PathBuf::from(format!("/dev/shm/tenure-srv-certs-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("cert dir");
+    struct Gone(std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(dir.clone());
+    certs::ca(&dir, "ca");
+    // One server certificate for the three members, naming each target (no IP:
+    // the agents connect to addresses and check the target's name).
+    certs::sign(
+        &dir,
+        "server",
+        "etcd",
+        &format!(
+            "subjectAltName=DNS:etcd1.{DOMAIN},DNS:etcd2.{DOMAIN},DNS:etcd3.{DOMAIN}\n\
+             extendedKeyUsage=serverAuth,clientAuth\n"
+        ),
+    );
+    certs::sign(&dir, "tenure", "tenure", "extendedKeyUsage=clientAuth\n");
+    let p = |f: &str| dir.join(f).display().to_string();
+    let service = format!("_etcd-client-ssl-pga._tcp.{DOMAIN}");
+
+    let mut opts = common::options("srv", "tls");
+    opts.netns = true;
+    opts.start_agents = false;
+    opts.log_level = Some("debug".into());
+    opts.etcd_tls = Some(tenure::testbed::etcd::EtcdServerTls {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("server.pem"),
+        key: dir.join("server.key"),
+    });
+    let extra = format!(
+        "cacert = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\nresolve_timeout = 1.0",
+        p("ca.pem"),
+        p("tenure.pem"),
+        p("tenure.key")
+    );
+    opts.etcd_extra = vec![extra; 3];
+    let mut c = common::start(opts);
+    let observer = c.net().expect("netns").observer();
+
+    // The agents' endpoints as the bed wrote them (`https://ADDR:PORT`, the TLS
+    // listeners; the bed keeps plain ones of its own): member j becomes
+    // `etcd<j+1>.srv.test` at that address and port.
+    let toml = fs::read_to_string(c.config_path(0)).expect("read node config");
+    let line = toml
+        .lines()
+        .find(|l| l.starts_with("endpoints = ["))
+        .expect("endpoints line")
+        .to_string();
+    let records: Vec<(String, String, u16)> = line
+        .trim_start_matches("endpoints = [")
+        .trim_end_matches(']')
+        .split(", ")
+        .enumerate()
+        .map(|(j, u)| {
+            let u = u.trim_matches('"');
+            let (addr, port) = u
+                .strip_prefix("https://")
+                .unwrap_or_else(|| panic!("not https: {line}"))
+                .rsplit_once(':')
+                .expect("host:port");
+            (
+                format!("etcd{}.{DOMAIN}", j + 1),
+                addr.to_string(),
+                port.parse().expect("port"),
+            )
+        })
+        .collect();
+    assert_eq!(records.len(), 3, "{line}");
+    let url = |j: usize| format!("https://{}:{}", records[j].0, records[j].2);
+    let _dns = Dns::start(observer, &service, &records);
+    let resolv = format!("nameserver {observer}\noptions timeout:1 attempts:2\n");
+    for i in 0..c.node_count() {
+        let ns = c.spec(i).netns.clone().expect("node namespace");
+        files.make(&ns, "127.0.0.1 localhost\n", &resolv);
+        let path = c.config_path(i).to_path_buf();
+        let toml = fs::read_to_string(&path).expect("read node config");
+        let line = toml
+            .lines()
+            .find(|l| l.starts_with("endpoints = ["))
+            .unwrap_or_else(|| panic!("no endpoints line in\n{toml}"))
+            .to_string();
+        fs::write(
+            &path,
+            toml.replace(&line, &format!("srv = \"{DOMAIN}\"\nsrv_suffix = \"pga\"")),
+        )
+        .expect("write node config");
+    }
+    wait_dns(
+        &c,
+        0,
+        &service,
+        &format!("{}:{}", records[0].0, records[0].2),
+    );
+    for i in 0..c.node_count() {
+        c.start_agent(i)
+            .unwrap_or_else(|e| panic!("start agent {i}: {e}"));
+    }
+    let p0 = settled(&mut c);
+    let all = format!("{}, {}, {}", url(0), url(1), url(2));
+    for i in 0..c.node_count() {
+        assert!(
+            c.agent_log(i)
+                .contains(&format!("etcd: DNS SRV {service}: {all}")),
+            "{} did not take its endpoints from the -ssl records{}",
+            c.name(i),
+            c.logs_tail(20)
+        );
+        let ep = endpoint_now(&c, i).unwrap_or_default();
+        assert!(ep.starts_with("https://etcd"), "{}: {ep}", c.name(i));
+    }
+
+    // ctl from p0's namespace with the first target cut off: under TLS one
+    // client checks one name, so it tries the targets in turn.
+    c.cut_between(p0, c.etcd_host(0))
+        .unwrap_or_else(|e| panic!("cut: {e}"));
+    let cfg = c.config_path(p0).to_string_lossy().into_owned();
+    let o = in_ns(&c, p0, &[BIN, "ctl", "--config", &cfg, "list"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "tenure ctl list with {} cut off: {:?}\n{out}\n{}",
+        url(0),
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for i in 0..c.node_count() {
+        assert!(
+            out.contains(c.name(i)),
+            "ctl list lacks {}:\n{out}",
+            c.name(i)
+        );
+    }
+    eprintln!(
+        "srv over TLS: bootstrapped from {service}; ctl list with {} cut off:\n{out}",
+        url(0)
     );
 }
