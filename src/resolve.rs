@@ -81,29 +81,46 @@ impl Token for IpAddr {
     }
 }
 
-/// One SRV record's target: a host name and a port.
+/// One SRV record's target: a host name and a port, and the addresses the
+/// child resolved the name to (empty: it did not resolve; the name is then
+/// resolved on its own, as any endpoint's). Resolving in the same child saves a
+/// loop when the list moves (review of the SRV change, finding 8).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SrvTarget {
     pub host: String,
     pub port: u16,
+    pub addrs: Vec<IpAddr>,
 }
 
 impl Token for SrvTarget {
     const SUBCOMMAND: &'static str = SRV_SUBCOMMAND;
     const NONE: &'static str = "no SRV record";
+    /// `HOST:PORT` or `HOST:PORT@ADDR,ADDR...`.
     fn parse(tok: &str) -> Option<Self> {
-        let (host, port) = tok.rsplit_once(':')?;
+        let (target, addrs) = match tok.split_once('@') {
+            Some((t, a)) => {
+                let addrs: Option<Vec<IpAddr>> = a.split(',').map(|x| x.parse().ok()).collect();
+                (t, addrs?)
+            }
+            None => (tok, Vec::new()),
+        };
+        let (host, port) = target.rsplit_once(':')?;
         let port = port.parse().ok().filter(|p| *p != 0)?;
         host_name_ok(host).then(|| SrvTarget {
             host: host.to_string(),
             port,
+            addrs,
         })
     }
 }
 
 impl std::fmt::Display for SrvTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.host, self.port)
+        write!(f, "{}:{}", self.host, self.port)?;
+        for (k, a) in self.addrs.iter().enumerate() {
+            write!(f, "{}{a}", if k == 0 { '@' } else { ',' })?;
+        }
+        Ok(())
     }
 }
 
@@ -385,10 +402,22 @@ pub fn child_main(args: impl Iterator<Item = std::ffi::OsString>) -> ExitCode {
 }
 
 /// `tenure __resolve_srv SECS NAME...`: the SRV records of each name, asked with
-/// the C library's `res_query(3)`, one line per name (`NAME HOST:PORT ...`).
+/// the C library's `res_query(3)`, and each target's addresses (`getaddrinfo`,
+/// as for any name), one line per name (`NAME HOST:PORT@ADDR,ADDR ...`; a target
+/// whose name did not resolve goes without `@`).
 pub fn srv_child_main(args: impl Iterator<Item = std::ffi::OsString>) -> ExitCode {
     answer_lines(args, |name| {
-        Ok(srv_query(name)?.iter().map(SrvTarget::to_string).collect())
+        let mut targets = srv_query(name)?;
+        for t in &mut targets {
+            if let Ok(it) = (t.host.as_str(), 0u16).to_socket_addrs() {
+                for a in it {
+                    if !t.addrs.contains(&a.ip()) {
+                        t.addrs.push(a.ip());
+                    }
+                }
+            }
+        }
+        Ok(targets.iter().map(SrvTarget::to_string).collect())
     })
 }
 
@@ -458,6 +487,7 @@ pub fn srv_targets(msg: &[u8]) -> Result<Vec<SrvTarget>, String> {
         let t = SrvTarget {
             host: host.to_ascii_lowercase(),
             port: srv.port,
+            addrs: Vec::new(),
         };
         if !found.iter().any(|(_, _, x)| *x == t) {
             found.push((srv.priority, std::cmp::Reverse(srv.weight), t));
@@ -766,6 +796,7 @@ mod tests {
         SrvTarget {
             host: host.into(),
             port,
+            addrs: Vec::new(),
         }
     }
 
@@ -898,7 +929,21 @@ mod tests {
                 (n[1].clone(), Err("no such name (NXDOMAIN)".into())),
             ]
         );
+        // With the addresses the child found (IPv6 included).
+        let with = b"_etcd-client._tcp.srv.test etcd1.srv.test:2379@10.0.0.1,fd00::1 \
+                     etcd2.srv.test:2380\n_etcd-client._tcp.other.test !x\n";
+        let a = parse_output::<SrvTarget>(with, &n);
+        let mut t1 = target("etcd1.srv.test", 2379);
+        t1.addrs = vec![
+            "10.0.0.1".parse().expect("ip"),
+            "fd00::1".parse().expect("ip"),
+        ];
+        assert_eq!(a[0].1, Ok(vec![t1.clone(), target("etcd2.srv.test", 2380)]));
+        assert_eq!(t1.to_string(), "etcd1.srv.test:2379@10.0.0.1,fd00::1");
+        assert_eq!(SrvTarget::parse(&t1.to_string()), Some(t1));
         for bad in [
+            "_etcd-client._tcp.srv.test etcd1.srv.test:2379@\n",
+            "_etcd-client._tcp.srv.test etcd1.srv.test:2379@10.0.0.300\n",
             "_etcd-client._tcp.srv.test etcd1.srv.test\n",
             "_etcd-client._tcp.srv.test etcd1.srv.test:0\n",
             "_etcd-client._tcp.srv.test etcd1.srv.test:99999\n",

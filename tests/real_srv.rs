@@ -315,6 +315,27 @@ fn srv_bootstrap_ctl_and_rediscovery() {
             c.name(i),
             c.logs_tail(20)
         );
+        // The new targets' addresses came with the SRV answer: no lookup of
+        // their names on its own (one loop less for the move).
+        let log = c.agent_log(i);
+        let own = log.lines().find(|l| {
+            l.contains("etcd: resolving")
+                && (l.contains(&members[1].0) || l.contains(&members[2].0))
+        });
+        assert!(
+            own.is_none(),
+            "{} resolved a new target on its own: {own:?}",
+            c.name(i)
+        );
+        assert!(
+            log.contains(&format!(
+                "etcd: {} resolves to {}",
+                members[1].0, members[1].1
+            )),
+            "{} did not take etcd2's address from the answer{}",
+            c.name(i),
+            c.logs_tail(20)
+        );
     }
 
     // The cluster goes on from the new members: a primary takes writes, its

@@ -187,13 +187,15 @@ enum SrvDecision {
     TimedOut,
     /// No usable answer (why): the list stays.
     Failed(String),
-    /// The same list: nothing moves.
-    Same,
+    /// The same list: nothing moves (the targets' addresses are taken).
+    Same { addrs: Vec<crate::resolve::Answer> },
     /// A new list; `keep_at`: where the endpoint in use now is in it (its client
-    /// stays connected), `None`: not listed, a new client from the start.
+    /// stays connected), `None`: not listed, a new client from the start; `addrs`:
+    /// the targets the child resolved, with their addresses.
     Replace {
         urls: Vec<String>,
         keep_at: Option<usize>,
+        addrs: Vec<crate::resolve::Answer>,
     },
 }
 
@@ -211,18 +213,28 @@ fn srv_decision(
         Outcome::TimedOut(_) => return SrvDecision::TimedOut,
         Outcome::Failed(why) => return SrvDecision::Failed(why),
     };
-    let urls: Vec<String> = match answer {
-        Some((_, Ok(targets))) => targets.iter().map(|t| spec.endpoint(t)).collect(),
+    let targets = match answer {
+        Some((_, Ok(targets))) => targets,
         Some((_, Err(why))) => return SrvDecision::Failed(why),
         None => return SrvDecision::Failed("the resolver answered nothing".into()),
     };
+    let urls: Vec<String> = targets.iter().map(|t| spec.endpoint(t)).collect();
+    let addrs: Vec<crate::resolve::Answer> = targets
+        .into_iter()
+        .filter(|t| !t.addrs.is_empty())
+        .map(|t| (t.host, Ok(t.addrs)))
+        .collect();
     if urls == list {
-        return SrvDecision::Same;
+        return SrvDecision::Same { addrs };
     }
     let keep_at = list
         .get(current)
         .and_then(|c| urls.iter().position(|u| u == c));
-    SrvDecision::Replace { urls, keep_at }
+    SrvDecision::Replace {
+        urls,
+        keep_at,
+        addrs,
+    }
 }
 
 fn last_good(addrs: &[IpAddr]) -> String {
@@ -392,15 +404,23 @@ impl Agent {
                 self.status.metrics.etcd_resolve_failures += 1;
                 warn!("etcd: DNS SRV lookup of {service}: {why}; keeping {kept}");
             }
-            SrvDecision::Same => {
+            SrvDecision::Same { addrs } => {
                 s.stale = false;
                 self.status.metrics.etcd_resolves += 1;
+                self.names.apply(&addrs);
             }
-            SrvDecision::Replace { urls, keep_at } => {
+            SrvDecision::Replace {
+                urls,
+                keep_at,
+                addrs,
+            } => {
                 s.stale = false;
                 self.status.metrics.etcd_resolves += 1;
                 info!("etcd: DNS SRV {service}: {}", urls.join(", "));
                 self.names.set_endpoints(&urls);
+                // The targets' addresses came with the answer: no second child,
+                // no loop lost before the first connect (review finding 8).
+                self.names.apply(&addrs);
                 self.cfg.etcd.endpoints = urls.clone();
                 self.status.metrics.etcd_endpoints = urls;
                 match keep_at {
@@ -529,6 +549,7 @@ mod tests {
         let t = |h: &str| SrvTarget {
             host: h.into(),
             port: 2379,
+            addrs: Vec::new(),
         };
         let u = |h: &str| format!("http://{h}:2379");
         let ok = |hs: &[&str]| {
@@ -556,14 +577,15 @@ mod tests {
         );
         assert_eq!(
             srv_decision(&spec, ok(&["a.srv.test", "b.srv.test"]), &list, 1),
-            SrvDecision::Same
+            SrvDecision::Same { addrs: vec![] }
         );
         // b (in use) moves to index 0 and keeps its client.
         assert_eq!(
             srv_decision(&spec, ok(&["b.srv.test", "c.srv.test"]), &list, 1),
             SrvDecision::Replace {
                 urls: vec![u("b.srv.test"), u("c.srv.test")],
-                keep_at: Some(0)
+                keep_at: Some(0),
+                addrs: vec![]
             }
         );
         // b (in use) is gone: a new client from the start.
@@ -571,7 +593,8 @@ mod tests {
             srv_decision(&spec, ok(&["c.srv.test", "a.srv.test"]), &list, 1),
             SrvDecision::Replace {
                 urls: vec![u("c.srv.test"), u("a.srv.test")],
-                keep_at: None
+                keep_at: None,
+                addrs: vec![]
             }
         );
         // Start-up: no list yet.
@@ -579,7 +602,29 @@ mod tests {
             srv_decision(&spec, ok(&["c.srv.test"]), &[], 0),
             SrvDecision::Replace {
                 urls: vec![u("c.srv.test")],
-                keep_at: None
+                keep_at: None,
+                addrs: vec![]
+            }
+        );
+        // The addresses the child found come with the decision (no second
+        // child for those names); a target without any resolves on its own.
+        let with = Outcome::Done(vec![(
+            spec.service(),
+            Ok(vec![
+                SrvTarget {
+                    host: "c.srv.test".into(),
+                    port: 2379,
+                    addrs: vec![ip("10.0.0.3"), ip("fd00::3")],
+                },
+                t("d.srv.test"),
+            ]),
+        )]);
+        assert_eq!(
+            srv_decision(&spec, with, &list, 0),
+            SrvDecision::Replace {
+                urls: vec![u("c.srv.test"), u("d.srv.test")],
+                keep_at: None,
+                addrs: vec![("c.srv.test".into(), Ok(vec![ip("10.0.0.3"), ip("fd00::3")]))]
             }
         );
         // An answer that came in before the kill counts.

@@ -1142,6 +1142,7 @@ fn etcd_srv_discovery() {
     let t = crate::resolve::SrvTarget {
         host: "etcd1.srv.example".into(),
         port: 2379,
+        addrs: Vec::new(),
     };
     assert_eq!(s.endpoint(&t), "http://etcd1.srv.example:2379");
     let c = parse(&srv(
