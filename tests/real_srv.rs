@@ -38,7 +38,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{NetnsFiles, metric, settled};
+use common::{NetnsFiles, metric, metric_opt, settled};
 use tenure::testbed::cluster::TestCluster;
 use tenure::testbed::wait_for;
 
@@ -494,6 +494,47 @@ fn srv_bootstrap_ctl_and_rediscovery() {
     assert!(
         kept.as_ref().is_some_and(|e| new.contains(e)),
         "{} left its list after the refused reload: {kept:?}",
+        c.name(np)
+    );
+
+    // --- 5. A restart while DNS is down: the list of the last answer ---
+    // Without it the agent would start with no endpoint and fence the primary it
+    // could adopt (S4).
+    fs::write(&path, &toml).expect("restore node config");
+    drop(_dns);
+    let key = c.leader_key().expect("leader key");
+    assert_eq!(key.0, c.name(np), "{} no longer leads", c.name(np));
+    c.kill_agent(np);
+    c.start_agent(np)
+        .unwrap_or_else(|e| panic!("restart {}: {e}", c.name(np)));
+    let renews = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
+        (metric_opt(&c, np, "tenure_renewals_counted_total").unwrap_or(0.0) >= 3.0).then_some(())
+    });
+    assert!(
+        renews.is_some(),
+        "{} does not renew after its restart{}",
+        c.name(np),
+        c.logs_tail(40)
+    );
+    assert_eq!(
+        c.leader_key().map(|k| (k.0, k.1)),
+        Some((key.0.clone(), key.1)),
+        "the leadership changed across the restart{}",
+        c.logs_tail(40)
+    );
+    let said = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        c.agent_log(np)
+            .contains("no DNS SRV answer at start-up; starting from the list of the last answer")
+            .then_some(())
+    });
+    assert!(
+        said.is_some(),
+        "{} did not start from the saved list{}",
+        c.name(np),
+        c.logs_tail(20)
+    );
+    eprintln!(
+        "srv: {} restarted with DNS down, adopted its key from the saved list",
         c.name(np)
     );
 }

@@ -180,6 +180,27 @@ impl Names {
     }
 }
 
+/// The endpoint list saved at the last SRV answer (`URL ADDR ...` a line), as
+/// far as it is one this configuration could have made: each URL an endpoint of
+/// the configured scheme whose host is a name, each address an IP; anything else
+/// (garbage, another writer, a scheme from before a TLS change) makes the whole
+/// file unusable.
+fn saved_list(spec: &EtcdSrv, text: &str) -> Vec<(String, Vec<IpAddr>)> {
+    let scheme = if spec.https { "https://" } else { "http://" };
+    let mut out = Vec::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let mut words = line.split_whitespace();
+        let url = words.next().unwrap_or_default();
+        let addrs: Option<Vec<IpAddr>> = words.map(|w| w.parse().ok()).collect();
+        let ok = url.starts_with(scheme) && Endpoint::parse(url).is_ok_and(|e| e.name().is_some());
+        match addrs {
+            Some(a) if ok && out.len() < 64 => out.push((url.to_string(), a)),
+            _ => return Vec::new(),
+        }
+    }
+    out
+}
+
 /// What an SRV lookup's outcome does to the endpoint list.
 #[derive(Debug, PartialEq, Eq)]
 enum SrvDecision {
@@ -304,6 +325,39 @@ impl Agent {
             if let Some(s) = &mut self.names.srv {
                 s.last_end = Some(clock::now());
             }
+            // DNS did not answer: the list of this host's last answer, if any
+            // (review finding 7: an agent restarted during a DNS outage would
+            // otherwise start with no endpoint and S4 would fence a primary it
+            // could have adopted). Still stale: DNS is asked again.
+            if self.cfg.etcd.endpoints.is_empty()
+                && let Some(s) = &self.names.srv
+            {
+                let path = self.srv_saved_path();
+                let saved = std::fs::read_to_string(&path)
+                    .map(|t| saved_list(&s.spec, &t))
+                    .unwrap_or_default();
+                if !saved.is_empty() {
+                    let urls: Vec<String> = saved.iter().map(|(u, _)| u.clone()).collect();
+                    warn!(
+                        "etcd: no DNS SRV answer at start-up; starting from the list of \
+                         the last answer ({}): {}",
+                        path.display(),
+                        urls.join(", ")
+                    );
+                    self.names.set_endpoints(&urls);
+                    // Their addresses too: with DNS down the names would not resolve.
+                    let addrs: Vec<crate::resolve::Answer> = saved
+                        .into_iter()
+                        .filter(|(_, a)| !a.is_empty())
+                        .filter_map(|(u, a)| {
+                            Some((Endpoint::parse(&u).ok()?.name()?.to_string(), Ok(a)))
+                        })
+                        .collect();
+                    self.names.apply(&addrs);
+                    self.cfg.etcd.endpoints = urls.clone();
+                    self.status.metrics.etcd_endpoints = urls;
+                }
+            }
         }
         let names = self.names.stale_names();
         if names.is_empty() || clock::now() >= deadline {
@@ -349,6 +403,39 @@ impl Agent {
             warn!("etcd: {e}");
             self.status.metrics.etcd_resolve_failures += 1;
             self.names.last_end = Some(now);
+        }
+    }
+
+    /// Where the last SRV answer's list is kept for a restart.
+    fn srv_saved_path(&self) -> std::path::PathBuf {
+        self.cfg.postgresql.socket_dir.join("tenure.etcd-srv")
+    }
+
+    /// Keep an SRV answer's list and its targets' addresses (`URL ADDR ...` a
+    /// line) for a restart while DNS is down (`resolve_at_startup`): a small file
+    /// in the socket directory, as the member lease's. Only after an answer,
+    /// which comes only at start-up or after the list's last member failed.
+    fn save_srv_list(&self, urls: &[String], addrs: &[crate::resolve::Answer]) {
+        let mut text = String::new();
+        for u in urls {
+            text.push_str(u);
+            let name = Endpoint::parse(u)
+                .ok()
+                .and_then(|e| e.name().map(str::to_string));
+            if let Some((_, Ok(a))) = addrs.iter().find(|(n, _)| Some(n) == name.as_ref()) {
+                for ip in a {
+                    text.push(' ');
+                    text.push_str(&ip.to_string());
+                }
+            }
+            text.push('\n');
+        }
+        let path = self.srv_saved_path();
+        if let Err(e) = std::fs::write(&path, text) {
+            warn!(
+                "etcd: cannot record the SRV list in {}: {e}",
+                path.display()
+            );
         }
     }
 
@@ -408,6 +495,8 @@ impl Agent {
                 s.stale = false;
                 self.status.metrics.etcd_resolves += 1;
                 self.names.apply(&addrs);
+                let urls = self.cfg.etcd.endpoints.clone();
+                self.save_srv_list(&urls, &addrs);
             }
             SrvDecision::Replace {
                 urls,
@@ -417,6 +506,7 @@ impl Agent {
                 s.stale = false;
                 self.status.metrics.etcd_resolves += 1;
                 info!("etcd: DNS SRV {service}: {}", urls.join(", "));
+                self.save_srv_list(&urls, &addrs);
                 self.names.set_endpoints(&urls);
                 // The targets' addresses came with the answer: no second child,
                 // no loop lost before the first connect (review finding 8).
@@ -633,6 +723,43 @@ mod tests {
             srv_decision(&spec, late, &list, 0),
             SrvDecision::Replace { .. }
         ));
+    }
+
+    /// The list saved for a restart: read back only whole and in this
+    /// configuration's scheme.
+    #[test]
+    fn a_saved_srv_list_is_taken_whole_or_not_at_all() {
+        let spec = EtcdSrv {
+            domain: "srv.test".into(),
+            suffix: None,
+            https: false,
+        };
+        let good = "http://etcd1.srv.test:2379 10.0.0.1 fd00::1\nhttp://etcd2.srv.test:2380\n";
+        assert_eq!(
+            saved_list(&spec, good),
+            vec![
+                (
+                    "http://etcd1.srv.test:2379".to_string(),
+                    vec![ip("10.0.0.1"), ip("fd00::1")]
+                ),
+                ("http://etcd2.srv.test:2380".to_string(), vec![]),
+            ]
+        );
+        for bad in [
+            "",
+            "http://etcd1.srv.test:2379\ngarbage\n",
+            "http://etcd1.srv.test:2379 10.0.0.300\n",
+            "https://etcd1.srv.test:2379\n",
+            "http://10.0.0.1:2379\n",
+            "http://etcd1.srv.test\n",
+        ] {
+            assert!(saved_list(&spec, bad).is_empty(), "{bad:?}");
+        }
+        let tls = EtcdSrv {
+            https: true,
+            ..spec
+        };
+        assert!(saved_list(&tls, good).is_empty(), "http:// under TLS");
     }
 
     fn ip(s: &str) -> IpAddr {
