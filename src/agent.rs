@@ -173,8 +173,10 @@ struct Agent {
     /// `[etcd] srv`: the id of the etcd cluster the first member answered for;
     /// a member of another cluster is refused for the rest of the run.
     etcd_cluster: Option<u64>,
-    /// The last such refusal said (an ALERT once per member and id).
-    cluster_alert: Option<String>,
+    /// The refusals said (an ALERT once per member and id).
+    cluster_alerts: Vec<String>,
+    /// etcd refused `Status` to this user: the cluster check is off (said once).
+    cluster_check_off: bool,
     wd: Watchdogs,
     /// The guardian, where it is the fence (DESIGN §2, `guardian_hooks`).
     guardian: guardian_hooks::GuardianSlot,
@@ -249,6 +251,25 @@ pub fn confirm_epoch(
         .confirm_epoch(&rt, &c, deadline)
         .map_err(|e| e.to_string())?;
     Ok((up_to, cleared))
+}
+
+/// etcd refused `Status` for who we are (RBAC: a user without the root role, or no
+/// token yet), not for where we are (a TLS failure is the member's, and fails the
+/// check): the words etcd's and gRPC's refusals carry.
+fn status_refused_to_user(msg: &str) -> bool {
+    let m = msg.to_ascii_lowercase();
+    !m.contains("certificate")
+        && !m.contains("handshake")
+        && [
+            "permission denied",
+            "permissiondenied",
+            "user name is empty",
+            "invalid auth token",
+            "unauthenticated",
+            "root role",
+        ]
+        .iter()
+        .any(|w| m.contains(w))
 }
 
 fn timing_of(cfg: &Config) -> Timing {
@@ -365,7 +386,8 @@ impl Agent {
             budget_overruns: 0,
             state_file,
             etcd_cluster: None,
-            cluster_alert: None,
+            cluster_alerts: Vec::new(),
+            cluster_check_off: false,
             wd,
             guardian,
             ev: events_hooks::EventState::default(),
@@ -664,39 +686,26 @@ impl Agent {
             // belong to the etcd cluster this agent first used (review of the SRV
             // change, finding 1: agents split between two clusters would each
             // elect a leader).
+            // Which failure: the connect itself (the next endpoint at once, as
+            // ever), or the cluster check after it (second review, H2: the caller
+            // whose call then fails moves on, once; switching here too skipped
+            // the next member and came back to the failed one).
+            let mut checked: Result<(), String> = Ok(());
             let connected = match connected {
                 Ok(mut e) if self.cfg.etcd.srv.is_some() => {
-                    match e.cluster_id(&self.rt, deadline) {
-                        Ok(id) => match self.etcd_cluster {
-                            Some(pinned) if pinned != id => {
-                                let ep =
-                                    self.cfg.etcd.endpoints.get(i).cloned().unwrap_or_default();
-                                let why = format!(
-                                    "{ep} answers for etcd cluster {id:x}, not {pinned:x}, the one \
-                                     this agent has used since it started: a wrong DNS SRV record, \
-                                     or another etcd cluster (restart the agent to accept a new \
-                                     one, e.g. etcd restored from a backup)"
-                                );
-                                // Once per member and id, not every loop.
-                                if self.cluster_alert.as_deref() != Some(why.as_str()) {
-                                    error!("ALERT: etcd: {why}");
-                                    self.cluster_alert = Some(why.clone());
-                                }
-                                Err(why)
-                            }
-                            _ => {
-                                self.etcd_cluster = Some(id);
-                                Ok(e)
-                            }
-                        },
-                        Err(err) => Err(err.to_string()),
-                    }
+                    checked = self.check_cluster(&mut e, i, deadline);
+                    Ok(e)
                 }
                 other => other,
             };
-            match connected {
-                Ok(e) => self.etcd = Some(e),
-                Err(e) => {
+            match (connected, checked) {
+                (Ok(e), Ok(())) => self.etcd = Some(e),
+                (Ok(_), Err(why)) => {
+                    let ep = self.cfg.etcd.endpoints.get(i).cloned().unwrap_or_default();
+                    self.etcd_failed(&format!("etcd {ep}: {why}"));
+                    return None;
+                }
+                (Err(e), _) => {
                     // `[etcd] srv` before its first answer: no endpoint at all.
                     let ep = self
                         .cfg
@@ -713,6 +722,57 @@ impl Agent {
         }
         let Agent { etcd, rt, .. } = self;
         etcd.as_mut().map(|e| (e, &*rt))
+    }
+
+    /// `[etcd] srv`: DNS names the members and may name another cluster's later (a
+    /// wrong or forged record): a new client's member must answer for the etcd
+    /// cluster this agent first used (review of the SRV change, finding 1: agents
+    /// split between two clusters would each elect a leader). Asked with `Status`
+    /// (one round trip, within the call's deadline). etcd versions that refuse
+    /// `Status` to a user without the root role (second review, H1) leave the
+    /// check off for this agent, said once: refusing every connect would be an
+    /// outage.
+    fn check_cluster(&mut self, e: &mut Etcd, i: usize, deadline: Instant) -> Result<(), String> {
+        if self.cluster_check_off {
+            return Ok(());
+        }
+        let id = match e.cluster_id(&self.rt, deadline) {
+            Ok(id) => id,
+            Err(err) if status_refused_to_user(&err.0) => {
+                warn!(
+                    "etcd refuses Status to this agent's user ({}): the check that every \
+                     member found by DNS SRV belongs to one etcd cluster is off; a wrong \
+                     DNS record could point this agent at another etcd cluster",
+                    err.0
+                );
+                self.cluster_check_off = true;
+                return Ok(());
+            }
+            Err(err) => return Err(format!("its cluster id: {}", err.0)),
+        };
+        match self.etcd_cluster {
+            Some(pinned) if pinned != id => {
+                let ep = self.cfg.etcd.endpoints.get(i).cloned().unwrap_or_default();
+                let why = format!(
+                    "{ep} answers for etcd cluster {id:x}, not {pinned:x}, the one this agent \
+                     has used since it started: a wrong DNS SRV record, or another etcd \
+                     cluster (restart the agent to accept a new one, e.g. etcd restored \
+                     from a backup)"
+                );
+                // Once per member and id, not every loop (second review, L1: a set).
+                if !self.cluster_alerts.contains(&why) {
+                    error!("ALERT: etcd: {why}");
+                    if self.cluster_alerts.len() < 16 {
+                        self.cluster_alerts.push(why.clone());
+                    }
+                }
+                Err(why)
+            }
+            _ => {
+                self.etcd_cluster = Some(id);
+                Ok(())
+            }
+        }
     }
 
     /// Drop the client (and its watch) and use the next endpoint from the next call
@@ -2542,6 +2602,28 @@ enum OpenError {
 
 #[cfg(test)]
 mod tests {
+
+    /// An RBAC refusal of `Status` turns the SRV cluster check off; a TLS
+    /// failure (the member's) or a timeout fails it (second review, H1).
+    #[test]
+    fn only_a_refusal_for_the_user_turns_the_cluster_check_off() {
+        for m in [
+            "ask the member's cluster id: etcdserver: permission denied",
+            "status: etcdserver: user name is empty",
+            "grpc status: PermissionDenied, message: \"etcdserver: root user does not have root role\"",
+            "status: Unauthenticated",
+        ] {
+            assert!(status_refused_to_user(m), "{m}");
+        }
+        for m in [
+            "ask the member's cluster id: timed out",
+            "transport error: tls handshake: invalid peer certificate: UnknownIssuer",
+            "connection refused",
+        ] {
+            assert!(!status_refused_to_user(m), "{m}");
+        }
+    }
+
     use super::*;
     use crate::core::model::{Member, MemberInfo};
 

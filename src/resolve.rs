@@ -70,6 +70,9 @@ pub trait Token: Sized + Clone + PartialEq + std::fmt::Debug {
     const SUBCOMMAND: &'static str;
     /// Why a line with no token is no answer.
     const NONE: &'static str;
+    /// A second line for the same name refines the first (the child writes what
+    /// it has, then more: a parent that kills it keeps the first).
+    const REFINED: bool = false;
     fn parse(tok: &str) -> Option<Self>;
 }
 
@@ -95,6 +98,9 @@ pub struct SrvTarget {
 impl Token for SrvTarget {
     const SUBCOMMAND: &'static str = SRV_SUBCOMMAND;
     const NONE: &'static str = "no SRV record";
+    // The targets first, then again with their addresses (second review, M2: a
+    // target name slow to resolve must not cost the whole answer).
+    const REFINED: bool = true;
     /// `HOST:PORT` or `HOST:PORT@ADDR,ADDR...`.
     fn parse(tok: &str) -> Option<Self> {
         let (target, addrs) = match tok.split_once('@') {
@@ -360,11 +366,12 @@ fn parse_output<T: Token>(buf: &[u8], names: &[String]) -> Vec<AnswerOf<T>> {
         Some(i) => &text[..i],
         None => "",
     };
-    for (line, want) in complete.lines().zip(names) {
+    for line in complete.lines() {
         let Some((name, rest)) = line.split_once(' ') else {
             break;
         };
-        if name != want {
+        let refines = T::REFINED && out.last().is_some_and(|(n, _): &AnswerOf<T>| n == name);
+        if !refines && names.get(out.len()).is_none_or(|want| name != want) {
             break;
         }
         let answer = match rest.strip_prefix('!') {
@@ -378,7 +385,13 @@ fn parse_output<T: Token>(buf: &[u8], names: &[String]) -> Vec<AnswerOf<T>> {
                 }
             }
         };
-        out.push((name.to_string(), answer));
+        if refines {
+            if let (Some(last), Ok(_)) = (out.last_mut(), &answer) {
+                last.1 = answer;
+            }
+        } else {
+            out.push((name.to_string(), answer));
+        }
     }
     out
 }
@@ -387,7 +400,7 @@ fn parse_output<T: Token>(buf: &[u8], names: &[String]) -> Vec<AnswerOf<T>> {
 /// every program on this host would) and print one line per name. Exits by
 /// itself after `SECS` seconds (SIGALRM) if nobody killed it before.
 pub fn child_main(args: impl Iterator<Item = std::ffi::OsString>) -> ExitCode {
-    answer_lines(args, |name| {
+    answer_lines(args, |name, _| {
         let mut addrs: Vec<IpAddr> = Vec::new();
         for a in (name, 0u16).to_socket_addrs().map_err(|e| e.to_string())? {
             if !addrs.contains(&a.ip()) {
@@ -406,8 +419,11 @@ pub fn child_main(args: impl Iterator<Item = std::ffi::OsString>) -> ExitCode {
 /// as for any name), one line per name (`NAME HOST:PORT@ADDR,ADDR ...`; a target
 /// whose name did not resolve goes without `@`).
 pub fn srv_child_main(args: impl Iterator<Item = std::ffi::OsString>) -> ExitCode {
-    answer_lines(args, |name| {
+    answer_lines(args, |name, first| {
         let mut targets = srv_query(name)?;
+        // The targets alone first: a name slow to resolve below costs only its
+        // addresses, not the answer (second review, M2).
+        first(targets.iter().map(SrvTarget::to_string).collect());
         for t in &mut targets {
             if let Ok(it) = (t.host.as_str(), 0u16).to_socket_addrs() {
                 for a in it {
@@ -512,9 +528,11 @@ pub fn srv_targets(msg: &[u8]) -> Result<Vec<SrvTarget>, String> {
 
 /// The child's body: its own alarm, then one line per name as `answer` gives it
 /// (`NAME TOKEN...`, or `NAME !why`).
+/// `answer` may hand a first line to `first` before it returns its last (a
+/// [`Token::REFINED`] kind).
 fn answer_lines(
     args: impl Iterator<Item = std::ffi::OsString>,
-    answer: impl Fn(&str) -> Result<Vec<String>, String>,
+    answer: impl Fn(&str, &mut dyn FnMut(Vec<String>)) -> Result<Vec<String>, String>,
 ) -> ExitCode {
     let args: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
     let Some((secs, names)) = args.split_first() else {
@@ -526,19 +544,24 @@ fn answer_lines(
     unsafe { libc::alarm(secs) };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
+    let line = |name: &str, r: Result<Vec<String>, String>| match r {
+        Ok(toks) if toks.is_empty() => format!("{name} !no answer\n"),
+        Ok(toks) => format!("{name} {}\n", toks.join(" ")),
+        Err(e) => format!("{name} !{}\n", e.replace('\n', " ")),
+    };
+    let mut failed = false;
     for name in names.iter().take(MAX_NAMES) {
-        let line = match answer(name) {
-            Ok(toks) if toks.is_empty() => format!("{name} !no answer\n"),
-            Ok(toks) => format!("{name} {}\n", toks.join(" ")),
-            Err(e) => format!("{name} !{}\n", e.replace('\n', " ")),
-        };
         // Line by line: a parent that kills us at its deadline keeps the names
         // already answered.
-        if out
-            .write_all(line.as_bytes())
-            .and_then(|()| out.flush())
-            .is_err()
-        {
+        let mut write = |l: String| {
+            failed |= out
+                .write_all(l.as_bytes())
+                .and_then(|()| out.flush())
+                .is_err();
+        };
+        let last = answer(name, &mut |toks| write(line(name, Ok(toks))));
+        write(line(name, last));
+        if failed {
             return ExitCode::from(1);
         }
     }
@@ -941,6 +964,28 @@ mod tests {
         assert_eq!(a[0].1, Ok(vec![t1.clone(), target("etcd2.srv.test", 2380)]));
         assert_eq!(t1.to_string(), "etcd1.srv.test:2379@10.0.0.1,fd00::1");
         assert_eq!(SrvTarget::parse(&t1.to_string()), Some(t1));
+        // The child's first line (targets), then its refinement (addresses): the
+        // last complete one counts; a killed child's first line still does.
+        let first = "_etcd-client._tcp.srv.test etcd1.srv.test:2379\n";
+        let refined = "_etcd-client._tcp.srv.test etcd1.srv.test:2379@10.0.0.1\n";
+        let n1 = &n[..1];
+        let a = parse_output::<SrvTarget>(format!("{first}{refined}").as_bytes(), n1);
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].1.as_ref().map(|t| t[0].addrs.len()), Ok(1));
+        let a = parse_output::<SrvTarget>(format!("{first}etcd1.srv").as_bytes(), n1);
+        assert_eq!(
+            a,
+            vec![(n[0].clone(), Ok(vec![target("etcd1.srv.test", 2379)]))]
+        );
+        let a = parse_output::<SrvTarget>(format!("{first}{} x:0\n", n[0]).as_bytes(), n1);
+        assert_eq!(
+            a,
+            vec![(n[0].clone(), Ok(vec![target("etcd1.srv.test", 2379)]))]
+        );
+        // Names' lines are not refined: a second line for a name ends the parse.
+        let two = b"a.example 10.0.0.1\na.example 10.0.0.2\n";
+        let a = parse_output::<IpAddr>(two, &names(&["a.example", "b.example"]));
+        assert_eq!(a.len(), 1);
         for bad in [
             "_etcd-client._tcp.srv.test etcd1.srv.test:2379@\n",
             "_etcd-client._tcp.srv.test etcd1.srv.test:2379@10.0.0.300\n",

@@ -513,7 +513,9 @@ impl Agent {
                 self.names.apply(&addrs);
                 self.cfg.etcd.endpoints = urls.clone();
                 self.status.metrics.etcd_endpoints = urls;
-                match keep_at {
+                // The client's index only while there is a client (second review,
+                // L2): otherwise the new list from its first, in priority order.
+                match keep_at.filter(|_| self.etcd.is_some()) {
                     Some(k) => self.endpoint = k,
                     None => {
                         self.endpoint = 0;
