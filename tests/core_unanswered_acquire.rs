@@ -50,6 +50,26 @@ fn unanswered_unread() -> Observation {
     o
 }
 
+/// The plan revokes `lease`.
+fn assert_revokes(p: &Plan, lease: LeaseId) {
+    assert!(
+        p.actions.contains(&Action::Revoke { lease }),
+        "{:?} {}",
+        p.actions,
+        p.reason
+    );
+}
+
+/// The plan revokes nothing.
+fn assert_no_revoke(p: &Plan) {
+    assert!(
+        !p.actions.iter().any(|a| matches!(a, Action::Revoke { .. })),
+        "{:?} {}",
+        p.actions,
+        p.reason
+    );
+}
+
 fn unanswered(lease: LeaseId) -> Option<AcquireOutcome> {
     Some(AcquireOutcome::Unanswered {
         lease,
@@ -72,11 +92,7 @@ fn an_unanswered_acquire_the_read_shows_won_is_the_win() {
     o.acquire = unanswered(0xB);
     let p = c.step(t(104.0), &o);
     assert_eq!(p.reason, Reason::Promoting { epoch: 21 }, "{:?}", p.actions);
-    assert!(
-        !p.actions.iter().any(|a| matches!(a, Action::Revoke { .. })),
-        "{:?}",
-        p.actions
-    );
+    assert_no_revoke(&p);
     let l = c.leadership().expect("leadership from the unanswered win");
     assert_eq!((l.lease, l.epoch), (0xB, 21));
     // S1: the first horizon counts from the grant's send instant, as for `Won`.
@@ -103,12 +119,7 @@ fn an_unanswered_acquire_the_read_does_not_show_revokes_its_lease() {
     o.acquire = unanswered(0xB);
     let p = c.step(t(104.0), &o);
     assert!(c.leadership().is_none());
-    assert!(
-        p.actions.contains(&Action::Revoke { lease: 0xB }),
-        "{:?} {}",
-        p.actions,
-        p.reason
-    );
+    assert_revokes(&p, 0xB);
 }
 
 /// A key naming us on another lease is no proof that this txn was applied: no win;
@@ -140,11 +151,7 @@ fn an_unanswered_acquire_is_decided_by_the_next_read_that_answers() {
     let (mut c, members) = acquiring();
     let p = c.step(t(104.0), &unanswered_unread());
     assert!(c.leadership().is_none());
-    assert!(
-        !p.actions.iter().any(|a| matches!(a, Action::Revoke { .. })),
-        "{:?}",
-        p.actions
-    );
+    assert_no_revoke(&p);
     let o = obs(
         view(21, Some(key("pg2", 21, 0xB)), members),
         pg(PgRole::Replica, 1000, None),
@@ -164,11 +171,7 @@ fn an_unanswered_acquire_a_later_read_shows_lost_revokes_its_lease() {
         &obs(view(21, None, members), pg(PgRole::Replica, 1000, None)),
     );
     assert!(c.leadership().is_none());
-    assert!(
-        p.actions.contains(&Action::Revoke { lease: 0xB }),
-        "{:?}",
-        p.actions
-    );
+    assert_revokes(&p, 0xB);
 }
 
 /// Kept only while its lease could live: past `granted_at + ttl` no read makes it a
@@ -188,11 +191,7 @@ fn an_unanswered_acquire_is_forgotten_once_its_lease_could_have_expired() {
         ),
     );
     assert!(c.leadership().is_none(), "{}", p.reason);
-    assert!(
-        p.actions.contains(&Action::Revoke { lease: 0xB }),
-        "{:?}",
-        p.actions
-    );
+    assert_revokes(&p, 0xB);
 }
 
 /// A shutdown before the read decided: no win; the lease goes with the stop.
@@ -207,11 +206,7 @@ fn an_unanswered_acquire_during_a_shutdown_is_revoked() {
     o.shutdown = true;
     let p = c.step(t(104.0), &o);
     assert!(c.leadership().is_none());
-    assert!(
-        p.actions.contains(&Action::Revoke { lease: 0xB }),
-        "{:?}",
-        p.actions
-    );
+    assert_revokes(&p, 0xB);
 }
 
 /// S5 (review of b59d65c, LOW 1): a wall-clock jump the winning observation found
@@ -242,12 +237,7 @@ fn an_undecided_unanswered_acquire_is_revoked_by_a_shutdown() {
     o.shutdown = true;
     let p = c.step(t(104.5), &o);
     assert!(c.leadership().is_none());
-    assert!(
-        p.actions.contains(&Action::Revoke { lease: 0xB }),
-        "{:?} {}",
-        p.actions,
-        p.reason
-    );
+    assert_revokes(&p, 0xB);
 }
 
 /// The steps of an S4 fence while the acquire waits for a read: the local
@@ -263,12 +253,7 @@ fn fenced_while_undecided(c: &mut Core) {
     o.fence = Some(FenceOutcome::Complete);
     let p = c.step(t(104.8), &o);
     assert!(!c.fence_in_progress(), "{}", p.reason);
-    assert!(
-        !p.actions.iter().any(|a| matches!(a, Action::Revoke { .. })),
-        "{:?} {}",
-        p.actions,
-        p.reason
-    );
+    assert_no_revoke(&p);
 }
 
 /// The fence's round trip, lost: the first read after it does not show the key, so
@@ -282,12 +267,7 @@ fn an_unanswered_acquire_lost_across_a_fence_revokes_its_lease() {
         &obs(view(21, None, members), pg(PgRole::Stopped, 1000, None)),
     );
     assert!(c.leadership().is_none());
-    assert!(
-        p.actions.contains(&Action::Revoke { lease: 0xB }),
-        "{:?} {}",
-        p.actions,
-        p.reason
-    );
+    assert_revokes(&p, 0xB);
 }
 
 /// The fence's round trip, won: the first read after it shows the key naming us on
@@ -305,12 +285,7 @@ fn an_unanswered_acquire_won_across_a_fence_is_the_win() {
             pg(PgRole::Stopped, 1000, None),
         ),
     );
-    assert!(
-        !p.actions.iter().any(|a| matches!(a, Action::Revoke { .. })),
-        "{:?} {}",
-        p.actions,
-        p.reason
-    );
+    assert_no_revoke(&p);
     let l = c
         .leadership()
         .expect("leadership from the win after the fence");

@@ -38,7 +38,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{NetnsFiles, metric, metric_opt, settled};
+use common::{NetnsFiles, endpoint_opt, metric, metric_opt, settled};
 use tenure::testbed::cluster::TestCluster;
 use tenure::testbed::wait_for;
 
@@ -178,14 +178,45 @@ fn wait_dns(c: &TestCluster, i: usize, service: &str, want: &str) {
     );
 }
 
-/// The endpoint node `i` talks to, if its API answers.
-fn endpoint_now(c: &TestCluster, i: usize) -> Option<String> {
-    let (_, body) = c.api_body(i, "/metrics")?;
-    body.lines().find_map(|l| {
-        let labels = l.strip_prefix("tenure_etcd_endpoint{")?;
-        let rest = labels.split_once("endpoint=\"")?.1;
-        Some(rest.split('"').next()?.to_string())
-    })
+/// Node `i`'s configuration with its `endpoints` line replaced by `srv_lines`.
+fn use_srv(c: &TestCluster, i: usize, srv_lines: &str) {
+    let path = c.config_path(i).to_path_buf();
+    let toml = fs::read_to_string(&path).expect("read node config");
+    let line = toml
+        .lines()
+        .find(|l| l.starts_with("endpoints = ["))
+        .unwrap_or_else(|| panic!("no endpoints line in\n{toml}"))
+        .to_string();
+    fs::write(&path, toml.replace(&line, srv_lines)).expect("write node config");
+}
+
+/// Every node talks to one of `list` (within 30 s); `what` names the step.
+fn all_on(c: &TestCluster, list: &[String], what: &str) {
+    for i in 0..c.node_count() {
+        let on = wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
+            endpoint_opt(c, i).filter(|e| list.contains(e))
+        });
+        assert!(
+            on.is_some(),
+            "{} still on {:?} {what}{}",
+            c.name(i),
+            endpoint_opt(c, i),
+            c.logs_tail(40)
+        );
+    }
+}
+
+/// Node `np` takes row `row` (within 30 s).
+fn takes_a_write(c: &TestCluster, np: usize, row: i64) {
+    let wrote = wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
+        c.write_row(np, row).ok()
+    });
+    assert!(
+        wrote.is_some(),
+        "{} takes no write{}",
+        c.name(np),
+        c.logs_tail(40)
+    );
 }
 
 #[test]
@@ -223,15 +254,7 @@ fn srv_bootstrap_ctl_and_rediscovery() {
     for i in 0..c.node_count() {
         let ns = c.spec(i).netns.clone().expect("node namespace");
         files.make(&ns, "127.0.0.1 localhost\n", &resolv);
-        let path = c.config_path(i).to_path_buf();
-        let toml = fs::read_to_string(&path).expect("read node config");
-        let line = toml
-            .lines()
-            .find(|l| l.starts_with("endpoints = ["))
-            .unwrap_or_else(|| panic!("no endpoints line in\n{toml}"))
-            .to_string();
-        fs::write(&path, toml.replace(&line, &format!("srv = \"{DOMAIN}\"")))
-            .expect("write node config");
+        use_srv(&c, i, &format!("srv = \"{DOMAIN}\""));
     }
     wait_dns(
         &c,
@@ -263,7 +286,7 @@ fn srv_bootstrap_ctl_and_rediscovery() {
             c.name(i),
             c.logs_tail(20)
         );
-        assert_eq!(endpoint_now(&c, i), Some(url(0)), "{}", c.name(i));
+        assert_eq!(endpoint_opt(&c, i), Some(url(0)), "{}", c.name(i));
     }
     let cfg = c.config_path(p).to_string_lossy().into_owned();
     let o = in_ns(&c, p, &[BIN, "ctl", "--config", &cfg, "list"]);
@@ -297,17 +320,8 @@ fn srv_bootstrap_ctl_and_rediscovery() {
             .unwrap_or_else(|e| panic!("cut {} from etcd1: {e}", c.name(i)));
     }
     let new = [url(1), url(2)];
+    all_on(&c, &new, "after the records changed");
     for i in 0..c.node_count() {
-        let moved = wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
-            endpoint_now(&c, i).filter(|e| new.contains(e))
-        });
-        assert!(
-            moved.is_some(),
-            "{} still on {:?} after the records changed{}",
-            c.name(i),
-            endpoint_now(&c, i),
-            c.logs_tail(40)
-        );
         assert!(
             c.agent_log(i)
                 .contains(&format!("etcd: DNS SRV {SERVICE}: {}, {}", url(1), url(2))),
@@ -353,15 +367,7 @@ fn srv_bootstrap_ctl_and_rediscovery() {
         c.name(np),
         c.logs_tail(40)
     );
-    let wrote = wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
-        c.write_row(np, 4242).ok()
-    });
-    assert!(
-        wrote.is_some(),
-        "{} takes no write{}",
-        c.name(np),
-        c.logs_tail(40)
-    );
+    takes_a_write(&c, np, 4242);
     eprintln!(
         "srv: every node moved to {} and {}; {} leads (was {})",
         url(1),
@@ -404,7 +410,7 @@ fn srv_bootstrap_ctl_and_rediscovery() {
     };
     for i in 0..c.node_count() {
         let reached = wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
-            (alert(&c, i) || endpoint_now(&c, i).as_deref() == Some(furl.as_str())).then_some(())
+            (alert(&c, i) || endpoint_opt(&c, i).as_deref() == Some(furl.as_str())).then_some(())
         });
         assert!(
             reached.is_some(),
@@ -442,26 +448,12 @@ fn srv_bootstrap_ctl_and_rediscovery() {
     let np = c
         .wait_primary(common::FAILOVER)
         .unwrap_or_else(|| panic!("no primary after the foreign etcd{}", c.logs_tail(40)));
-    for i in 0..c.node_count() {
-        let back = wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
-            endpoint_now(&c, i).filter(|e| new.contains(e))
-        });
-        assert!(
-            back.is_some(),
-            "{} not back on the cluster{}",
-            c.name(i),
-            c.logs_tail(40)
-        );
-    }
-    let wrote = wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
-        c.write_row(np, 4343).ok()
-    });
-    assert!(
-        wrote.is_some(),
-        "{} takes no write{}",
-        c.name(np),
-        c.logs_tail(40)
+    all_on(
+        &c,
+        &new,
+        "after the records and the network were right again",
     );
+    takes_a_write(&c, np, 4343);
 
     // --- 4. Other records on reload: refused (a restart asks for them) ---
     let path = c.config_path(np).to_path_buf();
@@ -490,7 +482,7 @@ fn srv_bootstrap_ctl_and_rediscovery() {
         "no refusal of the new records{}",
         c.logs_tail(20)
     );
-    let kept = endpoint_now(&c, np);
+    let kept = endpoint_opt(&c, np);
     assert!(
         kept.as_ref().is_some_and(|e| new.contains(e)),
         "{} left its list after the refused reload: {kept:?}",
@@ -624,18 +616,7 @@ fn srv_over_tls_with_a_suffix() {
     for i in 0..c.node_count() {
         let ns = c.spec(i).netns.clone().expect("node namespace");
         files.make(&ns, "127.0.0.1 localhost\n", &resolv);
-        let path = c.config_path(i).to_path_buf();
-        let toml = fs::read_to_string(&path).expect("read node config");
-        let line = toml
-            .lines()
-            .find(|l| l.starts_with("endpoints = ["))
-            .unwrap_or_else(|| panic!("no endpoints line in\n{toml}"))
-            .to_string();
-        fs::write(
-            &path,
-            toml.replace(&line, &format!("srv = \"{DOMAIN}\"\nsrv_suffix = \"pga\"")),
-        )
-        .expect("write node config");
+        use_srv(&c, i, &format!("srv = \"{DOMAIN}\"\nsrv_suffix = \"pga\""));
     }
     wait_dns(
         &c,
@@ -657,7 +638,7 @@ fn srv_over_tls_with_a_suffix() {
             c.name(i),
             c.logs_tail(20)
         );
-        let ep = endpoint_now(&c, i).unwrap_or_default();
+        let ep = endpoint_opt(&c, i).unwrap_or_default();
         assert!(ep.starts_with("https://etcd"), "{}: {ep}", c.name(i));
     }
 

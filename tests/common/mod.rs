@@ -367,14 +367,18 @@ pub fn metric(c: &TestCluster, i: usize, name: &str) -> f64 {
     .unwrap_or_else(|| panic!("{}: no answer to /metrics{}", c.name(i), c.logs_tail(60)))
 }
 
-/// The endpoint node `i` talks to (the `endpoint` label of `tenure_etcd_endpoint`).
+/// The endpoint node `i` talks to (the `endpoint` label of `tenure_etcd_endpoint`),
+/// if its API answers.
+pub fn endpoint_opt(c: &TestCluster, i: usize) -> Option<String> {
+    let (_, body) = c.api_body(i, "/metrics")?;
+    body.lines().find_map(|l| {
+        let labels = l.strip_prefix("tenure_etcd_endpoint{")?;
+        let rest = labels.split_once("endpoint=\"")?.1;
+        Some(rest.split('"').next()?.to_string())
+    })
+}
+
+/// [`endpoint_opt`], which must answer.
 pub fn endpoint_in_use(c: &TestCluster, i: usize) -> String {
-    let (_, body) = c.api_body(i, "/metrics").expect("/metrics");
-    body.lines()
-        .find_map(|l| {
-            let labels = l.strip_prefix("tenure_etcd_endpoint{")?;
-            let rest = labels.split_once("endpoint=\"")?.1;
-            Some(rest.split('"').next()?.to_string())
-        })
-        .unwrap_or_else(|| panic!("{}: no tenure_etcd_endpoint", c.name(i)))
+    endpoint_opt(c, i).unwrap_or_else(|| panic!("{}: no tenure_etcd_endpoint", c.name(i)))
 }

@@ -1170,15 +1170,17 @@ impl World {
         // the lease's revoke either comes first (the txn fails) or deletes the key
         // the txn made.
         // `TENURE_SIM_NO_LATE_ACQUIRE=1`: all applied in time.
-        let late_ok = self.late_acquire_on;
-        let lw = self.sched.bound_timing().loop_wait;
         if matches!(op, Op::CreateLeader { .. })
             && let Some(r) = self.lost_acquire.as_mut()
             && r.chance(0.1)
         {
-            if late_ok && r.chance(0.5) {
+            if self.late_acquire_on && r.chance(0.5) {
                 // Half of them within 20 ms: the read and the revoke's race.
-                let most = if r.chance(0.5) { secs(0.02) } else { 2 * lw };
+                let most = if r.chance(0.5) {
+                    secs(0.02)
+                } else {
+                    2 * self.sched.bound_timing().loop_wait
+                };
                 apply_at = deadline.add(r.dur(Duration::from_millis(1), most));
             } else {
                 b = b.max(deadline.since(apply_at) + Duration::from_millis(1));
