@@ -129,6 +129,7 @@ fn timing(sync: SyncMode) -> Timing {
         maximum_lag_on_failover: 1 << 20,
         primary_start_timeout: Duration::from_secs(30),
         synchronous: sync,
+        synchronous_node_count: 1,
     }
 }
 
@@ -259,9 +260,9 @@ fn leader(sync: SyncMode) -> Scenario {
     if sync != SyncMode::Off {
         v.sync = Some(Ok(SyncKey {
             leader: "pg1".into(),
-            sync_standby: Some("pg2".into()),
+            sync_standbys: vec!["pg2".into()],
         }));
-        p.sync_names = Some(tenure::core::sync_names_for("pg2"));
+        p.sync_names = Some(tenure::core::sync_names_for(&["pg2".to_string()]));
     }
     let mut o = obs(v, p);
     c.step(t(10.0), &o);

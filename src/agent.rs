@@ -1864,11 +1864,11 @@ impl Agent {
                 Action::WriteSync {
                     epoch,
                     leader,
-                    sync_standby,
+                    sync_standbys,
                 } => {
                     let value = crate::dcs::encode_sync(&SyncKey {
                         leader,
-                        sync_standby,
+                        sync_standbys,
                     });
                     match self.connect(deadline) {
                         Some((etcd, rt)) => {

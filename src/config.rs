@@ -59,6 +59,10 @@ pub struct DynamicConfig {
     /// `synchronous_mode_strict`: with no standby left, commits wait instead of the
     /// primary degrading to asynchronous. Meaningful only with `synchronous_mode`.
     pub synchronous_mode_strict: bool,
+    /// `synchronous_node_count` (Patroni's name): how many synchronous standbys the
+    /// primary keeps when that many are fit, 1 to [`MAX_SYNC_NODES`]. Every commit
+    /// waits for each of them. Meaningful only with `synchronous_mode`.
+    pub synchronous_node_count: u32,
     /// `pause`: maintenance mode (Patroni's). Health-driven actions stop (no
     /// automatic failover or promotion, no restart of a stopped PostgreSQL, no
     /// rewind); S1 and S2 still hold.
@@ -1106,6 +1110,17 @@ impl<'a> Sect<'a> {
             .map_err(|problem| self.err(k, problem))
     }
 
+    /// `synchronous_node_count`: a whole number from 1 to [`MAX_SYNC_NODES`].
+    fn node_count(&self, k: &str) -> Result<Option<u32>, ConfigError> {
+        match self.table.get(k) {
+            None => Ok(None),
+            Some(Value::Integer(i)) => sync_node_count(*i as f64)
+                .map(Some)
+                .map_err(|p| self.err(k, p)),
+            Some(v) => Err(self.wrong(k, "a whole number of standbys", v)),
+        }
+    }
+
     /// Whole seconds as `u32`, > 0.
     fn whole_secs(&self, k: &str) -> Result<Option<u32>, ConfigError> {
         match self.table.get(k) {
@@ -1552,6 +1567,7 @@ impl Config {
             "primary_start_timeout",
             "synchronous_mode",
             "synchronous_mode_strict",
+            "synchronous_node_count",
             "pause",
         ])?;
         let dynamic = DynamicConfig {
@@ -1561,6 +1577,7 @@ impl Config {
                 .unwrap_or(Duration::from_secs(30)),
             synchronous_mode: dy.boolean("synchronous_mode")?.unwrap_or(false),
             synchronous_mode_strict: dy.boolean("synchronous_mode_strict")?.unwrap_or(false),
+            synchronous_node_count: dy.node_count("synchronous_node_count")?.unwrap_or(1),
             pause: dy.boolean("pause")?.unwrap_or(false),
         };
 
@@ -2015,6 +2032,7 @@ impl Config {
             "promote_delay": t.promote_delay.map(secs_json),
             "synchronous_mode": self.dynamic.synchronous_mode,
             "synchronous_mode_strict": self.dynamic.synchronous_mode_strict,
+            "synchronous_node_count": self.dynamic.synchronous_node_count,
         });
         // Patroni stores `pause` only while paused (resuming deletes it).
         if self.dynamic.pause
@@ -2123,6 +2141,10 @@ impl Config {
         if let Some(p) = secs("primary_start_timeout")? {
             d.primary_start_timeout = p;
         }
+        if let Some(x) = num("synchronous_node_count")? {
+            d.synchronous_node_count = sync_node_count(x)
+                .map_err(|p| format!("config key: synchronous_node_count: {p}"))?;
+        }
         // Booleans; absent keeps ours. Patroni 3's `"quorum"` is not supported:
         // refuse it by name rather than run a weaker mode than the operator asked.
         for (k, slot) in [
@@ -2135,7 +2157,8 @@ impl Config {
                 Some(other) => {
                     return Err(format!(
                         "config key: {k}: expected true or false, found {} ({other}); \
-                         tenure supports one synchronous standby, not quorum commit",
+                         tenure supports synchronous standbys (synchronous_node_count), \
+                         not quorum commit",
                         json_kind(other)
                     ));
                 }
@@ -2168,8 +2191,24 @@ impl Config {
             maximum_lag_on_failover: d.maximum_lag_on_failover,
             primary_start_timeout: d.primary_start_timeout,
             synchronous: d.sync_mode(),
+            synchronous_node_count: d.synchronous_node_count,
         }
     }
+}
+
+/// The most synchronous standbys `synchronous_node_count` may ask for (far more
+/// than a cluster has members; a larger number is a typo, refused by name).
+pub const MAX_SYNC_NODES: u32 = 100;
+
+/// `synchronous_node_count` from the file or the `config` key: a whole number from
+/// 1 to [`MAX_SYNC_NODES`]; `Err` says what is wrong with `x`.
+fn sync_node_count(x: f64) -> Result<u32, String> {
+    if x.fract() != 0.0 || !(1.0..=f64::from(MAX_SYNC_NODES)).contains(&x) {
+        return Err(format!(
+            "expected a whole number of standbys from 1 to {MAX_SYNC_NODES}, found {x}"
+        ));
+    }
+    Ok(x as u32)
 }
 
 /// One `pg_hba.conf` line: a single line that starts with a connection type.

@@ -265,14 +265,15 @@ fn budget_report(path: &Path, c: &Config) -> String {
         // and waits until they held for a loop before it promotes.
         out += &format!(
             "\nsynchronous_mode{}: a failover takes up to {} s more (2 x loop_wait: the sync key \
-             naming the winner, then synchronous_standby_names held for a loop); only the listed \
-             synchronous standby or the last leader may take over\n",
+             naming the winner, then synchronous_standby_names held for a loop); only a listed \
+             synchronous standby (up to {} kept) or the last leader may take over\n",
             if c.dynamic.synchronous_mode_strict {
                 " (strict)"
             } else {
                 ""
             },
-            (2 * t.loop_wait).as_secs_f64()
+            (2 * t.loop_wait).as_secs_f64(),
+            c.dynamic.synchronous_node_count
         );
     }
     out

@@ -60,6 +60,7 @@ fn timing7() -> Timing {
         maximum_lag_on_failover: 1 << 20,
         primary_start_timeout: Duration::from_secs(30),
         synchronous: SyncMode::Off,
+        synchronous_node_count: 1,
     }
 }
 

@@ -929,6 +929,7 @@ fn an_adopted_primary_whose_data_is_ahead_of_the_key_is_fenced_but_keeps_the_key
 fn sync_timing(mode: SyncMode) -> Timing {
     Timing {
         synchronous: mode,
+        synchronous_node_count: 1,
         ..timing30()
     }
 }
@@ -936,7 +937,7 @@ fn sync_timing(mode: SyncMode) -> Timing {
 fn sync_key(leader: &str, standby: Option<&str>) -> Option<Result<SyncKey, String>> {
     Some(Ok(SyncKey {
         leader: leader.into(),
-        sync_standby: standby.map(String::from),
+        sync_standbys: standby.map(String::from).into_iter().collect(),
     }))
 }
 
@@ -996,7 +997,7 @@ fn write_sync(standby: Option<&str>) -> Action {
     Action::WriteSync {
         epoch: 5,
         leader: "pg1".into(),
-        sync_standby: standby.map(String::from),
+        sync_standbys: standby.map(String::from).into_iter().collect(),
     }
 }
 
@@ -1342,7 +1343,7 @@ fn a_synchronous_winner_names_itself_in_the_key_and_sets_the_names_before_promot
         let w = Action::WriteSync {
             epoch: 21,
             leader: "pg2".into(),
-            sync_standby: None,
+            sync_standbys: Vec::new(),
         };
         assert_eq!(p.actions, vec![w], "{mode:?}: {}", p.reason);
         // Key names me: the names next (stale "pg2" from following).
@@ -2328,7 +2329,7 @@ fn a_switchover_to_a_standby_the_sync_key_does_not_list_is_refused() {
     let p = c.step(t(101.0), &o);
     no_hand_over(&p);
     assert!(
-        p.reason.to_string().contains("not the synchronous standby"),
+        p.reason.to_string().contains("not a synchronous standby"),
         "{}",
         p.reason
     );
@@ -4211,6 +4212,7 @@ fn review_r3_chain_with_a_shorter_watchdog_waits_for_the_first_leaders_reset() {
         maximum_lag_on_failover: 1 << 20,
         primary_start_timeout: Duration::from_secs(30),
         synchronous: SyncMode::Off,
+        synchronous_node_count: 1,
     };
     let mut c = core_with("pg2", None, timing);
     let mut pg1 = member("pg1", 8, "primary", 1000, Some(14));

@@ -77,7 +77,7 @@ fn a_scrape_allocates_nothing_into_a_sized_buffer() {
         ..ApiStatus::default()
     };
     s.metrics.etcd_endpoints = vec!["http://127.0.0.1:2379".into()];
-    s.cluster.sync_standby = Some("pg2".into());
+    s.cluster.sync_standbys = vec!["pg2".into()];
     // Every certificate configured: the expiry gauge's four samples are rendered.
     s.cert_expiry = tenure::certs::Gauges([Some(1_767_225_600); 4]);
     for ms in [1, 3, 40, 900] {

@@ -734,6 +734,7 @@ fn clean_shutdown_releases_only_after_the_orphan_backend_is_gone() {
         maximum_lag_on_failover: 1 << 20,
         primary_start_timeout: secs(30),
         synchronous: SyncMode::Off,
+        synchronous_node_count: 1,
     };
     let mut core = Core::new(
         CoreConfig {

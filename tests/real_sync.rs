@@ -49,6 +49,25 @@ fn quoted(name: &str) -> String {
     format!("\"{name}\"")
 }
 
+/// The standbys `synchronous_standby_names` names in a form that makes every
+/// commit wait for each of them: one quoted name, or `FIRST n (...)` naming `n`
+/// (`None`: another form, which no listed standby may be under).
+fn waited_for(names: &str) -> Option<Vec<String>> {
+    let unquote = |q: &str| Some(q.strip_prefix('"')?.strip_suffix('"')?.to_string());
+    match names.strip_prefix("FIRST ") {
+        Some(rest) => {
+            let (n, list) = rest.split_once(" (")?;
+            let list: Vec<String> = list
+                .strip_suffix(')')?
+                .split(", ")
+                .map(unquote)
+                .collect::<Option<_>>()?;
+            (n.parse::<usize>().ok()? == list.len()).then_some(list)
+        }
+        None => Some(vec![unquote(names)?]),
+    }
+}
+
 /// Wait until primary `p` has a synchronous standby in every sense: the key lists
 /// it, the names name it and `pg_stat_replication` says `sync`. Its index.
 fn wait_listed(c: &TestCluster, p: usize, not: &[usize], limit: Duration) -> usize {
@@ -82,9 +101,10 @@ fn wait_listed(c: &TestCluster, p: usize, not: &[usize], limit: Duration) -> usi
 }
 
 /// DESIGN §3a's order, sampled from outside: read the key, the names, the key
-/// again; if the key did not change in between and lists `s`, the names must name
-/// `s` (a standby is listed only after the names hold it, and unlisted before they
-/// drop it). Returns the number of samples that could judge.
+/// again; if the key did not change in between and lists `s` (or several), the
+/// names must make every commit wait for `s` (a standby is listed only after the
+/// names hold it, and unlisted before they drop it). Returns the number of samples
+/// that could judge.
 fn check_order_until(
     c: &TestCluster,
     p: usize,
@@ -101,12 +121,15 @@ fn check_order_until(
             && r1 == r2
         {
             judged += 1;
-            assert_eq!(
-                *n,
-                quoted(s),
-                "the sync key lists {s} (revision {r1}) while synchronous_standby_names is {n:?}{}",
-                c.logs_tail(20)
-            );
+            let waited = waited_for(n).unwrap_or_default();
+            for one in s.split(',') {
+                assert!(
+                    waited.iter().any(|w| w == one),
+                    "the sync key lists {s} (revision {r1}) while synchronous_standby_names is \
+                     {n:?}{}",
+                    c.logs_tail(20)
+                );
+            }
         }
         if done(c) {
             return judged;
@@ -170,6 +193,145 @@ fn real_sync_standby_lost_and_replaced_in_order() {
         "{} of {acked} acknowledged rows missing: {:?}",
         missing.len(),
         &missing[..missing.len().min(5)]
+    );
+}
+
+/// `synchronous_node_count = 2` on three nodes: the primary names both replicas
+/// together (`FIRST 2 (...)`: every commit waits for each), lists both once each is
+/// `sync`; the primary's host crashes under writes and either listed standby may
+/// take over with every acknowledged row; the old primary rejoins and is listed
+/// beside the third node; then a listed standby's host crashes and it is unlisted
+/// before the names drop it, while writes go on through the other.
+#[test]
+fn real_sync_two_standbys_either_takes_over_and_a_lost_one_is_unlisted_first() {
+    let mut opts = common::options("sync", "two");
+    opts.nodes = 3;
+    opts.synchronous_mode = true;
+    opts.synchronous_node_count = 2;
+    let mut c = common::start(opts);
+    let p = c.settled(BOOT).unwrap_or_else(|e| panic!("{e}"));
+    let both_listed = |c: &TestCluster, p: usize| -> Option<Vec<usize>> {
+        let (leader, Some(s), _) = sync_key(c)? else {
+            return None;
+        };
+        let mut want: Vec<String> = (0..3)
+            .filter(|&i| i != p)
+            .map(|i| c.name(i).to_string())
+            .collect();
+        want.sort();
+        let names_want = format!(
+            "FIRST 2 ({})",
+            want.iter()
+                .map(|n| quoted(n))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if leader != c.name(p) || s != want.join(",") || names(c, p)? != names_want {
+            return None;
+        }
+        let sync = c
+            .sql_one(
+                p,
+                "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'",
+            )
+            .ok()?;
+        (sync == "2").then(|| want.iter().filter_map(|n| c.index_of(n)).collect())
+    };
+    let listed = wait_for(RESYNC, Duration::from_millis(100), || both_listed(&c, p))
+        .unwrap_or_else(|| {
+            panic!(
+                "{} did not list both replicas: sync key {:?}, names {:?}{}",
+                c.name(p),
+                sync_key(&c),
+                names(&c, p),
+                c.logs_tail(30)
+            )
+        });
+    let routed = wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+        listed
+            .iter()
+            .all(|&i| c.api_get(i, "/sync") == Some(200))
+            .then_some(())
+    });
+    assert!(
+        routed.is_some(),
+        "/sync does not answer 200 on both listed standbys"
+    );
+    println!(
+        "{} lists {:?}, names {:?}",
+        c.name(p),
+        sync_key(&c),
+        names(&c, p)
+    );
+
+    // The primary's host crashes under writes: one of the two takes over.
+    let mut probe = probe_on(&c, p);
+    std::thread::sleep(Duration::from_secs(1));
+    let crash = c.host_crash(p).unwrap_or_else(|e| panic!("{e}"));
+    let np = c
+        .wait_new_primary(p, FAILOVER)
+        .unwrap_or_else(|| panic!("no failover after the crash{}", c.logs_tail(40)));
+    assert!(listed.contains(&np), "{} was not listed", c.name(np));
+    println!(
+        "{} took over {:.2} s after the crash",
+        c.name(np),
+        crash.elapsed().as_secs_f64()
+    );
+    let after = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
+        probe.first_ack_after(np, Instant::now() - Duration::from_millis(100))
+    });
+    assert!(after.is_some(), "writes did not resume on {}", c.name(np));
+
+    // The old primary rejoins; the new primary lists it beside the third node.
+    c.start_agent(p).unwrap_or_else(|e| panic!("{e}"));
+    let listed = wait_for(REJOIN + RESYNC, Duration::from_millis(100), || {
+        both_listed(&c, np)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{} did not list both replicas after the rejoin: sync key {:?}, names {:?}{}",
+            c.name(np),
+            sync_key(&c),
+            names(&c, np),
+            c.logs_tail(30)
+        )
+    });
+
+    // A listed standby's host crashes: unlisted first, then the names follow; the
+    // other stays listed and writes go on.
+    let gone = listed[0];
+    let stays = listed[1];
+    let crash = c.host_crash(gone).unwrap_or_else(|e| panic!("{e}"));
+    let judged = check_order_until(&c, np, RESYNC, |c| {
+        sync_key(c).and_then(|(_, s, _)| s).as_deref() == Some(c.name(stays))
+            && names(c, np).as_deref() == Some(&quoted(c.name(stays)))
+    });
+    println!(
+        "{} unlisted {:.2} s after its crash ({judged} samples judged the order)",
+        c.name(gone),
+        crash.elapsed().as_secs_f64()
+    );
+    assert!(judged > 0, "no sample could judge the order");
+    let after = wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+        probe.first_ack_after(np, Instant::now() - Duration::from_millis(100))
+    });
+    assert!(after.is_some(), "writes did not resume on {}", c.name(np));
+    c.start_agent(gone).unwrap_or_else(|e| panic!("{e}"));
+    one_primary_at_the_end(&c, np);
+    probe.stop(Duration::from_secs(2));
+    let (acked, missing) = acked_rows_on(&c, &probe, np).unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "{acked} acknowledged writes, {} missing on {}",
+        missing.len(),
+        c.name(np)
+    );
+    assert!(acked > 0);
+    assert!(
+        missing.is_empty(),
+        "{} of {acked} acknowledged rows missing on {}: {:?}",
+        missing.len(),
+        c.name(np),
+        &missing[..missing.len().min(10)]
     );
 }
 

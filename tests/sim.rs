@@ -180,6 +180,8 @@ pub struct Outcome {
     pub unanswered: (u64, u64, u64),
     /// Acquire txns applied after their deadline, of them the ones that made the key.
     pub late_acquire: (u64, u64),
+    /// The most standbys the `sync` key listed at once (`synchronous_node_count`).
+    pub most_listed: usize,
 }
 
 fn poll(w: &Rc<RefCell<World>>, agents: &mut [Option<Task>], n: usize) {
@@ -284,6 +286,13 @@ pub fn run_schedule(sched: Schedule) -> Outcome {
         retimes: wb.retimes,
         unanswered: wb.unanswered,
         late_acquire: wb.late_acquire,
+        most_listed: wb
+            .live
+            .sync
+            .iter()
+            .filter_map(|(_, k)| k.as_ref().map(|k| k.sync_standbys.len()))
+            .max()
+            .unwrap_or(0),
     }
 }
 
@@ -422,6 +431,10 @@ fn sim_schedules() {
     // answers held back on purpose.
     let mut unanswered = (0u64, 0u64, 0u64, 0u64);
     let mut late_acquire = (0u64, 0u64);
+    // Synchronous schedules with `synchronous_node_count` >= 2; of them, those whose
+    // key listed 2 and 3 or more standbys at once; those that lost an
+    // acknowledged write.
+    let mut multi = (0u64, 0u64, 0u64, 0u64);
     for seed in base..base + n {
         let t0 = std::time::Instant::now();
         let o = run(seed);
@@ -465,6 +478,12 @@ fn sim_schedules() {
         unanswered.1 += o.unanswered.1;
         unanswered.2 += u64::from(o.unanswered.0 > 0);
         unanswered.3 += o.unanswered.2;
+        if o.sched.sync() != SyncMode::Off && o.sched.profile.timing.synchronous_node_count >= 2 {
+            multi.0 += 1;
+            multi.1 += u64::from(o.most_listed == 2);
+            multi.2 += u64::from(o.most_listed >= 3);
+            multi.3 += u64::from(o.lost.0 > 0);
+        }
         late_acquire.0 += o.late_acquire.0;
         late_acquire.1 += o.late_acquire.1;
         so_gaps.extend(o.handover_gaps.iter().copied());
@@ -614,6 +633,11 @@ fn sim_schedules() {
             m.4
         );
     }
+    println!(
+        "sim: synchronous_node_count >= 2: {} schedules; the sync key listed 2 standbys at once in {}, \
+         3 or more in {}; {} lost an acknowledged write",
+        multi.0, multi.1, multi.2, multi.3
+    );
     println!(
         "sim: synchronous schedules where a node the sync key did not allow took the leader key: {} (last seed {})",
         breaches.0, breaches.1

@@ -185,7 +185,7 @@ impl Agent {
         // Synchronous mode with no synchronous standby under our leadership.
         let degraded = leading.is_some()
             && self.cfg.dynamic.synchronous_mode
-            && matches!(&view.sync, Some(Ok(k)) if k.leader == self.cfg.name && k.sync_standby.is_none());
+            && matches!(&view.sync, Some(Ok(k)) if k.leader == self.cfg.name && k.sync_standbys.is_empty());
         if degraded && !self.ev.sync_degraded {
             events::emit(&Event::SyncDegraded {
                 why: if self.cfg.dynamic.synchronous_mode_strict {

@@ -19,8 +19,8 @@ pub struct ClusterSnapshot {
     pub history: Vec<HistoryEntry>,
     /// The raw `config` key (`None`: absent).
     pub config: Option<String>,
-    /// Synchronous mode is on and the `sync` key names this standby.
-    pub sync_standby: Option<String>,
+    /// The standbys the `sync` key lists (synchronous mode on), sorted.
+    pub sync_standbys: Vec<String>,
 }
 
 /// Host and port of a `postgres://host:port/...` URL (IPv6 in brackets).
@@ -51,7 +51,7 @@ pub fn cluster_json(s: &ApiStatus) -> Value {
         let info = &m.info;
         let role = if Some(m.name.as_str()) == leader {
             "leader"
-        } else if c.sync_standby.as_deref() == Some(m.name.as_str()) {
+        } else if c.sync_standbys.contains(&m.name) {
             "sync_standby"
         } else {
             "replica"
@@ -224,7 +224,7 @@ mod tests {
                     new_leader: "pg1".into(),
                 }],
                 config: Some(r#"{"ttl": 7, "loop_wait": 0.5}"#.into()),
-                sync_standby: Some("pg2".into()),
+                sync_standbys: vec!["pg2".into()],
             },
             ..ApiStatus::default()
         }

@@ -130,15 +130,15 @@ pub fn update(
         s.cluster_read_at = Some(now);
         s.dcs_last_seen = wall_now.as_secs();
         s.sync_standby = core.timing().synchronous != SyncMode::Off
-            && matches!(&v.sync, Some(Ok(k)) if k.sync_standby.as_deref() == Some(cfg.name.as_str()));
+            && matches!(&v.sync, Some(Ok(k)) if k.lists(&cfg.name));
         // `/cluster`, `/history`, `/config` answer from this read (no etcd call per
         // request).
         s.cluster.members.clone_from(&v.members);
         s.cluster.history.clone_from(&v.history);
         s.cluster.config.clone_from(&v.config);
-        s.cluster.sync_standby = match &v.sync {
-            Some(Ok(k)) if core.timing().synchronous != SyncMode::Off => k.sync_standby.clone(),
-            _ => None,
+        s.cluster.sync_standbys = match &v.sync {
+            Some(Ok(k)) if core.timing().synchronous != SyncMode::Off => k.sync_standbys.clone(),
+            _ => Vec::new(),
         };
     }
     s.tags = tags(cfg, core.refuses_leadership());

@@ -432,15 +432,15 @@ pub fn render(s: &ApiStatus, out: &mut Vec<u8>) {
     }
     o.gauge(
         "tenure_sync_standby",
-        "1 while the sync key names this node the synchronous standby.",
+        "1 while the sync key lists this node as a synchronous standby.",
         b(s.sync_standby),
     );
     o.family(
         "tenure_synchronous_standby",
         "gauge",
-        "1 for the member the sync key names as synchronous standby (synchronous mode).",
+        "1 for each member the sync key lists as a synchronous standby (synchronous mode).",
     );
-    if let Some(sb) = &s.cluster.sync_standby {
+    for sb in &s.cluster.sync_standbys {
         o.sample("tenure_synchronous_standby", &[("standby", Lv::S(sb))], 1.0);
     }
 
@@ -726,7 +726,7 @@ mod tests {
     #[test]
     fn every_family_has_help_then_type_once_before_its_samples() {
         let mut s = primary();
-        s.cluster.sync_standby = Some("pg2".into());
+        s.cluster.sync_standbys = vec!["pg2".into()];
         s.report.pending_restart = true;
         let text = body(&s);
         let mut seen: Vec<(String, String)> = Vec::new();

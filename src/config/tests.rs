@@ -1182,3 +1182,43 @@ fn etcd_srv_discovery() {
     let e = err(&srv("srv = \"srv.example\"\ncert = \"/c.pem\""));
     assert!(e.contains("etcd.cert"), "{e}");
 }
+
+#[test]
+fn synchronous_node_count_from_the_file_and_the_config_key() {
+    let with = |v: &str| format!("{GOOD}\n[dynamic]\nsynchronous_node_count = {v}\n");
+    let c = parse(GOOD).expect("good");
+    assert_eq!(c.dynamic.synchronous_node_count, 1, "default");
+    assert_eq!(
+        parse(&with("3")).expect("3").dynamic.synchronous_node_count,
+        3
+    );
+    for (v, says) in [
+        ("0", "from 1 to 100, found 0"),
+        ("101", "from 1 to 100, found 101"),
+        ("-2", "found -2"),
+        ("1.5", "a whole number of standbys"),
+        ("\"2\"", "a whole number of standbys"),
+    ] {
+        let e = err(&with(v));
+        assert!(
+            e.contains("dynamic.synchronous_node_count") && e.contains(says),
+            "{v}: {e}"
+        );
+    }
+    // Seeded into the key, and merged back from it; absent keeps ours.
+    let v: serde_json::Value = serde_json::from_str(&c.dynamic_json()).expect("json");
+    assert_eq!(v["synchronous_node_count"], 1);
+    let (_, d) = c
+        .apply_dynamic(r#"{"synchronous_mode": true, "synchronous_node_count": 2}"#)
+        .expect("valid");
+    assert_eq!(d.synchronous_node_count, 2);
+    assert_eq!(Config::core_timing(&c.timing, &d).synchronous_node_count, 2);
+    let (_, d) = c.apply_dynamic(r#"{"ttl": 30}"#).expect("valid");
+    assert_eq!(d.synchronous_node_count, 1);
+    for bad in [r#"0"#, r#"2.5"#, r#""2""#, r#"1e9"#, r#"-1"#] {
+        let e = c
+            .apply_dynamic(&format!(r#"{{"synchronous_node_count": {bad}}}"#))
+            .unwrap_err();
+        assert!(e.contains("synchronous_node_count"), "{bad}: {e}");
+    }
+}

@@ -187,6 +187,9 @@ pub struct Timing {
     pub primary_start_timeout: Duration,
     /// `synchronous_mode` / `synchronous_mode_strict` of the `config` key.
     pub synchronous: SyncMode,
+    /// `synchronous_node_count` of the `config` key (Patroni's name): how many
+    /// synchronous standbys the primary keeps when that many are fit, at least 1.
+    pub synchronous_node_count: u32,
 }
 
 /// Synchronous replication (DESIGN §3a, `config` key `synchronous_mode` and
@@ -196,8 +199,9 @@ pub enum SyncMode {
     /// Asynchronous replication: any healthy, fresh-enough replica may take over.
     #[default]
     Off,
-    /// One synchronous standby when one is available; with none left the primary
-    /// degrades to asynchronous and the `sync` key says so (no standby listed).
+    /// Up to `synchronous_node_count` synchronous standbys, as many as are fit;
+    /// with none left the primary degrades to asynchronous and the `sync` key says
+    /// so (no standby listed).
     On,
     /// As `On`, but with no standby left commits wait (`synchronous_standby_names =
     /// '*'`): no write is acknowledged by the primary alone.
@@ -205,19 +209,39 @@ pub enum SyncMode {
 }
 
 /// The `sync` key: who may take the leader key in synchronous mode (the leader
-/// that wrote it, or the standby it lists).
+/// that wrote it, or a standby it lists).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SyncKey {
     pub leader: String,
-    /// `None`: no synchronous standby (strict: commits wait; otherwise degraded to
-    /// asynchronous). Only `leader` may take over then.
-    pub sync_standby: Option<String>,
+    /// The synchronous standbys, sorted, no duplicates (Patroni's comma-separated
+    /// `sync_standby`). Empty: no synchronous standby (strict: commits wait;
+    /// otherwise degraded to asynchronous); only `leader` may take over then.
+    /// INVARIANT (DESIGN §3a, kept by `Core::manage_sync`): every standby listed
+    /// here is named in `synchronous_standby_names` in a form that makes every
+    /// commit wait for each named standby, and had flushed every commit
+    /// acknowledged before it was named; so each listed standby holds every
+    /// acknowledged commit, and any of them may take over.
+    pub sync_standbys: Vec<String>,
 }
 
 impl SyncKey {
     /// May `name` take the leader key under this sync state?
     pub fn allows(&self, name: &str) -> bool {
-        self.leader == name || self.sync_standby.as_deref() == Some(name)
+        self.leader == name || self.lists(name)
+    }
+
+    /// Does the key list `name` as a synchronous standby?
+    pub fn lists(&self, name: &str) -> bool {
+        self.sync_standbys.iter().any(|s| s == name)
+    }
+
+    /// The standbys for a human: `pg2, pg3`, or `none`.
+    pub fn standbys_text(&self) -> String {
+        if self.sync_standbys.is_empty() {
+            "none".into()
+        } else {
+            self.sync_standbys.join(", ")
+        }
     }
 }
 
@@ -854,7 +878,8 @@ pub enum Action {
     WriteSync {
         epoch: Epoch,
         leader: String,
-        sync_standby: Option<String>,
+        /// Sorted, no duplicates.
+        sync_standbys: Vec<String>,
     },
     /// Delete the `sync` key (guarded by epoch; synchronous mode turned off).
     DeleteSync { epoch: Epoch },

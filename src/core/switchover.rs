@@ -213,13 +213,11 @@ impl Core {
             ));
         }
         if self.timing.synchronous != SyncMode::Off {
-            let listed = match &view.sync {
-                Some(Ok(k)) if k.leader == self.cfg.name => k.sync_standby.as_deref(),
-                _ => None,
-            };
-            if listed != Some(name) {
+            let listed =
+                matches!(&view.sync, Some(Ok(k)) if k.leader == self.cfg.name && k.lists(name));
+            if !listed {
                 return Err(format!(
-                    "synchronous mode: {name} is not the synchronous standby"
+                    "synchronous mode: {name} is not a synchronous standby"
                 ));
             }
         }

@@ -13,10 +13,63 @@ use super::model::*;
 use super::time::Instant;
 use super::{Core, Planner, catchup};
 
-/// `synchronous_standby_names` that makes `standby` the one synchronous standby
-/// (a quoted name: member names may hold characters the list syntax reserves).
-pub fn sync_names_for(standby: &str) -> String {
-    format!("\"{}\"", standby.replace('"', "\"\""))
+/// `synchronous_standby_names` that makes every one of `standbys` (sorted, not
+/// empty) synchronous: one quoted name alone, as before several were kept, and
+/// `FIRST n (...)` with `n` the number of names for several, so that every commit
+/// waits for each of them (never a subset: which subset acknowledged a commit is
+/// not known afterwards). Quoted: member names may hold characters the list syntax
+/// reserves.
+pub fn sync_names_for(standbys: &[String]) -> String {
+    let quote = |s: &String| format!("\"{}\"", s.replace('"', "\"\""));
+    match standbys {
+        [one] => quote(one),
+        _ => format!(
+            "FIRST {} ({})",
+            standbys.len(),
+            standbys.iter().map(quote).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+/// The standbys a value of the forms [`sync_names_for`] writes names (anything
+/// else names none). Used only to prefer a standby already named when picking one:
+/// never to decide what the key may list.
+fn names_in(names: &str) -> Vec<String> {
+    let list = match names.strip_prefix("FIRST ") {
+        Some(rest) => match rest.split_once(" (") {
+            Some((n, l)) if n.bytes().all(|b| b.is_ascii_digit()) => match l.strip_suffix(')') {
+                Some(l) => l,
+                None => return Vec::new(),
+            },
+            _ => return Vec::new(),
+        },
+        None => names,
+    };
+    let mut out = Vec::new();
+    let mut chars = list.chars().peekable();
+    loop {
+        if chars.next() != Some('"') {
+            return Vec::new();
+        }
+        let mut name = String::new();
+        loop {
+            match chars.next() {
+                Some('"') if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    name.push('"');
+                }
+                Some('"') => break,
+                Some(c) => name.push(c),
+                None => return Vec::new(),
+            }
+        }
+        out.push(name);
+        match (chars.next(), chars.next()) {
+            (None, _) => return out,
+            (Some(','), Some(' ')) => {}
+            _ => return Vec::new(),
+        }
+    }
 }
 
 impl Core {
@@ -36,18 +89,19 @@ impl Core {
                  until a leader rewrites it"
             )),
             Some(Ok(k)) if k.allows(name) => Ok(()),
+            Some(Ok(k)) if k.sync_standbys.is_empty() => Err(format!(
+                "synchronous mode: the sync key allows only {}",
+                k.leader
+            )),
             Some(Ok(k)) => Err(format!(
-                "synchronous mode: the sync key allows only {}{}",
+                "synchronous mode: the sync key allows only {} and {}",
                 k.leader,
-                k.sync_standby
-                    .as_ref()
-                    .map(|s| format!(" and {s}"))
-                    .unwrap_or_default()
+                k.standbys_text()
             )),
         }
     }
 
-    /// The standby the `sync` key lists when it names this node as the leader. Any
+    /// The standbys the `sync` key lists when it names this node as the leader. Any
     /// other key (missing, another leader's, garbled) is rewritten to name this node
     /// with no standby, and `Err` says so: nothing may go on until it is read back.
     pub(super) fn sync_key_for_me(
@@ -55,15 +109,15 @@ impl Core {
         view: &ClusterView,
         epoch: Epoch,
         p: &mut Planner,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Vec<String>, String> {
         let me = &self.cfg.name;
         match &view.sync {
-            Some(Ok(k)) if k.leader == *me => Ok(k.sync_standby.clone()),
+            Some(Ok(k)) if k.leader == *me => Ok(k.sync_standbys.clone()),
             other => {
                 p.push(Action::WriteSync {
                     epoch,
                     leader: me.clone(),
-                    sync_standby: None,
+                    sync_standbys: Vec::new(),
                 });
                 p.again = true;
                 Err(match other {
@@ -74,12 +128,13 @@ impl Core {
         }
     }
 
-    /// `synchronous_standby_names` while the `sync` key lists `standby` (or none).
-    pub(super) fn sync_names_wanted(&self, standby: Option<&str>) -> String {
-        match (self.timing.synchronous, standby) {
-            (SyncMode::Off, _) | (SyncMode::On, None) => String::new(),
-            (_, Some(s)) => sync_names_for(s),
-            (SyncMode::Strict, None) => "*".into(),
+    /// `synchronous_standby_names` that names `standbys` (sorted; the listed ones
+    /// and those about to be), or none.
+    pub(super) fn sync_names_wanted(&self, standbys: &[String]) -> String {
+        match (self.timing.synchronous, standbys.is_empty()) {
+            (SyncMode::Off, _) | (SyncMode::On, true) => String::new(),
+            (SyncMode::Strict, true) => "*".into(),
+            (_, false) => sync_names_for(standbys),
         }
     }
 
@@ -105,8 +160,8 @@ impl Core {
         p: &mut Planner,
         running: bool,
     ) -> Result<(), String> {
-        let standby = if self.timing.synchronous == SyncMode::Off {
-            None
+        let standbys = if self.timing.synchronous == SyncMode::Off {
+            Vec::new()
         } else {
             let Ok(view) = &obs.cluster else {
                 return Err(
@@ -116,7 +171,7 @@ impl Core {
             self.sync_key_for_me(view, epoch, p)
                 .map_err(|why| format!("synchronous mode: {why}"))?
         };
-        let want = self.sync_names_wanted(standby.as_deref());
+        let want = self.sync_names_wanted(&standbys);
         if !running {
             p.push(Action::SetSyncNames { names: want });
             return Ok(());
@@ -148,9 +203,12 @@ impl Core {
     /// DESIGN §3a's order: a standby is listed in the `sync` key only after
     /// `synchronous_standby_names` names it, PostgreSQL reports it `sync` and it
     /// flushed the WAL written before the names took effect (`catchup`); it is
-    /// unlisted (guarded write) before the names stop naming it. A failed write
-    /// changes nothing: the names keep what the key promises. Returns a note for the
-    /// log line, `None` when synchronous mode is off and nothing is left to undo.
+    /// unlisted (guarded write) before the names stop naming it. Up to
+    /// `synchronous_node_count` standbys are kept (Patroni's name); the names
+    /// always make every commit wait for each standby they name, so any listed
+    /// standby holds every acknowledged commit. A failed write changes nothing: the
+    /// names keep what the key promises. Returns a note for the log line, `None`
+    /// when synchronous mode is off and nothing is left to undo.
     pub(super) fn manage_sync(
         &mut self,
         now: Instant,
@@ -178,94 +236,150 @@ impl Core {
             Ok(listed) => listed,
             Err(why) => return Some(why),
         };
+        // One row per standby name, the most advanced (a standby that reconnected
+        // can show a second, older row until its old walsender exits).
+        let mut rows: Vec<&StandbyStat> = Vec::new();
+        for s in &pg.standbys {
+            match rows.iter_mut().find(|r| r.name == s.name) {
+                Some(r) if (s.streaming, s.sync, s.flush) > (r.streaming, r.sync, r.flush) => {
+                    *r = s
+                }
+                Some(_) => {}
+                None => rows.push(s),
+            }
+        }
         // A standby fit to be synchronous: streaming from us, a live member that may
         // take over (so listing it keeps a failover possible).
         let fit = |name: &str| {
-            pg.standbys.iter().any(|s| s.name == name && s.streaming)
+            rows.iter().any(|s| s.name == name && s.streaming)
                 && view.member(name).is_some_and(|m| {
                     m.name != me && !m.info.tags.nofailover && m.info.parse_error.is_none()
                 })
         };
-        if let Some(s) = listed {
-            if fit(&s) {
-                let want = sync_names_for(&s);
-                if names != Some(want.as_str()) {
-                    // Stricter than needed is safe: the key already lists it.
-                    p.push(Action::SetSyncNames { names: want });
-                    return Some(format!(
-                        "synchronous standby {s}: restoring synchronous_standby_names"
-                    ));
-                }
-                return Some(format!("synchronous standby {s}"));
-            }
-            // Unlist first (guarded); the names change only once the key says so.
+        let count = self.timing.synchronous_node_count.max(1) as usize;
+        // 1. Unlist first (guarded): listed standbys no longer fit, and past
+        //    `synchronous_node_count` (lowered at run time) the least advanced. The
+        //    names change only once the key says so.
+        let mut keep: Vec<String> = listed.iter().filter(|s| fit(s)).cloned().collect();
+        if keep.len() > count {
+            let flush = |n: &String| rows.iter().find(|r| &r.name == n).map_or(0, |r| r.flush);
+            keep.sort_by(|a, b| flush(b).cmp(&flush(a)).then_with(|| a.cmp(b)));
+            keep.truncate(count);
+            keep.sort();
+        }
+        if keep.len() < listed.len() {
+            let dropped: Vec<&str> = listed
+                .iter()
+                .filter(|s| !keep.contains(s))
+                .map(String::as_str)
+                .collect();
             p.push(Action::WriteSync {
                 epoch,
                 leader: me,
-                sync_standby: None,
+                sync_standbys: keep,
             });
             p.again = true;
             return Some(format!(
-                "synchronous standby {s} is not streaming; unlisting it before changing synchronous_standby_names"
+                "unlisting synchronous standby {} (not streaming, not a member fit to take \
+                 over, or past synchronous_node_count {count}) before changing \
+                 synchronous_standby_names",
+                dropped.join(", ")
             ));
         }
-        // None listed: pick one (the one the names already name first, then the most
-        // WAL flushed, then the name).
-        let best = pg.standbys.iter().filter(|s| fit(&s.name)).max_by(|a, b| {
-            let pending = |s: &StandbyStat| names == Some(sync_names_for(&s.name).as_str());
-            (pending(a), a.flush, std::cmp::Reverse(&a.name)).cmp(&(
-                pending(b),
-                b.flush,
-                std::cmp::Reverse(&b.name),
+        // 2. The names: every listed standby, and as many more fit ones as
+        //    `synchronous_node_count` leaves room for (those the names already name
+        //    first, then the most WAL flushed, then the name).
+        let named = names.map(names_in).unwrap_or_default();
+        let mut candidates: Vec<&StandbyStat> = rows
+            .iter()
+            .copied()
+            .filter(|s| fit(&s.name) && !listed.contains(&s.name))
+            .collect();
+        candidates.sort_by(|a, b| {
+            let pending = |s: &StandbyStat| named.contains(&s.name);
+            (pending(b), b.flush, std::cmp::Reverse(&b.name)).cmp(&(
+                pending(a),
+                a.flush,
+                std::cmp::Reverse(&a.name),
             ))
         });
-        match best {
-            Some(c) => {
-                let want = sync_names_for(&c.name);
-                if names != Some(want.as_str()) {
-                    p.push(Action::SetSyncNames { names: want });
-                    Some(format!("adding {} as synchronous standby", c.name))
-                } else if c.sync && self.names_settled(now, &want) {
-                    // Commits acknowledged before the names took effect need not be
-                    // on `c` yet: it is listed only once it flushed past them.
-                    let since = self.names_seen.as_ref().map_or(now, |(_, at)| *at);
-                    let caught_up = catchup::standby_caught_up(
-                        &mut self.sync_catchup,
-                        epoch,
-                        &want,
-                        since,
-                        pg.lsn,
-                        c,
-                    );
-                    if let Err(why) = caught_up {
-                        return Some(why);
-                    }
-                    p.push(Action::WriteSync {
-                        epoch,
-                        leader: me,
-                        sync_standby: Some(c.name.clone()),
-                    });
-                    p.again = true;
-                    Some(format!(
-                        "{} is synchronous; listing it in the sync key",
-                        c.name
-                    ))
-                } else {
-                    Some(format!("waiting for {} to become synchronous", c.name))
+        candidates.truncate(count.saturating_sub(listed.len()));
+        let mut wanted: Vec<String> = listed.clone();
+        wanted.extend(candidates.iter().map(|c| c.name.clone()));
+        wanted.sort();
+        let want = self.sync_names_wanted(&wanted);
+        let adding = || {
+            candidates
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if names != Some(want.as_str()) {
+            // Stricter than needed is safe: `wanted` holds every listed standby.
+            p.push(Action::SetSyncNames { names: want });
+            return Some(if candidates.is_empty() && listed.is_empty() {
+                match self.timing.synchronous {
+                    SyncMode::Strict => "no synchronous standby: commits wait \
+                                         (synchronous_mode_strict)"
+                        .into(),
+                    _ => "no synchronous standby: degraded to asynchronous replication".into(),
                 }
+            } else if candidates.is_empty() {
+                format!(
+                    "synchronous standby {}: restoring synchronous_standby_names",
+                    listed.join(", ")
+                )
+            } else {
+                format!("adding {} as synchronous standby", adding())
+            });
+        }
+        if candidates.is_empty() {
+            return Some(if !listed.is_empty() {
+                format!("synchronous standby {}", listed.join(", "))
+            } else if self.timing.synchronous == SyncMode::Strict {
+                "no synchronous standby: commits wait (synchronous_mode_strict)".into()
+            } else {
+                "no synchronous standby: degraded to asynchronous replication".into()
+            });
+        }
+        // 3. List the new ones that are `sync` and caught up, once the names held
+        //    for a loop. Commits acknowledged before the names took effect need not
+        //    be on them yet: each is listed only once it flushed past them.
+        if !self.names_settled(now, &want) {
+            return Some(format!("waiting for {} to become synchronous", adding()));
+        }
+        let since = self.names_seen.as_ref().map_or(now, |(_, at)| *at);
+        let mut ready = Vec::new();
+        let mut waiting = Vec::new();
+        for c in &candidates {
+            if !c.sync {
+                waiting.push(format!("waiting for {} to become synchronous", c.name));
+                continue;
             }
-            None => {
-                let want = self.sync_names_wanted(None);
-                if names != Some(want.as_str()) {
-                    p.push(Action::SetSyncNames { names: want });
-                }
-                Some(if self.timing.synchronous == SyncMode::Strict {
-                    "no synchronous standby: commits wait (synchronous_mode_strict)".into()
-                } else {
-                    "no synchronous standby: degraded to asynchronous replication".into()
-                })
+            match catchup::standby_caught_up(&mut self.sync_catchup, epoch, &want, since, pg.lsn, c)
+            {
+                Ok(()) => ready.push(c.name.clone()),
+                Err(why) => waiting.push(why),
             }
         }
+        if ready.is_empty() {
+            return Some(waiting.join("; "));
+        }
+        let note = format!(
+            "{} synchronous and caught up; listing in the sync key",
+            ready.join(", ")
+        );
+        let mut now_listed = listed;
+        now_listed.extend(ready);
+        now_listed.sort();
+        p.push(Action::WriteSync {
+            epoch,
+            leader: me,
+            sync_standbys: now_listed,
+        });
+        p.again = true;
+        Some(note)
     }
 
     /// Step phase: since when `synchronous_standby_names` reads what it reads.
@@ -274,6 +388,34 @@ impl Core {
             Some(n) if self.names_seen.as_ref().is_some_and(|(seen, _)| seen == n) => {}
             Some(n) => self.names_seen = Some((n.clone(), now)),
             None => self.names_seen = None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(x: &[&str]) -> Vec<String> {
+        x.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn names_in_reads_back_every_form_written_and_nothing_else() {
+        for list in [v(&["pg2"]), v(&["pg2", "pg3"]), v(&["a\"b", "c, d", "e"])] {
+            assert_eq!(names_in(&sync_names_for(&list)), list);
+        }
+        for other in [
+            "",
+            "*",
+            "pg2",
+            "FIRST 2 (pg2, pg3)",
+            "ANY 1 (\"pg2\", \"pg3\")",
+            "FIRST x (\"pg2\")",
+            "\"pg2",
+            "\"pg2\",\"pg3\"",
+        ] {
+            assert_eq!(names_in(other), Vec::<String>::new(), "{other:?}");
         }
     }
 }

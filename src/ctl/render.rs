@@ -59,11 +59,8 @@ impl Snapshot {
         v
     }
 
-    fn sync_standby(&self) -> Option<&str> {
-        match &self.view.sync {
-            Some(Ok(k)) => k.sync_standby.as_deref(),
-            _ => None,
-        }
+    fn sync_standby(&self, name: &str) -> bool {
+        matches!(&self.view.sync, Some(Ok(k)) if k.lists(name))
     }
 
     /// What lag is measured against, as Patroni does: the `status` key's `optime`,
@@ -160,7 +157,7 @@ pub fn rows(s: &Snapshot) -> Vec<Row> {
             let (host, port) = host_port(&i.conn_url);
             let role = if is_leader {
                 "Leader".to_string()
-            } else if s.sync_standby() == Some(m.name.as_str()) {
+            } else if s.sync_standby(&m.name) {
                 "Sync Standby".to_string()
             } else if i.role.is_empty() {
                 "Unknown".to_string()

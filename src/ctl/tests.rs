@@ -381,7 +381,7 @@ fn snapshot() -> Snapshot {
             config: Some(r#"{"ttl": 7, "pause": true}"#.into()),
             sync: Some(Ok(SyncKey {
                 leader: "pg1".into(),
-                sync_standby: Some("pg2".into()),
+                sync_standbys: vec!["pg2".into()],
             })),
             status_optime: Some(100 * MB + 100),
             ..ClusterView::default()

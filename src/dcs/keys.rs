@@ -368,15 +368,17 @@ pub fn parse_confirm_epoch(raw: &[u8]) -> Result<ConfirmEpoch, String> {
 }
 
 /// The `sync` key (Patroni's form): `{"leader": "<member>", "sync_standby":
-/// "<member>" | null}`.
+/// "<member>[,<member>...]" | null}`.
 pub fn encode_sync(k: &SyncKey) -> String {
-    json!({"leader": k.leader, "sync_standby": k.sync_standby}).to_string()
+    let standbys = (!k.sync_standbys.is_empty()).then(|| k.sync_standbys.join(","));
+    json!({"leader": k.leader, "sync_standby": standbys}).to_string()
 }
 
 /// Parse `sync`. `Err` names what is wrong; in synchronous mode the core then lets
 /// nobody take over until a leader rewrites it (never an unsafe promotion).
-/// Patroni also accepts a comma-separated `sync_standby` list; tenure lists one
-/// standby and refuses a list rather than guess which one is synchronous.
+/// `sync_standby` is one member name or Patroni's comma-separated list (spaces
+/// around the names are dropped, duplicates kept once); an empty name inside a
+/// list is refused rather than guessed at.
 pub fn parse_sync(raw: &[u8]) -> Result<SyncKey, String> {
     let v: Value =
         serde_json::from_slice(raw).map_err(|e| format!("not JSON ({e}): {}", excerpt(raw)))?;
@@ -388,25 +390,33 @@ pub fn parse_sync(raw: &[u8]) -> Result<SyncKey, String> {
         Some(x) => return Err(format!("leader: expected a member name, got {}", short(x))),
         None => return Err("leader is missing".into()),
     };
-    let sync_standby = match o.get("sync_standby") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s.is_empty() => None,
-        Some(Value::String(s)) if s.contains(',') => {
-            return Err(format!(
-                "sync_standby: {s:?} lists several standbys; tenure keeps one"
-            ));
+    let sync_standbys = match o.get("sync_standby") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) if s.trim().is_empty() => Vec::new(),
+        Some(Value::String(s)) => {
+            let mut names = Vec::new();
+            for n in s.split(',') {
+                let n = n.trim();
+                if n.is_empty() {
+                    return Err(format!("sync_standby: {s:?} has an empty name in its list"));
+                }
+                names.push(n.to_string());
+            }
+            names.sort();
+            names.dedup();
+            names
         }
-        Some(Value::String(s)) => Some(s.clone()),
         Some(x) => {
             return Err(format!(
-                "sync_standby: expected a member name or null, got {}",
+                "sync_standby: expected a member name, a comma-separated list of them, \
+                 or null, got {}",
                 short(x)
             ));
         }
     };
     Ok(SyncKey {
         leader,
-        sync_standby,
+        sync_standbys,
     })
 }
 
@@ -683,12 +693,27 @@ mod tests {
     fn sync_key_round_trip_and_garbage() {
         let k = SyncKey {
             leader: "pg1".into(),
-            sync_standby: Some("pg-2".into()),
+            sync_standbys: vec!["pg-2".into()],
         };
+        assert_eq!(encode_sync(&k), r#"{"leader":"pg1","sync_standby":"pg-2"}"#);
         assert_eq!(parse_sync(encode_sync(&k).as_bytes()), Ok(k));
+        let two = SyncKey {
+            leader: "pg1".into(),
+            sync_standbys: vec!["pg2".into(), "pg3".into()],
+        };
+        assert_eq!(
+            encode_sync(&two),
+            r#"{"leader":"pg1","sync_standby":"pg2,pg3"}"#
+        );
+        assert_eq!(parse_sync(encode_sync(&two).as_bytes()), Ok(two.clone()));
+        // Patroni's list, with spaces, unsorted and a name twice: the same set.
+        assert_eq!(
+            parse_sync(br#"{"leader":"pg1","sync_standby":" pg3 ,pg2,pg3"}"#),
+            Ok(two)
+        );
         let none = SyncKey {
             leader: "pg1".into(),
-            sync_standby: None,
+            sync_standbys: Vec::new(),
         };
         assert_eq!(parse_sync(encode_sync(&none).as_bytes()), Ok(none.clone()));
         // Patroni writes null; an empty string means the same.
@@ -706,7 +731,11 @@ mod tests {
                 br#"{"leader":"pg1","sync_standby":["pg2"]}"#,
                 "sync_standby",
             ),
-            (br#"{"leader":"pg1","sync_standby":"pg2,pg3"}"#, "several"),
+            (
+                br#"{"leader":"pg1","sync_standby":"pg2,,pg3"}"#,
+                "empty name",
+            ),
+            (br#"{"leader":"pg1","sync_standby":"pg2,"}"#, "empty name"),
         ] {
             let e = parse_sync(raw).expect_err(&String::from_utf8_lossy(raw));
             assert!(e.contains(names), "{e} should name {names}");

@@ -82,6 +82,8 @@ pub struct ClusterOptions {
     /// `config` key by the bootstrapping node).
     pub synchronous_mode: bool,
     pub synchronous_mode_strict: bool,
+    /// `[dynamic] synchronous_node_count` (1 unless a test asks for more).
+    pub synchronous_node_count: u32,
     /// Give every node its own delaying relays (`testbed::relay`), one per etcd
     /// member, and only their URLs as `[etcd] endpoints`, so a test can slow down
     /// or hold one node's etcd traffic (`TestCluster::relays`). Loopback only.
@@ -217,6 +219,7 @@ impl ClusterOptions {
             watchdog: Vec::new(),
             synchronous_mode: false,
             synchronous_mode_strict: false,
+            synchronous_node_count: 1,
             #[cfg(feature = "testbed")]
             etcd_relays: false,
             primary_min_remaining: None,
@@ -373,6 +376,7 @@ maximum_lag_on_failover = {lag}
 primary_start_timeout = {pst}
 synchronous_mode = {sync}
 synchronous_mode_strict = {strict}
+synchronous_node_count = {sync_count}
 
 [postgresql]
 bin_dir = "{bin}"
@@ -435,6 +439,7 @@ listen = "{addr}:{api_port}"
         pst = opts.primary_start_timeout,
         sync = opts.synchronous_mode,
         strict = opts.synchronous_mode_strict,
+        sync_count = opts.synchronous_node_count,
         bin = opts.pg_bin_dir.display(),
         data = spec.data_dir.display(),
         pg_port = spec.pg_port,

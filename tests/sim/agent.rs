@@ -831,12 +831,12 @@ pub async fn run(cx: Cx) {
                 Action::WriteSync {
                     epoch,
                     leader,
-                    sync_standby,
+                    sync_standbys,
                 } => {
                     let d = cap(&core, r, cx.now());
                     let key = SyncKey {
                         leader,
-                        sync_standby,
+                        sync_standbys,
                     };
                     let what = format!("the sync key write {key:?}");
                     let op = Op::WriteSync {

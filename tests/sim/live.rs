@@ -267,9 +267,8 @@ pub fn check(
             .and_then(|x| x.1.clone());
         let allowed: Vec<usize> = match &k {
             None => (0..sched.nodes).collect(),
-            Some(k) => [Some(&k.leader), k.sync_standby.as_ref()]
-                .into_iter()
-                .flatten()
+            Some(k) => std::iter::once(&k.leader)
+                .chain(&k.sync_standbys)
                 .filter_map(|n| n.trim_start_matches("pg").parse::<usize>().ok())
                 .collect(),
         };

@@ -50,6 +50,7 @@ pub fn profiles() -> [Profile; 2] {
         maximum_lag_on_failover: u64::MAX / 4,
         primary_start_timeout: Duration::from_secs(u64::from(ttl)),
         synchronous: SyncMode::Off,
+        synchronous_node_count: 1,
     };
     [
         Profile {
@@ -244,6 +245,15 @@ impl Schedule {
             0 | 1 => SyncMode::On,
             2 => SyncMode::Strict,
             _ => SyncMode::Off,
+        };
+        // `synchronous_node_count` from a stream of its own (every other draw of the
+        // seed stays): half the synchronous schedules keep one standby, the others
+        // 2 up to every replica (then a standby lost degrades or waits at once).
+        let mut rc = Rng::new(seed ^ 0x2c0d_e5a7_31f0_77b1);
+        profile.timing.synchronous_node_count = if rc.chance(0.5) {
+            1
+        } else {
+            2 + rc.below(nodes as u64 - 2) as u32
         };
         // A quarter of the schedules (any mode) lose one host for good: a lost
         // synchronous standby (degrade, or strict commits waiting), a failover the
@@ -628,6 +638,9 @@ pub enum Names {
     Any,
     /// One named standby (`"name"`, double quotes doubled inside).
     One(String),
+    /// `FIRST n ("a", "b", ...)`: commits wait for the first `n` of the named
+    /// standbys (in list order) that stream.
+    First(usize, Vec<String>),
 }
 
 pub fn parse_names(s: &str) -> Names {
@@ -636,6 +649,13 @@ pub fn parse_names(s: &str) -> Names {
         Names::Async
     } else if s == "*" {
         Names::Any
+    } else if let Some((n, list)) = s
+        .strip_prefix("FIRST ")
+        .and_then(|r| r.split_once(" ("))
+        .and_then(|(n, l)| Some((n.parse::<usize>().ok()?, l.strip_suffix(')')?)))
+    {
+        let unquote = |q: &str| q.trim().trim_matches('"').replace("\"\"", "\"");
+        Names::First(n, list.split(',').map(unquote).collect())
     } else if let Some(q) = s.strip_prefix('"').and_then(|q| q.strip_suffix('"')) {
         Names::One(q.replace("\"\"", "\""))
     } else {
@@ -889,9 +909,9 @@ pub struct World {
     ups: Option<Vec<Option<usize>>>,
     /// `TENURE_SIM_FULL_LOG=1` with one seed: every step, the whole run.
     pub full_log: bool,
-    /// `SyncSwitch` armed: the standby the `sync` key listed when it fired, how
+    /// `SyncSwitch` armed: the standbys the `sync` key listed when it fired, how
     /// long a host it crashes stays down, and when it gives up waiting.
-    switch: Option<(Option<String>, Duration, Instant)>,
+    switch: Option<(Vec<String>, Duration, Instant)>,
     /// Leaders crashed by `SyncSwitch` the moment the key named a new standby.
     pub switch_crashes: u64,
     /// Switchovers' releases done (the marker written, the key deleted), and the
@@ -1360,21 +1380,30 @@ impl World {
     /// The standby `synchronous_standby_names` (`names`) makes synchronous for
     /// `primary`: `Ok(None)` none needed, `Ok(Some(i))` node `i`, `Err(())` one is
     /// needed and none streams.
-    fn sync_standby(&self, primary: usize, names: &Names) -> Result<Option<usize>, ()> {
+    fn sync_standbys(&self, primary: usize, names: &Names) -> Result<Vec<usize>, ()> {
         let streams = |i: usize| i != primary && self.upstream(i) == Some(primary);
         match names {
-            Names::Async => Ok(None),
+            Names::Async => Ok(Vec::new()),
             // PostgreSQL picks among equal priorities by walsender slot; node order
             // stands in for it.
             Names::Any => (0..self.nodes.len())
                 .find(|&i| streams(i))
-                .map(Some)
+                .map(|i| vec![i])
                 .ok_or(()),
             Names::One(n) => self
                 .node_by_name(n)
                 .filter(|&i| streams(i))
-                .map(Some)
+                .map(|i| vec![i])
                 .ok_or(()),
+            Names::First(k, list) => {
+                let up: Vec<usize> = list
+                    .iter()
+                    .filter_map(|n| self.node_by_name(n))
+                    .filter(|&i| streams(i))
+                    .take(*k)
+                    .collect();
+                if up.len() < *k { Err(()) } else { Ok(up) }
+            }
         }
     }
 
@@ -1383,9 +1412,8 @@ impl World {
     /// flushed (`None`: a standby is required and none streams; commits wait).
     fn acknowledged(&self, primary: usize, t: Instant) -> Option<u64> {
         let own = self.lsn_of(primary, t);
-        match self.sync_standby(primary, &self.nodes[primary].pg.names_eff) {
-            Ok(None) => Some(own),
-            Ok(Some(s)) => Some(self.nodes[s].pg.lsn.min(own)),
+        match self.sync_standbys(primary, &self.nodes[primary].pg.names_eff) {
+            Ok(s) => Some(s.iter().map(|&s| self.nodes[s].pg.lsn).fold(own, u64::min)),
             Err(()) => None,
         }
     }
@@ -1537,7 +1565,9 @@ impl World {
         if role == PgRole::Primary {
             // pg_stat_replication: every replica that follows this node, its
             // `sync_state` as the session's own names make it.
-            let sync = self.sync_standby(node, &parse_names(&names)).ok().flatten();
+            let sync = self
+                .sync_standbys(node, &parse_names(&names))
+                .unwrap_or_default();
             for (i, n) in self.nodes.iter().enumerate() {
                 match &n.pg.run {
                     Run::Replica { following }
@@ -1549,7 +1579,7 @@ impl World {
                         standbys.push(StandbyStat {
                             name: n.name.clone(),
                             streaming,
-                            sync: streaming && sync == Some(i),
+                            sync: streaming && sync.contains(&i),
                             flush: n.pg.lsn,
                         });
                     }
@@ -2055,11 +2085,14 @@ impl World {
     fn fire(&mut self, i: usize, cmds: &mut Vec<Cmd>) {
         let f = self.sched.faults[i].clone();
         let now = self.now;
-        let listed = self
+        let listed_all = self
             .etcd
             .sync_key()
-            .and_then(|k| k.sync_standby)
-            .and_then(|s| self.node_by_name(&s));
+            .map(|k| k.sync_standbys)
+            .unwrap_or_default();
+        let listed = (!listed_all.is_empty())
+            .then(|| &listed_all[(f.pick / 7 % listed_all.len() as u64) as usize])
+            .and_then(|s| self.node_by_name(s));
         let n = if f.at_leader {
             self.leader_node()
                 .unwrap_or((f.pick % self.nodes.len() as u64) as usize)
@@ -2222,7 +2255,7 @@ impl World {
                         },
                     );
                 }
-                let from = listed.map(|a| self.nodes[a].name.clone());
+                let from = listed_all.clone();
                 let ttl = secs(f64::from(self.sched.profile.timing.ttl));
                 let lw = self.sched.profile.timing.loop_wait;
                 self.switch = Some((from, f.dur, end.add(ttl + 10 * lw)));
@@ -2649,12 +2682,9 @@ impl World {
         let Some(k) = self.etcd.sync_key() else {
             return;
         };
-        let Some(s) = &k.sync_standby else {
+        let Some(s) = k.sync_standbys.iter().find(|s| !from.contains(s)) else {
             return;
         };
-        if Some(s) == from.as_ref() {
-            return;
-        }
         // The leader stays down past its lease and a takeover (else it adopts its
         // own key on return and nobody else ever leads).
         let ttl = secs(f64::from(self.sched.profile.timing.ttl));

@@ -38,6 +38,7 @@ pub fn timing30() -> Timing {
         maximum_lag_on_failover: 1 << 20,
         primary_start_timeout: Duration::from_secs(30),
         synchronous: SyncMode::Off,
+        synchronous_node_count: 1,
     }
 }
 

@@ -205,8 +205,8 @@ fn possible(
     let pool: Vec<_> = match candidate {
         Some(c) => {
             if action == Action::Switchover
-                && let Some(sync) = &s.cluster.sync_standby
-                && sync != c
+                && !s.cluster.sync_standbys.is_empty()
+                && !s.cluster.sync_standbys.iter().any(|x| x == c)
             {
                 return Err("candidate name does not match with sync_standby".into());
             }

@@ -1,0 +1,517 @@
+//! `synchronous_node_count` (Patroni's name): a primary keeps up to that many
+//! synchronous standbys, named together in `synchronous_standby_names` so that every
+//! commit waits for each of them, and lists each in the `sync` key only once it is
+//! `sync` and caught up; any listed standby may take over. DESIGN §3a's order holds
+//! per standby: listed only after the names hold it, unlisted before they drop it.
+//! Pure: scenarios, then a seeded property run over random standby behaviour.
+
+#[path = "support/core_builders.rs"]
+mod core_builders;
+
+use core_builders::{core, counted, key, member, obs, pg, polled, t, timing30, view};
+use tenure::core::Core;
+use tenure::core::model::*;
+
+fn timing(mode: SyncMode, count: u32) -> Timing {
+    Timing {
+        synchronous: mode,
+        synchronous_node_count: count,
+        ..timing30()
+    }
+}
+
+/// pg1 leads (adopted at 5 s, epoch 5, lease 0xA) in synchronous `mode` keeping
+/// `count` standbys.
+fn leader(mode: SyncMode, count: u32) -> Core {
+    let mut c = core("pg1", None);
+    let v = view(10, Some(key("pg1", 5, 0xA)), vec![]);
+    c.step(
+        t(5.0),
+        &polled(obs(v.clone(), pg(PgRole::Primary, 500, None)), 0xA, 5.0),
+    );
+    let mut o = obs(v, pg(PgRole::Primary, 500, None));
+    o.renewal = counted(0xA, 5.0);
+    c.step(t(5.01), &o);
+    assert!(c.leadership().is_some());
+    c.set_timing(t(5.02), timing(mode, count));
+    c
+}
+
+fn sync_key(standbys: &[&str]) -> Option<Result<SyncKey, String>> {
+    Some(Ok(SyncKey {
+        leader: "pg1".into(),
+        sync_standbys: standbys.iter().map(|s| s.to_string()).collect(),
+    }))
+}
+
+fn st(name: &str, streaming: bool, sync: bool, flush: Lsn) -> StandbyStat {
+    StandbyStat {
+        name: name.into(),
+        streaming,
+        sync,
+        flush,
+    }
+}
+
+/// A leader observation at `at` s: members pg1 (primary) and `replicas`, the sync
+/// key, the names in effect, `pg_stat_replication`, the primary at `lsn`.
+fn leader_obs(
+    replicas: &[&str],
+    sync: Option<Result<SyncKey, String>>,
+    names: &str,
+    standbys: Vec<StandbyStat>,
+    lsn: Lsn,
+    at: f64,
+) -> Observation {
+    let mut members = vec![member("pg1", 8, "primary", 1000, None)];
+    members.extend(replicas.iter().map(|r| member(r, 9, "replica", 1000, None)));
+    let mut v = view(30, Some(key("pg1", 5, 0xA)), members);
+    v.sync = sync;
+    let mut p = pg(PgRole::Primary, lsn, None);
+    p.sync_names = Some(names.into());
+    p.standbys = standbys;
+    let mut o = obs(v, p);
+    o.renewal = counted(0xA, at);
+    o
+}
+
+fn sync_actions(p: &Plan) -> Vec<Action> {
+    p.actions
+        .iter()
+        .filter(|a| {
+            matches!(
+                a,
+                Action::WriteSync { .. } | Action::DeleteSync { .. } | Action::SetSyncNames { .. }
+            )
+        })
+        .cloned()
+        .collect()
+}
+
+fn write(standbys: &[&str]) -> Action {
+    Action::WriteSync {
+        epoch: 5,
+        leader: "pg1".into(),
+        sync_standbys: standbys.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn names(n: &str) -> Action {
+    Action::SetSyncNames { names: n.into() }
+}
+
+const TWO: &str = r#"FIRST 2 ("pg2", "pg3")"#;
+
+#[test]
+fn the_names_for_several_standbys_make_every_commit_wait_for_each() {
+    use tenure::core::sync_names_for;
+    let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    // One standby keeps the form of a single synchronous standby (no churn of the
+    // names on a cluster upgraded with synchronous_node_count 1).
+    assert_eq!(sync_names_for(&v(&["pg2"])), "\"pg2\"");
+    assert_eq!(sync_names_for(&v(&["pg2", "pg3"])), TWO);
+    assert_eq!(
+        sync_names_for(&v(&["a\"b", "c"])),
+        r#"FIRST 2 ("a""b", "c")"#
+    );
+}
+
+#[test]
+fn two_standbys_are_named_together_and_each_listed_once_sync_and_caught_up() {
+    let mut c = leader(SyncMode::On, 2);
+    let r = ["pg2", "pg3", "pg4"];
+    // pg2 and pg3 have flushed more than pg4: both are named at once.
+    let s = vec![
+        st("pg2", true, false, 900),
+        st("pg3", true, false, 950),
+        st("pg4", true, false, 100),
+    ];
+    let p = c.step(t(6.0), &leader_obs(&r, sync_key(&[]), "", s, 1000, 6.0));
+    assert_eq!(sync_actions(&p), vec![names(TWO)], "{}", p.reason);
+    // In effect; pg2 reports sync, pg3 not yet; the names held less than a loop.
+    let s = vec![
+        st("pg2", true, true, 1000),
+        st("pg3", true, false, 1000),
+        st("pg4", true, false, 100),
+    ];
+    let p = c.step(
+        t(7.0),
+        &leader_obs(&r, sync_key(&[]), TWO, s.clone(), 1000, 7.0),
+    );
+    assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
+    let p = c.step(
+        t(8.0),
+        &leader_obs(&r, sync_key(&[]), TWO, s.clone(), 1000, 8.0),
+    );
+    assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
+    // Settled (a loop, 2 s): pg2 is listed alone; pg3 is awaited.
+    let p = c.step(t(9.0), &leader_obs(&r, sync_key(&[]), TWO, s, 1000, 9.0));
+    assert_eq!(sync_actions(&p), vec![write(&["pg2"])], "{}", p.reason);
+    // pg3 reports sync but has not flushed what the primary wrote when the names
+    // settled (1000): not yet.
+    let s = vec![
+        st("pg2", true, true, 1200),
+        st("pg3", true, true, 999),
+        st("pg4", true, false, 100),
+    ];
+    let p = c.step(
+        t(9.5),
+        &leader_obs(&r, sync_key(&["pg2"]), TWO, s, 1200, 9.5),
+    );
+    assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
+    assert!(
+        p.reason.to_string().contains("waiting for pg3 to flush"),
+        "{}",
+        p.reason
+    );
+    let s = vec![
+        st("pg2", true, true, 1300),
+        st("pg3", true, true, 1000),
+        st("pg4", true, false, 100),
+    ];
+    let p = c.step(
+        t(10.0),
+        &leader_obs(&r, sync_key(&["pg2"]), TWO, s.clone(), 1300, 10.0),
+    );
+    assert_eq!(
+        sync_actions(&p),
+        vec![write(&["pg2", "pg3"])],
+        "{}",
+        p.reason
+    );
+    // Steady: nothing to do, pg4 is never named.
+    let p = c.step(
+        t(10.5),
+        &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s, 1300, 10.5),
+    );
+    assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
+    assert!(
+        p.reason
+            .to_string()
+            .contains("synchronous standby pg2, pg3"),
+        "{}",
+        p.reason
+    );
+}
+
+#[test]
+fn a_lost_standby_is_unlisted_before_the_names_drop_it_and_the_other_stays_listed() {
+    for mode in [SyncMode::On, SyncMode::Strict] {
+        let mut c = leader(mode, 2);
+        let r = ["pg2", "pg3"];
+        // pg3 stopped streaming: the key drops it first, the names stay.
+        let s = vec![st("pg2", true, true, 1000), st("pg3", false, false, 900)];
+        let p = c.step(
+            t(6.0),
+            &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s.clone(), 1000, 6.0),
+        );
+        assert_eq!(
+            sync_actions(&p),
+            vec![write(&["pg2"])],
+            "{mode:?}: {}",
+            p.reason
+        );
+        // A failed write: the key still lists both, so the names must not change.
+        let p = c.step(
+            t(6.5),
+            &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s.clone(), 1000, 6.5),
+        );
+        assert_eq!(
+            sync_actions(&p),
+            vec![write(&["pg2"])],
+            "{mode:?}: {}",
+            p.reason
+        );
+        // The key lists pg2 alone: now the names follow.
+        let p = c.step(
+            t(7.0),
+            &leader_obs(&r, sync_key(&["pg2"]), TWO, s, 1000, 7.0),
+        );
+        assert_eq!(
+            sync_actions(&p),
+            vec![names("\"pg2\"")],
+            "{mode:?}: {}",
+            p.reason
+        );
+    }
+}
+
+#[test]
+fn a_standby_that_left_pg_stat_replication_or_the_members_is_unlisted() {
+    let mut c = leader(SyncMode::On, 2);
+    // pg3's row is gone and so is its member key (pg2 only is a member).
+    let s = vec![st("pg2", true, true, 1000)];
+    let p = c.step(
+        t(6.0),
+        &leader_obs(&["pg2"], sync_key(&["pg2", "pg3"]), TWO, s, 1000, 6.0),
+    );
+    assert_eq!(sync_actions(&p), vec![write(&["pg2"])], "{}", p.reason);
+}
+
+#[test]
+fn lowering_synchronous_node_count_unlists_the_least_advanced_first() {
+    let mut c = leader(SyncMode::On, 1);
+    let r = ["pg2", "pg3"];
+    let s = vec![st("pg2", true, true, 900), st("pg3", true, true, 1000)];
+    let p = c.step(
+        t(6.0),
+        &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s.clone(), 1000, 6.0),
+    );
+    assert_eq!(sync_actions(&p), vec![write(&["pg3"])], "{}", p.reason);
+    let p = c.step(
+        t(6.5),
+        &leader_obs(&r, sync_key(&["pg3"]), TWO, s, 1000, 6.5),
+    );
+    assert_eq!(sync_actions(&p), vec![names("\"pg3\"")], "{}", p.reason);
+}
+
+#[test]
+fn raising_synchronous_node_count_adds_a_standby_beside_the_listed_one() {
+    let mut c = leader(SyncMode::On, 2);
+    let r = ["pg2", "pg3"];
+    let s = vec![st("pg2", true, true, 1000), st("pg3", true, false, 1000)];
+    // pg2 stays listed and named; pg3 joins it in the names (stricter: safe).
+    let p = c.step(
+        t(6.0),
+        &leader_obs(&r, sync_key(&["pg2"]), "\"pg2\"", s, 1000, 6.0),
+    );
+    assert_eq!(sync_actions(&p), vec![names(TWO)], "{}", p.reason);
+}
+
+#[test]
+fn with_fewer_fit_standbys_than_the_count_the_primary_keeps_those_there_are() {
+    // Strict with one standby fit of two wanted: it is named alone, never `*`.
+    let mut c = leader(SyncMode::Strict, 2);
+    let s = vec![st("pg2", true, false, 1000)];
+    let p = c.step(
+        t(6.0),
+        &leader_obs(&["pg2", "pg3"], sync_key(&[]), "*", s, 1000, 6.0),
+    );
+    assert_eq!(sync_actions(&p), vec![names("\"pg2\"")], "{}", p.reason);
+    // None fit: strict waits for any standby (`*`), non-strict degrades.
+    let mut c = leader(SyncMode::Strict, 2);
+    let p = c.step(
+        t(6.0),
+        &leader_obs(&["pg2"], sync_key(&[]), "\"pg2\"", vec![], 1000, 6.0),
+    );
+    assert_eq!(sync_actions(&p), vec![names("*")], "{}", p.reason);
+    let mut c = leader(SyncMode::On, 2);
+    let p = c.step(
+        t(6.0),
+        &leader_obs(&["pg2"], sync_key(&[]), "\"pg2\"", vec![], 1000, 6.0),
+    );
+    assert_eq!(sync_actions(&p), vec![names("")], "{}", p.reason);
+}
+
+/// A replica `me` with no leader key and the `sync` key of pg1 listing pg2 and pg3.
+fn vacancy_reason(me: &str) -> String {
+    let mut c = core(me, None);
+    c.set_timing(t(1.0), timing(SyncMode::On, 2));
+    let members = vec![
+        member("pg2", 9, "replica", 1000, None),
+        member("pg3", 9, "replica", 1000, None),
+        member("pg4", 9, "replica", 1000, None),
+    ];
+    let mut v = view(30, None, members);
+    v.sync = sync_key(&["pg2", "pg3"]);
+    let p = c.step(t(2.0), &obs(v, pg(PgRole::Replica, 1000, None)));
+    p.reason.to_string()
+}
+
+#[test]
+fn any_listed_standby_may_take_over_and_no_other() {
+    for me in ["pg2", "pg3"] {
+        let r = vacancy_reason(me);
+        assert!(!r.contains("synchronous mode"), "{me}: {r}");
+    }
+    let r = vacancy_reason("pg4");
+    assert!(
+        r.contains("not a candidate: synchronous mode: the sync key allows only pg1 and pg2, pg3"),
+        "{r}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The order, checked over random standby behaviour.
+// ---------------------------------------------------------------------------
+
+/// xorshift64*: seeded, reproducible.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The standbys a value of the forms the core writes names, and whether that form
+/// makes every commit wait for each of them (`None`: not such a form).
+fn named_all(names: &str) -> Option<Vec<String>> {
+    if names.is_empty() || names == "*" {
+        return Some(Vec::new());
+    }
+    let unquote = |q: &str| -> Option<String> {
+        Some(
+            q.strip_prefix('"')?
+                .strip_suffix('"')?
+                .replace("\"\"", "\""),
+        )
+    };
+    if let Some(rest) = names.strip_prefix("FIRST ") {
+        let (n, list) = rest.split_once(" (")?;
+        let list: Vec<String> = list
+            .strip_suffix(')')?
+            .split(", ")
+            .map(unquote)
+            .collect::<Option<_>>()?;
+        return (n.parse::<usize>().ok()? == list.len() && list.len() > 1).then_some(list);
+    }
+    Some(vec![unquote(names)?])
+}
+
+/// A leader under random standby behaviour: streaming stops and starts, the names
+/// take a while to take effect, key writes fail, `synchronous_node_count` changes.
+/// Every plan is checked against what the leader observed: a standby is added to
+/// the key only while the names in effect (held for a loop) name it in a form that
+/// makes each commit wait for it, it reports `sync` and it flushed at least what
+/// the primary had written when those names appeared; new names always keep every
+/// standby the key lists; the key never lists more than the count, the leader, or
+/// a standby not streaming. Then, left quiet, the key fills up to the count.
+#[test]
+fn the_order_holds_under_random_standby_behaviour() {
+    let replicas = ["pg2", "pg3", "pg4", "pg5"];
+    let mut listed_total = 0usize;
+    for seed in 1..=400u64 {
+        let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mode = if r.chance(0.3) {
+            SyncMode::Strict
+        } else {
+            SyncMode::On
+        };
+        let mut count = 1 + r.below(3) as u32;
+        let mut c = leader(mode, count);
+        let mut key: Vec<String> = Vec::new();
+        let mut file = String::new();
+        let mut eff = String::new();
+        // When the names in effect last changed, and the primary's position then.
+        let (mut eff_since, mut eff_lsn) = (5.0f64, 1000u64);
+        let mut streaming = [true; 4];
+        let mut flush = [1000u64; 4];
+        let mut lsn = 1000u64;
+        let mut now = 6.0f64;
+        for step in 0..200 {
+            let quiet = step >= 140;
+            if !quiet {
+                for s in &mut streaming {
+                    if r.chance(0.08) {
+                        *s = !*s;
+                    }
+                }
+                if r.chance(0.03) {
+                    count = 1 + r.below(3) as u32;
+                    c.set_timing(t(now), timing(mode, count));
+                }
+            }
+            if file != eff && (quiet || r.chance(0.6)) {
+                eff = file.clone();
+                eff_since = now;
+                eff_lsn = lsn;
+            }
+            lsn += 100;
+            let named = named_all(&eff).expect("the names in effect are a form the core writes");
+            for (i, f) in flush.iter_mut().enumerate() {
+                if streaming[i] && (quiet || r.chance(0.7)) {
+                    *f = lsn;
+                }
+            }
+            let rows: Vec<StandbyStat> = replicas
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| streaming[*i] || r.chance(0.5))
+                .map(|(i, n)| {
+                    let is_named = named.iter().any(|x| x == n) || eff == "*";
+                    st(n, streaming[i], streaming[i] && is_named, flush[i])
+                })
+                .collect();
+            let refs: Vec<&str> = key.iter().map(String::as_str).collect();
+            let o = leader_obs(&replicas, sync_key(&refs), &eff, rows.clone(), lsn, now);
+            let p = c.step(t(now), &o);
+            let ctx = || format!("seed {seed} step {step} at {now:.1}: {}", p.reason);
+            for a in &p.actions {
+                match a {
+                    Action::WriteSync {
+                        leader,
+                        sync_standbys,
+                        ..
+                    } => {
+                        assert_eq!(leader, "pg1", "{}", ctx());
+                        assert!(sync_standbys.len() <= count as usize, "{}", ctx());
+                        for s in sync_standbys {
+                            if key.contains(s) {
+                                continue;
+                            }
+                            let row = rows.iter().find(|x| &x.name == s);
+                            assert!(
+                                named.contains(s),
+                                "{s} listed while the names in effect ({eff:?}) do not name it: {}",
+                                ctx()
+                            );
+                            assert!(
+                                now - eff_since >= 2.0,
+                                "{s} listed while the names held less than a loop: {}",
+                                ctx()
+                            );
+                            assert!(
+                                row.is_some_and(|x| x.sync && x.streaming && x.flush >= eff_lsn),
+                                "{s} listed while not sync or not caught up ({row:?}, the names \
+                                 appeared at {eff_lsn}): {}",
+                                ctx()
+                            );
+                            listed_total += 1;
+                        }
+                        if r.chance(0.85) {
+                            key = sync_standbys.clone();
+                        }
+                    }
+                    Action::SetSyncNames { names } => {
+                        let new = named_all(names).unwrap_or_else(|| {
+                            panic!("names {names:?} are not a wait-for-each form: {}", ctx())
+                        });
+                        for s in &key {
+                            assert!(
+                                new.contains(s),
+                                "names {names:?} drop {s}, which the key lists: {}",
+                                ctx()
+                            );
+                        }
+                        file = names.clone();
+                    }
+                    Action::DeleteSync { .. } => panic!("deleted the sync key: {}", ctx()),
+                    _ => {}
+                }
+            }
+            now += if r.chance(0.2) { 1.0 } else { 0.5 };
+        }
+        // Quiet for the last 60 steps: the key holds as many as the count allows.
+        let fit = streaming.iter().filter(|s| **s).count();
+        assert_eq!(
+            key.len(),
+            fit.min(count as usize),
+            "seed {seed}: quiet at the end with {fit} streaming and count {count}, key {key:?}, \
+             names {eff:?}"
+        );
+    }
+    assert!(
+        listed_total > 400,
+        "too few listings to judge: {listed_total}"
+    );
+}
