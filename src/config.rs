@@ -301,6 +301,8 @@ pub struct Config {
     pub nofailover: bool,
     /// `[tags] noloadbalance`: the read health endpoints answer 503 (Patroni's).
     pub noloadbalance: bool,
+    /// `[tags] nosync`: never made a synchronous standby (Patroni's).
+    pub nosync: bool,
     /// `[tags]` string values other than the boolean tags, sorted by name: published
     /// in the member key and matched by `?tag_<name>=<value>`.
     pub custom_tags: Vec<(String, String)>,
@@ -1585,9 +1587,10 @@ impl Config {
         let tags = root.sub("tags")?;
         let nofailover = tags.boolean("nofailover")?.unwrap_or(false);
         let noloadbalance = tags.boolean("noloadbalance")?.unwrap_or(false);
+        let nosync = tags.boolean("nosync")?.unwrap_or(false);
         let mut custom_tags = Vec::new();
         for (k, v) in tags.table {
-            if matches!(k.as_str(), "nofailover" | "noloadbalance") {
+            if matches!(k.as_str(), "nofailover" | "noloadbalance" | "nosync") {
                 continue;
             }
             if !valid_name(k) {
@@ -1600,7 +1603,7 @@ impl Config {
                 other => {
                     return Err(tags.wrong(
                         k,
-                        "a string (tenure's boolean tags are nofailover and noloadbalance; \
+                        "a string (tenure's boolean tags are nofailover, noloadbalance and nosync; \
                          other tags take string values)",
                         other,
                     ));
@@ -1994,6 +1997,7 @@ impl Config {
             },
             nofailover,
             noloadbalance,
+            nosync,
             custom_tags,
             log,
             hooks,

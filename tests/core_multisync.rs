@@ -303,6 +303,41 @@ fn with_fewer_fit_standbys_than_the_count_the_primary_keeps_those_there_are() {
     assert_eq!(sync_actions(&p), vec![names("")], "{}", p.reason);
 }
 
+#[test]
+fn a_standby_tagged_nosync_is_never_named_and_is_unlisted_once_tagged() {
+    // pg2 is tagged nosync: pg3 and pg4 are named, though pg2 flushed the most.
+    let mut c = leader(SyncMode::On, 2);
+    let r = ["pg2", "pg3", "pg4"];
+    let s = vec![
+        st("pg2", true, false, 1000),
+        st("pg3", true, false, 900),
+        st("pg4", true, false, 800),
+    ];
+    let mut o = leader_obs(&r, sync_key(&[]), "", s.clone(), 1000, 6.0);
+    let tag = |o: &mut Observation| {
+        if let Ok(v) = &mut o.cluster {
+            for m in &mut v.members {
+                m.info.tags.nosync = m.name == "pg2";
+            }
+        }
+    };
+    tag(&mut o);
+    let p = c.step(t(6.0), &o);
+    assert_eq!(
+        sync_actions(&p),
+        vec![names(r#"FIRST 2 ("pg3", "pg4")"#)],
+        "{}",
+        p.reason
+    );
+    // Listed before it was tagged: unlisted first, as any unfit standby.
+    let mut c = leader(SyncMode::On, 2);
+    let s = vec![st("pg2", true, true, 1000), st("pg3", true, true, 1000)];
+    let mut o = leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s, 1000, 6.0);
+    tag(&mut o);
+    let p = c.step(t(6.0), &o);
+    assert_eq!(sync_actions(&p), vec![write(&["pg3"])], "{}", p.reason);
+}
+
 /// A replica `me` with no leader key and the `sync` key of pg1 listing pg2 and pg3.
 fn vacancy_reason(me: &str) -> String {
     let mut c = core(me, None);

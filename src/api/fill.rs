@@ -22,6 +22,7 @@ pub fn tags(cfg: &Config, refuses_leadership: bool) -> Tags {
         // block every failover behind it.
         nofailover: cfg.nofailover || refuses_leadership,
         noloadbalance: cfg.noloadbalance,
+        nosync: cfg.nosync,
         custom: cfg.custom_tags.clone(),
     }
 }

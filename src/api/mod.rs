@@ -253,6 +253,7 @@ impl ApiStatus {
         match name {
             "nofailover" => Some(self.tags.nofailover.to_string()),
             "noloadbalance" => Some(self.tags.noloadbalance.to_string()),
+            "nosync" => Some(self.tags.nosync.to_string()),
             _ => self
                 .tags
                 .custom
@@ -930,6 +931,9 @@ pub fn status_json(s: &ApiStatus, check: Option<&Verdict>) -> String {
     tags.insert("nofailover".into(), json!(s.tags.nofailover));
     if s.tags.noloadbalance {
         tags.insert("noloadbalance".into(), json!(true));
+    }
+    if s.tags.nosync {
+        tags.insert("nosync".into(), json!(true));
     }
     for (k, v) in &s.tags.custom {
         tags.insert(k.clone(), json!(v));

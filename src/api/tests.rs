@@ -21,6 +21,7 @@ fn base(name: &str) -> ApiStatus {
         tags: Tags {
             nofailover: false,
             noloadbalance: false,
+            nosync: false,
             custom: vec![("dc".into(), "east".into())],
         },
         maximum_lag_on_failover: 1_048_576,

@@ -173,6 +173,10 @@ fn wrong_types_are_named() {
     );
     let e = err(&format!("{GOOD}\n[tags]\nnofailover = \"yes\"\n"));
     assert!(e.contains("tags.nofailover: expected true or false"), "{e}");
+    let e = err(&format!("{GOOD}\n[tags]\nnosync = 1\n"));
+    assert!(e.contains("tags.nosync: expected true or false"), "{e}");
+    let c = parse(&format!("{GOOD}\n[tags]\nnosync = true\n")).expect("nosync");
+    assert!(c.nosync && c.custom_tags.is_empty());
     let e = err(&GOOD.replace("[timing]", "timing = 3\n[xtiming]"));
     assert!(e.contains("unknown key") || e.contains("timing"), "{e}");
 }

@@ -59,6 +59,9 @@ pub struct Tags {
     /// Patroni's: health endpoints for read traffic (`/replica`, `/read-only`, ...)
     /// answer 503 on this member. Informational for the core.
     pub noloadbalance: bool,
+    /// Patroni's: never made a synchronous standby (a replica behind a slow link
+    /// would slow every commit). It may still take over in asynchronous mode.
+    pub nosync: bool,
     /// Operators' own tags (`[tags] dc = "east"`), string-valued, sorted by name:
     /// matched by the health endpoints' `?tag_<name>=<value>`.
     pub custom: Vec<(String, String)>,

@@ -249,11 +249,15 @@ impl Core {
             }
         }
         // A standby fit to be synchronous: streaming from us, a live member that may
-        // take over (so listing it keeps a failover possible).
+        // take over (so listing it keeps a failover possible) and not tagged
+        // `nosync`.
         let fit = |name: &str| {
             rows.iter().any(|s| s.name == name && s.streaming)
                 && view.member(name).is_some_and(|m| {
-                    m.name != me && !m.info.tags.nofailover && m.info.parse_error.is_none()
+                    m.name != me
+                        && !m.info.tags.nofailover
+                        && !m.info.tags.nosync
+                        && m.info.parse_error.is_none()
                 })
         };
         let count = self.timing.synchronous_node_count.max(1) as usize;

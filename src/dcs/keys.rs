@@ -25,13 +25,17 @@ pub fn excerpt(raw: &[u8]) -> String {
     format!("{out:?}")
 }
 
-/// A member's tags as Patroni writes them (`nofailover` always, `noloadbalance` when
-/// set, then the custom ones): the member key and `GET /cluster` show the same.
+/// A member's tags as Patroni writes them (`nofailover` always, `noloadbalance` and
+/// `nosync` when set, then the custom ones): the member key and `GET /cluster` show
+/// the same.
 pub fn tags_json(info: &MemberInfo) -> Value {
     let mut tags = Map::new();
     tags.insert("nofailover".into(), json!(info.tags.nofailover));
     if info.tags.noloadbalance {
         tags.insert("noloadbalance".into(), json!(true));
+    }
+    if info.tags.nosync {
+        tags.insert("nosync".into(), json!(true));
     }
     for (k, v) in &info.tags.custom {
         tags.insert(k.clone(), json!(v));
@@ -211,11 +215,28 @@ pub fn parse_member(raw: &[u8]) -> MemberInfo {
                         )),
                     }
                 }
+                if let Some(ns) = tags.get("nosync").filter(|v| !v.is_null()) {
+                    match parse_bool(ns) {
+                        Some(b) => info.tags.nosync = b,
+                        None => {
+                            // Not made synchronous: the reading that asks nothing of
+                            // the member's link (it may still take over in
+                            // asynchronous mode).
+                            info.tags.nosync = true;
+                            problems.push(format!(
+                                "tags.nosync: expected a boolean, got {} (taken as true)",
+                                short(ns)
+                            ));
+                        }
+                    }
+                }
                 // Other writers' tags of other types (Patroni's `clonefrom`, ...) are
                 // informational: left out, no problem.
                 let mut custom: Vec<(String, String)> = tags
                     .iter()
-                    .filter(|(k, _)| !matches!(k.as_str(), "nofailover" | "noloadbalance"))
+                    .filter(|(k, _)| {
+                        !matches!(k.as_str(), "nofailover" | "noloadbalance" | "nosync")
+                    })
                     .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
                     .collect();
                 custom.sort();
@@ -806,6 +827,7 @@ mod tests {
             tags: Tags {
                 nofailover: true,
                 noloadbalance: true,
+                nosync: true,
                 custom: vec![("dc".into(), "east".into())],
             },
             epoch: Some(42),
@@ -1100,6 +1122,19 @@ mod tests {
                 .tags
                 .nofailover
         );
+        // `nosync` alike: garbled reads as set, and is named.
+        let m = parse_member(br#"{"tags":{"nosync":[1]}}"#);
+        assert!(m.tags.nosync);
+        assert!(
+            m.parse_error
+                .as_deref()
+                .is_some_and(|e| e.contains("tags.nosync")),
+            "{:?}",
+            m.parse_error
+        );
+        let m = parse_member(br#"{"tags":{"nosync":true,"dc":"east"}}"#);
+        assert!(m.tags.nosync && m.parse_error.is_none());
+        assert_eq!(m.tags.custom, vec![("dc".to_string(), "east".to_string())]);
     }
 
     #[test]
