@@ -111,6 +111,16 @@ struct Pending {
     handed_over: Option<HandOverOutcome>,
 }
 
+/// What the last `sync_slots` made on the running primary, and from what: the
+/// postmaster, the members, the `slots` and `ignore_slots` config values.
+#[derive(Debug, PartialEq)]
+struct SlotsMade {
+    postmaster: u32,
+    members: Vec<String>,
+    permanent: Vec<String>,
+    ignore: Vec<crate::config::IgnoreSlot>,
+}
+
 struct Agent {
     cfg: Config,
     config_path: PathBuf,
@@ -155,11 +165,11 @@ struct Agent {
     awaiting: Vec<switchover::Awaiting>,
     last_pg: Option<PgStatus>,
     applied_config: Option<String>,
-    /// The slots last made on the running primary: (postmaster pid, members). Only
-    /// a change re-runs `sync_slots`; a new postmaster, a promotion, a fence or a
-    /// job forgets it (a replica has no slots: pg_rewind and basebackup leave
-    /// pg_replslot empty, so a node leading again must make them again).
-    slots: Option<(u32, Vec<String>)>,
+    /// The slots last made on the running primary. Only a change re-runs
+    /// `sync_slots`; a new postmaster, a promotion, a fence or a job forgets it (a
+    /// replica has no slots: pg_rewind and basebackup leave pg_replslot empty, so a
+    /// node leading again must make them again).
+    slots: Option<SlotsMade>,
     status: api::ApiStatus,
     /// The `status` key's optime this leadership last wrote: (epoch, optime).
     status_written: Option<(Epoch, Lsn)>,
@@ -1911,16 +1921,29 @@ impl Agent {
                 }
                 Action::SyncSlots { members } => {
                     let pm = self.pg.postmaster_pid().unwrap_or(0);
-                    if self
-                        .slots
-                        .as_ref()
-                        .is_none_or(|(pid, m)| *pid != pm || *m != members)
-                    {
-                        match self
-                            .pg
-                            .sync_slots(&members, self.deadline(Duration::from_secs(1)))
-                        {
-                            Ok(()) => self.slots = Some((pm, members)),
+                    let (permanent, ignore) =
+                        (&self.cfg.dynamic.slots, &self.cfg.dynamic.ignore_slots);
+                    if self.slots.as_ref().is_none_or(|d| {
+                        d.postmaster != pm
+                            || d.members != members
+                            || d.permanent != *permanent
+                            || d.ignore != *ignore
+                    }) {
+                        let (permanent, ignore) = (permanent.clone(), ignore.clone());
+                        match self.pg.sync_slots(
+                            &members,
+                            &permanent,
+                            &ignore,
+                            self.deadline(Duration::from_secs(1)),
+                        ) {
+                            Ok(()) => {
+                                self.slots = Some(SlotsMade {
+                                    postmaster: pm,
+                                    members,
+                                    permanent,
+                                    ignore,
+                                })
+                            }
                             Err(e) => warn!("replication slots: {e}"),
                         }
                     }

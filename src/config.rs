@@ -67,6 +67,168 @@ pub struct DynamicConfig {
     /// automatic failover or promotion, no restart of a stopped PostgreSQL, no
     /// rewind); S1 and S2 still hold.
     pub pause: bool,
+    /// `slots` (Patroni's permanent slots; physical only): replication slots the
+    /// leader keeps on its PostgreSQL beside the members' own, for consumers that
+    /// are not members (pg_receivewal, a backup server). Sorted, no duplicates.
+    pub slots: Vec<String>,
+    /// `ignore_slots` (Patroni's): slots the leader never drops, matched by any of
+    /// name, type, database, plugin.
+    pub ignore_slots: Vec<IgnoreSlot>,
+}
+
+/// One `ignore_slots` entry: a slot matches when every field given equals the
+/// slot's (an entry names at least one field).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IgnoreSlot {
+    pub name: Option<String>,
+    /// `physical` or `logical`.
+    pub kind: Option<String>,
+    pub database: Option<String>,
+    pub plugin: Option<String>,
+}
+
+impl IgnoreSlot {
+    /// Does a physical slot named `name` match? (`database` and `plugin` are those
+    /// of logical slots: an entry that gives either matches no physical slot.)
+    pub fn matches_physical(&self, name: &str) -> bool {
+        self.name.as_deref().is_none_or(|n| n == name)
+            && self.kind.as_deref().is_none_or(|k| k == "physical")
+            && self.database.is_none()
+            && self.plugin.is_none()
+    }
+}
+
+/// A replication slot name PostgreSQL accepts: 1 to 63 of `[a-z0-9_]`.
+pub fn valid_slot_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// `slots` as Patroni writes it: `{"<name>": {"type": "physical"}, ...}` (`null` or
+/// `{}`: none). Permanent logical slots (their copies on replicas, advanced for a
+/// failover) are not built: refused by name rather than half done.
+pub fn parse_slots(v: &serde_json::Value) -> Result<Vec<String>, String> {
+    use serde_json::Value;
+    let map = match v {
+        Value::Null => return Ok(Vec::new()),
+        Value::Object(m) => m,
+        other => {
+            return Err(format!(
+                "slots: expected an object of slot names, found {}",
+                json_kind(other)
+            ));
+        }
+    };
+    let mut out = Vec::new();
+    for (name, spec) in map {
+        if !valid_slot_name(name) {
+            return Err(format!(
+                "slots: {name:?} is not a replication slot name (1 to 63 of a-z, 0-9, _)"
+            ));
+        }
+        let kind = match spec {
+            Value::Object(o) => o.get("type"),
+            Value::Null => None,
+            other => {
+                return Err(format!(
+                    "slots.{name}: expected an object like {{\"type\": \"physical\"}}, found {}",
+                    json_kind(other)
+                ));
+            }
+        };
+        match kind {
+            None | Some(Value::Null) => {}
+            Some(Value::String(k)) if k == "physical" => {}
+            Some(Value::String(k)) if k == "logical" => {
+                return Err(format!(
+                    "slots.{name}: permanent logical slots are not supported (physical only)"
+                ));
+            }
+            Some(other) => {
+                return Err(format!(
+                    "slots.{name}.type: expected \"physical\", found {other}"
+                ));
+            }
+        }
+        if let Value::Object(o) = spec
+            && let Some(k) = o.keys().find(|k| *k != "type")
+        {
+            return Err(format!(
+                "slots.{name}: unknown field {k:?} (a physical slot takes only \"type\")"
+            ));
+        }
+        out.push(name.clone());
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// `ignore_slots` as Patroni writes it: `[{"name": ..., "type": ..., "database":
+/// ..., "plugin": ...}, ...]` (`null`: none).
+pub fn parse_ignore_slots(v: &serde_json::Value) -> Result<Vec<IgnoreSlot>, String> {
+    use serde_json::Value;
+    let list = match v {
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(a) => a,
+        other => {
+            return Err(format!(
+                "ignore_slots: expected a list of objects, found {}",
+                json_kind(other)
+            ));
+        }
+    };
+    let mut out = Vec::new();
+    for (i, e) in list.iter().enumerate() {
+        let Value::Object(o) = e else {
+            return Err(format!(
+                "ignore_slots[{i}]: expected an object with name, type, database or plugin, \
+                 found {}",
+                json_kind(e)
+            ));
+        };
+        let mut m = IgnoreSlot::default();
+        for (k, v) in o {
+            let slot = match k.as_str() {
+                "name" => &mut m.name,
+                "type" => &mut m.kind,
+                "database" => &mut m.database,
+                "plugin" => &mut m.plugin,
+                _ => {
+                    return Err(format!(
+                        "ignore_slots[{i}]: unknown field {k:?} (name, type, database, plugin)"
+                    ));
+                }
+            };
+            match v {
+                Value::String(s) if !s.is_empty() => *slot = Some(s.clone()),
+                other => {
+                    return Err(format!(
+                        "ignore_slots[{i}].{k}: expected a non-empty string, found {}",
+                        json_kind(other)
+                    ));
+                }
+            }
+        }
+        if let Some(k) = &m.kind
+            && k != "physical"
+            && k != "logical"
+        {
+            return Err(format!(
+                "ignore_slots[{i}].type: expected \"physical\" or \"logical\", found {k:?}"
+            ));
+        }
+        if m == IgnoreSlot::default() {
+            return Err(format!(
+                "ignore_slots[{i}]: an empty entry would match every slot; give a name, type, \
+                 database or plugin"
+            ));
+        }
+        out.push(m);
+    }
+    Ok(out)
 }
 
 impl DynamicConfig {
@@ -1571,7 +1733,21 @@ impl Config {
             "synchronous_mode_strict",
             "synchronous_node_count",
             "pause",
+            "slots",
+            "ignore_slots",
         ])?;
+        // `slots` and `ignore_slots` take the config key's JSON form, written as
+        // TOML tables (`[dynamic.slots.barman]`, `[[dynamic.ignore_slots]]`): one
+        // parser for both.
+        let as_json = |k: &str| -> Result<serde_json::Value, ConfigError> {
+            match dy.table.get(k) {
+                None => Ok(serde_json::Value::Null),
+                Some(v) => serde_json::to_value(v).map_err(|e| dy.err(k, e.to_string())),
+            }
+        };
+        let slots = parse_slots(&as_json("slots")?).map_err(|p| root.err("dynamic", p))?;
+        let ignore_slots =
+            parse_ignore_slots(&as_json("ignore_slots")?).map_err(|p| root.err("dynamic", p))?;
         let dynamic = DynamicConfig {
             maximum_lag_on_failover: dy.bytes("maximum_lag_on_failover")?.unwrap_or(1_048_576),
             primary_start_timeout: dy
@@ -1581,6 +1757,8 @@ impl Config {
             synchronous_mode_strict: dy.boolean("synchronous_mode_strict")?.unwrap_or(false),
             synchronous_node_count: dy.node_count("synchronous_node_count")?.unwrap_or(1),
             pause: dy.boolean("pause")?.unwrap_or(false),
+            slots,
+            ignore_slots,
         };
 
         // [tags]
@@ -2044,6 +2222,39 @@ impl Config {
         {
             m.insert("pause".into(), serde_json::Value::Bool(true));
         }
+        if let Some(m) = v.as_object_mut() {
+            if !self.dynamic.slots.is_empty() {
+                let slots: serde_json::Map<String, serde_json::Value> = self
+                    .dynamic
+                    .slots
+                    .iter()
+                    .map(|s| (s.clone(), serde_json::json!({"type": "physical"})))
+                    .collect();
+                m.insert("slots".into(), serde_json::Value::Object(slots));
+            }
+            if !self.dynamic.ignore_slots.is_empty() {
+                let list: Vec<serde_json::Value> = self
+                    .dynamic
+                    .ignore_slots
+                    .iter()
+                    .map(|i| {
+                        let mut o = serde_json::Map::new();
+                        for (k, v) in [
+                            ("name", &i.name),
+                            ("type", &i.kind),
+                            ("database", &i.database),
+                            ("plugin", &i.plugin),
+                        ] {
+                            if let Some(v) = v {
+                                o.insert(k.into(), serde_json::Value::String(v.clone()));
+                            }
+                        }
+                        serde_json::Value::Object(o)
+                    })
+                    .collect();
+                m.insert("ignore_slots".into(), serde_json::Value::Array(list));
+            }
+        }
         v.to_string()
     }
 
@@ -2144,6 +2355,13 @@ impl Config {
         }
         if let Some(p) = secs("primary_start_timeout")? {
             d.primary_start_timeout = p;
+        }
+        // Slots: absent keeps ours; `null` means none.
+        if let Some(s) = obj.get("slots") {
+            d.slots = parse_slots(s).map_err(|p| format!("config key: {p}"))?;
+        }
+        if let Some(s) = obj.get("ignore_slots") {
+            d.ignore_slots = parse_ignore_slots(s).map_err(|p| format!("config key: {p}"))?;
         }
         if let Some(x) = num("synchronous_node_count")? {
             d.synchronous_node_count = sync_node_count(x)

@@ -338,6 +338,58 @@ fn a_standby_tagged_nosync_is_never_named_and_is_unlisted_once_tagged() {
     assert_eq!(sync_actions(&p), vec![write(&["pg3"])], "{}", p.reason);
 }
 
+/// Review H1: PostgreSQL matches names without regard to case, so a second
+/// walsender named `PG2` (a `pg_receivewal`, a subscription, another member) can
+/// be counted for `"pg2"` while pg2 falls behind. A name that more than one row
+/// matches is never named or kept listed; a listed standby that does not read
+/// `sync` is unlisted.
+#[test]
+fn a_name_another_walsender_also_matches_is_never_trusted() {
+    let r = ["pg2", "pg3", "pg4"];
+    // Not picked: pg3 and pg4 are named though pg2 flushed the most.
+    let mut c = leader(SyncMode::On, 2);
+    let s = vec![
+        st("pg2", true, false, 1000),
+        st("PG2", true, false, 1000),
+        st("pg3", true, false, 900),
+        st("pg4", true, false, 800),
+    ];
+    let p = c.step(t(6.0), &leader_obs(&r, sync_key(&[]), "", s, 1000, 6.0));
+    assert_eq!(
+        sync_actions(&p),
+        vec![names(r#"FIRST 2 ("pg3", "pg4")"#)],
+        "{}",
+        p.reason
+    );
+    // Listed, then a look-alike connects: unlisted first.
+    for extra in [st("PG2", true, true, 1000), st("pg2", false, false, 500)] {
+        let mut c = leader(SyncMode::On, 2);
+        let s = vec![
+            st("pg2", true, true, 1000),
+            extra.clone(),
+            st("pg3", true, true, 1000),
+        ];
+        let p = c.step(
+            t(6.0),
+            &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s, 1000, 6.0),
+        );
+        assert_eq!(
+            sync_actions(&p),
+            vec![write(&["pg3"])],
+            "{extra:?}: {}",
+            p.reason
+        );
+    }
+    // Listed and streaming, but PostgreSQL does not report it `sync`: unlisted.
+    let mut c = leader(SyncMode::On, 2);
+    let s = vec![st("pg2", true, false, 1000), st("pg3", true, true, 1000)];
+    let p = c.step(
+        t(6.0),
+        &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s, 1000, 6.0),
+    );
+    assert_eq!(sync_actions(&p), vec![write(&["pg3"])], "{}", p.reason);
+}
+
 /// A replica `me` with no leader key and the `sync` key of pg1 listing pg2 and pg3.
 fn vacancy_reason(me: &str) -> String {
     let mut c = core(me, None);

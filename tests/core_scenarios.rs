@@ -1375,6 +1375,133 @@ fn a_synchronous_winner_names_itself_in_the_key_and_sets_the_names_before_promot
     }
 }
 
+/// A synchronous winner that must wait a promote delay sets the names its first
+/// write needs while the delay runs, so they have held for a loop at its end, and
+/// writes the `sync` key only then: after the delay the names cost up to two loops
+/// past the printed worst case (simulation seed 920018050); a key rewritten early
+/// would leave, if the winner died inside the delay, a key only it may take over
+/// under (the old one still allows the old leader).
+#[test]
+fn a_delayed_synchronous_winner_sets_the_names_during_the_delay_and_the_key_after() {
+    let mut c = follower_with_poll(None);
+    c.set_timing(t(0.0), sync_timing(SyncMode::On));
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+    ];
+    let at = |rev: i64, s: Option<Result<SyncKey, String>>| {
+        let mut v = view(rev, Some(key("pg2", 21, 0xB)), members.clone());
+        v.sync = s;
+        v
+    };
+    let old = sync_key("pg1", Some("pg2"));
+    let mut rep = pg(PgRole::Replica, 1000, None);
+    rep.sync_names = Some("\"pg2\"".into());
+    // 102.5 < E_max (103): early, the delay runs to 102.5 + ttl + R = 133.5.
+    let mut v = view(20, None, members.clone());
+    v.sync = old.clone();
+    let mut o = obs(v, rep.clone());
+    o.leader_deleted_at = Some(t(102.5));
+    o.lease_poll = Some(lease_poll(0xA, 102.55, None, None, false));
+    let p = c.step(t(102.6), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mut o = obs(at(21, old.clone()), rep.clone());
+    o.acquire = won(0xB, 30, 102.65, 21);
+    c.step(t(102.7), &o);
+    let delayed = |p: &Plan| matches!(p.reason, Reason::PromoteDelayed { .. });
+    // In the delay: the names, not the key.
+    let p = c.step(t(102.8), &obs(at(22, old.clone()), rep.clone()));
+    assert!(delayed(&p), "{}", p.reason);
+    assert_eq!(sync_actions(&p), vec![names("")], "{}", p.reason);
+    rep.sync_names = Some(String::new());
+    let p = c.step(t(103.0), &obs(at(23, old.clone()), rep.clone()));
+    assert!(delayed(&p) && sync_actions(&p).is_empty(), "{}", p.reason);
+    // The delay's end: the key, read back at once, then the promotion.
+    let mut o = obs(at(24, old), rep.clone());
+    o.renewal = counted(0xB, 133.5);
+    let p = c.step(t(133.6), &o);
+    assert_eq!(
+        sync_actions(&p),
+        vec![Action::WriteSync {
+            epoch: 21,
+            leader: "pg2".into(),
+            sync_standbys: Vec::new(),
+        }],
+        "{}",
+        p.reason
+    );
+    assert!(p.again, "the key is read back at once");
+    let mut o = obs(at(25, sync_key("pg2", None)), rep);
+    o.renewal = counted(0xB, 133.5);
+    let p = c.step(t(133.65), &o);
+    assert!(
+        p.actions.contains(&Action::Promote { epoch: 21 }),
+        "{}",
+        p.reason
+    );
+}
+
+/// Review L1: with synchronous mode off, a winner that finds a `sync` key left
+/// from synchronous mode deletes it before its names are cleared and before it
+/// promotes (a key still listing standbys after commits stopped waiting for them
+/// would be trusted if the mode came back on).
+#[test]
+fn with_synchronous_mode_off_a_winner_deletes_a_left_sync_key_first() {
+    let mut c = follower_with_poll(None);
+    c.set_timing(t(0.0), sync_timing(SyncMode::Off));
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 9, "replica", 1000, None),
+    ];
+    let with_sync = |rev: i64, leader: Option<LeaderKey>, s| {
+        let mut v = view(rev, leader, members.clone());
+        v.sync = s;
+        v
+    };
+    let left = sync_key("pg2", Some("pg3"));
+    let mut rep = pg(PgRole::Replica, 1000, None);
+    rep.sync_names = Some("\"pg3\"".into());
+    let mut o = obs(with_sync(20, None, left.clone()), rep.clone());
+    o.leader_deleted_at = Some(t(103.5));
+    o.lease_poll = Some(lease_poll(0xA, 103.55, None, None, false));
+    let p = c.step(t(103.6), &o);
+    assert_eq!(p.actions, vec![Action::Acquire], "{}", p.reason);
+    let mine = Some(key("pg2", 21, 0xB));
+    let mut o = obs(with_sync(21, mine.clone(), left.clone()), rep.clone());
+    o.acquire = won(0xB, 30, 103.7, 21);
+    c.step(t(103.8), &o);
+    let p = c.step(
+        t(104.0),
+        &obs(with_sync(22, mine.clone(), left), rep.clone()),
+    );
+    assert_eq!(
+        sync_actions(&p),
+        vec![Action::DeleteSync { epoch: 21 }],
+        "{}",
+        p.reason
+    );
+    assert!(
+        !p.actions
+            .iter()
+            .any(|a| matches!(a, Action::Promote { .. })),
+        "{}",
+        p.reason
+    );
+    // The key is gone: the stale names are cleared next, then it promotes.
+    let p = c.step(
+        t(104.1),
+        &obs(with_sync(23, mine.clone(), None), rep.clone()),
+    );
+    assert_eq!(sync_actions(&p), vec![names("")], "{}", p.reason);
+    rep.sync_names = Some(String::new());
+    let p = c.step(t(104.2), &obs(with_sync(24, mine, None), rep));
+    assert!(
+        p.actions.contains(&Action::Promote { epoch: 21 }),
+        "{}",
+        p.reason
+    );
+}
+
 /// pg3 follows pg2, the new leader on timeline 2 (history: timeline 1 ended at
 /// 1200). pg3 is still on timeline 1 at `lsn`, `streaming` or not, at `at`.
 fn third_node_obs(lsn: Lsn, streaming: bool) -> Observation {

@@ -624,3 +624,80 @@ fn real_clean_stop_marker_carries_pg_controls_checkpoint() {
     );
     println!("clean stop: marker at {loc} on timeline {tl}, as pg_controldata says");
 }
+
+/// The `slots` config key (Patroni's permanent slots, physical): every leader
+/// keeps them beside the members' own slots, so a backup server's slot is on the
+/// primary and on the new one after a switchover. `ignore_slots`, added to the
+/// config key at run time, keeps an operator's own slot that the leader drops
+/// otherwise (before, every inactive physical slot not a member's was dropped).
+#[test]
+fn real_permanent_slots_follow_the_leader_and_ignored_ones_stay() {
+    let mut opts = options("sw", "slots");
+    opts.nodes = 2;
+    opts.extra_config = "[dynamic.slots.barman]\ntype = \"physical\"\n".into();
+    let mut c = start(opts);
+    let p = settled(&mut c);
+    let np = some_replica(&c, p);
+    ready(&c, p);
+    let slots = |c: &TestCluster, i: usize| {
+        c.sql_one(
+            i,
+            "SELECT coalesce(string_agg(slot_name, ',' ORDER BY slot_name), '') \
+             FROM pg_replication_slots",
+        )
+        .ok()
+    };
+    let want = |c: &TestCluster, i: usize, list: &[&str]| {
+        let mut l: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+        l.sort();
+        wait_for(Duration::from_secs(20), Duration::from_millis(100), || {
+            (slots(c, i)? == l.join(",")).then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: slots {:?}, wanted {l:?}{}",
+                c.name(i),
+                slots(c, i),
+                c.logs_tail(20)
+            )
+        })
+    };
+    let np_slot = tenure::pg::slot_name(c.name(np));
+    let p_slot = tenure::pg::slot_name(c.name(p));
+    want(&c, p, &["barman", &np_slot]);
+    let config = c.get_kv("config").expect("config key").value;
+    assert!(
+        config.contains(r#""slots":{"barman":{"type":"physical"}}"#),
+        "{config}"
+    );
+
+    // An operator's two slots; then `ignore_slots` names one of them in the config
+    // key: the leader runs its slot upkeep again, keeps that one, drops the other.
+    c.sql_one(
+        p,
+        "SELECT count(*) FROM (SELECT pg_create_physical_replication_slot('keepme', true) \
+         UNION ALL SELECT pg_create_physical_replication_slot('stray', true)) s",
+    )
+    .expect("operator slots");
+    let mut v: Value = serde_json::from_str(&config).expect("config JSON");
+    v["ignore_slots"] = serde_json::json!([{"name": "keepme"}]);
+    etcdkv::put(
+        &c.endpoints(),
+        &format!("{}config", c.prefix()),
+        &v.to_string(),
+        Duration::from_secs(5),
+    )
+    .expect("put config");
+    want(&c, p, &["barman", "keepme", &np_slot]);
+
+    // Switchover: the new leader makes the permanent slot too.
+    let body = format!(
+        r#"{{"leader":"{}","candidate":"{}"}}"#,
+        c.name(p),
+        c.name(np)
+    );
+    let (code, text) = call(&c, p, "POST", "/switchover", &body)
+        .unwrap_or_else(|| panic!("no answer{}", c.logs_tail(30)));
+    assert_eq!(code, 200, "{text}{}", c.logs_tail(30));
+    want(&c, np, &["barman", &p_slot]);
+}

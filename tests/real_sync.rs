@@ -198,10 +198,12 @@ fn real_sync_standby_lost_and_replaced_in_order() {
 
 /// `synchronous_node_count = 2` on three nodes: the primary names both replicas
 /// together (`FIRST 2 (...)`: every commit waits for each), lists both once each is
-/// `sync`; the primary's host crashes under writes and either listed standby may
-/// take over with every acknowledged row; the old primary rejoins and is listed
-/// beside the third node; then a listed standby's host crashes and it is unlisted
-/// before the names drop it, while writes go on through the other.
+/// `sync`; the primary's host and one listed standby's crash together under
+/// writes, and the other listed standby, whatever its position, takes over with
+/// every acknowledged row (review L3: any listed standby, not only the most
+/// advanced); both rejoin and are listed; then a listed standby's host crashes
+/// and it is unlisted before the names drop it, while writes go on through the
+/// other.
 #[test]
 fn real_sync_two_standbys_either_takes_over_and_a_lost_one_is_unlisted_first() {
     let mut opts = common::options("sync", "two");
@@ -264,26 +266,35 @@ fn real_sync_two_standbys_either_takes_over_and_a_lost_one_is_unlisted_first() {
         names(&c, p)
     );
 
-    // The primary's host crashes under writes: one of the two takes over.
+    // The primary's host and one listed standby's crash together under writes:
+    // the other takes over.
     let mut probe = probe_on(&c, p);
     std::thread::sleep(Duration::from_secs(1));
+    let (lost, survivor) = (listed[0], listed[1]);
     let crash = c.host_crash(p).unwrap_or_else(|e| panic!("{e}"));
+    c.host_crash(lost).unwrap_or_else(|e| panic!("{e}"));
     let np = c
         .wait_new_primary(p, FAILOVER)
         .unwrap_or_else(|| panic!("no failover after the crash{}", c.logs_tail(40)));
-    assert!(listed.contains(&np), "{} was not listed", c.name(np));
+    assert_eq!(
+        np, survivor,
+        "only the surviving listed standby may take over"
+    );
     println!(
-        "{} took over {:.2} s after the crash",
+        "{} took over {:.2} s after {} and {} crashed",
         c.name(np),
-        crash.elapsed().as_secs_f64()
+        crash.elapsed().as_secs_f64(),
+        c.name(p),
+        c.name(lost)
     );
     let after = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
         probe.first_ack_after(np, Instant::now() - Duration::from_millis(100))
     });
     assert!(after.is_some(), "writes did not resume on {}", c.name(np));
 
-    // The old primary rejoins; the new primary lists it beside the third node.
+    // Both rejoin; the new primary lists both.
     c.start_agent(p).unwrap_or_else(|e| panic!("{e}"));
+    c.start_agent(lost).unwrap_or_else(|e| panic!("{e}"));
     let listed = wait_for(REJOIN + RESYNC, Duration::from_millis(100), || {
         both_listed(&c, np)
     })

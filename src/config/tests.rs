@@ -1226,3 +1226,68 @@ fn synchronous_node_count_from_the_file_and_the_config_key() {
         assert!(e.contains("synchronous_node_count"), "{bad}: {e}");
     }
 }
+
+#[test]
+fn permanent_and_ignored_slots_from_the_file_and_the_config_key() {
+    let c = parse(&format!(
+        "{GOOD}\n[dynamic.slots.barman]\ntype = \"physical\"\n[dynamic.slots.wal_2]\n\
+         [[dynamic.ignore_slots]]\nname = \"keepme\"\n[[dynamic.ignore_slots]]\nplugin = \"pgoutput\"\n"
+    ))
+    .expect("slots");
+    assert_eq!(c.dynamic.slots, vec!["barman", "wal_2"]);
+    assert_eq!(c.dynamic.ignore_slots.len(), 2);
+    assert!(c.dynamic.ignore_slots[0].matches_physical("keepme"));
+    assert!(!c.dynamic.ignore_slots[0].matches_physical("other"));
+    // A logical-only entry never matches a physical slot.
+    assert!(!c.dynamic.ignore_slots[1].matches_physical("keepme"));
+    // Seeded into the key in Patroni's form, and read back the same.
+    let j = c.dynamic_json();
+    let v: serde_json::Value = serde_json::from_str(&j).expect("json");
+    assert_eq!(v["slots"]["barman"]["type"], "physical");
+    assert_eq!(v["ignore_slots"][0]["name"], "keepme");
+    let (_, d) = c.apply_dynamic(&j).expect("own json");
+    assert_eq!(d.slots, c.dynamic.slots);
+    assert_eq!(d.ignore_slots, c.dynamic.ignore_slots);
+    // Absent keeps ours; null means none.
+    let (_, d) = c.apply_dynamic(r#"{"ttl": 30}"#).expect("valid");
+    assert_eq!(d.slots.len(), 2);
+    let (_, d) = c
+        .apply_dynamic(r#"{"slots": null, "ignore_slots": null}"#)
+        .expect("valid");
+    assert!(d.slots.is_empty() && d.ignore_slots.is_empty());
+    for (bad, says) in [
+        (r#"{"slots": ["barman"]}"#, "slots: expected an object"),
+        (
+            r#"{"slots": {"Bad-Name": {}}}"#,
+            "not a replication slot name",
+        ),
+        (
+            r#"{"slots": {"l": {"type": "logical", "database": "d", "plugin": "p"}}}"#,
+            "logical",
+        ),
+        (r#"{"slots": {"b": {"type": "physcal"}}}"#, "slots.b.type"),
+        (
+            r#"{"slots": {"b": {"type": "physical", "dtabase": "x"}}}"#,
+            "unknown field",
+        ),
+        (r#"{"slots": {"b": 3}}"#, "slots.b: expected an object"),
+        (
+            r#"{"ignore_slots": {"name": "x"}}"#,
+            "ignore_slots: expected a list",
+        ),
+        (r#"{"ignore_slots": [{}]}"#, "would match every slot"),
+        (r#"{"ignore_slots": [{"nam": "x"}]}"#, "unknown field"),
+        (r#"{"ignore_slots": [{"name": 3}]}"#, "ignore_slots[0].name"),
+        (
+            r#"{"ignore_slots": [{"type": "both"}]}"#,
+            "ignore_slots[0].type",
+        ),
+    ] {
+        let e = c.apply_dynamic(bad).unwrap_err();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+    let e = err(&format!("{GOOD}\n[dynamic.slots.x]\ntype = \"logical\"\n"));
+    assert!(e.contains("dynamic") && e.contains("logical"), "{e}");
+    let e = err(&format!("{GOOD}\n[dynamic]\nslots = 3\n"));
+    assert!(e.contains("slots: expected an object"), "{e}");
+}

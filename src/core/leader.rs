@@ -124,6 +124,11 @@ impl Core {
                     return Reason::Refusing(why);
                 }
                 if now < l.promote_after {
+                    // Synchronous mode's names are set while the delay runs, so
+                    // they have held for a loop when it ends: after it they cost
+                    // up to two loops past the printed worst case (simulation seed
+                    // 920018050). Not the `sync` key (see `sync_names_ahead`).
+                    self.sync_names_ahead(obs, p);
                     Reason::PromoteDelayed {
                         remaining: now.until(l.promote_after),
                         why: l.delay_reason.clone().unwrap_or_default(),

@@ -138,6 +138,32 @@ impl Core {
         }
     }
 
+    /// While a promote delay runs, on this leader's still-standby PostgreSQL: set
+    /// the names its first write will need (the standbys the `sync` key lists if
+    /// it names this node already, else none), so they have held for a loop when
+    /// the delay ends. A standby's names let no write in. The key itself is
+    /// written only at the delay's end (`sync_before_writes`): a winner that
+    /// rewrote it and then died inside a delay as long as `ttl + R` would leave a
+    /// key only it may take over under, where the old key still allows the old
+    /// leader or its listed standbys. Synchronous mode off: nothing (the names are
+    /// cleared after any leftover key is deleted, review L1).
+    pub(super) fn sync_names_ahead(&self, obs: &Observation, p: &mut Planner) {
+        if self.timing.synchronous == SyncMode::Off {
+            return;
+        }
+        let Ok(view) = &obs.cluster else {
+            return;
+        };
+        let standbys = match &view.sync {
+            Some(Ok(k)) if k.leader == self.cfg.name => k.sync_standbys.clone(),
+            _ => Vec::new(),
+        };
+        let want = self.sync_names_wanted(&standbys);
+        if obs.pg.sync_names.as_deref() != Some(want.as_str()) {
+            p.push(Action::SetSyncNames { names: want });
+        }
+    }
+
     /// Has `synchronous_standby_names` read `want` for at least a loop?
     pub(super) fn names_settled(&self, now: Instant, want: &str) -> bool {
         self.names_seen
@@ -161,6 +187,16 @@ impl Core {
         running: bool,
     ) -> Result<(), String> {
         let standbys = if self.timing.synchronous == SyncMode::Off {
+            // A key left from synchronous mode goes before the names are cleared
+            // or a start without them, as in `manage_sync` (review L1): a key that
+            // still listed standbys after commits stopped waiting for them would be
+            // trusted if the mode came back on. An unreadable etcd leaves it to
+            // `manage_sync`.
+            if matches!(&obs.cluster, Ok(v) if v.sync.is_some()) {
+                p.push(Action::DeleteSync { epoch });
+                p.again = true;
+                return Err("deleting the sync key (synchronous mode is off)".into());
+            }
             Vec::new()
         } else {
             let Ok(view) = &obs.cluster else {
@@ -236,23 +272,34 @@ impl Core {
             Ok(listed) => listed,
             Err(why) => return Some(why),
         };
-        // One row per standby name, the most advanced (a standby that reconnected
-        // can show a second, older row until its old walsender exits).
-        let mut rows: Vec<&StandbyStat> = Vec::new();
-        for s in &pg.standbys {
-            match rows.iter_mut().find(|r| r.name == s.name) {
-                Some(r) if (s.streaming, s.sync, s.flush) > (r.streaming, r.sync, r.flush) => {
-                    *r = s
-                }
-                Some(_) => {}
-                None => rows.push(s),
+        // INVARIANT (review H1): a name stands for one walsender. PostgreSQL matches
+        // `synchronous_standby_names` against `application_name` without regard to
+        // case, even quoted, and with two matching walsenders (a second member
+        // `PG2`, a `pg_receivewal` or subscription named so, a reconnect's old
+        // row) `FIRST n` may count the other one and leave this standby behind
+        // while commits are acknowledged. So a standby is fit only while exactly
+        // one row in `pg_stat_replication` matches its name in any case, and that
+        // row is its own, streaming.
+        let row = |name: &str| -> Option<&StandbyStat> {
+            let mut matching = pg
+                .standbys
+                .iter()
+                .filter(|s| s.name.eq_ignore_ascii_case(name));
+            match (matching.next(), matching.next()) {
+                (Some(s), None) if s.name == name && s.streaming => Some(s),
+                _ => None,
             }
-        }
-        // A standby fit to be synchronous: streaming from us, a live member that may
-        // take over (so listing it keeps a failover possible) and not tagged
+        };
+        let rows: Vec<&StandbyStat> = pg
+            .standbys
+            .iter()
+            .filter(|s| row(&s.name).is_some())
+            .collect();
+        // A standby fit to be synchronous: its one streaming row, a live member that
+        // may take over (so listing it keeps a failover possible) and not tagged
         // `nosync`.
         let fit = |name: &str| {
-            rows.iter().any(|s| s.name == name && s.streaming)
+            row(name).is_some()
                 && view.member(name).is_some_and(|m| {
                     m.name != me
                         && !m.info.tags.nofailover
@@ -264,7 +311,14 @@ impl Core {
         // 1. Unlist first (guarded): listed standbys no longer fit, and past
         //    `synchronous_node_count` (lowered at run time) the least advanced. The
         //    names change only once the key says so.
-        let mut keep: Vec<String> = listed.iter().filter(|s| fit(s)).cloned().collect();
+        // A listed standby must also read `sync`: the names name it in a form that
+        // waits for each name, so PostgreSQL reporting it otherwise means the names
+        // in effect are not what the key relies on.
+        let mut keep: Vec<String> = listed
+            .iter()
+            .filter(|s| fit(s) && row(s).is_some_and(|r| r.sync))
+            .cloned()
+            .collect();
         if keep.len() > count {
             let flush = |n: &String| rows.iter().find(|r| &r.name == n).map_or(0, |r| r.flush);
             keep.sort_by(|a, b| flush(b).cmp(&flush(a)).then_with(|| a.cmp(b)));
@@ -284,9 +338,9 @@ impl Core {
             });
             p.again = true;
             return Some(format!(
-                "unlisting synchronous standby {} (not streaming, not a member fit to take \
-                 over, or past synchronous_node_count {count}) before changing \
-                 synchronous_standby_names",
+                "unlisting synchronous standby {} (not streaming or not reported sync, its \
+                 name matched by another walsender, not a member fit to take over, or past \
+                 synchronous_node_count {count}) before changing synchronous_standby_names",
                 dropped.join(", ")
             ));
         }

@@ -194,6 +194,13 @@ pub struct PgCtl {
     /// file in the data directory says so.
     hba_hosts: Vec<String>,
     hba_written: bool,
+    /// The `synchronous_standby_names` this run last wrote to [`conf::SYNC_CONF`]
+    /// (`None`: none since the last job, whose start reads the file). While the
+    /// running server's value differs (the write's reload failed), the probe
+    /// reports the names as unknown: the core sets them again and trusts no value
+    /// until one holds, since any later reload (`pg_hba.conf`, an operator's) would
+    /// apply the file behind the `sync` key's back (review M1).
+    sync_file: Option<String>,
     /// A pidfd to the running postmaster, opened while it was verified (its pid).
     /// The fence signals through it even when `/proc` cannot be read (S1).
     postmaster_fd: Option<(u32, std::os::fd::OwnedFd)>,
@@ -241,6 +248,7 @@ impl PgCtl {
             job: None,
             hba_hosts: Vec::new(),
             hba_written: false,
+            sync_file: None,
             postmaster_fd: None,
             epoch_table_seen: false,
             wal_retry: None,
@@ -597,6 +605,11 @@ impl PgCtl {
             st.following = self.following.clone();
         }
         st.sync_names = col(9);
+        if let Some(f) = &self.sync_file
+            && st.sync_names.as_ref() != Some(f)
+        {
+            st.sync_names = None;
+        }
         if st.role == PgRole::Primary {
             st.standbys = col(10).map(|j| parse_standbys(&j)).unwrap_or_default();
             st.report.replication_json = col(16);
@@ -946,6 +959,7 @@ impl PgCtl {
         }
         let path = self.cfg.data_dir.join(conf::SYNC_CONF);
         self.write_owned(&path, &conf::sync_conf(names))?;
+        self.sync_file = Some(names.to_string());
         if let Some(pm) = self.postmaster_pid() {
             self.query_row(pm, "SELECT pg_reload_conf()", deadline)?;
         }
@@ -962,14 +976,23 @@ impl PgCtl {
     }
 
     /// A physical slot per listed member (never one for ourselves: it would hold
-    /// WAL forever), and drop every inactive physical slot not in the list.
-    pub fn sync_slots(&mut self, members: &[String], deadline: Instant) -> Result<(), PgError> {
+    /// WAL forever) and per `permanent` slot (the `slots` config key), and drop
+    /// every inactive physical slot neither in those nor matched by `ignore` (the
+    /// `ignore_slots` config key). Logical slots are never touched.
+    pub fn sync_slots(
+        &mut self,
+        members: &[String],
+        permanent: &[String],
+        ignore: &[crate::config::IgnoreSlot],
+        deadline: Instant,
+    ) -> Result<(), PgError> {
         let pm = self.live_postmaster()?;
         let mine = slot_name(&self.me);
         let mut want: Vec<String> = members
             .iter()
             .map(|m| slot_name(m))
             .filter(|s| *s != mine)
+            .chain(permanent.iter().cloned())
             .collect();
         want.sort();
         want.dedup();
@@ -994,7 +1017,10 @@ impl PgCtl {
             let (Some(Some(name)), Some(Some(active))) = (r.first(), r.get(1)) else {
                 continue;
             };
-            if active == "f" && !want.contains(name) {
+            if active == "f"
+                && !want.contains(name)
+                && !ignore.iter().any(|i| i.matches_physical(name))
+            {
                 sql.push_str(&format!(
                     "SELECT pg_drop_replication_slot({});",
                     conf::sql_literal(name)
@@ -1130,6 +1156,8 @@ impl PgCtl {
         source: Option<&ConnTarget>,
         now: Instant,
     ) -> Result<(), PgError> {
+        // A start reads the file; a basebackup or rewind replaces it.
+        self.sync_file = None;
         job::start(self, kind, source, now)
     }
 

@@ -1565,9 +1565,18 @@ impl World {
         if role == PgRole::Primary {
             // pg_stat_replication: every replica that follows this node, its
             // `sync_state` as the session's own names make it.
-            let sync = self
-                .sync_standbys(node, &parse_names(&names))
-                .unwrap_or_default();
+            // PostgreSQL reports the standbys it would wait for as `sync` even
+            // while fewer than `FIRST n` asks for stream (commits then wait):
+            // the first `n` streaming named ones (review L2).
+            let sync = match parse_names(&names) {
+                Names::First(k, list) => list
+                    .iter()
+                    .filter_map(|n| self.node_by_name(n))
+                    .filter(|&i| i != node && self.upstream(i) == Some(node))
+                    .take(k)
+                    .collect(),
+                other => self.sync_standbys(node, &other).unwrap_or_default(),
+            };
             for (i, n) in self.nodes.iter().enumerate() {
                 match &n.pg.run {
                     Run::Replica { following }
