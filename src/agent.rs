@@ -111,10 +111,17 @@ struct Pending {
     handed_over: Option<HandOverOutcome>,
 }
 
+/// How often the leader's slot upkeep runs again with unchanged inputs.
+const SLOTS_RECHECK: Duration = Duration::from_secs(60);
+
 /// What the last `sync_slots` made on the running primary, and from what: the
 /// postmaster, the members, the `slots` and `ignore_slots` config values.
 #[derive(Debug, PartialEq)]
 struct SlotsMade {
+    /// When: the upkeep also runs again after [`SLOTS_RECHECK`], for what changes
+    /// without an input changing (a slot PostgreSQL invalidated, a removed
+    /// permanent slot whose consumer has since let go of it).
+    at: crate::core::time::Instant,
     postmaster: u32,
     members: Vec<String>,
     permanent: Vec<String>,
@@ -165,10 +172,11 @@ struct Agent {
     awaiting: Vec<switchover::Awaiting>,
     last_pg: Option<PgStatus>,
     applied_config: Option<String>,
-    /// The slots last made on the running primary. Only a change re-runs
-    /// `sync_slots`; a new postmaster, a promotion, a fence or a job forgets it (a
-    /// replica has no slots: pg_rewind and basebackup leave pg_replslot empty, so a
-    /// node leading again must make them again).
+    /// The slots last made on the running primary. A change re-runs `sync_slots`,
+    /// and so does [`SLOTS_RECHECK`]; a new postmaster, a promotion, a fence or a
+    /// job forgets it (pg_rewind and basebackup leave pg_replslot empty; a node
+    /// that left leadership by a clean switchover keeps its slots as a standby,
+    /// and they may have been invalidated by the time it leads again).
     slots: Option<SlotsMade>,
     status: api::ApiStatus,
     /// The `status` key's optime this leadership last wrote: (epoch, optime).
@@ -1363,6 +1371,13 @@ impl Agent {
         match checked {
             Ok((t, d)) => {
                 info!("applying the cluster's dynamic configuration: {raw}");
+                if !d.logical_slots.is_empty() {
+                    warn!(
+                        "config key: permanent logical slots {:?} are not managed by tenure \
+                         (physical slots only; logical slots are never touched)",
+                        d.logical_slots
+                    );
+                }
                 self.cfg.timing = t;
                 self.cfg.dynamic = d;
                 self.core.set_timing(clock::now(), timing_of(&self.cfg));
@@ -1923,11 +1938,13 @@ impl Agent {
                     let pm = self.pg.postmaster_pid().unwrap_or(0);
                     let (permanent, ignore) =
                         (&self.cfg.dynamic.slots, &self.cfg.dynamic.ignore_slots);
+                    let now = clock::now();
                     if self.slots.as_ref().is_none_or(|d| {
                         d.postmaster != pm
                             || d.members != members
                             || d.permanent != *permanent
                             || d.ignore != *ignore
+                            || now.since(d.at) >= SLOTS_RECHECK
                     }) {
                         let (permanent, ignore) = (permanent.clone(), ignore.clone());
                         match self.pg.sync_slots(
@@ -1938,6 +1955,7 @@ impl Agent {
                         ) {
                             Ok(()) => {
                                 self.slots = Some(SlotsMade {
+                                    at: now,
                                     postmaster: pm,
                                     members,
                                     permanent,

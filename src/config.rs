@@ -74,6 +74,9 @@ pub struct DynamicConfig {
     /// `ignore_slots` (Patroni's): slots the leader never drops, matched by any of
     /// name, type, database, plugin.
     pub ignore_slots: Vec<IgnoreSlot>,
+    /// Permanent logical slots the `config` key names (Patroni's): not managed by
+    /// tenure, which never touches logical slots; the agent says so once.
+    pub logical_slots: Vec<String>,
 }
 
 /// One `ignore_slots` entry: a slot matches when every field given equals the
@@ -107,12 +110,15 @@ pub fn valid_slot_name(s: &str) -> bool {
 }
 
 /// `slots` as Patroni writes it: `{"<name>": {"type": "physical"}, ...}` (`null` or
-/// `{}`: none). Permanent logical slots (their copies on replicas, advanced for a
-/// failover) are not built: refused by name rather than half done.
-pub fn parse_slots(v: &serde_json::Value) -> Result<Vec<String>, String> {
+/// `{}`: none; a slot's value `null`, `0`, `""` or `{}` is Patroni's shorthand for a
+/// physical one; other fields, such as Patroni 4's `cluster_type`, are Patroni's
+/// business). Permanent logical slots (their copies on replicas, advanced for a
+/// failover) are not built: returned apart (the second list) so the agent can say
+/// so, without refusing a key Patroni wrote.
+pub fn parse_slots(v: &serde_json::Value) -> Result<(Vec<String>, Vec<String>), String> {
     use serde_json::Value;
     let map = match v {
-        Value::Null => return Ok(Vec::new()),
+        Value::Null => return Ok((Vec::new(), Vec::new())),
         Value::Object(m) => m,
         other => {
             return Err(format!(
@@ -122,6 +128,7 @@ pub fn parse_slots(v: &serde_json::Value) -> Result<Vec<String>, String> {
         }
     };
     let mut out = Vec::new();
+    let mut logical = Vec::new();
     for (name, spec) in map {
         if !valid_slot_name(name) {
             return Err(format!(
@@ -131,6 +138,8 @@ pub fn parse_slots(v: &serde_json::Value) -> Result<Vec<String>, String> {
         let kind = match spec {
             Value::Object(o) => o.get("type"),
             Value::Null => None,
+            Value::Number(n) if n.as_u64() == Some(0) => None,
+            Value::String(s) if s.is_empty() => None,
             other => {
                 return Err(format!(
                     "slots.{name}: expected an object like {{\"type\": \"physical\"}}, found {}",
@@ -139,31 +148,20 @@ pub fn parse_slots(v: &serde_json::Value) -> Result<Vec<String>, String> {
             }
         };
         match kind {
-            None | Some(Value::Null) => {}
-            Some(Value::String(k)) if k == "physical" => {}
-            Some(Value::String(k)) if k == "logical" => {
-                return Err(format!(
-                    "slots.{name}: permanent logical slots are not supported (physical only)"
-                ));
-            }
+            None | Some(Value::Null) => out.push(name.clone()),
+            Some(Value::String(k)) if k == "physical" => out.push(name.clone()),
+            Some(Value::String(k)) if k == "logical" => logical.push(name.clone()),
             Some(other) => {
                 return Err(format!(
-                    "slots.{name}.type: expected \"physical\", found {other}"
+                    "slots.{name}.type: expected \"physical\" or \"logical\", found {other}"
                 ));
             }
         }
-        if let Value::Object(o) = spec
-            && let Some(k) = o.keys().find(|k| *k != "type")
-        {
-            return Err(format!(
-                "slots.{name}: unknown field {k:?} (a physical slot takes only \"type\")"
-            ));
-        }
-        out.push(name.clone());
     }
     out.sort();
     out.dedup();
-    Ok(out)
+    logical.sort();
+    Ok((out, logical))
 }
 
 /// `ignore_slots` as Patroni writes it: `[{"name": ..., "type": ..., "database":
@@ -1745,7 +1743,14 @@ impl Config {
                 Some(v) => serde_json::to_value(v).map_err(|e| dy.err(k, e.to_string())),
             }
         };
-        let slots = parse_slots(&as_json("slots")?).map_err(|p| root.err("dynamic", p))?;
+        let (slots, logical_slots) =
+            parse_slots(&as_json("slots")?).map_err(|p| root.err("dynamic", p))?;
+        if let Some(l) = logical_slots.first() {
+            return Err(root.err(
+                "dynamic",
+                format!("slots.{l}: permanent logical slots are not supported (physical only)"),
+            ));
+        }
         let ignore_slots =
             parse_ignore_slots(&as_json("ignore_slots")?).map_err(|p| root.err("dynamic", p))?;
         let dynamic = DynamicConfig {
@@ -1759,6 +1764,7 @@ impl Config {
             pause: dy.boolean("pause")?.unwrap_or(false),
             slots,
             ignore_slots,
+            logical_slots,
         };
 
         // [tags]
@@ -2356,13 +2362,14 @@ impl Config {
         if let Some(p) = secs("primary_start_timeout")? {
             d.primary_start_timeout = p;
         }
-        // Slots: absent keeps ours; `null` means none.
-        if let Some(s) = obj.get("slots") {
-            d.slots = parse_slots(s).map_err(|p| format!("config key: {p}"))?;
-        }
-        if let Some(s) = obj.get("ignore_slots") {
-            d.ignore_slots = parse_ignore_slots(s).map_err(|p| format!("config key: {p}"))?;
-        }
+        // Slots: the key is the one source once it exists (Patroni's rule): absent
+        // or `null` means none, whatever a node's file says, so every leader keeps
+        // the same slots (review 2, finding 3). A file only seeds them.
+        let none = serde_json::Value::Null;
+        (d.slots, d.logical_slots) = parse_slots(obj.get("slots").unwrap_or(&none))
+            .map_err(|p| format!("config key: {p}"))?;
+        d.ignore_slots = parse_ignore_slots(obj.get("ignore_slots").unwrap_or(&none))
+            .map_err(|p| format!("config key: {p}"))?;
         if let Some(x) = num("synchronous_node_count")? {
             d.synchronous_node_count = sync_node_count(x)
                 .map_err(|p| format!("config key: synchronous_node_count: {p}"))?;

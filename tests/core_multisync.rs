@@ -380,14 +380,50 @@ fn a_name_another_walsender_also_matches_is_never_trusted() {
             p.reason
         );
     }
-    // Listed and streaming, but PostgreSQL does not report it `sync`: unlisted.
+    // Listed and streaming, but PostgreSQL does not report it `sync` once the
+    // names held for a loop: unlisted. Before (a walsender that has not reloaded
+    // a new value yet can report a kept standby `potential`): kept.
     let mut c = leader(SyncMode::On, 2);
     let s = vec![st("pg2", true, false, 1000), st("pg3", true, true, 1000)];
     let p = c.step(
         t(6.0),
-        &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s, 1000, 6.0),
+        &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s.clone(), 1000, 6.0),
+    );
+    assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
+    let p = c.step(
+        t(8.0),
+        &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s, 1000, 8.0),
     );
     assert_eq!(sync_actions(&p), vec![write(&["pg3"])], "{}", p.reason);
+}
+
+/// Review 2, finding 2: with synchronous mode off, names the probe reports as
+/// unknown (a clear whose reload failed: the server may still wait for a
+/// standby) are set again, every loop until they read empty.
+#[test]
+fn with_synchronous_mode_off_unknown_names_are_cleared_again() {
+    let mut c = leader(SyncMode::Off, 1);
+    let mut o = leader_obs(
+        &["pg2"],
+        None,
+        "",
+        vec![st("pg2", true, false, 1000)],
+        1000,
+        6.0,
+    );
+    o.pg.sync_names = None;
+    let p = c.step(t(6.0), &o);
+    assert_eq!(sync_actions(&p), vec![names("")], "{}", p.reason);
+    let o = leader_obs(
+        &["pg2"],
+        None,
+        "",
+        vec![st("pg2", true, false, 1000)],
+        1000,
+        6.5,
+    );
+    let p = c.step(t(6.5), &o);
+    assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
 }
 
 /// A replica `me` with no leader key and the `sync` key of pg1 listing pg2 and pg3.

@@ -281,10 +281,12 @@ fn bootstrap_replicate_fence_promote_rewind() {
         plugin: Some("pgoutput".into()),
         ..Default::default()
     };
+    // A permanent slot named like this node is never made on it (nothing here
+    // would read it; it would hold WAL).
     g.nodes[0]
         .sync_slots(
             &["n2".into()],
-            &["barman".into()],
+            &["barman".into(), "n1".into()],
             &[keep, logical],
             clock::now().add(secs(2)),
         )
@@ -298,10 +300,64 @@ fn bootstrap_replicate_fence_promote_rewind() {
             .map(|r| r.get(0))
             .collect();
         assert_eq!(slots, vec!["barman", "keepme", "n2"]);
+        c.batch_execute("SELECT pg_drop_replication_slot('keepme')")
+            .unwrap();
+        // A slot PostgreSQL invalidated (`max_slot_wal_keep_size`) serves nobody
+        // again: the upkeep makes a wanted one anew (review 2, finding 5).
+        // (`wal_keep_size` too: tenure's 256MB would keep the slots' WAL.)
+        c.batch_execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
+            .unwrap();
+        c.batch_execute("ALTER SYSTEM SET wal_keep_size = 0")
+            .unwrap();
+        c.batch_execute("SELECT pg_reload_conf()").unwrap();
+        std::thread::sleep(Duration::from_millis(200));
         c.batch_execute(
-            "SELECT pg_drop_replication_slot('keepme'); SELECT pg_drop_replication_slot('barman')",
+            "CREATE TABLE filler AS SELECT g, repeat('x', 200) AS pad \
+             FROM generate_series(1, 150000) g; DROP TABLE filler",
         )
         .unwrap();
+        for _ in 0..3 {
+            c.batch_execute("SELECT pg_switch_wal()").unwrap();
+            c.batch_execute("CHECKPOINT").unwrap();
+        }
+        let lost: Option<String> = c
+            .query_one(
+                "SELECT string_agg(slot_name, ',' ORDER BY slot_name) FROM pg_replication_slots \
+                 WHERE wal_status = 'lost'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            lost.as_deref(),
+            Some("barman,n2"),
+            "the inactive slots were invalidated"
+        );
+        c.batch_execute("ALTER SYSTEM RESET max_slot_wal_keep_size")
+            .unwrap();
+        c.batch_execute("ALTER SYSTEM RESET wal_keep_size").unwrap();
+        c.batch_execute("SELECT pg_reload_conf()").unwrap();
+    }
+    g.nodes[0]
+        .sync_slots(
+            &["n2".into()],
+            &["barman".into()],
+            &[],
+            clock::now().add(secs(2)),
+        )
+        .unwrap();
+    {
+        let mut c = client(&c1);
+        let n: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_replication_slots WHERE wal_status IS DISTINCT FROM 'lost'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 2, "barman and n2 made anew");
+        c.batch_execute("SELECT pg_drop_replication_slot('barman')")
+            .unwrap();
         c.batch_execute("CREATE TABLE t (v text); INSERT INTO t VALUES ('one')")
             .unwrap();
     }

@@ -214,10 +214,17 @@ impl Core {
         }
         if self.timing.synchronous == SyncMode::Off {
             // Only a stale non-empty value (from an earlier synchronous leadership)
-            // would hold commits back; an unknown one is not waited for.
-            if obs.pg.sync_names.as_deref().is_some_and(|n| !n.is_empty()) {
-                p.push(Action::SetSyncNames { names: want });
-                return Err("clearing synchronous_standby_names (synchronous mode is off)".into());
+            // would hold commits back; an unknown one is set again but not waited
+            // for (a failed clear, review 2 finding 2; `manage_sync` retries it).
+            match obs.pg.sync_names.as_deref() {
+                Some("") => {}
+                Some(_) => {
+                    p.push(Action::SetSyncNames { names: want });
+                    return Err(
+                        "clearing synchronous_standby_names (synchronous mode is off)".into(),
+                    );
+                }
+                None => p.push(Action::SetSyncNames { names: want }),
             }
             return Ok(());
         }
@@ -260,7 +267,9 @@ impl Core {
                 p.push(Action::DeleteSync { epoch });
                 return Some("synchronous mode is off: deleting the sync key".into());
             }
-            if names.is_some_and(|n| !n.is_empty()) {
+            // Unknown (`None`: a clear whose reload failed, review 2 finding 2) is
+            // set again too: the server may still wait for a standby.
+            if names != Some("") {
                 p.push(Action::SetSyncNames {
                     names: String::new(),
                 });
@@ -314,9 +323,13 @@ impl Core {
         // A listed standby must also read `sync`: the names name it in a form that
         // waits for each name, so PostgreSQL reporting it otherwise means the names
         // in effect are not what the key relies on.
+        // Judged only once the names held for a loop: each walsender takes a new
+        // value on its own reload, and until then can report a kept standby
+        // `potential` (review 2, finding 7).
+        let settled = names.is_some_and(|n| self.names_settled(now, n));
         let mut keep: Vec<String> = listed
             .iter()
-            .filter(|s| fit(s) && row(s).is_some_and(|r| r.sync))
+            .filter(|s| fit(s) && (!settled || row(s).is_some_and(|r| r.sync)))
             .cloned()
             .collect();
         if keep.len() > count {

@@ -40,6 +40,29 @@ pub fn sync_conf(names: &str) -> String {
     )
 }
 
+/// The value a [`sync_conf`] text sets (`None`: not such a text). Read once at
+/// start-up, so a failed reload before an agent restart is still seen (review 2,
+/// finding 9).
+pub fn parse_sync_conf(text: &str) -> Option<String> {
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("synchronous_standby_names = "))?;
+    let inner = line.strip_prefix('\'')?.strip_suffix('\'')?;
+    let mut out = String::new();
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.push(chars.next()?),
+            '\'' => match chars.next() {
+                Some('\'') => out.push('\''),
+                _ => return None,
+            },
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
 /// The marker line that records which member a standby config follows, so a
 /// restarted agent still knows (`PgStatus.following`).
 pub const FOLLOWING_MARKER: &str = "# tenure: following ";
@@ -509,6 +532,11 @@ mod tests {
             t.ends_with("include_if_exists = 'tenure.sync.conf'\n"),
             "{t}"
         );
+        for v in ["", "*", "\"pg-2\"", "FIRST 2 (\"a'b\", \"c\\\\d\")"] {
+            assert_eq!(parse_sync_conf(&sync_conf(v)).as_deref(), Some(v), "{v}");
+        }
+        assert_eq!(parse_sync_conf("# nothing\n"), None);
+        assert_eq!(parse_sync_conf("synchronous_standby_names = 'a'b'\n"), None);
         assert_eq!(
             sync_conf("\"pg-2\""),
             "# Written by tenure (synchronous mode, DESIGN §3a). Do not edit.\nsynchronous_standby_names = '\"pg-2\"'\n"

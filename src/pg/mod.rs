@@ -261,6 +261,11 @@ impl PgCtl {
         ctl.following = fs::read_to_string(cfg.data_dir.join("tenure.conf"))
             .ok()
             .and_then(|t| conf::parse_following(&t));
+        // What the file says now stands for what this run wrote until a job
+        // starts: a restart after a failed reload is still seen.
+        ctl.sync_file = fs::read_to_string(cfg.data_dir.join(conf::SYNC_CONF))
+            .ok()
+            .and_then(|t| conf::parse_sync_conf(&t));
         Ok(ctl)
     }
 
@@ -988,47 +993,63 @@ impl PgCtl {
     ) -> Result<(), PgError> {
         let pm = self.live_postmaster()?;
         let mine = slot_name(&self.me);
+        // Never a slot for ourselves, even a permanent one named so: nothing on
+        // this node would read it, and it would hold WAL (review 2, finding 1).
         let mut want: Vec<String> = members
             .iter()
             .map(|m| slot_name(m))
-            .filter(|s| *s != mine)
             .chain(permanent.iter().cloned())
+            .filter(|s| *s != mine)
             .collect();
         want.sort();
         want.dedup();
         let have = self.query_rows(
             pm,
-            "SELECT slot_name, active FROM pg_replication_slots WHERE slot_type = 'physical'",
+            "SELECT slot_name, active, wal_status FROM pg_replication_slots \
+             WHERE slot_type = 'physical'",
             deadline,
         )?;
-        let mut sql = String::new();
+        // Drops first and apart from the creates: a batch runs as one transaction,
+        // and a create refused (`max_replication_slots` full, perhaps by the very
+        // slots to drop) must not undo the drops (review 2, finding 6).
+        let mut drops = String::new();
+        let mut creates = String::new();
+        let mut kept: Vec<&str> = Vec::new();
+        for r in &have {
+            let (Some(Some(name)), Some(Some(active))) = (r.first(), r.get(1)) else {
+                continue;
+            };
+            let inactive = active == "f";
+            // A slot PostgreSQL invalidated (`max_slot_wal_keep_size`: `lost`) can
+            // serve nobody again: one still wanted is made anew (a switchover back
+            // to a node whose slots aged while it was a standby, review 2 finding 5).
+            let lost = r.get(2).cloned().flatten().as_deref() == Some("lost");
+            let wanted = want.contains(name);
+            let ignored = ignore.iter().any(|i| i.matches_physical(name));
+            if inactive && ((!wanted && !ignored) || (wanted && lost)) {
+                drops.push_str(&format!(
+                    "SELECT pg_drop_replication_slot({});",
+                    conf::sql_literal(name)
+                ));
+                if !wanted {
+                    continue;
+                }
+            } else {
+                kept.push(name);
+            }
+        }
         for w in &want {
-            if !have
-                .iter()
-                .any(|r| r.first().cloned().flatten().as_deref() == Some(w))
-            {
-                sql.push_str(&format!(
+            if !kept.contains(&w.as_str()) {
+                creates.push_str(&format!(
                     "SELECT pg_create_physical_replication_slot({}, true);",
                     conf::sql_literal(w)
                 ));
             }
         }
-        for r in &have {
-            let (Some(Some(name)), Some(Some(active))) = (r.first(), r.get(1)) else {
-                continue;
-            };
-            if active == "f"
-                && !want.contains(name)
-                && !ignore.iter().any(|i| i.matches_physical(name))
-            {
-                sql.push_str(&format!(
-                    "SELECT pg_drop_replication_slot({});",
-                    conf::sql_literal(name)
-                ));
+        for sql in [drops, creates] {
+            if !sql.is_empty() {
+                self.query_rows(pm, &sql, deadline)?;
             }
-        }
-        if !sql.is_empty() {
-            self.query_rows(pm, &sql, deadline)?;
         }
         Ok(())
     }
