@@ -280,10 +280,29 @@ fn real_hung_local_primary_at_start_up_is_fenced() {
     let mut c = common::bed("review", "hung");
     let p = settled(&mut c);
     c.kill_agent(p);
-    let stopped = Stopped(c.pg_pids(p));
-    for &pid in &stopped.0 {
-        kill(Pid::from_raw(pid), Signal::SIGSTOP).expect("SIGSTOP");
+    // Stop every process of its PostgreSQL, again until no new one appears: the
+    // dead agent's own backend may exit between the listing and the signal
+    // (ESRCH: nothing to stop; a full run failed on it once), and a postmaster
+    // not yet stopped may fork another.
+    let mut stopped = Stopped(Vec::new());
+    for _ in 0..50 {
+        let new: Vec<i32> = c
+            .pg_pids(p)
+            .into_iter()
+            .filter(|pid| !stopped.0.contains(pid))
+            .collect();
+        if new.is_empty() {
+            break;
+        }
+        for pid in new {
+            match kill(Pid::from_raw(pid), Signal::SIGSTOP) {
+                Ok(()) => stopped.0.push(pid),
+                Err(nix::errno::Errno::ESRCH) => {}
+                Err(e) => panic!("SIGSTOP {pid}: {e}"),
+            }
+        }
     }
+    assert!(!stopped.0.is_empty(), "no PostgreSQL process to stop");
     let np = c
         .wait_new_primary(p, FAILOVER)
         .unwrap_or_else(|| panic!("no new primary{}", c.logs_tail(40)));

@@ -182,6 +182,8 @@ pub struct Outcome {
     pub late_acquire: (u64, u64),
     /// The most standbys the `sync` key listed at once (`synchronous_node_count`).
     pub most_listed: usize,
+    /// `SetSyncNames` whose reload was lost.
+    pub reloads_lost: u64,
 }
 
 fn poll(w: &Rc<RefCell<World>>, agents: &mut [Option<Task>], n: usize) {
@@ -293,6 +295,7 @@ pub fn run_schedule(sched: Schedule) -> Outcome {
             .filter_map(|(_, k)| k.as_ref().map(|k| k.sync_standbys.len()))
             .max()
             .unwrap_or(0),
+        reloads_lost: wb.reloads_lost,
     }
 }
 
@@ -435,6 +438,8 @@ fn sim_schedules() {
     // key listed 2 and 3 or more standbys at once; those that lost an
     // acknowledged write.
     let mut multi = (0u64, 0u64, 0u64, 0u64);
+    // Reloads lost after a names change: (count, schedules with one).
+    let mut reloads_lost = (0u64, 0u64);
     for seed in base..base + n {
         let t0 = std::time::Instant::now();
         let o = run(seed);
@@ -484,6 +489,8 @@ fn sim_schedules() {
             multi.2 += u64::from(o.most_listed >= 3);
             multi.3 += u64::from(o.lost.0 > 0);
         }
+        reloads_lost.0 += o.reloads_lost;
+        reloads_lost.1 += u64::from(o.reloads_lost > 0);
         late_acquire.0 += o.late_acquire.0;
         late_acquire.1 += o.late_acquire.1;
         so_gaps.extend(o.handover_gaps.iter().copied());
@@ -637,6 +644,11 @@ fn sim_schedules() {
         "sim: synchronous_node_count >= 2: {} schedules; the sync key listed 2 standbys at once in {}, \
          3 or more in {}; {} lost an acknowledged write",
         multi.0, multi.1, multi.2, multi.3
+    );
+    println!(
+        "sim: synchronous_standby_names changes whose reload was lost (the file ahead of the \
+         server, the names read as unknown): {} in {} schedules",
+        reloads_lost.0, reloads_lost.1
     );
     println!(
         "sim: synchronous schedules where a node the sync key did not allow took the leader key: {} (last seed {})",

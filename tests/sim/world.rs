@@ -602,6 +602,14 @@ pub struct Pg {
     /// `synchronous_standby_names` the running server's commits obey: the file as
     /// of the last reload processed (a reload lands a little after it is asked).
     pub names_eff: Names,
+    /// The value the probe's session has: the file's at once when a reload is
+    /// asked (the adversarial case), not when the reload was lost.
+    pub sess_names: String,
+    /// What the shell remembers writing to the file (`PgCtl::sync_file`): set by
+    /// `SetSyncNames`, the file's value when an agent starts, `None` after a job
+    /// starts. The probe reports the names as unknown while it differs from the
+    /// session's (review M1).
+    pub written: Option<String>,
     /// How far the walreceiver trails its upstream (set per connection).
     pub lag: Duration,
     /// `SyncSwitch`: until then this replica flushes nothing more, though it stays
@@ -953,6 +961,8 @@ pub struct World {
     /// Acquire txns applied after their deadline, and of them the ones that made
     /// the key (the rest found the lease revoked, or the key taken).
     pub late_acquire: (u64, u64),
+    /// `SetSyncNames` whose reload was lost (the file ahead of the server).
+    pub reloads_lost: u64,
     /// The longest a slow leg of an etcd call takes (see `send`).
     slow_leg_max: Duration,
 }
@@ -988,6 +998,8 @@ impl World {
                     epoch: None,
                     epoch_by: None,
                     names_eff: Names::Async,
+                    sess_names: String::new(),
+                    written: None,
                     lag: Duration::ZERO,
                     stalled_until: Instant::ZERO,
                     clean: false,
@@ -1067,6 +1079,7 @@ impl World {
             lost_acquire,
             late_acquire_on: std::env::var_os("TENURE_SIM_NO_LATE_ACQUIRE").is_none(),
             late_acquire: (0, 0),
+            reloads_lost: 0,
             slow_leg_max,
         };
         let phase = w.rng.ms(1, 500);
@@ -1560,7 +1573,7 @@ impl World {
         };
         // The probe's session has read the file already (the adversarial case: the
         // processes that decide whether a commit waits follow a little later).
-        let names = pg.sync_conf.clone();
+        let names = pg.sess_names.clone();
         let mut standbys = Vec::new();
         if role == PgRole::Primary {
             // pg_stat_replication: every replica that follows this node, its
@@ -1609,7 +1622,9 @@ impl World {
                 lease: pg.epoch_by.as_ref().map(|b| b.1),
                 unread: false,
             },
-            sync_names: matches!(role, PgRole::Primary | PgRole::Replica).then_some(names),
+            sync_names: (matches!(role, PgRole::Primary | PgRole::Replica)
+                && pg.written.as_ref().is_none_or(|w| *w == names))
+            .then_some(names),
             standbys,
             report: Default::default(),
         }
@@ -1622,7 +1637,25 @@ impl World {
             return Err("no data directory".into());
         }
         pg.sync_conf = names.to_string();
+        pg.written = Some(names.to_string());
         if pg.run != Run::Stopped && pg.dying.is_none() {
+            // Now and then the reload is never sent (no time left, a lost
+            // connection): the file is ahead of every process until a later one.
+            if self.rng.chance(0.03) {
+                self.reloads_lost += 1;
+                // Half the time another reload (a `pg_hba.conf` rewrite, an
+                // operator's) applies the file later, whatever the core did since:
+                // the hazard of review M1, which the shell's unknown names cover.
+                if self.rng.chance(0.5) {
+                    let lw = self.sched.min_loop_wait();
+                    let pgen = self.nodes[node].pg.pgen;
+                    let at = self.now.add(self.rng.dur(lw / 2, lw * 6));
+                    self.push(at, Ev::Reload { node, pgen });
+                }
+                return Err("reload: no answer".into());
+            }
+            let pg = &mut self.nodes[node].pg;
+            pg.sess_names = names.to_string();
             let pgen = pg.pgen;
             // Usually milliseconds; now and then most of a loop (a busy checkpointer),
             // never a whole one: the core trusts a value that held for a loop.
@@ -1739,6 +1772,8 @@ impl World {
                 self.text(Some(node), "PostgreSQL started as primary".into());
                 let pg = &mut self.nodes[node].pg;
                 pg.names_eff = parse_names(&pg.sync_conf);
+                pg.sess_names = pg.sync_conf.clone();
+                pg.written = None;
                 self.ups = None;
                 self.begin_reign(node);
             }
@@ -1753,6 +1788,8 @@ impl World {
                 let pg = &mut self.nodes[node].pg;
                 pg.run = Run::Replica { following: leader };
                 pg.names_eff = parse_names(&pg.sync_conf);
+                pg.sess_names = pg.sync_conf.clone();
+                pg.written = None;
                 pg.lag = lag;
             }
             JobKind::Stop => {
@@ -2638,6 +2675,7 @@ impl World {
                 let pg = &mut self.nodes[node].pg;
                 if pg.pgen == pgen && pg.run != Run::Stopped {
                     pg.names_eff = parse_names(&pg.sync_conf);
+                    pg.sess_names = pg.sync_conf.clone();
                 }
             }
             Ev::MemberExpired { node } => {
@@ -2668,6 +2706,8 @@ impl World {
                 n.inc += 1;
                 n.shutdown = false;
                 n.frozen_until = None;
+                // The new agent reads the file at start-up (`PgCtl::new`).
+                n.pg.written = n.pg.sysid.is_some().then(|| n.pg.sync_conf.clone());
                 self.live.starts.entry(node).or_default().push(at);
                 self.text(Some(node), "agent starts".into());
                 cmds.push(Cmd::Spawn(node));
