@@ -8,7 +8,7 @@
 #[path = "support/core_builders.rs"]
 mod core_builders;
 
-use core_builders::{core, counted, key, member, obs, pg, polled, t, timing30, view};
+use core_builders::{core, counted, key, member, obs, pg, polled, sync_actions, t, timing30, view};
 use tenure::core::Core;
 use tenure::core::model::*;
 
@@ -75,17 +75,17 @@ fn leader_obs(
     o
 }
 
-fn sync_actions(p: &Plan) -> Vec<Action> {
-    p.actions
-        .iter()
-        .filter(|a| {
-            matches!(
-                a,
-                Action::WriteSync { .. } | Action::DeleteSync { .. } | Action::SetSyncNames { .. }
-            )
-        })
-        .cloned()
-        .collect()
+/// One step of the leader at `at` s on [`leader_obs`] of the same instant.
+fn lead_step(
+    c: &mut Core,
+    replicas: &[&str],
+    sync: Option<Result<SyncKey, String>>,
+    names: &str,
+    standbys: Vec<StandbyStat>,
+    lsn: Lsn,
+    at: f64,
+) -> Plan {
+    c.step(t(at), &leader_obs(replicas, sync, names, standbys, lsn, at))
 }
 
 fn write(standbys: &[&str]) -> Action {
@@ -126,7 +126,7 @@ fn two_standbys_are_named_together_and_each_listed_once_sync_and_caught_up() {
         st("pg3", true, false, 950),
         st("pg4", true, false, 100),
     ];
-    let p = c.step(t(6.0), &leader_obs(&r, sync_key(&[]), "", s, 1000, 6.0));
+    let p = lead_step(&mut c, &r, sync_key(&[]), "", s, 1000, 6.0);
     assert_eq!(sync_actions(&p), vec![names(TWO)], "{}", p.reason);
     // In effect; pg2 reports sync, pg3 not yet; the names held less than a loop.
     let s = vec![
@@ -134,18 +134,12 @@ fn two_standbys_are_named_together_and_each_listed_once_sync_and_caught_up() {
         st("pg3", true, false, 1000),
         st("pg4", true, false, 100),
     ];
-    let p = c.step(
-        t(7.0),
-        &leader_obs(&r, sync_key(&[]), TWO, s.clone(), 1000, 7.0),
-    );
+    let p = lead_step(&mut c, &r, sync_key(&[]), TWO, s.clone(), 1000, 7.0);
     assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
-    let p = c.step(
-        t(8.0),
-        &leader_obs(&r, sync_key(&[]), TWO, s.clone(), 1000, 8.0),
-    );
+    let p = lead_step(&mut c, &r, sync_key(&[]), TWO, s.clone(), 1000, 8.0);
     assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
     // Settled (a loop, 2 s): pg2 is listed alone; pg3 is awaited.
-    let p = c.step(t(9.0), &leader_obs(&r, sync_key(&[]), TWO, s, 1000, 9.0));
+    let p = lead_step(&mut c, &r, sync_key(&[]), TWO, s, 1000, 9.0);
     assert_eq!(sync_actions(&p), vec![write(&["pg2"])], "{}", p.reason);
     // pg3 reports sync but has not flushed what the primary wrote when the names
     // settled (1000): not yet.
@@ -154,10 +148,7 @@ fn two_standbys_are_named_together_and_each_listed_once_sync_and_caught_up() {
         st("pg3", true, true, 999),
         st("pg4", true, false, 100),
     ];
-    let p = c.step(
-        t(9.5),
-        &leader_obs(&r, sync_key(&["pg2"]), TWO, s, 1200, 9.5),
-    );
+    let p = lead_step(&mut c, &r, sync_key(&["pg2"]), TWO, s, 1200, 9.5);
     assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
     assert!(
         p.reason.to_string().contains("waiting for pg3 to flush"),
@@ -169,10 +160,7 @@ fn two_standbys_are_named_together_and_each_listed_once_sync_and_caught_up() {
         st("pg3", true, true, 1000),
         st("pg4", true, false, 100),
     ];
-    let p = c.step(
-        t(10.0),
-        &leader_obs(&r, sync_key(&["pg2"]), TWO, s.clone(), 1300, 10.0),
-    );
+    let p = lead_step(&mut c, &r, sync_key(&["pg2"]), TWO, s.clone(), 1300, 10.0);
     assert_eq!(
         sync_actions(&p),
         vec![write(&["pg2", "pg3"])],
@@ -180,10 +168,7 @@ fn two_standbys_are_named_together_and_each_listed_once_sync_and_caught_up() {
         p.reason
     );
     // Steady: nothing to do, pg4 is never named.
-    let p = c.step(
-        t(10.5),
-        &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s, 1300, 10.5),
-    );
+    let p = lead_step(&mut c, &r, sync_key(&["pg2", "pg3"]), TWO, s, 1300, 10.5);
     assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
     assert!(
         p.reason
@@ -201,9 +186,14 @@ fn a_lost_standby_is_unlisted_before_the_names_drop_it_and_the_other_stays_liste
         let r = ["pg2", "pg3"];
         // pg3 stopped streaming: the key drops it first, the names stay.
         let s = vec![st("pg2", true, true, 1000), st("pg3", false, false, 900)];
-        let p = c.step(
-            t(6.0),
-            &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s.clone(), 1000, 6.0),
+        let p = lead_step(
+            &mut c,
+            &r,
+            sync_key(&["pg2", "pg3"]),
+            TWO,
+            s.clone(),
+            1000,
+            6.0,
         );
         assert_eq!(
             sync_actions(&p),
@@ -212,9 +202,14 @@ fn a_lost_standby_is_unlisted_before_the_names_drop_it_and_the_other_stays_liste
             p.reason
         );
         // A failed write: the key still lists both, so the names must not change.
-        let p = c.step(
-            t(6.5),
-            &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s.clone(), 1000, 6.5),
+        let p = lead_step(
+            &mut c,
+            &r,
+            sync_key(&["pg2", "pg3"]),
+            TWO,
+            s.clone(),
+            1000,
+            6.5,
         );
         assert_eq!(
             sync_actions(&p),
@@ -223,10 +218,7 @@ fn a_lost_standby_is_unlisted_before_the_names_drop_it_and_the_other_stays_liste
             p.reason
         );
         // The key lists pg2 alone: now the names follow.
-        let p = c.step(
-            t(7.0),
-            &leader_obs(&r, sync_key(&["pg2"]), TWO, s, 1000, 7.0),
-        );
+        let p = lead_step(&mut c, &r, sync_key(&["pg2"]), TWO, s, 1000, 7.0);
         assert_eq!(
             sync_actions(&p),
             vec![names("\"pg2\"")],
@@ -241,9 +233,14 @@ fn a_standby_that_left_pg_stat_replication_or_the_members_is_unlisted() {
     let mut c = leader(SyncMode::On, 2);
     // pg3's row is gone and so is its member key (pg2 only is a member).
     let s = vec![st("pg2", true, true, 1000)];
-    let p = c.step(
-        t(6.0),
-        &leader_obs(&["pg2"], sync_key(&["pg2", "pg3"]), TWO, s, 1000, 6.0),
+    let p = lead_step(
+        &mut c,
+        &["pg2"],
+        sync_key(&["pg2", "pg3"]),
+        TWO,
+        s,
+        1000,
+        6.0,
     );
     assert_eq!(sync_actions(&p), vec![write(&["pg2"])], "{}", p.reason);
 }
@@ -253,15 +250,17 @@ fn lowering_synchronous_node_count_unlists_the_least_advanced_first() {
     let mut c = leader(SyncMode::On, 1);
     let r = ["pg2", "pg3"];
     let s = vec![st("pg2", true, true, 900), st("pg3", true, true, 1000)];
-    let p = c.step(
-        t(6.0),
-        &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s.clone(), 1000, 6.0),
+    let p = lead_step(
+        &mut c,
+        &r,
+        sync_key(&["pg2", "pg3"]),
+        TWO,
+        s.clone(),
+        1000,
+        6.0,
     );
     assert_eq!(sync_actions(&p), vec![write(&["pg3"])], "{}", p.reason);
-    let p = c.step(
-        t(6.5),
-        &leader_obs(&r, sync_key(&["pg3"]), TWO, s, 1000, 6.5),
-    );
+    let p = lead_step(&mut c, &r, sync_key(&["pg3"]), TWO, s, 1000, 6.5);
     assert_eq!(sync_actions(&p), vec![names("\"pg3\"")], "{}", p.reason);
 }
 
@@ -271,10 +270,7 @@ fn raising_synchronous_node_count_adds_a_standby_beside_the_listed_one() {
     let r = ["pg2", "pg3"];
     let s = vec![st("pg2", true, true, 1000), st("pg3", true, false, 1000)];
     // pg2 stays listed and named; pg3 joins it in the names (stricter: safe).
-    let p = c.step(
-        t(6.0),
-        &leader_obs(&r, sync_key(&["pg2"]), "\"pg2\"", s, 1000, 6.0),
-    );
+    let p = lead_step(&mut c, &r, sync_key(&["pg2"]), "\"pg2\"", s, 1000, 6.0);
     assert_eq!(sync_actions(&p), vec![names(TWO)], "{}", p.reason);
 }
 
@@ -283,22 +279,29 @@ fn with_fewer_fit_standbys_than_the_count_the_primary_keeps_those_there_are() {
     // Strict with one standby fit of two wanted: it is named alone, never `*`.
     let mut c = leader(SyncMode::Strict, 2);
     let s = vec![st("pg2", true, false, 1000)];
-    let p = c.step(
-        t(6.0),
-        &leader_obs(&["pg2", "pg3"], sync_key(&[]), "*", s, 1000, 6.0),
-    );
+    let p = lead_step(&mut c, &["pg2", "pg3"], sync_key(&[]), "*", s, 1000, 6.0);
     assert_eq!(sync_actions(&p), vec![names("\"pg2\"")], "{}", p.reason);
     // None fit: strict waits for any standby (`*`), non-strict degrades.
     let mut c = leader(SyncMode::Strict, 2);
-    let p = c.step(
-        t(6.0),
-        &leader_obs(&["pg2"], sync_key(&[]), "\"pg2\"", vec![], 1000, 6.0),
+    let p = lead_step(
+        &mut c,
+        &["pg2"],
+        sync_key(&[]),
+        "\"pg2\"",
+        vec![],
+        1000,
+        6.0,
     );
     assert_eq!(sync_actions(&p), vec![names("*")], "{}", p.reason);
     let mut c = leader(SyncMode::On, 2);
-    let p = c.step(
-        t(6.0),
-        &leader_obs(&["pg2"], sync_key(&[]), "\"pg2\"", vec![], 1000, 6.0),
+    let p = lead_step(
+        &mut c,
+        &["pg2"],
+        sync_key(&[]),
+        "\"pg2\"",
+        vec![],
+        1000,
+        6.0,
     );
     assert_eq!(sync_actions(&p), vec![names("")], "{}", p.reason);
 }
@@ -354,7 +357,7 @@ fn a_name_another_walsender_also_matches_is_never_trusted() {
         st("pg3", true, false, 900),
         st("pg4", true, false, 800),
     ];
-    let p = c.step(t(6.0), &leader_obs(&r, sync_key(&[]), "", s, 1000, 6.0));
+    let p = lead_step(&mut c, &r, sync_key(&[]), "", s, 1000, 6.0);
     assert_eq!(
         sync_actions(&p),
         vec![names(r#"FIRST 2 ("pg3", "pg4")"#)],
@@ -369,10 +372,7 @@ fn a_name_another_walsender_also_matches_is_never_trusted() {
             extra.clone(),
             st("pg3", true, true, 1000),
         ];
-        let p = c.step(
-            t(6.0),
-            &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s, 1000, 6.0),
-        );
+        let p = lead_step(&mut c, &r, sync_key(&["pg2", "pg3"]), TWO, s, 1000, 6.0);
         assert_eq!(
             sync_actions(&p),
             vec![write(&["pg3"])],
@@ -385,15 +385,17 @@ fn a_name_another_walsender_also_matches_is_never_trusted() {
     // a new value yet can report a kept standby `potential`): kept.
     let mut c = leader(SyncMode::On, 2);
     let s = vec![st("pg2", true, false, 1000), st("pg3", true, true, 1000)];
-    let p = c.step(
-        t(6.0),
-        &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s.clone(), 1000, 6.0),
+    let p = lead_step(
+        &mut c,
+        &r,
+        sync_key(&["pg2", "pg3"]),
+        TWO,
+        s.clone(),
+        1000,
+        6.0,
     );
     assert_eq!(sync_actions(&p), vec![], "{}", p.reason);
-    let p = c.step(
-        t(8.0),
-        &leader_obs(&r, sync_key(&["pg2", "pg3"]), TWO, s, 1000, 8.0),
-    );
+    let p = lead_step(&mut c, &r, sync_key(&["pg2", "pg3"]), TWO, s, 1000, 8.0);
     assert_eq!(sync_actions(&p), vec![write(&["pg3"])], "{}", p.reason);
 }
 

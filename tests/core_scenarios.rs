@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use core_builders::{
     SYSID, core, core_with, counted, deleted, key, lease_poll, member, obs, pg, poll, polled, put,
-    t, three, timing30, two, view, won,
+    sync_actions, t, three, timing30, two, view, won,
 };
 use tenure::core::Core;
 use tenure::core::model::*;
@@ -978,19 +978,6 @@ fn leader_obs(
     let mut o = obs(v, p);
     o.renewal = counted(0xA, at);
     o
-}
-
-fn sync_actions(p: &Plan) -> Vec<Action> {
-    p.actions
-        .iter()
-        .filter(|a| {
-            matches!(
-                a,
-                Action::WriteSync { .. } | Action::DeleteSync { .. } | Action::SetSyncNames { .. }
-            )
-        })
-        .cloned()
-        .collect()
 }
 
 fn write_sync(standby: Option<&str>) -> Action {

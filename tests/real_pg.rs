@@ -151,6 +151,16 @@ fn probe_until(
     }
 }
 
+/// The node's replication slots, by name.
+fn slot_names(cfg: &PgConfig) -> Vec<String> {
+    client(cfg)
+        .query("SELECT slot_name FROM pg_replication_slots ORDER BY 1", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
 /// A test client over the node's Unix socket (trust, as the superuser).
 fn client(cfg: &PgConfig) -> postgres::Client {
     let port: u16 = cfg.listen.rsplit_once(':').unwrap().1.parse().unwrap();
@@ -251,16 +261,11 @@ fn bootstrap_replicate_fence_promote_rewind() {
             clock::now().add(secs(2)),
         )
         .unwrap();
-    {
-        let mut c = client(&c1);
-        let slots: Vec<String> = c
-            .query("SELECT slot_name FROM pg_replication_slots ORDER BY 1", &[])
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        assert_eq!(slots, vec!["n2", "n3"], "one slot per other member");
-    }
+    assert_eq!(
+        slot_names(&c1),
+        vec!["n2", "n3"],
+        "one slot per other member"
+    );
     // n3 left the cluster: its inactive slot goes. A slot an operator made for a
     // backup server stays when `ignore_slots` names it, and a permanent slot (the
     // `slots` config key) is made; an operator's slot nothing names goes.
@@ -291,15 +296,9 @@ fn bootstrap_replicate_fence_promote_rewind() {
             clock::now().add(secs(2)),
         )
         .unwrap();
+    assert_eq!(slot_names(&c1), vec!["barman", "keepme", "n2"]);
     {
         let mut c = client(&c1);
-        let slots: Vec<String> = c
-            .query("SELECT slot_name FROM pg_replication_slots ORDER BY 1", &[])
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        assert_eq!(slots, vec!["barman", "keepme", "n2"]);
         c.batch_execute("SELECT pg_drop_replication_slot('keepme')")
             .unwrap();
         // A slot PostgreSQL invalidated (`max_slot_wal_keep_size`) serves nobody

@@ -110,21 +110,27 @@ impl Core {
         epoch: Epoch,
         p: &mut Planner,
     ) -> Result<Vec<String>, String> {
-        let me = &self.cfg.name;
+        if let Some(listed) = self.listed_for_me(view) {
+            return Ok(listed);
+        }
+        p.push(Action::WriteSync {
+            epoch,
+            leader: self.cfg.name.clone(),
+            sync_standbys: Vec::new(),
+        });
+        p.again = true;
+        Err(match &view.sync {
+            Some(Err(e)) => format!("the sync key is unreadable ({e}); rewriting it"),
+            _ => "writing the sync key that names me".into(),
+        })
+    }
+
+    /// The standbys the `sync` key lists when it names this node as the leader
+    /// (`None`: any other key, or none).
+    fn listed_for_me(&self, view: &ClusterView) -> Option<Vec<String>> {
         match &view.sync {
-            Some(Ok(k)) if k.leader == *me => Ok(k.sync_standbys.clone()),
-            other => {
-                p.push(Action::WriteSync {
-                    epoch,
-                    leader: me.clone(),
-                    sync_standbys: Vec::new(),
-                });
-                p.again = true;
-                Err(match other {
-                    Some(Err(e)) => format!("the sync key is unreadable ({e}); rewriting it"),
-                    _ => "writing the sync key that names me".into(),
-                })
-            }
+            Some(Ok(k)) if k.leader == self.cfg.name => Some(k.sync_standbys.clone()),
+            _ => None,
         }
     }
 
@@ -154,10 +160,8 @@ impl Core {
         let Ok(view) = &obs.cluster else {
             return;
         };
-        let standbys = match &view.sync {
-            Some(Ok(k)) if k.leader == self.cfg.name => k.sync_standbys.clone(),
-            _ => Vec::new(),
-        };
+        // A key another leader wrote is rewritten naming no standby at the end.
+        let standbys = self.listed_for_me(view).unwrap_or_default();
         let want = self.sync_names_wanted(&standbys);
         if obs.pg.sync_names.as_deref() != Some(want.as_str()) {
             p.push(Action::SetSyncNames { names: want });

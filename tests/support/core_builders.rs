@@ -221,3 +221,18 @@ pub fn put(at: f64, name: &str, epoch: Epoch, lease: LeaseId) -> LeaderChange {
         put: Some(key(name, epoch, lease)),
     }
 }
+
+/// The plan's actions of synchronous mode (DESIGN §3a): the `sync` key's writes
+/// and `synchronous_standby_names`.
+pub fn sync_actions(p: &Plan) -> Vec<Action> {
+    p.actions
+        .iter()
+        .filter(|a| {
+            matches!(
+                a,
+                Action::WriteSync { .. } | Action::DeleteSync { .. } | Action::SetSyncNames { .. }
+            )
+        })
+        .cloned()
+        .collect()
+}
