@@ -38,6 +38,7 @@ mod manage;
 mod names;
 mod schedule;
 mod secure;
+mod slots;
 mod steadylog;
 mod switchover;
 mod view;
@@ -179,8 +180,10 @@ struct Agent {
     /// and they may have been invalidated by the time it leads again).
     slots: Option<SlotsMade>,
     status: api::ApiStatus,
-    /// The `status` key's optime this leadership last wrote: (epoch, optime).
-    status_written: Option<(Epoch, Lsn)>,
+    /// The `status` key this leadership last wrote (`slots::StatusWritten`).
+    status_written: Option<slots::StatusWritten>,
+    /// A replica's last slot copy run (`slots::CopyRun`).
+    slot_copies: Option<slots::CopyRun>,
     last_reason: String,
     /// Which iterations' reasons go to the log (`steadylog`).
     steady_log: steadylog::SteadyLog,
@@ -398,6 +401,7 @@ impl Agent {
             slots: None,
             status,
             status_written: None,
+            slot_copies: None,
             last_reason: String::new(),
             steady_log: steadylog::SteadyLog::default(),
             shutdown: false,
@@ -1600,35 +1604,6 @@ impl Agent {
         }
     }
 
-    /// Patroni's `status` key (`{"optime": N}`, DESIGN §4): the leader's WAL
-    /// position, which replicas' `?lag=` checks and `patronictl list` measure lag
-    /// against. Written by the leader of a running primary, only when it changed,
-    /// guarded by the epoch (DESIGN §1 step 5: a stale leader's write is refused).
-    fn publish_status(&mut self, obs: &Observation) {
-        let Some(l) = self.core.leadership() else {
-            return;
-        };
-        let (epoch, optime) = (l.epoch, obs.pg.lsn);
-        if !l.promoted || obs.pg.role != PgRole::Primary || optime == 0 {
-            return;
-        }
-        if self.status_written == Some((epoch, optime)) {
-            return;
-        }
-        let value = crate::dcs::encode_status(optime);
-        let deadline = self.deadline(self.core.timing().retry_timeout);
-        let me = self.cfg.name.clone();
-        if let Some((etcd, rt)) = self.connect(deadline) {
-            match etcd.guarded_put(rt, "status", &value, &me, epoch, deadline) {
-                Ok(true) => self.status_written = Some((epoch, optime)),
-                // Leadership is lost: fence in the very next step, as for every
-                // refused guarded write.
-                Ok(false) => self.pending.guard_refused = Some("the status key write".into()),
-                Err(e) => debug!("status key: {e}"),
-            }
-        }
-    }
-
     fn update_status(&mut self, now: Instant, obs: &Observation, reason: &str) {
         api::fill::update(
             &mut self.status,
@@ -1969,6 +1944,7 @@ impl Agent {
                         self.seed_config(deadline);
                     }
                 }
+                Action::CopySlots { copies } => self.copy_slots(copies, obs),
                 Action::MoveDataAside => match self.pg.move_data_aside() {
                     Ok(p) => warn!("moved the data directory aside to {}", p.display()),
                     Err(e) => error!("cannot move the data directory aside: {e}"),

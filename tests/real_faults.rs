@@ -1113,6 +1113,10 @@ fn real_leadership_moves_around_one_cluster() {
         // A real rewind leaves pg_replslot empty; whether this round's demotion
         // needed one depends on timing. Empty every replica's slots, so a node that
         // leads again must make its replicas' slots again or they cannot stream.
+        // (Replicas also keep copies of the leader's published slots and make
+        // them again within a loop or two, so a node that leads again usually
+        // finds them: this test no longer proves the leader's own upkeep alone;
+        // `real_pg` and `real_switchover` cover that.)
         for i in (0..c.node_count()).filter(|&i| i != np) {
             c.sql(
                 i,

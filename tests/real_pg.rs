@@ -8,6 +8,7 @@ use std::time::Duration;
 use tenure::clock;
 use tenure::config::PgConfig;
 use tenure::core::model::{DataDir, FenceOutcome, Job, JobKind, PgRole, PgStatus};
+use tenure::pg::slots::{parse_local, plan_copies, published};
 use tenure::pg::{ConnTarget, PgCtl, conn_url};
 use tenure::testbed;
 
@@ -425,6 +426,93 @@ fn bootstrap_replicate_fence_promote_rewind() {
     })
     .expect("row written on the primary reaches the replica");
 
+    // Slot copies: the leader publishes the positions of the slots it keeps; a
+    // standby keeps copies of them (not of its own), made with WAL reserved,
+    // advanced no further than it replayed, dropped once no longer published.
+    let st1 = g.nodes[0].probe(clock::now().add(secs(2)));
+    let seen1 = parse_local(g.nodes[0].slots_seen());
+    let n2_slot = seen1
+        .iter()
+        .find(|s| s.name == "n2")
+        .expect("n2's slot on n1");
+    assert!(n2_slot.active, "n2 streams through its slot: {seen1:?}");
+    assert!(
+        published(&seen1, &["n2".into()])
+            .iter()
+            .any(|(n, _)| n == "n2"),
+        "a kept slot is published: {seen1:?}"
+    );
+    let at = st1.lsn;
+    let lead: Vec<(String, u64)> = ["barman", "n2", "n3"]
+        .iter()
+        .map(|n| (n.to_string(), at))
+        .collect();
+    let plan2 = |n: &mut PgCtl, lead: &[(String, u64)]| {
+        let st = probe_until(n, secs(10), "n2 replayed n1's position", |s| {
+            s.report.replay_lsn.is_some_and(|r| r >= at)
+        });
+        plan_copies(
+            &parse_local(n.slots_seen()),
+            lead,
+            "n2",
+            true,
+            &[],
+            st.report.replay_lsn,
+        )
+    };
+    let w = plan2(&mut g.nodes[1], &lead);
+    assert_eq!(w.creates, vec!["barman", "n3"], "{w:?}");
+    g.nodes[1]
+        .copy_slots(&w, clock::now().add(secs(2)))
+        .unwrap();
+    let w = plan2(&mut g.nodes[1], &lead);
+    assert!(w.creates.is_empty() && w.drops.is_empty(), "{w:?}");
+    assert_eq!(
+        w.advances,
+        vec![("barman".to_string(), at), ("n3".to_string(), at)],
+        "copies made at this standby's restart point are advanced to the leader's"
+    );
+    g.nodes[1]
+        .copy_slots(&w, clock::now().add(secs(2)))
+        .unwrap();
+    let w = plan2(&mut g.nodes[1], &lead[..1]);
+    assert_eq!(w.drops, vec!["n3"], "{w:?}");
+    assert!(w.creates.is_empty() && w.advances.is_empty(), "{w:?}");
+    g.nodes[1]
+        .copy_slots(&w, clock::now().add(secs(2)))
+        .unwrap();
+    let copy = |cfg: &PgConfig| -> Option<String> {
+        client(cfg)
+            .query_one(
+                "SELECT restart_lsn::text FROM pg_replication_slots WHERE slot_name = 'barman'",
+                &[],
+            )
+            .ok()
+            .map(|r| r.get(0))
+    };
+    assert_eq!(slot_names(&c2), vec!["barman"]);
+    assert_eq!(copy(&c2), Some(tenure::core::model::lsn_text(at)));
+    // Never past what this standby replayed: a position it has not seen yet
+    // advances the copy only as far as its replay.
+    {
+        let mut c = client(&c1);
+        c.batch_execute("INSERT INTO t VALUES ('past')").unwrap();
+    }
+    let beyond = vec![("barman".to_string(), at + (1 << 30))];
+    let st = probe_until(&mut g.nodes[1], secs(10), "n2 replayed the row", |s| {
+        s.report.replay_lsn.is_some_and(|r| r > at)
+    });
+    let replay = st.report.replay_lsn.unwrap();
+    let w = plan_copies(
+        &parse_local(g.nodes[1].slots_seen()),
+        &beyond,
+        "n2",
+        true,
+        &[],
+        Some(replay),
+    );
+    assert_eq!(w.advances, vec![("barman".to_string(), replay)]);
+
     // fence the primary while a client holds an open transaction
     let mut holder = client(&c1);
     holder
@@ -480,9 +568,19 @@ fn bootstrap_replicate_fence_promote_rewind() {
     });
     assert_eq!(st.timeline, 2);
     assert_eq!(st.following, None);
+    // The copy made while n2 was a standby is the leader's slot now: kept where
+    // it was (the WAL a consumer behind n2's promotion still needs), not made
+    // anew at n2's own position.
     g.nodes[1]
-        .sync_slots(&["n1".into()], &[], &[], clock::now().add(secs(2)))
+        .sync_slots(
+            &["n1".into()],
+            &["barman".into()],
+            &[],
+            clock::now().add(secs(2)),
+        )
         .unwrap();
+    assert_eq!(slot_names(&c2), vec!["barman", "n1"]);
+    assert_eq!(copy(&c2), Some(tenure::core::model::lsn_text(at)));
     {
         let mut c = client(&c2);
         c.batch_execute("INSERT INTO t VALUES ('three')").unwrap();

@@ -700,4 +700,121 @@ fn real_permanent_slots_follow_the_leader_and_ignored_ones_stay() {
         .unwrap_or_else(|| panic!("no answer{}", c.logs_tail(30)));
     assert_eq!(code, 200, "{text}{}", c.logs_tail(30));
     want(&c, np, &["barman", &p_slot]);
+    // The old leader, now a replica, mirrors the new leader's published slots:
+    // it keeps its copy of `barman`, drops the slot of the new leader (nothing
+    // streams from it any more) and leaves the ignored one alone.
+    want(&c, p, &["barman", "keepme"]);
+}
+
+/// A consumer's permanent slot (a backup server's `pg_receivewal`) survives a
+/// failover where the consumer left it: every replica keeps a copy of the
+/// leader's slots, advanced to the positions the leader publishes in `status`,
+/// so the new leader has the slot behind its own position, with the WAL the
+/// consumer still needs. Before, the new leader made it at its own position and
+/// the consumer found a gap. The other replica's member slot is a copy too.
+#[test]
+fn real_slot_copies_keep_a_consumer_s_position_through_a_failover() {
+    let mut opts = options("sw", "slotcopy");
+    opts.extra_config = "[dynamic.slots.barman]\ntype = \"physical\"\n".into();
+    let mut c = start(opts);
+    let p = settled(&mut c);
+    ready(&c, p);
+    let lsn = |c: &TestCluster, i: usize, q: &str| -> Option<u64> {
+        tenure::core::model::parse_lsn(&c.sql_one(i, q).ok()?)
+    };
+    let restart = |c: &TestCluster, i: usize, slot: &str| {
+        lsn(
+            c,
+            i,
+            &format!(
+                "SELECT restart_lsn::text FROM pg_replication_slots WHERE slot_name = '{slot}'"
+            ),
+        )
+    };
+    // The consumer: it confirmed WAL up to `x` (as pg_receivewal's feedback
+    // would), then went away; the primary writes on past it.
+    for n in 0..50 {
+        c.write_row(p, n).expect("write");
+    }
+    let x = lsn(&c, p, "SELECT pg_current_wal_lsn()::text").expect("primary's position");
+    c.sql(
+        p,
+        &format!(
+            "SELECT pg_replication_slot_advance('barman', '{}'::pg_lsn)",
+            tenure::core::model::lsn_text(x)
+        ),
+    )
+    .expect("advance the consumer's slot");
+    for n in 50..100 {
+        c.write_row(p, n).expect("write");
+    }
+    let replicas: Vec<usize> = (0..c.node_count()).filter(|&i| i != p).collect();
+    // Published in `status` (Patroni's form), then copied by every replica.
+    wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
+        let v: Value = serde_json::from_str(&c.get_kv("status")?.value).ok()?;
+        (v["slots"]["barman"].as_u64() == Some(x)).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "status never published barman at {x}: {:?}{}",
+            c.get_kv("status").map(|k| k.value),
+            c.logs_tail(20)
+        )
+    });
+    for &r in &replicas {
+        wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
+            (restart(&c, r, "barman")? == x).then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: barman's copy at {:?}, not {x}{}",
+                c.name(r),
+                restart(&c, r, "barman"),
+                c.logs_tail(20)
+            )
+        });
+        // The other replica's member slot is copied too; its own is not made.
+        let other = replicas.iter().find(|&&o| o != r).copied().expect("two");
+        let other_slot = tenure::pg::slot_name(c.name(other));
+        wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
+            restart(&c, r, &other_slot).map(|_| ())
+        })
+        .unwrap_or_else(|| panic!("{}: no copy of {other_slot}", c.name(r)));
+        let own = tenure::pg::slot_name(c.name(r));
+        assert_eq!(
+            restart(&c, r, &own),
+            None,
+            "{}: a slot of its own",
+            c.name(r)
+        );
+    }
+
+    c.host_crash(p).expect("host crash");
+    let np = c
+        .wait_new_primary(p, FAILOVER)
+        .unwrap_or_else(|| panic!("no failover{}", c.logs_tail(40)));
+    let own_position =
+        lsn(&c, np, "SELECT pg_current_wal_lsn()::text").expect("new primary's position");
+    assert!(own_position > x, "{own_position} <= {x}");
+    let kept = restart(&c, np, "barman");
+    assert_eq!(
+        kept,
+        Some(x),
+        "the new leader's barman slot is not where the consumer left it{}",
+        c.logs_tail(30)
+    );
+    // And the remaining replica streams from the new leader through its copy.
+    let other = replicas.iter().find(|&&o| o != np).copied().expect("two");
+    c.wait_replicas(np, &[p], REJOIN)
+        .unwrap_or_else(|e| panic!("{e}{}", c.logs_tail(30)));
+    let active = c
+        .sql_one(
+            np,
+            &format!(
+                "SELECT active::text FROM pg_replication_slots WHERE slot_name = '{}'",
+                tenure::pg::slot_name(c.name(other))
+            ),
+        )
+        .ok();
+    assert_eq!(active.as_deref(), Some("true"), "{}", c.logs_tail(30));
 }

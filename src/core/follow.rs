@@ -312,6 +312,9 @@ impl Core {
                     p.push(Action::StartJob(JobKind::Stop));
                     return Reason::Other(format!("{why}; stopping to rewind from {}", k.name));
                 }
+                p.push(Action::CopySlots {
+                    copies: !self.cfg.nofailover,
+                });
                 Reason::Following {
                     me: me.clone(),
                     leader: k.name.clone(),

@@ -286,6 +286,11 @@ pub struct ClusterView {
     /// (what replicas' lag is measured against, as Patroni does). Informational:
     /// the core never reads it; garbage is logged by the shell and left out.
     pub status_optime: Option<Lsn>,
+    /// The `status` key's `slots`: the physical slots the leader keeps and their
+    /// restart positions, sorted by name, which replicas copy ahead of a failover
+    /// (`None`: not published, or garbage the shell logged; replicas then leave
+    /// their slots alone). Informational for the core, like `status_optime`.
+    pub status_slots: Option<Vec<(String, Lsn)>>,
     /// The `failover` key (Patroni's switchover / manual failover request).
     pub failover: Option<FailoverRequest>,
     /// The `release` key: the marker of the last planned hand-over (DESIGN §1 step 4);
@@ -891,6 +896,10 @@ pub enum Action {
     SetSyncNames { names: String },
     /// Create a physical replication slot per listed member, drop other tenure slots.
     SyncSlots { members: Vec<String> },
+    /// On a replica following the leader: keep copies of the slots the leader
+    /// publishes in the `status` key, so they survive a failover (`copies` false:
+    /// tagged `nofailover`, keep none). The shell plans the SQL (`pg::slots`).
+    CopySlots { copies: bool },
     /// Move an unusable data directory aside (never delete) — only when configured.
     MoveDataAside,
     /// Arm (open) or pet the watchdog, only at an instant `<= not_after` (S2: the core

@@ -613,14 +613,36 @@ pub fn append_history_value(old: Option<&[u8]>, entry: &HistoryEntry) -> (String
     (Value::Array(list).to_string(), problem)
 }
 
-/// The `status` key the leader writes (Patroni's form, DESIGN §4): `{"optime": N}`.
-pub fn encode_status(optime: Lsn) -> String {
-    json!({ "optime": optime }).to_string()
+/// The `status` key the leader writes (Patroni's form, DESIGN §4): `{"optime": N}`,
+/// and with `slots` the restart positions of the physical slots it keeps
+/// (`{"pg2": N, "barman": N}`, Patroni's field), which replicas copy ahead of a
+/// failover. `None`: no `slots` field, and replicas leave their slots alone.
+pub fn encode_status(optime: Lsn, slots: Option<&[(String, Lsn)]>) -> String {
+    match slots {
+        None => json!({ "optime": optime }).to_string(),
+        Some(s) => {
+            let map: serde_json::Map<String, Value> =
+                s.iter().map(|(n, l)| (n.clone(), json!(l))).collect();
+            json!({ "optime": optime, "slots": map }).to_string()
+        }
+    }
 }
 
-/// The `status` key's `optime` (Patroni also stores `slots`, `retain_slots`, ...:
-/// ignored). `Err` names what is wrong with a value another writer left.
-pub fn parse_status(raw: &[u8]) -> Result<Lsn, String> {
+/// The `status` key as read: the leader's WAL position and, when it published
+/// them, its slots' positions, sorted by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusValue {
+    pub optime: Lsn,
+    /// `None`: no `slots` field (an older agent, or nothing kept yet), or one that
+    /// does not parse (`slots_problem` says why).
+    pub slots: Option<Vec<(String, Lsn)>>,
+    pub slots_problem: Option<String>,
+}
+
+/// The `status` key (Patroni also stores `retain_slots`, ...: ignored). `Err`
+/// names what is wrong with a value another writer left; a `slots` field that
+/// does not parse leaves the optime usable and is named in `slots_problem`.
+pub fn parse_status(raw: &[u8]) -> Result<StatusValue, String> {
     let v: Value = serde_json::from_slice(raw)
         .map_err(|e| format!("status value is not JSON ({e}): {}", excerpt(raw)))?;
     let Some(obj) = v.as_object() else {
@@ -630,11 +652,53 @@ pub fn parse_status(raw: &[u8]) -> Result<Lsn, String> {
             excerpt(raw)
         ));
     };
-    match obj.get("optime") {
+    let optime = match obj.get("optime") {
         Some(o) => parse_lsn_value(o)
-            .ok_or_else(|| format!("status optime: expected an integer LSN, got {}", short(o))),
-        None => Err(format!("status value has no optime: {}", excerpt(raw))),
+            .ok_or_else(|| format!("status optime: expected an integer LSN, got {}", short(o)))?,
+        None => return Err(format!("status value has no optime: {}", excerpt(raw))),
+    };
+    let (slots, slots_problem) = match obj.get("slots") {
+        None | Some(Value::Null) => (None, None),
+        Some(s) => match parse_status_slots(s) {
+            Ok(l) => (Some(l), None),
+            Err(e) => (None, Some(e)),
+        },
+    };
+    Ok(StatusValue {
+        optime,
+        slots,
+        slots_problem,
+    })
+}
+
+/// `{"<slot>": <LSN>, ...}`: every name one PostgreSQL accepts, every position an
+/// LSN; anything else refuses the whole list (a replica then leaves its slots
+/// alone rather than mirror half of it).
+fn parse_status_slots(v: &Value) -> Result<Vec<(String, Lsn)>, String> {
+    let Some(map) = v.as_object() else {
+        return Err(format!(
+            "status slots: expected an object of slot names, found {}",
+            type_name(v)
+        ));
+    };
+    let mut out = Vec::with_capacity(map.len());
+    for (name, lsn) in map {
+        if !crate::config::valid_slot_name(name) {
+            return Err(format!(
+                "status slots: {:?} is not a replication slot name (1 to 63 of a-z, 0-9, _)",
+                name.chars().take(EXCERPT).collect::<String>()
+            ));
+        }
+        let Some(l) = parse_lsn_value(lsn) else {
+            return Err(format!(
+                "status slots: {name}: expected an integer LSN, got {}",
+                short(lsn)
+            ));
+        };
+        out.push((name.clone(), l));
     }
+    out.sort();
+    Ok(out)
 }
 
 /// An LSN as an integer (Patroni) or as PostgreSQL's text form `X/Y` (hex).
@@ -904,14 +968,38 @@ mod tests {
 
     #[test]
     fn status_key_round_trip_patroni_form_and_garbage() {
-        assert_eq!(
-            parse_status(encode_status(0x3_0000_0028).as_bytes()),
-            Ok(0x3_0000_0028)
-        );
+        let plain = parse_status(encode_status(0x3_0000_0028, None).as_bytes()).expect("ours");
+        assert_eq!((plain.optime, plain.slots), (0x3_0000_0028, None));
+        let slots = vec![("barman".to_string(), 0x3_0000_0000), ("pg2".into(), 7)];
+        let with = parse_status(encode_status(9, Some(&slots)).as_bytes()).expect("ours");
+        assert_eq!((with.optime, with.slots), (9, Some(slots)));
+        let empty = parse_status(encode_status(9, Some(&[])).as_bytes()).expect("ours");
+        assert_eq!(empty.slots, Some(Vec::new()), "an empty list is a list");
         // Patroni's own value, with slots and retain_slots.
         let patroni = br#"{"optime":67108960,"slots":{"pg2":67108960},"retain_slots":["pg2"]}"#;
-        assert_eq!(parse_status(patroni), Ok(67_108_960));
-        assert_eq!(parse_status(br#"{"optime":"0/4000060"}"#), Ok(0x400_0060));
+        let v = parse_status(patroni).expect("Patroni's");
+        assert_eq!(v.optime, 67_108_960);
+        assert_eq!(v.slots, Some(vec![("pg2".to_string(), 67_108_960)]));
+        assert_eq!(
+            parse_status(br#"{"optime":"0/4000060"}"#).map(|v| v.optime),
+            Ok(0x400_0060)
+        );
+        // A `slots` field that does not parse: the optime stays, the list is
+        // dropped as a whole, and the problem names what is wrong.
+        for (bad, what) in [
+            (&br#"{"optime":5,"slots":[1]}"#[..], "a list"),
+            (br#"{"optime":5,"slots":{"Pg2":1}}"#, "\"Pg2\""),
+            (
+                br#"{"optime":5,"slots":{"pg2":1,"x":-3}}"#,
+                "x: expected an integer LSN",
+            ),
+            (br#"{"optime":5,"slots":{"pg2":"zz"}}"#, "pg2: expected"),
+        ] {
+            let v = parse_status(bad).expect("the optime is still read");
+            assert_eq!((v.optime, &v.slots), (5, &None));
+            let why = v.slots_problem.expect("named");
+            assert!(why.contains("status slots") && why.contains(what), "{why}");
+        }
         for bad in [
             &b"garbage"[..],
             b"",

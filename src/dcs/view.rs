@@ -274,7 +274,16 @@ impl ViewKeeper {
                 view.release_revision = kv.mod_revision;
             }
             b"status" => match keys::parse_status(kv.value) {
-                Ok(o) => view.status_optime = Some(o),
+                Ok(s) => {
+                    if let Some(why) = &s.slots_problem {
+                        self.warn_once(
+                            "status slots",
+                            &format!("{why}; replicas leave their slots alone"),
+                        );
+                    }
+                    view.status_optime = Some(s.optime);
+                    view.status_slots = s.slots;
+                }
                 Err(why) => self.warn_once("status", &format!("{why}; ignored")),
             },
             b"config" => {
@@ -340,7 +349,10 @@ fn remove(view: &mut ClusterView, key: &[u8]) {
             view.release_acquired = None;
             view.release_revision = 0;
         }
-        b"status" => view.status_optime = None,
+        b"status" => {
+            view.status_optime = None;
+            view.status_slots = None;
+        }
         b"config" => {
             view.config = None;
             view.config_revision = 0;

@@ -18,6 +18,7 @@ pub mod conf;
 pub mod control;
 mod job;
 pub mod procs;
+pub mod slots;
 pub mod timeline;
 
 use std::fmt;
@@ -208,6 +209,9 @@ pub struct PgCtl {
     /// with the probe's query (one round trip). Without the table the read would
     /// fail, and log an error in PostgreSQL's log, every loop.
     epoch_table_seen: bool,
+    /// The last probe's physical slots (`slots::parse_local`'s JSON; `None`: none,
+    /// or the probe failed). Kept as text: the shell compares it before parsing.
+    slots_seen: Option<String>,
     /// The managed `wal_retrieve_retry_interval` (`conf::wal_retry_interval`);
     /// `None`: not set (PostgreSQL's default).
     wal_retry: Option<Duration>,
@@ -251,6 +255,7 @@ impl PgCtl {
             sync_file: None,
             postmaster_fd: None,
             epoch_table_seen: false,
+            slots_seen: None,
             wal_retry: None,
         };
         fs::create_dir_all(&cfg.socket_dir)
@@ -515,6 +520,7 @@ impl PgCtl {
     /// What the local PostgreSQL is doing. Never errors; see `PgStatus`.
     pub fn probe(&mut self, deadline: Instant) -> PgStatus {
         let data = self.data_dir_state();
+        self.slots_seen = None;
         let Some(pm) = self.postmaster_pid() else {
             self.client = None;
             self.epoch_table_seen = false;
@@ -555,7 +561,10 @@ impl PgCtl {
                  'application_name', application_name, 'client_addr', client_addr, \
                  'state', state, 'sync_state', sync_state, 'sync_priority', sync_priority)) \
                  FROM pg_stat_replication), \
-             EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart)";
+             EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart), \
+             (SELECT json_agg(json_build_array(slot_name, restart_lsn::text, active, \
+                 wal_status) ORDER BY slot_name) FROM pg_replication_slots \
+                 WHERE slot_type = 'physical' AND NOT temporary)";
         // The epoch row's read, sent with the probe's query when the last probe saw
         // the table; used only if this one sees it too (as if read after it).
         let (rows, early_epoch) = if self.epoch_table_seen {
@@ -623,6 +632,7 @@ impl PgCtl {
         st.report.server_version = col(11).and_then(|v| v.parse().ok());
         st.report.postmaster_start_time = col(12);
         st.report.pending_restart = col(17).as_deref() == Some("t");
+        self.slots_seen = col(18);
         self.epoch_table_seen = col(8).as_deref() == Some("t");
         if self.epoch_table_seen {
             // A missing row is "no epoch"; a failed read is "unknown" (`unread`: the
@@ -1047,6 +1057,53 @@ impl PgCtl {
             }
         }
         for sql in [drops, creates] {
+            if !sql.is_empty() {
+                self.query_rows(pm, &sql, deadline)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The physical slots the last probe saw (the probe's JSON column; `None`:
+    /// none, or no answer).
+    pub fn slots_seen(&self) -> Option<&str> {
+        self.slots_seen.as_deref()
+    }
+
+    /// Carry out a replica's slot copy work ([`slots::plan_copies`]): drops,
+    /// creates and advances as three queries, so a refused create (a full
+    /// `max_replication_slots`) undoes no drop, and a refused advance no create.
+    /// The first error ends the work; the next run plans again from what is there.
+    pub fn copy_slots(&mut self, w: &slots::CopyWork, deadline: Instant) -> Result<(), PgError> {
+        let pm = self.live_postmaster()?;
+        let lit = |n: &str| conf::sql_literal(n);
+        let drops: String = w
+            .drops
+            .iter()
+            .map(|n| format!("SELECT pg_drop_replication_slot({});", lit(n)))
+            .collect();
+        let creates: String = w
+            .creates
+            .iter()
+            .map(|n| {
+                format!(
+                    "SELECT pg_create_physical_replication_slot({}, true);",
+                    lit(n)
+                )
+            })
+            .collect();
+        let advances: String = w
+            .advances
+            .iter()
+            .map(|(n, l)| {
+                format!(
+                    "SELECT pg_replication_slot_advance({}, '{}'::pg_lsn);",
+                    lit(n),
+                    crate::core::model::lsn_text(*l)
+                )
+            })
+            .collect();
+        for sql in [drops, creates, advances] {
             if !sql.is_empty() {
                 self.query_rows(pm, &sql, deadline)?;
             }

@@ -827,7 +827,7 @@ pub async fn run(cx: Cx) {
                         out.guard_refused = Some("the history append".into());
                     }
                 }
-                Action::SyncSlots { .. } => {}
+                Action::SyncSlots { .. } | Action::CopySlots { .. } => {}
                 Action::WriteSync {
                     epoch,
                     leader,

@@ -1,0 +1,212 @@
+//! The loop's side of the `status` key and of replicas' slot copies.
+//!
+//! Owns: what the leader last wrote to `status` (its WAL position and the
+//! positions of the physical slots it keeps), and a replica's last run of its
+//! slot copies (`pg::slots` plans them; `PgCtl::copy_slots` runs the SQL).
+//!
+//! Must never: write `status` unguarded (DESIGN §1 step 5: a stale leader's write
+//! is refused, and a refusal is lost leadership), write it while nothing changed
+//! (an idle cluster writes nothing to etcd, issue 13 item 5), or let slot upkeep
+//! decide anything about leadership: a copy is WAL kept for a consumer, nothing
+//! the core reads. None of this runs on a leader's renewal path: `status` is
+//! written after the iteration's actions, each call bounded by its deadline.
+
+use std::time::Duration;
+
+use log::{debug, info, warn};
+
+use super::Agent;
+use crate::clock;
+use crate::core::model::{Epoch, Lsn, Observation, PgRole};
+use crate::core::time::Instant;
+use crate::pg::{self, slots as pgslots};
+
+/// A change of the published slot positions alone (the optime unchanged) is
+/// written at most this often, and a replica's copies advanced at most this
+/// often: a copy behind its consumer only keeps a little more WAL, and a write
+/// per loop for it would double what a leader under load writes.
+pub(super) const SLOT_POSITIONS_EVERY: Duration = Duration::from_secs(5);
+
+/// What the leader last wrote to `status`.
+#[derive(Debug)]
+pub(super) struct StatusWritten {
+    epoch: Epoch,
+    optime: Lsn,
+    slots: Option<Vec<(String, Lsn)>>,
+    /// Its inputs, compared before anything is parsed: the probe's slot column
+    /// and the slot upkeep it was published from (`SlotsMade::at`).
+    seen: Option<String>,
+    made_at: Option<Instant>,
+    at: Instant,
+}
+
+/// A replica's last run of its slot copies: its inputs (compared before anything
+/// is parsed) and when it last changed something.
+#[derive(Debug)]
+pub(super) struct CopyRun {
+    copies: bool,
+    seen: Option<String>,
+    published: Vec<(String, Lsn)>,
+    ignore: Vec<crate::config::IgnoreSlot>,
+    at: Instant,
+    worked_at: Option<Instant>,
+    error: Option<String>,
+}
+
+impl Agent {
+    /// Patroni's `status` key (`{"optime": N, "slots": {...}}`, DESIGN §4): the
+    /// leader's WAL position, which replicas' `?lag=` checks and `patronictl list`
+    /// measure lag against, and the restart positions of the member and permanent
+    /// slots it keeps, which replicas copy ahead of a failover. Written by the
+    /// leader of a running primary when the optime changed, or when only the
+    /// slots' positions did and the last write is [`SLOT_POSITIONS_EVERY`] old;
+    /// guarded by the epoch (DESIGN §1 step 5: a stale leader's write is refused).
+    pub(super) fn publish_status(&mut self, obs: &Observation) {
+        let Some(l) = self.core.leadership() else {
+            return;
+        };
+        let (epoch, optime) = (l.epoch, obs.pg.lsn);
+        if !l.promoted || obs.pg.role != PgRole::Primary || optime == 0 {
+            return;
+        }
+        let now = clock::now();
+        let made_at = self.slots.as_ref().map(|m| m.at);
+        let seen = self.pg.slots_seen();
+        if let Some(w) = &self.status_written
+            && w.epoch == epoch
+            && w.optime == optime
+            && ((w.seen.as_deref() == seen && w.made_at == made_at)
+                || now.since(w.at) < SLOT_POSITIONS_EVERY)
+        {
+            return;
+        }
+        let slots = self.slots.as_ref().map(|made| {
+            let mine = pg::slot_name(&self.cfg.name);
+            let keep: Vec<String> = made
+                .members
+                .iter()
+                .map(|m| pg::slot_name(m))
+                .chain(made.permanent.iter().cloned())
+                .filter(|s| *s != mine)
+                .collect();
+            pgslots::published(&pgslots::parse_local(seen), &keep)
+        });
+        let seen = seen.map(str::to_string);
+        if let Some(w) = &mut self.status_written
+            && w.epoch == epoch
+            && w.optime == optime
+            && w.slots == slots
+        {
+            // The slots' text moved (an active slot's position that is not
+            // published, say) but nothing published did: nothing to write.
+            (w.seen, w.made_at) = (seen, made_at);
+            return;
+        }
+        let value = crate::dcs::encode_status(optime, slots.as_deref());
+        let deadline = self.deadline(self.core.timing().retry_timeout);
+        let me = self.cfg.name.clone();
+        if let Some((etcd, rt)) = self.connect(deadline) {
+            match etcd.guarded_put(rt, "status", &value, &me, epoch, deadline) {
+                Ok(true) => {
+                    self.status_written = Some(StatusWritten {
+                        epoch,
+                        optime,
+                        slots,
+                        seen,
+                        made_at,
+                        at: now,
+                    })
+                }
+                // Leadership is lost: fence in the very next step, as for every
+                // refused guarded write.
+                Ok(false) => self.pending.guard_refused = Some("the status key write".into()),
+                Err(e) => debug!("status key: {e}"),
+            }
+        }
+    }
+
+    /// `Action::CopySlots`: keep this replica's copies of the slots the leader
+    /// publishes (`pg::slots::plan_copies`). Nothing while the leader publishes
+    /// no list (an older agent, or one whose upkeep has not run): the slots here
+    /// are left alone. Inputs unchanged since the last run (and younger than the
+    /// leader's recheck) are no work; advances alone wait
+    /// [`SLOT_POSITIONS_EVERY`] after the last run that changed something.
+    pub(super) fn copy_slots(&mut self, copies: bool, obs: &Observation) {
+        let Ok(view) = &obs.cluster else {
+            return;
+        };
+        let Some(published) = &view.status_slots else {
+            return;
+        };
+        let now = clock::now();
+        let seen = self.pg.slots_seen();
+        let ignore = &self.cfg.dynamic.ignore_slots;
+        let last = self.slot_copies.as_ref();
+        if let Some(r) = last
+            && r.copies == copies
+            && r.seen.as_deref() == seen
+            && r.published == *published
+            && r.ignore == *ignore
+            && now.since(r.at) < super::SLOTS_RECHECK
+        {
+            return;
+        }
+        let w = pgslots::plan_copies(
+            &pgslots::parse_local(seen),
+            published,
+            &pg::slot_name(&self.cfg.name),
+            copies,
+            ignore,
+            obs.pg.report.replay_lsn,
+        );
+        let worked_at = last.and_then(|r| r.worked_at);
+        let deferred = !w.changes_set()
+            && !w.advances.is_empty()
+            && worked_at.is_some_and(|t| now.since(t) < SLOT_POSITIONS_EVERY);
+        if deferred {
+            // Not recorded: the next loop plans again, and runs once it is time.
+            return;
+        }
+        let mut run = CopyRun {
+            copies,
+            seen: seen.map(str::to_string),
+            published: published.clone(),
+            ignore: ignore.clone(),
+            at: now,
+            worked_at,
+            error: last.and_then(|r| r.error.clone()),
+        };
+        if !w.is_empty() {
+            run.worked_at = Some(now);
+            match self
+                .pg
+                .copy_slots(&w, self.deadline(Duration::from_secs(1)))
+            {
+                Ok(()) => {
+                    run.error = None;
+                    if w.changes_set() {
+                        info!(
+                            "slot copies of the leader's slots: dropped {:?}, made {:?}",
+                            w.drops, w.creates
+                        );
+                    }
+                    if !w.advances.is_empty() {
+                        debug!("slot copies advanced: {:?}", w.advances);
+                    }
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    // Said once per distinct error: under write load the inputs
+                    // change every loop, and so would the line.
+                    if run.error.as_deref() != Some(e.as_str()) {
+                        warn!("slot copies: {e}");
+                    } else {
+                        debug!("slot copies: {e}");
+                    }
+                    run.error = Some(e);
+                }
+            }
+        }
+        self.slot_copies = Some(run);
+    }
+}

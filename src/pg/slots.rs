@@ -1,0 +1,256 @@
+//! Replication slots beyond the leader's own upkeep: what the probe saw of the
+//! local physical slots, which of them the leader publishes in the `status` key,
+//! and the copies a replica keeps of them ahead of a failover.
+//!
+//! Owns: the pure parts (parsing the probe's slot column, choosing what to
+//! publish, planning a replica's drops, creates and advances). The SQL runs in
+//! [`super::PgCtl::copy_slots`].
+//!
+//! Must never: plan a change to an active slot (a consumer is streaming from it),
+//! move a slot backwards (PostgreSQL refuses, and a copy behind its consumer only
+//! keeps more WAL, never less), or advance a copy past this replica's replay
+//! position (WAL it has not replayed is not known to be on this timeline).
+
+use crate::config::IgnoreSlot;
+use crate::core::model::{Lsn, parse_lsn};
+
+/// One physical, non-temporary slot of the local server, as the probe saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalSlot {
+    pub name: String,
+    /// `None`: the slot reserves no WAL (made without `immediately_reserve` and
+    /// never used): it cannot be advanced.
+    pub restart_lsn: Option<Lsn>,
+    pub active: bool,
+    /// `wal_status` is `lost`: PostgreSQL invalidated it (`max_slot_wal_keep_size`).
+    pub lost: bool,
+}
+
+/// The probe's column: `[[name, restart_lsn, active, wal_status], ...]` as JSON,
+/// or `None` (SQL NULL: no physical slot). Rows that do not have that shape are
+/// skipped (the column is our own query's; nothing else writes it).
+pub fn parse_local(text: Option<&str>) -> Vec<LocalSlot> {
+    let Some(t) = text else {
+        return Vec::new();
+    };
+    let Ok(serde_json::Value::Array(rows)) = serde_json::from_str::<serde_json::Value>(t) else {
+        return Vec::new();
+    };
+    rows.iter()
+        .filter_map(|r| {
+            let r = r.as_array()?;
+            Some(LocalSlot {
+                name: r.first()?.as_str()?.to_string(),
+                restart_lsn: r.get(1).and_then(|l| l.as_str()).and_then(parse_lsn),
+                active: r.get(2)?.as_bool()?,
+                lost: r.get(3).and_then(|w| w.as_str()) == Some("lost"),
+            })
+        })
+        .collect()
+}
+
+/// What the leader publishes: the restart positions of the local slots it keeps
+/// (`keep`: the member and permanent slot names of its last upkeep), sorted by
+/// name. A kept slot that reserves no WAL, or that PostgreSQL invalidated, is left
+/// out: a copy of it would hold nothing a consumer can use.
+pub fn published(local: &[LocalSlot], keep: &[String]) -> Vec<(String, Lsn)> {
+    let mut out: Vec<(String, Lsn)> = local
+        .iter()
+        .filter(|s| !s.lost && keep.contains(&s.name))
+        .filter_map(|s| Some((s.name.clone(), s.restart_lsn?)))
+        .collect();
+    out.sort();
+    out
+}
+
+/// A replica's work on its copies, in the order it runs: drops, creates, advances.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CopyWork {
+    pub drops: Vec<String>,
+    pub creates: Vec<String>,
+    /// Slot and the position to advance it to.
+    pub advances: Vec<(String, Lsn)>,
+}
+
+impl CopyWork {
+    pub fn is_empty(&self) -> bool {
+        self.drops.is_empty() && self.creates.is_empty() && self.advances.is_empty()
+    }
+
+    /// Drops or creates: the set of slots changes (run at once; advances alone
+    /// may wait, a copy behind its consumer only keeps more WAL).
+    pub fn changes_set(&self) -> bool {
+        !self.drops.is_empty() || !self.creates.is_empty()
+    }
+}
+
+/// Plan a replica's copies of the leader's published slots (Patroni keeps the
+/// same copies): each published slot but this node's own (`mine`) is made here,
+/// and advanced to the leader's position, never past `replay` (this replica's
+/// replay position; `None`: unknown, no advance). With `copies` false (a node
+/// tagged `nofailover`, which never leads) nothing is wanted. Inactive physical
+/// slots that are neither wanted nor matched by `ignore` are dropped, as the
+/// leader drops them; a wanted copy that is invalidated, or reserves no WAL, is
+/// made anew. Active slots are never touched.
+pub fn plan_copies(
+    local: &[LocalSlot],
+    published: &[(String, Lsn)],
+    mine: &str,
+    copies: bool,
+    ignore: &[IgnoreSlot],
+    replay: Option<Lsn>,
+) -> CopyWork {
+    let wanted = |name: &str| copies && name != mine && published.iter().any(|(n, _)| n == name);
+    let mut w = CopyWork::default();
+    for s in local.iter().filter(|s| !s.active) {
+        if !wanted(&s.name) {
+            if !ignore.iter().any(|i| i.matches_physical(&s.name)) {
+                w.drops.push(s.name.clone());
+            }
+            continue;
+        }
+        let Some(restart) = s.restart_lsn.filter(|_| !s.lost) else {
+            // INVARIANT: a copy is kept only while it reserves WAL that is still
+            // there; otherwise it would promise a consumer WAL it cannot give.
+            w.drops.push(s.name.clone());
+            w.creates.push(s.name.clone());
+            continue;
+        };
+        let target = published
+            .iter()
+            .find(|(n, _)| *n == s.name)
+            .map(|(_, l)| *l)
+            .zip(replay)
+            .map(|(l, r)| l.min(r));
+        if let Some(t) = target
+            && t > restart
+        {
+            w.advances.push((s.name.clone(), t));
+        }
+    }
+    if copies {
+        for (name, _) in published {
+            if name != mine && !local.iter().any(|s| s.name == *name) {
+                w.creates.push(name.clone());
+            }
+        }
+    }
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(name: &str, restart: Option<Lsn>, active: bool, lost: bool) -> LocalSlot {
+        LocalSlot {
+            name: name.into(),
+            restart_lsn: restart,
+            active,
+            lost,
+        }
+    }
+
+    fn names(l: &[&str]) -> Vec<String> {
+        l.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_probe_column_parses_and_garbage_is_nothing() {
+        let t = r#"[["barman","0/3000060",false,"reserved"],["pg2",null,true,null],["pg3","1/0",false,"lost"],[1,2]]"#;
+        assert_eq!(
+            parse_local(Some(t)),
+            vec![
+                slot("barman", Some(0x300_0060), false, false),
+                slot("pg2", None, true, false),
+                slot("pg3", Some(0x1_0000_0000), false, true),
+            ]
+        );
+        assert_eq!(parse_local(None), Vec::new());
+        assert_eq!(parse_local(Some("not json")), Vec::new());
+    }
+
+    #[test]
+    fn the_leader_publishes_only_what_it_keeps_and_can_be_copied() {
+        let local = vec![
+            slot("pg3", Some(30), true, false),
+            slot("barman", Some(10), false, false),
+            slot("keepme", Some(5), false, false),
+            slot("pg2", None, false, false),
+            slot("old", Some(1), false, true),
+        ];
+        let keep = names(&["barman", "pg2", "pg3", "old"]);
+        assert_eq!(
+            published(&local, &keep),
+            vec![("barman".to_string(), 10), ("pg3".to_string(), 30)],
+            "an operator's slot is not published, nor one without WAL or invalidated"
+        );
+    }
+
+    #[test]
+    fn a_replica_copies_advances_up_to_replay_and_drops_the_rest() {
+        let published = vec![
+            ("barman".to_string(), 500),
+            ("pg1".to_string(), 900),
+            ("pg2".to_string(), 800),
+        ];
+        let local = vec![
+            slot("barman", Some(100), false, false),
+            slot("stray", Some(1), false, false),
+            slot("keepme", Some(1), false, false),
+            slot("streaming", Some(1), true, false),
+        ];
+        let ignore = vec![IgnoreSlot {
+            name: Some("keepme".into()),
+            kind: None,
+            database: None,
+            plugin: None,
+        }];
+        // I am pg2: my own slot is never made here.
+        let w = plan_copies(&local, &published, "pg2", true, &ignore, Some(700));
+        assert_eq!(w.drops, names(&["stray"]), "ignored and active slots stay");
+        assert_eq!(w.creates, names(&["pg1"]));
+        assert_eq!(w.advances, vec![("barman".to_string(), 500)]);
+        assert!(w.changes_set());
+
+        // Advanced no further than this replica replayed; not at all when unknown.
+        let w = plan_copies(&local[..1], &published, "pg2", true, &[], Some(300));
+        assert_eq!(w.advances, vec![("barman".to_string(), 300)]);
+        let w = plan_copies(&local[..1], &published, "pg2", true, &[], None);
+        assert!(w.advances.is_empty());
+        // Never backwards: the leader's position behind the copy's is no work.
+        let ahead = vec![slot("barman", Some(600), false, false)];
+        let w = plan_copies(&ahead, &published[..1], "pg2", true, &[], Some(700));
+        assert!(w.is_empty(), "{w:?}");
+    }
+
+    #[test]
+    fn an_invalidated_or_unreserved_copy_is_made_anew() {
+        let published = vec![("barman".to_string(), 500), ("pg1".to_string(), 500)];
+        let local = vec![
+            slot("barman", Some(100), false, true),
+            slot("pg1", None, false, false),
+        ];
+        let w = plan_copies(&local, &published, "pg2", true, &[], Some(700));
+        assert_eq!(w.drops, names(&["barman", "pg1"]));
+        assert_eq!(w.creates, names(&["barman", "pg1"]));
+        assert!(w.advances.is_empty(), "advanced once made, on the next run");
+    }
+
+    #[test]
+    fn nofailover_keeps_no_copies_and_a_slot_named_like_me_is_not_mine_to_copy() {
+        let published = vec![("barman".to_string(), 500), ("pg2".to_string(), 500)];
+        let local = vec![
+            slot("barman", Some(100), false, false),
+            slot("pg2", Some(100), false, false),
+        ];
+        let w = plan_copies(&local, &published, "pg2", false, &[], Some(700));
+        assert_eq!(w.drops, names(&["barman", "pg2"]));
+        assert!(w.creates.is_empty() && w.advances.is_empty());
+        // A copy named like this node (left from a time it was someone else's
+        // replica target, say) is not wanted: nothing here would read it.
+        let w = plan_copies(&local, &published, "pg2", true, &[], Some(700));
+        assert_eq!(w.drops, names(&["pg2"]));
+        assert_eq!(w.advances, vec![("barman".to_string(), 500)]);
+    }
+}
