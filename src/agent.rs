@@ -127,6 +127,10 @@ struct SlotsMade {
     members: Vec<String>,
     permanent: Vec<String>,
     ignore: Vec<crate::config::IgnoreSlot>,
+    /// Departed members' slots kept (`member_slots_ttl`), and when the first of
+    /// them expires: the upkeep runs again then.
+    retained: Vec<String>,
+    retained_until: Option<crate::core::time::Instant>,
 }
 
 struct Agent {
@@ -184,6 +188,8 @@ struct Agent {
     status_written: Option<slots::StatusWritten>,
     /// A replica's last slot copy run (`slots::CopyRun`).
     slot_copies: Option<slots::CopyRun>,
+    /// Departed members' slots the leader keeps (`member_slots_ttl`).
+    retention: crate::pg::slots::Retention,
     last_reason: String,
     /// Which iterations' reasons go to the log (`steadylog`).
     steady_log: steadylog::SteadyLog,
@@ -402,6 +408,7 @@ impl Agent {
             status,
             status_written: None,
             slot_copies: None,
+            retention: Default::default(),
             last_reason: String::new(),
             steady_log: steadylog::SteadyLog::default(),
             shutdown: false,
@@ -1910,36 +1917,7 @@ impl Agent {
                     }
                 }
                 Action::SyncSlots { members } => {
-                    let pm = self.pg.postmaster_pid().unwrap_or(0);
-                    let (permanent, ignore) =
-                        (&self.cfg.dynamic.slots, &self.cfg.dynamic.ignore_slots);
-                    let now = clock::now();
-                    if self.slots.as_ref().is_none_or(|d| {
-                        d.postmaster != pm
-                            || d.members != members
-                            || d.permanent != *permanent
-                            || d.ignore != *ignore
-                            || now.since(d.at) >= SLOTS_RECHECK
-                    }) {
-                        let (permanent, ignore) = (permanent.clone(), ignore.clone());
-                        match self.pg.sync_slots(
-                            &members,
-                            &permanent,
-                            &ignore,
-                            self.deadline(Duration::from_secs(1)),
-                        ) {
-                            Ok(()) => {
-                                self.slots = Some(SlotsMade {
-                                    at: now,
-                                    postmaster: pm,
-                                    members,
-                                    permanent,
-                                    ignore,
-                                })
-                            }
-                            Err(e) => warn!("replication slots: {e}"),
-                        }
-                    }
+                    self.sync_slots(members, obs);
                     if self.applied_config.is_none() {
                         self.seed_config(deadline);
                     }

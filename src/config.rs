@@ -77,6 +77,65 @@ pub struct DynamicConfig {
     /// Permanent logical slots the `config` key names (Patroni's): not managed by
     /// tenure, which never touches logical slots; the agent says so once.
     pub logical_slots: Vec<String>,
+    /// `member_slots_ttl` (Patroni 4's): how long the leader keeps the slot of a
+    /// member whose key went away (a replica's host rebooting), so it can stream
+    /// again from where it stopped. Zero: dropped at once. Default 30 min.
+    pub member_slots_ttl: Duration,
+}
+
+/// `member_slots_ttl`'s default, Patroni's.
+pub const MEMBER_SLOTS_TTL: Duration = Duration::from_secs(30 * 60);
+/// The longest `member_slots_ttl` accepted: a larger value is most likely a
+/// typo (a slot kept that long holds WAL up to `max_slot_wal_keep_size`).
+pub const MAX_MEMBER_SLOTS_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// `member_slots_ttl` as Patroni takes it: a number of seconds (`0`: off), or a
+/// string with PostgreSQL's time units (`"30min"`, `"2h"`, `"90s"`, `"1d"`; a bare
+/// number is seconds). `Err` names what is wrong.
+pub fn parse_retention(v: &serde_json::Value) -> Result<Duration, String> {
+    use serde_json::Value;
+    let secs = match v {
+        Value::Number(n) => n.as_f64().ok_or("not a usable number")?,
+        Value::String(s) => {
+            let t = s.trim();
+            let split = t
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .unwrap_or(t.len());
+            let (num, unit) = (t[..split].trim(), t[split..].trim());
+            let x: f64 = num.parse().map_err(|_| {
+                format!("expected a number of seconds or a time such as \"30min\", found {s:?}")
+            })?;
+            let scale = match unit {
+                "" | "s" => 1.0,
+                "ms" => 0.001,
+                "min" => 60.0,
+                "h" => 3600.0,
+                "d" => 86_400.0,
+                other => {
+                    return Err(format!(
+                        "unknown time unit {other:?} in {s:?} (ms, s, min, h or d)"
+                    ));
+                }
+            };
+            x * scale
+        }
+        other => {
+            return Err(format!(
+                "expected a number of seconds or a time such as \"30min\", found {}",
+                json_kind(other)
+            ));
+        }
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("must be 0 or more seconds, found {secs}"));
+    }
+    if secs > MAX_MEMBER_SLOTS_TTL.as_secs_f64() {
+        return Err(format!(
+            "must be at most {} seconds (30 days), found {secs}",
+            MAX_MEMBER_SLOTS_TTL.as_secs()
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 /// One `ignore_slots` entry: a slot matches when every field given equals the
@@ -1733,6 +1792,7 @@ impl Config {
             "pause",
             "slots",
             "ignore_slots",
+            "member_slots_ttl",
         ])?;
         // `slots` and `ignore_slots` take the config key's JSON form, written as
         // TOML tables (`[dynamic.slots.barman]`, `[[dynamic.ignore_slots]]`): one
@@ -1753,6 +1813,10 @@ impl Config {
         }
         let ignore_slots =
             parse_ignore_slots(&as_json("ignore_slots")?).map_err(|p| root.err("dynamic", p))?;
+        let member_slots_ttl = match as_json("member_slots_ttl")? {
+            serde_json::Value::Null => MEMBER_SLOTS_TTL,
+            v => parse_retention(&v).map_err(|p| dy.err("member_slots_ttl", p))?,
+        };
         let dynamic = DynamicConfig {
             maximum_lag_on_failover: dy.bytes("maximum_lag_on_failover")?.unwrap_or(1_048_576),
             primary_start_timeout: dy
@@ -1765,6 +1829,7 @@ impl Config {
             slots,
             ignore_slots,
             logical_slots,
+            member_slots_ttl,
         };
 
         // [tags]
@@ -2221,6 +2286,7 @@ impl Config {
             "synchronous_mode": self.dynamic.synchronous_mode,
             "synchronous_mode_strict": self.dynamic.synchronous_mode_strict,
             "synchronous_node_count": self.dynamic.synchronous_node_count,
+            "member_slots_ttl": secs_json(self.dynamic.member_slots_ttl),
         });
         // Patroni stores `pause` only while paused (resuming deletes it).
         if self.dynamic.pause
@@ -2373,6 +2439,12 @@ impl Config {
         if let Some(x) = num("synchronous_node_count")? {
             d.synchronous_node_count = sync_node_count(x)
                 .map_err(|p| format!("config key: synchronous_node_count: {p}"))?;
+        }
+        // Absent keeps ours (a key Patroni seeded without it means its default,
+        // which is ours too).
+        if let Some(v) = obj.get("member_slots_ttl").filter(|v| !v.is_null()) {
+            d.member_slots_ttl =
+                parse_retention(v).map_err(|p| format!("config key: member_slots_ttl: {p}"))?;
         }
         // Booleans; absent keeps ours. Patroni 3's `"quorum"` is not supported:
         // refuse it by name rather than run a weaker mode than the operator asked.

@@ -818,3 +818,126 @@ fn real_slot_copies_keep_a_consumer_s_position_through_a_failover() {
         .ok();
     assert_eq!(active.as_deref(), Some("true"), "{}", c.logs_tail(30));
 }
+
+/// `member_slots_ttl`: the slot of a member whose key went away (its host
+/// crashed) is kept that long, then dropped; the next leader keeps the slots the
+/// last one listed in `retain_slots` (the crashed old leader's among them), so
+/// the old leader streams through its own slot when it comes back.
+#[test]
+fn real_departed_members_slots_are_kept_for_member_slots_ttl() {
+    let mut c = start(options("sw", "retain"));
+    let p = settled(&mut c);
+    ready(&c, p);
+    // Seeded at the default (30 min, Patroni's); set to 12 s in the config key.
+    let config = c.get_kv("config").expect("config key").value;
+    let mut v: Value = serde_json::from_str(&config).expect("config JSON");
+    assert_eq!(v["member_slots_ttl"], 1800, "{config}");
+    v["member_slots_ttl"] = "12s".into();
+    etcdkv::put(
+        &c.endpoints(),
+        &format!("{}config", c.prefix()),
+        &v.to_string(),
+        Duration::from_secs(5),
+    )
+    .expect("put config");
+    wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        c.agent_log(p)
+            .contains(r#""member_slots_ttl":"12s""#)
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("the leader never applied it{}", c.logs_tail(20)));
+    let r = some_replica(&c, p);
+    let o = (0..c.node_count())
+        .find(|&i| i != p && i != r)
+        .expect("three");
+    let slot_of = |i: usize| tenure::pg::slot_name(c.name(i));
+    let (r_slot, p_slot) = (slot_of(r), slot_of(p));
+    let has = |c: &TestCluster, i: usize, slot: &str| -> Option<bool> {
+        c.sql_one(
+            i,
+            &format!("SELECT count(*)::text FROM pg_replication_slots WHERE slot_name = '{slot}'"),
+        )
+        .ok()
+        .map(|n| n == "1")
+    };
+    let retained = |c: &TestCluster| -> Vec<String> {
+        c.get_kv("status")
+            .and_then(|k| serde_json::from_str::<Value>(&k.value).ok())
+            .and_then(|v| {
+                v["retain_slots"].as_array().map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(str::to_string))
+                        .collect()
+                })
+            })
+            .unwrap_or_default()
+    };
+
+    c.host_crash(r).expect("host crash");
+    let member_key = format!("members/{}", c.name(r));
+    wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
+        c.get_kv(&member_key).is_none().then_some(())
+    })
+    .unwrap_or_else(|| panic!("{}'s member key never went away", c.name(r)));
+    // Gone from the members, kept on the leader (and published, so the other
+    // replica keeps a copy), then dropped once member_slots_ttl has passed. The
+    // line is logged after the upkeep that found the member gone ran.
+    let noticed = format!(r#"keeping the slots of departed members ["{r_slot}"]"#);
+    wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        c.agent_log(p).contains(&noticed).then_some(())
+    })
+    .unwrap_or_else(|| panic!("the leader never kept {r_slot}{}", c.logs_tail(20)));
+    assert_eq!(
+        has(&c, p, &r_slot),
+        Some(true),
+        "the leader dropped {r_slot} with the member key{}",
+        c.logs_tail(20)
+    );
+    assert_eq!(has(&c, o, &r_slot), Some(true), "no copy on {}", c.name(o));
+    wait_for(Duration::from_secs(60), Duration::from_millis(200), || {
+        (!has(&c, p, &r_slot)?).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{r_slot} kept past member_slots_ttl{}", c.logs_tail(20)));
+    wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
+        (!has(&c, o, &r_slot)?).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{}'s copy of {r_slot} kept", c.name(o)));
+
+    // The leader's host crashes: the new leader makes the old leader's slot as it
+    // takes over (the last `retain_slots` named it), before the old leader is
+    // back; the old leader then streams through it.
+    assert!(retained(&c).contains(&p_slot), "{:?}", retained(&c));
+    c.host_crash(p).expect("host crash");
+    let np = c
+        .wait_new_primary(p, FAILOVER)
+        .unwrap_or_else(|| panic!("no failover{}", c.logs_tail(40)));
+    assert_eq!(np, o, "the only replica left takes over");
+    wait_for(Duration::from_secs(20), Duration::from_millis(100), || {
+        has(&c, np, &p_slot)?.then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{} has no slot for {}{}",
+            c.name(np),
+            c.name(p),
+            c.logs_tail(30)
+        )
+    });
+    c.start_agent(p).unwrap_or_else(|e| panic!("{e}"));
+    wait_for(REJOIN, Duration::from_millis(200), || {
+        (c.sql_one(
+            np,
+            &format!("SELECT active::text FROM pg_replication_slots WHERE slot_name = '{p_slot}'"),
+        )
+        .ok()?
+            == "true")
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{} never streamed through its slot{}",
+            c.name(p),
+            c.logs_tail(30)
+        )
+    });
+}

@@ -33,6 +33,7 @@ pub(super) struct StatusWritten {
     epoch: Epoch,
     optime: Lsn,
     slots: Option<Vec<(String, Lsn)>>,
+    retain: Option<Vec<String>>,
     /// Its inputs, compared before anything is parsed: the probe's slot column
     /// and the slot upkeep it was published from (`SlotsMade::at`).
     seen: Option<String>,
@@ -54,6 +55,78 @@ pub(super) struct CopyRun {
 }
 
 impl Agent {
+    /// `Action::SyncSlots`: the leader's slot upkeep (`PgCtl::sync_slots`): one
+    /// slot per other member, the permanent ones, and departed members' for
+    /// `member_slots_ttl` ([`pgslots::Retention`]). Run again when an input
+    /// changed, a kept slot's time ran out, or [`super::SLOTS_RECHECK`] passed.
+    pub(super) fn sync_slots(&mut self, members: Vec<String>, obs: &Observation) {
+        let Some(epoch) = self.core.leadership().map(|l| l.epoch) else {
+            return;
+        };
+        let pm = self.pg.postmaster_pid().unwrap_or(0);
+        let now = clock::now();
+        let mine = pg::slot_name(&self.cfg.name);
+        let current: Vec<String> = members.iter().map(|m| pg::slot_name(m)).collect();
+        let published = obs
+            .cluster
+            .as_ref()
+            .ok()
+            .and_then(|v| v.status_retain_slots.as_deref());
+        let (retained, retained_until) = self.retention.update(
+            now,
+            epoch,
+            &current,
+            published,
+            &mine,
+            self.cfg.dynamic.member_slots_ttl,
+        );
+        let (permanent, ignore) = (&self.cfg.dynamic.slots, &self.cfg.dynamic.ignore_slots);
+        if self.slots.as_ref().is_some_and(|d| {
+            d.postmaster == pm
+                && d.members == members
+                && d.permanent == *permanent
+                && d.ignore == *ignore
+                && d.retained == retained
+                && d.retained_until.is_none_or(|t| now < t)
+                && now.since(d.at) < super::SLOTS_RECHECK
+        }) {
+            return;
+        }
+        let (permanent, ignore) = (permanent.clone(), ignore.clone());
+        let mut wanted = permanent.clone();
+        wanted.extend(retained.iter().cloned());
+        wanted.sort();
+        wanted.dedup();
+        match self.pg.sync_slots(
+            &members,
+            &wanted,
+            &ignore,
+            self.deadline(Duration::from_secs(1)),
+        ) {
+            Ok(()) => {
+                if self.slots.as_ref().is_none_or(|d| d.retained != retained)
+                    && !retained.is_empty()
+                {
+                    info!(
+                        "keeping the slots of departed members {retained:?} \
+                         (member_slots_ttl {} s)",
+                        self.cfg.dynamic.member_slots_ttl.as_secs()
+                    );
+                }
+                self.slots = Some(super::SlotsMade {
+                    at: now,
+                    postmaster: pm,
+                    members,
+                    permanent,
+                    ignore,
+                    retained,
+                    retained_until,
+                })
+            }
+            Err(e) => warn!("replication slots: {e}"),
+        }
+    }
+
     /// Patroni's `status` key (`{"optime": N, "slots": {...}}`, DESIGN §4): the
     /// leader's WAL position, which replicas' `?lag=` checks and `patronictl list`
     /// measure lag against, and the restart positions of the member and permanent
@@ -80,29 +153,45 @@ impl Agent {
         {
             return;
         }
+        let mine = pg::slot_name(&self.cfg.name);
         let slots = self.slots.as_ref().map(|made| {
-            let mine = pg::slot_name(&self.cfg.name);
             let keep: Vec<String> = made
                 .members
                 .iter()
                 .map(|m| pg::slot_name(m))
                 .chain(made.permanent.iter().cloned())
+                .chain(made.retained.iter().cloned())
                 .filter(|s| *s != mine)
                 .collect();
             pgslots::published(&pgslots::parse_local(seen), &keep)
+        });
+        // Every member slot this leadership keeps, its own among them: the next
+        // leader keeps them for `member_slots_ttl` (this node's, for its rejoin).
+        let retain = self.slots.as_ref().map(|made| {
+            let mut r: Vec<String> = made
+                .members
+                .iter()
+                .map(|m| pg::slot_name(m))
+                .chain(made.retained.iter().cloned())
+                .chain(std::iter::once(mine.clone()))
+                .collect();
+            r.sort();
+            r.dedup();
+            r
         });
         let seen = seen.map(str::to_string);
         if let Some(w) = &mut self.status_written
             && w.epoch == epoch
             && w.optime == optime
             && w.slots == slots
+            && w.retain == retain
         {
             // The slots' text moved (an active slot's position that is not
             // published, say) but nothing published did: nothing to write.
             (w.seen, w.made_at) = (seen, made_at);
             return;
         }
-        let value = crate::dcs::encode_status(optime, slots.as_deref());
+        let value = crate::dcs::encode_status(optime, slots.as_deref(), retain.as_deref());
         let deadline = self.deadline(self.core.timing().retry_timeout);
         let me = self.cfg.name.clone();
         if let Some((etcd, rt)) = self.connect(deadline) {
@@ -112,6 +201,7 @@ impl Agent {
                         epoch,
                         optime,
                         slots,
+                        retain,
                         seen,
                         made_at,
                         at: now,

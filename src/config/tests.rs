@@ -1228,6 +1228,63 @@ fn synchronous_node_count_from_the_file_and_the_config_key() {
 }
 
 #[test]
+fn member_slots_ttl_from_the_file_and_the_config_key_in_patroni_s_forms() {
+    let with = |v: &str| format!("{GOOD}\n[dynamic]\nmember_slots_ttl = {v}\n");
+    let c = parse(GOOD).expect("good");
+    assert_eq!(
+        c.dynamic.member_slots_ttl,
+        Duration::from_secs(1800),
+        "default"
+    );
+    for (v, secs) in [
+        ("0", 0.0),
+        ("600", 600.0),
+        ("\"30min\"", 1800.0),
+        ("\"2h\"", 7200.0),
+        ("\"90 s\"", 90.0),
+        ("\"1d\"", 86_400.0),
+        ("\"1500ms\"", 1.5),
+        ("\"45\"", 45.0),
+    ] {
+        let got = parse(&with(v)).unwrap_or_else(|e| panic!("{v}: {e}"));
+        assert_eq!(got.dynamic.member_slots_ttl.as_secs_f64(), secs, "{v}");
+    }
+    for (v, says) in [
+        ("-1", "0 or more seconds"),
+        ("\"10 weeks\"", "unknown time unit \"weeks\""),
+        ("\"min\"", "a time such as"),
+        ("true", "found a boolean"),
+        ("\"31d\"", "at most 2592000 seconds"),
+    ] {
+        let e = err(&with(v));
+        assert!(
+            e.contains("dynamic.member_slots_ttl") && e.contains(says),
+            "{v}: {e}"
+        );
+    }
+    // Seeded into the key as seconds (Patroni reads a number of seconds), merged
+    // back in either form; absent keeps ours.
+    let v: serde_json::Value = serde_json::from_str(&c.dynamic_json()).expect("json");
+    assert_eq!(v["member_slots_ttl"], 1800);
+    let (_, d) = c
+        .apply_dynamic(r#"{"member_slots_ttl": "10min"}"#)
+        .expect("valid");
+    assert_eq!(d.member_slots_ttl, Duration::from_secs(600));
+    let (_, d) = c
+        .apply_dynamic(r#"{"member_slots_ttl": 0}"#)
+        .expect("valid");
+    assert_eq!(d.member_slots_ttl, Duration::ZERO);
+    let (_, d) = c.apply_dynamic(r#"{"ttl": 30}"#).expect("valid");
+    assert_eq!(d.member_slots_ttl, Duration::from_secs(1800));
+    for bad in [r#""soon""#, r#"-5"#, r#"[1]"#] {
+        let e = c
+            .apply_dynamic(&format!(r#"{{"member_slots_ttl": {bad}}}"#))
+            .unwrap_err();
+        assert!(e.contains("config key: member_slots_ttl"), "{bad}: {e}");
+    }
+}
+
+#[test]
 fn permanent_and_ignored_slots_from_the_file_and_the_config_key() {
     let c = parse(&format!(
         "{GOOD}\n[dynamic.slots.barman]\ntype = \"physical\"\n[dynamic.slots.wal_2]\n\

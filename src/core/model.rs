@@ -291,6 +291,10 @@ pub struct ClusterView {
     /// (`None`: not published, or garbage the shell logged; replicas then leave
     /// their slots alone). Informational for the core, like `status_optime`.
     pub status_slots: Option<Vec<(String, Lsn)>>,
+    /// The `status` key's `retain_slots`: the member slots the leader keeps,
+    /// departed members' among them (`member_slots_ttl`); a new leader keeps them
+    /// too. Informational for the core.
+    pub status_retain_slots: Option<Vec<String>>,
     /// The `failover` key (Patroni's switchover / manual failover request).
     pub failover: Option<FailoverRequest>,
     /// The `release` key: the marker of the last planned hand-over (DESIGN §1 step 4);

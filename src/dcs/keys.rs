@@ -614,18 +614,26 @@ pub fn append_history_value(old: Option<&[u8]>, entry: &HistoryEntry) -> (String
 }
 
 /// The `status` key the leader writes (Patroni's form, DESIGN §4): `{"optime": N}`,
-/// and with `slots` the restart positions of the physical slots it keeps
-/// (`{"pg2": N, "barman": N}`, Patroni's field), which replicas copy ahead of a
-/// failover. `None`: no `slots` field, and replicas leave their slots alone.
-pub fn encode_status(optime: Lsn, slots: Option<&[(String, Lsn)]>) -> String {
-    match slots {
-        None => json!({ "optime": optime }).to_string(),
-        Some(s) => {
-            let map: serde_json::Map<String, Value> =
-                s.iter().map(|(n, l)| (n.clone(), json!(l))).collect();
-            json!({ "optime": optime, "slots": map }).to_string()
-        }
+/// with `slots` the restart positions of the physical slots it keeps (`{"pg2": N,
+/// "barman": N}`), which replicas copy ahead of a failover, and `retain_slots`
+/// the member slots it keeps (its members', its own, and departed members' within
+/// `member_slots_ttl`), which the next leader keeps too: both Patroni's fields.
+/// `None`: no such field (replicas then leave their slots alone).
+pub fn encode_status(
+    optime: Lsn,
+    slots: Option<&[(String, Lsn)]>,
+    retain: Option<&[String]>,
+) -> String {
+    let mut v = json!({ "optime": optime });
+    if let Some(s) = slots {
+        let map: serde_json::Map<String, Value> =
+            s.iter().map(|(n, l)| (n.clone(), json!(l))).collect();
+        v["slots"] = Value::Object(map);
     }
+    if let Some(r) = retain {
+        v["retain_slots"] = json!(r);
+    }
+    v.to_string()
 }
 
 /// The `status` key as read: the leader's WAL position and, when it published
@@ -636,6 +644,8 @@ pub struct StatusValue {
     /// `None`: no `slots` field (an older agent, or nothing kept yet), or one that
     /// does not parse (`slots_problem` says why).
     pub slots: Option<Vec<(String, Lsn)>>,
+    /// `retain_slots`, sorted (`None`: absent, or garbage `slots_problem` names).
+    pub retain_slots: Option<Vec<String>>,
     pub slots_problem: Option<String>,
 }
 
@@ -657,18 +667,54 @@ pub fn parse_status(raw: &[u8]) -> Result<StatusValue, String> {
             .ok_or_else(|| format!("status optime: expected an integer LSN, got {}", short(o)))?,
         None => return Err(format!("status value has no optime: {}", excerpt(raw))),
     };
-    let (slots, slots_problem) = match obj.get("slots") {
+    let (slots, mut slots_problem) = match obj.get("slots") {
         None | Some(Value::Null) => (None, None),
         Some(s) => match parse_status_slots(s) {
             Ok(l) => (Some(l), None),
             Err(e) => (None, Some(e)),
         },
     };
+    let retain_slots = match obj.get("retain_slots") {
+        None | Some(Value::Null) => None,
+        Some(r) => match parse_retain_slots(r) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                slots_problem = Some(slots_problem.map_or(e.clone(), |p| format!("{p}; {e}")));
+                None
+            }
+        },
+    };
     Ok(StatusValue {
         optime,
         slots,
+        retain_slots,
         slots_problem,
     })
+}
+
+/// `["pg1", "pg2", ...]`: every name one PostgreSQL accepts.
+fn parse_retain_slots(v: &Value) -> Result<Vec<String>, String> {
+    let Some(list) = v.as_array() else {
+        return Err(format!(
+            "status retain_slots: expected a list of slot names, found {}",
+            type_name(v)
+        ));
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for n in list {
+        match n.as_str() {
+            Some(s) if crate::config::valid_slot_name(s) => out.push(s.to_string()),
+            _ => {
+                return Err(format!(
+                    "status retain_slots: {} is not a replication slot name (1 to 63 of a-z, 0-9, _)",
+                    short(n)
+                ));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
 }
 
 /// `{"<slot>": <LSN>, ...}`: every name one PostgreSQL accepts, every position an
@@ -968,18 +1014,34 @@ mod tests {
 
     #[test]
     fn status_key_round_trip_patroni_form_and_garbage() {
-        let plain = parse_status(encode_status(0x3_0000_0028, None).as_bytes()).expect("ours");
+        let plain =
+            parse_status(encode_status(0x3_0000_0028, None, None).as_bytes()).expect("ours");
         assert_eq!((plain.optime, plain.slots), (0x3_0000_0028, None));
+        assert_eq!(plain.retain_slots, None);
         let slots = vec![("barman".to_string(), 0x3_0000_0000), ("pg2".into(), 7)];
-        let with = parse_status(encode_status(9, Some(&slots)).as_bytes()).expect("ours");
+        let retain = vec!["pg1".to_string(), "pg2".into(), "pg3".into()];
+        let with =
+            parse_status(encode_status(9, Some(&slots), Some(&retain)).as_bytes()).expect("ours");
         assert_eq!((with.optime, with.slots), (9, Some(slots)));
-        let empty = parse_status(encode_status(9, Some(&[])).as_bytes()).expect("ours");
+        assert_eq!(with.retain_slots, Some(retain));
+        let empty = parse_status(encode_status(9, Some(&[]), None).as_bytes()).expect("ours");
         assert_eq!(empty.slots, Some(Vec::new()), "an empty list is a list");
         // Patroni's own value, with slots and retain_slots.
         let patroni = br#"{"optime":67108960,"slots":{"pg2":67108960},"retain_slots":["pg2"]}"#;
         let v = parse_status(patroni).expect("Patroni's");
         assert_eq!(v.optime, 67_108_960);
         assert_eq!(v.slots, Some(vec![("pg2".to_string(), 67_108_960)]));
+        assert_eq!(v.retain_slots, Some(vec!["pg2".to_string()]));
+        for (bad, what) in [
+            (&br#"{"optime":5,"retain_slots":"pg2"}"#[..], "a string"),
+            (br#"{"optime":5,"retain_slots":["pg2",3]}"#, "3 is not"),
+            (br#"{"optime":5,"retain_slots":["a-b"]}"#, "a-b"),
+        ] {
+            let v = parse_status(bad).expect("the optime is still read");
+            assert_eq!((v.optime, &v.retain_slots), (5, &None));
+            let why = v.slots_problem.expect("named");
+            assert!(why.contains("retain_slots") && why.contains(what), "{why}");
+        }
         assert_eq!(
             parse_status(br#"{"optime":"0/4000060"}"#).map(|v| v.optime),
             Ok(0x400_0060)

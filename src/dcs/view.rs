@@ -283,6 +283,7 @@ impl ViewKeeper {
                     }
                     view.status_optime = Some(s.optime);
                     view.status_slots = s.slots;
+                    view.status_retain_slots = s.retain_slots;
                 }
                 Err(why) => self.warn_once("status", &format!("{why}; ignored")),
             },
@@ -352,6 +353,7 @@ fn remove(view: &mut ClusterView, key: &[u8]) {
         b"status" => {
             view.status_optime = None;
             view.status_slots = None;
+            view.status_retain_slots = None;
         }
         b"config" => {
             view.config = None;

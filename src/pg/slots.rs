@@ -11,8 +11,11 @@
 //! keeps more WAL, never less), or advance a copy past this replica's replay
 //! position (WAL it has not replayed is not known to be on this timeline).
 
+use std::time::Duration;
+
 use crate::config::IgnoreSlot;
 use crate::core::model::{Lsn, parse_lsn};
+use crate::core::time::Instant;
 
 /// One physical, non-temporary slot of the local server, as the probe saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,6 +141,72 @@ pub fn plan_copies(
     w
 }
 
+/// The leader's memory of departed members' slots (`member_slots_ttl`, Patroni
+/// 4's rule): a member slot is kept until its member has been gone that long, so
+/// a replica whose host rebooted streams again from where it stopped instead of
+/// needing a new copy. A new leadership starts the wait afresh for every name the
+/// last leader's `retain_slots` listed: the time they were last seen is not
+/// published, so it errs on keeping WAL longer, never shorter.
+#[derive(Debug, Default)]
+pub struct Retention {
+    /// Slot name and when its member was first found gone (`None`: present at
+    /// the last update; a seeded name counts as gone from the leadership's start).
+    seen: Vec<(String, Option<Instant>)>,
+    /// The leadership (epoch) that last seeded from `retain_slots`.
+    seeded: Option<crate::core::model::Epoch>,
+}
+
+impl Retention {
+    /// Note `current` (the slot names of the members now, seen at `now`); at a
+    /// new `epoch`, seed from `published` (the `status` key's `retain_slots`,
+    /// this node's own `mine` left out); forget what has been gone `ttl` or
+    /// longer. Returns the departed slots still kept, sorted, and the instant the
+    /// first of them expires (when the leader's upkeep must run again).
+    pub fn update(
+        &mut self,
+        now: Instant,
+        epoch: crate::core::model::Epoch,
+        current: &[String],
+        published: Option<&[String]>,
+        mine: &str,
+        ttl: Duration,
+    ) -> (Vec<String>, Option<Instant>) {
+        if self.seeded != Some(epoch) {
+            self.seeded = Some(epoch);
+            for n in published.unwrap_or_default() {
+                if n != mine && !self.seen.iter().any(|(s, _)| s == n) {
+                    self.seen.push((n.clone(), Some(now)));
+                }
+            }
+        }
+        for (s, gone) in &mut self.seen {
+            if current.contains(s) {
+                *gone = None;
+            } else if gone.is_none() {
+                *gone = Some(now);
+            }
+        }
+        for c in current {
+            if !self.seen.iter().any(|(s, _)| s == c) {
+                self.seen.push((c.clone(), None));
+            }
+        }
+        self.seen
+            .retain(|(s, gone)| s != mine && gone.is_none_or(|g| now.since(g) < ttl));
+        let mut kept: Vec<String> = Vec::new();
+        let mut first: Option<Instant> = None;
+        for (s, gone) in &self.seen {
+            if let Some(g) = gone {
+                kept.push(s.clone());
+                let ends = g.add(ttl);
+                first = Some(first.map_or(ends, |f| f.min(ends)));
+            }
+        }
+        kept.sort();
+        (kept, first)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +304,65 @@ mod tests {
         assert_eq!(w.drops, names(&["barman", "pg1"]));
         assert_eq!(w.creates, names(&["barman", "pg1"]));
         assert!(w.advances.is_empty(), "advanced once made, on the next run");
+    }
+
+    #[test]
+    fn a_departed_member_s_slot_is_kept_for_member_slots_ttl() {
+        let t0 = Instant::from_nanos(1_000_000_000_000);
+        let ttl = Duration::from_secs(1800);
+        let at = |s: u64| t0.add(Duration::from_secs(s));
+        let mut r = Retention::default();
+        let both = names(&["pg2", "pg3"]);
+        assert_eq!(r.update(t0, 5, &both, None, "pg1", ttl), (Vec::new(), None));
+        // pg3's key went away at 100 s: its slot is kept until 100 + 1800 s.
+        let only2 = names(&["pg2"]);
+        assert_eq!(
+            r.update(at(100), 5, &only2, None, "pg1", ttl),
+            (names(&["pg3"]), Some(at(1900)))
+        );
+        assert_eq!(
+            r.update(at(1899), 5, &only2, None, "pg1", ttl).0,
+            names(&["pg3"])
+        );
+        assert_eq!(
+            r.update(at(1900), 5, &only2, None, "pg1", ttl),
+            (Vec::new(), None)
+        );
+        // Back before the end: seen again, nothing departed.
+        let mut r = Retention::default();
+        r.update(t0, 5, &both, None, "pg1", ttl);
+        r.update(at(10), 5, &only2, None, "pg1", ttl);
+        assert_eq!(
+            r.update(at(20), 5, &both, None, "pg1", ttl),
+            (Vec::new(), None)
+        );
+        // Zero: dropped at once.
+        let mut r = Retention::default();
+        r.update(t0, 5, &both, None, "pg1", Duration::ZERO);
+        assert_eq!(
+            r.update(at(1), 5, &only2, None, "pg1", Duration::ZERO).0,
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_new_leadership_keeps_what_the_last_one_retained_for_a_full_ttl() {
+        let t0 = Instant::from_nanos(1_000_000_000_000);
+        let ttl = Duration::from_secs(60);
+        let mut r = Retention::default();
+        // The last leader (pg1) kept pg1, pg2, pg3 and old; pg2 leads now, pg1
+        // crashed: pg1's slot (for its rejoin) and old's are kept from now on, pg2
+        // never keeps a slot of its own.
+        let published = names(&["old", "pg1", "pg2", "pg3"]);
+        let (kept, ends) = r.update(t0, 9, &names(&["pg3"]), Some(&published), "pg2", ttl);
+        assert_eq!(kept, names(&["old", "pg1"]));
+        assert_eq!(ends, Some(t0.add(ttl)));
+        // Seeded once per leadership: a later read of the same list seeds nothing.
+        let later = t0.add(Duration::from_secs(61));
+        assert_eq!(
+            r.update(later, 9, &names(&["pg3"]), Some(&published), "pg2", ttl),
+            (Vec::new(), None)
+        );
     }
 
     #[test]
