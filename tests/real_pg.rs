@@ -8,7 +8,7 @@ use std::time::Duration;
 use tenure::clock;
 use tenure::config::PgConfig;
 use tenure::core::model::{DataDir, FenceOutcome, Job, JobKind, PgRole, PgStatus};
-use tenure::pg::slots::{parse_local, plan_copies, published};
+use tenure::pg::slots::{CopyWork, parse_local, plan_copies, published};
 use tenure::pg::{ConnTarget, PgCtl, conn_url};
 use tenure::testbed;
 
@@ -462,9 +462,12 @@ fn bootstrap_replicate_fence_promote_rewind() {
     };
     let w = plan2(&mut g.nodes[1], &lead);
     assert_eq!(w.creates, vec!["barman", "n3"], "{w:?}");
-    g.nodes[1]
-        .copy_slots(&w, clock::now().add(secs(2)))
-        .unwrap();
+    assert_eq!(
+        g.nodes[1]
+            .copy_slots(&w, clock::now().add(secs(2)))
+            .unwrap(),
+        Default::default()
+    );
     let w = plan2(&mut g.nodes[1], &lead);
     assert!(w.creates.is_empty() && w.drops.is_empty(), "{w:?}");
     assert_eq!(
@@ -472,15 +475,21 @@ fn bootstrap_replicate_fence_promote_rewind() {
         vec![("barman".to_string(), at), ("n3".to_string(), at)],
         "copies made at this standby's restart point are advanced to the leader's"
     );
-    g.nodes[1]
-        .copy_slots(&w, clock::now().add(secs(2)))
-        .unwrap();
+    assert_eq!(
+        g.nodes[1]
+            .copy_slots(&w, clock::now().add(secs(2)))
+            .unwrap(),
+        Default::default()
+    );
     let w = plan2(&mut g.nodes[1], &lead[..1]);
     assert_eq!(w.drops, vec!["n3"], "{w:?}");
     assert!(w.creates.is_empty() && w.advances.is_empty(), "{w:?}");
-    g.nodes[1]
-        .copy_slots(&w, clock::now().add(secs(2)))
-        .unwrap();
+    assert_eq!(
+        g.nodes[1]
+            .copy_slots(&w, clock::now().add(secs(2)))
+            .unwrap(),
+        Default::default()
+    );
     let copy = |cfg: &PgConfig| -> Option<String> {
         client(cfg)
             .query_one(
@@ -492,8 +501,38 @@ fn bootstrap_replicate_fence_promote_rewind() {
     };
     assert_eq!(slot_names(&c2), vec!["barman"]);
     assert_eq!(copy(&c2), Some(tenure::core::model::lsn_text(at)));
+    // A refused create (here the name exists) keeps neither the next create nor
+    // the advances from running (review M2), and is reported.
+    let w = CopyWork {
+        creates: vec!["barman".into(), "n4".into()],
+        advances: vec![("n4".into(), at)],
+        ..Default::default()
+    };
+    let o = g.nodes[1]
+        .copy_slots(&w, clock::now().add(secs(2)))
+        .unwrap();
+    assert_eq!(o.refused, vec!["barman"], "{o:?}");
+    assert_eq!(o.errors.len(), 1, "{o:?}");
+    assert_eq!(slot_names(&c2), vec!["barman", "n4"]);
+    let n4: String = client(&c2)
+        .query_one(
+            "SELECT restart_lsn::text FROM pg_replication_slots WHERE slot_name = 'n4'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n4, tenure::core::model::lsn_text(at));
+    let w = CopyWork {
+        drops: vec!["n4".into()],
+        ..Default::default()
+    };
+    let o = g.nodes[1]
+        .copy_slots(&w, clock::now().add(secs(2)))
+        .unwrap();
+    assert_eq!(o, Default::default());
     // Never past what this standby replayed: a position it has not seen yet
-    // advances the copy only as far as its replay.
+    // advances the copy only as far as its replay. (Only the plan is checked
+    // here: PostgreSQL clamps an advance to the replay position by itself.)
     {
         let mut c = client(&c1);
         c.batch_execute("INSERT INTO t VALUES ('past')").unwrap();

@@ -52,6 +52,12 @@ pub(super) struct CopyRun {
     at: Instant,
     worked_at: Option<Instant>,
     error: Option<String>,
+    /// Creates PostgreSQL refused, and when: not tried again for
+    /// [`super::SLOTS_RECHECK`] (each try is an ERROR in PostgreSQL's log, and
+    /// under load the inputs change every loop).
+    refused: Vec<(String, Instant)>,
+    /// Copies said to start after their consumer's position (`CopyWork::ahead`).
+    ahead: Vec<String>,
 }
 
 impl Agent {
@@ -225,7 +231,7 @@ impl Agent {
         let Ok(view) = &obs.cluster else {
             return;
         };
-        let Some(published) = &view.status_slots else {
+        let Some(published) = pgslots::fresh_list(view) else {
             return;
         };
         let now = clock::now();
@@ -235,13 +241,13 @@ impl Agent {
         if let Some(r) = last
             && r.copies == copies
             && r.seen.as_deref() == seen
-            && r.published == *published
+            && r.published == published
             && r.ignore == *ignore
             && now.since(r.at) < super::SLOTS_RECHECK
         {
             return;
         }
-        let w = pgslots::plan_copies(
+        let mut w = pgslots::plan_copies(
             &pgslots::parse_local(seen),
             published,
             &pg::slot_name(&self.cfg.name),
@@ -249,29 +255,71 @@ impl Agent {
             ignore,
             obs.pg.report.replay_lsn,
         );
+        let mut refused: Vec<(String, Instant)> = last
+            .map(|r| r.refused.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, at)| now.since(*at) < super::SLOTS_RECHECK)
+            .collect();
+        w.creates.retain(|n| !refused.iter().any(|(r, _)| r == n));
+        let mut ahead = last.map(|r| r.ahead.clone()).unwrap_or_default();
+        for (name, bytes) in &w.ahead {
+            if !ahead.contains(name) {
+                warn!(
+                    "slot copy {name} starts {bytes} bytes after the position its consumer \
+                     confirmed on the leader (it was made here while the consumer was behind \
+                     this standby's last restartpoint; PostgreSQL cannot move a slot back): a \
+                     failover to this node before the consumer passes it leaves the consumer \
+                     a gap"
+                );
+                ahead.push(name.clone());
+            }
+        }
+        ahead.retain(|n| {
+            let still = w.ahead.iter().any(|(a, _)| a == n);
+            if !still {
+                info!("slot copy {n} no longer starts after its consumer's position");
+            }
+            still
+        });
         let worked_at = last.and_then(|r| r.worked_at);
         let deferred = !w.changes_set()
             && !w.advances.is_empty()
             && worked_at.is_some_and(|t| now.since(t) < SLOT_POSITIONS_EVERY);
         if deferred {
-            // Not recorded: the next loop plans again, and runs once it is time.
+            // Not recorded (the next loop plans again, and runs once it is time),
+            // but for what was said.
+            if let Some(r) = self.slot_copies.as_mut() {
+                r.ahead = ahead;
+            }
             return;
         }
         let mut run = CopyRun {
             copies,
             seen: seen.map(str::to_string),
-            published: published.clone(),
+            published: published.to_vec(),
             ignore: ignore.clone(),
             at: now,
             worked_at,
             error: last.and_then(|r| r.error.clone()),
+            refused: Vec::new(),
+            ahead,
         };
         if !w.is_empty() {
             run.worked_at = Some(now);
-            match self
+            let result = self
                 .pg
                 .copy_slots(&w, self.deadline(Duration::from_secs(1)))
-            {
+                .map_err(|e| e.to_string())
+                .and_then(|o| {
+                    refused.extend(o.refused.iter().map(|n| (n.clone(), now)));
+                    if o.errors.is_empty() {
+                        Ok(())
+                    } else {
+                        Err(o.errors.join("; "))
+                    }
+                });
+            match result {
                 Ok(()) => {
                     run.error = None;
                     if w.changes_set() {
@@ -285,7 +333,6 @@ impl Agent {
                     }
                 }
                 Err(e) => {
-                    let e = e.to_string();
                     // Said once per distinct error: under write load the inputs
                     // change every loop, and so would the line.
                     if run.error.as_deref() != Some(e.as_str()) {
@@ -297,6 +344,7 @@ impl Agent {
                 }
             }
         }
+        run.refused = refused;
         self.slot_copies = Some(run);
     }
 }

@@ -295,6 +295,10 @@ pub struct ClusterView {
     /// departed members' among them (`member_slots_ttl`); a new leader keeps them
     /// too. Informational for the core.
     pub status_retain_slots: Option<Vec<String>>,
+    /// The `status` key's mod revision (0: absent). A replica copies the slots
+    /// only from a value written after the current leader's key was made (its
+    /// epoch): the last leadership's list can name positions past the switch.
+    pub status_revision: i64,
     /// The `failover` key (Patroni's switchover / manual failover request).
     pub failover: Option<FailoverRequest>,
     /// The `release` key: the marker of the last planned hand-over (DESIGN §1 step 4);

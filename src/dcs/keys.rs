@@ -700,6 +700,12 @@ fn parse_retain_slots(v: &Value) -> Result<Vec<String>, String> {
             type_name(v)
         ));
     };
+    if list.len() > MAX_STATUS_SLOTS {
+        return Err(format!(
+            "status retain_slots: {} names, more than the {MAX_STATUS_SLOTS} any cluster keeps",
+            list.len()
+        ));
+    }
     let mut out = Vec::with_capacity(list.len());
     for n in list {
         match n.as_str() {
@@ -717,6 +723,11 @@ fn parse_retain_slots(v: &Value) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// The most slots a `status` key may list: PostgreSQL's `max_replication_slots`
+/// is rarely above a few dozen; a longer list is another writer's garbage, and
+/// replicas would make slots for it until the server refused.
+pub const MAX_STATUS_SLOTS: usize = 1000;
+
 /// `{"<slot>": <LSN>, ...}`: every name one PostgreSQL accepts, every position an
 /// LSN; anything else refuses the whole list (a replica then leaves its slots
 /// alone rather than mirror half of it).
@@ -727,6 +738,12 @@ fn parse_status_slots(v: &Value) -> Result<Vec<(String, Lsn)>, String> {
             type_name(v)
         ));
     };
+    if map.len() > MAX_STATUS_SLOTS {
+        return Err(format!(
+            "status slots: {} slots, more than the {MAX_STATUS_SLOTS} any cluster keeps",
+            map.len()
+        ));
+    }
     let mut out = Vec::with_capacity(map.len());
     for (name, lsn) in map {
         if !crate::config::valid_slot_name(name) {

@@ -284,6 +284,7 @@ impl ViewKeeper {
                     view.status_optime = Some(s.optime);
                     view.status_slots = s.slots;
                     view.status_retain_slots = s.retain_slots;
+                    view.status_revision = kv.mod_revision;
                 }
                 Err(why) => self.warn_once("status", &format!("{why}; ignored")),
             },
@@ -354,6 +355,7 @@ fn remove(view: &mut ClusterView, key: &[u8]) {
             view.status_optime = None;
             view.status_slots = None;
             view.status_retain_slots = None;
+            view.status_revision = 0;
         }
         b"config" => {
             view.config = None;

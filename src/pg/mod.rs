@@ -1070,28 +1070,39 @@ impl PgCtl {
         self.slots_seen.as_deref()
     }
 
-    /// Carry out a replica's slot copy work ([`slots::plan_copies`]): drops,
-    /// creates and advances as three queries, so a refused create (a full
-    /// `max_replication_slots`) undoes no drop, and a refused advance no create.
-    /// The first error ends the work; the next run plans again from what is there.
-    pub fn copy_slots(&mut self, w: &slots::CopyWork, deadline: Instant) -> Result<(), PgError> {
+    /// Carry out a replica's slot copy work ([`slots::plan_copies`]): the drops
+    /// as one query, each create as its own (a refused one, a full
+    /// `max_replication_slots` say, keeps neither the others nor the advances from
+    /// running: review M2), then the advances as one query. Every step runs; what
+    /// failed is returned: the creates refused, and the errors in order.
+    pub fn copy_slots(
+        &mut self,
+        w: &slots::CopyWork,
+        deadline: Instant,
+    ) -> Result<slots::CopyOutcome, PgError> {
         let pm = self.live_postmaster()?;
         let lit = |n: &str| conf::sql_literal(n);
+        let mut out = slots::CopyOutcome::default();
         let drops: String = w
             .drops
             .iter()
             .map(|n| format!("SELECT pg_drop_replication_slot({});", lit(n)))
             .collect();
-        let creates: String = w
-            .creates
-            .iter()
-            .map(|n| {
-                format!(
-                    "SELECT pg_create_physical_replication_slot({}, true);",
-                    lit(n)
-                )
-            })
-            .collect();
+        if !drops.is_empty()
+            && let Err(e) = self.query_rows(pm, &drops, deadline)
+        {
+            out.errors.push(format!("dropping {:?}: {e}", w.drops));
+        }
+        for n in &w.creates {
+            let sql = format!(
+                "SELECT pg_create_physical_replication_slot({}, true)",
+                lit(n)
+            );
+            if let Err(e) = self.query_rows(pm, &sql, deadline) {
+                out.errors.push(format!("making {n}: {e}"));
+                out.refused.push(n.clone());
+            }
+        }
         let advances: String = w
             .advances
             .iter()
@@ -1103,12 +1114,12 @@ impl PgCtl {
                 )
             })
             .collect();
-        for sql in [drops, creates, advances] {
-            if !sql.is_empty() {
-                self.query_rows(pm, &sql, deadline)?;
-            }
+        if !advances.is_empty()
+            && let Err(e) = self.query_rows(pm, &advances, deadline)
+        {
+            out.errors.push(format!("advancing {:?}: {e}", w.advances));
         }
-        Ok(())
+        Ok(out)
     }
 
     /// Rename the data directory to `<data_dir>.aside-<unix time>` (never delete).

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use crate::config::IgnoreSlot;
-use crate::core::model::{Lsn, parse_lsn};
+use crate::core::model::{ClusterView, Lsn, parse_lsn};
 use crate::core::time::Instant;
 
 /// One physical, non-temporary slot of the local server, as the probe saw it.
@@ -66,6 +66,19 @@ pub fn published(local: &[LocalSlot], keep: &[String]) -> Vec<(String, Lsn)> {
     out
 }
 
+/// The leader's published slots a replica may copy: only a list written under
+/// the current leadership (review M1). The last leadership's can name positions
+/// past the switch point, WAL this timeline never had, and a copy advanced there
+/// would be ahead of its consumer. Our own `status` writes are guarded by the
+/// epoch, so a write after the leader key was made is this leader's. `None`: no
+/// leader, no list, or an older one (the slots here are then left alone).
+pub fn fresh_list(view: &ClusterView) -> Option<&[(String, Lsn)]> {
+    let k = view.leader.as_ref()?;
+    (view.status_revision > k.epoch)
+        .then_some(view.status_slots.as_deref())
+        .flatten()
+}
+
 /// A replica's work on its copies, in the order it runs: drops, creates, advances.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CopyWork {
@@ -73,9 +86,25 @@ pub struct CopyWork {
     pub creates: Vec<String>,
     /// Slot and the position to advance it to.
     pub advances: Vec<(String, Lsn)>,
+    /// Copies that start after the position the leader published for them, and
+    /// by how many bytes: made on this standby while their consumer was behind
+    /// its last restartpoint (a standby's new slot starts there). PostgreSQL
+    /// cannot move a slot back, so until the consumer passes that point a
+    /// failover to this node would leave it a gap. Not work: said, not fixed.
+    pub ahead: Vec<(String, u64)>,
+}
+
+/// What [`super::PgCtl::copy_slots`] could not do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CopyOutcome {
+    /// Creates PostgreSQL refused (tried again only after a while).
+    pub refused: Vec<String>,
+    /// Each failed step, in order.
+    pub errors: Vec<String>,
 }
 
 impl CopyWork {
+    /// No SQL to run (`ahead` is a report, not work).
     pub fn is_empty(&self) -> bool {
         self.drops.is_empty() && self.creates.is_empty() && self.advances.is_empty()
     }
@@ -92,9 +121,10 @@ impl CopyWork {
 /// and advanced to the leader's position, never past `replay` (this replica's
 /// replay position; `None`: unknown, no advance). With `copies` false (a node
 /// tagged `nofailover`, which never leads) nothing is wanted. Inactive physical
-/// slots that are neither wanted nor matched by `ignore` are dropped, as the
-/// leader drops them; a wanted copy that is invalidated, or reserves no WAL, is
-/// made anew. Active slots are never touched.
+/// slots that are not wanted are dropped, as the leader drops them; a wanted
+/// copy that is invalidated, or reserves no WAL, is made anew. Active slots, and
+/// existing slots `ignore` matches (an operator's consumer of this standby, even
+/// one named like a published slot), are never touched; a missing one is made.
 pub fn plan_copies(
     local: &[LocalSlot],
     published: &[(String, Lsn)],
@@ -106,10 +136,11 @@ pub fn plan_copies(
     let wanted = |name: &str| copies && name != mine && published.iter().any(|(n, _)| n == name);
     let mut w = CopyWork::default();
     for s in local.iter().filter(|s| !s.active) {
+        if ignore.iter().any(|i| i.matches_physical(&s.name)) {
+            continue;
+        }
         if !wanted(&s.name) {
-            if !ignore.iter().any(|i| i.matches_physical(&s.name)) {
-                w.drops.push(s.name.clone());
-            }
+            w.drops.push(s.name.clone());
             continue;
         }
         let Some(restart) = s.restart_lsn.filter(|_| !s.lost) else {
@@ -119,12 +150,16 @@ pub fn plan_copies(
             w.creates.push(s.name.clone());
             continue;
         };
-        let target = published
+        let leader_at = published
             .iter()
             .find(|(n, _)| *n == s.name)
-            .map(|(_, l)| *l)
-            .zip(replay)
-            .map(|(l, r)| l.min(r));
+            .map(|(_, l)| *l);
+        if let Some(l) = leader_at
+            && restart > l
+        {
+            w.ahead.push((s.name.clone(), restart - l));
+        }
+        let target = leader_at.zip(replay).map(|(l, r)| l.min(r));
         if let Some(t) = target
             && t > restart
         {
@@ -225,6 +260,30 @@ mod tests {
     }
 
     #[test]
+    fn only_a_list_written_under_the_current_leadership_is_copied() {
+        use crate::core::model::LeaderKey;
+        let list = vec![("barman".to_string(), 500)];
+        let mut v = ClusterView {
+            leader: Some(LeaderKey {
+                name: "pg1".into(),
+                epoch: 40,
+                mod_revision: 40,
+                lease: 7,
+            }),
+            status_slots: Some(list.clone()),
+            status_revision: 41,
+            ..Default::default()
+        };
+        assert_eq!(fresh_list(&v), Some(&list[..]));
+        // Written before this leader's key was made: the last leadership's.
+        v.status_revision = 39;
+        assert_eq!(fresh_list(&v), None);
+        v.status_revision = 41;
+        v.leader = None;
+        assert_eq!(fresh_list(&v), None, "no leader: nothing to mirror");
+    }
+
+    #[test]
     fn the_probe_column_parses_and_garbage_is_nothing() {
         let t = r#"[["barman","0/3000060",false,"reserved"],["pg2",null,true,null],["pg3","1/0",false,"lost"],[1,2]]"#;
         assert_eq!(
@@ -278,6 +337,7 @@ mod tests {
         // I am pg2: my own slot is never made here.
         let w = plan_copies(&local, &published, "pg2", true, &ignore, Some(700));
         assert_eq!(w.drops, names(&["stray"]), "ignored and active slots stay");
+        assert!(w.ahead.is_empty());
         assert_eq!(w.creates, names(&["pg1"]));
         assert_eq!(w.advances, vec![("barman".to_string(), 500)]);
         assert!(w.changes_set());
@@ -287,10 +347,36 @@ mod tests {
         assert_eq!(w.advances, vec![("barman".to_string(), 300)]);
         let w = plan_copies(&local[..1], &published, "pg2", true, &[], None);
         assert!(w.advances.is_empty());
-        // Never backwards: the leader's position behind the copy's is no work.
+        // Never backwards: the leader's position behind the copy's is no work,
+        // only a report of the gap a failover here would leave.
         let ahead = vec![slot("barman", Some(600), false, false)];
         let w = plan_copies(&ahead, &published[..1], "pg2", true, &[], Some(700));
         assert!(w.is_empty(), "{w:?}");
+        assert_eq!(w.ahead, vec![("barman".to_string(), 100)]);
+    }
+
+    #[test]
+    fn an_ignored_slot_here_is_never_touched_even_under_a_published_name() {
+        // A pg_receivewal streaming from this standby through its own `barman`,
+        // which `ignore_slots` names: not advanced to the leader's consumer's
+        // position, not dropped, not made anew; a stray one beside it goes.
+        let published = vec![("barman".to_string(), 500)];
+        let local = vec![
+            slot("barman", Some(100), false, false),
+            slot("mine_too", None, false, true),
+        ];
+        let ignore = vec![IgnoreSlot {
+            name: Some("barman".into()),
+            kind: Some("physical".into()),
+            database: None,
+            plugin: None,
+        }];
+        let w = plan_copies(&local, &published, "pg2", true, &ignore, Some(700));
+        assert_eq!(w.drops, names(&["mine_too"]));
+        assert!(w.creates.is_empty() && w.advances.is_empty(), "{w:?}");
+        // Missing, it is made (the leader makes an ignored permanent slot too).
+        let w = plan_copies(&[], &published, "pg2", true, &ignore, Some(700));
+        assert_eq!(w.creates, names(&["barman"]));
     }
 
     #[test]
