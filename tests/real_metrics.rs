@@ -276,6 +276,30 @@ fn real_metrics_match_the_cluster_before_and_after_a_failover() {
         });
         check_lag(&c, p, r, &scope, false);
     }
+    // Slots: on the primary each replica streams through its own; each replica
+    // keeps an inactive copy of the other's (it holds WAL: a retained size).
+    let slot = |i: usize| format!("slot={}", tenure::pg::slot_name(c.name(i)));
+    until(&c, p, &scope, "the replicas' slots on the primary", |m| {
+        for &r in &replicas {
+            eq(m, "tenure_replication_slot_active", &slot(r), 1.0)?;
+            eq(m, "tenure_replication_slot_invalidated", &slot(r), 0.0)?;
+            m.get("tenure_replication_slot_wal_retained_bytes", &slot(r))
+                .ok_or("no retained size")?;
+        }
+        Ok(())
+    });
+    for &r in &replicas {
+        let other = replicas.iter().copied().find(|&o| o != r).expect("two");
+        until(&c, r, &scope, "a copy of the other replica's slot", |m| {
+            eq(m, "tenure_replication_slot_active", &slot(other), 0.0)?;
+            m.get("tenure_replication_slot_wal_retained_bytes", &slot(other))
+                .ok_or("no retained size")?;
+            match m.get("tenure_replication_slot_active", &slot(r)) {
+                None => Ok(()),
+                Some(_) => Err("a slot of its own".into()),
+            }
+        });
+    }
 
     // A real lag: replay paused on one replica while the primary writes 2 MiB+.
     let r = replicas[0];

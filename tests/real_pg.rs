@@ -430,7 +430,7 @@ fn bootstrap_replicate_fence_promote_rewind() {
     // standby keeps copies of them (not of its own), made with WAL reserved,
     // advanced no further than it replayed, dropped once no longer published.
     let st1 = g.nodes[0].probe(clock::now().add(secs(2)));
-    let seen1 = parse_local(g.nodes[0].slots_seen());
+    let seen1 = parse_local(st1.report.slots_json.as_deref());
     let n2_slot = seen1
         .iter()
         .find(|s| s.name == "n2")
@@ -452,7 +452,7 @@ fn bootstrap_replicate_fence_promote_rewind() {
             s.report.replay_lsn.is_some_and(|r| r >= at)
         });
         plan_copies(
-            &parse_local(n.slots_seen()),
+            &parse_local(st.report.slots_json.as_deref()),
             lead,
             "n2",
             true,
@@ -543,7 +543,7 @@ fn bootstrap_replicate_fence_promote_rewind() {
     });
     let replay = st.report.replay_lsn.unwrap();
     let w = plan_copies(
-        &parse_local(g.nodes[1].slots_seen()),
+        &parse_local(st.report.slots_json.as_deref()),
         &beyond,
         "n2",
         true,

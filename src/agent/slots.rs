@@ -150,7 +150,7 @@ impl Agent {
         }
         let now = clock::now();
         let made_at = self.slots.as_ref().map(|m| m.at);
-        let seen = self.pg.slots_seen();
+        let seen = obs.pg.report.slots_json.as_deref();
         if let Some(w) = &self.status_written
             && w.epoch == epoch
             && w.optime == optime
@@ -235,7 +235,7 @@ impl Agent {
             return;
         };
         let now = clock::now();
-        let seen = self.pg.slots_seen();
+        let seen = obs.pg.report.slots_json.as_deref();
         let ignore = &self.cfg.dynamic.ignore_slots;
         let last = self.slot_copies.as_ref();
         if let Some(r) = last

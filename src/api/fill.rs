@@ -110,6 +110,9 @@ pub fn update(
     }
     s.timeline = pg.timeline;
     s.lsn = pg.lsn;
+    if s.report.slots_json != pg.report.slots_json {
+        s.slots = crate::pg::slots::parse_local(pg.report.slots_json.as_deref());
+    }
     s.report.clone_from(&pg.report);
     s.replication = pg
         .report

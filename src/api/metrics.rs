@@ -35,7 +35,8 @@ use crate::metrics::{Histogram, Metrics};
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The output buffer a connection slot gets at start-up ([`super::server`]). A scrape
-/// is 13–14 KB with short `scope` and `name` (`tests/metrics_alloc.rs` prints it);
+/// is 13–16 KB with short `scope` and `name` (`tests/metrics_alloc.rs` prints it;
+/// about 300 bytes more per replication slot);
 /// both labels are repeated on each of about 125 samples, so this leaves room for
 /// `scope` and `name` of up to about 150 bytes together. A longer pair makes the
 /// slot's buffer grow once, on its first scrape, and keep that capacity.
@@ -442,6 +443,48 @@ pub fn render(s: &ApiStatus, out: &mut Vec<u8>) {
     );
     for sb in &s.cluster.sync_standbys {
         o.sample("tenure_synchronous_standby", &[("standby", Lv::S(sb))], 1.0);
+    }
+    // Replication slots: a slot nobody reads holds WAL until the disk fills or
+    // `max_slot_wal_keep_size` invalidates it. Members' slots, permanent ones,
+    // departed members' kept for `member_slots_ttl`, copies on replicas, and any
+    // other physical slot of this server.
+    o.family(
+        "tenure_replication_slot_active",
+        "gauge",
+        "1 while a consumer streams from the physical replication slot, 0 while none does.",
+    );
+    for sl in s.slots.iter().filter(|_| s.pg_running) {
+        o.sample(
+            "tenure_replication_slot_active",
+            &[("slot", Lv::S(&sl.name))],
+            b(sl.active),
+        );
+    }
+    o.family(
+        "tenure_replication_slot_wal_retained_bytes",
+        "gauge",
+        "WAL the physical replication slot keeps on this server: from its restart_lsn to the current position (the primary's current WAL, a replica's received or replayed, whichever is further); absent for a slot that reserves none or was invalidated.",
+    );
+    for sl in s.slots.iter().filter(|_| s.pg_running) {
+        if let Some(r) = sl.restart_lsn.filter(|_| !sl.lost) {
+            o.sample(
+                "tenure_replication_slot_wal_retained_bytes",
+                &[("slot", Lv::S(&sl.name))],
+                s.lsn.saturating_sub(r) as f64,
+            );
+        }
+    }
+    o.family(
+        "tenure_replication_slot_invalidated",
+        "gauge",
+        "1 while PostgreSQL has invalidated the physical replication slot (wal_status lost: it kept more than max_slot_wal_keep_size); its consumer cannot resume from it.",
+    );
+    for sl in s.slots.iter().filter(|_| s.pg_running) {
+        o.sample(
+            "tenure_replication_slot_invalidated",
+            &[("slot", Lv::S(&sl.name))],
+            b(sl.lost),
+        );
     }
 
     // --- Patroni's names (Patroni 4 `do_GET_metrics`), same labels -------------
@@ -852,6 +895,47 @@ mod tests {
         ] {
             assert_eq!(epoch_seconds(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn replication_slot_gauges_per_slot_and_none_while_postgres_is_down() {
+        use crate::pg::slots::parse_local;
+        let mut s = primary();
+        s.lsn = 0x300_0000;
+        s.slots = parse_local(Some(
+            r#"[["barman","0/1000000",false,"extended"],["pg2","0/3000000",true,"reserved"],["old",null,false,"lost"]]"#,
+        ));
+        let text = body(&s);
+        let l = |n: &str, slot: &str, v: &str| {
+            format!("{n}{{scope=\"demo\",name=\"pg1\",slot=\"{slot}\"}} {v}")
+        };
+        assert_eq!(
+            samples(&text, "tenure_replication_slot_active"),
+            vec![
+                l("tenure_replication_slot_active", "barman", "0"),
+                l("tenure_replication_slot_active", "pg2", "1"),
+                l("tenure_replication_slot_active", "old", "0"),
+            ]
+        );
+        assert_eq!(
+            samples(&text, "tenure_replication_slot_wal_retained_bytes"),
+            vec![
+                l(
+                    "tenure_replication_slot_wal_retained_bytes",
+                    "barman",
+                    "33554432"
+                ),
+                l("tenure_replication_slot_wal_retained_bytes", "pg2", "0"),
+            ],
+            "an invalidated slot keeps nothing"
+        );
+        assert_eq!(
+            samples(&text, "tenure_replication_slot_invalidated")[2],
+            l("tenure_replication_slot_invalidated", "old", "1")
+        );
+        s.pg_running = false;
+        let text = body(&s);
+        assert!(samples(&text, "tenure_replication_slot_active").is_empty());
     }
 
     #[test]

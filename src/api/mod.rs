@@ -199,6 +199,9 @@ pub struct ApiStatus {
     pub metrics: crate::metrics::Metrics,
     /// `notAfter` of each certificate tenure uses (`crate::certs`), for `/metrics`.
     pub cert_expiry: crate::certs::Gauges,
+    /// The local physical replication slots (`report.slots_json` parsed, again
+    /// only when it changed), for `/metrics`.
+    pub slots: Vec<crate::pg::slots::LocalSlot>,
 }
 
 impl ApiStatus {

@@ -598,6 +598,10 @@ pub struct PgReport {
     /// `pg_settings.pending_restart` is set for some parameter (Patroni's
     /// `pending_restart`; `POST /restart`'s `restart_pending` condition).
     pub pending_restart: bool,
+    /// The local physical, non-temporary replication slots as the probe's JSON
+    /// column (`pg::slots::parse_local`; `None`: none). Read by the shell's slot
+    /// upkeep and copies and by `/metrics`; the core never decides on it.
+    pub slots_json: Option<String>,
 }
 
 impl PgStatus {

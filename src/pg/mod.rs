@@ -209,9 +209,6 @@ pub struct PgCtl {
     /// with the probe's query (one round trip). Without the table the read would
     /// fail, and log an error in PostgreSQL's log, every loop.
     epoch_table_seen: bool,
-    /// The last probe's physical slots (`slots::parse_local`'s JSON; `None`: none,
-    /// or the probe failed). Kept as text: the shell compares it before parsing.
-    slots_seen: Option<String>,
     /// The managed `wal_retrieve_retry_interval` (`conf::wal_retry_interval`);
     /// `None`: not set (PostgreSQL's default).
     wal_retry: Option<Duration>,
@@ -255,7 +252,6 @@ impl PgCtl {
             sync_file: None,
             postmaster_fd: None,
             epoch_table_seen: false,
-            slots_seen: None,
             wal_retry: None,
         };
         fs::create_dir_all(&cfg.socket_dir)
@@ -520,7 +516,6 @@ impl PgCtl {
     /// What the local PostgreSQL is doing. Never errors; see `PgStatus`.
     pub fn probe(&mut self, deadline: Instant) -> PgStatus {
         let data = self.data_dir_state();
-        self.slots_seen = None;
         let Some(pm) = self.postmaster_pid() else {
             self.client = None;
             self.epoch_table_seen = false;
@@ -632,7 +627,7 @@ impl PgCtl {
         st.report.server_version = col(11).and_then(|v| v.parse().ok());
         st.report.postmaster_start_time = col(12);
         st.report.pending_restart = col(17).as_deref() == Some("t");
-        self.slots_seen = col(18);
+        st.report.slots_json = col(18);
         self.epoch_table_seen = col(8).as_deref() == Some("t");
         if self.epoch_table_seen {
             // A missing row is "no epoch"; a failed read is "unknown" (`unread`: the
@@ -1062,12 +1057,6 @@ impl PgCtl {
             }
         }
         Ok(())
-    }
-
-    /// The physical slots the last probe saw (the probe's JSON column; `None`:
-    /// none, or no answer).
-    pub fn slots_seen(&self) -> Option<&str> {
-        self.slots_seen.as_deref()
     }
 
     /// Carry out a replica's slot copy work ([`slots::plan_copies`]): the drops
