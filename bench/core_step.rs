@@ -130,6 +130,7 @@ fn timing(sync: SyncMode) -> Timing {
         primary_start_timeout: Duration::from_secs(30),
         synchronous: sync,
         synchronous_node_count: 1,
+        maximum_lag_on_syncnode: None,
     }
 }
 

@@ -127,10 +127,16 @@ struct SlotsMade {
     members: Vec<String>,
     permanent: Vec<String>,
     ignore: Vec<crate::config::IgnoreSlot>,
+    /// The leadership it was made under.
+    epoch: Epoch,
+    /// `member_slots_ttl` then.
+    ttl: Duration,
     /// Departed members' slots kept (`member_slots_ttl`), and when the first of
     /// them expires: the upkeep runs again then.
     retained: Vec<String>,
     retained_until: Option<crate::core::time::Instant>,
+    /// What failed (creates refused), said once.
+    error: Option<String>,
 }
 
 struct Agent {

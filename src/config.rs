@@ -63,6 +63,10 @@ pub struct DynamicConfig {
     /// primary keeps when that many are fit, 1 to [`MAX_SYNC_NODES`]. Every commit
     /// waits for each of them. Meaningful only with `synchronous_mode`.
     pub synchronous_node_count: u32,
+    /// `maximum_lag_on_syncnode` (Patroni's name): bytes a synchronous standby may
+    /// fall behind the most advanced standby before a healthy one replaces it;
+    /// `None` (Patroni's -1, or 0): never.
+    pub maximum_lag_on_syncnode: Option<u64>,
     /// `pause`: maintenance mode (Patroni's). Health-driven actions stop (no
     /// automatic failover or promotion, no restart of a stopped PostgreSQL, no
     /// rewind); S1 and S2 still hold.
@@ -81,6 +85,26 @@ pub struct DynamicConfig {
     /// member whose key went away (a replica's host rebooting), so it can stream
     /// again from where it stopped. Zero: dropped at once. Default 30 min.
     pub member_slots_ttl: Duration,
+}
+
+/// `maximum_lag_on_syncnode` as Patroni takes it: a whole number of bytes; 0 or
+/// less (Patroni's default is -1) turns it off. `Err` names what is wrong.
+pub fn parse_syncnode_lag(v: &serde_json::Value) -> Result<Option<u64>, String> {
+    let x = match v {
+        serde_json::Value::Number(n) => n.as_f64().ok_or("not a usable number")?,
+        other => {
+            return Err(format!(
+                "expected a whole number of bytes (-1: off), found {}",
+                json_kind(other)
+            ));
+        }
+    };
+    if x.fract() != 0.0 || !x.is_finite() || x > 9.0e18 {
+        return Err(format!(
+            "expected a whole number of bytes (-1: off), found {x}"
+        ));
+    }
+    Ok((x > 0.0).then_some(x as u64))
 }
 
 /// `member_slots_ttl`'s default, Patroni's.
@@ -107,13 +131,14 @@ pub fn parse_retention(v: &serde_json::Value) -> Result<Duration, String> {
             })?;
             let scale = match unit {
                 "" | "s" => 1.0,
+                "us" => 0.000_001,
                 "ms" => 0.001,
                 "min" => 60.0,
                 "h" => 3600.0,
                 "d" => 86_400.0,
                 other => {
                     return Err(format!(
-                        "unknown time unit {other:?} in {s:?} (ms, s, min, h or d)"
+                        "unknown time unit {other:?} in {s:?} (us, ms, s, min, h or d)"
                     ));
                 }
             };
@@ -1789,6 +1814,7 @@ impl Config {
             "synchronous_mode",
             "synchronous_mode_strict",
             "synchronous_node_count",
+            "maximum_lag_on_syncnode",
             "pause",
             "slots",
             "ignore_slots",
@@ -1825,6 +1851,10 @@ impl Config {
             synchronous_mode: dy.boolean("synchronous_mode")?.unwrap_or(false),
             synchronous_mode_strict: dy.boolean("synchronous_mode_strict")?.unwrap_or(false),
             synchronous_node_count: dy.node_count("synchronous_node_count")?.unwrap_or(1),
+            maximum_lag_on_syncnode: match as_json("maximum_lag_on_syncnode")? {
+                serde_json::Value::Null => None,
+                v => parse_syncnode_lag(&v).map_err(|p| dy.err("maximum_lag_on_syncnode", p))?,
+            },
             pause: dy.boolean("pause")?.unwrap_or(false),
             slots,
             ignore_slots,
@@ -2287,6 +2317,10 @@ impl Config {
             "synchronous_mode_strict": self.dynamic.synchronous_mode_strict,
             "synchronous_node_count": self.dynamic.synchronous_node_count,
             "member_slots_ttl": secs_json(self.dynamic.member_slots_ttl),
+            "maximum_lag_on_syncnode": self
+                .dynamic
+                .maximum_lag_on_syncnode
+                .map_or(serde_json::json!(-1), |b| serde_json::json!(b)),
         });
         // Patroni stores `pause` only while paused (resuming deletes it).
         if self.dynamic.pause
@@ -2440,12 +2474,21 @@ impl Config {
             d.synchronous_node_count = sync_node_count(x)
                 .map_err(|p| format!("config key: synchronous_node_count: {p}"))?;
         }
-        // Absent keeps ours (a key Patroni seeded without it means its default,
-        // which is ours too).
-        if let Some(v) = obj.get("member_slots_ttl").filter(|v| !v.is_null()) {
-            d.member_slots_ttl =
-                parse_retention(v).map_err(|p| format!("config key: member_slots_ttl: {p}"))?;
-        }
+        // These two follow the key alone once it exists, as `slots` does: absent
+        // or `null` (a PATCH that removed it) is Patroni's default, whatever a
+        // node's file says, so every node and every later leader agrees (review of
+        // member_slots_ttl, M3). A node's file only seeds them.
+        d.maximum_lag_on_syncnode = match obj.get("maximum_lag_on_syncnode") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => parse_syncnode_lag(v)
+                .map_err(|p| format!("config key: maximum_lag_on_syncnode: {p}"))?,
+        };
+        d.member_slots_ttl = match obj.get("member_slots_ttl") {
+            None | Some(serde_json::Value::Null) => MEMBER_SLOTS_TTL,
+            Some(v) => {
+                parse_retention(v).map_err(|p| format!("config key: member_slots_ttl: {p}"))?
+            }
+        };
         // Booleans; absent keeps ours. Patroni 3's `"quorum"` is not supported:
         // refuse it by name rather than run a weaker mode than the operator asked.
         for (k, slot) in [
@@ -2493,6 +2536,7 @@ impl Config {
             primary_start_timeout: d.primary_start_timeout,
             synchronous: d.sync_mode(),
             synchronous_node_count: d.synchronous_node_count,
+            maximum_lag_on_syncnode: d.maximum_lag_on_syncnode,
         }
     }
 }

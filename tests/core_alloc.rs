@@ -69,6 +69,7 @@ fn core(name: &str) -> Core {
             primary_start_timeout: Duration::from_secs(30),
             synchronous: SyncMode::Off,
             synchronous_node_count: 1,
+            maximum_lag_on_syncnode: None,
         },
     )
 }

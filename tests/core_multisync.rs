@@ -16,6 +16,7 @@ fn timing(mode: SyncMode, count: u32) -> Timing {
     Timing {
         synchronous: mode,
         synchronous_node_count: count,
+        maximum_lag_on_syncnode: None,
         ..timing30()
     }
 }
@@ -262,6 +263,98 @@ fn lowering_synchronous_node_count_unlists_the_least_advanced_first() {
     assert_eq!(sync_actions(&p), vec![write(&["pg3"])], "{}", p.reason);
     let p = lead_step(&mut c, &r, sync_key(&["pg3"]), TWO, s, 1000, 6.5);
     assert_eq!(sync_actions(&p), vec![names("\"pg3\"")], "{}", p.reason);
+}
+
+/// pg1 leads keeping `count` standbys with `maximum_lag_on_syncnode` = `max`.
+fn leader_lag(mode: SyncMode, count: u32, max: Option<u64>) -> Core {
+    let mut c = leader(mode, count);
+    c.set_timing(
+        t(5.03),
+        Timing {
+            maximum_lag_on_syncnode: max,
+            ..timing(mode, count)
+        },
+    );
+    c
+}
+
+#[test]
+fn a_lagging_synchronous_standby_is_swapped_for_a_healthy_one_unlisted_first() {
+    let mut c = leader_lag(SyncMode::On, 1, Some(1000));
+    let r = ["pg2", "pg3"];
+    // pg2 is listed and 5000 bytes behind pg3, which streams asynchronously.
+    let s = vec![st("pg2", true, true, 5000), st("pg3", true, false, 10_000)];
+    let p = lead_step(
+        &mut c,
+        &r,
+        sync_key(&["pg2"]),
+        "\"pg2\"",
+        s.clone(),
+        10_000,
+        6.0,
+    );
+    assert_eq!(sync_actions(&p), vec![write(&[])], "{}", p.reason);
+    assert!(
+        p.reason.to_string().contains("maximum_lag_on_syncnode"),
+        "{}",
+        p.reason
+    );
+    // Unlisted: now the names go to the healthy one, not back to pg2.
+    let p = lead_step(&mut c, &r, sync_key(&[]), "\"pg2\"", s, 10_000, 6.5);
+    assert_eq!(sync_actions(&p), vec![names("\"pg3\"")], "{}", p.reason);
+    // pg3 sync and caught up, the names held for a loop: listed.
+    let s = vec![st("pg2", true, false, 5000), st("pg3", true, true, 10_100)];
+    let p = lead_step(&mut c, &r, sync_key(&[]), "\"pg3\"", s.clone(), 10_100, 7.0);
+    assert!(sync_actions(&p).is_empty(), "{}", p.reason);
+    let p = lead_step(&mut c, &r, sync_key(&[]), "\"pg3\"", s, 10_100, 9.0);
+    assert_eq!(sync_actions(&p), vec![write(&["pg3"])], "{}", p.reason);
+}
+
+#[test]
+fn a_lagging_synchronous_standby_stays_without_a_healthy_one_to_replace_it() {
+    let r = ["pg2", "pg3"];
+    // The other standby lags too (behind pg2), or is tagged out: no swap.
+    let mut c = leader_lag(SyncMode::On, 1, Some(1000));
+    let s = vec![st("pg2", true, true, 5000), st("pg3", true, false, 10_000)];
+    let p = lead_step(
+        &mut c,
+        &["pg2"],
+        sync_key(&["pg2"]),
+        "\"pg2\"",
+        s,
+        10_000,
+        6.0,
+    );
+    assert!(
+        sync_actions(&p).is_empty(),
+        "pg3 is no member: {}",
+        p.reason
+    );
+    // One standby alone never lags: there is nothing to swap it with.
+    let mut c = leader_lag(SyncMode::Strict, 1, Some(1000));
+    let s = vec![st("pg2", true, true, 100)];
+    let p = lead_step(&mut c, &r, sync_key(&["pg2"]), "\"pg2\"", s, 10_000, 6.0);
+    assert!(sync_actions(&p).is_empty(), "{}", p.reason);
+    // Off (Patroni's -1): the lagging standby stays.
+    let mut c = leader_lag(SyncMode::On, 1, None);
+    let s = vec![st("pg2", true, true, 5000), st("pg3", true, false, 10_000)];
+    let p = lead_step(&mut c, &r, sync_key(&["pg2"]), "\"pg2\"", s, 10_000, 6.0);
+    assert!(sync_actions(&p).is_empty(), "{}", p.reason);
+}
+
+#[test]
+fn with_two_wanted_only_as_many_lagging_ones_go_as_there_are_healthy_spares() {
+    let mut c = leader_lag(SyncMode::On, 2, Some(1000));
+    let r = ["pg2", "pg3", "pg4"];
+    // pg2 and pg3 listed and both far behind pg4: one spare, so only the most
+    // lagging (pg2) is swapped out; pg3 stays.
+    let s = vec![
+        st("pg2", true, true, 2000),
+        st("pg3", true, true, 4000),
+        st("pg4", true, false, 10_000),
+    ];
+    let p = lead_step(&mut c, &r, sync_key(&["pg2", "pg3"]), TWO, s, 10_000, 6.0);
+    assert_eq!(sync_actions(&p), vec![write(&["pg3"])], "{}", p.reason);
 }
 
 #[test]
@@ -523,7 +616,9 @@ fn the_order_holds_under_random_standby_behaviour() {
             SyncMode::On
         };
         let mut count = 1 + r.below(3) as u32;
-        let mut c = leader(mode, count);
+        // Half the schedules swap lagging standbys (`maximum_lag_on_syncnode`).
+        let max_lag = r.chance(0.5).then(|| 50 + r.below(300));
+        let mut c = leader_lag(mode, count, max_lag);
         let mut key: Vec<String> = Vec::new();
         let mut file = String::new();
         let mut eff = String::new();
@@ -543,7 +638,13 @@ fn the_order_holds_under_random_standby_behaviour() {
                 }
                 if r.chance(0.03) {
                     count = 1 + r.below(3) as u32;
-                    c.set_timing(t(now), timing(mode, count));
+                    c.set_timing(
+                        t(now),
+                        Timing {
+                            maximum_lag_on_syncnode: max_lag,
+                            ..timing(mode, count)
+                        },
+                    );
                 }
             }
             if file != eff && (quiet || r.chance(0.6)) {

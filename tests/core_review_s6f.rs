@@ -61,6 +61,7 @@ fn timing7() -> Timing {
         primary_start_timeout: Duration::from_secs(30),
         synchronous: SyncMode::Off,
         synchronous_node_count: 1,
+        maximum_lag_on_syncnode: None,
     }
 }
 

@@ -930,6 +930,7 @@ fn sync_timing(mode: SyncMode) -> Timing {
     Timing {
         synchronous: mode,
         synchronous_node_count: 1,
+        maximum_lag_on_syncnode: None,
         ..timing30()
     }
 }
@@ -4327,6 +4328,7 @@ fn review_r3_chain_with_a_shorter_watchdog_waits_for_the_first_leaders_reset() {
         primary_start_timeout: Duration::from_secs(30),
         synchronous: SyncMode::Off,
         synchronous_node_count: 1,
+        maximum_lag_on_syncnode: None,
     };
     let mut c = core_with("pg2", None, timing);
     let mut pg1 = member("pg1", 8, "primary", 1000, Some(14));

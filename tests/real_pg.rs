@@ -259,6 +259,7 @@ fn bootstrap_replicate_fence_promote_rewind() {
             &["n1".into(), "n2".into(), "n3".into()],
             &[],
             &[],
+            &[],
             clock::now().add(secs(2)),
         )
         .unwrap();
@@ -293,6 +294,7 @@ fn bootstrap_replicate_fence_promote_rewind() {
         .sync_slots(
             &["n2".into()],
             &["barman".into(), "n1".into()],
+            &[],
             &[keep, logical],
             clock::now().add(secs(2)),
         )
@@ -338,14 +340,32 @@ fn bootstrap_replicate_fence_promote_rewind() {
         c.batch_execute("ALTER SYSTEM RESET wal_keep_size").unwrap();
         c.batch_execute("SELECT pg_reload_conf()").unwrap();
     }
-    g.nodes[0]
+    // A departed member's kept slot (`member_slots_ttl`) PostgreSQL invalidated
+    // is given up: dropped, not made anew (nothing can resume from it), while
+    // the permanent one is made anew.
+    let out = g.nodes[0]
         .sync_slots(
-            &["n2".into()],
+            &[],
             &["barman".into()],
+            &["n2".into()],
             &[],
             clock::now().add(secs(2)),
         )
         .unwrap();
+    assert_eq!(out.gave_up, vec!["n2"], "{out:?}");
+    assert!(out.errors.is_empty() && out.refused.is_empty(), "{out:?}");
+    assert_eq!(slot_names(&c1), vec!["barman"]);
+    // n2 a member again: its slot is made.
+    let out = g.nodes[0]
+        .sync_slots(
+            &["n2".into()],
+            &["barman".into()],
+            &[],
+            &[],
+            clock::now().add(secs(2)),
+        )
+        .unwrap();
+    assert_eq!(out, Default::default());
     {
         let mut c = client(&c1);
         let n: i64 = c
@@ -614,6 +634,7 @@ fn bootstrap_replicate_fence_promote_rewind() {
         .sync_slots(
             &["n1".into()],
             &["barman".into()],
+            &[],
             &[],
             clock::now().add(secs(2)),
         )
@@ -982,6 +1003,7 @@ fn clean_shutdown_releases_only_after_the_orphan_backend_is_gone() {
         primary_start_timeout: secs(30),
         synchronous: SyncMode::Off,
         synchronous_node_count: 1,
+        maximum_lag_on_syncnode: None,
     };
     let mut core = Core::new(
         CoreConfig {

@@ -71,6 +71,22 @@ impl Agent {
         };
         let pm = self.pg.postmaster_pid().unwrap_or(0);
         let now = clock::now();
+        let ttl = self.cfg.dynamic.member_slots_ttl;
+        let (permanent, ignore) = (&self.cfg.dynamic.slots, &self.cfg.dynamic.ignore_slots);
+        // Nothing changed since the last upkeep of this leadership: no work, and
+        // nothing allocated on the leader's loop (review L4).
+        if self.slots.as_ref().is_some_and(|d| {
+            d.epoch == epoch
+                && d.postmaster == pm
+                && d.members == members
+                && d.permanent == *permanent
+                && d.ignore == *ignore
+                && d.ttl == ttl
+                && d.retained_until.is_none_or(|t| now < t)
+                && now.since(d.at) < super::SLOTS_RECHECK
+        }) {
+            return;
+        }
         let mine = pg::slot_name(&self.cfg.name);
         let current: Vec<String> = members.iter().map(|m| pg::slot_name(m)).collect();
         let published = obs
@@ -78,59 +94,58 @@ impl Agent {
             .as_ref()
             .ok()
             .and_then(|v| v.status_retain_slots.as_deref());
-        let (retained, retained_until) = self.retention.update(
-            now,
-            epoch,
-            &current,
-            published,
-            &mine,
-            self.cfg.dynamic.member_slots_ttl,
-        );
-        let (permanent, ignore) = (&self.cfg.dynamic.slots, &self.cfg.dynamic.ignore_slots);
-        if self.slots.as_ref().is_some_and(|d| {
-            d.postmaster == pm
-                && d.members == members
-                && d.permanent == *permanent
-                && d.ignore == *ignore
-                && d.retained == retained
-                && d.retained_until.is_none_or(|t| now < t)
-                && now.since(d.at) < super::SLOTS_RECHECK
-        }) {
-            return;
-        }
+        let (retained, retained_until) = self
+            .retention
+            .update(now, epoch, &current, published, &mine, ttl);
         let (permanent, ignore) = (permanent.clone(), ignore.clone());
-        let mut wanted = permanent.clone();
-        wanted.extend(retained.iter().cloned());
-        wanted.sort();
-        wanted.dedup();
-        match self.pg.sync_slots(
+        let out = match self.pg.sync_slots(
             &members,
-            &wanted,
+            &permanent,
+            &retained,
             &ignore,
             self.deadline(Duration::from_secs(1)),
         ) {
-            Ok(()) => {
-                if self.slots.as_ref().is_none_or(|d| d.retained != retained)
-                    && !retained.is_empty()
-                {
-                    info!(
-                        "keeping the slots of departed members {retained:?} \
-                         (member_slots_ttl {} s)",
-                        self.cfg.dynamic.member_slots_ttl.as_secs()
-                    );
-                }
-                self.slots = Some(super::SlotsMade {
-                    at: now,
-                    postmaster: pm,
-                    members,
-                    permanent,
-                    ignore,
-                    retained,
-                    retained_until,
-                })
+            Ok(out) => out,
+            Err(e) => {
+                warn!("replication slots: {e}");
+                return;
             }
-            Err(e) => warn!("replication slots: {e}"),
+        };
+        for g in &out.gave_up {
+            info!(
+                "slot {g} of a departed member was invalidated by PostgreSQL \
+                 (max_slot_wal_keep_size): dropped, not kept any longer"
+            );
+            self.retention.forget(g);
         }
+        let error = (!out.errors.is_empty()).then(|| out.errors.join("; "));
+        match &error {
+            // Said once per distinct error; the upkeep runs again on a change or
+            // after the recheck, not every loop.
+            Some(e) if self.slots.as_ref().and_then(|d| d.error.as_ref()) != Some(e) => {
+                warn!("replication slots: {e}")
+            }
+            Some(e) => debug!("replication slots: {e}"),
+            None => {}
+        }
+        if self.slots.as_ref().is_none_or(|d| d.retained != retained) && !retained.is_empty() {
+            info!(
+                "keeping the slots of departed members {retained:?} (member_slots_ttl {} s)",
+                ttl.as_secs()
+            );
+        }
+        self.slots = Some(super::SlotsMade {
+            at: now,
+            epoch,
+            postmaster: pm,
+            members,
+            permanent,
+            ignore,
+            ttl,
+            retained,
+            retained_until,
+            error,
+        })
     }
 
     /// Patroni's `status` key (`{"optime": N, "slots": {...}}`, DESIGN §4): the
@@ -173,14 +188,10 @@ impl Agent {
         });
         // Every member slot this leadership keeps, its own among them: the next
         // leader keeps them for `member_slots_ttl` (this node's, for its rejoin).
-        let retain = self.slots.as_ref().map(|made| {
-            let mut r: Vec<String> = made
-                .members
-                .iter()
-                .map(|m| pg::slot_name(m))
-                .chain(made.retained.iter().cloned())
-                .chain(std::iter::once(mine.clone()))
-                .collect();
+        // Built from the retention state, not the last upkeep's result: one that
+        // failed must not leave the next leader nothing to keep (review M2).
+        let retain = self.retention.names(epoch).map(|mut r| {
+            r.push(mine.clone());
             r.sort();
             r.dedup();
             r

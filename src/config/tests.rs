@@ -1263,7 +1263,8 @@ fn member_slots_ttl_from_the_file_and_the_config_key_in_patroni_s_forms() {
         );
     }
     // Seeded into the key as seconds (Patroni reads a number of seconds), merged
-    // back in either form; absent keeps ours.
+    // back in either form; absent or null in the key is the default, whatever
+    // the file says (the key is the one source once it exists).
     let v: serde_json::Value = serde_json::from_str(&c.dynamic_json()).expect("json");
     assert_eq!(v["member_slots_ttl"], 1800);
     let (_, d) = c
@@ -1274,14 +1275,66 @@ fn member_slots_ttl_from_the_file_and_the_config_key_in_patroni_s_forms() {
         .apply_dynamic(r#"{"member_slots_ttl": 0}"#)
         .expect("valid");
     assert_eq!(d.member_slots_ttl, Duration::ZERO);
-    let (_, d) = c.apply_dynamic(r#"{"ttl": 30}"#).expect("valid");
-    assert_eq!(d.member_slots_ttl, Duration::from_secs(1800));
+    let ten = parse(&with("600")).expect("600");
+    for absent in [r#"{"ttl": 30}"#, r#"{"member_slots_ttl": null}"#] {
+        let (_, d) = ten.apply_dynamic(absent).expect("valid");
+        assert_eq!(d.member_slots_ttl, Duration::from_secs(1800), "{absent}");
+    }
     for bad in [r#""soon""#, r#"-5"#, r#"[1]"#] {
         let e = c
             .apply_dynamic(&format!(r#"{{"member_slots_ttl": {bad}}}"#))
             .unwrap_err();
         assert!(e.contains("config key: member_slots_ttl"), "{bad}: {e}");
     }
+}
+
+#[test]
+fn maximum_lag_on_syncnode_from_the_file_and_the_config_key() {
+    let with = |v: &str| format!("{GOOD}\n[dynamic]\nmaximum_lag_on_syncnode = {v}\n");
+    let c = parse(GOOD).expect("good");
+    assert_eq!(c.dynamic.maximum_lag_on_syncnode, None, "default: off");
+    assert_eq!(
+        parse(&with("1048576"))
+            .expect("1 MiB")
+            .dynamic
+            .maximum_lag_on_syncnode,
+        Some(1_048_576)
+    );
+    for off in ["-1", "0"] {
+        assert_eq!(
+            parse(&with(off))
+                .expect(off)
+                .dynamic
+                .maximum_lag_on_syncnode,
+            None,
+            "{off}: off, as in Patroni"
+        );
+    }
+    for (v, says) in [("1.5", "whole number"), ("\"1MB\"", "found a string")] {
+        let e = err(&with(v));
+        assert!(
+            e.contains("dynamic.maximum_lag_on_syncnode") && e.contains(says),
+            "{v}: {e}"
+        );
+    }
+    // Seeded as Patroni writes its default, merged back; absent in the key: off.
+    let v: serde_json::Value = serde_json::from_str(&c.dynamic_json()).expect("json");
+    assert_eq!(v["maximum_lag_on_syncnode"], -1);
+    let one = parse(&with("1000")).expect("1000");
+    let (_, d) = one
+        .apply_dynamic(r#"{"maximum_lag_on_syncnode": 5000}"#)
+        .expect("valid");
+    assert_eq!(d.maximum_lag_on_syncnode, Some(5000));
+    assert_eq!(
+        Config::core_timing(&one.timing, &d).maximum_lag_on_syncnode,
+        Some(5000)
+    );
+    let (_, d) = one.apply_dynamic(r#"{"ttl": 30}"#).expect("valid");
+    assert_eq!(d.maximum_lag_on_syncnode, None);
+    let e = one
+        .apply_dynamic(r#"{"maximum_lag_on_syncnode": "lots"}"#)
+        .unwrap_err();
+    assert!(e.contains("config key: maximum_lag_on_syncnode"), "{e}");
 }
 
 #[test]

@@ -193,6 +193,11 @@ pub struct Timing {
     /// `synchronous_node_count` of the `config` key (Patroni's name): how many
     /// synchronous standbys the primary keeps when that many are fit, at least 1.
     pub synchronous_node_count: u32,
+    /// `maximum_lag_on_syncnode` (Patroni's name): bytes a synchronous standby may
+    /// fall behind the most advanced standby before a healthy one replaces it
+    /// (`None`: never; Patroni's -1). A performance rule: it only ever swaps, so
+    /// the primary keeps as many synchronous standbys as before.
+    pub maximum_lag_on_syncnode: Option<u64>,
 }
 
 /// Synchronous replication (DESIGN §3a, `config` key `synchronous_mode` and

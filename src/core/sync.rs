@@ -321,6 +321,21 @@ impl Core {
                 })
         };
         let count = self.timing.synchronous_node_count.max(1) as usize;
+        // `maximum_lag_on_syncnode`: a standby more than that many bytes behind
+        // the most advanced streaming standby lags (judged with two or more rows
+        // only: one standby has nothing to be swapped with). A performance rule,
+        // so it only swaps: a lagging listed standby is unlisted only while a
+        // healthy fit one waits to take its place, and lagging candidates are
+        // named last (still named when nothing else is fit).
+        let best = rows.iter().map(|r| r.flush).max().unwrap_or(0);
+        let lag_of = |name: &str| row(name).map_or(0, |r| best.saturating_sub(r.flush));
+        let lagging = |name: &str| {
+            rows.len() > 1
+                && self
+                    .timing
+                    .maximum_lag_on_syncnode
+                    .is_some_and(|m| lag_of(name) > m)
+        };
         // 1. Unlist first (guarded): listed standbys no longer fit, and past
         //    `synchronous_node_count` (lowered at run time) the least advanced. The
         //    names change only once the key says so.
@@ -342,6 +357,17 @@ impl Core {
             keep.truncate(count);
             keep.sort();
         }
+        let spares = rows
+            .iter()
+            .filter(|s| fit(&s.name) && !lagging(&s.name) && !listed.contains(&s.name))
+            .count();
+        if spares > 0 {
+            // The most lagging first, as many as there are healthy spares.
+            let mut slow: Vec<String> = keep.iter().filter(|s| lagging(s)).cloned().collect();
+            slow.sort_by(|a, b| lag_of(b).cmp(&lag_of(a)).then_with(|| a.cmp(b)));
+            slow.truncate(spares);
+            keep.retain(|s| !slow.contains(s));
+        }
         if keep.len() < listed.len() {
             let dropped: Vec<&str> = listed
                 .iter()
@@ -356,8 +382,9 @@ impl Core {
             p.again = true;
             return Some(format!(
                 "unlisting synchronous standby {} (not streaming or not reported sync, its \
-                 name matched by another walsender, not a member fit to take over, or past \
-                 synchronous_node_count {count}) before changing synchronous_standby_names",
+                 name matched by another walsender, not a member fit to take over, past \
+                 synchronous_node_count {count}, or past maximum_lag_on_syncnode with a \
+                 healthy standby to replace it) before changing synchronous_standby_names",
                 dropped.join(", ")
             ));
         }
@@ -372,7 +399,9 @@ impl Core {
             .collect();
         candidates.sort_by(|a, b| {
             let pending = |s: &StandbyStat| named.contains(&s.name);
-            (pending(b), b.flush, std::cmp::Reverse(&b.name)).cmp(&(
+            let healthy = |s: &StandbyStat| !lagging(&s.name);
+            (healthy(b), pending(b), b.flush, std::cmp::Reverse(&b.name)).cmp(&(
+                healthy(a),
                 pending(a),
                 a.flush,
                 std::cmp::Reverse(&a.name),

@@ -649,7 +649,8 @@ pub struct StatusValue {
     pub slots_problem: Option<String>,
 }
 
-/// The `status` key (Patroni also stores `retain_slots`, ...: ignored). `Err`
+/// The `status` key: `optime`, `slots`, `retain_slots` (other fields Patroni
+/// stores, such as `failsafe`, are ignored). `Err`
 /// names what is wrong with a value another writer left; a `slots` field that
 /// does not parse leaves the optime usable and is named in `slots_problem`.
 pub fn parse_status(raw: &[u8]) -> Result<StatusValue, String> {

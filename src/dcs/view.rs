@@ -278,7 +278,11 @@ impl ViewKeeper {
                     if let Some(why) = &s.slots_problem {
                         self.warn_once(
                             "status slots",
-                            &format!("{why}; replicas leave their slots alone"),
+                            &format!(
+                                "{why}; that field is left out (no slot copies without \
+                                 slots, no departed members' slots kept by the next \
+                                 leader without retain_slots)"
+                            ),
                         );
                     }
                     view.status_optime = Some(s.optime);

@@ -986,39 +986,56 @@ impl PgCtl {
     }
 
     /// A physical slot per listed member (never one for ourselves: it would hold
-    /// WAL forever) and per `permanent` slot (the `slots` config key), and drop
+    /// WAL forever), per `permanent` slot (the `slots` config key) and per
+    /// `retained` one (departed members' within `member_slots_ttl`), and drop
     /// every inactive physical slot neither in those nor matched by `ignore` (the
     /// `ignore_slots` config key). Logical slots are never touched.
+    ///
+    /// The drops run as one query, then each create as its own, members' first,
+    /// then permanent, then retained: a create PostgreSQL refuses (a full
+    /// `max_replication_slots`) keeps no other from being made, and kept slots of
+    /// departed members never take a current member's place (review of
+    /// `member_slots_ttl`, M1). A retained slot PostgreSQL invalidated is dropped
+    /// and not made again (its member cannot resume from it: `gave_up`). `Err`
+    /// only when the server cannot be asked at all.
     pub fn sync_slots(
         &mut self,
         members: &[String],
         permanent: &[String],
+        retained: &[String],
         ignore: &[crate::config::IgnoreSlot],
         deadline: Instant,
-    ) -> Result<(), PgError> {
+    ) -> Result<slots::SyncOutcome, PgError> {
         let pm = self.live_postmaster()?;
         let mine = slot_name(&self.me);
-        // Never a slot for ourselves, even a permanent one named so: nothing on
-        // this node would read it, and it would hold WAL (review 2, finding 1).
-        let mut want: Vec<String> = members
+        // In the order they are made in.
+        let mut want: Vec<String> = Vec::new();
+        for w in members
             .iter()
             .map(|m| slot_name(m))
             .chain(permanent.iter().cloned())
-            .filter(|s| *s != mine)
-            .collect();
-        want.sort();
-        want.dedup();
+            .chain(retained.iter().cloned())
+        {
+            // Never a slot for ourselves, even a permanent one named so: nothing
+            // on this node would read it, and it would hold WAL (review 2,
+            // finding 1).
+            if w != mine && !want.contains(&w) {
+                want.push(w);
+            }
+        }
+        let only_retained = |n: &str| {
+            retained.iter().any(|r| r == n)
+                && !permanent.iter().any(|p| p == n)
+                && !members.iter().any(|m| slot_name(m) == n)
+        };
         let have = self.query_rows(
             pm,
             "SELECT slot_name, active, wal_status FROM pg_replication_slots \
              WHERE slot_type = 'physical'",
             deadline,
         )?;
-        // Drops first and apart from the creates: a batch runs as one transaction,
-        // and a create refused (`max_replication_slots` full, perhaps by the very
-        // slots to drop) must not undo the drops (review 2, finding 6).
+        let mut out = slots::SyncOutcome::default();
         let mut drops = String::new();
-        let mut creates = String::new();
         let mut kept: Vec<&str> = Vec::new();
         for r in &have {
             let (Some(Some(name)), Some(Some(active))) = (r.first(), r.get(1)) else {
@@ -1027,7 +1044,8 @@ impl PgCtl {
             let inactive = active == "f";
             // A slot PostgreSQL invalidated (`max_slot_wal_keep_size`: `lost`) can
             // serve nobody again: one still wanted is made anew (a switchover back
-            // to a node whose slots aged while it was a standby, review 2 finding 5).
+            // to a node whose slots aged while it was a standby, review 2 finding 5),
+            // but a departed member's is given up.
             let lost = r.get(2).cloned().flatten().as_deref() == Some("lost");
             let wanted = want.contains(name);
             let ignored = ignore.iter().any(|i| i.matches_physical(name));
@@ -1036,27 +1054,34 @@ impl PgCtl {
                     "SELECT pg_drop_replication_slot({});",
                     conf::sql_literal(name)
                 ));
-                if !wanted {
-                    continue;
+                if wanted && only_retained(name) {
+                    out.gave_up.push(name.clone());
+                    kept.push(name);
                 }
             } else {
                 kept.push(name);
             }
         }
+        // Drops apart from the creates (review 2, finding 6).
+        if !drops.is_empty()
+            && let Err(e) = self.query_rows(pm, &drops, deadline)
+        {
+            out.errors.push(format!("dropping: {e}"));
+        }
         for w in &want {
-            if !kept.contains(&w.as_str()) {
-                creates.push_str(&format!(
-                    "SELECT pg_create_physical_replication_slot({}, true);",
-                    conf::sql_literal(w)
-                ));
+            if kept.contains(&w.as_str()) {
+                continue;
+            }
+            let sql = format!(
+                "SELECT pg_create_physical_replication_slot({}, true)",
+                conf::sql_literal(w)
+            );
+            if let Err(e) = self.query_rows(pm, &sql, deadline) {
+                out.errors.push(format!("making {w}: {e}"));
+                out.refused.push(w.clone());
             }
         }
-        for sql in [drops, creates] {
-            if !sql.is_empty() {
-                self.query_rows(pm, &sql, deadline)?;
-            }
-        }
-        Ok(())
+        Ok(out)
     }
 
     /// Carry out a replica's slot copy work ([`slots::plan_copies`]): the drops

@@ -94,6 +94,17 @@ pub struct CopyWork {
     pub ahead: Vec<(String, u64)>,
 }
 
+/// What the leader's [`super::PgCtl::sync_slots`] could not do, or gave up.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncOutcome {
+    /// Creates PostgreSQL refused.
+    pub refused: Vec<String>,
+    /// Departed members' slots PostgreSQL invalidated: dropped, not made again.
+    pub gave_up: Vec<String>,
+    /// Each failed step, in order.
+    pub errors: Vec<String>,
+}
+
 /// What [`super::PgCtl::copy_slots`] could not do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CopyOutcome {
@@ -207,7 +218,12 @@ impl Retention {
         ttl: Duration,
     ) -> (Vec<String>, Option<Instant>) {
         if self.seeded != Some(epoch) {
+            // A new leadership starts from the last one's list alone: what this
+            // node remembered from an earlier leadership of its own is stale (a
+            // member that left then may have come back and left again since,
+            // review H1).
             self.seeded = Some(epoch);
+            self.seen.clear();
             for n in published.unwrap_or_default() {
                 if n != mine && !self.seen.iter().any(|(s, _)| s == n) {
                     self.seen.push((n.clone(), Some(now)));
@@ -239,6 +255,25 @@ impl Retention {
         }
         kept.sort();
         (kept, first)
+    }
+
+    /// Every member slot this leadership keeps (present members' and departed
+    /// ones' within the ttl, as of the last update), sorted: the `status` key's
+    /// `retain_slots` besides the leader's own. `None` before the first update of
+    /// leadership `epoch`.
+    pub fn names(&self, epoch: crate::core::model::Epoch) -> Option<Vec<String>> {
+        (self.seeded == Some(epoch)).then(|| {
+            let mut n: Vec<String> = self.seen.iter().map(|(s, _)| s.clone()).collect();
+            n.sort();
+            n
+        })
+    }
+
+    /// Give up on a departed member's slot before its time (PostgreSQL
+    /// invalidated it: the member cannot resume from it, so keeping it only
+    /// holds WAL for nobody).
+    pub fn forget(&mut self, slot: &str) {
+        self.seen.retain(|(s, gone)| s != slot || gone.is_none());
     }
 }
 
@@ -449,6 +484,30 @@ mod tests {
             r.update(later, 9, &names(&["pg3"]), Some(&published), "pg2", ttl),
             (Vec::new(), None)
         );
+    }
+
+    #[test]
+    fn a_node_that_leads_again_starts_from_the_last_leader_s_list_not_its_own_memory() {
+        // Review H1: A led, pg3 left at 100 s; A lost the lead; pg3 came back
+        // and left again under B; B crashed; A leads again at 7300 s with B's
+        // list naming pg3: kept a full ttl from 7300 s, not dropped for its
+        // departure under A's first leadership.
+        let t0 = Instant::from_nanos(1_000_000_000_000);
+        let ttl = Duration::from_secs(1800);
+        let at = |s: u64| t0.add(Duration::from_secs(s));
+        let mut r = Retention::default();
+        r.update(t0, 5, &names(&["pg2", "pg3"]), None, "pg1", ttl);
+        r.update(at(100), 5, &names(&["pg2"]), None, "pg1", ttl);
+        let b_list = names(&["pg1", "pg2", "pg3"]);
+        let (kept, ends) = r.update(at(7300), 9, &names(&["pg2"]), Some(&b_list), "pg1", ttl);
+        assert_eq!(kept, names(&["pg3"]));
+        assert_eq!(ends, Some(at(7300 + 1800)));
+        assert_eq!(r.names(9), Some(names(&["pg2", "pg3"])));
+        assert_eq!(r.names(5), None, "not the leadership it was seeded for");
+        // An invalidated kept slot is given up; a present member's never is.
+        r.forget("pg3");
+        r.forget("pg2");
+        assert_eq!(r.names(9), Some(names(&["pg2"])));
     }
 
     #[test]

@@ -51,6 +51,7 @@ pub fn profiles() -> [Profile; 2] {
         primary_start_timeout: Duration::from_secs(u64::from(ttl)),
         synchronous: SyncMode::Off,
         synchronous_node_count: 1,
+        maximum_lag_on_syncnode: None,
     };
     [
         Profile {
@@ -255,6 +256,13 @@ impl Schedule {
         } else {
             2 + rc.below(nodes as u64 - 2) as u32
         };
+        // `maximum_lag_on_syncnode` from a stream of its own: half the schedules
+        // swap a synchronous standby more than 20 ms to 2 s of WAL (the primary
+        // writes one byte a microsecond here) behind the most advanced for a
+        // healthy one, through the same unlist-first path.
+        let mut rl = Rng::new(seed ^ 0x7a9e_11c3_5b2d_4f60);
+        profile.timing.maximum_lag_on_syncnode =
+            rl.chance(0.5).then(|| 20_000 + rl.below(2_000_000));
         // A quarter of the schedules (any mode) lose one host for good: a lost
         // synchronous standby (degrade, or strict commits waiting), a failover the
         // sync key makes impossible.

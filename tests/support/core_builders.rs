@@ -39,6 +39,7 @@ pub fn timing30() -> Timing {
         primary_start_timeout: Duration::from_secs(30),
         synchronous: SyncMode::Off,
         synchronous_node_count: 1,
+        maximum_lag_on_syncnode: None,
     }
 }
 
