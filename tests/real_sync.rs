@@ -707,3 +707,108 @@ fn real_sync_switch_then_primary_crash_loses_no_acknowledged_row() {
         "{pn}'s log never said what the switch waited for"
     );
 }
+
+/// `maximum_lag_on_syncnode`: a synchronous standby whose WAL receiver hangs
+/// (no TCP reset: it stays `streaming` and `sync` in `pg_stat_replication`) holds
+/// every commit until `wal_sender_timeout` (60 s by default). With the lag rule
+/// the primary swaps it for the healthy replica, unlisted first (the order
+/// sampled throughout), and the commit that was waiting completes.
+#[test]
+fn real_sync_a_hung_standby_is_swapped_for_a_healthy_one_by_maximum_lag_on_syncnode() {
+    let mut c = bed("lagswap", 3, true, false);
+    let p = c.settled(BOOT).unwrap_or_else(|e| panic!("{e}"));
+    let s = wait_listed(&c, p, &[], RESYNC);
+    let r = (0..3).find(|&i| i != p && i != s).expect("a third node");
+    let config = c.get_kv("config").expect("config key").value;
+    let mut v: serde_json::Value = serde_json::from_str(&config).expect("config JSON");
+    v["maximum_lag_on_syncnode"] = 1_048_576.into();
+    tenure::testbed::etcdkv::put(
+        &c.endpoints(),
+        &format!("{}config", c.prefix()),
+        &v.to_string(),
+        Duration::from_secs(5),
+    )
+    .expect("put config");
+    wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        c.agent_log(p)
+            .contains(r#""maximum_lag_on_syncnode":1048576"#)
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("the leader never applied it{}", c.logs_tail(20)));
+
+    // Hang the listed standby's WAL receiver (continued on every way out).
+    struct Hung(nix::unistd::Pid);
+    impl Drop for Hung {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGCONT);
+        }
+    }
+    let pid: i32 = c
+        .sql_one(s, "SELECT pid FROM pg_stat_wal_receiver")
+        .expect("a WAL receiver")
+        .parse()
+        .expect("a pid");
+    let hung = Hung(nix::unistd::Pid::from_raw(pid));
+    nix::sys::signal::kill(hung.0, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    let t0 = Instant::now();
+    // About 20 MB of WAL in one transaction: its commit waits for the hung one.
+    // Its own connection, with no statement_timeout: a cancel would end the
+    // wait for the standby with a warning, not an acknowledgement.
+    let (addr, port, pw) = (c.addr(p), c.pg_port(p), c.passwords.superuser.clone());
+    let write = std::thread::spawn(move || -> Result<(), String> {
+        let mut client = postgres::Config::new()
+            .host(&addr.to_string())
+            .port(port)
+            .user("postgres")
+            .password(&pw)
+            .dbname("postgres")
+            .connect_timeout(Duration::from_secs(2))
+            .connect(postgres::NoTls)
+            .map_err(|e| e.to_string())?;
+        client
+            .batch_execute(
+                "CREATE TABLE lagswap AS SELECT g, repeat('x', 200) AS pad \
+                 FROM generate_series(1, 80000) g",
+            )
+            .map_err(|e| e.to_string())
+    });
+    let judged = check_order_until(&c, p, RESYNC, |c| {
+        let listed = sync_key(c).and_then(|(_, s, _)| s);
+        listed.as_deref() == Some(c.name(r)) && names(c, p).as_deref() == Some(&quoted(c.name(r)))
+    });
+    let swapped = t0.elapsed();
+    // A commit already waiting is released at the new standby's next reply: at
+    // once under write load, else within `wal_receiver_status_interval` (10 s).
+    let acked = wait_for(RESYNC, Duration::from_millis(50), || {
+        write.is_finished().then_some(())
+    });
+    assert!(
+        acked.is_some(),
+        "the commit never came back{}",
+        c.logs_tail(20)
+    );
+    write
+        .join()
+        .expect("the writer")
+        .unwrap_or_else(|e| panic!("the write: {e}"));
+    println!(
+        "{} swapped for {} {:.2} s after its WAL receiver hung ({judged} samples judged the \
+         order); the waiting commit acknowledged {:.2} s after",
+        c.name(s),
+        c.name(r),
+        swapped.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(judged > 0, "no sample could judge the order");
+    // The waiting commit was acknowledged while the standby still hangs.
+    assert_eq!(
+        c.sql_one(p, "SELECT count(*) FROM lagswap").ok().as_deref(),
+        Some("80000")
+    );
+    assert!(
+        c.agent_log(p).contains("maximum_lag_on_syncnode"),
+        "the unlisting does not say why"
+    );
+    drop(hung);
+    one_primary_at_the_end(&c, p);
+}
