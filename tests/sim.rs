@@ -27,7 +27,10 @@
 //! `sync` key allows; if none of them is healthy at the end, failover is impossible
 //! by design and the check is skipped (and counted). It is also skipped (and
 //! counted) when no healthy node holds the newest timeline: every survivor's WAL
-//! forked from it. The core rewinds a replica that is not streaming while its
+//! forked from it; in synchronous mode, also when the nodes the key allows are
+//! healthy but none of them holds it (seed 960019306: the one node on the newest
+//! timeline not listed, the listed ones behind it; each rule alone already made
+//! such cases impossible). The core rewinds a replica that is not streaming while its
 //! leader runs a newer timeline (`diverged`), but not one whose timeline *number*
 //! collides with the leader's (a promotion whose `history` append never landed);
 //! the forked-replica count printed at the end shows what is left.
@@ -421,6 +424,8 @@ fn sim_schedules() {
     let mut switches = (0u64, 0u64, 0u64);
     // Liveness skipped because no healthy node held the newest timeline.
     let mut no_candidate = (0u64, 0u64);
+    // ... of them, those where only nodes the sync key does not allow held it.
+    let mut no_allowed_candidate = 0u64;
     let mut secs_by_mode = [0f64; 3];
     // Switchovers: schedules with one, releases done, gaps to the next primary.
     let (mut so_scheds, mut so_done) = (0u64, 0u64);
@@ -460,6 +465,9 @@ fn sim_schedules() {
         if matches!(&o.verdict, Some(Verdict::Skipped(w)) if w.starts_with("no healthy node holds"))
         {
             no_candidate = (no_candidate.0 + 1, seed);
+            if matches!(&o.verdict, Some(Verdict::Skipped(w)) if w.contains("sync key allows")) {
+                no_allowed_candidate += 1;
+            }
         }
         if o.sync_breaches > 0 {
             breaches = (breaches.0 + 1, seed);
@@ -670,8 +678,15 @@ fn sim_schedules() {
     println!(
         "sim: schedules that end with a replica whose WAL forked from its leader's (it never streams again): \
          {} a former primary's (last seed {}), {} a replica's own (last seed {}); liveness skipped \
-         because no healthy node held the newest timeline: {} (last seed {})",
-        forked[0].0, forked[0].1, forked[1].0, forked[1].1, no_candidate.0, no_candidate.1
+         because no healthy node held the newest timeline: {} ({} of them: none the sync key \
+         allows, while one it does not allow did) (last seed {})",
+        forked[0].0,
+        forked[0].1,
+        forked[1].0,
+        forked[1].1,
+        no_candidate.0,
+        no_allowed_candidate,
+        no_candidate.1
     );
     for o in failures.iter().take(300) {
         println!(

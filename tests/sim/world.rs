@@ -2867,13 +2867,42 @@ impl World {
         // Nobody healthy holds the newest timeline (their WAL forked from it and the
         // core never rewound them, or they never streamed from it): no candidate can
         // exist until an operator steps in. Skipped, and counted by the caller.
+        // In synchronous mode only a node the `sync` key allows counts (seed
+        // 960019306: the listed standbys all on the old timeline, the one node on
+        // the new one not listed; the timeline rule and the key's rule together
+        // leave no candidate, as each alone does in the cases skipped before).
         let newest = self.reigns.iter().map(|r| r.timeline).max().unwrap_or(1);
-        let healthy_on_newest = self.nodes.iter().any(|n| {
-            !n.lost && n.host_up && n.agent_alive && n.pg.sysid.is_some() && n.pg.timeline >= newest
-        });
-        let v = if !healthy_on_newest && !(0..self.nodes.len()).any(|i| self.writable(i)) {
+        let sync_key = if self.sched.sync() == SyncMode::Off {
+            None
+        } else {
+            self.etcd.sync_key()
+        };
+        let allowed = |name: &str| {
+            sync_key
+                .as_ref()
+                .is_none_or(|k| k.leader == name || k.sync_standbys.iter().any(|s| s == name))
+        };
+        let healthy = |n: &&Node| !n.lost && n.host_up && n.agent_alive && n.pg.sysid.is_some();
+        let on_newest = |n: &&Node| n.pg.timeline >= newest;
+        let any_on_newest = self.nodes.iter().filter(healthy).any(|n| on_newest(&n));
+        // Some allowed node is healthy (else `live::check` skips it as the key's
+        // case), but none of them holds the newest timeline.
+        let allowed_behind = self.nodes.iter().filter(healthy).any(|n| allowed(&n.name))
+            && !self
+                .nodes
+                .iter()
+                .filter(healthy)
+                .any(|n| on_newest(&n) && allowed(&n.name));
+        let v = if (!any_on_newest || allowed_behind)
+            && !(0..self.nodes.len()).any(|i| self.writable(i))
+        {
             Verdict::Skipped(format!(
-                "no healthy node holds the newest timeline {newest}: no candidate can exist"
+                "no healthy node holds the newest timeline {newest}{}: no candidate can exist",
+                if any_on_newest {
+                    " among those the sync key allows"
+                } else {
+                    ""
+                }
             ))
         } else {
             super::live::check(
