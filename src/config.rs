@@ -92,6 +92,10 @@ pub struct DynamicConfig {
 pub fn parse_syncnode_lag(v: &serde_json::Value) -> Result<Option<u64>, String> {
     let x = match v {
         serde_json::Value::Number(n) => n.as_f64().ok_or("not a usable number")?,
+        // Patroni reads a number written as a string too.
+        serde_json::Value::String(s) => s.trim().parse::<f64>().map_err(|_| {
+            format!("expected a whole number of bytes (-1: off), found the string {s:?}")
+        })?,
         other => {
             return Err(format!(
                 "expected a whole number of bytes (-1: off), found {}",
@@ -99,10 +103,13 @@ pub fn parse_syncnode_lag(v: &serde_json::Value) -> Result<Option<u64>, String> 
             ));
         }
     };
-    if x.fract() != 0.0 || !x.is_finite() || x > 9.0e18 {
+    if !x.is_finite() || x.fract() != 0.0 {
         return Err(format!(
             "expected a whole number of bytes (-1: off), found {x}"
         ));
+    }
+    if x > 9.0e18 {
+        return Err(format!("{x} bytes is too large"));
     }
     Ok((x > 0.0).then_some(x as u64))
 }
@@ -1852,6 +1859,18 @@ impl Config {
             synchronous_mode_strict: dy.boolean("synchronous_mode_strict")?.unwrap_or(false),
             synchronous_node_count: dy.node_count("synchronous_node_count")?.unwrap_or(1),
             maximum_lag_on_syncnode: match as_json("maximum_lag_on_syncnode")? {
+                // TOML's nan and inf become JSON null: refused, not read as off.
+                serde_json::Value::Null
+                    if matches!(
+                        dy.table.get("maximum_lag_on_syncnode"),
+                        Some(Value::Float(f)) if !f.is_finite()
+                    ) =>
+                {
+                    return Err(dy.err(
+                        "maximum_lag_on_syncnode",
+                        "expected a whole number of bytes (-1: off), found a non-finite number",
+                    ));
+                }
                 serde_json::Value::Null => None,
                 v => parse_syncnode_lag(&v).map_err(|p| dy.err("maximum_lag_on_syncnode", p))?,
             },

@@ -279,11 +279,13 @@ fn leader_lag(mode: SyncMode, count: u32, max: Option<u64>) -> Core {
 }
 
 #[test]
-fn a_lagging_synchronous_standby_is_swapped_for_a_healthy_one_unlisted_first() {
+fn a_lagging_synchronous_standby_is_swapped_for_a_healthy_one_added_before_it_goes() {
     let mut c = leader_lag(SyncMode::On, 1, Some(1000));
     let r = ["pg2", "pg3"];
+    const BOTH: &str = r#"FIRST 2 ("pg2", "pg3")"#;
     // pg2 is listed and 5000 bytes behind pg3, which streams asynchronously.
     let s = vec![st("pg2", true, true, 5000), st("pg3", true, false, 10_000)];
+    // One sample is noise: nothing yet.
     let p = lead_step(
         &mut c,
         &r,
@@ -293,68 +295,227 @@ fn a_lagging_synchronous_standby_is_swapped_for_a_healthy_one_unlisted_first() {
         10_000,
         6.0,
     );
-    assert_eq!(sync_actions(&p), vec![write(&[])], "{}", p.reason);
-    assert!(
-        p.reason.to_string().contains("maximum_lag_on_syncnode"),
+    assert!(sync_actions(&p).is_empty(), "{}", p.reason);
+    // Behind for a loop (2 s): pg3 is named beside pg2, never instead of it.
+    let p = lead_step(
+        &mut c,
+        &r,
+        sync_key(&["pg2"]),
+        "\"pg2\"",
+        s.clone(),
+        10_000,
+        8.0,
+    );
+    assert_eq!(sync_actions(&p), vec![names(BOTH)], "{}", p.reason);
+    // pg3 sync and caught up once the names held for a loop: listed beside pg2,
+    // one over the count (every commit waits for both, both may take over).
+    let s = vec![st("pg2", true, true, 5000), st("pg3", true, true, 10_100)];
+    let p = lead_step(&mut c, &r, sync_key(&["pg2"]), BOTH, s.clone(), 10_100, 8.5);
+    assert!(sync_actions(&p).is_empty(), "{}", p.reason);
+    let p = lead_step(
+        &mut c,
+        &r,
+        sync_key(&["pg2"]),
+        BOTH,
+        s.clone(),
+        10_100,
+        10.6,
+    );
+    assert_eq!(
+        sync_actions(&p),
+        vec![write(&["pg2", "pg3"])],
         "{}",
         p.reason
     );
-    // Unlisted: now the names go to the healthy one, not back to pg2.
-    let p = lead_step(&mut c, &r, sync_key(&[]), "\"pg2\"", s, 10_000, 6.5);
-    assert_eq!(sync_actions(&p), vec![names("\"pg3\"")], "{}", p.reason);
-    // pg3 sync and caught up, the names held for a loop: listed.
-    let s = vec![st("pg2", true, false, 5000), st("pg3", true, true, 10_100)];
-    let p = lead_step(&mut c, &r, sync_key(&[]), "\"pg3\"", s.clone(), 10_100, 7.0);
-    assert!(sync_actions(&p).is_empty(), "{}", p.reason);
-    let p = lead_step(&mut c, &r, sync_key(&[]), "\"pg3\"", s, 10_100, 9.0);
+    // Then the count's rule unlists the least advanced, key first, names after.
+    let p = lead_step(
+        &mut c,
+        &r,
+        sync_key(&["pg2", "pg3"]),
+        BOTH,
+        s.clone(),
+        10_100,
+        11.0,
+    );
     assert_eq!(sync_actions(&p), vec![write(&["pg3"])], "{}", p.reason);
+    let p = lead_step(&mut c, &r, sync_key(&["pg3"]), BOTH, s, 10_100, 11.5);
+    assert_eq!(sync_actions(&p), vec![names("\"pg3\"")], "{}", p.reason);
 }
 
 #[test]
 fn a_lagging_synchronous_standby_stays_without_a_healthy_one_to_replace_it() {
     let r = ["pg2", "pg3"];
-    // The other standby lags too (behind pg2), or is tagged out: no swap.
+    // The other standby is no member (nor tagged fit): no swap.
     let mut c = leader_lag(SyncMode::On, 1, Some(1000));
     let s = vec![st("pg2", true, true, 5000), st("pg3", true, false, 10_000)];
-    let p = lead_step(
-        &mut c,
-        &["pg2"],
-        sync_key(&["pg2"]),
-        "\"pg2\"",
-        s,
-        10_000,
-        6.0,
-    );
-    assert!(
-        sync_actions(&p).is_empty(),
-        "pg3 is no member: {}",
-        p.reason
-    );
-    // One standby alone never lags: there is nothing to swap it with.
-    let mut c = leader_lag(SyncMode::Strict, 1, Some(1000));
-    let s = vec![st("pg2", true, true, 100)];
-    let p = lead_step(&mut c, &r, sync_key(&["pg2"]), "\"pg2\"", s, 10_000, 6.0);
-    assert!(sync_actions(&p).is_empty(), "{}", p.reason);
+    for at in [6.0, 8.0, 10.0] {
+        let p = lead_step(
+            &mut c,
+            &["pg2"],
+            sync_key(&["pg2"]),
+            "\"pg2\"",
+            s.clone(),
+            10_000,
+            at,
+        );
+        assert!(
+            sync_actions(&p).is_empty(),
+            "pg3 is no member: {}",
+            p.reason
+        );
+    }
+    // A non-member walsender far ahead does not make the fit ones lag.
+    let mut c = leader_lag(SyncMode::On, 1, Some(1000));
+    let s = vec![
+        st("pg2", true, true, 9500),
+        st("pg3", true, false, 10_000),
+        st("barman", true, false, 90_000),
+    ];
+    for at in [6.0, 8.0, 10.0] {
+        let p = lead_step(
+            &mut c,
+            &r,
+            sync_key(&["pg2"]),
+            "\"pg2\"",
+            s.clone(),
+            90_000,
+            at,
+        );
+        assert!(sync_actions(&p).is_empty(), "{}", p.reason);
+    }
     // Off (Patroni's -1): the lagging standby stays.
     let mut c = leader_lag(SyncMode::On, 1, None);
     let s = vec![st("pg2", true, true, 5000), st("pg3", true, false, 10_000)];
-    let p = lead_step(&mut c, &r, sync_key(&["pg2"]), "\"pg2\"", s, 10_000, 6.0);
-    assert!(sync_actions(&p).is_empty(), "{}", p.reason);
+    for at in [6.0, 8.0, 10.0] {
+        let p = lead_step(
+            &mut c,
+            &r,
+            sync_key(&["pg2"]),
+            "\"pg2\"",
+            s.clone(),
+            10_000,
+            at,
+        );
+        assert!(sync_actions(&p).is_empty(), "{}", p.reason);
+    }
 }
 
 #[test]
-fn with_two_wanted_only_as_many_lagging_ones_go_as_there_are_healthy_spares() {
+fn with_two_wanted_the_swap_goes_through_the_least_advanced() {
     let mut c = leader_lag(SyncMode::On, 2, Some(1000));
     let r = ["pg2", "pg3", "pg4"];
-    // pg2 and pg3 listed and both far behind pg4: one spare, so only the most
-    // lagging (pg2) is swapped out; pg3 stays.
+    const THREE: &str = r#"FIRST 3 ("pg2", "pg3", "pg4")"#;
+    // pg2 and pg3 listed, both far behind pg4; pg3 the further behind (the
+    // order of names is not the order of lag).
     let s = vec![
-        st("pg2", true, true, 2000),
-        st("pg3", true, true, 4000),
+        st("pg2", true, true, 4000),
+        st("pg3", true, true, 2000),
         st("pg4", true, false, 10_000),
     ];
-    let p = lead_step(&mut c, &r, sync_key(&["pg2", "pg3"]), TWO, s, 10_000, 6.0);
-    assert_eq!(sync_actions(&p), vec![write(&["pg3"])], "{}", p.reason);
+    let p = lead_step(
+        &mut c,
+        &r,
+        sync_key(&["pg2", "pg3"]),
+        TWO,
+        s.clone(),
+        10_000,
+        6.0,
+    );
+    assert!(sync_actions(&p).is_empty(), "{}", p.reason);
+    let p = lead_step(&mut c, &r, sync_key(&["pg2", "pg3"]), TWO, s, 10_000, 8.0);
+    assert_eq!(sync_actions(&p), vec![names(THREE)], "{}", p.reason);
+    let s = vec![
+        st("pg2", true, true, 4000),
+        st("pg3", true, true, 2000),
+        st("pg4", true, true, 10_100),
+    ];
+    let p = lead_step(
+        &mut c,
+        &r,
+        sync_key(&["pg2", "pg3"]),
+        THREE,
+        s.clone(),
+        10_100,
+        8.5,
+    );
+    assert!(sync_actions(&p).is_empty(), "{}", p.reason);
+    let p = lead_step(
+        &mut c,
+        &r,
+        sync_key(&["pg2", "pg3"]),
+        THREE,
+        s.clone(),
+        10_100,
+        10.6,
+    );
+    assert_eq!(
+        sync_actions(&p),
+        vec![write(&["pg2", "pg3", "pg4"])],
+        "{}",
+        p.reason
+    );
+    let all = sync_key(&["pg2", "pg3", "pg4"]);
+    let p = lead_step(&mut c, &r, all, THREE, s, 10_100, 11.0);
+    assert_eq!(
+        sync_actions(&p),
+        vec![write(&["pg2", "pg4"])],
+        "{}",
+        p.reason
+    );
+}
+
+/// Review H1 of the first form: lag that moves from one standby to the other
+/// every loop must not keep the key emptier than the count, nor churn it.
+#[test]
+fn lag_that_alternates_never_leaves_the_key_short() {
+    for mode in [SyncMode::On, SyncMode::Strict] {
+        let mut c = leader_lag(mode, 1, Some(1000));
+        let r = ["pg2", "pg3"];
+        let mut key = vec!["pg2".to_string()];
+        let mut eff = "\"pg2\"".to_string();
+        let (mut writes, mut renames) = (0, 0);
+        for step in 0..200u64 {
+            let at = 6.0 + step as f64 * 0.5;
+            let lsn = 10_000 + step * 100;
+            // One of them 2000 behind, the other each loop.
+            let (f2, f3) = if step % 2 == 0 {
+                (lsn - 2000, lsn)
+            } else {
+                (lsn, lsn - 2000)
+            };
+            let named = named_all(&eff).unwrap_or_default();
+            let s = vec![
+                st("pg2", true, named.iter().any(|n| n == "pg2"), f2),
+                st("pg3", true, named.iter().any(|n| n == "pg3"), f3),
+            ];
+            let refs: Vec<&str> = key.iter().map(String::as_str).collect();
+            let p = lead_step(&mut c, &r, sync_key(&refs), &eff, s, lsn, at);
+            for a in &p.actions {
+                match a {
+                    Action::WriteSync { sync_standbys, .. } => {
+                        assert!(
+                            !sync_standbys.is_empty(),
+                            "{mode:?} step {step}: the key emptied: {}",
+                            p.reason
+                        );
+                        writes += 1;
+                        key = sync_standbys.clone();
+                    }
+                    Action::SetSyncNames { names } => {
+                        renames += 1;
+                        eff = names.clone();
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // Lag that never lasts a loop is noise: no swap is even begun.
+        assert_eq!(
+            (writes, renames),
+            (0, 0),
+            "{mode:?}: the key or the names churned"
+        );
+    }
 }
 
 #[test]
@@ -680,7 +841,13 @@ fn the_order_holds_under_random_standby_behaviour() {
                         ..
                     } => {
                         assert_eq!(leader, "pg1", "{}", ctx());
-                        assert!(sync_standbys.len() <= count as usize, "{}", ctx());
+                        // One over the count while a lag swap adds before it
+                        // removes.
+                        assert!(
+                            sync_standbys.len() <= count as usize + usize::from(max_lag.is_some()),
+                            "{}",
+                            ctx()
+                        );
                         for s in sync_standbys {
                             if key.contains(s) {
                                 continue;

@@ -711,7 +711,8 @@ fn real_sync_switch_then_primary_crash_loses_no_acknowledged_row() {
 /// `maximum_lag_on_syncnode`: a synchronous standby whose WAL receiver hangs
 /// (no TCP reset: it stays `streaming` and `sync` in `pg_stat_replication`) holds
 /// every commit until `wal_sender_timeout` (60 s by default). With the lag rule
-/// the primary swaps it for the healthy replica, unlisted first (the order
+/// the primary swaps it for the healthy replica, added before the hung one is
+/// unlisted, unlisted before the names drop it (the order
 /// sampled throughout), and the commit that was waiting completes.
 #[test]
 fn real_sync_a_hung_standby_is_swapped_for_a_healthy_one_by_maximum_lag_on_syncnode() {
@@ -772,10 +773,14 @@ fn real_sync_a_hung_standby_is_swapped_for_a_healthy_one_by_maximum_lag_on_syncn
             )
             .map_err(|e| e.to_string())
     });
+    // The key never lists fewer standbys for lag: the healthy one is added first.
+    let mut emptied = false;
     let judged = check_order_until(&c, p, RESYNC, |c| {
         let listed = sync_key(c).and_then(|(_, s, _)| s);
+        emptied |= listed.is_none();
         listed.as_deref() == Some(c.name(r)) && names(c, p).as_deref() == Some(&quoted(c.name(r)))
     });
+    assert!(!emptied, "the sync key listed nobody during the swap");
     let swapped = t0.elapsed();
     // A commit already waiting is released at the new standby's next reply: at
     // once under write load, else within `wal_receiver_status_interval` (10 s).
@@ -805,9 +810,15 @@ fn real_sync_a_hung_standby_is_swapped_for_a_healthy_one_by_maximum_lag_on_syncn
         c.sql_one(p, "SELECT count(*) FROM lagswap").ok().as_deref(),
         Some("80000")
     );
+    // It was the lag rule (the reason says so) and not `wal_sender_timeout`
+    // (60 s by default, twice RESYNC) that moved it.
     assert!(
-        c.agent_log(p).contains("maximum_lag_on_syncnode"),
-        "the unlisting does not say why"
+        c.agent_log(p).contains(&format!(
+            "as synchronous standby beside lagging {}",
+            c.name(s)
+        )),
+        "no swap for lag in the log{}",
+        c.logs_tail(30)
     );
     drop(hung);
     one_primary_at_the_end(&c, p);

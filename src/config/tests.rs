@@ -1310,7 +1310,13 @@ fn maximum_lag_on_syncnode_from_the_file_and_the_config_key() {
             "{off}: off, as in Patroni"
         );
     }
-    for (v, says) in [("1.5", "whole number"), ("\"1MB\"", "found a string")] {
+    for (v, says) in [
+        ("1.5", "whole number"),
+        ("\"1MB\"", "found the string \"1MB\""),
+        ("nan", "non-finite"),
+        ("inf", "non-finite"),
+        ("1e19", "too large"),
+    ] {
         let e = err(&with(v));
         assert!(
             e.contains("dynamic.maximum_lag_on_syncnode") && e.contains(says),
@@ -1325,6 +1331,10 @@ fn maximum_lag_on_syncnode_from_the_file_and_the_config_key() {
         .apply_dynamic(r#"{"maximum_lag_on_syncnode": 5000}"#)
         .expect("valid");
     assert_eq!(d.maximum_lag_on_syncnode, Some(5000));
+    let (_, d2) = one
+        .apply_dynamic(r#"{"maximum_lag_on_syncnode": "2048"}"#)
+        .expect("a number as a string, as Patroni reads it");
+    assert_eq!(d2.maximum_lag_on_syncnode, Some(2048));
     assert_eq!(
         Config::core_timing(&one.timing, &d).maximum_lag_on_syncnode,
         Some(5000)

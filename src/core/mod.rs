@@ -149,6 +149,10 @@ pub struct Core {
     /// The WAL position a standby newly named in the names must flush before the
     /// `sync` key lists it (DESIGN §3a; `catchup`).
     sync_catchup: Option<catchup::CatchUp>,
+    /// `maximum_lag_on_syncnode`: the fit standbys over the lag, and since when
+    /// (continuously). One counts as lagging only after a loop of it: a single
+    /// sample under write load is noise.
+    sync_lag_since: Vec<(String, Instant)>,
     /// Since when this replica, following the leader, has not streamed while the
     /// leader runs a newer timeline (`diverged`).
     stuck_since: Option<Instant>,
@@ -235,6 +239,7 @@ impl Core {
             led_from_bootstrap: false,
             names_seen: None,
             sync_catchup: None,
+            sync_lag_since: Vec::new(),
             stuck_since: None,
             max_revision: 0,
             prior_max_revision: 0,

@@ -194,9 +194,9 @@ pub struct Timing {
     /// synchronous standbys the primary keeps when that many are fit, at least 1.
     pub synchronous_node_count: u32,
     /// `maximum_lag_on_syncnode` (Patroni's name): bytes a synchronous standby may
-    /// fall behind the most advanced standby before a healthy one replaces it
-    /// (`None`: never; Patroni's -1). A performance rule: it only ever swaps, so
-    /// the primary keeps as many synchronous standbys as before.
+    /// fall behind the most advanced fit standby (for a loop) before a healthy one
+    /// is added and it goes (`None`: never; Patroni's -1). A performance rule that
+    /// adds before it removes: the key never lists fewer standbys for it.
     pub maximum_lag_on_syncnode: Option<u64>,
 }
 

@@ -321,20 +321,41 @@ impl Core {
                 })
         };
         let count = self.timing.synchronous_node_count.max(1) as usize;
-        // `maximum_lag_on_syncnode`: a standby more than that many bytes behind
-        // the most advanced streaming standby lags (judged with two or more rows
-        // only: one standby has nothing to be swapped with). A performance rule,
-        // so it only swaps: a lagging listed standby is unlisted only while a
-        // healthy fit one waits to take its place, and lagging candidates are
-        // named last (still named when nothing else is fit).
-        let best = rows.iter().map(|r| r.flush).max().unwrap_or(0);
-        let lag_of = |name: &str| row(name).map_or(0, |r| best.saturating_sub(r.flush));
+        // `maximum_lag_on_syncnode`: a fit standby more than that many bytes
+        // behind the most advanced fit one, for at least a loop, lags. A
+        // performance rule that only ever swaps, adding before it removes: with
+        // the key full and a listed standby lagging, one healthy standby is named
+        // and listed beside the others (one over the count: every commit waits for
+        // each listed standby, and each may take over, so one more is only
+        // stricter), and then the count's own rule unlists the least advanced.
+        // The key never lists fewer standbys for lag (review of the first form,
+        // which unlisted first: H1, H2, M1).
+        let best = rows
+            .iter()
+            .filter(|r| fit(&r.name))
+            .map(|r| r.flush)
+            .max()
+            .unwrap_or(0);
+        let over: Vec<String> = match self.timing.maximum_lag_on_syncnode {
+            Some(m) => rows
+                .iter()
+                .filter(|r| fit(&r.name) && best.saturating_sub(r.flush) > m)
+                .map(|r| r.name.clone())
+                .collect(),
+            None => Vec::new(),
+        };
+        self.sync_lag_since.retain(|(n, _)| over.contains(n));
+        for n in over {
+            if !self.sync_lag_since.iter().any(|(s, _)| *s == n) {
+                self.sync_lag_since.push((n, now));
+            }
+        }
+        let loop_wait = self.timing.loop_wait;
+        let lag_since = &self.sync_lag_since;
         let lagging = |name: &str| {
-            rows.len() > 1
-                && self
-                    .timing
-                    .maximum_lag_on_syncnode
-                    .is_some_and(|m| lag_of(name) > m)
+            lag_since
+                .iter()
+                .any(|(n, since)| n == name && now.since(*since) >= loop_wait)
         };
         // 1. Unlist first (guarded): listed standbys no longer fit, and past
         //    `synchronous_node_count` (lowered at run time) the least advanced. The
@@ -357,17 +378,7 @@ impl Core {
             keep.truncate(count);
             keep.sort();
         }
-        let spares = rows
-            .iter()
-            .filter(|s| fit(&s.name) && !lagging(&s.name) && !listed.contains(&s.name))
-            .count();
-        if spares > 0 {
-            // The most lagging first, as many as there are healthy spares.
-            let mut slow: Vec<String> = keep.iter().filter(|s| lagging(s)).cloned().collect();
-            slow.sort_by(|a, b| lag_of(b).cmp(&lag_of(a)).then_with(|| a.cmp(b)));
-            slow.truncate(spares);
-            keep.retain(|s| !slow.contains(s));
-        }
+
         if keep.len() < listed.len() {
             let dropped: Vec<&str> = listed
                 .iter()
@@ -382,9 +393,9 @@ impl Core {
             p.again = true;
             return Some(format!(
                 "unlisting synchronous standby {} (not streaming or not reported sync, its \
-                 name matched by another walsender, not a member fit to take over, past \
-                 synchronous_node_count {count}, or past maximum_lag_on_syncnode with a \
-                 healthy standby to replace it) before changing synchronous_standby_names",
+                 name matched by another walsender, not a member fit to take over, or the \
+                 least advanced past synchronous_node_count {count}, as after a swap for \
+                 maximum_lag_on_syncnode) before changing synchronous_standby_names",
                 dropped.join(", ")
             ));
         }
@@ -397,17 +408,31 @@ impl Core {
             .copied()
             .filter(|s| fit(&s.name) && !listed.contains(&s.name))
             .collect();
+        // Already named first (a value that keeps changing never settles, and
+        // nothing is listed until it does), then healthy, then the most flushed.
         candidates.sort_by(|a, b| {
             let pending = |s: &StandbyStat| named.contains(&s.name);
             let healthy = |s: &StandbyStat| !lagging(&s.name);
-            (healthy(b), pending(b), b.flush, std::cmp::Reverse(&b.name)).cmp(&(
-                healthy(a),
+            (pending(b), healthy(b), b.flush, std::cmp::Reverse(&b.name)).cmp(&(
                 pending(a),
+                healthy(a),
                 a.flush,
                 std::cmp::Reverse(&a.name),
             ))
         });
-        candidates.truncate(count.saturating_sub(listed.len()));
+        // The swap's extra place: the key full, a listed standby lagging, and a
+        // healthy one to take its place.
+        let swap = listed.len() >= count
+            && listed.iter().any(|s| lagging(s))
+            && candidates.iter().any(|c| !lagging(&c.name));
+        let room = (count + usize::from(swap)).saturating_sub(listed.len());
+        if swap {
+            let healthy_first = candidates.iter().position(|c| !lagging(&c.name));
+            if let Some(i) = healthy_first {
+                candidates.swap(0, i);
+            }
+        }
+        candidates.truncate(room);
         let mut wanted: Vec<String> = listed.clone();
         wanted.extend(candidates.iter().map(|c| c.name.clone()));
         wanted.sort();
@@ -433,6 +458,18 @@ impl Core {
                 format!(
                     "synchronous standby {}: restoring synchronous_standby_names",
                     listed.join(", ")
+                )
+            } else if swap {
+                let slow: Vec<&str> = listed
+                    .iter()
+                    .filter(|s| lagging(s))
+                    .map(String::as_str)
+                    .collect();
+                format!(
+                    "adding {} as synchronous standby beside lagging {} \
+                     (maximum_lag_on_syncnode: added before the least advanced goes)",
+                    adding(),
+                    slow.join(", ")
                 )
             } else {
                 format!("adding {} as synchronous standby", adding())
