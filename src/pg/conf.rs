@@ -225,6 +225,12 @@ pub fn tenure_conf_with(
     set("wal_keep_size", conf_quote("256MB"));
     set("max_slot_wal_keep_size", conf_quote("1GB"));
     set("hot_standby_feedback", "on".into());
+    // A standby reports its positions at least every second (PostgreSQL's
+    // default is 10 s): a commit already waiting when the synchronous names
+    // change (a lost or lagging standby swapped) is released only at the new
+    // standby's next reply, and `pg_stat_replication`'s positions, which the
+    // synchronous catch-up and `maximum_lag_on_syncnode` judge, are that fresh.
+    set("wal_receiver_status_interval", conf_quote("1s"));
     // A managed default: before the free-form parameters, so an operator's own
     // value (a later line) wins.
     if let Some(d) = wal_retry {
@@ -501,6 +507,7 @@ mod tests {
         assert!(t.contains("wal_keep_size = '256MB'\n"));
         assert!(t.contains("max_slot_wal_keep_size = '1GB'\n"));
         assert!(t.contains("hot_standby_feedback = on\n"));
+        assert!(t.contains("wal_receiver_status_interval = '1s'\n"));
         assert!(t.contains("shared_buffers = '32MB'\n"));
         assert!(!t.contains("primary_conninfo"));
         assert_eq!(parse_following(&t), None);
