@@ -153,6 +153,8 @@ pub struct Core {
     /// (continuously). One counts as lagging only after a loop of it: a single
     /// sample under write load is noise.
     sync_lag_since: Vec<(String, Instant)>,
+    /// When `sync_lag_since` was last brought up to date.
+    sync_lag_sampled: Option<Instant>,
     /// Since when this replica, following the leader, has not streamed while the
     /// leader runs a newer timeline (`diverged`).
     stuck_since: Option<Instant>,
@@ -240,6 +242,7 @@ impl Core {
             names_seen: None,
             sync_catchup: None,
             sync_lag_since: Vec::new(),
+            sync_lag_sampled: None,
             stuck_since: None,
             max_revision: 0,
             prior_max_revision: 0,

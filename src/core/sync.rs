@@ -344,19 +344,33 @@ impl Core {
                 .collect(),
             None => Vec::new(),
         };
+        let loop_wait = self.timing.loop_wait;
+        // "Continuously" holds only across samples a loop apart: after a gap
+        // (etcd unreadable, not primary, another leadership) start afresh
+        // (re-review L2).
+        if self
+            .sync_lag_sampled
+            .is_none_or(|t| now.since(t) > loop_wait * 2)
+        {
+            self.sync_lag_since.clear();
+        }
+        self.sync_lag_sampled = Some(now);
         self.sync_lag_since.retain(|(n, _)| over.contains(n));
-        for n in over {
-            if !self.sync_lag_since.iter().any(|(s, _)| *s == n) {
-                self.sync_lag_since.push((n, now));
+        for n in &over {
+            if !self.sync_lag_since.iter().any(|(s, _)| s == n) {
+                self.sync_lag_since.push((n.clone(), now));
             }
         }
-        let loop_wait = self.timing.loop_wait;
         let lag_since = &self.sync_lag_since;
+        // A listed standby lags once it has been over for a loop (a sample is
+        // noise); a candidate is healthy only while it is within the limit now
+        // (re-review M2: one that just fell behind is no replacement).
         let lagging = |name: &str| {
             lag_since
                 .iter()
                 .any(|(n, since)| n == name && now.since(*since) >= loop_wait)
         };
+        let healthy_now = |name: &str| !over.iter().any(|n| n == name);
         // 1. Unlist first (guarded): listed standbys no longer fit, and past
         //    `synchronous_node_count` (lowered at run time) the least advanced. The
         //    names change only once the key says so.
@@ -408,30 +422,31 @@ impl Core {
             .copied()
             .filter(|s| fit(&s.name) && !listed.contains(&s.name))
             .collect();
-        // Already named first (a value that keeps changing never settles, and
-        // nothing is listed until it does), then healthy, then the most flushed.
+        // Healthy first (a named standby that lags for a loop gives way: a hung
+        // one must not hold an empty place, re-review M1), then already named (a
+        // value that keeps changing never settles, and nothing is listed until it
+        // does), then the most flushed.
         candidates.sort_by(|a, b| {
             let pending = |s: &StandbyStat| named.contains(&s.name);
             let healthy = |s: &StandbyStat| !lagging(&s.name);
-            (pending(b), healthy(b), b.flush, std::cmp::Reverse(&b.name)).cmp(&(
-                pending(a),
+            (healthy(b), pending(b), b.flush, std::cmp::Reverse(&b.name)).cmp(&(
                 healthy(a),
+                pending(a),
                 a.flush,
                 std::cmp::Reverse(&a.name),
             ))
         });
         // The swap's extra place: the key full, a listed standby lagging, and a
-        // healthy one to take its place.
+        // standby within the limit now to take its place.
+        let fresh = |c: &&StandbyStat| !lagging(&c.name) && healthy_now(&c.name);
         let swap = listed.len() >= count
             && listed.iter().any(|s| lagging(s))
-            && candidates.iter().any(|c| !lagging(&c.name));
-        let room = (count + usize::from(swap)).saturating_sub(listed.len());
-        if swap {
-            let healthy_first = candidates.iter().position(|c| !lagging(&c.name));
-            if let Some(i) = healthy_first {
-                candidates.swap(0, i);
-            }
+            && candidates.iter().any(fresh);
+        if swap && let Some(i) = candidates.iter().position(fresh) {
+            let c = candidates.remove(i);
+            candidates.insert(0, c);
         }
+        let room = (count + usize::from(swap)).saturating_sub(listed.len());
         candidates.truncate(room);
         let mut wanted: Vec<String> = listed.clone();
         wanted.extend(candidates.iter().map(|c| c.name.clone()));
