@@ -679,15 +679,12 @@ fn real_permanent_slots_follow_the_leader_and_ignored_ones_stay() {
          UNION ALL SELECT pg_create_physical_replication_slot('stray', true)) s",
     )
     .expect("operator slots");
-    let mut v: Value = serde_json::from_str(&config).expect("config JSON");
-    v["ignore_slots"] = serde_json::json!([{"name": "keepme"}]);
-    etcdkv::put(
-        &c.endpoints(),
-        &format!("{}config", c.prefix()),
-        &v.to_string(),
-        Duration::from_secs(5),
-    )
-    .expect("put config");
+    set_config_field(
+        &c,
+        "ignore_slots",
+        serde_json::json!([{"name": "keepme"}]),
+        None,
+    );
     want(&c, p, &["barman", "keepme", &np_slot]);
 
     // Switchover: the new leader makes the permanent slot too.
@@ -845,23 +842,8 @@ fn real_departed_members_slots_are_kept_for_member_slots_ttl() {
     let p = settled(&mut c);
     ready(&c, p);
     // Seeded at the default (30 min, Patroni's); set to 12 s in the config key.
-    let config = c.get_kv("config").expect("config key").value;
-    let mut v: Value = serde_json::from_str(&config).expect("config JSON");
-    assert_eq!(v["member_slots_ttl"], 1800, "{config}");
-    v["member_slots_ttl"] = "12s".into();
-    etcdkv::put(
-        &c.endpoints(),
-        &format!("{}config", c.prefix()),
-        &v.to_string(),
-        Duration::from_secs(5),
-    )
-    .expect("put config");
-    wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
-        c.agent_log(p)
-            .contains(r#""member_slots_ttl":"12s""#)
-            .then_some(())
-    })
-    .unwrap_or_else(|| panic!("the leader never applied it{}", c.logs_tail(20)));
+    let before = set_config_field(&c, "member_slots_ttl", "12s".into(), Some(p));
+    assert_eq!(before["member_slots_ttl"], 1800, "{before}");
     let r = some_replica(&c, p);
     let o = (0..c.node_count())
         .find(|&i| i != p && i != r)

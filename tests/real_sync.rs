@@ -720,22 +720,7 @@ fn real_sync_a_hung_standby_is_swapped_for_a_healthy_one_by_maximum_lag_on_syncn
     let p = c.settled(BOOT).unwrap_or_else(|e| panic!("{e}"));
     let s = wait_listed(&c, p, &[], RESYNC);
     let r = (0..3).find(|&i| i != p && i != s).expect("a third node");
-    let config = c.get_kv("config").expect("config key").value;
-    let mut v: serde_json::Value = serde_json::from_str(&config).expect("config JSON");
-    v["maximum_lag_on_syncnode"] = 1_048_576.into();
-    tenure::testbed::etcdkv::put(
-        &c.endpoints(),
-        &format!("{}config", c.prefix()),
-        &v.to_string(),
-        Duration::from_secs(5),
-    )
-    .expect("put config");
-    wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
-        c.agent_log(p)
-            .contains(r#""maximum_lag_on_syncnode":1048576"#)
-            .then_some(())
-    })
-    .unwrap_or_else(|| panic!("the leader never applied it{}", c.logs_tail(20)));
+    common::set_config_field(&c, "maximum_lag_on_syncnode", 1_048_576.into(), Some(p));
 
     // Hang the listed standby's WAL receiver (continued on every way out).
     struct Hung(nix::unistd::Pid);

@@ -382,3 +382,34 @@ pub fn endpoint_opt(c: &TestCluster, i: usize) -> Option<String> {
 pub fn endpoint_in_use(c: &TestCluster, i: usize) -> String {
     endpoint_opt(c, i).unwrap_or_else(|| panic!("{}: no tenure_etcd_endpoint", c.name(i)))
 }
+
+/// Set `field` of the scope's `config` key to `value` with a direct etcd write (as
+/// an operator's `etcdctl put` would) and, with `applied_by`, wait until that
+/// node's agent logs applying a configuration holding it. Returns the key's value
+/// before the write, parsed.
+pub fn set_config_field(
+    c: &TestCluster,
+    field: &str,
+    value: serde_json::Value,
+    applied_by: Option<usize>,
+) -> serde_json::Value {
+    let config = c.get_kv("config").expect("config key").value;
+    let before: serde_json::Value = serde_json::from_str(&config).expect("config JSON");
+    let mut v = before.clone();
+    v[field] = value.clone();
+    tenure::testbed::etcdkv::put(
+        &c.endpoints(),
+        &format!("{}config", c.prefix()),
+        &v.to_string(),
+        Duration::from_secs(5),
+    )
+    .expect("put config");
+    if let Some(i) = applied_by {
+        let applied = format!("\"{field}\":{value}");
+        wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+            c.agent_log(i).contains(&applied).then_some(())
+        })
+        .unwrap_or_else(|| panic!("{} never applied {applied}{}", c.name(i), c.logs_tail(20)));
+    }
+    before
+}
