@@ -16,8 +16,9 @@ TENURE    := target/debug/tenure
 # dpkg-dev (dpkg-shlibdeps), rpm (rpmbuild), lintian, systemd (systemd-analyze,
 # systemd-sysusers), binutils (strip): `make deb`/`make rpm` and tests/real_package.rs;
 # curl: tests/real_api_tls.rs (an https client that is not ours); dnsmasq-base:
-# tests/real_srv.rs (a real DNS server for `[etcd] srv`).
-DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler libprotobuf-dev iproute2 nftables haproxy fuse3 dpkg-dev rpm lintian systemd binutils curl openssl dnsmasq-base
+# tests/real_srv.rs (a real DNS server for `[etcd] srv`); pgbackrest:
+# tests/real_replica_methods.rs (replicas built from a backup).
+DEB_PACKAGES := etcd-server etcd-client postgresql-15 protobuf-compiler libprotobuf-dev iproute2 nftables haproxy fuse3 dpkg-dev rpm lintian systemd binutils curl openssl dnsmasq-base pgbackrest
 # The version the packages carry: Cargo.toml's (build-*.sh check the binary says it).
 VERSION   := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 PACKAGES  := target/packages

@@ -47,8 +47,9 @@ check_file() { # what, path
 
 # Programs the build, the demo and the tests run (the packaging ones:
 # packaging/build-*.sh, tests/real_package.rs; openssl: the TLS tests; curl:
-# tests/real_api_tls.rs; dnsmasq: tests/real_srv.rs).
-for tool in protoc etcd etcdctl openssl curl haproxy nft ip fusermount3 dnsmasq \
+# tests/real_api_tls.rs; dnsmasq: tests/real_srv.rs; pgbackrest:
+# tests/real_replica_methods.rs).
+for tool in protoc etcd etcdctl openssl curl haproxy nft ip fusermount3 dnsmasq pgbackrest \
     dpkg-deb dpkg-shlibdeps rpmbuild rpm lintian systemd-analyze systemd-sysusers strip; do
     path=$(command -v "$tool" || true)
     check_file "program $tool" "${path:-/usr/bin/$tool}"

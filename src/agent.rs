@@ -1249,7 +1249,7 @@ impl Agent {
         let job = self.pg.poll_job(clock::now());
         if let Job::Finished { kind, ok, detail } = &job {
             if *ok {
-                info!("{kind:?} finished");
+                info!("{kind:?} finished: {detail}");
             } else {
                 error!("{kind:?} failed: {detail}");
             }
@@ -1780,6 +1780,15 @@ impl Agent {
                         }
                         _ => None,
                     };
+                    if matches!(kind, JobKind::Basebackup { .. }) {
+                        // The copy a replica method builds must be of this cluster
+                        // (`pg::job::check_copy`): the `initialize` key's id.
+                        let sysid = obs.cluster.as_ref().ok().and_then(|v| match v.initialize {
+                            Some(crate::core::model::Initialize::Done { sysid }) => Some(sysid),
+                            _ => None,
+                        });
+                        self.pg.set_cluster(&self.cfg.scope, sysid);
+                    }
                     info!("starting job {kind:?}");
                     if let Err(e) = self.pg.start_job(&kind, source.as_ref(), clock::now()) {
                         error!("cannot start {kind:?}: {e}");

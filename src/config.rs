@@ -422,6 +422,9 @@ pub struct PgConfig {
     /// role's name), no password; the replication and rewind passwords may then be
     /// left out (empty here). `false`: `scram-sha-256`, the default.
     pub hba_cert: bool,
+    /// `[postgresql] create_replica_methods` and the methods' tables: how this
+    /// node builds a replica (`config::replica`).
+    pub create_replica: CreateReplica,
 }
 
 impl PgConfig {
@@ -1912,21 +1915,15 @@ impl Config {
 
         // [postgresql]
         let pg = root.sub("postgresql")?;
-        pg.only(&[
-            "bin_dir",
-            "data_dir",
-            "listen",
-            "connect_address",
-            "socket_dir",
-            "user",
-            "move_aside_unusable",
-            "sslmode",
-            "hba_clientcert",
-            "hba_method",
-            "authentication",
-            "parameters",
-            "pg_hba",
-        ])?;
+        {
+            // The keys of [postgresql] itself, then the replica methods' tables
+            // (their names are the operator's, listed in create_replica_methods).
+            let method_keys = replica::table_keys(&pg);
+            let mut keys: Vec<&str> = replica::RESERVED.to_vec();
+            keys.extend(method_keys.iter().map(String::as_str));
+            pg.only(&keys)?;
+        }
+        let create_replica = replica::parse(&pg)?;
         let bin_dir = pg
             .path("bin_dir")?
             .unwrap_or_else(|| PathBuf::from("/usr/lib/postgresql/15/bin"));
@@ -2277,6 +2274,7 @@ impl Config {
                 pg_hba,
                 hba_clientcert,
                 hba_cert,
+                create_replica,
             },
             api: ApiConfig {
                 listen: api_listen,
@@ -2622,11 +2620,13 @@ mod api_tls;
 pub mod cluster;
 mod endpoint;
 mod pgssl;
+mod replica;
 mod secrets;
 pub use api_tls::{ApiTls, CtlConfig, ReadAuth, VerifyClient, check_api_tls_files};
 pub(crate) use endpoint::check_name as check_host_name;
 pub use endpoint::{Endpoint, Host};
 pub use pgssl::{PgSsl, check_files as check_pg_tls_files, server_ssl_on};
+pub use replica::{CreateReplica, ReplicaMethod};
 pub use secrets::{
     CRED_API, CRED_ETCD, CRED_PG_REPLICATION, CRED_PG_REWIND, CRED_PG_SUPERUSER, EtcdAuth, EtcdTls,
     check_tls_files, readable_secret_warning,

@@ -43,6 +43,7 @@ fn node_cfg(dir: &Path, name: &str) -> PgConfig {
         rewind_ssl: Default::default(),
         hba_clientcert: None,
         hba_cert: false,
+        create_replica: Default::default(),
         pg_hba: Vec::new(),
     }
 }

@@ -220,6 +220,7 @@ impl fmt::Debug for PgConfig {
             .field("pg_hba", &self.pg_hba)
             .field("hba_clientcert", &self.hba_clientcert)
             .field("hba_cert", &self.hba_cert)
+            .field("create_replica", &self.create_replica)
             .finish()
     }
 }

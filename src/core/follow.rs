@@ -246,7 +246,10 @@ impl Core {
                 p.push(Action::StartJob(JobKind::Basebackup {
                     from: k.name.clone(),
                 }));
-                Reason::Other(format!("cloning from leader {} with pg_basebackup", k.name))
+                Reason::Other(format!(
+                    "cloning leader {} (create_replica_methods)",
+                    k.name
+                ))
             }
             (_, PgRole::Stopped) => {
                 if let Some(held) = self.held_by_pause(if self.needs_rewind {

@@ -1,23 +1,30 @@
-//! Supervised jobs: initdb, basebackup, rewind, start, stop — each a short list of
-//! steps, child processes run one after another with quick file edits in between.
+//! Supervised jobs: initdb, a replica's build (`pg_basebackup` or the operator's
+//! `create_replica_methods`, tried in order), rewind, start, stop — each a short
+//! list of steps, child processes run one after another with quick file edits in
+//! between.
 //!
 //! Owns: building each job's steps, spawning children (as the PostgreSQL OS user,
-//! in their own process group, output to the job log), and advancing on `poll`.
-//! Must never: wait for a child (only `try_wait`), remove anything but its own temp
-//! files and its own partial basebackup copy, or let a child inherit a password in
-//! its arguments (passwords go through 0600 files or stdin).
+//! in their own process group, output to the job log), advancing on `poll`, and a
+//! replica build's fallback from one method to the next. Must never: wait for a
+//! child (only `try_wait`), remove anything but its own temp files and its own
+//! build directory (`<data>.basebackup-tmp`, and that only through a child, never
+//! in the loop), let a copy into the data directory before `check_copy` passed, or
+//! let a child inherit a password in its arguments (passwords go through 0600
+//! files or stdin).
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::clock;
+use crate::config::ReplicaMethod;
 use crate::core::model::{DataDir, Job, JobKind};
 use crate::core::time::Instant;
 
@@ -25,9 +32,11 @@ use super::{ConnTarget, PgCtl, PgError, conf, io_err};
 
 /// A child process to run.
 struct Cmd {
-    /// Names the step in reports ("initdb", "pg_basebackup", ...).
-    what: &'static str,
-    program: &'static str,
+    /// Names the step in reports ("initdb", "pg_basebackup", a replica method's
+    /// name, ...).
+    what: Cow<'static, str>,
+    /// Absolute: PostgreSQL's programs in `bin_dir`, or a replica method's own.
+    program: PathBuf,
     args: Vec<OsString>,
     env: Vec<(&'static str, OsString)>,
     stdin: Option<PathBuf>,
@@ -42,6 +51,14 @@ enum Local {
     /// Rename our finished basebackup copy into place (the data dir is absent or
     /// an empty directory, which is removed with rmdir: never anything with files).
     InstallBasebackup(PathBuf),
+    /// Make our own build directory for a replica build's method (removed just
+    /// before by a child, `remove_build_dir`): empty, 0700, owned by the
+    /// PostgreSQL user.
+    MakeBuildDir(PathBuf),
+    /// Check a replica build's copy before it is moved into place: a cluster, of
+    /// this cluster's system identifier; and make it a plain standby's data
+    /// (`check_copy`).
+    CheckCopy(PathBuf),
     /// Fail unless no process of this PostgreSQL remains (fail-closed: an
     /// unreadable process table is a failure).
     RequireStopped,
@@ -57,7 +74,7 @@ enum Step {
 
 struct Running {
     child: Child,
-    what: &'static str,
+    what: Cow<'static, str>,
     /// Where this child's output starts in the job log.
     log_offset: u64,
 }
@@ -69,8 +86,6 @@ pub(super) struct RunningJob {
     child: Option<Running>,
     /// Removed when the job ends, whatever the outcome (password files).
     temp_files: Vec<PathBuf>,
-    /// Our own partial copy, removed on failure (basebackup).
-    remove_dir_on_fail: Option<PathBuf>,
     /// Set when the job ended (reported by the next poll).
     outcome: Option<Result<(), String>>,
     /// What a step wants said in the job's report (where it moved the data to).
@@ -78,6 +93,20 @@ pub(super) struct RunningJob {
     /// Set by a fence (`abort`): the remaining steps were dropped, and the job
     /// reports failure whatever its last child did.
     aborted: Option<String>,
+    /// A replica build's later methods (`[postgresql] create_replica_methods`),
+    /// each with all its steps, tried in order after a failed one while nothing
+    /// was installed and no fence is under way.
+    alternatives: VecDeque<(String, VecDeque<Step>)>,
+    /// The replica method whose steps run now (`None`: not a replica build).
+    method: Option<String>,
+    /// The copy's install was started: no other method may run after it.
+    installed: bool,
+    /// A replica build's directory (`build_dir`), removed by a last step when
+    /// every method failed.
+    build_dir: Option<PathBuf>,
+    /// Every replica method failed, with this report: the job ends with it once
+    /// its last step (removing the build directory) ran.
+    failed: Option<String>,
 }
 
 impl RunningJob {
@@ -94,6 +123,7 @@ impl RunningJob {
     /// kill; the job then reports failure with `why`.
     pub(super) fn abort(&mut self, why: &str) {
         self.steps.clear();
+        self.alternatives.clear();
         self.aborted.get_or_insert_with(|| why.to_string());
     }
 
@@ -143,10 +173,14 @@ pub(super) fn start(
         steps: VecDeque::new(),
         child: None,
         temp_files: Vec::new(),
-        remove_dir_on_fail: None,
         outcome: None,
         notes: Vec::new(),
         aborted: None,
+        alternatives: VecDeque::new(),
+        method: None,
+        installed: false,
+        build_dir: None,
+        failed: None,
     };
     if let Err(e) = plan(ctl, kind, source, &mut job) {
         remove_temp(&job);
@@ -176,6 +210,9 @@ pub(super) fn poll(ctl: &mut PgCtl, _now: Instant) -> Job {
             remove_temp(&job);
             let took = clock::now().since(job.since).as_secs_f64();
             let mut detail = format!("done in {took:.2} s");
+            if let Some(m) = &job.method {
+                detail.push_str(&format!("; built by replica method {m}"));
+            }
             for n in &job.notes {
                 detail.push_str("; ");
                 detail.push_str(n);
@@ -214,10 +251,14 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                 Ok(Some(st)) if st.success() => job.child = None,
                 Ok(Some(st)) => {
                     let tail = log_tail(ctl, r.log_offset);
-                    job.outcome = Some(Err(format!("{} failed ({st}): {tail}", r.what)));
+                    let why = format!("{} failed ({st}): {tail}", r.what);
                     job.child = None;
+                    if fall_back(job, why) {
+                        continue;
+                    }
                     return;
                 }
+                // No fallback: the child may still run.
                 Err(e) => {
                     job.outcome = Some(Err(format!("{}: cannot wait for it: {e}", r.what)));
                     return;
@@ -226,30 +267,80 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
         }
         match job.steps.pop_front() {
             None => {
-                // INVARIANT: a job a fence aborted never reports success.
-                job.outcome = Some(match &job.aborted {
-                    Some(why) => Err(why.clone()),
-                    None => Ok(()),
+                // INVARIANT: a job a fence aborted, or whose every replica method
+                // failed, never reports success.
+                job.outcome = Some(match (&job.aborted, job.failed.take()) {
+                    (Some(why), _) => Err(why.clone()),
+                    (None, Some(why)) => Err(why),
+                    (None, None) => Ok(()),
                 });
                 return;
             }
-            Some(Step::Local(what, op)) => match run_local(ctl, op) {
-                Ok(Some(note)) => job.notes.push(note),
-                Ok(None) => {}
-                Err(e) => {
-                    job.outcome = Some(Err(format!("{what}: {e}")));
-                    return;
+            Some(Step::Local(what, op)) => {
+                if matches!(op, Local::InstallBasebackup(_)) {
+                    // INVARIANT: once the install starts, the data directory may
+                    // hold the copy: no other method may build after it.
+                    job.installed = true;
                 }
-            },
+                match run_local(ctl, op) {
+                    Ok(Some(note)) => job.notes.push(note),
+                    Ok(None) => {}
+                    Err(e) => {
+                        if fall_back(job, format!("{what}: {e}")) {
+                            continue;
+                        }
+                        return;
+                    }
+                }
+            }
             Some(Step::Run(cmd)) => match spawn(ctl, &cmd) {
                 Ok(r) => job.child = Some(r),
                 Err(e) => {
-                    job.outcome = Some(Err(format!("{}: {e}", cmd.what)));
+                    if fall_back(job, format!("{}: {e}", cmd.what)) {
+                        continue;
+                    }
                     return;
                 }
             },
         }
     }
+}
+
+/// A step failed with `why`. A replica build with a method left (nothing
+/// installed, no fence under way) goes on with that method: `true`. Otherwise the
+/// job ends with `why`: `false`.
+fn fall_back(job: &mut RunningJob, why: String) -> bool {
+    if let Some(first) = job.failed.take() {
+        // The last step, removing the build directory after every method
+        // failed, failed too.
+        job.outcome = Some(Err(format!("{first}; and then {why}")));
+        return false;
+    }
+    let failed = job.method.clone();
+    let why = match &failed {
+        Some(m) => format!("replica method {m}: {why}"),
+        None => why,
+    };
+    if job.installed || job.aborted.is_some() {
+        job.outcome = Some(Err(why));
+        return false;
+    }
+    let Some((next, steps)) = job.alternatives.pop_front() else {
+        // Every method failed: what the last one left in the build directory is
+        // removed (in a child, `remove_build_dir`) before the job reports it.
+        if let Some(dir) = job.build_dir.clone() {
+            job.failed = Some(why);
+            job.steps = VecDeque::from([remove_build_dir(&dir)]);
+            return true;
+        }
+        job.outcome = Some(Err(why));
+        return false;
+    };
+    log::warn!("{why}; trying replica method {next}");
+    job.notes.push(why);
+    job.method = Some(next);
+    job.steps = steps;
+    true
 }
 
 /// One local step; `Some(note)` goes into the job's report.
@@ -271,6 +362,8 @@ fn run_local(ctl: &mut PgCtl, op: Local) -> Result<Option<String>, PgError> {
             }
             fs::rename(&tmp, data).map_err(|e| io_err("rename the basebackup into", data, e))?
         }
+        Local::MakeBuildDir(dir) => make_build_dir(ctl, &dir)?,
+        Local::CheckCopy(dir) => return check_copy(ctl, &dir),
         Local::RequireStopped => require_stopped(ctl)?,
         Local::MoveAside => {
             let to = ctl.move_data_aside()?;
@@ -314,8 +407,8 @@ fn spawn(ctl: &PgCtl, cmd: &Cmd) -> Result<Running, PgError> {
     let log2 = log
         .try_clone()
         .map_err(|e| io_err("dup job log", &log_path, e))?;
-    let program = ctl.cfg.bin_dir.join(cmd.program);
-    let mut c = Command::new(&program);
+    let program = &cmd.program;
+    let mut c = Command::new(program);
     c.args(&cmd.args)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
@@ -355,7 +448,7 @@ fn spawn(ctl: &PgCtl, cmd: &Cmd) -> Result<Running, PgError> {
         .map_err(|e| PgError::Io(format!("spawn {}: {e}", program.display())))?;
     Ok(Running {
         child,
-        what: cmd.what,
+        what: cmd.what.clone(),
         log_offset,
     })
 }
@@ -370,14 +463,13 @@ fn remove_temp(job: &RunningJob) {
     }
 }
 
-pub(super) fn cleanup_failed(ctl: &PgCtl, job: &mut RunningJob) {
+/// A replica build's copy is never removed here: a partial copy of a large
+/// database is millions of files, and removing them would hold the loop. A
+/// build whose methods all failed removes it in a child as its last step
+/// (`fall_back`); one killed or aborted by a fence leaves it to the next build,
+/// whose first step removes it.
+pub(super) fn cleanup_failed(_ctl: &PgCtl, job: &mut RunningJob) {
     remove_temp(job);
-    if let Some(d) = job.remove_dir_on_fail.take() {
-        // INVARIANT: only ever our own `<data>.basebackup-tmp`, never the data dir.
-        if d != ctl.cfg.data_dir && d.exists() {
-            let _ = fs::remove_dir_all(&d);
-        }
-    }
 }
 
 /// The source must be given and be the member the job names.
@@ -405,6 +497,186 @@ fn require_stopped(ctl: &PgCtl) -> Result<(), PgError> {
             "cannot tell whether processes of this PostgreSQL still run ({e})"
         ))),
     }
+}
+
+/// The build directory of a replica's copy: `<data>.basebackup-tmp`, never the
+/// data directory.
+fn build_dir(ctl: &PgCtl) -> Result<PathBuf, PgError> {
+    let dir = ctl.sibling("basebackup-tmp");
+    // INVARIANT: the only directory a replica build removes or fills is this one.
+    if dir == ctl.cfg.data_dir {
+        return Err(PgError::Refused(format!(
+            "{} is the data directory",
+            dir.display()
+        )));
+    }
+    Ok(dir)
+}
+
+/// `rm -rf --one-file-system <dir>` as a child (as the PostgreSQL user, who owns
+/// the copy): what an earlier or a failed build left in the build directory,
+/// which can be millions of files, removed without holding the loop.
+fn remove_build_dir(dir: &Path) -> Step {
+    Step::Run(Cmd {
+        what: "remove the build directory (rm -rf)".into(),
+        program: PathBuf::from("/bin/rm"),
+        args: vec![os("-rf"), os("--one-file-system"), os(dir)],
+        env: vec![],
+        stdin: None,
+    })
+}
+
+/// Make the (removed) build directory afresh: empty, 0700, owned by the
+/// PostgreSQL user.
+fn make_build_dir(ctl: &PgCtl, dir: &Path) -> Result<(), PgError> {
+    if *dir != build_dir(ctl)? {
+        return Err(PgError::Refused(format!(
+            "{} is not tenure's build directory",
+            dir.display()
+        )));
+    }
+    fs::create_dir(dir).map_err(|e| io_err("create", dir, e))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+        .map_err(|e| io_err("chmod 0700", dir, e))?;
+    ctl.chown(dir)
+}
+
+/// The child that builds a replica's copy into `dir` with method `m`.
+fn replica_cmd(ctl: &PgCtl, m: &ReplicaMethod, src: &ConnTarget, dir: &Path) -> Cmd {
+    // The replication role's password file and TLS settings (issue 12) as libpq's
+    // variables: env_clear() leaves no others behind.
+    let mut env: Vec<(&'static str, OsString)> = vec![
+        ("PGPASSFILE", os(ctl.passfile())),
+        ("PGCONNECT_TIMEOUT", os("10")),
+    ];
+    env.extend(
+        ctl.cfg
+            .replication_ssl
+            .env()
+            .into_iter()
+            .map(|(k, v)| (k, os(v))),
+    );
+    match m {
+        ReplicaMethod::Basebackup => {
+            let extra = &ctl.cfg.create_replica.basebackup_args;
+            let mut args = vec![
+                os("-D"),
+                os(dir),
+                os("-h"),
+                os(&src.host),
+                os("-p"),
+                os(src.port.to_string()),
+                os("-U"),
+                os(&ctl.cfg.replication_user),
+                os("-X"),
+                os("stream"),
+                os("-w"),
+            ];
+            // A fast checkpoint unless `[postgresql.basebackup] checkpoint` says.
+            if !extra.iter().any(|a| a.starts_with("--checkpoint=")) {
+                args.extend([os("-c"), os("fast")]);
+            }
+            args.extend(extra.iter().map(os));
+            env.push(("PGAPPNAME", os("tenure-basebackup")));
+            Cmd {
+                what: "pg_basebackup".into(),
+                program: ctl.cfg.bin_dir.join("pg_basebackup"),
+                args,
+                env,
+                stdin: None,
+            }
+        }
+        ReplicaMethod::Command(c) => {
+            let mut args: Vec<OsString> = c.command[1..].iter().map(os).collect();
+            if !c.no_params {
+                args.push(os(format!("--scope={}", ctl.scope)));
+                let mut d = os("--datadir=");
+                d.push(dir);
+                args.push(d);
+                args.push(os("--role=replica"));
+                args.push(os(format!(
+                    "--connstring={}",
+                    conf::replica_connstring(&ctl.cfg, src)
+                )));
+            }
+            args.extend(c.params.iter().map(os));
+            env.push(("PGAPPNAME", os(format!("tenure-{}", c.name))));
+            env.push(("PGDATA", os(dir)));
+            Cmd {
+                what: format!("replica method {} ({})", c.name, c.command[0]).into(),
+                program: PathBuf::from(&c.command[0]),
+                args,
+                env,
+                stdin: None,
+            }
+        }
+    }
+}
+
+/// A replica build's copy in `dir`, before it is moved into place: it must hold
+/// a cluster, with this cluster's system identifier when that is known (a backup
+/// of another cluster is refused here, not after it replaced an empty data
+/// directory). Then it is made a plain standby's data: the recovery target and
+/// owned settings a restore may leave in `postgresql.auto.conf` are commented out
+/// (`conf::sanitize_auto_conf`: `recovery_target_action = 'promote'` would promote
+/// the replica without the leader key), `recovery.signal` is removed (the install
+/// writes `standby.signal`), and an empty `postgresql.conf` is written where the
+/// copy has none (tenure's settings are in the `tenure.conf` it includes).
+fn check_copy(ctl: &PgCtl, dir: &Path) -> Result<Option<String>, PgError> {
+    let sysid = match super::dir_state(dir) {
+        DataDir::Present { sysid, .. } => sysid,
+        DataDir::Empty => {
+            return Err(PgError::Refused(format!(
+                "{} is empty: the method built nothing there",
+                dir.display()
+            )));
+        }
+        DataDir::Unusable(why) => {
+            return Err(PgError::Refused(format!(
+                "no usable cluster in the copy: {why}"
+            )));
+        }
+    };
+    if let Some(want) = ctl.cluster_sysid
+        && sysid != want
+    {
+        return Err(PgError::Refused(format!(
+            "the copy is of another cluster: system identifier {sysid}, this cluster's is {want}"
+        )));
+    }
+    let mut notes: Vec<String> = Vec::new();
+    let auto = dir.join("postgresql.auto.conf");
+    match fs::read_to_string(&auto) {
+        Ok(text) => {
+            if let Some((clean, removed)) = conf::sanitize_auto_conf(&text) {
+                ctl.write_owned(&auto, &clean)?;
+                let what = format!(
+                    "commented out in the copy's postgresql.auto.conf: {}",
+                    removed.join(", ")
+                );
+                log::warn!("{what}");
+                notes.push(what);
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err("read", &auto, e)),
+    }
+    let rs = dir.join("recovery.signal");
+    match fs::remove_file(&rs) {
+        Ok(()) => notes.push("removed the copy's recovery.signal".into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err("remove", &rs, e)),
+    }
+    let pc = dir.join("postgresql.conf");
+    if !pc.exists() {
+        ctl.write_owned(
+            &pc,
+            "# Written by tenure: the replica's copy had no postgresql.conf. tenure's\n\
+             # settings are in tenure.conf, included below.\n",
+        )?;
+        notes.push("the copy had no postgresql.conf: wrote an empty one".into());
+    }
+    Ok((!notes.is_empty()).then(|| notes.join("; ")))
 }
 
 fn require_state(ctl: &PgCtl, want_empty: bool) -> Result<(), PgError> {
@@ -457,8 +729,8 @@ fn pg_ctl_start(ctl: &PgCtl) -> Result<Step, PgError> {
 fn pg_ctl_start_within(ctl: &PgCtl, secs: u64) -> Result<Step, PgError> {
     let log = prepare_server_log(ctl)?;
     Ok(Step::Run(Cmd {
-        what: "pg_ctl start",
-        program: "pg_ctl",
+        what: "pg_ctl start".into(),
+        program: ctl.cfg.bin_dir.join("pg_ctl"),
         args: vec![
             os("start"),
             os("-D"),
@@ -481,7 +753,6 @@ fn plan(
     job: &mut RunningJob,
 ) -> Result<(), PgError> {
     let data = ctl.cfg.data_dir.clone();
-    let passfile = os(ctl.passfile());
     match kind {
         JobKind::InitDb => {
             require_state(ctl, true)?;
@@ -497,8 +768,8 @@ fn plan(
             let pwfile = temp_file(ctl, job, "initdb-pw", &pw)?;
             let sql = temp_file(ctl, job, "bootstrap-sql", &conf::bootstrap_sql(&ctl.cfg))?;
             job.steps.push_back(Step::Run(Cmd {
-                what: "initdb",
-                program: "initdb",
+                what: "initdb".into(),
+                program: ctl.cfg.bin_dir.join("initdb"),
                 args: vec![
                     os("-D"),
                     os(&data),
@@ -519,8 +790,8 @@ fn plan(
             job.steps
                 .push_back(Step::Local("write tenure.conf", Local::WriteConfig(None)));
             job.steps.push_back(Step::Run(Cmd {
-                what: "create roles (postgres --single)",
-                program: "postgres",
+                what: "create roles (postgres --single)".into(),
+                program: ctl.cfg.bin_dir.join("postgres"),
                 // exit_on_error: an ERROR in single-user mode would otherwise be
                 // printed and the exit status would still be 0.
                 args: vec![
@@ -541,62 +812,41 @@ fn plan(
             require_stopped(ctl)?;
             ctl.clear_stale_lock()?;
             ctl.write_owned(&ctl.passfile(), &conf::pgpass(&ctl.cfg))?;
-            let tmp = ctl.sibling("basebackup-tmp");
-            if tmp.exists() {
-                // Only a crashed earlier basebackup of ours leaves this behind.
-                fs::remove_dir_all(&tmp).map_err(|e| io_err("remove stale", &tmp, e))?;
+            // Every method builds into this directory of ours, never into the
+            // data directory (DESIGN §3a), which the copy replaces only once it
+            // was checked (`check_copy`).
+            let tmp = build_dir(ctl)?;
+            job.build_dir = Some(tmp.clone());
+            let methods = ctl.cfg.create_replica.methods.clone();
+            for m in &methods {
+                // Each method starts from an empty directory: what an earlier
+                // build or the method before left there is removed first.
+                let mut steps = VecDeque::new();
+                steps.push_back(remove_build_dir(&tmp));
+                steps.push_back(Step::Local(
+                    "make the build directory",
+                    Local::MakeBuildDir(tmp.clone()),
+                ));
+                steps.push_back(Step::Run(replica_cmd(ctl, m, &src, &tmp)));
+                steps.push_back(Step::Local("check the copy", Local::CheckCopy(tmp.clone())));
+                steps.push_back(Step::Local(
+                    "install basebackup",
+                    Local::InstallBasebackup(tmp.clone()),
+                ));
+                steps.push_back(Step::Local(
+                    "write tenure.conf",
+                    Local::WriteConfig(Some(src.clone())),
+                ));
+                steps.push_back(Step::Local("write standby.signal", Local::TouchStandby));
+                job.alternatives.push_back((m.name().to_string(), steps));
             }
-            fs::create_dir(&tmp).map_err(|e| io_err("create", &tmp, e))?;
-            job.remove_dir_on_fail = Some(tmp.clone());
-            fs::set_permissions(&tmp, fs::Permissions::from_mode(0o700))
-                .map_err(|e| io_err("chmod 0700", &tmp, e))?;
-            ctl.chown(&tmp)?;
-            job.steps.push_back(Step::Run(Cmd {
-                what: "pg_basebackup",
-                program: "pg_basebackup",
-                args: vec![
-                    os("-D"),
-                    os(&tmp),
-                    os("-h"),
-                    os(&src.host),
-                    os("-p"),
-                    os(src.port.to_string()),
-                    os("-U"),
-                    os(&ctl.cfg.replication_user),
-                    os("-X"),
-                    os("stream"),
-                    os("-c"),
-                    os("fast"),
-                    os("-w"),
-                ],
-                // The replication role's TLS settings (issue 12) as libpq's
-                // PGSSL* variables: env_clear() leaves no others behind.
-                env: [
-                    ("PGPASSFILE", passfile),
-                    ("PGCONNECT_TIMEOUT", os("10")),
-                    ("PGAPPNAME", os("tenure-basebackup")),
-                ]
-                .into_iter()
-                .chain(
-                    ctl.cfg
-                        .replication_ssl
-                        .env()
-                        .into_iter()
-                        .map(|(k, v)| (k, os(v))),
-                )
-                .collect(),
-                stdin: None,
-            }));
-            job.steps.push_back(Step::Local(
-                "install basebackup",
-                Local::InstallBasebackup(tmp),
-            ));
-            job.steps.push_back(Step::Local(
-                "write tenure.conf",
-                Local::WriteConfig(Some(src)),
-            ));
-            job.steps
-                .push_back(Step::Local("write standby.signal", Local::TouchStandby));
+            let Some((first, steps)) = job.alternatives.pop_front() else {
+                return Err(PgError::Config(
+                    "no replica method (create_replica_methods is empty)".into(),
+                ));
+            };
+            job.method = Some(first);
+            job.steps = steps;
         }
         JobKind::Rewind { from } => {
             let src = source_for(source, from)?.clone();
@@ -615,8 +865,8 @@ fn plan(
             // after promotion: rewinding earlier answers "no rewind required" and
             // leaves a standby stuck on a forked timeline (seen in tests/real_pg.rs).
             job.steps.push_back(Step::Run(Cmd {
-                what: crate::core::model::REWIND_SOURCE_STEP,
-                program: "psql",
+                what: crate::core::model::REWIND_SOURCE_STEP.into(),
+                program: ctl.cfg.bin_dir.join("psql"),
                 args: vec![
                     os("-X"),
                     os("-w"),
@@ -630,8 +880,8 @@ fn plan(
                 stdin: None,
             }));
             job.steps.push_back(Step::Run(Cmd {
-                what: "pg_rewind",
-                program: "pg_rewind",
+                what: "pg_rewind".into(),
+                program: ctl.cfg.bin_dir.join("pg_rewind"),
                 // No --no-ensure-shutdown: PostgreSQL >= 13 runs the unclean target's
                 // crash recovery itself (DESIGN §3a).
                 args: vec![
@@ -716,8 +966,8 @@ fn plan(
 /// `pg_ctl stop -m fast -w`: the shutdown checkpoint, every backend gone.
 fn pg_ctl_stop(ctl: &PgCtl) -> Step {
     Step::Run(Cmd {
-        what: "pg_ctl stop",
-        program: "pg_ctl",
+        what: "pg_ctl stop".into(),
+        program: ctl.cfg.bin_dir.join("pg_ctl"),
         args: vec![
             os("stop"),
             os("-D"),

@@ -212,6 +212,11 @@ pub struct PgCtl {
     /// The managed `wal_retrieve_retry_interval` (`conf::wal_retry_interval`);
     /// `None`: not set (PostgreSQL's default).
     wal_retry: Option<Duration>,
+    /// `PgCtl::set_cluster`: the scope (a replica method's `--scope`) and the
+    /// system identifier a replica build's copy must carry (`None`: unknown, not
+    /// checked).
+    scope: String,
+    cluster_sysid: Option<u64>,
 }
 
 impl PgCtl {
@@ -253,6 +258,8 @@ impl PgCtl {
             postmaster_fd: None,
             epoch_table_seen: false,
             wal_retry: None,
+            scope: String::new(),
+            cluster_sysid: None,
         };
         fs::create_dir_all(&cfg.socket_dir)
             .map_err(|e| io_err("create socket_dir", &cfg.socket_dir, e))?;
@@ -367,57 +374,74 @@ impl PgCtl {
     /// Reads `global/pg_control` directly (the system identifier is its first 8
     /// bytes, little endian on every platform PostgreSQL runs on here).
     pub fn data_dir_state(&self) -> DataDir {
-        let d = &self.cfg.data_dir;
-        // The usual answer first, in a few system calls (it runs every loop): a
-        // readable `pg_control` with a system identifier means the directory exists
-        // and is not empty, so the listing below would say what this says (except
-        // for a directory that can be traversed but not listed, which is now
-        // Present rather than Unusable: its files are what PostgreSQL reads).
-        // Anything else takes the full path, which names what is wrong.
-        let ctl = d.join("global").join("pg_control");
-        let mut head = [0u8; 20];
-        if let Ok(n @ 8..) = read_head(&ctl, &mut head)
-            && head[..8] != [0u8; 8]
-            && d.join("PG_VERSION").is_file()
-        {
-            let mut id = [0u8; 8];
-            id.copy_from_slice(&head[..8]);
-            return DataDir::Present {
-                sysid: u64::from_le_bytes(id),
-                was_primary: was_primary(&head[..n]) && !d.join("standby.signal").exists(),
-            };
-        }
-        let mut entries = match fs::read_dir(d) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return DataDir::Empty,
-            Err(e) => return DataDir::Unusable(format!("cannot list {}: {e}", d.display())),
-        };
-        if entries.next().is_none() {
-            return DataDir::Empty;
-        }
-        if !d.join("PG_VERSION").is_file() {
-            return DataDir::Unusable(format!(
-                "{} is not empty and has no PG_VERSION",
-                d.display()
-            ));
-        }
-        match fs::read(&ctl) {
-            Ok(b) if b.len() >= 8 => {
-                let mut id = [0u8; 8];
-                id.copy_from_slice(&b[..8]);
-                match u64::from_le_bytes(id) {
-                    0 => DataDir::Unusable(format!("{}: system identifier 0", ctl.display())),
-                    sysid => DataDir::Present {
-                        sysid,
-                        was_primary: was_primary(&b) && !d.join("standby.signal").exists(),
-                    },
-                }
-            }
-            Ok(b) => DataDir::Unusable(format!("{}: only {} bytes", ctl.display(), b.len())),
-            Err(e) => DataDir::Unusable(format!("cannot read {}: {e}", ctl.display())),
-        }
+        dir_state(&self.cfg.data_dir)
     }
 
+    /// The cluster id the data must carry (the `initialize` key's), and the scope,
+    /// for a replica build's check of the copy and a method's `--scope`
+    /// (`pg::job`); the shell sets them before starting a `Basebackup` job.
+    pub fn set_cluster(&mut self, scope: &str, sysid: Option<u64>) {
+        if self.scope != scope {
+            self.scope = scope.to_string();
+        }
+        self.cluster_sysid = sysid;
+    }
+}
+
+/// What the directory `d` holds, as `PgCtl::data_dir_state` reports it: also used
+/// on a replica build's copy before it is moved into place (`pg::job`).
+pub(crate) fn dir_state(d: &Path) -> DataDir {
+    // The usual answer first, in a few system calls (it runs every loop): a
+    // readable `pg_control` with a system identifier means the directory exists
+    // and is not empty, so the listing below would say what this says (except
+    // for a directory that can be traversed but not listed, which is now
+    // Present rather than Unusable: its files are what PostgreSQL reads).
+    // Anything else takes the full path, which names what is wrong.
+    let ctl = d.join("global").join("pg_control");
+    let mut head = [0u8; 20];
+    if let Ok(n @ 8..) = read_head(&ctl, &mut head)
+        && head[..8] != [0u8; 8]
+        && d.join("PG_VERSION").is_file()
+    {
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&head[..8]);
+        return DataDir::Present {
+            sysid: u64::from_le_bytes(id),
+            was_primary: was_primary(&head[..n]) && !d.join("standby.signal").exists(),
+        };
+    }
+    let mut entries = match fs::read_dir(d) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return DataDir::Empty,
+        Err(e) => return DataDir::Unusable(format!("cannot list {}: {e}", d.display())),
+    };
+    if entries.next().is_none() {
+        return DataDir::Empty;
+    }
+    if !d.join("PG_VERSION").is_file() {
+        return DataDir::Unusable(format!(
+            "{} is not empty and has no PG_VERSION",
+            d.display()
+        ));
+    }
+    match fs::read(&ctl) {
+        Ok(b) if b.len() >= 8 => {
+            let mut id = [0u8; 8];
+            id.copy_from_slice(&b[..8]);
+            match u64::from_le_bytes(id) {
+                0 => DataDir::Unusable(format!("{}: system identifier 0", ctl.display())),
+                sysid => DataDir::Present {
+                    sysid,
+                    was_primary: was_primary(&b) && !d.join("standby.signal").exists(),
+                },
+            }
+        }
+        Ok(b) => DataDir::Unusable(format!("{}: only {} bytes", ctl.display(), b.len())),
+        Err(e) => DataDir::Unusable(format!("cannot read {}: {e}", ctl.display())),
+    }
+}
+
+impl PgCtl {
     /// The pid `postmaster.pid` names, unverified (the file may be stale). Its first
     /// line only, read into a stack buffer: this runs two or three times a loop.
     fn postmaster_file_pid(&self) -> Option<u32> {
@@ -1628,6 +1652,7 @@ mod tests {
             rewind_ssl: Default::default(),
             hba_clientcert: None,
             hba_cert: false,
+            create_replica: Default::default(),
             pg_hba: Vec::new(),
         };
         let data = cfg.data_dir.clone();

@@ -1,0 +1,331 @@
+//! Building replicas from a backup (`[postgresql] create_replica_methods`) against
+//! real etcd, PostgreSQL 15 and pgBackRest (Debian's `pgbackrest`, a real backup
+//! tool with a local repository on the test's scratch directory).
+//!
+//! What is asserted is behaviour: which method built the replica (the agent's
+//! job report, and the copy's own backup label), that it streams from the leader
+//! with the rows written after the backup, that a restore asking for a recovery
+//! target and a promotion builds a replica that never promoted, and that a method
+//! which fails or builds a copy of another cluster gives way to the next one
+//! without leaving anything behind.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use tenure::testbed::cluster::TestCluster;
+use tenure::testbed::wait_for;
+
+const PGBACKREST: &str = "/usr/bin/pgbackrest";
+const STANZA: &str = "main";
+
+/// The pgBackRest repository and its config, owned by the PostgreSQL user,
+/// removed when the test ends.
+struct Repo {
+    dir: PathBuf,
+    conf: PathBuf,
+}
+
+impl Repo {
+    fn new(tag: &str) -> Repo {
+        let dir = PathBuf::from(format!("/dev/shm/tenure-pgbr-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        for d in ["repo", "log", "lock", "spool"] {
+            fs::create_dir_all(dir.join(d)).expect("make the repository directories");
+        }
+        let conf = dir.join("pgbackrest.conf");
+        fs::write(
+            &conf,
+            format!(
+                "[global]\nrepo1-path={d}/repo\nlog-path={d}/log\nlock-path={d}/lock\n\
+                 spool-path={d}/spool\nlog-level-console=warn\nlog-level-file=off\n\
+                 start-fast=y\narchive-timeout=30\n\n[{STANZA}]\n",
+                d = dir.display()
+            ),
+        )
+        .expect("write pgbackrest.conf");
+        fs::set_permissions(&conf, fs::Permissions::from_mode(0o644)).expect("chmod");
+        let st = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(&dir)
+            .status()
+            .expect("chown");
+        assert!(st.success(), "chown the repository to postgres");
+        Repo { dir, conf }
+    }
+
+    /// `pgbackrest --config=... --stanza=main <args>` as the PostgreSQL user.
+    fn run(&self, args: &[String]) -> Result<String, String> {
+        let out = Command::new("runuser")
+            .args(["-u", "postgres", "--", PGBACKREST])
+            .arg(format!("--config={}", self.conf.display()))
+            .arg(format!("--stanza={STANZA}"))
+            .args(args)
+            .output()
+            .map_err(|e| format!("run pgbackrest: {e}"))?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() {
+            Ok(text)
+        } else {
+            Err(format!("pgbackrest {args:?}: {}: {text}", out.status))
+        }
+    }
+}
+
+impl Drop for Repo {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// pgBackRest's options naming node `i`'s PostgreSQL (a backup reads its files and
+/// talks to it over its socket).
+fn pg1(c: &TestCluster, i: usize) -> Vec<String> {
+    vec![
+        format!("--pg1-path={}", c.data_dir(i).display()),
+        format!("--pg1-port={}", c.pg_port(i)),
+        format!("--pg1-socket-path={}", c.spec(i).socket_dir.display()),
+        "--pg1-user=postgres".into(),
+    ]
+}
+
+/// Where node `i` builds a replica's copy (`<data_dir>.basebackup-tmp`).
+fn build_dir(c: &TestCluster, i: usize) -> PathBuf {
+    let d = c.data_dir(i);
+    let mut name = d.file_name().unwrap().to_os_string();
+    name.push(".basebackup-tmp");
+    d.with_file_name(name)
+}
+
+/// Node `i`'s config file as the bed wrote it, with `methods` as its
+/// `create_replica_methods` and `tables` appended.
+fn with_methods(base: &str, methods: &str, tables: &str) -> String {
+    assert!(
+        base.contains("\n[postgresql]\n"),
+        "no [postgresql] table:\n{base}"
+    );
+    let mut s = base.replacen(
+        "\n[postgresql]\n",
+        &format!("\n[postgresql]\ncreate_replica_methods = {methods}\n"),
+        1,
+    );
+    s.push('\n');
+    s.push_str(tables);
+    s
+}
+
+/// Crash node `i` (its agent and PostgreSQL, by pid), remove its data directory
+/// (the test's own scratch copy), write `config` and start its agent again: it
+/// finds no data and builds a replica.
+fn rebuild_with(c: &mut TestCluster, i: usize, config: &str) {
+    c.host_crash(i)
+        .unwrap_or_else(|e| panic!("crash of {}: {e}", c.name(i)));
+    fs::remove_dir_all(c.data_dir(i)).expect("remove the node's data directory");
+    fs::write(c.config_path(i), config).expect("write the node's config");
+    c.start_agent(i)
+        .unwrap_or_else(|e| panic!("start agent {}: {e}", c.name(i)));
+}
+
+/// Wait until node `i` streams with `rows` rows; the logs on failure.
+fn wait_streaming_with(c: &TestCluster, i: usize, rows: i64) {
+    let ok = wait_for(REJOIN, Duration::from_millis(200), || {
+        (c.is_streaming_replica(i) && c.count_rows(i) == Ok(rows)).then_some(())
+    });
+    assert!(
+        ok.is_some(),
+        "{} is not a streaming replica with {rows} rows (has {:?}){}",
+        c.name(i),
+        c.count_rows(i),
+        c.logs_tail(40)
+    );
+}
+
+fn server_log(c: &TestCluster, i: usize) -> String {
+    let d = c.data_dir(i);
+    let mut name = d.file_name().unwrap().to_os_string();
+    name.push(".log");
+    fs::read_to_string(d.with_file_name(name)).unwrap_or_default()
+}
+
+fn timeline(c: &TestCluster, i: usize) -> String {
+    c.sql_one(i, "SELECT timeline_id::text FROM pg_control_checkpoint()")
+        .unwrap_or_else(|e| panic!("timeline of {}: {e}", c.name(i)))
+}
+
+#[test]
+fn real_replicas_are_built_from_a_pgbackrest_backup_and_methods_fall_back_in_order() {
+    let repo = Repo::new("methods");
+    let mut opts = options("replmeth", "methods");
+    opts.start_agents = false;
+    // Every node archives into the repository while it is the primary, naming its
+    // own data directory (pgBackRest checks the cluster there).
+    opts.section_extra = vec![(
+        "[postgresql.parameters]".into(),
+        format!(
+            "archive_mode = \"on\"\narchive_command = \"{PGBACKREST} --config={} \
+             --stanza={STANZA} --pg1-path={{dir}}/data archive-push %p\"",
+            repo.conf.display()
+        ),
+    )];
+    let mut c = start(opts);
+    let base3 = fs::read_to_string(c.config_path(2)).expect("read n3's config");
+    for i in 0..2 {
+        c.start_agent(i).expect("start agent");
+    }
+    let p = c
+        .wait_primary(BOOT)
+        .unwrap_or_else(|| panic!("no primary{}", c.logs_tail(30)));
+    c.wait_replicas(p, &[2], BOOT)
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // --- The backup, then rows it does not hold ---
+    let mut rows = 0;
+    for _ in 0..20 {
+        rows += 1;
+        c.write_row(p, rows).expect("write");
+    }
+    repo.run(&[pg1(&c, p), vec!["stanza-create".into()]].concat())
+        .unwrap_or_else(|e| panic!("{e}"));
+    repo.run(&[pg1(&c, p), vec!["--type=full".into(), "backup".into()]].concat())
+        .unwrap_or_else(|e| panic!("{e}"));
+    for _ in 0..30 {
+        rows += 1;
+        c.write_row(p, rows).expect("write");
+    }
+
+    // --- 1. n3 is built by pgBackRest, not by pg_basebackup ---
+    let tmp3 = build_dir(&c, 2);
+    let pgbackrest_table = |extra: &str| {
+        format!(
+            "[postgresql.pgbackrest]\ncommand = \"{PGBACKREST} --config={} --stanza={STANZA} {extra} restore\"\n\
+             no_params = true\n\"pg1-path\" = \"{}\"\n",
+            repo.conf.display(),
+            tmp3.display()
+        )
+    };
+    fs::write(
+        c.config_path(2),
+        with_methods(
+            &base3,
+            "[\"pgbackrest\", \"basebackup\"]",
+            &pgbackrest_table("--type=standby"),
+        ),
+    )
+    .expect("write n3's config");
+    c.start_agent(2).expect("start n3");
+    wait_streaming_with(&c, 2, rows);
+    let log3 = c.agent_log(2);
+    assert!(
+        log3.contains("built by replica method pgbackrest"),
+        "n3's job report does not name pgbackrest{}",
+        c.logs_tail(40)
+    );
+    assert!(
+        !log3.contains("trying replica method basebackup"),
+        "n3 fell back to pg_basebackup{}",
+        c.logs_tail(40)
+    );
+    // The copy's own record: pgBackRest's backup label, not pg_basebackup's.
+    let label = fs::read_to_string(c.data_dir(2).join("backup_label.old"))
+        .expect("n3 started from a backup label");
+    assert!(
+        !label.contains("pg_basebackup"),
+        "n3's data came from pg_basebackup:\n{label}"
+    );
+    assert!(!tmp3.exists(), "the build directory was left behind");
+    // The restore_command pgBackRest wrote is kept.
+    let auto = fs::read_to_string(c.data_dir(2).join("postgresql.auto.conf")).unwrap();
+    assert!(auto.contains("restore_command"), "{auto}");
+    rows += 1;
+    c.write_row(p, rows).expect("write");
+    wait_streaming_with(&c, 2, rows);
+
+    // --- 2. A restore that asks to stop at a target and promote builds a replica
+    //        that never promotes: its recovery target is commented out. ---
+    rebuild_with(
+        &mut c,
+        2,
+        &with_methods(
+            &base3,
+            "[\"pgbackrest\"]",
+            &pgbackrest_table("--type=immediate --target-action=promote"),
+        ),
+    );
+    wait_streaming_with(&c, 2, rows);
+    let log3 = c.agent_log(2);
+    assert_eq!(
+        timeline(&c, 2),
+        timeline(&c, p),
+        "n3 is on another timeline than the leader: it promoted"
+    );
+    let slog = server_log(&c, 2);
+    assert!(
+        !slog.contains("selected new timeline ID") && !slog.contains("archive recovery complete"),
+        "n3's PostgreSQL ended recovery:\n{slog}"
+    );
+    assert!(
+        !log3.contains("local primary while"),
+        "n3 ran as a primary{}",
+        c.logs_tail(40)
+    );
+    assert_eq!(c.primaries(), vec![p], "one primary");
+    // Behaviour first (above); then what the agent said it did.
+    let said = log3
+        .lines()
+        .find(|l| l.contains("commented out in the copy's postgresql.auto.conf:"))
+        .unwrap_or_else(|| panic!("n3's copy was not sanitized{}", c.logs_tail(40)));
+    for name in ["recovery_target,", "recovery_target_action"] {
+        assert!(said.contains(name), "{name} was not commented out: {said}");
+    }
+
+    // --- 3. Methods fall back in order: one that fails, one that builds a copy of
+    //        another cluster (a fresh initdb), then pg_basebackup. ---
+    let tables = format!(
+        "[postgresql.broken]\ncommand = \"/bin/false\"\n\n\
+         [postgresql.foreign]\ncommand = \"/usr/lib/postgresql/15/bin/initdb\"\n\
+         no_params = true\npgdata = \"{}\"\n",
+        tmp3.display()
+    );
+    rebuild_with(
+        &mut c,
+        2,
+        &with_methods(&base3, "[\"broken\", \"foreign\", \"basebackup\"]", &tables),
+    );
+    wait_streaming_with(&c, 2, rows);
+    let log3 = c.agent_log(2);
+    for want in [
+        "replica method broken: replica method broken (/bin/false) failed",
+        "trying replica method foreign",
+        "the copy is of another cluster: system identifier",
+        "trying replica method basebackup",
+        "built by replica method basebackup",
+    ] {
+        assert!(
+            log3.contains(want),
+            "n3's log lacks {want:?}{}",
+            c.logs_tail(60)
+        );
+    }
+    assert_eq!(
+        c.system_identifier(2).unwrap(),
+        c.system_identifier(p).unwrap(),
+        "n3 runs another cluster"
+    );
+    let label = fs::read_to_string(c.data_dir(2).join("backup_label.old")).unwrap();
+    assert!(label.contains("pg_basebackup"), "{label}");
+    assert!(!tmp3.exists(), "the build directory was left behind");
+    assert!(
+        !Path::new(&format!("{}.aside", c.data_dir(2).display())).exists(),
+        "nothing is moved aside"
+    );
+    one_primary_at_the_end(&c, p);
+}
