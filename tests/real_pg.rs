@@ -425,6 +425,19 @@ fn bootstrap_replicate_fence_promote_rewind() {
     let conf = std::fs::read_to_string(c2.data_dir.join("tenure.conf")).unwrap();
     assert!(conf.contains("primary_conninfo"));
     assert!(!conf.contains("repl-secret"), "no password in tenure.conf");
+    // What an operator's ALTER SYSTEM (or a copy) left in postgresql.auto.conf,
+    // which PostgreSQL reads after tenure.conf: a primary_conninfo to nowhere and
+    // a recovery target that ends recovery with a promotion. A start writes
+    // tenure's settings and comments these out, so the standby streams from its
+    // leader and stays one.
+    let auto = c2.data_dir.join("postgresql.auto.conf");
+    let mut text = std::fs::read_to_string(&auto).unwrap();
+    text.push_str(&format!(
+        "primary_conninfo = 'host=127.0.0.1 port={}'\nrecovery_target = 'immediate'\n\
+         recovery_target_action = 'promote'\n",
+        testbed::free_port()
+    ));
+    std::fs::write(&auto, text).unwrap();
     run_job(
         &mut g.nodes[1],
         JobKind::StartReplica {
@@ -438,6 +451,17 @@ fn bootstrap_replicate_fence_promote_rewind() {
     });
     assert_eq!(st.following.as_deref(), Some("n1"));
     assert_eq!(st.timeline, 1);
+    let text = std::fs::read_to_string(&auto).unwrap();
+    for name in [
+        "primary_conninfo",
+        "recovery_target",
+        "recovery_target_action",
+    ] {
+        assert!(
+            !text.lines().any(|l| l.starts_with(&format!("{name} "))),
+            "{name} is still set in postgresql.auto.conf:\n{text}"
+        );
+    }
     {
         let mut c = client(&c1);
         c.batch_execute("INSERT INTO t VALUES ('two')").unwrap();

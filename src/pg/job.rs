@@ -645,21 +645,13 @@ fn check_copy(ctl: &PgCtl, dir: &Path) -> Result<Option<String>, PgError> {
         )));
     }
     let mut notes: Vec<String> = Vec::new();
-    let auto = dir.join("postgresql.auto.conf");
-    match fs::read_to_string(&auto) {
-        Ok(text) => {
-            if let Some((clean, removed)) = conf::sanitize_auto_conf(&text) {
-                ctl.write_owned(&auto, &clean)?;
-                let what = format!(
-                    "commented out in the copy's postgresql.auto.conf: {}",
-                    removed.join(", ")
-                );
-                log::warn!("{what}");
-                notes.push(what);
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err("read", &auto, e)),
+    if let Some(removed) = ctl.sanitize_auto_conf(dir)? {
+        let what = format!(
+            "commented out in the copy's postgresql.auto.conf: {}",
+            removed.join(", ")
+        );
+        log::warn!("{what}");
+        notes.push(what);
     }
     let rs = dir.join("recovery.signal");
     match fs::remove_file(&rs) {

@@ -1211,6 +1211,17 @@ impl PgCtl {
         let text = conf::tenure_conf_with(&self.cfg, sb.as_ref(), self.wal_retry)
             .map_err(PgError::Config)?;
         self.write_owned(&self.cfg.data_dir.join("tenure.conf"), &text)?;
+        // `postgresql.auto.conf` is read after `tenure.conf`: what an operator's
+        // ALTER SYSTEM, or a copy (`pg_rewind` copies the source's), set there of
+        // what tenure owns would override it, and a recovery target would end a
+        // standby's recovery (`conf::sanitize_auto_conf`).
+        if let Some(removed) = self.sanitize_auto_conf(&self.cfg.data_dir)? {
+            log::warn!(
+                "commented out in postgresql.auto.conf (settings tenure owns, or a recovery \
+                 target): {}",
+                removed.join(", ")
+            );
+        }
         let pgconf = self.cfg.data_dir.join("postgresql.conf");
         let cur = fs::read_to_string(&pgconf).map_err(|e| io_err("read", &pgconf, e))?;
         if !conf::has_include(&cur) {
@@ -1228,6 +1239,23 @@ impl PgCtl {
         }
         self.following = leader.map(|l| l.name.clone());
         Ok(())
+    }
+
+    /// Comment out of `<dir>/postgresql.auto.conf` what `conf::sanitize_auto_conf`
+    /// refuses; the names, or `None` when the file needed no change or is absent.
+    fn sanitize_auto_conf(&self, dir: &Path) -> Result<Option<Vec<String>>, PgError> {
+        let auto = dir.join("postgresql.auto.conf");
+        match fs::read_to_string(&auto) {
+            Ok(text) => match conf::sanitize_auto_conf(&text) {
+                Some((clean, removed)) => {
+                    self.write_owned(&auto, &clean)?;
+                    Ok(Some(removed))
+                }
+                None => Ok(None),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err("read", &auto, e)),
+        }
     }
 
     fn touch_standby_signal(&self) -> Result<(), PgError> {
