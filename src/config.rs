@@ -557,6 +557,8 @@ pub struct Config {
     pub noloadbalance: bool,
     /// `[tags] nosync`: never made a synchronous standby (Patroni's).
     pub nosync: bool,
+    /// `[tags] clonefrom`: new replicas are built from this one (Patroni's).
+    pub clonefrom: bool,
     /// `[tags]` string values other than the boolean tags, sorted by name: published
     /// in the member key and matched by `?tag_<name>=<value>`.
     pub custom_tags: Vec<(String, String)>,
@@ -1889,9 +1891,13 @@ impl Config {
         let nofailover = tags.boolean("nofailover")?.unwrap_or(false);
         let noloadbalance = tags.boolean("noloadbalance")?.unwrap_or(false);
         let nosync = tags.boolean("nosync")?.unwrap_or(false);
+        let clonefrom = tags.boolean("clonefrom")?.unwrap_or(false);
         let mut custom_tags = Vec::new();
         for (k, v) in tags.table {
-            if matches!(k.as_str(), "nofailover" | "noloadbalance" | "nosync") {
+            if matches!(
+                k.as_str(),
+                "nofailover" | "noloadbalance" | "nosync" | "clonefrom"
+            ) {
                 continue;
             }
             if !valid_name(k) {
@@ -1904,8 +1910,8 @@ impl Config {
                 other => {
                     return Err(tags.wrong(
                         k,
-                        "a string (tenure's boolean tags are nofailover, noloadbalance and nosync; \
-                         other tags take string values)",
+                        "a string (tenure's boolean tags are nofailover, noloadbalance, nosync \
+                         and clonefrom; other tags take string values)",
                         other,
                     ));
                 }
@@ -2294,6 +2300,7 @@ impl Config {
             nofailover,
             noloadbalance,
             nosync,
+            clonefrom,
             custom_tags,
             log,
             hooks,

@@ -1643,6 +1643,121 @@ fn a_failed_basebackup_is_retried_once_per_loop() {
     assert_eq!(p.actions, vec![clone], "{}", p.reason);
 }
 
+/// Patroni's `clonefrom` tag: a new replica is built from a tagged replica that
+/// streams close to the leader, sparing the primary; the most advanced one; never
+/// one that does not stream, is on another timeline, lags past
+/// `maximum_lag_on_failover` or is not running; and one whose builds kept failing
+/// for a lease TTL gives way to the leader until a build succeeds.
+#[test]
+fn a_new_replica_clones_a_clonefrom_member_that_streams_close_to_the_leader() {
+    let tagged = |name: &str, xlog: Lsn| {
+        let mut m = member(name, 30, "replica", xlog, None);
+        m.info.timeline = 2;
+        m.info.state = "running".into();
+        m.info.replication_state = Some("streaming".into());
+        m.info.tags.clonefrom = true;
+        m
+    };
+    let obs_with = |members: Vec<Member>, job: Job| {
+        let mut leader = member("pg2", 30, "primary", 10_000_000, None);
+        leader.info.timeline = 2;
+        let mut all = vec![leader, member("pg3", 30, "replica", 0, None)];
+        all.extend(members);
+        let v = view(31, Some(key("pg2", 21, 0xB)), all);
+        let mut o = obs(v, pg(PgRole::Stopped, 0, None));
+        o.pg.data = DataDir::Empty;
+        o.job = job;
+        o
+    };
+    let from = |p: &Plan| match p.actions.as_slice() {
+        [Action::StartJob(JobKind::Basebackup { from })] => from.clone(),
+        other => panic!("{other:?}: {}", p.reason),
+    };
+    // The two tagged ones stream; pg5 is further ahead: it is the source.
+    let mut c = core("pg3", None);
+    let p = c.step(
+        t(100.0),
+        &obs_with(
+            vec![tagged("pg4", 9_999_990), tagged("pg5", 9_999_995)],
+            Job::Idle,
+        ),
+    );
+    assert_eq!(from(&p), "pg5");
+    assert!(
+        p.reason.to_string().contains("tagged clonefrom"),
+        "{}",
+        p.reason
+    );
+    // None qualifies: the leader.
+    let unfit = [
+        ("not streaming", {
+            let mut m = tagged("pg4", 9_999_990);
+            m.info.replication_state = Some("stopped".into());
+            m
+        }),
+        ("another timeline", {
+            let mut m = tagged("pg4", 9_999_990);
+            m.info.timeline = 1;
+            m
+        }),
+        ("too far behind", tagged("pg4", 10_000_000 - 1_048_576 - 1)),
+        ("not running", {
+            let mut m = tagged("pg4", 9_999_990);
+            m.info.state = "starting".into();
+            m
+        }),
+        ("unhealthy", {
+            let mut m = tagged("pg4", 9_999_990);
+            m.info.pg_healthy = false;
+            m
+        }),
+        ("untagged", {
+            let mut m = tagged("pg4", 9_999_990);
+            m.info.tags.clonefrom = false;
+            m
+        }),
+    ];
+    for (i, (what, m)) in unfit.into_iter().enumerate() {
+        let mut c = core("pg3", None);
+        let p = c.step(t(100.0 + i as f64), &obs_with(vec![m], Job::Idle));
+        assert_eq!(from(&p), "pg2", "{what}");
+    }
+    // Builds from pg5 fail: retried from pg5 until they have failed for a TTL
+    // (30 s here), then pg4 is cloned; a success makes pg5 the source again.
+    let members = || vec![tagged("pg4", 9_999_990), tagged("pg5", 9_999_995)];
+    let failed = |from: &str| Job::Finished {
+        kind: JobKind::Basebackup { from: from.into() },
+        ok: false,
+        detail: "pg_basebackup failed (exit status: 1): no pg_hba.conf entry".into(),
+    };
+    let mut c = core("pg3", None);
+    assert_eq!(
+        from(&c.step(t(100.0), &obs_with(members(), Job::Idle))),
+        "pg5"
+    );
+    assert_eq!(
+        from(&c.step(t(110.0), &obs_with(members(), failed("pg5")))),
+        "pg5",
+        "one failure does not pass it over"
+    );
+    assert_eq!(
+        from(&c.step(t(125.0), &obs_with(members(), failed("pg5")))),
+        "pg5"
+    );
+    assert_eq!(
+        from(&c.step(t(140.5), &obs_with(members(), failed("pg5")))),
+        "pg4",
+        "failing for a TTL: passed over"
+    );
+    let done = Job::Finished {
+        kind: JobKind::Basebackup { from: "pg4".into() },
+        ok: true,
+        detail: "done".into(),
+    };
+    // (The build succeeded; the data directory is gone again, a reinit.)
+    assert_eq!(from(&c.step(t(150.0), &obs_with(members(), done))), "pg5");
+}
+
 // ----- Issue 8, the safety review: each test failed before its fix -----
 
 /// pg2 under a `config` whose ttl was lowered to 10 (its own leases are 10 s).

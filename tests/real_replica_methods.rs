@@ -7,7 +7,8 @@
 //! with the rows written after the backup, that a restore asking for a recovery
 //! target and a promotion builds a replica that never promoted, and that a method
 //! which fails or builds a copy of another cluster gives way to the next one
-//! without leaving anything behind.
+//! without leaving anything behind; and that `pg_basebackup` reads from a replica
+//! tagged `clonefrom`, not from the primary.
 
 mod common;
 
@@ -176,6 +177,9 @@ fn real_replicas_are_built_from_a_pgbackrest_backup_and_methods_fall_back_in_ord
             repo.conf.display()
         ),
     )];
+    // Every node is tagged clonefrom: a new replica's pg_basebackup reads from a
+    // streaming replica, not from the primary (stage 3).
+    opts.extra_config = "[tags]\nclonefrom = true\n".into();
     let mut c = start(opts);
     let base3 = fs::read_to_string(c.config_path(2)).expect("read n3's config");
     for i in 0..2 {
@@ -320,8 +324,21 @@ fn real_replicas_are_built_from_a_pgbackrest_backup_and_methods_fall_back_in_ord
         c.system_identifier(p).unwrap(),
         "n3 runs another cluster"
     );
+    // Built from the other replica (clonefrom), not from the primary: the
+    // label says the backup was taken on a standby.
     let label = fs::read_to_string(c.data_dir(2).join("backup_label.old")).unwrap();
     assert!(label.contains("pg_basebackup"), "{label}");
+    assert!(label.contains("BACKUP FROM: standby"), "{label}");
+    let other = 1 - p;
+    assert!(
+        log3.contains(&format!(
+            "cloning {}, a replica tagged clonefrom",
+            c.name(other)
+        )),
+        "n3 did not clone {}{}",
+        c.name(other),
+        c.logs_tail(40)
+    );
     assert!(!tmp3.exists(), "the build directory was left behind");
     assert!(
         !Path::new(&format!("{}.aside", c.data_dir(2).display())).exists(),

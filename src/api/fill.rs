@@ -23,6 +23,7 @@ pub fn tags(cfg: &Config, refuses_leadership: bool) -> Tags {
         nofailover: cfg.nofailover || refuses_leadership,
         noloadbalance: cfg.noloadbalance,
         nosync: cfg.nosync,
+        clonefrom: cfg.clonefrom,
         custom: cfg.custom_tags.clone(),
     }
 }

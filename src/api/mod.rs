@@ -257,6 +257,7 @@ impl ApiStatus {
             "nofailover" => Some(self.tags.nofailover.to_string()),
             "noloadbalance" => Some(self.tags.noloadbalance.to_string()),
             "nosync" => Some(self.tags.nosync.to_string()),
+            "clonefrom" => Some(self.tags.clonefrom.to_string()),
             _ => self
                 .tags
                 .custom
@@ -937,6 +938,9 @@ pub fn status_json(s: &ApiStatus, check: Option<&Verdict>) -> String {
     }
     if s.tags.nosync {
         tags.insert("nosync".into(), json!(true));
+    }
+    if s.tags.clonefrom {
+        tags.insert("clonefrom".into(), json!(true));
     }
     for (k, v) in &s.tags.custom {
         tags.insert(k.clone(), json!(v));

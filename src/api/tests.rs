@@ -22,6 +22,7 @@ fn base(name: &str) -> ApiStatus {
             nofailover: false,
             noloadbalance: false,
             nosync: false,
+            clonefrom: false,
             custom: vec![("dc".into(), "east".into())],
         },
         maximum_lag_on_failover: 1_048_576,

@@ -177,6 +177,10 @@ fn wrong_types_are_named() {
     assert!(e.contains("tags.nosync: expected true or false"), "{e}");
     let c = parse(&format!("{GOOD}\n[tags]\nnosync = true\n")).expect("nosync");
     assert!(c.nosync && c.custom_tags.is_empty());
+    let e = err(&format!("{GOOD}\n[tags]\nclonefrom = \"yes\"\n"));
+    assert!(e.contains("tags.clonefrom: expected true or false"), "{e}");
+    let c = parse(&format!("{GOOD}\n[tags]\nclonefrom = true\n")).expect("clonefrom");
+    assert!(c.clonefrom && !c.nosync && c.custom_tags.is_empty());
     let e = err(&GOOD.replace("[timing]", "timing = 3\n[xtiming]"));
     assert!(e.contains("unknown key") || e.contains("timing"), "{e}");
 }

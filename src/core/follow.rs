@@ -115,6 +115,19 @@ impl Core {
             self.needs_rewind = false;
             self.rewind_failures = 0;
         }
+        if let Job::Finished {
+            kind: JobKind::Basebackup { from },
+            ok,
+            ..
+        } = &obs.job
+        {
+            // The leader is never passed over: only a `clonefrom` member is.
+            self.clone_failed_from = match self.clone_failed_from.take() {
+                _ if *ok => None,
+                Some((name, since)) if name == *from => Some((name, since)),
+                _ => Some((from.clone(), now)),
+            };
+        }
 
         // The bootstrap.
         let sysid = match self.cluster_sysid(obs, p, view) {
@@ -243,13 +256,18 @@ impl Core {
                 if let Some(r) = self.data_job_paced(now, "basebackup") {
                     return r;
                 }
-                p.push(Action::StartJob(JobKind::Basebackup {
-                    from: k.name.clone(),
-                }));
-                Reason::Other(format!(
-                    "cloning leader {} (create_replica_methods)",
-                    k.name
-                ))
+                let from = self.clone_source(now, view, &lm.info, &k.name);
+                let why = if from == k.name {
+                    format!("cloning leader {from} (create_replica_methods)")
+                } else {
+                    format!(
+                        "cloning {from}, a replica tagged clonefrom, of leader {} \
+                         (create_replica_methods)",
+                        k.name
+                    )
+                };
+                p.push(Action::StartJob(JobKind::Basebackup { from }));
+                Reason::Other(why)
             }
             (_, PgRole::Stopped) => {
                 if let Some(held) = self.held_by_pause(if self.needs_rewind {
@@ -336,6 +354,51 @@ impl Core {
     /// a connection to the leader. Half a loop, not a whole one: the tick after a
     /// start comes a loop_wait after that tick, which can be a hair less than a
     /// loop_wait after the instant the step saw; the next tick retries.
+    /// Where a new replica is built from (Patroni's `clonefrom` tag): a member
+    /// tagged so, sparing the primary the copy, when it runs as a replica, streams,
+    /// is on the leader's timeline and no more than `maximum_lag_on_failover`
+    /// behind the leader's published position; the most advanced such member
+    /// (then the first by name). A member builds have failed from for a lease
+    /// TTL is passed over. Else the leader itself.
+    pub(super) fn clone_source(
+        &self,
+        now: Instant,
+        view: &ClusterView,
+        leader: &MemberInfo,
+        leader_name: &str,
+    ) -> String {
+        let me = self.cfg.name.as_str();
+        let ttl = Duration::from_secs(u64::from(self.timing.ttl));
+        let passed_over = match &self.clone_failed_from {
+            Some((name, since)) if now >= since.add(ttl) => Some(name.as_str()),
+            _ => None,
+        };
+        view.members
+            .iter()
+            .filter(|m| m.name != me && m.name != leader_name)
+            .filter(|m| passed_over != Some(m.name.as_str()))
+            .filter(|m| {
+                let i = &m.info;
+                i.tags.clonefrom
+                    && i.role == "replica"
+                    && i.state == "running"
+                    && i.pg_healthy
+                    && i.parse_error.is_none()
+                    && !i.conn_url.is_empty()
+                    && i.replication_state.as_deref() == Some("streaming")
+                    && i.timeline == leader.timeline
+                    && leader.xlog_location.saturating_sub(i.xlog_location)
+                        <= self.timing.maximum_lag_on_failover
+            })
+            .max_by(|a, b| {
+                a.info
+                    .xlog_location
+                    .cmp(&b.info.xlog_location)
+                    .then_with(|| b.name.cmp(&a.name))
+            })
+            .map_or_else(|| leader_name.to_string(), |m| m.name.clone())
+    }
+
     fn data_job_paced(&mut self, now: Instant, what: &'static str) -> Option<Reason> {
         if let Some((kind, at)) = self.data_job_started
             && kind == what

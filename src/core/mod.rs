@@ -103,6 +103,13 @@ pub struct Core {
     bootstrapped_here: bool,
     /// Consecutive failed rewinds (for the basebackup fallback).
     rewind_failures: u32,
+    /// The `clonefrom` member the last replica builds failed from, and when the
+    /// first of them failed: once they failed for a lease TTL it is passed over
+    /// (the leader, or another tagged member, is cloned instead) until a build
+    /// succeeds (`follow::clone_source`). Not at once: a new member's first
+    /// attempts can fail until the source admits its address (`pg_hba.conf` is
+    /// rewritten at the source's next loop).
+    clone_failed_from: Option<(String, Instant)>,
     /// The last basebackup or rewind started, and when: the next of the same kind
     /// waits for the next loop (`follow::data_job_paced`).
     data_job_started: Option<(&'static str, Instant)>,
@@ -227,6 +234,7 @@ impl Core {
             needs_rewind: false,
             bootstrapped_here: false,
             rewind_failures: 0,
+            clone_failed_from: None,
             data_job_started: None,
             released: None,
             lead_refusal: None,

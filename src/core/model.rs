@@ -62,6 +62,10 @@ pub struct Tags {
     /// Patroni's: never made a synchronous standby (a replica behind a slow link
     /// would slow every commit). It may still take over in asynchronous mode.
     pub nosync: bool,
+    /// Patroni's: a replica new replicas are built from (`pg_basebackup` from it,
+    /// not from the primary), while it streams close to the leader
+    /// (`Core::clone_source`).
+    pub clonefrom: bool,
     /// Operators' own tags (`[tags] dc = "east"`), string-valued, sorted by name:
     /// matched by the health endpoints' `?tag_<name>=<value>`.
     pub custom: Vec<(String, String)>,

@@ -25,9 +25,9 @@ pub fn excerpt(raw: &[u8]) -> String {
     format!("{out:?}")
 }
 
-/// A member's tags as Patroni writes them (`nofailover` always, `noloadbalance` and
-/// `nosync` when set, then the custom ones): the member key and `GET /cluster` show
-/// the same.
+/// A member's tags as Patroni writes them (`nofailover` always, `noloadbalance`,
+/// `nosync` and `clonefrom` when set, then the custom ones): the member key and
+/// `GET /cluster` show the same.
 pub fn tags_json(info: &MemberInfo) -> Value {
     let mut tags = Map::new();
     tags.insert("nofailover".into(), json!(info.tags.nofailover));
@@ -36,6 +36,9 @@ pub fn tags_json(info: &MemberInfo) -> Value {
     }
     if info.tags.nosync {
         tags.insert("nosync".into(), json!(true));
+    }
+    if info.tags.clonefrom {
+        tags.insert("clonefrom".into(), json!(true));
     }
     for (k, v) in &info.tags.custom {
         tags.insert(k.clone(), json!(v));
@@ -230,12 +233,25 @@ pub fn parse_member(raw: &[u8]) -> MemberInfo {
                         }
                     }
                 }
-                // Other writers' tags of other types (Patroni's `clonefrom`, ...) are
-                // informational: left out, no problem.
+                if let Some(cf) = tags.get("clonefrom").filter(|v| !v.is_null()) {
+                    match parse_bool(cf) {
+                        Some(b) => info.tags.clonefrom = b,
+                        // Not a source: new replicas clone the leader instead.
+                        None => problems.push(format!(
+                            "tags.clonefrom: expected a boolean, got {} (taken as false)",
+                            short(cf)
+                        )),
+                    }
+                }
+                // Other writers' tags of other types are informational: left out,
+                // no problem.
                 let mut custom: Vec<(String, String)> = tags
                     .iter()
                     .filter(|(k, _)| {
-                        !matches!(k.as_str(), "nofailover" | "noloadbalance" | "nosync")
+                        !matches!(
+                            k.as_str(),
+                            "nofailover" | "noloadbalance" | "nosync" | "clonefrom"
+                        )
                     })
                     .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
                     .collect();
@@ -956,6 +972,7 @@ mod tests {
                 nofailover: true,
                 noloadbalance: true,
                 nosync: true,
+                clonefrom: true,
                 custom: vec![("dc".into(), "east".into())],
             },
             epoch: Some(42),
@@ -1103,6 +1120,17 @@ mod tests {
         assert_eq!(m.timeline, 2);
         assert_eq!(m.role, "replica");
         assert_eq!(m.epoch, None);
+        assert!(m.tags.clonefrom && m.tags.custom.is_empty());
+        // A garbled clonefrom reads as not a source, and is named.
+        let m = parse_member(br#"{"tags":{"clonefrom":"maybe"}}"#);
+        assert!(!m.tags.clonefrom);
+        assert!(
+            m.parse_error
+                .as_deref()
+                .is_some_and(|e| e.contains("tags.clonefrom")),
+            "{:?}",
+            m.parse_error
+        );
     }
 
     #[test]
