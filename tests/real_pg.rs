@@ -405,6 +405,23 @@ fn bootstrap_replicate_fence_promote_rewind() {
     probe_until(&mut g.nodes[0], secs(5), "names read again", |s| {
         s.sync_names.as_deref() == Some("")
     });
+    // An operator's ALTER SYSTEM outranks the file: the names read as unknown,
+    // and the next set comments it out, so the server takes tenure's value.
+    {
+        let mut c = client(&c1);
+        c.batch_execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+            .unwrap();
+        c.batch_execute("SELECT pg_reload_conf()").unwrap();
+    }
+    probe_until(&mut g.nodes[0], secs(5), "the operator's names", |s| {
+        s.sync_names.is_none()
+    });
+    g.nodes[0]
+        .set_sync_names("", clock::now().add(secs(2)))
+        .unwrap();
+    probe_until(&mut g.nodes[0], secs(5), "tenure's names again", |s| {
+        s.sync_names.as_deref() == Some("")
+    });
 
     // second node: basebackup, start as replica
     let took = run_job(

@@ -994,6 +994,15 @@ impl PgCtl {
         let path = self.cfg.data_dir.join(conf::SYNC_CONF);
         self.write_owned(&path, &conf::sync_conf(names))?;
         self.sync_file = Some(names.to_string());
+        // An operator's ALTER SYSTEM SET synchronous_standby_names would outrank
+        // the file (postgresql.auto.conf is read last), and the probe then reports
+        // the names unknown every loop: the reload below applies ours instead.
+        if let Some(removed) = self.sanitize_auto_conf(&self.cfg.data_dir)? {
+            log::warn!(
+                "commented out in postgresql.auto.conf (settings tenure owns): {}",
+                removed.join(", ")
+            );
+        }
         if let Some(pm) = self.postmaster_pid() {
             self.query_row(pm, "SELECT pg_reload_conf()", deadline)?;
         }
