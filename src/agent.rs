@@ -1528,7 +1528,7 @@ impl Agent {
         let info = MemberInfo {
             conn_url: crate::pg::conn_url(&self.cfg.postgresql.connect_address),
             api_url: format!("{}/patroni", self.cfg.api.connect_url.trim_end_matches('/')),
-            state: api::fill::pg_state(pg.role).into(),
+            state: api::fill::pg_state(pg.role, &obs.job).into(),
             role: match pg.role {
                 PgRole::Primary => "primary",
                 _ => "replica",

@@ -295,6 +295,7 @@ fn real_replicas_are_built_from_a_pgbackrest_backup_and_methods_fall_back_in_ord
     //        another cluster (a fresh initdb), then pg_basebackup. ---
     let tables = format!(
         "[postgresql.broken]\ncommand = \"/bin/false\"\n\n\
+         [postgresql.slow]\ncommand = \"/bin/sleep 3\"\nno_params = true\n\n\
          [postgresql.foreign]\ncommand = \"/usr/lib/postgresql/15/bin/initdb\"\n\
          no_params = true\npgdata = \"{}\"\n",
         tmp3.display()
@@ -302,12 +303,30 @@ fn real_replicas_are_built_from_a_pgbackrest_backup_and_methods_fall_back_in_ord
     rebuild_with(
         &mut c,
         2,
-        &with_methods(&base3, "[\"broken\", \"foreign\", \"basebackup\"]", &tables),
+        &with_methods(
+            &base3,
+            "[\"broken\", \"slow\", \"foreign\", \"basebackup\"]",
+            &tables,
+        ),
+    );
+    // While a method runs, the member key says so (Patroni's state).
+    let building = wait_for(Duration::from_secs(30), Duration::from_millis(50), || {
+        c.member("pg3")
+            .filter(|m| m["state"] == "creating replica")
+            .map(|_| ())
+    });
+    assert!(
+        building.is_some(),
+        "n3's member key never said \"creating replica\": {:?}",
+        c.member("pg3")
     );
     wait_streaming_with(&c, 2, rows);
     let log3 = c.agent_log(2);
     for want in [
         "replica method broken: replica method broken (/bin/false) failed",
+        "trying replica method slow",
+        "replica method slow: check the copy: refused:",
+        "the method built nothing there",
         "trying replica method foreign",
         "the copy is of another cluster: system identifier",
         "trying replica method basebackup",

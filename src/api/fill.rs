@@ -51,8 +51,25 @@ pub fn initial(cfg: &Config) -> ApiStatus {
     }
 }
 
-/// Patroni's member-key state for this PostgreSQL.
-pub fn pg_state(role: PgRole) -> &'static str {
+/// Patroni's member-key state for this PostgreSQL: a job under way names what it
+/// does (Patroni's words: `creating replica` while a replica's copy is built,
+/// `initializing new cluster` during initdb, `restarting`), else the role's.
+pub fn pg_state(role: PgRole, job: &Job) -> &'static str {
+    match job {
+        Job::Running {
+            kind: JobKind::Basebackup { .. },
+            ..
+        } => return "creating replica",
+        Job::Running {
+            kind: JobKind::InitDb,
+            ..
+        } => return "initializing new cluster",
+        Job::Running {
+            kind: JobKind::Restart { .. },
+            ..
+        } => return "restarting",
+        _ => {}
+    }
     match role {
         PgRole::Stopped => "stopped",
         PgRole::Unresponsive => "starting",
@@ -96,15 +113,14 @@ pub fn update(
         PgRole::Replica => "replica",
         _ => "unknown",
     };
-    s.state = pg_state(pg.role).into();
+    s.state = pg_state(pg.role, &obs.job).into();
     if let Job::Running {
         kind: JobKind::Restart { .. },
         ..
     } = &obs.job
     {
-        // An operator's restart (Patroni's state): whatever the probe caught on the
-        // way down or up, nothing routes here until the job ended.
-        s.state = "restarting".into();
+        // An operator's restart (Patroni's state, `pg_state`): whatever the probe
+        // caught on the way down or up, nothing routes here until the job ended.
         s.pg_running = false;
         s.pg_primary = false;
         s.streaming = false;

@@ -1014,3 +1014,43 @@ fn fuzz_never_panics() {
         let _ = parse_query(q);
     }
 }
+
+/// The member key's and `/patroni`'s `state` (Patroni's words): a running job
+/// names what it does, else the role's state.
+#[test]
+fn pg_state_names_a_running_job_first() {
+    use crate::api::fill::pg_state;
+    use crate::core::model::{Job, JobKind, PgRole};
+    let running = |kind: JobKind| Job::Running { kind, since: NOW };
+    assert_eq!(pg_state(PgRole::Replica, &Job::Idle), "running");
+    assert_eq!(pg_state(PgRole::Stopped, &Job::Idle), "stopped");
+    assert_eq!(pg_state(PgRole::Unresponsive, &Job::Idle), "starting");
+    assert_eq!(
+        pg_state(
+            PgRole::Stopped,
+            &running(JobKind::Basebackup { from: "pg1".into() })
+        ),
+        "creating replica"
+    );
+    assert_eq!(
+        pg_state(PgRole::Stopped, &running(JobKind::InitDb)),
+        "initializing new cluster"
+    );
+    assert_eq!(
+        pg_state(
+            PgRole::Primary,
+            &running(JobKind::Restart {
+                start_timeout: None
+            })
+        ),
+        "restarting"
+    );
+    // A rewind or a start is not named: the role's state.
+    assert_eq!(
+        pg_state(
+            PgRole::Stopped,
+            &running(JobKind::Rewind { from: "pg1".into() })
+        ),
+        "stopped"
+    );
+}
