@@ -2633,7 +2633,7 @@ pub use api_tls::{ApiTls, CtlConfig, ReadAuth, VerifyClient, check_api_tls_files
 pub(crate) use endpoint::check_name as check_host_name;
 pub use endpoint::{Endpoint, Host};
 pub use pgssl::{PgSsl, check_files as check_pg_tls_files, server_ssl_on};
-pub use replica::{CreateReplica, ReplicaMethod};
+pub use replica::{CommandMethod, CreateReplica, ReplicaMethod};
 pub use secrets::{
     CRED_API, CRED_ETCD, CRED_PG_REPLICATION, CRED_PG_REWIND, CRED_PG_SUPERUSER, EtcdAuth, EtcdTls,
     check_tls_files, readable_secret_warning,

@@ -14,7 +14,7 @@ mod common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -323,7 +323,7 @@ fn real_replicas_are_built_from_a_pgbackrest_backup_and_methods_fall_back_in_ord
     wait_streaming_with(&c, 2, rows);
     let log3 = c.agent_log(2);
     for want in [
-        "replica method broken: replica method broken (/bin/false) failed",
+        "replica method broken: /bin/false failed (exit status: 1)",
         "trying replica method slow",
         "replica method slow: check the copy: refused:",
         "the method built nothing there",
@@ -359,9 +359,136 @@ fn real_replicas_are_built_from_a_pgbackrest_backup_and_methods_fall_back_in_ord
         c.logs_tail(40)
     );
     assert!(!tmp3.exists(), "the build directory was left behind");
-    assert!(
-        !Path::new(&format!("{}.aside", c.data_dir(2).display())).exists(),
-        "nothing is moved aside"
-    );
+    let aside = fs::read_dir(c.data_dir(2).parent().unwrap())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("data.aside"))
+        .count();
+    assert_eq!(aside, 0, "nothing is moved aside");
     one_primary_at_the_end(&c, p);
+}
+
+/// The disaster-recovery path the README's "Restoring a cluster from a backup"
+/// describes: a cluster is lost; one host of a new cluster (its own etcd, a new
+/// scope) gets the data from the pgBackRest repository as a standby
+/// (`--type=standby`: it replays the archive), and its agent starts on it. It
+/// records `initialize` from that data with the rollback marker, so it does not
+/// promote until the operator says the data is the one to keep (`tenure
+/// confirm-epoch`); then it leads with every archived row, and an empty host
+/// joins as its replica.
+#[test]
+fn real_a_cluster_restored_from_a_pgbackrest_backup_leads_after_confirm_epoch() {
+    let repo = Repo::new("restore");
+    let rows = 40;
+    let sysid;
+    let passwords;
+    {
+        // The cluster that is lost: it archives into the repository and is
+        // backed up; then it writes rows only the archive has.
+        let mut opts = options("restore", "lost");
+        opts.nodes = 2;
+        opts.section_extra = vec![(
+            "[postgresql.parameters]".into(),
+            format!(
+                "archive_mode = \"on\"\narchive_command = \"{PGBACKREST} --config={} \
+                 --stanza={STANZA} --pg1-path={{dir}}/data archive-push %p\"",
+                repo.conf.display()
+            ),
+        )];
+        let mut c = start(opts);
+        let p = settled(&mut c);
+        for n in 1..=rows / 2 {
+            c.write_row(p, n).expect("write");
+        }
+        repo.run(&[pg1(&c, p), vec!["stanza-create".into()]].concat())
+            .unwrap_or_else(|e| panic!("{e}"));
+        repo.run(&[pg1(&c, p), vec!["--type=full".into(), "backup".into()]].concat())
+            .unwrap_or_else(|e| panic!("{e}"));
+        for n in rows / 2 + 1..=rows {
+            c.write_row(p, n).expect("write");
+        }
+        // `check` switches the WAL segment and waits until it is archived.
+        repo.run(&[pg1(&c, p), vec!["check".into()]].concat())
+            .unwrap_or_else(|e| panic!("{e}"));
+        sysid = c.system_identifier(p).expect("system identifier");
+        passwords = c.passwords.clone();
+        // Dropped here: the lost cluster, etcd and all, is gone.
+    }
+
+    let mut opts = options("restore", "new");
+    opts.nodes = 2;
+    opts.start_agents = false;
+    // The restored roles are the lost cluster's: so are the passwords.
+    opts.passwords = Some(passwords);
+    let mut c = start(opts);
+    let data = c.data_dir(0).to_path_buf();
+    fs::create_dir(&data).expect("make the data directory");
+    fs::set_permissions(&data, fs::Permissions::from_mode(0o700)).expect("chmod");
+    let st = Command::new("chown")
+        .arg("postgres:postgres")
+        .arg(&data)
+        .status()
+        .expect("chown");
+    assert!(st.success());
+    repo.run(&[
+        format!("--pg1-path={}", data.display()),
+        "--type=standby".into(),
+        "restore".into(),
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
+    c.start_agent(0).expect("start agent");
+    c.start_agent(1).expect("start agent");
+
+    // It replays the archive as a standby, records initialize with the marker,
+    // and refuses to lead until confirmed.
+    let replayed = wait_for(BOOT, Duration::from_millis(200), || {
+        (c.count_rows(0) == Ok(rows)).then_some(())
+    });
+    assert!(
+        replayed.is_some(),
+        "the restored standby has {:?} rows, not {rows}{}",
+        c.count_rows(0),
+        c.logs_tail(40)
+    );
+    let refusing = wait_for(FAILOVER, Duration::from_millis(200), || {
+        c.agent_log(0)
+            .lines()
+            .any(|l| l.contains("refusing") && l.contains("tenure confirm-epoch"))
+            .then_some(())
+    });
+    assert!(
+        refusing.is_some(),
+        "the restored node never refused naming confirm-epoch{}",
+        c.logs_tail(40)
+    );
+    assert!(c.primaries().is_empty(), "a primary before confirmation");
+    assert_eq!(c.system_identifier(0).as_deref(), Ok(sysid.as_str()));
+
+    let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .arg("confirm-epoch")
+        .arg("--config")
+        .arg(c.config_path(0))
+        .arg("--by")
+        .arg("real_replica_methods")
+        .output()
+        .expect("run tenure confirm-epoch");
+    assert!(
+        out.status.success(),
+        "tenure confirm-epoch: {:?}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let q = c
+        .wait_primary(FAILOVER)
+        .unwrap_or_else(|| panic!("no primary after confirmation{}", c.logs_tail(40)));
+    assert_eq!(q, 0, "the restored node leads");
+    c.wait_replicas(q, &[], REJOIN)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.count_rows(q), Ok(rows));
+    c.write_row(q, rows + 1).expect("write after the restore");
+    wait_streaming_with(&c, 1, rows + 1);
+    assert_eq!(c.system_identifier(1).as_deref(), Ok(sysid.as_str()));
+    one_primary_at_the_end(&c, q);
 }

@@ -280,6 +280,17 @@ fn command_method(s: &Sect<'_>, name: &str) -> Result<CommandMethod, ConfigError
                     ),
                 ));
             }
+            _ if ["pass", "secret", "token"]
+                .iter()
+                .any(|w| k.to_ascii_lowercase().contains(w)) =>
+            {
+                return Err(s.err(
+                    k,
+                    "looks like a secret: a method's keys become its command line, which \
+                     every local user can read (ps, /proc); keep it in the tool's own \
+                     configuration file (0600)",
+                ));
+            }
             _ => {
                 check_option_name(k).map_err(|p| s.err(k, p))?;
                 let val = arg_value(v).map_err(|p| s.err(k, p))?;
@@ -404,7 +415,7 @@ mod tests {
         let c = parse_str(
             "[postgresql]\ncreate_replica_methods = [\"pgbackrest\", \"basebackup\"]\n\
              [postgresql.pgbackrest]\ncommand = \"/usr/bin/pgbackrest --stanza=main restore\"\n\
-             no_params = true\n\"pg1-path\" = \"/srv/pg.basebackup-tmp\"\nprocess-max = 4\ndelta = false\n\
+             no_params = true\n\"pg1-path\" = \"/srv/pg.basebackup-tmp\"\nprocess-max = 4\nlog-level-console = \"info\"\n\
              [postgresql.basebackup]\nmax-rate = \"100M\"\ncheckpoint = \"spread\"\nverbose = true\n",
         )
         .unwrap();
@@ -420,7 +431,7 @@ mod tests {
         assert_eq!(
             m.params,
             vec![
-                "--delta=false",
+                "--log-level-console=info",
                 "--pg1-path=/srv/pg.basebackup-tmp",
                 "--process-max=4"
             ]
@@ -480,6 +491,14 @@ mod tests {
             (
                 "create_replica_methods = [\"x\"]\n[postgresql.x]\ncommand = \"/bin/x\"\n\"a=b\" = 1\n",
                 "not usable as an option name",
+            ),
+            (
+                "create_replica_methods = [\"x\"]\n[postgresql.x]\ncommand = \"/bin/x\"\n\"repo1-cipher-pass\" = \"s\"\n",
+                "postgresql.x.repo1-cipher-pass: looks like a secret",
+            ),
+            (
+                "create_replica_methods = [\"x\"]\n[postgresql.x]\ncommand = \"/bin/x\"\nS3-Key-Secret = \"s\"\n",
+                "looks like a secret",
             ),
             (
                 "[postgresql.basebackup]\nwaldir = \"/wal\"\n",

@@ -24,6 +24,32 @@ pub const AGENT_OWNED: &[&str] = &[
     "synchronous_standby_names",
     "include",
     "include_if_exists",
+    "include_dir",
+    // A tenure node never ends recovery by itself: a recovery target (which ends
+    // it, and with `recovery_target_action = 'promote'` promotes) or a trigger
+    // file would make a standby promote without the leader key. `tenure.conf`
+    // clears them ([`RECOVERY_CLEARED`]); only `pg_promote()` under a won key ends
+    // recovery.
+    "recovery_target",
+    "recovery_target_action",
+    "recovery_target_inclusive",
+    "recovery_target_lsn",
+    "recovery_target_name",
+    "recovery_target_time",
+    "recovery_target_xid",
+    "promote_trigger_file",
+];
+
+/// The recovery settings `tenure.conf` sets empty, after the operator's own and
+/// after whatever a copy's `postgresql.conf` (and the files it includes before
+/// `tenure.conf`) carries: no recovery target, no trigger file.
+pub const RECOVERY_CLEARED: &[&str] = &[
+    "recovery_target",
+    "recovery_target_lsn",
+    "recovery_target_name",
+    "recovery_target_time",
+    "recovery_target_xid",
+    "promote_trigger_file",
 ];
 
 /// The file, next to `tenure.conf`, that holds `synchronous_standby_names` alone:
@@ -242,6 +268,9 @@ pub fn tenure_conf_with(
     for (k, v) in &cfg.parameters {
         set(k, conf_quote(v));
     }
+    for k in RECOVERY_CLEARED {
+        set(k, conf_quote(""));
+    }
     // Standby settings come last, after the free-form parameters, so nothing can
     // override them (check_parameters also refuses those names).
     if let Some(sb) = standby {
@@ -293,55 +322,74 @@ pub fn replica_connstring(cfg: &PgConfig, source: &ConnTarget) -> String {
     )
 }
 
-/// Settings a new replica's `postgresql.auto.conf` must not carry: the recovery
-/// target a restore may leave there (`recovery_target_action = 'promote'` would
-/// make the replica promote itself without the leader key) and everything tenure
-/// owns, which `postgresql.auto.conf` would override since PostgreSQL reads it
-/// after `postgresql.conf` and the `tenure.conf` it includes.
-pub const AUTO_CONF_REFUSED: &[&str] = &[
-    "recovery_target",
-    "recovery_target_action",
-    "recovery_target_inclusive",
-    "recovery_target_lsn",
-    "recovery_target_name",
-    "recovery_target_time",
-    "recovery_target_xid",
-    "standby_mode",
-];
+/// Settings `postgresql.auto.conf` must not carry besides [`AGENT_OWNED`] (which
+/// holds the recovery targets a restore may leave there: with
+/// `recovery_target_action = 'promote'` the replica would promote itself without
+/// the leader key): PostgreSQL reads that file after `postgresql.conf` and the
+/// `tenure.conf` it includes, so anything there overrides tenure.
+pub const AUTO_CONF_REFUSED: &[&str] = &["standby_mode"];
 
-/// `postgresql.auto.conf` of a copy, with every line that sets one of
-/// [`AUTO_CONF_REFUSED`] or [`AGENT_OWNED`] commented out (kept, so the operator
-/// sees what the backup carried): the new text and the names, or `None` when
-/// nothing had to change. Names compare as PostgreSQL compares them (case-blind);
-/// a line is `name = value` or `name value`, leading blanks allowed.
-pub fn sanitize_auto_conf(text: &str) -> Option<(String, Vec<String>)> {
-    let mut out = String::with_capacity(text.len() + 128);
-    let mut removed: Vec<String> = Vec::new();
-    for line in text.split_inclusive('\n') {
-        let t = line.trim_start();
-        let name: String = t
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
-            .collect::<String>()
-            .to_ascii_lowercase();
-        let rest = &t[name.len()..];
-        let is_setting = !name.is_empty()
-            && (rest.starts_with([' ', '\t', '=', '\'']) || rest.trim().is_empty());
-        if is_setting
-            && (AUTO_CONF_REFUSED.contains(&name.as_str()) || AGENT_OWNED.contains(&name.as_str()))
-        {
-            out.push_str(
-                "# removed by tenure (a replica's recovery and connection settings are tenure's): ",
-            );
-            out.push_str(line);
-            if !line.ends_with('\n') {
-                out.push('\n');
-            }
-            if !removed.contains(&name) {
-                removed.push(name);
-            }
+/// The parameter name a line of a configuration file sets, lower-cased, read as
+/// PostgreSQL's lexer (guc-file.l) reads it: after blanks (space, tab, CR, FF), a
+/// letter, `_` or a byte >= 0x80, then those or digits, and one `.`-qualified
+/// part; whatever follows ends the name (`port+5433` sets `port`). `None` for a
+/// comment or a blank line.
+fn setting_name(line: &[u8]) -> Option<String> {
+    let letter = |b: u8| b.is_ascii_alphabetic() || b == b'_' || b >= 0x80;
+    let t = match line
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t' | b'\r' | 0x0c))
+    {
+        Some(i) => &line[i..],
+        None => return None,
+    };
+    let id = |s: &[u8]| -> usize {
+        if s.first().is_some_and(|&b| letter(b)) {
+            s.iter()
+                .position(|&b| !(letter(b) || b.is_ascii_digit()))
+                .unwrap_or(s.len())
         } else {
-            out.push_str(line);
+            0
+        }
+    };
+    let mut n = id(t);
+    if n == 0 {
+        return None;
+    }
+    if t.get(n) == Some(&b'.') {
+        let m = id(&t[n + 1..]);
+        if m > 0 {
+            n += 1 + m;
+        }
+    }
+    Some(String::from_utf8_lossy(&t[..n]).to_ascii_lowercase())
+}
+
+/// `postgresql.auto.conf` (any bytes: PostgreSQL takes non-UTF-8 values), with
+/// every line that sets one of [`AUTO_CONF_REFUSED`] or [`AGENT_OWNED`]
+/// commented out (kept, so the operator sees what was there): the new text and
+/// the names, or `None` when nothing had to change.
+pub fn sanitize_auto_conf(text: &[u8]) -> Option<(Vec<u8>, Vec<String>)> {
+    let mut out = Vec::with_capacity(text.len() + 128);
+    let mut removed: Vec<String> = Vec::new();
+    for line in text.split_inclusive(|&b| b == b'\n') {
+        let refused = setting_name(line).filter(|name| {
+            AUTO_CONF_REFUSED.contains(&name.as_str()) || AGENT_OWNED.contains(&name.as_str())
+        });
+        match refused {
+            Some(name) => {
+                out.extend_from_slice(
+                    b"# removed by tenure (settings tenure owns, recovery targets): ",
+                );
+                out.extend_from_slice(line);
+                if !line.ends_with(b"\n") {
+                    out.push(b'\n');
+                }
+                if !removed.contains(&name) {
+                    removed.push(name);
+                }
+            }
+            None => out.extend_from_slice(line),
         }
     }
     (!removed.is_empty()).then_some((out, removed))
@@ -871,19 +919,25 @@ mod tests {
 
     /// A restore that asks for a recovery target (pgBackRest `--type=immediate
     /// --target-action=promote` writes these) must not reach the new replica: it
-    /// would promote itself without the leader key.
+    /// would promote itself without the leader key. Lines are read as
+    /// PostgreSQL's lexer reads them (review L1), in any bytes (review M2).
     #[test]
     fn sanitize_auto_conf_comments_out_recovery_targets_and_owned_settings() {
-        let text = "# Do not edit this file manually!\n\
-                    # It will be overwritten by the ALTER SYSTEM command.\n\
-                    restore_command = 'pgbackrest --stanza=main archive-get %f \"%p\"'\n\
-                    recovery_target = 'immediate'\n\
-                    Recovery_Target_Action='promote'\n\
-                    \tprimary_conninfo = 'host=10.0.0.9'\n\
-                    port 5433\n\
-                    work_mem = '64MB'\n\
-                    recovery_target_timeline_x = 'y'\n\
-                    recovery_target_xid = '7'";
+        let text: &[u8] = b"# Do not edit this file manually!\n\
+              restore_command = 'pgbackrest --stanza=main archive-get %f \"%p\"'\n\
+              recovery_target = 'immediate'\n\
+              Recovery_Target_Action='promote'\n\
+              \tprimary_conninfo = 'host=10.0.0.9'\n\
+              port 5433\n\
+              work_mem = '64MB'\n\
+              log_line_prefix = '\xe9 '\n\
+              recovery_target_timeline_x = 'y'\n\
+              \r\x0c recovery_target_lsn\r= '0/1'\n\
+              port+5499\n\
+              include_dir 'conf.d'\n\
+              promote_trigger_file = '/tmp/go'\n\
+              myext.port = 1\n\
+              recovery_target_xid = '7'";
         let (out, removed) = sanitize_auto_conf(text).unwrap();
         assert_eq!(
             removed,
@@ -892,26 +946,57 @@ mod tests {
                 "recovery_target_action",
                 "primary_conninfo",
                 "port",
+                "recovery_target_lsn",
+                "include_dir",
+                "promote_trigger_file",
                 "recovery_target_xid"
             ]
         );
+        let out = String::from_utf8_lossy(&out).to_string();
         let kept: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(
             kept,
             vec![
                 "restore_command = 'pgbackrest --stanza=main archive-get %f \"%p\"'",
                 "work_mem = '64MB'",
+                "log_line_prefix = '\u{fffd} '",
                 "recovery_target_timeline_x = 'y'",
+                "myext.port = 1",
             ]
         );
-        assert!(out.contains("# removed by tenure (a replica's recovery and connection settings are tenure's): recovery_target = 'immediate'\n"));
+        assert!(out.contains("# removed by tenure (settings tenure owns, recovery targets): recovery_target = 'immediate'\n"));
         assert!(out.ends_with("recovery_target_xid = '7'\n"), "{out}");
         // Nothing to change: None, and the file is left as it is.
         assert_eq!(
-            sanitize_auto_conf("restore_command = 'x'\nwork_mem = 1\n"),
+            sanitize_auto_conf(b"restore_command = 'x'\nwork_mem = 1\n"),
             None
         );
-        assert_eq!(sanitize_auto_conf(""), None);
+        assert_eq!(sanitize_auto_conf(b""), None);
+        assert_eq!(sanitize_auto_conf(b"# port = 1\n   \n"), None);
+    }
+
+    /// Review M1: no recovery target or trigger file reaches a node through the
+    /// operator's parameters, and `tenure.conf` clears whatever a copy's own
+    /// `postgresql.conf` set before it.
+    #[test]
+    fn recovery_targets_are_refused_and_cleared() {
+        for name in [
+            "recovery_target",
+            "recovery_target_action",
+            "recovery_target_time",
+            "promote_trigger_file",
+            "include_dir",
+        ] {
+            let e = check_parameters(&[(name.into(), "x".into())]).unwrap_err();
+            assert!(e.contains("set by tenure itself"), "{name}: {e}");
+        }
+        let text = tenure_conf_with(&cfg(), None, None).unwrap();
+        for name in RECOVERY_CLEARED {
+            assert!(
+                text.contains(&format!("\n{name} = ''\n")),
+                "{name}:\n{text}"
+            );
+        }
     }
 
     #[test]

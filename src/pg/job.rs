@@ -40,6 +40,10 @@ struct Cmd {
     args: Vec<OsString>,
     env: Vec<(&'static str, OsString)>,
     stdin: Option<PathBuf>,
+    /// When it exits, its process group must be gone before the job goes on
+    /// (`advance`): a replica method's leftover writers would write into the
+    /// next method's copy, or into the copy being installed (review H1).
+    drain: bool,
 }
 
 /// A quick in-process step between children.
@@ -77,6 +81,30 @@ struct Running {
     what: Cow<'static, str>,
     /// Where this child's output starts in the job log.
     log_offset: u64,
+    /// `Cmd::drain`.
+    drain: bool,
+}
+
+/// A finished child whose process group still had members when it exited: they
+/// were sent SIGKILL (while the exited leader, not yet reaped, still held the
+/// group's id), and the job waits for them to be gone before it goes on.
+struct Draining {
+    pgid: libc::pid_t,
+    status: std::process::ExitStatus,
+    what: Cow<'static, str>,
+    log_offset: u64,
+    /// The job ends with a failure (no other method) if any remain by then.
+    until: Instant,
+}
+
+/// How long a killed method's process group may take to be gone.
+const DRAIN_LIMIT: Duration = Duration::from_secs(30);
+
+/// Whether any process of group `pgid` remains (signal 0 sends nothing; EPERM:
+/// one exists that we may not signal).
+fn group_alive(pgid: libc::pid_t) -> bool {
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None)
+        .map_or_else(|e| e != nix::errno::Errno::ESRCH, |()| true)
 }
 
 pub(super) struct RunningJob {
@@ -99,14 +127,17 @@ pub(super) struct RunningJob {
     alternatives: VecDeque<(String, VecDeque<Step>)>,
     /// The replica method whose steps run now (`None`: not a replica build).
     method: Option<String>,
-    /// The copy's install was started: no other method may run after it.
-    installed: bool,
+    /// No other replica method may run any more: the copy's install started, or
+    /// a method's processes or files are where no copy may be built next to them.
+    final_method: bool,
     /// A replica build's directory (`build_dir`), removed by a last step when
     /// every method failed.
     build_dir: Option<PathBuf>,
     /// Every replica method failed, with this report: the job ends with it once
     /// its last step (removing the build directory) ran.
     failed: Option<String>,
+    /// A finished child's leftover processes, killed and waited for.
+    draining: Option<Draining>,
 }
 
 impl RunningJob {
@@ -178,9 +209,10 @@ pub(super) fn start(
         aborted: None,
         alternatives: VecDeque::new(),
         method: None,
-        installed: false,
+        final_method: false,
         build_dir: None,
         failed: None,
+        draining: None,
     };
     if let Err(e) = plan(ctl, kind, source, &mut job) {
         remove_temp(&job);
@@ -245,9 +277,66 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
         return;
     }
     loop {
+        if let Some(d) = &job.draining {
+            if group_alive(d.pgid) {
+                if clock::now() >= d.until {
+                    // INVARIANT: no copy is built or installed while a method's
+                    // process may still write: the job ends, no other method.
+                    job.final_method = true;
+                    job.outcome = Some(Err(format!(
+                        "{}: processes of its group (pgid {}) outlived SIGKILL for {} s: \
+                         nothing more is built while they may write",
+                        d.what,
+                        d.pgid,
+                        DRAIN_LIMIT.as_secs()
+                    )));
+                }
+                return;
+            }
+            let Some(d) = job.draining.take() else {
+                return;
+            };
+            if d.status.success() {
+                continue;
+            }
+            let tail = log_tail(ctl, d.log_offset);
+            if fall_back(job, format!("{} failed ({}): {tail}", d.what, d.status)) {
+                continue;
+            }
+            return;
+        }
         if let Some(r) = &mut job.child {
+            if r.drain {
+                // Exited? Asked without reaping it: while it is a zombie its pid,
+                // the group's id, cannot be reused, so the SIGKILL below reaches
+                // its own group only.
+                let pid = nix::unistd::Pid::from_raw(r.child.id() as libc::pid_t);
+                let flags = nix::sys::wait::WaitPidFlag::WEXITED
+                    | nix::sys::wait::WaitPidFlag::WNOHANG
+                    | nix::sys::wait::WaitPidFlag::WNOWAIT;
+                match nix::sys::wait::waitid(nix::sys::wait::Id::Pid(pid), flags) {
+                    Ok(nix::sys::wait::WaitStatus::StillAlive) => return,
+                    Ok(_) => {
+                        let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+                    }
+                    // Reaped already, or not ours: try_wait below says.
+                    Err(_) => {}
+                }
+            }
             match r.child.try_wait() {
                 Ok(None) => return,
+                Ok(Some(st)) if r.drain => {
+                    let pgid = r.child.id() as libc::pid_t;
+                    job.draining = Some(Draining {
+                        pgid,
+                        status: st,
+                        what: r.what.clone(),
+                        log_offset: r.log_offset,
+                        until: clock::now().add(DRAIN_LIMIT),
+                    });
+                    job.child = None;
+                    continue;
+                }
                 Ok(Some(st)) if st.success() => job.child = None,
                 Ok(Some(st)) => {
                     let tail = log_tail(ctl, r.log_offset);
@@ -277,10 +366,28 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                 return;
             }
             Some(Step::Local(what, op)) => {
+                if matches!(op, Local::CheckCopy(_))
+                    && !matches!(ctl.data_dir_state(), DataDir::Empty)
+                {
+                    // INVARIANT (review M3): no copy lands in the data directory
+                    // unchecked. A method that wrote there (a tool's own setting of
+                    // the data directory) ends the build: the next method would find
+                    // it not empty, and the next loop would start what it left.
+                    job.final_method = true;
+                    let m = job.method.clone().unwrap_or_default();
+                    job.outcome = Some(Err(format!(
+                        "replica method {m}: the data directory {} is not empty any more: \
+                         the method wrote into it, not into the build directory it was given \
+                         (--datadir, PGDATA; for pgBackRest, pg1-path); nothing more is built, \
+                         and what it wrote is left for the operator",
+                        ctl.cfg.data_dir.display()
+                    )));
+                    return;
+                }
                 if matches!(op, Local::InstallBasebackup(_)) {
                     // INVARIANT: once the install starts, the data directory may
                     // hold the copy: no other method may build after it.
-                    job.installed = true;
+                    job.final_method = true;
                 }
                 match run_local(ctl, op) {
                     Ok(Some(note)) => job.notes.push(note),
@@ -321,7 +428,7 @@ fn fall_back(job: &mut RunningJob, why: String) -> bool {
         Some(m) => format!("replica method {m}: {why}"),
         None => why,
     };
-    if job.installed || job.aborted.is_some() {
+    if job.final_method || job.aborted.is_some() {
         job.outcome = Some(Err(why));
         return false;
     }
@@ -449,6 +556,7 @@ fn spawn(ctl: &PgCtl, cmd: &Cmd) -> Result<Running, PgError> {
     Ok(Running {
         child,
         what: cmd.what.clone(),
+        drain: cmd.drain,
         log_offset,
     })
 }
@@ -523,6 +631,7 @@ fn remove_build_dir(dir: &Path) -> Step {
         args: vec![os("-rf"), os("--one-file-system"), os(dir)],
         env: vec![],
         stdin: None,
+        drain: false,
     })
 }
 
@@ -584,6 +693,7 @@ fn replica_cmd(ctl: &PgCtl, m: &ReplicaMethod, src: &ConnTarget, dir: &Path) -> 
                 args,
                 env,
                 stdin: None,
+                drain: true,
             }
         }
         ReplicaMethod::Command(c) => {
@@ -603,11 +713,12 @@ fn replica_cmd(ctl: &PgCtl, m: &ReplicaMethod, src: &ConnTarget, dir: &Path) -> 
             env.push(("PGAPPNAME", os(format!("tenure-{}", c.name))));
             env.push(("PGDATA", os(dir)));
             Cmd {
-                what: format!("replica method {} ({})", c.name, c.command[0]).into(),
+                what: c.command[0].clone().into(),
                 program: PathBuf::from(&c.command[0]),
                 args,
                 env,
                 stdin: None,
+                drain: true,
             }
         }
     }
@@ -659,6 +770,10 @@ fn check_copy(ctl: &PgCtl, dir: &Path) -> Result<Option<String>, PgError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_err("remove", &rs, e)),
     }
+    // A standby from the moment it is in place (review L3): were the agent to die
+    // between the install and `standby.signal`'s own step, a start by hand would
+    // otherwise run the copy as a primary.
+    ctl.write_owned(&dir.join("standby.signal"), "")?;
     let pc = dir.join("postgresql.conf");
     if !pc.exists() {
         ctl.write_owned(
@@ -735,6 +850,7 @@ fn pg_ctl_start_within(ctl: &PgCtl, secs: u64) -> Result<Step, PgError> {
         ],
         env: vec![],
         stdin: None,
+        drain: false,
     }))
 }
 
@@ -776,6 +892,7 @@ fn plan(
                 ],
                 env: vec![],
                 stdin: None,
+                drain: false,
             }));
             job.steps
                 .push_back(Step::Local("write pg_hba.conf", Local::WriteHba));
@@ -796,6 +913,7 @@ fn plan(
                 ],
                 env: vec![],
                 stdin: Some(sql),
+                drain: false,
             }));
         }
         JobKind::Basebackup { from } => {
@@ -870,6 +988,7 @@ fn plan(
                 ],
                 env: vec![("PGCONNECT_TIMEOUT", os("10"))],
                 stdin: None,
+                drain: false,
             }));
             job.steps.push_back(Step::Run(Cmd {
                 what: "pg_rewind".into(),
@@ -883,6 +1002,7 @@ fn plan(
                 ],
                 env: vec![("PGCONNECT_TIMEOUT", os("10"))],
                 stdin: None,
+                drain: false,
             }));
             // pg_rewind copied the source's config files: ours again.
             job.steps.push_back(Step::Local(
@@ -972,5 +1092,6 @@ fn pg_ctl_stop(ctl: &PgCtl) -> Step {
         ],
         env: vec![],
         stdin: None,
+        drain: false,
     })
 }

@@ -219,6 +219,10 @@ pub struct PgCtl {
     cluster_sysid: Option<u64>,
 }
 
+/// The largest `postgresql.auto.conf` tenure reads (1 MiB; ALTER SYSTEM writes a
+/// line per setting).
+const AUTO_CONF_MAX: u64 = 1 << 20;
+
 impl PgCtl {
     /// Resolve the OS user, check the configuration, make `socket_dir` (0700, owned
     /// by the PostgreSQL user).
@@ -353,6 +357,11 @@ impl PgCtl {
     /// Write a file atomically (temp + rename) with mode 0600, owned by the
     /// PostgreSQL user.
     fn write_owned(&self, path: &Path, text: &str) -> Result<(), PgError> {
+        self.write_owned_bytes(path, text.as_bytes())
+    }
+
+    /// [`Self::write_owned`] for any bytes.
+    fn write_owned_bytes(&self, path: &Path, text: &[u8]) -> Result<(), PgError> {
         let mut tmp = path.as_os_str().to_os_string();
         tmp.push(".tenure-tmp");
         let tmp = PathBuf::from(tmp);
@@ -363,7 +372,7 @@ impl PgCtl {
             .mode(0o600)
             .open(&tmp)
             .map_err(|e| io_err("create", &tmp, e))?;
-        f.write_all(text.as_bytes())
+        f.write_all(text)
             .and_then(|_| f.sync_all())
             .map_err(|e| io_err("write", &tmp, e))?;
         drop(f);
@@ -973,7 +982,7 @@ impl PgCtl {
         self.write_owned(&p, &conf::pg_hba(&self.cfg, &self.hba_hosts))?;
         self.hba_written = true;
         if let Some(pm) = self.postmaster_pid() {
-            self.query_row(pm, "SELECT pg_reload_conf()", deadline)?;
+            self.reload(pm, deadline)?;
         }
         Ok(true)
     }
@@ -996,15 +1005,10 @@ impl PgCtl {
         self.sync_file = Some(names.to_string());
         // An operator's ALTER SYSTEM SET synchronous_standby_names would outrank
         // the file (postgresql.auto.conf is read last), and the probe then reports
-        // the names unknown every loop: the reload below applies ours instead.
-        if let Some(removed) = self.sanitize_auto_conf(&self.cfg.data_dir)? {
-            log::warn!(
-                "commented out in postgresql.auto.conf (settings tenure owns): {}",
-                removed.join(", ")
-            );
-        }
-        if let Some(pm) = self.postmaster_pid() {
-            self.query_row(pm, "SELECT pg_reload_conf()", deadline)?;
+        // the names unknown every loop: the reload applies ours instead (`reload`).
+        match self.postmaster_pid() {
+            Some(pm) => self.reload(pm, deadline)?,
+            None => self.sanitize_owned_in_auto_conf()?,
         }
         Ok(())
     }
@@ -1224,13 +1228,7 @@ impl PgCtl {
         // ALTER SYSTEM, or a copy (`pg_rewind` copies the source's), set there of
         // what tenure owns would override it, and a recovery target would end a
         // standby's recovery (`conf::sanitize_auto_conf`).
-        if let Some(removed) = self.sanitize_auto_conf(&self.cfg.data_dir)? {
-            log::warn!(
-                "commented out in postgresql.auto.conf (settings tenure owns, or a recovery \
-                 target): {}",
-                removed.join(", ")
-            );
-        }
+        self.sanitize_owned_in_auto_conf()?;
         let pgconf = self.cfg.data_dir.join("postgresql.conf");
         let cur = fs::read_to_string(&pgconf).map_err(|e| io_err("read", &pgconf, e))?;
         if !conf::has_include(&cur) {
@@ -1254,17 +1252,31 @@ impl PgCtl {
     /// refuses; the names, or `None` when the file needed no change or is absent.
     fn sanitize_auto_conf(&self, dir: &Path) -> Result<Option<Vec<String>>, PgError> {
         let auto = dir.join("postgresql.auto.conf");
-        match fs::read_to_string(&auto) {
-            Ok(text) => match conf::sanitize_auto_conf(&text) {
-                Some((clean, removed)) => {
-                    self.write_owned(&auto, &clean)?;
-                    Ok(Some(removed))
-                }
-                None => Ok(None),
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_err("read", &auto, e)),
+        // Only a regular file is read (a FIFO or a device planted in a copy would
+        // hold the loop), and no more than PostgreSQL would sensibly hold there.
+        let meta = match fs::symlink_metadata(&auto) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err("stat", &auto, e)),
+        };
+        if !meta.is_file() || meta.len() > AUTO_CONF_MAX {
+            return Err(PgError::Refused(format!(
+                "{} is not a regular file of at most {AUTO_CONF_MAX} bytes",
+                auto.display()
+            )));
         }
+        let text = fs::read(&auto).map_err(|e| io_err("read", &auto, e))?;
+        let Some((clean, removed)) = conf::sanitize_auto_conf(&text) else {
+            return Ok(None);
+        };
+        self.write_owned_bytes(&auto, &clean)?;
+        // Its mode as it was (0600, or 0640 in a group-readable cluster).
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode != 0o600 {
+            fs::set_permissions(&auto, fs::Permissions::from_mode(mode))
+                .map_err(|e| io_err("chmod", &auto, e))?;
+        }
+        Ok(Some(removed))
     }
 
     fn touch_standby_signal(&self) -> Result<(), PgError> {
@@ -1341,8 +1353,30 @@ impl PgCtl {
         let Some(pm) = self.postmaster_pid() else {
             return Ok(false);
         };
-        self.query_row(pm, "SELECT pg_reload_conf()", deadline)?;
+        self.reload(pm, deadline)?;
         Ok(true)
+    }
+
+    /// Every reload tenure asks for: first what `postgresql.auto.conf` sets of
+    /// what tenure owns (an operator's `ALTER SYSTEM`) is commented out, or the
+    /// reload would apply it over `tenure.conf` (review M4).
+    fn reload(&mut self, pm: u32, deadline: Instant) -> Result<(), PgError> {
+        self.sanitize_owned_in_auto_conf()?;
+        self.query_row(pm, "SELECT pg_reload_conf()", deadline)?;
+        Ok(())
+    }
+
+    /// [`Self::sanitize_auto_conf`] on the data directory, with a warning naming
+    /// what it commented out.
+    fn sanitize_owned_in_auto_conf(&self) -> Result<(), PgError> {
+        if let Some(removed) = self.sanitize_auto_conf(&self.cfg.data_dir)? {
+            log::warn!(
+                "commented out in postgresql.auto.conf (settings tenure owns, recovery \
+                 targets; set others in [postgresql.parameters]): {}",
+                removed.join(", ")
+            );
+        }
+        Ok(())
     }
 
     /// The pid of the job's current child, if one runs.
@@ -1850,5 +1884,160 @@ mod tests {
         assert_eq!(ctl.postmaster_pid(), Some(other.id()));
         other.kill().unwrap();
         other.wait().unwrap();
+    }
+
+    /// A replica build's methods as scripts on a scratch directory (review L10):
+    /// what `advance` and `fall_back` do with a failing method, one that leaves a
+    /// writer behind (H1), one that writes into the data directory (M3), a copy of
+    /// another cluster, and all of them failing.
+    mod replica_build {
+        use super::*;
+        use crate::config::{CommandMethod, CreateReplica, ReplicaMethod};
+
+        /// A script that makes a fake cluster (PG_VERSION, a pg_control with
+        /// system identifier `sysid`) in `$PGDATA`, after `pre` (shell lines).
+        fn script(dir: &Path, name: &str, pre: &str, sysid: Option<u64>) -> PathBuf {
+            let p = dir.join(format!("{name}.sh"));
+            let make = match sysid {
+                Some(id) => {
+                    let bytes: String = id
+                        .to_le_bytes()
+                        .iter()
+                        .map(|b| format!("\\{b:03o}"))
+                        .collect();
+                    format!(
+                        "mkdir -p \"$PGDATA/global\" && printf 15 > \"$PGDATA/PG_VERSION\" && \
+                         printf '{bytes}' > \"$PGDATA/global/pg_control\" && \
+                         head -c 8184 /dev/zero >> \"$PGDATA/global/pg_control\"\n"
+                    )
+                }
+                None => String::new(),
+            };
+            fs::write(&p, format!("#!/bin/sh\n{pre}\n{make}")).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+            p
+        }
+
+        fn method(name: &str, program: &Path) -> ReplicaMethod {
+            ReplicaMethod::Command(CommandMethod {
+                name: name.into(),
+                command: vec![program.display().to_string()],
+                no_params: true,
+                params: Vec::new(),
+            })
+        }
+
+        /// Run a Basebackup job with `methods` to its end: (ok, detail).
+        fn build(ctl: &mut PgCtl, methods: Vec<ReplicaMethod>) -> (bool, String) {
+            ctl.cfg.create_replica = CreateReplica {
+                methods,
+                basebackup_args: Vec::new(),
+            };
+            let src = ConnTarget {
+                name: "pg1".into(),
+                host: "127.0.0.1".into(),
+                port: 1,
+            };
+            ctl.start_job(
+                &JobKind::Basebackup { from: "pg1".into() },
+                Some(&src),
+                clock::now(),
+            )
+            .unwrap();
+            let until = clock::now().add(Duration::from_secs(60));
+            loop {
+                assert!(clock::now() < until, "the job never ended");
+                match ctl.poll_job(clock::now()) {
+                    Job::Finished { ok, detail, .. } => return (ok, detail),
+                    _ => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        }
+
+        #[test]
+        fn methods_fall_back_in_order_and_a_failed_one_leaves_nothing_behind() {
+            let (mut ctl, data) = scratch_ctl("pg-methods");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.set_cluster("s", Some(7));
+            let tmp = ctl.sibling("basebackup-tmp");
+            // A failing method whose background writer outlives it (H1), a copy of
+            // another cluster, then a good one.
+            let leaky = script(
+                &dir,
+                "leaky",
+                "( sleep 0.4; mkdir -p \"$PGDATA/base\"; touch \"$PGDATA/base/STALE\" ) &\n\
+                 ( sleep 100; touch \"$PGDATA/LATE\" ) &\nexit 3",
+                None,
+            );
+            let foreign = script(&dir, "foreign", "", Some(8));
+            let good = script(&dir, "good", "sleep 0.6", Some(7));
+            let (ok, detail) = build(
+                &mut ctl,
+                vec![
+                    method("leaky", &leaky),
+                    method("foreign", &foreign),
+                    method("good", &good),
+                ],
+            );
+            assert!(ok, "{detail}");
+            assert!(detail.contains("built by replica method good"), "{detail}");
+            assert!(detail.contains("replica method leaky: "), "{detail}");
+            assert!(
+                detail.contains("the copy is of another cluster: system identifier 8"),
+                "{detail}"
+            );
+            assert_eq!(
+                ctl.data_dir_state(),
+                DataDir::Present {
+                    sysid: 7,
+                    was_primary: false
+                }
+            );
+            std::thread::sleep(Duration::from_millis(500));
+            assert!(
+                !data.join("base/STALE").exists(),
+                "the failed method's writer reached the installed copy"
+            );
+            assert!(data.join("standby.signal").exists());
+            assert!(!tmp.exists());
+
+            // Every method fails: the job fails, the build directory is removed,
+            // the data directory stays empty.
+            fs::remove_dir_all(&data).unwrap();
+            let partial = script(&dir, "partial", "mkdir -p \"$PGDATA/base\"\nexit 1", None);
+            let (ok, detail) = build(
+                &mut ctl,
+                vec![method("partial", &partial), method("foreign", &foreign)],
+            );
+            assert!(!ok, "{detail}");
+            assert!(detail.contains("replica method foreign: "), "{detail}");
+            assert!(detail.contains("replica method partial: "), "{detail}");
+            assert!(!tmp.exists(), "the build directory was left behind");
+            assert_eq!(ctl.data_dir_state(), DataDir::Empty);
+        }
+
+        /// M3: a method that writes into the data directory ends the build; no
+        /// other method runs, and nothing of it is removed.
+        #[test]
+        fn a_method_that_writes_into_the_data_directory_ends_the_build() {
+            let (mut ctl, data) = scratch_ctl("pg-methods-dd");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.set_cluster("s", Some(7));
+            let stray = script(
+                &dir,
+                "stray",
+                &format!("PGDATA={}", data.display()),
+                Some(7),
+            );
+            let good = script(&dir, "good", "", Some(7));
+            let (ok, detail) = build(
+                &mut ctl,
+                vec![method("stray", &stray), method("good", &good)],
+            );
+            assert!(!ok, "{detail}");
+            assert!(detail.contains("is not empty any more"), "{detail}");
+            assert!(!detail.contains("built by"), "{detail}");
+            assert!(data.join("PG_VERSION").exists(), "what it wrote is left");
+        }
     }
 }

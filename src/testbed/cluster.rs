@@ -112,6 +112,9 @@ pub struct ClusterOptions {
     /// Write the replication and rewind roles' passwords (default). `false` for
     /// `[postgresql] hba_method = "cert"`, which lets them be left out.
     pub role_passwords: bool,
+    /// The roles' and the API's passwords (`None`: generated): a cluster restored
+    /// from another bed's backup keeps that bed's roles.
+    pub passwords: Option<Passwords>,
 }
 
 /// The API user the bed configures (`[api] username`).
@@ -230,6 +233,7 @@ impl ClusterOptions {
             section_extra: Vec::new(),
             journal_stream: false,
             role_passwords: true,
+            passwords: None,
         }
     }
 }
@@ -547,12 +551,12 @@ impl TestCluster {
         let dir = scratch_dir(&opts.tag).map_err(|e| format!("create scratch dir: {e}"))?;
         let stamp = format!("{}{}", std::process::id(), dir.display().to_string().len());
         let salt = nanos_now();
-        let passwords = Passwords {
+        let passwords = opts.passwords.clone().unwrap_or_else(|| Passwords {
             superuser: format!("su{stamp}x{salt}"),
             replication: format!("repl{stamp}x{salt}"),
             rewind: format!("rw{stamp}x{salt}"),
             api: format!("api{stamp}x{salt}"),
-        };
+        });
         // Build the struct first so Drop cleans up whatever a later step fails on.
         let mut c = TestCluster {
             opts,
