@@ -2049,6 +2049,15 @@ impl Config {
             if value.contains(['\n', '\r', '\0']) {
                 return Err(params.err(k, "must not contain a newline or NUL"));
             }
+            if crate::pg::conf::AGENT_OWNED.contains(&k.to_ascii_lowercase().as_str()) {
+                return Err(params.err(
+                    k,
+                    "set by tenure itself (tenure.conf), so it cannot be set here: the \
+                     listen address and port are [postgresql] listen, the standby settings \
+                     follow the leader, and no recovery target or trigger file may end a \
+                     standby's recovery behind the leader key",
+                ));
+            }
             parameters.push((k.clone(), value));
         }
         pgssl::check_server(

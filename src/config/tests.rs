@@ -228,6 +228,15 @@ fn bad_values_are_named() {
     assert!(e.contains("postgresql.parameters.bad name"), "{e}");
     let e = err(&format!("{GOOD}\n[postgresql.parameters]\nx = \"a\\nb\"\n"));
     assert!(e.contains("newline"), "{e}");
+    // What tenure.conf owns is refused where check-config sees it, not only when
+    // the agent starts: the port, the standby settings, recovery targets.
+    for k in ["port", "Recovery_Target_Action", "promote_trigger_file"] {
+        let e = err(&format!("{GOOD}\n[postgresql.parameters]\n{k} = \"x\"\n"));
+        assert!(
+            e.contains(&format!("postgresql.parameters.{k}: set by tenure itself")),
+            "{e}"
+        );
+    }
 }
 
 #[test]
