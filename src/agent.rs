@@ -1253,6 +1253,9 @@ impl Agent {
             } else {
                 error!("{kind:?} failed: {detail}");
             }
+            if matches!(kind, JobKind::Basebackup { .. }) {
+                self.status.metrics.replica_build(*ok);
+            }
             self.operator_job_ended(kind, *ok, detail);
             // A job that changed the data directory: probe again for the new state.
             pg = self.pg.probe(pg_deadline);

@@ -99,6 +99,9 @@ pub struct Metrics {
     pub fence_duration: Histogram,
     pub promotions: u64,
     pub promotions_failed: u64,
+    /// Replica builds (`create_replica_methods`) that ended, by outcome.
+    pub replica_builds_ok: u64,
+    pub replica_builds_failed: u64,
     /// `[etcd] endpoints`, as configured (set once at start-up).
     pub etcd_endpoints: Vec<String>,
     /// Index of the endpoint in use in `etcd_endpoints`.
@@ -126,6 +129,8 @@ impl Default for Metrics {
             fence_duration: Histogram::new(FENCE_BUCKETS),
             promotions: 0,
             promotions_failed: 0,
+            replica_builds_ok: 0,
+            replica_builds_failed: 0,
             etcd_endpoints: Vec::new(),
             etcd_endpoint: 0,
             etcd_endpoint_switches: 0,
@@ -158,6 +163,15 @@ impl Metrics {
     }
 
     /// A `pg_promote()` that succeeded or failed.
+    /// A replica build ended.
+    pub fn replica_build(&mut self, ok: bool) {
+        if ok {
+            self.replica_builds_ok += 1;
+        } else {
+            self.replica_builds_failed += 1;
+        }
+    }
+
     pub fn promotion(&mut self, ok: bool) {
         if ok {
             self.promotions += 1;

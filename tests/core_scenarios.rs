@@ -3125,6 +3125,65 @@ fn pg3_in_a_vacancy(v: ClusterView, timeline: u32, lsn: Lsn) -> Plan {
     c3.step(t(102.6), &o)
 }
 
+/// A manual failover's candidate that never takes the key (its host was lost while
+/// its member key, outliving it by up to a member-lease TTL, still reads a healthy
+/// replica) holds the others only for a rival's head start, `2 (L_w + R)` after
+/// the vacancy, not for a TTL (simulation seed 990011717: four nodes waited 17 s
+/// and the printed worst-case failover was missed).
+#[test]
+fn a_requested_candidate_that_does_not_act_holds_the_others_only_for_a_head_start() {
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 21, "replica", 900, None),
+        member("pg3", 21, "replica", 1000, None),
+    ];
+    let mut v = view(20, None, members.clone());
+    v.failover = failover(None, Some("pg2"), 19);
+    let mut c3 = core("pg3", None);
+    let mut f = obs(
+        view(10, Some(key("pg1", 5, 0xA)), members),
+        pg(PgRole::Replica, 1000, Some("pg1")),
+    );
+    c3.step(t(100.0), &f);
+    f.lease_poll = Some(lease_poll(0xA, 102.0, Some(1), None, true));
+    c3.step(t(102.01), &f);
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
+    o.leader_deleted_at = Some(t(102.5));
+    o.lease_poll = Some(lease_poll(0xA, 102.55, None, None, false));
+    let p = c3.step(t(102.6), &o);
+    assert!(
+        p.reason
+            .to_string()
+            .contains("pg2 is the requested candidate"),
+        "{}",
+        p.reason
+    );
+    o.leader_deleted_at = None;
+    o.lease_poll = None;
+    // Head start: 2 (L_w + R) = 6 s from the vacancy (seen at 102.6 s).
+    let mut acquired = None;
+    for i in 1..=60 {
+        let at = 102.6 + f64::from(i) * 0.5;
+        let p = c3.step(t(at), &o);
+        if p.actions.contains(&Action::Acquire) {
+            acquired = Some(at);
+            break;
+        }
+        assert!(
+            p.reason
+                .to_string()
+                .contains("pg2 is the requested candidate"),
+            "at {at}: {}",
+            p.reason
+        );
+    }
+    let at = acquired.expect("pg3 never took the key: it waited for pg2 for good");
+    assert!(
+        (108.6..=109.1).contains(&at),
+        "pg3 acquired at {at}, not right after the 6 s head start"
+    );
+}
+
 /// A manual failover's candidate that took the key and lost it before clearing
 /// the request (a partition, a stall) is not waited for again at the next vacancy:
 /// the request was served (simulation seeds 1725165121, 1725169102: three nodes

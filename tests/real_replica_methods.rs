@@ -320,6 +320,10 @@ fn real_replicas_are_built_from_a_pgbackrest_backup_and_methods_fall_back_in_ord
         "n3's member key never said \"creating replica\": {:?}",
         c.member("pg3")
     );
+    let running = wait_for(Duration::from_secs(10), Duration::from_millis(50), || {
+        (metric_opt(&c, 2, "tenure_replica_build_running") == Some(1.0)).then_some(())
+    });
+    assert!(running.is_some(), "tenure_replica_build_running never 1");
     wait_streaming_with(&c, 2, rows);
     let log3 = c.agent_log(2);
     for want in [
@@ -348,6 +352,18 @@ fn real_replicas_are_built_from_a_pgbackrest_backup_and_methods_fall_back_in_ord
     let label = fs::read_to_string(c.data_dir(2).join("backup_label.old")).unwrap();
     assert!(label.contains("pg_basebackup"), "{label}");
     assert!(label.contains("BACKUP FROM: standby"), "{label}");
+    // The build counted once, as a success (the failed methods were its own
+    // fallbacks), and no build runs any more.
+    assert_eq!(metric(&c, 2, "tenure_replica_builds_total"), 1.0);
+    assert_eq!(metric(&c, 2, "tenure_replica_build_running"), 0.0);
+    let (_, body) = c.api_body(2, "/metrics").expect("/metrics");
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("tenure_replica_builds_total{")
+                && l.contains("outcome=\"failed\"")
+                && l.ends_with(" 0")),
+        "{body}"
+    );
     let other = 1 - p;
     assert!(
         log3.contains(&format!(

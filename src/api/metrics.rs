@@ -317,6 +317,26 @@ pub fn render(s: &ApiStatus, out: &mut Vec<u8>) {
         "Promotions that failed.",
         m.promotions_failed,
     );
+    o.family(
+        "tenure_replica_builds_total",
+        "counter",
+        "Replica builds (create_replica_methods) that ended, by outcome; a failed one tried every method.",
+    );
+    o.sample(
+        "tenure_replica_builds_total",
+        &[("outcome", Lv::S("ok"))],
+        m.replica_builds_ok as f64,
+    );
+    o.sample(
+        "tenure_replica_builds_total",
+        &[("outcome", Lv::S("failed"))],
+        m.replica_builds_failed as f64,
+    );
+    o.gauge(
+        "tenure_replica_build_running",
+        "1 while this node builds its replica's copy (state \"creating replica\").",
+        b(s.state == "creating replica"),
+    );
     o.counter(
         "tenure_log_dropped_total",
         "Log lines a receiver (syslog, journald) did not take in time: dropped, never waited for.",

@@ -133,6 +133,14 @@ impl Core {
         // the end), and passing it over would hand a planned switchover to another
         // node. Safety does not depend on this: the acquire is a compare-and-set
         // (S3), and the candidate checks itself.
+        // The requested candidate, alive, takes the key at its first tick after the
+        // vacancy (it skips the fresh-position wait), well inside the head start a
+        // better rival gets below: waited for no longer than that. Its member key
+        // outlives a lost host by up to a member-lease TTL, and waiting for it that
+        // long broke the printed worst-case failover (simulation seed 990011717: a
+        // manual failover's candidate lost its host; four nodes waited 17 s).
+        // Past it, the candidate is one rival among the others.
+        let requested_limit = (self.timing.loop_wait + self.timing.retry_timeout) * 2;
         match self.preferred_candidate(now, view, &v) {
             Some(x) if x == me => {
                 p.push(Action::Acquire);
@@ -143,18 +151,19 @@ impl Core {
                 ));
             }
             Some(x)
-                if view.member(&x).is_some_and(|m| {
-                    m.info.pg_healthy
-                        && m.info.role == "replica"
-                        && !m.info.tags.nofailover
-                        && m.info.parse_error.is_none()
-                        && (m.mod_revision <= v.seen_revision
-                            || m.info.timeline >= newest
-                                && !(v.old_xlog > 0
-                                    && v.old_xlog.saturating_sub(m.info.xlog_location)
-                                        > self.timing.maximum_lag_on_failover))
-                        && self.sync_allows(view, &x).is_ok()
-                }) =>
+                if now.since(v.at) < requested_limit
+                    && view.member(&x).is_some_and(|m| {
+                        m.info.pg_healthy
+                            && m.info.role == "replica"
+                            && !m.info.tags.nofailover
+                            && m.info.parse_error.is_none()
+                            && (m.mod_revision <= v.seen_revision
+                                || m.info.timeline >= newest
+                                    && !(v.old_xlog > 0
+                                        && v.old_xlog.saturating_sub(m.info.xlog_location)
+                                            > self.timing.maximum_lag_on_failover))
+                            && self.sync_allows(view, &x).is_ok()
+                    }) =>
             {
                 return Reason::Waiting(format!("{x} is the requested candidate"));
             }
