@@ -3184,6 +3184,71 @@ fn a_requested_candidate_that_does_not_act_holds_the_others_only_for_a_head_star
     );
 }
 
+/// A switchover whose revoke did not land (the old agent died right after the
+/// release txn, or the revoke ran out of its deadline): the old lease lives until
+/// its TTL and nobody may acquire before it is gone. The head start of the named
+/// candidate counts from then, so a live, caught-up pg2 is not raced by pg3 the
+/// moment the lease goes (a fresh-eyes review of the first form of the head start,
+/// which counted from the DELETE; this test failed with it). After the head start
+/// from the lease's end, pg3 takes the key (pg2 never acted).
+#[test]
+fn a_requested_candidate_s_head_start_counts_from_the_old_lease_s_end() {
+    let members = vec![
+        member("pg1", 8, "primary", 1000, None),
+        member("pg2", 21, "replica", 1000, None),
+        member("pg3", 21, "replica", 1000, None),
+    ];
+    let mut v = view(20, None, members.clone());
+    v.release = Some(Ok(ReleaseMarker {
+        epoch: 5,
+        lsn: 1000,
+        timeline: 1,
+        candidate: Some("pg2".into()),
+        by: "pg1".into(),
+        taken_by: None,
+    }));
+    let mut c3 = core("pg3", None);
+    let mut f = obs(
+        view(10, Some(key("pg1", 5, 0xA)), members),
+        pg(PgRole::Replica, 1000, Some("pg1")),
+    );
+    c3.step(t(100.0), &f);
+    f.lease_poll = Some(lease_poll(0xA, 102.0, Some(29), None, true));
+    c3.step(t(102.01), &f);
+    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
+    o.leader_deleted_at = Some(t(102.5));
+    o.lease_poll = Some(lease_poll(0xA, 102.55, Some(28), None, true));
+    let p = c3.step(t(102.6), &o);
+    no_acquire_nor_promote(&p);
+    o.leader_deleted_at = None;
+    // Polls every 2 s; the lease's TTL reads 0 at 130.55 s: gone, first seen in
+    // the step at 130.6 s. pg3 waits for pg2 until 6 s after that (2 (L_w + R)),
+    // then takes the key at its next step.
+    let mut at = 104.6;
+    let mut acquired = None;
+    while at < 150.0 {
+        let ttl = (131.0 - at) as i64;
+        o.lease_poll = Some(lease_poll(
+            0xA,
+            at - 0.05,
+            if ttl > 0 { Some(ttl) } else { None },
+            None,
+            true,
+        ));
+        let p = c3.step(t(at), &o);
+        if p.actions.contains(&Action::Acquire) {
+            acquired = Some(at);
+            break;
+        }
+        at += 2.0;
+    }
+    let at = acquired.expect("pg3 never took the key");
+    assert!(
+        (130.6 + 6.0..=130.6 + 6.0 + 2.0).contains(&at),
+        "pg3 took the key at {at}: not right after pg2's head start from the lease's end"
+    );
+}
+
 /// A manual failover's candidate that took the key and lost it before clearing
 /// the request (a partition, a stall) is not waited for again at the next vacancy:
 /// the request was served (simulation seeds 1725165121, 1725169102: three nodes

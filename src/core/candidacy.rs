@@ -121,8 +121,9 @@ impl Core {
                 "not a candidate: {lag} bytes behind the old leader > maximum_lag_on_failover"
             ));
         }
-        // A switchover's or a manual failover's candidate is preferred (for one ttl):
-        // it skips the comparison, the others wait for it while it looks fit. Every
+        // A switchover's or a manual failover's candidate is preferred (itself for
+        // one ttl, by the others for a head start, below): it skips the comparison,
+        // the others wait for it while it looks fit. Every
         // check above applies to it as to any candidate, and the others judge its
         // fitness by the same checks on what it published (its timeline, its lag):
         // a candidate that cannot take the key is not waited for (simulation seed
@@ -133,14 +134,19 @@ impl Core {
         // the end), and passing it over would hand a planned switchover to another
         // node. Safety does not depend on this: the acquire is a compare-and-set
         // (S3), and the candidate checks itself.
-        // The requested candidate, alive, takes the key at its first tick after the
-        // vacancy (it skips the fresh-position wait), well inside the head start a
-        // better rival gets below: waited for no longer than that. Its member key
-        // outlives a lost host by up to a member-lease TTL, and waiting for it that
-        // long broke the printed worst-case failover (simulation seed 990011717: a
-        // manual failover's candidate lost its host; four nodes waited 17 s).
-        // Past it, the candidate is one rival among the others.
+        // The requested candidate, alive, takes the key at its first tick once the
+        // old lease is gone (it skips the fresh-position wait), well inside the head
+        // start a better rival gets below: waited for no longer than that, counted
+        // from when this node saw the old lease gone (no node may acquire before
+        // its own such moment: counted from the DELETE, a lease that outlived it
+        // used the head start up and a switchover went to another node, review of
+        // f8e4c4c). Its member key outlives a lost host by up to a member-lease
+        // TTL, and waiting for it that long broke the printed worst-case failover
+        // (simulation seed 990011717: a manual failover's candidate lost its host;
+        // four nodes waited 17 s). Past it, the candidate is one rival among the
+        // others.
         let requested_limit = (self.timing.loop_wait + self.timing.retry_timeout) * 2;
+        let requested_from = v.gone_at.map_or(v.at, |g| g.max(v.at));
         match self.preferred_candidate(now, view, &v) {
             Some(x) if x == me => {
                 p.push(Action::Acquire);
@@ -151,7 +157,7 @@ impl Core {
                 ));
             }
             Some(x)
-                if now.since(v.at) < requested_limit
+                if now.since(requested_from) < requested_limit
                     && view.member(&x).is_some_and(|m| {
                         m.info.pg_healthy
                             && m.info.role == "replica"

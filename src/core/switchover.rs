@@ -375,8 +375,11 @@ impl Core {
 
     /// The candidate the cluster prefers for this vacancy: the one the release marker
     /// of the vacated epoch names, else the `failover` key's member when the key names
-    /// no leader or the one that left. Preferred only for one `ttl` after the vacancy:
-    /// a candidate that never takes the key must not hold the cluster up.
+    /// no leader or the one that left. Preferred for one `ttl` from when this node
+    /// saw the old lease gone (no node may acquire before: counted from the DELETE,
+    /// a lease that outlived it used the preference up); the others wait for it
+    /// only for a rival's head start of that (`candidacy`): a candidate that never
+    /// takes the key must not hold the cluster up.
     pub(super) fn preferred_candidate(
         &self,
         now: Instant,
@@ -384,7 +387,8 @@ impl Core {
         v: &Vacancy,
     ) -> Option<String> {
         let patience = Duration::from_secs(u64::from(self.timing.ttl));
-        if now.since(v.at) > patience {
+        let from = v.gone_at.map_or(v.at, |g| g.max(v.at));
+        if now.since(from) > patience {
             return None;
         }
         if let Some(Ok(m)) = &view.release

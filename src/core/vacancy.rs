@@ -171,6 +171,12 @@ pub(super) struct Vacancy {
     pub(super) old_xlog: Lsn,
     /// The old lease was confirmed gone (TTL -1).
     pub(super) lease_gone: bool,
+    /// When this node saw that (`lease_gone` set; `None` while it is not): no
+    /// node may acquire before its own such moment, so a head start for a
+    /// requested candidate counts from here, not from `at` (review of f8e4c4c: a
+    /// lease that outlived the DELETE used up the head start before anyone could
+    /// take the key, and a switchover went to another node).
+    pub(super) gone_at: Option<Instant>,
     /// Newest leadership epoch a member published when this vacancy was judged.
     pub(super) seen_epoch: Epoch,
     /// The epoch of the key whose absence opened this vacancy, if known (a release
@@ -238,6 +244,7 @@ fn owe_lease(v: &mut Vacancy, lease: LeaseId) {
     if v.lease_gone || v.old_lease.is_none() {
         v.old_lease = Some(lease);
         v.lease_gone = false;
+        v.gone_at = None;
     } else {
         v.also_gone.push(lease);
     }
@@ -378,7 +385,13 @@ impl Core {
                 // the vacancy owes was seen gone.
                 match v.also_gone.pop() {
                     Some(next) => v.old_lease = Some(next),
-                    None => v.lease_gone = true,
+                    None => {
+                        // The first poll that showed it (later polls show it too).
+                        if !v.lease_gone {
+                            v.gone_at = Some(now);
+                        }
+                        v.lease_gone = true;
+                    }
                 }
             }
         }
@@ -454,6 +467,7 @@ impl Core {
                 .holder_xlog
                 .max(m.map_or(0, |m| m.info.xlog_location)),
             lease_gone: false,
+            gone_at: None,
             seen_epoch,
             old_epoch: Some(w.key.epoch).filter(|e| *e >= seen_epoch && !several),
             absent_through: view.revision,
@@ -643,6 +657,7 @@ impl Core {
                         old_ttl: m.info.leader_ttl.filter(|_| promoted_under(m, e)),
                         old_xlog: v.old_xlog.max(m.info.xlog_location),
                         lease_gone: m.info.leader_lease.is_none(),
+                        gone_at: m.info.leader_lease.is_none().then_some(now),
                         seen_epoch: e,
                         old_epoch: Some(e),
                         absent_through: view.revision,
@@ -753,30 +768,35 @@ impl Core {
                                 .is_some_and(|m| promoted_under(m, e))
                         });
                     let sized = proven || !early;
-                    let vacancy = Vacancy {
-                        at,
-                        seen_revision,
-                        seen_epoch,
-                        old_epoch,
-                        old_lease,
-                        old_holder: self.track.holder.clone(),
-                        early,
-                        old_watchdog: self.track.holder_watchdog.filter(|_| sized),
-                        old_ttl: self.track.holder_ttl.filter(|_| sized),
-                        old_xlog: self.track.holder_xlog,
-                        // This observation's poll may already have answered TTL -1
-                        // for that lease (polled before the read showed the key gone).
-                        lease_gone: old_lease.is_none()
-                            || obs
-                                .lease_poll
-                                .as_ref()
-                                .is_some_and(|lp| Some(lp.lease) == old_lease && lp.ttl.is_none()),
-                        absent_through: view.revision,
-                        judged: self.track.epoch.unwrap_or(0),
-                        also_gone: Vec::new(),
-                        release_seen: 0,
-                        older_agent: None,
-                    };
+                    let vacancy =
+                        Vacancy {
+                            at,
+                            seen_revision,
+                            seen_epoch,
+                            old_epoch,
+                            old_lease,
+                            old_holder: self.track.holder.clone(),
+                            early,
+                            old_watchdog: self.track.holder_watchdog.filter(|_| sized),
+                            old_ttl: self.track.holder_ttl.filter(|_| sized),
+                            old_xlog: self.track.holder_xlog,
+                            // This observation's poll may already have answered TTL -1
+                            // for that lease (polled before the read showed the key gone).
+                            lease_gone: old_lease.is_none()
+                                || obs.lease_poll.as_ref().is_some_and(|lp| {
+                                    Some(lp.lease) == old_lease && lp.ttl.is_none()
+                                }),
+                            gone_at: (old_lease.is_none()
+                                || obs.lease_poll.as_ref().is_some_and(|lp| {
+                                    Some(lp.lease) == old_lease && lp.ttl.is_none()
+                                }))
+                            .then_some(now),
+                            absent_through: view.revision,
+                            judged: self.track.epoch.unwrap_or(0),
+                            also_gone: Vec::new(),
+                            release_seen: 0,
+                            older_agent: None,
+                        };
                     // Review F3: after a gap, or when a member publishes a leadership
                     // newer than the key we tracked (one came and went unseen), the
                     // tracked holder's `W`, TTL and marker size nothing.
