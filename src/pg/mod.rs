@@ -2014,6 +2014,7 @@ mod tests {
             assert!(detail.contains("replica method partial: "), "{detail}");
             assert!(!tmp.exists(), "the build directory was left behind");
             assert_eq!(ctl.data_dir_state(), DataDir::Empty);
+            let _ = fs::remove_dir_all(&dir);
         }
 
         /// M3: a method that writes into the data directory ends the build; no
@@ -2038,6 +2039,7 @@ mod tests {
             assert!(detail.contains("is not empty any more"), "{detail}");
             assert!(!detail.contains("built by"), "{detail}");
             assert!(data.join("PG_VERSION").exists(), "what it wrote is left");
+            let _ = fs::remove_dir_all(&dir);
         }
     }
 }
