@@ -3108,6 +3108,20 @@ fn a_manual_failover_prefers_the_named_replica_but_keeps_every_check() {
 /// following pg1 and polling its lease at 102 s, with `v` the view of the vacancy
 /// and pg3's PostgreSQL on `timeline` at `lsn`: its plan.
 fn pg3_in_a_vacancy(v: ClusterView, timeline: u32, lsn: Lsn) -> Plan {
+    pg3_entering_a_vacancy(v, timeline, lsn, 1, None).2
+}
+
+/// [`pg3_in_a_vacancy`] with the old lease's TTL as pg3's polls read it, at 102 s
+/// (`ttl_before`) and at 102.55 s (`ttl_then`; `None`: gone): pg3's core, the
+/// observation of the vacancy (its DELETE and poll taken out, for later steps),
+/// and the plan at 102.6 s.
+fn pg3_entering_a_vacancy(
+    v: ClusterView,
+    timeline: u32,
+    lsn: Lsn,
+    ttl_before: i64,
+    ttl_then: Option<i64>,
+) -> (Core, Observation, Plan) {
     let mut mine = pg(PgRole::Replica, lsn, Some("pg1"));
     mine.timeline = timeline;
     let mut c3 = core("pg3", None);
@@ -3117,12 +3131,15 @@ fn pg3_in_a_vacancy(v: ClusterView, timeline: u32, lsn: Lsn) -> Plan {
     );
     f.cluster.as_mut().expect("view").history = v.history.clone();
     c3.step(t(100.0), &f);
-    f.lease_poll = Some(lease_poll(0xA, 102.0, Some(1), None, true));
+    f.lease_poll = Some(lease_poll(0xA, 102.0, Some(ttl_before), None, true));
     c3.step(t(102.01), &f);
     let mut o = obs(v, mine);
     o.leader_deleted_at = Some(t(102.5));
-    o.lease_poll = Some(lease_poll(0xA, 102.55, None, None, false));
-    c3.step(t(102.6), &o)
+    o.lease_poll = Some(lease_poll(0xA, 102.55, ttl_then, None, ttl_then.is_some()));
+    let p = c3.step(t(102.6), &o);
+    o.leader_deleted_at = None;
+    o.lease_poll = None;
+    (c3, o, p)
 }
 
 /// A manual failover's candidate that never takes the key (its host was lost while
@@ -3137,20 +3154,9 @@ fn a_requested_candidate_that_does_not_act_holds_the_others_only_for_a_head_star
         member("pg2", 21, "replica", 900, None),
         member("pg3", 21, "replica", 1000, None),
     ];
-    let mut v = view(20, None, members.clone());
+    let mut v = view(20, None, members);
     v.failover = failover(None, Some("pg2"), 19);
-    let mut c3 = core("pg3", None);
-    let mut f = obs(
-        view(10, Some(key("pg1", 5, 0xA)), members),
-        pg(PgRole::Replica, 1000, Some("pg1")),
-    );
-    c3.step(t(100.0), &f);
-    f.lease_poll = Some(lease_poll(0xA, 102.0, Some(1), None, true));
-    c3.step(t(102.01), &f);
-    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
-    o.leader_deleted_at = Some(t(102.5));
-    o.lease_poll = Some(lease_poll(0xA, 102.55, None, None, false));
-    let p = c3.step(t(102.6), &o);
+    let (mut c3, o, p) = pg3_entering_a_vacancy(v, 1, 1000, 1, None);
     assert!(
         p.reason
             .to_string()
@@ -3158,8 +3164,6 @@ fn a_requested_candidate_that_does_not_act_holds_the_others_only_for_a_head_star
         "{}",
         p.reason
     );
-    o.leader_deleted_at = None;
-    o.lease_poll = None;
     // Head start: 2 (L_w + R) = 6 s from the vacancy (seen at 102.6 s).
     let mut acquired = None;
     for i in 1..=60 {
@@ -3198,7 +3202,7 @@ fn a_requested_candidate_s_head_start_counts_from_the_old_lease_s_end() {
         member("pg2", 21, "replica", 1000, None),
         member("pg3", 21, "replica", 1000, None),
     ];
-    let mut v = view(20, None, members.clone());
+    let mut v = view(20, None, members);
     v.release = Some(Ok(ReleaseMarker {
         epoch: 5,
         lsn: 1000,
@@ -3207,20 +3211,8 @@ fn a_requested_candidate_s_head_start_counts_from_the_old_lease_s_end() {
         by: "pg1".into(),
         taken_by: None,
     }));
-    let mut c3 = core("pg3", None);
-    let mut f = obs(
-        view(10, Some(key("pg1", 5, 0xA)), members),
-        pg(PgRole::Replica, 1000, Some("pg1")),
-    );
-    c3.step(t(100.0), &f);
-    f.lease_poll = Some(lease_poll(0xA, 102.0, Some(29), None, true));
-    c3.step(t(102.01), &f);
-    let mut o = obs(v, pg(PgRole::Replica, 1000, Some("pg1")));
-    o.leader_deleted_at = Some(t(102.5));
-    o.lease_poll = Some(lease_poll(0xA, 102.55, Some(28), None, true));
-    let p = c3.step(t(102.6), &o);
+    let (mut c3, mut o, p) = pg3_entering_a_vacancy(v, 1, 1000, 29, Some(28));
     no_acquire_nor_promote(&p);
-    o.leader_deleted_at = None;
     // Polls every 2 s; the lease's TTL reads 0 at 130.55 s: gone, first seen in
     // the step at 130.6 s. pg3 waits for pg2 until 6 s after that (2 (L_w + R)),
     // then takes the key at its next step.

@@ -60,6 +60,20 @@ impl Repo {
         Repo { dir, conf }
     }
 
+    /// Every node archives into the repository while it is the primary, naming its
+    /// own data directory (pgBackRest checks the cluster there): the bed's
+    /// `section_extra` for it.
+    fn archiving(&self) -> (String, String) {
+        (
+            "[postgresql.parameters]".into(),
+            format!(
+                "archive_mode = \"on\"\narchive_command = \"{PGBACKREST} --config={} \
+                 --stanza={STANZA} --pg1-path={{dir}}/data archive-push %p\"",
+                self.conf.display()
+            ),
+        )
+    }
+
     /// `pgbackrest --config=... --stanza=main <args>` as the PostgreSQL user.
     fn run(&self, args: &[String]) -> Result<String, String> {
         let out = Command::new("runuser")
@@ -167,16 +181,7 @@ fn real_replicas_are_built_from_a_pgbackrest_backup_and_methods_fall_back_in_ord
     let repo = Repo::new("methods");
     let mut opts = options("replmeth", "methods");
     opts.start_agents = false;
-    // Every node archives into the repository while it is the primary, naming its
-    // own data directory (pgBackRest checks the cluster there).
-    opts.section_extra = vec![(
-        "[postgresql.parameters]".into(),
-        format!(
-            "archive_mode = \"on\"\narchive_command = \"{PGBACKREST} --config={} \
-             --stanza={STANZA} --pg1-path={{dir}}/data archive-push %p\"",
-            repo.conf.display()
-        ),
-    )];
+    opts.section_extra = vec![repo.archiving()];
     // Every node is tagged clonefrom: a new replica's pg_basebackup reads from a
     // streaming replica, not from the primary (stage 3).
     opts.extra_config = "[tags]\nclonefrom = true\n".into();
@@ -403,14 +408,7 @@ fn real_a_cluster_restored_from_a_pgbackrest_backup_leads_after_confirm_epoch() 
         // backed up; then it writes rows only the archive has.
         let mut opts = options("restore", "lost");
         opts.nodes = 2;
-        opts.section_extra = vec![(
-            "[postgresql.parameters]".into(),
-            format!(
-                "archive_mode = \"on\"\narchive_command = \"{PGBACKREST} --config={} \
-                 --stanza={STANZA} --pg1-path={{dir}}/data archive-push %p\"",
-                repo.conf.display()
-            ),
-        )];
+        opts.section_extra = vec![repo.archiving()];
         let mut c = start(opts);
         let p = settled(&mut c);
         for n in 1..=rows / 2 {

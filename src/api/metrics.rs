@@ -112,6 +112,14 @@ impl Out<'_> {
         self.sample(name, &[], value as f64);
     }
 
+    /// A counter with one label: a sample per `(label value, count)`.
+    fn counters(&mut self, name: &str, help: &str, label: &str, values: &[(&str, u64)]) {
+        self.family(name, "counter", help);
+        for (v, n) in values {
+            self.sample(name, &[(label, Lv::S(v))], *n as f64);
+        }
+    }
+
     /// A histogram: cumulative `_bucket`s up to `+Inf`, `_sum`, `_count`.
     fn histogram(&mut self, base: &str, help: &str, h: &Histogram) {
         self.family(base, "histogram", help);
@@ -272,35 +280,17 @@ pub fn render(s: &ApiStatus, out: &mut Vec<u8>) {
         "How late an iteration started after its tick on the renewal grid.",
         &m.loop_lateness,
     );
-    o.family(
+    o.counters(
         "tenure_deadline_overruns_total",
-        "counter",
         "Iterations over their budget P (+ R with a renewal), and ticks a whole loop_wait behind the renewal grid.",
+        "deadline",
+        &[("iteration_budget", m.iteration_overruns), ("renewal_schedule", m.schedule_overruns)],
     );
-    o.sample(
-        "tenure_deadline_overruns_total",
-        &[("deadline", Lv::S("iteration_budget"))],
-        m.iteration_overruns as f64,
-    );
-    o.sample(
-        "tenure_deadline_overruns_total",
-        &[("deadline", Lv::S("renewal_schedule"))],
-        m.schedule_overruns as f64,
-    );
-    o.family(
+    o.counters(
         "tenure_fences_total",
-        "counter",
         "Fences of PostgreSQL (SIGQUIT), by outcome: complete (no process left) or incomplete at the budget.",
-    );
-    o.sample(
-        "tenure_fences_total",
-        &[("outcome", Lv::S("complete"))],
-        m.fences_complete as f64,
-    );
-    o.sample(
-        "tenure_fences_total",
-        &[("outcome", Lv::S("incomplete"))],
-        m.fences_incomplete as f64,
+        "outcome",
+        &[("complete", m.fences_complete), ("incomplete", m.fences_incomplete)],
     );
     o.histogram(
         "tenure_fence_duration_seconds",
@@ -317,20 +307,11 @@ pub fn render(s: &ApiStatus, out: &mut Vec<u8>) {
         "Promotions that failed.",
         m.promotions_failed,
     );
-    o.family(
+    o.counters(
         "tenure_replica_builds_total",
-        "counter",
         "Replica builds (create_replica_methods) that ended, by outcome; a failed one tried every method.",
-    );
-    o.sample(
-        "tenure_replica_builds_total",
-        &[("outcome", Lv::S("ok"))],
-        m.replica_builds_ok as f64,
-    );
-    o.sample(
-        "tenure_replica_builds_total",
-        &[("outcome", Lv::S("failed"))],
-        m.replica_builds_failed as f64,
+        "outcome",
+        &[("ok", m.replica_builds_ok), ("failed", m.replica_builds_failed)],
     );
     o.gauge(
         "tenure_replica_build_running",

@@ -84,7 +84,7 @@ impl Core {
             return Reason::Waiting("no leader".into());
         };
         // The old lease must be gone (TTL -1), never merely "probably expired".
-        if !v.lease_gone {
+        if !v.lease_gone() {
             let detail = match &obs.lease_poll {
                 Some(lp) if v.old_lease == Some(lp.lease) => match lp.ttl {
                     Some(t) if t > 0 => format!(

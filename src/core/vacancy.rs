@@ -169,13 +169,12 @@ pub(super) struct Vacancy {
     /// The granted TTL of the old lease, if known.
     pub(super) old_ttl: Option<u32>,
     pub(super) old_xlog: Lsn,
-    /// The old lease was confirmed gone (TTL -1).
-    pub(super) lease_gone: bool,
-    /// When this node saw that (`lease_gone` set; `None` while it is not): no
-    /// node may acquire before its own such moment, so a head start for a
-    /// requested candidate counts from here, not from `at` (review of f8e4c4c: a
-    /// lease that outlived the DELETE used up the head start before anyone could
-    /// take the key, and a switchover went to another node).
+    /// When this node saw the old lease confirmed gone (TTL -1); `None` while it
+    /// is not ([`Vacancy::lease_gone`]). No node may acquire before its own such
+    /// moment, so a head start for a requested candidate counts from here, not
+    /// from `at` (review of f8e4c4c: a lease that outlived the DELETE used up the
+    /// head start before anyone could take the key, and a switchover went to
+    /// another node).
     pub(super) gone_at: Option<Instant>,
     /// Newest leadership epoch a member published when this vacancy was judged.
     pub(super) seen_epoch: Epoch,
@@ -221,7 +220,7 @@ fn after_open(v: &Vacancy, mut m: Vacancy) -> Vacancy {
     }
     // DESIGN §1 step 4's "previous holder's lease gone", for both: `v`'s lease, if
     // not seen gone yet, is polled after `m`'s.
-    if !v.lease_gone {
+    if !v.lease_gone() {
         v.old_lease.into_iter().for_each(|l| owe_lease(&mut m, l));
     }
     v.also_gone.iter().for_each(|l| owe_lease(&mut m, *l));
@@ -235,15 +234,21 @@ fn after_open(v: &Vacancy, mut m: Vacancy) -> Vacancy {
     m
 }
 
+impl Vacancy {
+    /// The old lease was confirmed gone (TTL -1).
+    pub(super) fn lease_gone(&self) -> bool {
+        self.gone_at.is_some()
+    }
+}
+
 /// `lease` must be seen gone (TTL -1) before this vacancy lets anyone acquire: the
 /// one polled next if the vacancy's own is gone or unknown, else after it.
 fn owe_lease(v: &mut Vacancy, lease: LeaseId) {
     if v.old_lease == Some(lease) || v.also_gone.contains(&lease) {
         return;
     }
-    if v.lease_gone || v.old_lease.is_none() {
+    if v.lease_gone() || v.old_lease.is_none() {
         v.old_lease = Some(lease);
-        v.lease_gone = false;
         v.gone_at = None;
     } else {
         v.also_gone.push(lease);
@@ -307,7 +312,7 @@ impl Core {
             return None;
         }
         if let Some(v) = &self.vacancy {
-            if !v.lease_gone {
+            if !v.lease_gone() {
                 return v.old_lease;
             }
             return None;
@@ -387,10 +392,7 @@ impl Core {
                     Some(next) => v.old_lease = Some(next),
                     None => {
                         // The first poll that showed it (later polls show it too).
-                        if !v.lease_gone {
-                            v.gone_at = Some(now);
-                        }
-                        v.lease_gone = true;
+                        v.gone_at.get_or_insert(now);
                     }
                 }
             }
@@ -466,7 +468,6 @@ impl Core {
                 .track
                 .holder_xlog
                 .max(m.map_or(0, |m| m.info.xlog_location)),
-            lease_gone: false,
             gone_at: None,
             seen_epoch,
             old_epoch: Some(w.key.epoch).filter(|e| *e >= seen_epoch && !several),
@@ -656,7 +657,6 @@ impl Core {
                         old_watchdog: m.info.watchdog_timeout.filter(|_| promoted_under(m, e)),
                         old_ttl: m.info.leader_ttl.filter(|_| promoted_under(m, e)),
                         old_xlog: v.old_xlog.max(m.info.xlog_location),
-                        lease_gone: m.info.leader_lease.is_none(),
                         gone_at: m.info.leader_lease.is_none().then_some(now),
                         seen_epoch: e,
                         old_epoch: Some(e),
@@ -768,35 +768,31 @@ impl Core {
                                 .is_some_and(|m| promoted_under(m, e))
                         });
                     let sized = proven || !early;
-                    let vacancy =
-                        Vacancy {
-                            at,
-                            seen_revision,
-                            seen_epoch,
-                            old_epoch,
-                            old_lease,
-                            old_holder: self.track.holder.clone(),
-                            early,
-                            old_watchdog: self.track.holder_watchdog.filter(|_| sized),
-                            old_ttl: self.track.holder_ttl.filter(|_| sized),
-                            old_xlog: self.track.holder_xlog,
-                            // This observation's poll may already have answered TTL -1
-                            // for that lease (polled before the read showed the key gone).
-                            lease_gone: old_lease.is_none()
-                                || obs.lease_poll.as_ref().is_some_and(|lp| {
-                                    Some(lp.lease) == old_lease && lp.ttl.is_none()
-                                }),
-                            gone_at: (old_lease.is_none()
-                                || obs.lease_poll.as_ref().is_some_and(|lp| {
-                                    Some(lp.lease) == old_lease && lp.ttl.is_none()
-                                }))
-                            .then_some(now),
-                            absent_through: view.revision,
-                            judged: self.track.epoch.unwrap_or(0),
-                            also_gone: Vec::new(),
-                            release_seen: 0,
-                            older_agent: None,
-                        };
+                    let vacancy = Vacancy {
+                        at,
+                        seen_revision,
+                        seen_epoch,
+                        old_epoch,
+                        old_lease,
+                        old_holder: self.track.holder.clone(),
+                        early,
+                        old_watchdog: self.track.holder_watchdog.filter(|_| sized),
+                        old_ttl: self.track.holder_ttl.filter(|_| sized),
+                        old_xlog: self.track.holder_xlog,
+                        // This observation's poll may already have answered TTL -1
+                        // for that lease (polled before the read showed the key gone).
+                        gone_at: (old_lease.is_none()
+                            || obs
+                                .lease_poll
+                                .as_ref()
+                                .is_some_and(|lp| Some(lp.lease) == old_lease && lp.ttl.is_none()))
+                        .then_some(now),
+                        absent_through: view.revision,
+                        judged: self.track.epoch.unwrap_or(0),
+                        also_gone: Vec::new(),
+                        release_seen: 0,
+                        older_agent: None,
+                    };
                     // Review F3: after a gap, or when a member publishes a leadership
                     // newer than the key we tracked (one came and went unseen), the
                     // tracked holder's `W`, TTL and marker size nothing.

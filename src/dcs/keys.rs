@@ -195,54 +195,27 @@ pub fn parse_member(raw: &[u8]) -> MemberInfo {
     if let Some(v) = field("tags") {
         match v.as_object() {
             Some(tags) => {
-                if let Some(nf) = tags.get("nofailover").filter(|v| !v.is_null()) {
-                    match parse_bool(nf) {
-                        Some(b) => info.tags.nofailover = b,
-                        None => {
-                            // A member whose tag we cannot read is not made a
-                            // candidate: the conservative reading of a garbled tag.
-                            info.tags.nofailover = true;
-                            problems.push(format!(
-                                "tags.nofailover: expected a boolean, got {} (taken as true)",
-                                short(nf)
-                            ));
-                        }
-                    }
-                }
-                if let Some(nl) = tags.get("noloadbalance").filter(|v| !v.is_null()) {
-                    match parse_bool(nl) {
-                        Some(b) => info.tags.noloadbalance = b,
-                        None => problems.push(format!(
-                            "tags.noloadbalance: expected a boolean, got {}",
-                            short(nl)
-                        )),
-                    }
-                }
-                if let Some(ns) = tags.get("nosync").filter(|v| !v.is_null()) {
-                    match parse_bool(ns) {
-                        Some(b) => info.tags.nosync = b,
-                        None => {
-                            // Not made synchronous: the reading that asks nothing of
-                            // the member's link (it may still take over in
-                            // asynchronous mode).
-                            info.tags.nosync = true;
-                            problems.push(format!(
-                                "tags.nosync: expected a boolean, got {} (taken as true)",
-                                short(ns)
-                            ));
-                        }
-                    }
-                }
-                if let Some(cf) = tags.get("clonefrom").filter(|v| !v.is_null()) {
-                    match parse_bool(cf) {
-                        Some(b) => info.tags.clonefrom = b,
-                        // Not a source: new replicas clone the leader instead.
-                        None => problems.push(format!(
-                            "tags.clonefrom: expected a boolean, got {} (taken as false)",
-                            short(cf)
-                        )),
-                    }
-                }
+                // A garbled boolean tag is named and read the conservative way:
+                // `nofailover` set (never a candidate), `nosync` set (asks nothing
+                // of the member's link; it may still take over in asynchronous
+                // mode), `noloadbalance` and `clonefrom` not set (not a source: new
+                // replicas clone the leader instead).
+                let mut tag = |name: &str, garbled: bool, into: &mut bool| {
+                    let Some(t) = tags.get(name).filter(|v| !v.is_null()) else {
+                        return;
+                    };
+                    *into = parse_bool(t).unwrap_or_else(|| {
+                        problems.push(format!(
+                            "tags.{name}: expected a boolean, got {} (taken as {garbled})",
+                            short(t)
+                        ));
+                        garbled
+                    });
+                };
+                tag("nofailover", true, &mut info.tags.nofailover);
+                tag("noloadbalance", false, &mut info.tags.noloadbalance);
+                tag("nosync", true, &mut info.tags.nosync);
+                tag("clonefrom", false, &mut info.tags.clonefrom);
                 // Other writers' tags of other types are informational: left out,
                 // no problem.
                 let mut custom: Vec<(String, String)> = tags

@@ -256,7 +256,7 @@ pub(super) fn poll(ctl: &mut PgCtl, _now: Instant) -> Job {
             }
         }
         Some(Err(mut detail)) => {
-            cleanup_failed(ctl, &mut job);
+            remove_temp(&job);
             for n in &job.notes {
                 detail.push_str("; ");
                 detail.push_str(n);
@@ -277,7 +277,7 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
         return;
     }
     loop {
-        if let Some(d) = &job.draining {
+        if let Some(d) = job.draining.take() {
             if group_alive(d.pgid) {
                 if clock::now() >= d.until {
                     // INVARIANT: no copy is built or installed while a method's
@@ -290,17 +290,12 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                         d.pgid,
                         DRAIN_LIMIT.as_secs()
                     )));
+                } else {
+                    job.draining = Some(d);
                 }
                 return;
             }
-            let Some(d) = job.draining.take() else {
-                return;
-            };
-            if d.status.success() {
-                continue;
-            }
-            let tail = log_tail(ctl, d.log_offset);
-            if fall_back(job, format!("{} failed ({}): {tail}", d.what, d.status)) {
+            if exited(ctl, job, &d.what, d.status, d.log_offset) {
                 continue;
             }
             return;
@@ -325,24 +320,21 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
             }
             match r.child.try_wait() {
                 Ok(None) => return,
-                Ok(Some(st)) if r.drain => {
-                    let pgid = r.child.id() as libc::pid_t;
-                    job.draining = Some(Draining {
-                        pgid,
-                        status: st,
-                        what: r.what.clone(),
-                        log_offset: r.log_offset,
-                        until: clock::now().add(DRAIN_LIMIT),
-                    });
-                    job.child = None;
-                    continue;
-                }
-                Ok(Some(st)) if st.success() => job.child = None,
                 Ok(Some(st)) => {
-                    let tail = log_tail(ctl, r.log_offset);
-                    let why = format!("{} failed ({st}): {tail}", r.what);
-                    job.child = None;
-                    if fall_back(job, why) {
+                    let Some(r) = job.child.take() else {
+                        return;
+                    };
+                    if r.drain {
+                        job.draining = Some(Draining {
+                            pgid: r.child.id() as libc::pid_t,
+                            status: st,
+                            what: r.what,
+                            log_offset: r.log_offset,
+                            until: clock::now().add(DRAIN_LIMIT),
+                        });
+                        continue;
+                    }
+                    if exited(ctl, job, &r.what, st, r.log_offset) {
                         continue;
                     }
                     return;
@@ -411,6 +403,22 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
             },
         }
     }
+}
+
+/// A child (and, for a drained one, its whole group) is gone with `status`: a
+/// success lets the job go on (`true`); a failure goes to [`fall_back`].
+fn exited(
+    ctl: &PgCtl,
+    job: &mut RunningJob,
+    what: &str,
+    status: std::process::ExitStatus,
+    log_offset: u64,
+) -> bool {
+    if status.success() {
+        return true;
+    }
+    let tail = log_tail(ctl, log_offset);
+    fall_back(job, format!("{what} failed ({status}): {tail}"))
 }
 
 /// A step failed with `why`. A replica build with a method left (nothing
@@ -565,19 +573,16 @@ fn os(s: impl Into<OsString>) -> OsString {
     s.into()
 }
 
-fn remove_temp(job: &RunningJob) {
-    for f in &job.temp_files {
-        let _ = fs::remove_file(f);
-    }
-}
-
+/// What a job leaves behind when it ends, whatever its outcome: its temp files.
 /// A replica build's copy is never removed here: a partial copy of a large
 /// database is millions of files, and removing them would hold the loop. A
 /// build whose methods all failed removes it in a child as its last step
 /// (`fall_back`); one killed or aborted by a fence leaves it to the next build,
 /// whose first step removes it.
-pub(super) fn cleanup_failed(_ctl: &PgCtl, job: &mut RunningJob) {
-    remove_temp(job);
+pub(super) fn remove_temp(job: &RunningJob) {
+    for f in &job.temp_files {
+        let _ = fs::remove_file(f);
+    }
 }
 
 /// The source must be given and be the member the job names.

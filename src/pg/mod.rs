@@ -1389,7 +1389,7 @@ impl PgCtl {
     pub fn kill_job(&mut self) {
         if let Some(mut j) = self.job.take() {
             j.kill();
-            job::cleanup_failed(self, &mut j);
+            job::remove_temp(&j);
         }
     }
 }
