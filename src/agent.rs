@@ -147,6 +147,10 @@ struct Agent {
     etcd: Option<Etcd>,
     /// The one etcd endpoint `etcd` talks to (an index into `[etcd] endpoints`).
     endpoint: usize,
+    /// `[etcd] srv`: the URL of the member the client talks to when a newer SRV
+    /// answer no longer lists it (names.rs): kept until a call to it fails, and
+    /// `endpoint` then starts the new list from its first entry.
+    endpoint_unlisted: Option<String>,
     /// Endpoint names, their last good addresses and the resolver child (names.rs).
     names: names::Names,
     /// The last certificate/auth error logged (agent/secure.rs: once per distinct text).
@@ -388,6 +392,7 @@ impl Agent {
             rt,
             etcd: None,
             endpoint: 0,
+            endpoint_unlisted: None,
             names: names::Names::new(&cfg.etcd),
             security_error: None,
             pg,
@@ -817,10 +822,17 @@ impl Agent {
             return;
         }
         self.etcd = None;
-        // Its name is resolved again in `resolve_step`, never here (names.rs).
-        self.names.failed(self.endpoint);
-        let n = self.cfg.etcd.endpoints.len().max(1);
-        self.endpoint = (self.endpoint + 1) % n;
+        if self.endpoint_unlisted.take().is_some() {
+            // A member the SRV records no longer list failed: the new list from
+            // its first entry, none of which failed (names.rs).
+            self.endpoint = 0;
+        } else {
+            // Its name is resolved again in `resolve_step`, never here (names.rs).
+            self.names.failed(self.endpoint);
+            let n = self.cfg.etcd.endpoints.len().max(1);
+            self.endpoint = (self.endpoint + 1) % n;
+        }
+        self.status.metrics.etcd_endpoint_unlisted = None;
         self.status.metrics.endpoint_switched(self.endpoint);
         debug!(
             "etcd: switching to endpoint {}",

@@ -344,6 +344,10 @@ pub struct EtcdConfig {
     /// `[etcd] resolve_timeout`: how long one resolution of the endpoints' names
     /// may take before its child process is killed (the last good addresses stay).
     pub resolve_timeout: Duration,
+    /// `[etcd] resolve_interval`: how often the endpoints' names (or, with `srv`,
+    /// the SRV records) are asked again while the endpoints answer; `None`
+    /// (`resolve_interval = 0`): only after a failure.
+    pub resolve_interval: Option<Duration>,
     /// `Some` with `https://` endpoints: CA bundle, client certificate, server name.
     pub tls: Option<EtcdTls>,
     /// etcd user/password authentication (`[etcd] username` + a password).
@@ -509,6 +513,12 @@ pub struct WatchdogConfig {
 /// DNS server that lost a packet is not waited for (glibc retries only after its
 /// `timeout`, 5 s by default): the next endpoint failure resolves again.
 pub const DEFAULT_RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `[etcd] resolve_interval` when not set: names and SRV records are asked again
+/// every five minutes while the endpoints answer (Patroni refreshes its etcd
+/// member list as often), so members added to DNS, or names that moved, are
+/// known before the ones in use fail.
+pub const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(300);
 
 /// `guardian_kill_budget`'s default, unless `demote_budget` is smaller.
 pub const GUARDIAN_KILL_BUDGET: Duration = Duration::from_millis(500);
@@ -1700,12 +1710,37 @@ impl Config {
             "password",
             "password_file",
             "resolve_timeout",
+            "resolve_interval",
             "srv",
             "srv_suffix",
         ])?;
         let resolve_timeout = etcd
             .secs("resolve_timeout")?
             .unwrap_or(DEFAULT_RESOLVE_TIMEOUT);
+        // 0 turns the timer off (names asked again only after a failure, as
+        // before this setting); otherwise at least `resolve_timeout`, so one
+        // lookup can end before the next is due.
+        let resolve_interval = match etcd.table.get("resolve_interval") {
+            Some(Value::Integer(0)) => None,
+            Some(Value::Float(x)) if *x == 0.0 => None,
+            _ => Some(
+                etcd.secs("resolve_interval")?
+                    .unwrap_or(DEFAULT_RESOLVE_INTERVAL.max(resolve_timeout)),
+            ),
+        };
+        if let Some(iv) = resolve_interval
+            && iv < resolve_timeout
+        {
+            return Err(etcd.err(
+                "resolve_interval",
+                format!(
+                    "{} s is shorter than resolve_timeout = {} s (one lookup must be able \
+                     to end before the next is due; 0 turns the timer off)",
+                    iv.as_secs_f64(),
+                    resolve_timeout.as_secs_f64()
+                ),
+            ));
+        }
         let srv_domain = etcd.nonempty("srv")?;
         let srv_suffix = etcd.nonempty("srv_suffix")?;
         if let Some(d) = &srv_domain
@@ -2266,6 +2301,7 @@ impl Config {
                 tls: etcd_tls,
                 auth: etcd_auth,
                 resolve_timeout,
+                resolve_interval,
             },
             timing,
             dynamic,

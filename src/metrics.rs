@@ -106,6 +106,9 @@ pub struct Metrics {
     pub etcd_endpoints: Vec<String>,
     /// Index of the endpoint in use in `etcd_endpoints`.
     pub etcd_endpoint: usize,
+    /// The endpoint in use when the SRV records no longer list it (it is kept
+    /// until a call to it fails); `etcd_endpoint` is then where the list starts.
+    pub etcd_endpoint_unlisted: Option<String>,
     /// Switches from one endpoint to the next (after a failed call).
     pub etcd_endpoint_switches: u64,
     /// Resolutions of endpoint names (start-up, after a failure) that answered
@@ -133,6 +136,7 @@ impl Default for Metrics {
             replica_builds_failed: 0,
             etcd_endpoints: Vec::new(),
             etcd_endpoint: 0,
+            etcd_endpoint_unlisted: None,
             etcd_endpoint_switches: 0,
             etcd_resolves: 0,
             etcd_resolve_failures: 0,
@@ -188,6 +192,9 @@ impl Metrics {
 
     /// The endpoint in use, if any is configured.
     pub fn endpoint(&self) -> Option<&str> {
+        if let Some(u) = &self.etcd_endpoint_unlisted {
+            return Some(u);
+        }
         self.etcd_endpoints
             .get(self.etcd_endpoint)
             .map(String::as_str)

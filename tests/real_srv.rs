@@ -227,7 +227,9 @@ fn srv_bootstrap_ctl_and_rediscovery() {
     opts.netns = true;
     opts.start_agents = false;
     opts.log_level = Some("debug".into());
-    opts.etcd_extra = vec!["resolve_timeout = 1.0".into(); 3];
+    // No timer: this test shows the asks after a failure (the timer's are in
+    // `srv_over_tls_with_a_suffix`).
+    opts.etcd_extra = vec!["resolve_timeout = 1.0\nresolve_interval = 0".into(); 3];
     let mut c = common::start(opts);
     let observer = c.net().expect("netns").observer();
 
@@ -571,8 +573,10 @@ fn srv_over_tls_with_a_suffix() {
         cert: dir.join("server.pem"),
         key: dir.join("server.key"),
     });
+    // The records asked again every 2 s while the members answer.
     let extra = format!(
-        "cacert = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\nresolve_timeout = 1.0",
+        "cacert = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\nresolve_timeout = 1.0\n\
+         resolve_interval = 2",
         p("ca.pem"),
         p("tenure.pem"),
         p("tenure.key")
@@ -611,7 +615,7 @@ fn srv_over_tls_with_a_suffix() {
         .collect();
     assert_eq!(records.len(), 3, "{line}");
     let url = |j: usize| format!("https://{}:{}", records[j].0, records[j].2);
-    let _dns = Dns::start(observer, &service, &records);
+    let dns = Dns::start(observer, &service, &records);
     let resolv = format!("nameserver {observer}\noptions timeout:1 attempts:2\n");
     for i in 0..c.node_count() {
         let ns = c.spec(i).netns.clone().expect("node namespace");
@@ -667,4 +671,82 @@ fn srv_over_tls_with_a_suffix() {
         "srv over TLS: bootstrapped from {service}; ctl list with {} cut off:\n{out}",
         url(0)
     );
+    c.heal(p0).unwrap_or_else(|e| panic!("heal: {e}"));
+
+    // --- `resolve_interval`: the records drop the first member while it still
+    // answers. Every agent learns the new list from the timer (no call failed),
+    // and none leaves the member it talks to: a client on the dropped member
+    // stays on it; then that member is cut off and they move to the listed ones.
+    let before: Vec<(Option<String>, f64)> = (0..c.node_count())
+        .map(|i| {
+            (
+                endpoint_opt(&c, i),
+                metric(&c, i, "tenure_etcd_endpoint_switches_total"),
+            )
+        })
+        .collect();
+    dns.stop();
+    let dns = Dns::start(observer, &service, &records[1..]);
+    wait_dns(
+        &c,
+        0,
+        &service,
+        &format!("{}:{}", records[1].0, records[1].2),
+    );
+    let two = format!("etcd: DNS SRV {service}: {}, {}", url(1), url(2));
+    for (i, (ep, switches)) in before.iter().enumerate() {
+        let heard = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
+            c.agent_log(i).contains(&two).then_some(())
+        });
+        assert!(
+            heard.is_some(),
+            "{} did not ask the records again while its member answered{}",
+            c.name(i),
+            c.logs_tail(20)
+        );
+        assert_eq!(
+            &endpoint_opt(&c, i),
+            ep,
+            "{} left the member it talked to because DNS changed{}",
+            c.name(i),
+            c.logs_tail(20)
+        );
+        assert_eq!(
+            metric(&c, i, "tenure_etcd_endpoint_switches_total"),
+            *switches,
+            "{} switched endpoints though no call failed{}",
+            c.name(i),
+            c.logs_tail(20)
+        );
+        if ep.as_deref() == Some(url(0).as_str()) {
+            assert!(
+                c.agent_log(i).contains(&format!(
+                    "etcd: {} is no longer in the SRV records; staying on it",
+                    url(0)
+                )),
+                "{} did not say it stays on the dropped member{}",
+                c.name(i),
+                c.logs_tail(20)
+            );
+        }
+    }
+    for i in 0..c.node_count() {
+        c.cut_between(i, c.etcd_host(0))
+            .unwrap_or_else(|e| panic!("cut {} from etcd1: {e}", c.name(i)));
+    }
+    all_on(
+        &c,
+        &[url(1), url(2)],
+        "after the dropped member was cut off",
+    );
+    let np = c
+        .wait_primary(common::FAILOVER)
+        .unwrap_or_else(|| panic!("no primary after the move{}", c.logs_tail(40)));
+    takes_a_write(&c, np, 4545);
+    eprintln!(
+        "srv over TLS: the timer's answer dropped {}; every agent stayed on its member \
+         until it was cut off, then moved",
+        url(0)
+    );
+    drop(dns);
 }

@@ -4,8 +4,11 @@
 //!
 //! Owns: the last good addresses of every endpoint given as a name, and the
 //! resolver child in flight (crate::resolve). Names are resolved at start-up
-//! (before the loop, holding no lease, bounded by `[etcd] resolve_timeout`) and
-//! again only after an endpoint failed (`switch_endpoint` marks its name).
+//! (before the loop, holding no lease, bounded by `[etcd] resolve_timeout`),
+//! again after an endpoint failed (`switch_endpoint` marks its name), and every
+//! `[etcd] resolve_interval` while the endpoints answer (a timer's lookup that
+//! fails keeps the last good addresses until the next round, rather than asking
+//! again every `resolve_timeout` the way a failed endpoint's name is).
 //! Must never: resolve in this process or wait for the resolver inside the loop
 //! (the child runs on its own; the loop polls its pipe in `resolve_step`, which
 //! never blocks, so a resolver that hangs holds neither a renewal nor a fence:
@@ -15,11 +18,15 @@
 //!
 //! `[etcd] srv`: the endpoint list itself comes from DNS SRV records, asked by
 //! a child the same way (`tenure __resolve_srv`): at start-up (waiting at most
-//! `resolve_timeout`, before any lease), and again once the last endpoint of the
-//! list failed in turn (every member it named may be gone). An answer that
-//! changes the list replaces it (names then resolved as above); a failed or
-//! timed-out one keeps the last good list; a connected client whose endpoint is
-//! still listed is kept.
+//! `resolve_timeout`, before any lease), again once the last endpoint of the
+//! list failed in turn (every member it named may be gone), and every
+//! `resolve_interval` (the answer carries the targets' addresses, so the names
+//! are not asked on a timer of their own). An answer that changes the list
+//! replaces it (names then resolved as above); a failed or timed-out one keeps
+//! the last good list. A connected client is kept: where its endpoint is still
+//! listed, at its new place; where it is not, until a call to it fails, and then
+//! the new list from its first entry (a working client is not dropped at an
+//! arbitrary point of a leadership because DNS changed).
 
 use std::net::IpAddr;
 
@@ -41,6 +48,9 @@ struct Ep {
     next: usize,
     /// Resolve this name again (it failed, or has no address yet).
     stale: bool,
+    /// Asked again by `resolve_interval`'s timer: cleared when that lookup ends,
+    /// whatever it answered (a failure waits for the next round).
+    due: bool,
 }
 
 /// Every endpoint's addresses and the resolver.
@@ -53,6 +63,8 @@ pub(super) struct Names {
     last_end: Option<Instant>,
     /// `[etcd] srv`: where the endpoint list comes from.
     srv: Option<Srv>,
+    /// `resolve_interval`'s next round for the names (without `srv`).
+    refresh_at: Option<Instant>,
 }
 
 /// The SRV side: the records asked, the child in flight, whether to ask again.
@@ -63,6 +75,9 @@ struct Srv {
     stale: bool,
     /// As `Names::last_end`, for SRV lookups.
     last_end: Option<Instant>,
+    /// As `Ep::due` and `Names::refresh_at`, for the records.
+    due: bool,
+    refresh_at: Option<Instant>,
 }
 
 fn ep_of(url: &str) -> Ep {
@@ -78,6 +93,7 @@ fn ep_of(url: &str) -> Ep {
         addrs,
         next: 0,
         stale,
+        due: false,
     }
 }
 
@@ -92,7 +108,61 @@ impl Names {
                 resolver: Resolver::default(),
                 stale: true,
                 last_end: None,
+                due: false,
+                refresh_at: None,
             }),
+            refresh_at: None,
+        }
+    }
+
+    /// `resolve_interval`'s timer: once a round is due, every name (without
+    /// `srv`) or the SRV records (with it) are asked again at the next step. The
+    /// first round is an interval after the first call (start-up just asked).
+    fn refresh(&mut self, now: Instant, interval: Option<std::time::Duration>) {
+        let Some(iv) = interval else {
+            return;
+        };
+        let due = |at: &mut Option<Instant>| match *at {
+            Some(t) if now >= t => {
+                *at = Some(now.add(iv));
+                true
+            }
+            Some(_) => false,
+            None => {
+                *at = Some(now.add(iv));
+                false
+            }
+        };
+        match &mut self.srv {
+            Some(s) => {
+                if due(&mut s.refresh_at) {
+                    s.due = true;
+                }
+            }
+            None => {
+                if due(&mut self.refresh_at) {
+                    for e in &mut self.eps {
+                        e.due = e.ep.as_ref().and_then(Endpoint::name).is_some();
+                    }
+                    // Now, not a `resolve_timeout` after the last lookup.
+                    self.last_end = None;
+                }
+            }
+        }
+    }
+
+    /// A lookup of `names` ended: the timer's round for them is over, whatever
+    /// it answered (a name that failed keeps its last good addresses; one that
+    /// is also stale is asked again as before).
+    fn round_over(&mut self, names: &[String]) {
+        for e in &mut self.eps {
+            if e.ep
+                .as_ref()
+                .and_then(Endpoint::name)
+                .is_some_and(|n| names.iter().any(|x| x == n))
+            {
+                e.due = false;
+            }
         }
     }
 
@@ -116,7 +186,7 @@ impl Names {
         let mut out: Vec<String> = Vec::new();
         for e in &self.eps {
             if let Some(n) = e.ep.as_ref().and_then(Endpoint::name)
-                && e.stale
+                && (e.stale || e.due)
                 && !out.iter().any(|x| x == n)
             {
                 out.push(n.to_string());
@@ -221,12 +291,12 @@ enum SrvDecision {
 }
 
 /// The pure part of `srv_resolved`: `list` is the endpoint list in use and
-/// `current` the index of the endpoint in use.
+/// `in_use` the URL of the endpoint the client talks to (listed or not).
 fn srv_decision(
     spec: &EtcdSrv,
     o: Outcome<SrvTarget>,
     list: &[String],
-    current: usize,
+    in_use: Option<&str>,
 ) -> SrvDecision {
     let answer = match o {
         Outcome::Done(a) | Outcome::TimedOut(a) if !a.is_empty() => a.into_iter().next(),
@@ -248,9 +318,7 @@ fn srv_decision(
     if urls == list {
         return SrvDecision::Same { addrs };
     }
-    let keep_at = list
-        .get(current)
-        .and_then(|c| urls.iter().position(|u| u == c));
+    let keep_at = in_use.and_then(|c| urls.iter().position(|u| u == c));
     SrvDecision::Replace {
         urls,
         keep_at,
@@ -377,6 +445,7 @@ impl Agent {
     /// authentication step, never inside a renewal.
     pub(super) fn resolve_step(&mut self) {
         let now = clock::now();
+        self.names.refresh(now, self.cfg.etcd.resolve_interval);
         self.srv_step(now);
         if let Some((names, started, o)) = self.names.resolver.service(now) {
             debug!(
@@ -453,7 +522,10 @@ impl Agent {
         let Some(s) = &mut self.names.srv else {
             return;
         };
-        if !s.stale || s.resolver.running() || s.last_end.is_some_and(|t| now < t.add(timeout)) {
+        if !(s.stale || s.due)
+            || s.resolver.running()
+            || (!s.due && s.last_end.is_some_and(|t| now < t.add(timeout)))
+        {
             return;
         }
         let service = s.spec.service();
@@ -472,13 +544,20 @@ impl Agent {
         let Some(s) = &mut self.names.srv else {
             return;
         };
+        // The timer's round is over, whatever this answered: a failure keeps the
+        // list until the next round (or a failed endpoint asks sooner).
+        s.due = false;
         let service = s.spec.service();
+        let in_use = self
+            .endpoint_unlisted
+            .clone()
+            .or_else(|| self.cfg.etcd.endpoints.get(self.endpoint).cloned());
         let kept = if self.cfg.etcd.endpoints.is_empty() {
             "no endpoint yet".to_string()
         } else {
             self.cfg.etcd.endpoints.join(", ")
         };
-        match srv_decision(&s.spec, o, &self.cfg.etcd.endpoints, self.endpoint) {
+        match srv_decision(&s.spec, o, &self.cfg.etcd.endpoints, in_use.as_deref()) {
             SrvDecision::TimedOut => {
                 self.status.metrics.etcd_resolve_timeouts += 1;
                 warn!(
@@ -515,10 +594,33 @@ impl Agent {
                 self.status.metrics.etcd_endpoints = urls;
                 // The client's index only while there is a client (second review,
                 // L2): otherwise the new list from its first, in priority order.
-                match keep_at.filter(|_| self.etcd.is_some()) {
-                    Some(k) => self.endpoint = k,
-                    None => {
+                match (keep_at, self.etcd.is_some()) {
+                    (Some(k), true) => {
+                        self.endpoint = k;
+                        self.endpoint_unlisted = None;
+                    }
+                    (None, true) => {
+                        // Its member answers (the client is dropped at a failed
+                        // call): kept until a call to it fails, then the new list
+                        // from its first entry (switch_endpoint). Dropping it here
+                        // would reconnect at an arbitrary point of a leadership,
+                        // to a member DNS may name before it serves.
+                        let url = in_use.unwrap_or_default();
+                        info!(
+                            "etcd: {url} is no longer in the SRV records; staying on it \
+                             until a call to it fails, then {}",
+                            self.cfg
+                                .etcd
+                                .endpoints
+                                .first()
+                                .map_or("(none)", String::as_str)
+                        );
                         self.endpoint = 0;
+                        self.endpoint_unlisted = Some(url);
+                    }
+                    (_, false) => {
+                        self.endpoint = 0;
+                        self.endpoint_unlisted = None;
                         self.etcd = None;
                         // The token now, in this step (review finding 3): the rest
                         // of the iteration and the next renewal must not go out
@@ -527,12 +629,14 @@ impl Agent {
                     }
                 }
                 self.status.metrics.etcd_endpoint = self.endpoint;
+                self.status.metrics.etcd_endpoint_unlisted = self.endpoint_unlisted.clone();
             }
         }
     }
 
     /// Count and log a lookup's outcome, and keep what it found.
     fn resolved(&mut self, names: &[String], o: Outcome) {
+        self.names.round_over(names);
         match o {
             Outcome::Done(a) => {
                 if a.iter().all(|(_, r)| r.is_ok()) {
@@ -584,6 +688,7 @@ mod tests {
             tls: None,
             auth: None,
             resolve_timeout: Duration::from_secs(2),
+            resolve_interval: Some(Duration::from_secs(300)),
         }
     }
 
@@ -628,6 +733,71 @@ mod tests {
         assert!(n.last_end.is_none(), "new names are resolved at once");
     }
 
+    /// `resolve_interval`: every name is asked again once a round is due, even
+    /// though none failed; the round ends with the lookup whatever it answered
+    /// (a failed name keeps its addresses and waits for the next round), while a
+    /// name that also failed stays to be asked again. With `srv` the records are
+    /// asked instead, and the names have no timer of their own.
+    #[test]
+    fn the_timer_asks_every_name_again_once_a_round() {
+        let c = cfg(&["http://etcd1.example:2379", "http://10.0.0.9:2379"]);
+        let mut n = Names::new(&c);
+        n.apply(&[("etcd1.example".into(), Ok(vec![ip("10.0.0.1")]))]);
+        assert!(n.stale_names().is_empty());
+        let t0 = crate::clock::now();
+        let iv = Some(Duration::from_secs(300));
+        n.refresh(t0, iv);
+        assert!(
+            n.stale_names().is_empty(),
+            "the first round is an interval away"
+        );
+        n.refresh(t0.add(Duration::from_secs(299)), iv);
+        assert!(n.stale_names().is_empty());
+        n.last_end = Some(t0.add(Duration::from_secs(299)));
+        n.refresh(t0.add(Duration::from_secs(300)), iv);
+        assert_eq!(n.stale_names(), vec!["etcd1.example".to_string()]);
+        assert!(
+            n.last_end.is_none(),
+            "asked at once, not a resolve_timeout later"
+        );
+        // DNS fails this round: the address stays, and nothing is asked until
+        // the next round.
+        n.apply(&[("etcd1.example".into(), Err("timed out".into()))]);
+        n.round_over(&["etcd1.example".into()]);
+        assert!(n.stale_names().is_empty());
+        assert_eq!(n.eps[0].addrs, vec![ip("10.0.0.1")]);
+        n.refresh(t0.add(Duration::from_secs(599)), iv);
+        assert!(n.stale_names().is_empty());
+        n.refresh(t0.add(Duration::from_secs(600)), iv);
+        assert_eq!(n.stale_names(), vec!["etcd1.example".to_string()]);
+        // A name that failed as an endpoint stays stale past the round.
+        n.failed(0);
+        n.round_over(&["etcd1.example".into()]);
+        assert_eq!(n.stale_names(), vec!["etcd1.example".to_string()]);
+        // Off: no round ever.
+        let mut off = Names::new(&c);
+        off.apply(&[("etcd1.example".into(), Ok(vec![ip("10.0.0.1")]))]);
+        off.refresh(t0, None);
+        off.refresh(t0.add(Duration::from_secs(86_400)), None);
+        assert!(off.stale_names().is_empty());
+        // With srv: the records are due, the names are not.
+        let mut c = cfg(&[]);
+        c.srv = Some(EtcdSrv {
+            domain: "srv.test".into(),
+            suffix: None,
+            https: false,
+        });
+        let mut s = Names::new(&c);
+        s.set_endpoints(&["http://etcd1.srv.test:2379".into()]);
+        s.apply(&[("etcd1.srv.test".into(), Ok(vec![ip("10.0.0.1")]))]);
+        s.srv.as_mut().expect("srv").stale = false;
+        s.refresh(t0, iv);
+        assert!(!s.srv.as_ref().expect("srv").due);
+        s.refresh(t0.add(Duration::from_secs(300)), iv);
+        assert!(s.srv.as_ref().expect("srv").due, "the records are due");
+        assert!(s.stale_names().is_empty(), "the names come with the answer");
+    }
+
     /// What an SRV answer does to the list in use (review of the SRV change, T2):
     /// failures and timeouts keep it, the same list moves nothing, a new one keeps
     /// the client when its endpoint is still listed (at its new index).
@@ -652,11 +822,21 @@ mod tests {
         };
         let list = vec![u("a.srv.test"), u("b.srv.test")];
         assert_eq!(
-            srv_decision(&spec, Outcome::TimedOut(vec![]), &list, 1),
+            srv_decision(
+                &spec,
+                Outcome::TimedOut(vec![]),
+                &list,
+                Some(list[1].as_str())
+            ),
             SrvDecision::TimedOut
         );
         assert_eq!(
-            srv_decision(&spec, Outcome::Failed("x".into()), &list, 1),
+            srv_decision(
+                &spec,
+                Outcome::Failed("x".into()),
+                &list,
+                Some(list[1].as_str())
+            ),
             SrvDecision::Failed("x".into())
         );
         let nx = Outcome::Done(vec![(
@@ -664,25 +844,41 @@ mod tests {
             Err("no such name (NXDOMAIN)".into()),
         )]);
         assert_eq!(
-            srv_decision(&spec, nx, &list, 1),
+            srv_decision(&spec, nx, &list, Some(list[1].as_str())),
             SrvDecision::Failed("no such name (NXDOMAIN)".into())
         );
         assert_eq!(
-            srv_decision(&spec, ok(&["a.srv.test", "b.srv.test"]), &list, 1),
+            srv_decision(
+                &spec,
+                ok(&["a.srv.test", "b.srv.test"]),
+                &list,
+                Some(list[1].as_str())
+            ),
             SrvDecision::Same { addrs: vec![] }
         );
         // b (in use) moves to index 0 and keeps its client.
         assert_eq!(
-            srv_decision(&spec, ok(&["b.srv.test", "c.srv.test"]), &list, 1),
+            srv_decision(
+                &spec,
+                ok(&["b.srv.test", "c.srv.test"]),
+                &list,
+                Some(list[1].as_str())
+            ),
             SrvDecision::Replace {
                 urls: vec![u("b.srv.test"), u("c.srv.test")],
                 keep_at: Some(0),
                 addrs: vec![]
             }
         );
-        // b (in use) is gone: a new client from the start.
+        // b (in use) is gone: no index for it (the agent keeps a working client
+        // until it fails, or starts the new list from its first entry).
         assert_eq!(
-            srv_decision(&spec, ok(&["c.srv.test", "a.srv.test"]), &list, 1),
+            srv_decision(
+                &spec,
+                ok(&["c.srv.test", "a.srv.test"]),
+                &list,
+                Some(list[1].as_str())
+            ),
             SrvDecision::Replace {
                 urls: vec![u("c.srv.test"), u("a.srv.test")],
                 keep_at: None,
@@ -691,7 +887,7 @@ mod tests {
         );
         // Start-up: no list yet.
         assert_eq!(
-            srv_decision(&spec, ok(&["c.srv.test"]), &[], 0),
+            srv_decision(&spec, ok(&["c.srv.test"]), &[], None),
             SrvDecision::Replace {
                 urls: vec![u("c.srv.test")],
                 keep_at: None,
@@ -712,7 +908,7 @@ mod tests {
             ]),
         )]);
         assert_eq!(
-            srv_decision(&spec, with, &list, 0),
+            srv_decision(&spec, with, &list, Some(list[0].as_str())),
             SrvDecision::Replace {
                 urls: vec![u("c.srv.test"), u("d.srv.test")],
                 keep_at: None,
@@ -722,7 +918,7 @@ mod tests {
         // An answer that came in before the kill counts.
         let late = Outcome::TimedOut(vec![(spec.service(), Ok(vec![t("c.srv.test")]))]);
         assert!(matches!(
-            srv_decision(&spec, late, &list, 0),
+            srv_decision(&spec, late, &list, Some(list[0].as_str())),
             SrvDecision::Replace { .. }
         ));
     }

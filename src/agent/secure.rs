@@ -84,6 +84,12 @@ impl Agent {
             self.cfg.etcd.tls = new.tls;
             self.cfg.etcd.auth = new.auth;
             self.etcd = None;
+            // A member the SRV records no longer list is not reconnected to.
+            if self.endpoint_unlisted.take().is_some() {
+                self.endpoint = 0;
+                self.status.metrics.etcd_endpoint_unlisted = None;
+                self.status.metrics.etcd_endpoint = 0;
+            }
             self.security_error = None;
             // The token now, in the signal's step: not on the next renewal's path.
             self.authenticate_step(self.deadline(self.core.timing().retry_timeout));

@@ -1141,6 +1141,34 @@ fn endpoint_names_and_resolve_timeout() {
     assert!(e.contains("etcd.resolve_timeout: must be > 0"), "{e}");
 }
 
+/// `[etcd] resolve_interval`: five minutes unless set, 0 turns the timer off,
+/// and a value shorter than `resolve_timeout`, negative or not a number is
+/// refused by name.
+#[test]
+fn resolve_interval() {
+    let with = |v: &str| GOOD.replace("[etcd]", &format!("[etcd]\n{v}"));
+    let c = parse(GOOD).expect("default");
+    assert_eq!(c.etcd.resolve_interval, Some(Duration::from_secs(300)));
+    let c = parse(&with("resolve_interval = 30")).expect("30 s");
+    assert_eq!(c.etcd.resolve_interval, Some(Duration::from_secs(30)));
+    for off in ["resolve_interval = 0", "resolve_interval = 0.0"] {
+        let c = parse(&with(off)).expect(off);
+        assert_eq!(c.etcd.resolve_interval, None, "{off}");
+    }
+    // A resolve_timeout past the default stretches the default, not an error.
+    let c = parse(&with("resolve_timeout = 400")).expect("long timeout");
+    assert_eq!(c.etcd.resolve_interval, Some(Duration::from_secs(400)));
+    let e = err(&with("resolve_timeout = 5\nresolve_interval = 2"));
+    assert!(
+        e.contains("etcd.resolve_interval: 2 s is shorter than resolve_timeout = 5 s"),
+        "{e}"
+    );
+    let e = err(&with("resolve_interval = -1"));
+    assert!(e.contains("etcd.resolve_interval: must be > 0"), "{e}");
+    let e = err(&with("resolve_interval = \"5m\""));
+    assert!(e.contains("etcd.resolve_interval"), "{e}");
+}
+
 /// `[etcd] srv`: etcd's own record names (with TLS, the `-ssl` ones and
 /// https:// URLs), a suffix for several clusters under one domain, and each
 /// wrong combination named.
