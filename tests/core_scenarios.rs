@@ -1607,7 +1607,8 @@ fn an_unreachable_rewind_source_is_retried_but_a_failed_rewind_counts() {
 
 /// Issue 12: a basebackup that fails at once (a wrong root certificate: "SSL error:
 /// certificate verify failed" within milliseconds) is retried at the next loop,
-/// not at every wake-up its child's exit causes.
+/// not at every wake-up its child's exit causes (after more failures in a row,
+/// later: `failed_replica_builds_back_off_up_to_a_minute`).
 #[test]
 fn a_failed_basebackup_is_retried_once_per_loop() {
     let mut c = core("pg3", None);
@@ -1636,7 +1637,11 @@ fn a_failed_basebackup_is_retried_once_per_loop() {
         };
         let p = c.step(t(at), &empty(job));
         assert!(p.actions.is_empty(), "at {at}: {:?}", p.actions);
-        assert!(p.reason.to_string().contains("next loop"), "{}", p.reason);
+        assert!(
+            p.reason.to_string().contains("1 in a row failed"),
+            "{}",
+            p.reason
+        );
     }
     // At the next tick (loop_wait 2 s; from half of it on): again.
     let p = c.step(t(102.0), &empty(Job::Idle));
@@ -1756,6 +1761,109 @@ fn a_new_replica_clones_a_clonefrom_member_that_streams_close_to_the_leader() {
     };
     // (The build succeeded; the data directory is gone again, a reinit.)
     assert_eq!(from(&c.step(t(150.0), &obs_with(members(), done))), "pg5");
+
+    // Review of session 18, L2: with the only tagged member passed over, a
+    // failure from the leader keeps it passed over (before, the leader's failure
+    // replaced its record and it was cloned again at once).
+    let one = || vec![tagged("pg5", 9_999_995)];
+    let mut c = core("pg3", None);
+    assert_eq!(from(&c.step(t(200.0), &obs_with(one(), Job::Idle))), "pg5");
+    assert_eq!(
+        from(&c.step(t(210.0), &obs_with(one(), failed("pg5")))),
+        "pg5"
+    );
+    assert_eq!(
+        from(&c.step(t(240.5), &obs_with(one(), failed("pg5")))),
+        "pg2",
+        "failing for a TTL: the leader"
+    );
+    assert_eq!(
+        from(&c.step(t(300.0), &obs_with(one(), failed("pg2")))),
+        "pg2",
+        "the leader's failure does not bring pg5 back"
+    );
+}
+
+/// Review of session 18, M3: a replica build that keeps failing is retried
+/// after 2^n half loops (n failures in a row), up to a minute, not every half
+/// loop (each attempt is a checkpoint on its source); one that succeeds resets
+/// the count; a build that could not start counts as a failure.
+#[test]
+fn failed_replica_builds_back_off_up_to_a_minute() {
+    let obs_job = |job: Job| {
+        let leader = member("pg2", 30, "primary", 10_000_000, None);
+        let v = view(
+            31,
+            Some(key("pg2", 21, 0xB)),
+            vec![leader, member("pg3", 30, "replica", 0, None)],
+        );
+        let mut o = obs(v, pg(PgRole::Stopped, 0, None));
+        o.pg.data = DataDir::Empty;
+        o.job = job;
+        o
+    };
+    let failed = || Job::Finished {
+        kind: JobKind::Basebackup { from: "pg2".into() },
+        ok: false,
+        detail: "did not start: data directory /d is a mount point".into(),
+    };
+    let starts = |p: &Plan| {
+        matches!(
+            p.actions.as_slice(),
+            [Action::StartJob(JobKind::Basebackup { .. })]
+        )
+    };
+    let mut c = core("pg3", None);
+    // loop_wait 2 s: half a loop is 1 s; after n failures 2^n s, up to 60 s.
+    let mut at = 100.0;
+    assert!(starts(&c.step(t(at), &obs_job(Job::Idle))));
+    for (n, wait) in [
+        (1, 2.0),
+        (2, 4.0),
+        (3, 8.0),
+        (4, 16.0),
+        (5, 32.0),
+        (6, 60.0),
+        (7, 60.0),
+    ] {
+        let p = c.step(t(at + 0.01), &obs_job(failed()));
+        assert!(
+            !starts(&p),
+            "after {n} failures: retried at once ({})",
+            p.reason
+        );
+        assert!(
+            p.reason
+                .to_string()
+                .contains(&format!("{n} in a row failed")),
+            "{}",
+            p.reason
+        );
+        let p = c.step(t(at + wait - 0.01), &obs_job(Job::Idle));
+        assert!(
+            !starts(&p),
+            "after {n} failures: before {wait} s ({})",
+            p.reason
+        );
+        at += wait;
+        let p = c.step(t(at), &obs_job(Job::Idle));
+        assert!(
+            starts(&p),
+            "after {n} failures: not at {wait} s ({})",
+            p.reason
+        );
+    }
+    // A success resets it: the next failure waits 2 s again.
+    let done = Job::Finished {
+        kind: JobKind::Basebackup { from: "pg2".into() },
+        ok: true,
+        detail: "done".into(),
+    };
+    c.step(t(at + 0.5), &obs_job(done));
+    at += 1.0;
+    assert!(starts(&c.step(t(at), &obs_job(Job::Idle))));
+    c.step(t(at + 0.01), &obs_job(failed()));
+    assert!(starts(&c.step(t(at + 2.0), &obs_job(Job::Idle))));
 }
 
 // ----- Issue 8, the safety review: each test failed before its fix -----

@@ -159,6 +159,21 @@ fn arg_value(v: &Value) -> Result<String, String> {
     Ok(s)
 }
 
+/// A key whose value is likely a secret: `pass`, `secret`, `token` or
+/// `credential` anywhere in its name, or a word `key` in a name that is not a
+/// file's path (pgBackRest's `repo1-s3-key`, `repo1-azure-key`; not
+/// `repo1-host-key-file` nor `repo1-s3-key-type`).
+fn looks_secret(k: &str) -> bool {
+    let k = k.to_ascii_lowercase();
+    let path = ["-file", "_file", "-path", "_path", "-type", "_type"]
+        .iter()
+        .any(|s| k.ends_with(s));
+    ["pass", "secret", "token", "credential"]
+        .iter()
+        .any(|w| k.contains(w))
+        || (!path && k.split(['-', '_', '.']).any(|w| w == "key"))
+}
+
 /// An option name passed as `--name`: no `=` (it would change what the value
 /// is), no leading `-`, nothing a shell or a parser could split.
 fn check_option_name(k: &str) -> Result<(), String> {
@@ -280,10 +295,7 @@ fn command_method(s: &Sect<'_>, name: &str) -> Result<CommandMethod, ConfigError
                     ),
                 ));
             }
-            _ if ["pass", "secret", "token"]
-                .iter()
-                .any(|w| k.to_ascii_lowercase().contains(w)) =>
-            {
+            _ if looks_secret(k) => {
                 return Err(s.err(
                     k,
                     "looks like a secret: a method's keys become its command line, which \
@@ -497,6 +509,10 @@ mod tests {
                 "postgresql.x.repo1-cipher-pass: looks like a secret",
             ),
             (
+                "create_replica_methods = [\"x\"]\n[postgresql.x]\ncommand = \"/bin/x\"\n\"repo1-s3-key\" = \"s\"\n",
+                "postgresql.x.repo1-s3-key: looks like a secret",
+            ),
+            (
                 "create_replica_methods = [\"x\"]\n[postgresql.x]\ncommand = \"/bin/x\"\nS3-Key-Secret = \"s\"\n",
                 "looks like a secret",
             ),
@@ -542,5 +558,37 @@ mod tests {
             panic!()
         };
         assert_eq!(m.params, vec!["--datadir=/srv/x"]);
+    }
+}
+
+#[cfg(test)]
+mod secret_tests {
+    use super::looks_secret;
+
+    /// Review of session 18, L7: pgBackRest's key options are secrets, a key
+    /// file's path is not.
+    #[test]
+    fn secret_like_keys() {
+        for k in [
+            "repo1-cipher-pass",
+            "repo1-s3-key",
+            "repo1-s3-key-secret",
+            "repo1-azure-key",
+            "repo1-gcs-key",
+            "api_token",
+            "Credential",
+        ] {
+            assert!(looks_secret(k), "{k}");
+        }
+        for k in [
+            "repo1-host-key-file",
+            "pg1-path",
+            "stanza",
+            "repo1-s3-key-type",
+            "keyring",
+            "process-max",
+        ] {
+            assert!(!looks_secret(k), "{k}");
+        }
     }
 }

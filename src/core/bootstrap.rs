@@ -69,6 +69,11 @@ impl Core {
                 self.state = State::Follower;
                 Reason::Refusing(format!("data directory unusable: {why}"))
             }
+            (_, DataDir::Held(why)) => {
+                p.push(Action::Revoke { lease });
+                self.state = State::Follower;
+                Reason::Refusing(format!("data directory held: {why}"))
+            }
         }
     }
 
@@ -119,6 +124,7 @@ impl Core {
                         ))
                     }
                     DataDir::Unusable(why) => self.unusable(p, why),
+                    DataDir::Held(why) => Reason::Refusing(format!("data directory held: {why}")),
                 })
             }
             Some(Initialize::Locked { holder, .. }) => Err(Reason::Waiting(format!(

@@ -14,6 +14,10 @@ use super::model::*;
 use super::time::Instant;
 use super::{Core, Planner, State};
 
+/// The longest wait between replica builds that keep failing (or a `loop_wait`,
+/// if longer): once a minute is a source's checkpoint a minute at most.
+pub const BUILD_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
 impl Core {
     /// Everything a node without leadership does.
     pub(super) fn follow(&mut self, now: Instant, obs: &Observation, p: &mut Planner) -> Reason {
@@ -121,11 +125,21 @@ impl Core {
             ..
         } = &obs.job
         {
-            // The leader is never passed over: only a `clonefrom` member is.
+            // The leader is never passed over: only a `clonefrom` member is, and
+            // a failure from the leader (while that member is passed over) keeps
+            // its record, or the member would be chosen again at once (review of
+            // session 18, L2).
+            let from_leader = view.leader.as_ref().is_some_and(|k| k.name == *from);
             self.clone_failed_from = match self.clone_failed_from.take() {
                 _ if *ok => None,
+                kept if from_leader => kept,
                 Some((name, since)) if name == *from => Some((name, since)),
                 _ => Some((from.clone(), now)),
+            };
+            self.build_failures = if *ok {
+                0
+            } else {
+                self.build_failures.saturating_add(1)
             };
         }
 
@@ -143,6 +157,9 @@ impl Core {
                 ));
             }
             (DataDir::Unusable(why), _) => return self.unusable(p, why),
+            (DataDir::Held(why), _) => {
+                return Reason::Refusing(format!("data directory held: {why}"));
+            }
             _ => {}
         }
         if let DataDir::Present {
@@ -346,14 +363,6 @@ impl Core {
         }
     }
 
-    /// `Some(reason to wait)` while the last job of kind `what` (basebackup,
-    /// rewind) started less than half a `loop_wait` ago; else `None`, and `now` is
-    /// recorded as its new start. A refused TLS handshake or password fails such a
-    /// job in milliseconds, and the child's exit wakes the loop at once: without
-    /// this it would be retried tens of times a second, each time an error line and
-    /// a connection to the leader. Half a loop, not a whole one: the tick after a
-    /// start comes a loop_wait after that tick, which can be a hair less than a
-    /// loop_wait after the instant the step saw; the next tick retries.
     /// Where a new replica is built from (Patroni's `clonefrom` tag): a member
     /// tagged so, sparing the primary the copy, when it runs as a replica, streams,
     /// is on the leader's timeline and no more than `maximum_lag_on_failover`
@@ -399,15 +408,42 @@ impl Core {
             .map_or_else(|| leader_name.to_string(), |m| m.name.clone())
     }
 
+    /// `Some(reason to wait)` while the last job of kind `what` (basebackup,
+    /// rewind) started less than half a `loop_wait` ago; else `None`, and `now` is
+    /// recorded as its new start. A refused TLS handshake or password fails such a
+    /// job in milliseconds, and the child's exit wakes the loop at once: without
+    /// this it would be retried tens of times a second, each time an error line and
+    /// a connection to the leader. Half a loop, not a whole one: the tick after a
+    /// start comes a loop_wait after that tick, which can be a hair less than a
+    /// loop_wait after the instant the step saw; the next tick retries. A
+    /// basebackup that failed `n` times in a row waits `2^n` times that, up to
+    /// [`BUILD_BACKOFF_MAX`] (or a `loop_wait`, if longer).
     fn data_job_paced(&mut self, now: Instant, what: &'static str) -> Option<Reason> {
+        let mut wait = self.timing.loop_wait / 2;
+        if what == "basebackup" && self.build_failures > 0 {
+            let cap = BUILD_BACKOFF_MAX.max(self.timing.loop_wait);
+            wait = wait
+                .saturating_mul(1u32 << self.build_failures.min(16))
+                .min(cap);
+        }
         if let Some((kind, at)) = self.data_job_started
             && kind == what
-            && now < at.add(self.timing.loop_wait / 2)
+            && now < at.add(wait)
         {
-            return Some(Reason::Waiting(format!(
-                "the last {what} started {:.1} s ago: the next waits for the next loop",
-                now.since(at).as_secs_f64()
-            )));
+            return Some(Reason::Waiting(if wait > self.timing.loop_wait / 2 {
+                format!(
+                    "the last {what} started {:.1} s ago and {} in a row failed: the next \
+                     waits {:.1} s after it",
+                    now.since(at).as_secs_f64(),
+                    self.build_failures,
+                    wait.as_secs_f64()
+                )
+            } else {
+                format!(
+                    "the last {what} started {:.1} s ago: the next waits for the next loop",
+                    now.since(at).as_secs_f64()
+                )
+            }));
         }
         self.data_job_started = Some((what, now));
         None

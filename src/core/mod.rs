@@ -113,6 +113,11 @@ pub struct Core {
     /// The last basebackup or rewind started, and when: the next of the same kind
     /// waits for the next loop (`follow::data_job_paced`).
     data_job_started: Option<(&'static str, Instant)>,
+    /// Replica builds that failed in a row (reset by one that succeeds): the
+    /// next waits longer each time, up to [`follow::BUILD_BACKOFF_MAX`] (review
+    /// of session 18, M3: a build that fails at once was retried every half loop,
+    /// each a checkpoint on its source).
+    build_failures: u32,
     /// Epoch this node released after a clean stop (published in its member key).
     released: Option<Epoch>,
     /// Why this node may not take leadership (a required watchdog is missing or
@@ -236,6 +241,7 @@ impl Core {
             rewind_failures: 0,
             clone_failed_from: None,
             data_job_started: None,
+            build_failures: 0,
             released: None,
             lead_refusal: None,
             watchdog_unusable: None,

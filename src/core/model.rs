@@ -527,7 +527,17 @@ pub enum DataDir {
     /// Non-empty but not a usable cluster (a half-written basebackup, garbage).
     /// Never overwrite: move aside only when configured.
     Unusable(String),
+    /// Held for the operator: a replica method wrote into it instead of its build
+    /// directory (`pg::job`), so what it holds was never checked. Never started,
+    /// built into or moved aside by tenure (not even with `move_aside_unusable`:
+    /// a method that always does so would fill the disk with moved copies) until
+    /// the operator removes the mark, [`HELD_MARK`], or the directory.
+    Held(String),
 }
+
+/// The file in a data directory that holds it for the operator
+/// ([`DataDir::Held`]); its text says why.
+pub const HELD_MARK: &str = "tenure.held";
 
 /// What the local PostgreSQL is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -565,6 +565,20 @@ pub fn has_include(postgresql_conf: &str) -> bool {
     })
 }
 
+/// Whether `include 'tenure.conf'` is the last setting of `postgresql.conf`
+/// (blank lines and comments after it are fine): a setting after it would
+/// override what tenure owns.
+pub fn include_is_last(postgresql_conf: &str) -> bool {
+    let mut last_setting = None;
+    for l in postgresql_conf.lines() {
+        let l = l.trim();
+        if !l.is_empty() && !l.starts_with('#') {
+            last_setting = Some(l);
+        }
+    }
+    last_setting.is_some_and(has_include)
+}
+
 /// The line appended to `postgresql.conf`.
 pub const INCLUDE_LINE: &str = "include 'tenure.conf'\t# added by tenure: settings tenure owns\n";
 
@@ -915,6 +929,24 @@ mod tests {
         assert!(!has_include("include_dir 'conf.d'\n"));
         assert!(has_include("x = 1\ninclude 'tenure.conf'\n"));
         assert!(has_include(INCLUDE_LINE));
+    }
+
+    /// Review of session 18, L8: a setting after the include would override
+    /// tenure.conf; comments and blank lines after it would not.
+    #[test]
+    fn the_include_must_be_the_last_setting() {
+        assert!(include_is_last(&format!("x = 1\n{INCLUDE_LINE}")));
+        assert!(include_is_last(&format!(
+            "x = 1\n{INCLUDE_LINE}\n# a comment\n   \n"
+        )));
+        assert!(!include_is_last(&format!(
+            "{INCLUDE_LINE}recovery_target_action = 'promote'\n"
+        )));
+        assert!(!include_is_last(&format!(
+            "{INCLUDE_LINE}include_dir 'conf.d'\n"
+        )));
+        assert!(!include_is_last("x = 1\n"));
+        assert!(!include_is_last(""));
     }
 
     /// A restore that asks for a recovery target (pgBackRest `--type=immediate

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use crate::clock;
 use crate::config::ReplicaMethod;
-use crate::core::model::{DataDir, Job, JobKind};
+use crate::core::model::{DataDir, HELD_MARK, Job, JobKind};
 use crate::core::time::Instant;
 
 use super::{ConnTarget, PgCtl, PgError, conf, io_err};
@@ -83,6 +83,8 @@ struct Running {
     log_offset: u64,
     /// `Cmd::drain`.
     drain: bool,
+    /// Drained: the processes of its group still running when it exited.
+    left: Vec<u32>,
 }
 
 /// A finished child whose process group still had members when it exited: they
@@ -95,6 +97,10 @@ struct Draining {
     log_offset: u64,
     /// The job ends with a failure (no other method) if any remain by then.
     until: Instant,
+    /// The processes of its group that were still running when it exited (and
+    /// were killed): a method that exits before the writers it started is a
+    /// failed one, whatever its status (review of session 18, M1).
+    left: Vec<u32>,
 }
 
 /// How long a killed method's process group may take to be gone.
@@ -295,6 +301,22 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                 }
                 return;
             }
+            if !d.left.is_empty() && d.status.success() {
+                // INVARIANT (M1): a copy whose writers were still running when
+                // its method exited is never checked, let alone installed.
+                let pids: Vec<String> = d.left.iter().map(u32::to_string).collect();
+                let why = format!(
+                    "{} exited while processes it started were still running in its \
+                     process group (pid {}; killed): a method must wait for what it \
+                     starts, so its copy is not used",
+                    d.what,
+                    pids.join(", ")
+                );
+                if fall_back(ctl, job, why) {
+                    continue;
+                }
+                return;
+            }
             if exited(ctl, job, &d.what, d.status, d.log_offset) {
                 continue;
             }
@@ -312,6 +334,10 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                 match nix::sys::wait::waitid(nix::sys::wait::Id::Pid(pid), flags) {
                     Ok(nix::sys::wait::WaitStatus::StillAlive) => return,
                     Ok(_) => {
+                        // Who is still at work, before the kill: a method whose
+                        // writers outlive it did not finish its copy (M1).
+                        let id = r.child.id();
+                        r.left = super::procs::group_members(id, id);
                         let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
                     }
                     // Reaped already, or not ours: try_wait below says.
@@ -331,6 +357,7 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                             what: r.what,
                             log_offset: r.log_offset,
                             until: clock::now().add(DRAIN_LIMIT),
+                            left: r.left,
                         });
                         continue;
                     }
@@ -368,11 +395,8 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                     job.final_method = true;
                     let m = job.method.clone().unwrap_or_default();
                     job.outcome = Some(Err(format!(
-                        "replica method {m}: the data directory {} is not empty any more: \
-                         the method wrote into it, not into the build directory it was given \
-                         (--datadir, PGDATA; for pgBackRest, pg1-path); nothing more is built, \
-                         and what it wrote is left for the operator",
-                        ctl.cfg.data_dir.display()
+                        "replica method {m}: {}",
+                        hold_data_dir(ctl, &m)
                     )));
                     return;
                 }
@@ -385,7 +409,7 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                     Ok(Some(note)) => job.notes.push(note),
                     Ok(None) => {}
                     Err(e) => {
-                        if fall_back(job, format!("{what}: {e}")) {
+                        if fall_back(ctl, job, format!("{what}: {e}")) {
                             continue;
                         }
                         return;
@@ -395,7 +419,7 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
             Some(Step::Run(cmd)) => match spawn(ctl, &cmd) {
                 Ok(r) => job.child = Some(r),
                 Err(e) => {
-                    if fall_back(job, format!("{}: {e}", cmd.what)) {
+                    if fall_back(ctl, job, format!("{}: {e}", cmd.what)) {
                         continue;
                     }
                     return;
@@ -418,13 +442,13 @@ fn exited(
         return true;
     }
     let tail = log_tail(ctl, log_offset);
-    fall_back(job, format!("{what} failed ({status}): {tail}"))
+    fall_back(ctl, job, format!("{what} failed ({status}): {tail}"))
 }
 
 /// A step failed with `why`. A replica build with a method left (nothing
 /// installed, no fence under way) goes on with that method: `true`. Otherwise the
 /// job ends with `why`: `false`.
-fn fall_back(job: &mut RunningJob, why: String) -> bool {
+fn fall_back(ctl: &PgCtl, job: &mut RunningJob, why: String) -> bool {
     if let Some(first) = job.failed.take() {
         // The last step, removing the build directory after every method
         // failed, failed too.
@@ -438,6 +462,18 @@ fn fall_back(job: &mut RunningJob, why: String) -> bool {
     };
     if job.final_method || job.aborted.is_some() {
         job.outcome = Some(Err(why));
+        return false;
+    }
+    // INVARIANT (review of session 18, M4): a method that wrote into the data
+    // directory, failed or not, ends the build under its own name, and the
+    // directory is held for the operator: the next method would build beside an
+    // unchecked copy, and the next loop would start it.
+    if let Some(m) = &failed
+        && job.build_dir.is_some()
+        && !matches!(ctl.data_dir_state(), DataDir::Empty)
+    {
+        job.final_method = true;
+        job.outcome = Some(Err(format!("{why}; and {}", hold_data_dir(ctl, m))));
         return false;
     }
     let Some((next, steps)) = job.alternatives.pop_front() else {
@@ -566,6 +602,7 @@ fn spawn(ctl: &PgCtl, cmd: &Cmd) -> Result<Running, PgError> {
         what: cmd.what.clone(),
         drain: cmd.drain,
         log_offset,
+        left: Vec::new(),
     })
 }
 
@@ -626,6 +663,42 @@ fn build_dir(ctl: &PgCtl) -> Result<PathBuf, PgError> {
     Ok(dir)
 }
 
+/// Whether the checked copy can be renamed onto the data directory `data` at the
+/// end of a build: not a symbolic link (rename replaces the link, and the empty
+/// directory it points to cannot be removed through it) and not a mount point
+/// (the build directory next to it is on another filesystem). Refused before
+/// the copy is made, not after hours of it (review of session 18, M2: every
+/// build failed at its install, and the next started over).
+fn replaceable(data: &Path) -> Result<(), PgError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match fs::symlink_metadata(data) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("stat", data, e)),
+    };
+    if meta.file_type().is_symlink() {
+        let to = fs::read_link(data).map_or_else(|_| "?".into(), |t| t.display().to_string());
+        return Err(PgError::Refused(format!(
+            "data directory {} is a symbolic link (to {to}): a replica build renames its \
+             checked copy onto the data directory, which a link does not allow; set \
+             data_dir to the directory it points to",
+            data.display()
+        )));
+    }
+    let parent = data.parent().unwrap_or(Path::new("/"));
+    let pmeta = fs::metadata(parent).map_err(|e| io_err("stat", parent, e))?;
+    if meta.dev() != pmeta.dev() {
+        return Err(PgError::Refused(format!(
+            "data directory {} is a mount point: a replica is built next to it, in {}, \
+             on another filesystem, and cannot be moved onto it; make data_dir a \
+             directory below the mount point",
+            data.display(),
+            parent.display()
+        )));
+    }
+    Ok(())
+}
+
 /// `rm -rf --one-file-system <dir>` as a child (as the PostgreSQL user, who owns
 /// the copy): what an earlier or a failed build left in the build directory,
 /// which can be millions of files, removed without holding the loop.
@@ -650,9 +723,40 @@ fn make_build_dir(ctl: &PgCtl, dir: &Path) -> Result<(), PgError> {
         )));
     }
     fs::create_dir(dir).map_err(|e| io_err("create", dir, e))?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+    // Mode and owner on the directory we made, opened without following a link
+    // the PostgreSQL user (who owns the parent) could have put there since (L6).
+    let d = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(dir)
+        .map_err(|e| io_err("open", dir, e))?;
+    d.set_permissions(fs::Permissions::from_mode(0o700))
         .map_err(|e| io_err("chmod 0700", dir, e))?;
-    ctl.chown(dir)
+    ctl.fchown(&d, dir)
+}
+
+/// Method `m` wrote into the data directory: hold it for the operator (the
+/// [`HELD_MARK`] file, read by `dir_state` as [`DataDir::Held`]: never started,
+/// built into or moved aside) and say so.
+fn hold_data_dir(ctl: &PgCtl, m: &str) -> String {
+    let data = &ctl.cfg.data_dir;
+    let why = format!(
+        "replica method {m} wrote into the data directory {}, not into the build \
+         directory it was given (--datadir, PGDATA; for pgBackRest, pg1-path)",
+        data.display()
+    );
+    let mark = data.join(HELD_MARK);
+    match ctl.write_owned(&mark, &format!("{why}\n")) {
+        Ok(()) => format!(
+            "{why}: nothing more is built, and the data directory is held for the \
+             operator ({} says why; remove it, or empty the directory, once checked)",
+            mark.display()
+        ),
+        Err(e) => format!(
+            "{why}: nothing more is built; what it wrote is left for the operator (the \
+             mark that holds it could not be written: {e})"
+        ),
+    }
 }
 
 /// The child that builds a replica's copy into `dir` with method `m`.
@@ -747,7 +851,7 @@ fn check_copy(ctl: &PgCtl, dir: &Path) -> Result<Option<String>, PgError> {
                 dir.display()
             )));
         }
-        DataDir::Unusable(why) => {
+        DataDir::Unusable(why) | DataDir::Held(why) => {
             return Err(PgError::Refused(format!(
                 "no usable cluster in the copy: {why}"
             )));
@@ -823,13 +927,22 @@ fn temp_file(
 /// pg_ctl can append to it even when the parent directory is not theirs.
 fn prepare_server_log(ctl: &PgCtl) -> Result<PathBuf, PgError> {
     let p = ctl.server_log();
-    fs::OpenOptions::new()
+    // Not through a link (L6: one planted in the PostgreSQL user's directory
+    // would have root append to, and hand over, a file of root's).
+    let f = fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(&p)
         .map_err(|e| io_err("create server log", &p, e))?;
-    ctl.chown(&p)?;
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(PgError::Refused(format!(
+            "server log {} is not a regular file",
+            p.display()
+        )));
+    }
+    ctl.fchown(&f, &p)?;
     Ok(p)
 }
 
@@ -930,6 +1043,7 @@ fn plan(
             // Every method builds into this directory of ours, never into the
             // data directory (DESIGN §3a), which the copy replaces only once it
             // was checked (`check_copy`).
+            replaceable(&data)?;
             let tmp = build_dir(ctl)?;
             job.build_dir = Some(tmp.clone());
             let methods = ctl.cfg.create_replica.methods.clone();

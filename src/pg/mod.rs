@@ -191,6 +191,12 @@ pub struct PgCtl {
     /// The member the standby config we last wrote follows.
     following: Option<String>,
     job: Option<job::RunningJob>,
+    /// A replica build that could not start (no source to copy from, a data
+    /// directory it cannot replace): reported by the next `poll_job` as a failed
+    /// build, so the core's accounting (the `clonefrom` member passed over, the
+    /// back-off) sees it as it sees a build that ran and failed (review of
+    /// session 18, L1).
+    failed_start: Option<(JobKind, String)>,
     /// Member hosts `pg_hba.conf` admits (sorted, deduplicated), and whether the
     /// file in the data directory says so.
     hba_hosts: Vec<String>,
@@ -222,6 +228,46 @@ pub struct PgCtl {
 /// The largest `postgresql.auto.conf` tenure reads (1 MiB; ALTER SYSTEM writes a
 /// line per setting).
 const AUTO_CONF_MAX: u64 = 1 << 20;
+
+/// The most of `postgresql.conf` read (the stock file is about 30 KB).
+const PG_CONF_MAX: u64 = 4 << 20;
+
+/// Read the regular file `path` if it exists (`Ok(None)`: it does not): opened
+/// non-blocking (a FIFO or a device there must not hold the loop), with
+/// `nofollow` not through a symbolic link, checked to be a regular file of at
+/// most `max` bytes on the open descriptor, then read through it. Returns its
+/// bytes and its permission bits. The error names what is wrong.
+fn read_regular(path: &Path, max: u64, nofollow: bool) -> Result<Option<(Vec<u8>, u32)>, String> {
+    use std::io::Read;
+    let mut flags = libc::O_NONBLOCK;
+    if nofollow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let f = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err("a symbolic link, not a regular file".into());
+        }
+        Err(e) => return Err(format!("cannot open: {e}")),
+    };
+    let meta = f.metadata().map_err(|e| format!("cannot stat: {e}"))?;
+    if !meta.is_file() || meta.len() > max {
+        return Err(format!("not a regular file of at most {max} bytes"));
+    }
+    let mut out = Vec::with_capacity(meta.len() as usize);
+    f.take(max + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if out.len() as u64 > max {
+        return Err(format!("more than {max} bytes"));
+    }
+    Ok(Some((out, meta.permissions().mode() & 0o7777)))
+}
 
 impl PgCtl {
     /// Resolve the OS user, check the configuration, make `socket_dir` (0700, owned
@@ -256,6 +302,7 @@ impl PgCtl {
                 .map_err(|e| PgError::Config(format!("cannot build the query runtime: {e}")))?,
             following: None,
             job: None,
+            failed_start: None,
             hba_hosts: Vec::new(),
             hba_written: false,
             sync_file: None,
@@ -342,9 +389,33 @@ impl PgCtl {
     }
 
     /// Give `path` to the PostgreSQL user (no-op when we are that user).
+    /// `chown` without following a symbolic link at `path`: the PostgreSQL user
+    /// owns the directories these files are made in and could put a link to a
+    /// file of root's in place between our create and this call (review of
+    /// session 18, L6); the link itself would then be what changes owner.
     fn chown(&self, path: &Path) -> Result<(), PgError> {
         if let Some(r) = &self.run_as {
-            nix::unistd::chown(path, Some(r.uid), Some(r.gid)).map_err(|e| {
+            nix::unistd::fchownat(
+                nix::fcntl::AT_FDCWD,
+                path,
+                Some(r.uid),
+                Some(r.gid),
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| {
+                PgError::Io(format!(
+                    "chown {} to the postgres user: {e}",
+                    path.display()
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `chown` of a file we hold open: no path to swap.
+    fn fchown(&self, f: &fs::File, path: &Path) -> Result<(), PgError> {
+        if let Some(r) = &self.run_as {
+            nix::unistd::fchown(f, Some(r.uid), Some(r.gid)).map_err(|e| {
                 PgError::Io(format!(
                     "chown {} to the postgres user: {e}",
                     path.display()
@@ -362,6 +433,13 @@ impl PgCtl {
 
     /// [`Self::write_owned`] for any bytes.
     fn write_owned_bytes(&self, path: &Path, text: &[u8]) -> Result<(), PgError> {
+        self.write_owned_mode(path, text, 0o600)
+    }
+
+    /// [`Self::write_owned_bytes`] with the file's mode (masked to 0640: never
+    /// more than PostgreSQL's group-readable clusters use). Owner and mode are
+    /// set on the open file, never by path (L6).
+    fn write_owned_mode(&self, path: &Path, text: &[u8], mode: u32) -> Result<(), PgError> {
         let mut tmp = path.as_os_str().to_os_string();
         tmp.push(".tenure-tmp");
         let tmp = PathBuf::from(tmp);
@@ -375,8 +453,13 @@ impl PgCtl {
         f.write_all(text)
             .and_then(|_| f.sync_all())
             .map_err(|e| io_err("write", &tmp, e))?;
+        let mode = mode & 0o640;
+        if mode != 0o600 {
+            f.set_permissions(fs::Permissions::from_mode(mode))
+                .map_err(|e| io_err("chmod", &tmp, e))?;
+        }
+        self.fchown(&f, &tmp)?;
         drop(f);
-        self.chown(&tmp)?;
         fs::rename(&tmp, path).map_err(|e| io_err("rename into place", path, e))
     }
 
@@ -406,6 +489,19 @@ pub(crate) fn dir_state(d: &Path) -> DataDir {
     // for a directory that can be traversed but not listed, which is now
     // Present rather than Unusable: its files are what PostgreSQL reads).
     // Anything else takes the full path, which names what is wrong.
+    // Held for the operator (a replica method wrote here): one stat a loop,
+    // ENOENT in every other case.
+    let held = d.join(crate::core::model::HELD_MARK);
+    if fs::symlink_metadata(&held).is_ok() {
+        let mut why = [0u8; 512];
+        let n = read_head(&held, &mut why).unwrap_or(0);
+        return DataDir::Held(format!(
+            "{}; check what it holds, then remove {} to use it, or empty the directory \
+             (or `tenure ctl reinit`) to build again",
+            String::from_utf8_lossy(&why[..n]).trim(),
+            held.display()
+        ));
+    }
     let ctl = d.join("global").join("pg_control");
     let mut head = [0u8; 20];
     if let Ok(n @ 8..) = read_head(&ctl, &mut head)
@@ -433,8 +529,10 @@ pub(crate) fn dir_state(d: &Path) -> DataDir {
             d.display()
         ));
     }
-    match fs::read(&ctl) {
-        Ok(b) if b.len() >= 8 => {
+    // Non-blocking and only a regular file (L5: a FIFO here must not hold the
+    // loop); pg_control is 8 KiB.
+    match read_regular(&ctl, 64 << 10, false).and_then(|r| r.ok_or_else(|| "missing".into())) {
+        Ok((b, _)) if b.len() >= 8 => {
             let mut id = [0u8; 8];
             id.copy_from_slice(&b[..8]);
             match u64::from_le_bytes(id) {
@@ -445,7 +543,7 @@ pub(crate) fn dir_state(d: &Path) -> DataDir {
                 },
             }
         }
-        Ok(b) => DataDir::Unusable(format!("{}: only {} bytes", ctl.display(), b.len())),
+        Ok((b, _)) => DataDir::Unusable(format!("{}: only {} bytes", ctl.display(), b.len())),
         Err(e) => DataDir::Unusable(format!("cannot read {}: {e}", ctl.display())),
     }
 }
@@ -1230,8 +1328,23 @@ impl PgCtl {
         // standby's recovery (`conf::sanitize_auto_conf`).
         self.sanitize_owned_in_auto_conf()?;
         let pgconf = self.cfg.data_dir.join("postgresql.conf");
-        let cur = fs::read_to_string(&pgconf).map_err(|e| io_err("read", &pgconf, e))?;
-        if !conf::has_include(&cur) {
+        // A regular file (a link to one is followed: some layouts keep it
+        // elsewhere), of a sane size, opened without blocking (L5).
+        let cur = match read_regular(&pgconf, PG_CONF_MAX, false) {
+            Ok(Some((b, _))) => String::from_utf8_lossy(&b).into_owned(),
+            Ok(None) => {
+                return Err(io_err(
+                    "read",
+                    &pgconf,
+                    std::io::Error::from(std::io::ErrorKind::NotFound),
+                ));
+            }
+            Err(e) => return Err(PgError::Refused(format!("{}: {e}", pgconf.display()))),
+        };
+        // The include must be the last setting: one after it would override
+        // tenure.conf (L8). Appended again when it is not (PostgreSQL reads an
+        // include twice without complaint; the last value wins).
+        if !conf::include_is_last(&cur) {
             let mut f = fs::OpenOptions::new()
                 .append(true)
                 .open(&pgconf)
@@ -1254,28 +1367,18 @@ impl PgCtl {
         let auto = dir.join("postgresql.auto.conf");
         // Only a regular file is read (a FIFO or a device planted in a copy would
         // hold the loop), and no more than PostgreSQL would sensibly hold there.
-        let meta = match fs::symlink_metadata(&auto) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_err("stat", &auto, e)),
+        // Opened once, not followed if a link, checked and read through the one
+        // descriptor (no path swapped in between, L5).
+        let (text, mode) = match read_regular(&auto, AUTO_CONF_MAX, true) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(PgError::Refused(format!("{}: {e}", auto.display()))),
         };
-        if !meta.is_file() || meta.len() > AUTO_CONF_MAX {
-            return Err(PgError::Refused(format!(
-                "{} is not a regular file of at most {AUTO_CONF_MAX} bytes",
-                auto.display()
-            )));
-        }
-        let text = fs::read(&auto).map_err(|e| io_err("read", &auto, e))?;
         let Some((clean, removed)) = conf::sanitize_auto_conf(&text) else {
             return Ok(None);
         };
-        self.write_owned_bytes(&auto, &clean)?;
         // Its mode as it was (0600, or 0640 in a group-readable cluster).
-        let mode = meta.permissions().mode() & 0o7777;
-        if mode != 0o600 {
-            fs::set_permissions(&auto, fs::Permissions::from_mode(mode))
-                .map_err(|e| io_err("chmod", &auto, e))?;
-        }
+        self.write_owned_mode(&auto, &clean, mode)?;
         Ok(Some(removed))
     }
 
@@ -1334,11 +1437,25 @@ impl PgCtl {
     ) -> Result<(), PgError> {
         // A start reads the file; a basebackup or rewind replaces it.
         self.sync_file = None;
-        job::start(self, kind, source, now)
+        let r = job::start(self, kind, source, now);
+        if let Err(e) = &r
+            && matches!(kind, JobKind::Basebackup { .. })
+            && !matches!(e, PgError::Busy(_))
+        {
+            self.failed_start = Some((kind.clone(), format!("did not start: {e}")));
+        }
+        r
     }
 
     /// Advance the job without blocking: Running / Finished (once) / Idle.
     pub fn poll_job(&mut self, now: Instant) -> Job {
+        if let Some((kind, detail)) = self.failed_start.take() {
+            return Job::Finished {
+                kind,
+                ok: false,
+                detail,
+            };
+        }
         job::poll(self, now)
     }
 
@@ -1495,7 +1612,15 @@ fn with_timeout(sql: &str, left: Duration) -> String {
 /// without allocating: for the loop's per-iteration reads of small headers.
 fn read_head(path: &Path, buf: &mut [u8]) -> std::io::Result<usize> {
     use std::io::Read;
-    let mut f = fs::File::open(path)?;
+    // Non-blocking, and only a regular file: a FIFO or a device at this path (a
+    // copy's, or planted) must not hold the loop (L5).
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
     let mut n = 0;
     while n < buf.len() {
         match f.read(&mut buf[n..]) {
@@ -1890,6 +2015,47 @@ mod tests {
     /// what `advance` and `fall_back` do with a failing method, one that leaves a
     /// writer behind (H1), one that writes into the data directory (M3), a copy of
     /// another cluster, and all of them failing.
+    /// Review of session 18, L5: a FIFO where `pg_control`, `postgresql.auto.conf`
+    /// or `postgresql.conf` should be (a copy's, or planted) is refused at once,
+    /// never opened blocking; a regular file keeps its group-readable mode when
+    /// rewritten, and nothing wider (L6).
+    #[test]
+    fn fifos_are_refused_without_blocking_and_modes_are_kept_narrow() {
+        let (ctl, data) = scratch_ctl("pg-fifo");
+        fs::create_dir_all(data.join("global")).unwrap();
+        fs::write(data.join("PG_VERSION"), "15\n").unwrap();
+        let fifo = |p: &Path| {
+            let _ = fs::remove_file(p);
+            nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        };
+        fifo(&data.join("global/pg_control"));
+        // A writer would never come: a blocking open would hang this test.
+        assert!(matches!(ctl.data_dir_state(), DataDir::Unusable(_)));
+        let auto = data.join("postgresql.auto.conf");
+        fifo(&auto);
+        let e = ctl.sanitize_auto_conf(&data).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let pgconf = data.join("postgresql.conf");
+        fifo(&pgconf);
+        let e = read_regular(&pgconf, PG_CONF_MAX, false).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+        // A link is not followed for auto.conf.
+        fs::remove_file(&auto).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", &auto).unwrap();
+        let e = ctl.sanitize_auto_conf(&data).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        fs::remove_file(&auto).unwrap();
+        // 0640 is kept, a setuid 4755 becomes 0640.
+        for (mode, want) in [(0o640, 0o640), (0o4755, 0o640)] {
+            fs::write(&auto, "recovery_target = 'immediate'\n").unwrap();
+            fs::set_permissions(&auto, fs::Permissions::from_mode(mode)).unwrap();
+            assert!(ctl.sanitize_auto_conf(&data).unwrap().is_some());
+            let got = fs::metadata(&auto).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(got, want, "mode {mode:o}");
+        }
+        let _ = fs::remove_dir_all(data.parent().unwrap());
+    }
+
     mod replica_build {
         use super::*;
         use crate::config::{CommandMethod, CreateReplica, ReplicaMethod};
@@ -2036,9 +2202,138 @@ mod tests {
                 vec![method("stray", &stray), method("good", &good)],
             );
             assert!(!ok, "{detail}");
-            assert!(detail.contains("is not empty any more"), "{detail}");
+            assert!(
+                detail.contains("replica method stray wrote into the data directory"),
+                "{detail}"
+            );
             assert!(!detail.contains("built by"), "{detail}");
             assert!(data.join("PG_VERSION").exists(), "what it wrote is left");
+            // Held for the operator: never started, built into or moved aside.
+            let st = ctl.data_dir_state();
+            assert!(
+                matches!(&st, DataDir::Held(w) if w.contains("replica method stray")),
+                "{st:?}"
+            );
+            let _ = fs::remove_dir_all(&dir);
+        }
+
+        /// Review of session 18, M4: a method that writes into the data
+        /// directory and then fails ends the build under its own name (the next
+        /// method does not run, and is not blamed), and the directory is held.
+        #[test]
+        fn a_failed_method_that_wrote_into_the_data_directory_is_named_and_held() {
+            let (mut ctl, data) = scratch_ctl("pg-methods-dd-fail");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.set_cluster("s", Some(7));
+            let torn = script(
+                &dir,
+                "torn",
+                &format!(
+                    "mkdir -p {d}/global && printf 15 > {d}/PG_VERSION\nexit 2",
+                    d = data.display()
+                ),
+                None,
+            );
+            let good = script(&dir, "good", "touch \"$PGDATA/../GOOD-RAN\"", Some(7));
+            let (ok, detail) = build(&mut ctl, vec![method("torn", &torn), method("good", &good)]);
+            assert!(!ok, "{detail}");
+            assert!(
+                detail.contains("replica method torn wrote into the data directory"),
+                "{detail}"
+            );
+            assert!(!detail.contains("replica method good"), "{detail}");
+            assert!(!dir.join("GOOD-RAN").exists(), "the next method ran");
+            let st = ctl.data_dir_state();
+            assert!(matches!(&st, DataDir::Held(_)), "{st:?}");
+            // The operator checked it and removed the mark: the directory is
+            // what it holds again.
+            fs::remove_file(data.join(crate::core::model::HELD_MARK)).unwrap();
+            assert!(matches!(ctl.data_dir_state(), DataDir::Unusable(_)));
+            let _ = fs::remove_dir_all(&dir);
+        }
+
+        /// Review of session 18, M2 and L1: a data directory the copy could not
+        /// be renamed onto (a symbolic link) is refused before anything is
+        /// copied, and the refusal comes back from the next poll as a failed
+        /// build (the core backs off and passes a failing source over).
+        #[test]
+        fn a_build_that_cannot_install_is_refused_before_it_copies() {
+            let (mut ctl, data) = scratch_ctl("pg-methods-link");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.set_cluster("s", Some(7));
+            let real = dir.join("real-data");
+            fs::create_dir_all(&real).unwrap();
+            std::os::unix::fs::symlink(&real, &data).unwrap();
+            let good = script(&dir, "good", "touch \"$PGDATA/../GOOD-RAN\"", Some(7));
+            ctl.cfg.create_replica = CreateReplica {
+                methods: vec![method("good", &good)],
+                basebackup_args: Vec::new(),
+            };
+            let src = ConnTarget {
+                name: "pg1".into(),
+                host: "127.0.0.1".into(),
+                port: 1,
+            };
+            let kind = JobKind::Basebackup { from: "pg1".into() };
+            let e = ctl
+                .start_job(&kind, Some(&src), clock::now())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("is a symbolic link"), "{e}");
+            match ctl.poll_job(clock::now()) {
+                Job::Finished {
+                    kind: k,
+                    ok: false,
+                    detail,
+                } => {
+                    assert_eq!(k, kind);
+                    assert!(
+                        detail.contains("did not start: ") && detail.contains("symbolic link"),
+                        "{detail}"
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(ctl.poll_job(clock::now()), Job::Idle, "reported once");
+            assert!(!dir.join("GOOD-RAN").exists(), "a method ran");
+            // No source at all (a member's conn_url that does not parse): the
+            // same, a failed build.
+            fs::remove_file(&data).unwrap();
+            assert!(ctl.start_job(&kind, None, clock::now()).is_err());
+            assert!(matches!(
+                ctl.poll_job(clock::now()),
+                Job::Finished { ok: false, .. }
+            ));
+            let _ = fs::remove_dir_all(&dir);
+        }
+
+        /// Review of session 18, M1: a method that exits 0 while a writer it
+        /// started still runs in its process group did not finish its copy: the
+        /// writer is killed, the method counts as failed, the next one builds.
+        #[test]
+        fn a_method_that_exits_before_its_writers_is_a_failed_one() {
+            let (mut ctl, data) = scratch_ctl("pg-methods-early");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.set_cluster("s", Some(7));
+            let early = script(
+                &dir,
+                "early",
+                "( sleep 100; touch \"$PGDATA/LATE\" ) &",
+                Some(7),
+            );
+            let good = script(&dir, "good", "", Some(7));
+            let (ok, detail) = build(
+                &mut ctl,
+                vec![method("early", &early), method("good", &good)],
+            );
+            assert!(ok, "{detail}");
+            assert!(detail.contains("built by replica method good"), "{detail}");
+            assert!(
+                detail.contains("replica method early: ")
+                    && detail.contains("exited while processes it started were still running"),
+                "{detail}"
+            );
+            assert!(!data.join("LATE").exists());
             let _ = fs::remove_dir_all(&dir);
         }
     }

@@ -25,6 +25,8 @@ use crate::core::time::Instant;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Stat {
     ppid: u32,
+    /// The process group.
+    pgrp: u32,
     zombie: bool,
     /// Start time, in clock ticks after boot: with the pid it names one process.
     start: u64,
@@ -37,10 +39,12 @@ fn parse_stat(s: &str) -> Option<Stat> {
     let mut f = rest.split_whitespace();
     let state = f.next()?;
     let ppid = f.next()?.parse().ok()?;
-    // starttime is field 22: 19 fields after ppid (field 4).
-    let start = f.nth(17)?.parse().ok()?;
+    let pgrp = f.next()?.parse().ok()?;
+    // starttime is field 22: 17 fields after pgrp (field 5).
+    let start = f.nth(16)?.parse().ok()?;
     Some(Stat {
         ppid,
+        pgrp,
         // 'Z' zombie, 'X' dead: they can no longer run, let alone commit.
         zombie: state == "Z" || state == "X",
         start,
@@ -512,6 +516,19 @@ pub fn zombie_children(parent: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The live (not zombie) processes of process group `pgid` other than `except`:
+/// what a replica method left running when its own process exited (`pg::job`).
+/// One pass over `/proc`, taken once per method, not per loop.
+pub fn group_members(pgid: u32, except: u32) -> Vec<u32> {
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != except)
+        .filter(|&pid| read_stat(pid).is_some_and(|s| !s.zombie && s.pgrp == pgid))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -599,12 +616,14 @@ mod tests {
         assert!(!st.zombie);
         assert_eq!(st.ppid, std::os::unix::process::parent_id());
         assert!(st.start > 0);
+        assert_eq!(st.pgrp as i32, nix::unistd::getpgrp().as_raw());
         // A name with ') ' in it does not shift the fields.
         let line = "42 (a) b) S 7 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 12345 0 0";
         assert_eq!(
             parse_stat(line),
             Some(Stat {
                 ppid: 7,
+                pgrp: 42,
                 zombie: false,
                 start: 12345
             })
