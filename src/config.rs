@@ -218,6 +218,16 @@ pub fn parse_slots(v: &serde_json::Value) -> Result<(Vec<String>, Vec<String>), 
             ));
         }
     };
+    // Bounded as the `status` key's slots are: a map of tens of thousands (another
+    // writer's, in etcd) would cost the leader's slot upkeep seconds a round
+    // (review of bad input, finding 2).
+    if map.len() > crate::dcs::MAX_STATUS_SLOTS {
+        return Err(format!(
+            "slots: {} slots, more than the {} any cluster keeps",
+            map.len(),
+            crate::dcs::MAX_STATUS_SLOTS
+        ));
+    }
     let mut out = Vec::new();
     let mut logical = Vec::new();
     for (name, spec) in map {
@@ -269,6 +279,13 @@ pub fn parse_ignore_slots(v: &serde_json::Value) -> Result<Vec<IgnoreSlot>, Stri
             ));
         }
     };
+    if list.len() > crate::dcs::MAX_STATUS_SLOTS {
+        return Err(format!(
+            "ignore_slots: {} entries, more than the {} any cluster keeps",
+            list.len(),
+            crate::dcs::MAX_STATUS_SLOTS
+        ));
+    }
     let mut out = Vec::new();
     for (i, e) in list.iter().enumerate() {
         let Value::Object(o) = e else {
@@ -513,6 +530,43 @@ pub struct WatchdogConfig {
 /// DNS server that lost a packet is not waited for (glibc retries only after its
 /// `timeout`, 5 s by default): the next endpoint failure resolves again.
 pub const DEFAULT_RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The most of a configuration file read (a real one is a few KB).
+pub const CONFIG_FILE_MAX: u64 = 1 << 20;
+
+/// The most of a secret, certificate or key file read.
+pub const SMALL_FILE_MAX: u64 = 1 << 20;
+
+/// Read the text file `path`, at most `max` bytes: opened non-blocking and only
+/// as a regular file (a reload reads the configuration, its secrets and its
+/// certificates on the loop, where a FIFO or `/dev/zero` must not hold it or
+/// fill memory: review of bad input). The error says what is wrong.
+pub fn read_text(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > max {
+        return Err(std::io::Error::other(format!(
+            "{} bytes, more than the {max} read",
+            meta.len()
+        )));
+    }
+    let mut s = String::new();
+    f.take(max + 1).read_to_string(&mut s)?;
+    if s.len() as u64 > max {
+        return Err(std::io::Error::other(format!(
+            "more than the {max} bytes read"
+        )));
+    }
+    Ok(s)
+}
 
 /// `[etcd] resolve_interval` when not set: names and SRV records are asked again
 /// every five minutes while the endpoints answer (Patroni refreshes its etcd
@@ -1332,9 +1386,16 @@ impl<'a> Sect<'a> {
         v.ok_or_else(|| self.err(k, "missing"))
     }
 
+    /// A string value; none of the file's has a use for a control character, and
+    /// one would end up in `tenure.conf`, a passfile or a child's arguments, where
+    /// a line break breaks the file (review of bad input, finding 1).
     fn string(&self, k: &str) -> Result<Option<String>, ConfigError> {
         match self.table.get(k) {
             None => Ok(None),
+            Some(Value::String(s)) if s.chars().any(char::is_control) => Err(self.err(
+                k,
+                "must not contain control characters (a line break, a tab, NUL)",
+            )),
             Some(Value::String(s)) => Ok(Some(s.clone())),
             Some(v) => Err(self.wrong(k, "a string", v)),
         }
@@ -1572,14 +1633,29 @@ fn healthy_time_left(t: &TimingConfig, ttl: u32, watchdog: Option<u32>) -> (Dura
 }
 
 /// `host:port` with a non-empty host and a numeric port.
+/// `connect_address`: checked by the parser every other member reads it with
+/// (`ConnTarget::from_conn_url` on the published `conn_url`), so a value they
+/// would refuse, or read as another host, is refused here (review of bad input,
+/// finding 6).
 fn check_host_port(s: &str) -> Result<(), String> {
-    let (host, port) = s
-        .rsplit_once(':')
-        .ok_or_else(|| format!("expected \"host:port\", found \"{s}\""))?;
-    if host.is_empty() || port.parse::<u16>().is_err() {
-        return Err(format!("expected \"host:port\", found \"{s}\""));
+    let url = format!("postgres://{s}/postgres");
+    match crate::pg::ConnTarget::from_conn_url("connect_address", &url) {
+        // The same host and port back: not a prefix of it (`a/b:5432` reads as
+        // host `a`).
+        Ok(t)
+            if s.rsplit_once(':').is_some_and(|(h, p)| {
+                h.trim_start_matches('[').trim_end_matches(']') == t.host && p == t.port.to_string()
+            }) =>
+        {
+            Ok(())
+        }
+        Ok(_) => Err(format!(
+            "expected \"host:port\" (IPv6 as \"[addr]:port\"), found \"{s}\""
+        )),
+        Err(e) => Err(format!(
+            "expected \"host:port\" (IPv6 as \"[addr]:port\"), found \"{s}\": {e}"
+        )),
     }
-    Ok(())
 }
 
 impl Config {
@@ -1588,7 +1664,7 @@ impl Config {
     /// watchdog (the agent checks again with the granted TTL and the real `W`); with
     /// watchdog mode `required` some whole-second `W` must also satisfy (b) and (e).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+        let text = read_text(path, CONFIG_FILE_MAX).map_err(|error| ConfigError::Read {
             file: path.to_path_buf(),
             error,
         })?;

@@ -146,6 +146,8 @@ pub(super) fn check_connect_url(
     url: &str,
     tls: Option<&ApiTls>,
 ) -> Result<(), ConfigError> {
+    // What `tenure ctl` and the peers parse it with (review of bad input, 6).
+    crate::ctl::http::parse_api_url(url).map_err(|e| api.err("connect_url", e))?;
     match (tls.is_some(), url.starts_with("https://")) {
         (true, false) => Err(api.err(
             "connect_url",

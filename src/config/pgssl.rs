@@ -512,7 +512,8 @@ fn check_file(path: &Path, kind: Kind, r: &Reader, now_unix: i64) -> Result<Opti
         _ => {}
     }
     reachable(path, r, 4)?;
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot be read: {e}"))?;
+    let text = super::read_text(path, super::SMALL_FILE_MAX)
+        .map_err(|e| format!("cannot be read: {e}"))?;
     match kind {
         Kind::Cert | Kind::Certs => {
             let certs = super::secrets::pem_blocks(&text, "CERTIFICATE")?;
@@ -624,7 +625,8 @@ pub fn check_files(
 /// here. Read again after `check_file`'s read (start-up, `check-config`, reload:
 /// never on the loop).
 fn client_cert_cn(path: &Path, user: &str, rule: Option<&str>) -> Result<(), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot be read: {e}"))?;
+    let text = super::read_text(path, super::SMALL_FILE_MAX)
+        .map_err(|e| format!("cannot be read: {e}"))?;
     let certs = super::secrets::pem_blocks(&text, "CERTIFICATE")?;
     let first = certs.first().ok_or("no PEM CERTIFICATE block in it")?;
     let need = format!(

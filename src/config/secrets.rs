@@ -25,7 +25,7 @@ pub const CRED_PG_REWIND: &str = "tenure-pg-rewind-password";
 /// A secret file holds one line: one trailing newline (as `echo` writes it) is
 /// not part of the secret.
 fn read_secret_file(path: &Path) -> Result<String, String> {
-    let mut s = std::fs::read_to_string(path)
+    let mut s = super::read_text(path, super::SMALL_FILE_MAX)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     if s.ends_with('\n') {
         s.pop();
@@ -234,7 +234,7 @@ pub fn readable_secret_warning(path: &Path) -> Option<String> {
     if mode & 0o004 == 0 {
         return None;
     }
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = super::read_text(path, super::SMALL_FILE_MAX).ok()?;
     let table: toml::Table = text.parse().ok()?;
     if !holds_password(&table) {
         return None;
@@ -298,7 +298,7 @@ pub fn check_tls_files(tls: &EtcdTls, now_unix: i64) -> Result<Option<i64>, Stri
         };
         let not_after = check_validity(first, now_unix)
             .map_err(|e| format!("etcd cert {}: {e}", cert.display()))?;
-        let text = std::fs::read_to_string(key)
+        let text = super::read_text(key, super::SMALL_FILE_MAX)
             .map_err(|e| format!("etcd key {}: cannot read: {e}", key.display()))?;
         if !text.contains("PRIVATE KEY-----") {
             return Err(format!(
@@ -334,7 +334,7 @@ pub(super) fn check_validity(cert: &[u8], now_unix: i64) -> Result<i64, String> 
 
 /// The DER bodies of the PEM blocks labelled `label` in `path`.
 fn read_pem(path: &Path, label: &str) -> Result<Vec<Vec<u8>>, String> {
-    let text = std::fs::read_to_string(path)
+    let text = super::read_text(path, super::SMALL_FILE_MAX)
         .map_err(|e| format!("etcd TLS file {}: cannot read: {e}", path.display()))?;
     pem_blocks(&text, label).map_err(|e| format!("etcd TLS file {}: {e}", path.display()))
 }

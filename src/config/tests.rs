@@ -1457,3 +1457,104 @@ fn permanent_and_ignored_slots_from_the_file_and_the_config_key() {
     let e = err(&format!("{GOOD}\n[dynamic]\nslots = 3\n"));
     assert!(e.contains("slots: expected an object"), "{e}");
 }
+
+/// Review of bad input, findings 1 and 6: a control character in any string
+/// (it would break tenure.conf or the passfile), and a `connect_address` or
+/// `[api] connect_url` the other members or `tenure ctl` would refuse or read
+/// as another host, are refused by name.
+#[test]
+fn control_characters_and_addresses_peers_cannot_use_are_refused() {
+    let e = err(&GOOD.replace(
+        "listen = \"127.0.0.1:5432\"",
+        "listen = \"127.0.0.1:5432\"\nconnect_address = \"a\\nb:5432\"",
+    ));
+    assert!(
+        e.contains("postgresql.connect_address: must not contain control characters"),
+        "{e}"
+    );
+    let e = err(&GOOD.replace(
+        "password = \"rep\"",
+        "password = \"rep\"\nusername = \"repl\\nicator\"",
+    ));
+    assert!(
+        e.contains("username: must not contain control characters"),
+        "{e}"
+    );
+    let e = err(&GOOD.replace(
+        "listen = \"127.0.0.1:5432\"",
+        "listen = \"127.0.0.1:5432\"\nsocket_dir = \"/run/a\\tb\"",
+    ));
+    assert!(
+        e.contains("socket_dir: must not contain control characters"),
+        "{e}"
+    );
+    for bad in [
+        "bad host:5432",
+        "h'x:5432",
+        "a@b:5432",
+        "h:0",
+        "::1:5432",
+        "a/b:5432",
+        "h:05432",
+        "h",
+    ] {
+        let e = err(&GOOD.replace(
+            "listen = \"127.0.0.1:5432\"",
+            &format!("listen = \"127.0.0.1:5432\"\nconnect_address = \"{bad}\""),
+        ));
+        assert!(
+            e.contains("postgresql.connect_address: expected"),
+            "{bad}: {e}"
+        );
+    }
+    for good in ["db1.example:5432", "[fd00::1]:5433", "10.0.0.1:5432"] {
+        let c = parse(&GOOD.replace(
+            "listen = \"127.0.0.1:5432\"",
+            &format!("listen = \"127.0.0.1:5432\"\nconnect_address = \"{good}\""),
+        ))
+        .unwrap_or_else(|e| panic!("{good}: {e}"));
+        assert_eq!(c.postgresql.connect_address, good);
+    }
+    for bad in ["http://", "http://h:notaport", "http://[::1"] {
+        let e = err(&GOOD.replace(
+            "listen = \"127.0.0.1:8008\"",
+            &format!("listen = \"127.0.0.1:8008\"\nconnect_url = \"{bad}\""),
+        ));
+        assert!(e.contains("api.connect_url"), "{bad}: {e}");
+    }
+}
+
+/// Review of bad input, finding 2: a `slots` map or `ignore_slots` list past
+/// what any cluster keeps is refused (the upkeep would take seconds a round).
+#[test]
+fn slot_maps_are_bounded() {
+    let many: serde_json::Map<String, serde_json::Value> = (0..1001)
+        .map(|i| (format!("s{i}"), serde_json::json!({"type": "physical"})))
+        .collect();
+    let e = parse_slots(&serde_json::Value::Object(many)).unwrap_err();
+    assert!(e.contains("1001 slots, more than the 1000"), "{e}");
+    let list: Vec<serde_json::Value> = (0..1001)
+        .map(|i| serde_json::json!({"name": format!("s{i}")}))
+        .collect();
+    let e = parse_ignore_slots(&serde_json::Value::Array(list)).unwrap_err();
+    assert!(e.contains("1001 entries"), "{e}");
+}
+
+/// Review of bad input: a configuration (or secret, or certificate) path that
+/// is a device or a FIFO is refused at once, not read until memory runs out or
+/// a writer comes: a reload reads them on the loop.
+#[test]
+fn files_are_read_only_as_bounded_regular_files() {
+    let e = read_text(Path::new("/dev/zero"), CONFIG_FILE_MAX).unwrap_err();
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+    let dir = crate::testbed::scratch_dir("cfg-fifo").unwrap();
+    let fifo = dir.join("tenure.toml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let e = Config::load(&fifo).unwrap_err().to_string();
+    assert!(e.contains("not a regular file"), "{e}");
+    let big = dir.join("big.toml");
+    std::fs::write(&big, vec![b'#'; (CONFIG_FILE_MAX + 1) as usize]).unwrap();
+    let e = Config::load(&big).unwrap_err().to_string();
+    assert!(e.contains("more than the"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

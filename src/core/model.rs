@@ -433,7 +433,7 @@ impl ClusterView {
     pub fn newest_timeline(&self) -> u32 {
         self.history
             .iter()
-            .map(|h| h.timeline + 1)
+            .map(|h| h.timeline.saturating_add(1))
             .max()
             .unwrap_or(1)
     }

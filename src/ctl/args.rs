@@ -384,6 +384,9 @@ fn build(mut s: Seen) -> Result<Invocation, String> {
     Ok(done(command, &s))
 }
 
+/// The most parts a `--set` key may have (`postgresql.parameters.work_mem` has 3).
+const MAX_SET_DEPTH: usize = 16;
+
 /// `KEY=VALUE`; the key is dotted (`postgresql.parameters.work_mem`).
 fn split_set(kv: &str) -> Result<(String, String), String> {
     let (k, v) = kv
@@ -393,6 +396,14 @@ fn split_set(kv: &str) -> Result<(String, String), String> {
     if k.is_empty() || k.split('.').any(str::is_empty) {
         return Err(format!(
             "--set {kv:?}: the key is empty or has an empty part"
+        ));
+    }
+    // The patch is built and applied by recursion, a level a part (review of
+    // bad input, finding 5: 20,000 parts overflowed the stack).
+    let parts = k.split('.').count();
+    if parts > MAX_SET_DEPTH {
+        return Err(format!(
+            "--set: the key has {parts} parts, more than the {MAX_SET_DEPTH} any setting has"
         ));
     }
     Ok((k.to_string(), v.to_string()))
@@ -411,17 +422,11 @@ pub fn check_timestamp(t: &str) -> Result<(), String> {
     })
 }
 
-/// `--pg-version 15.4` (or `15`, `9.6.24`): digits and dots, as Patroni compares.
+/// `--pg-version 15.4` (or `9.6.24`): what the members accept, checked by the
+/// same function they use (review of bad input, finding 8: `15` passed here and
+/// every member answered 400).
 fn check_pg_version(v: &str) -> Result<(), String> {
-    let parts: Vec<&str> = v.split('.').collect();
-    if parts.len() > 3
-        || parts
-            .iter()
-            .any(|p| p.is_empty() || !p.bytes().all(|c| c.is_ascii_digit()))
-    {
-        return Err(format!(
-            "--pg-version {v:?}: expected a PostgreSQL version such as 15.4"
-        ));
-    }
-    Ok(())
+    crate::api::mgmt::manage::postgres_version_to_int(v)
+        .map(|_| ())
+        .map_err(|e| format!("--pg-version {v:?}: {e} (e.g. 15.4)"))
 }

@@ -66,18 +66,39 @@ pub fn parse_api_url(url: &str) -> Result<(String, u16), String> {
     if authority.is_empty() || authority.contains('@') {
         return Err(format!("{url:?}: no host:port in it"));
     }
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
-            let port = p
-                .parse::<u16>()
-                .map_err(|_| format!("{url:?}: the port {p:?} is not a number"))?;
+    let port_of = |p: &str| {
+        p.parse::<u16>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| format!("{url:?}: the port {p:?} is not a number in 1..65535"))
+    };
+    // `[v6]` or `[v6]:port` (review of bad input, finding 9: `[::1]` alone was
+    // split at its last colon); else `host` or `host:port`.
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(inner) => {
+            let (h, after) = inner
+                .split_once(']')
+                .ok_or_else(|| format!("{url:?}: an IPv6 address without its closing ']'"))?;
+            let port = match after {
+                "" => default_port,
+                p => port_of(p.strip_prefix(':').ok_or_else(|| {
+                    format!("{url:?}: expected :port after the IPv6 address, found {p:?}")
+                })?)?,
+            };
             (h, port)
         }
-        _ => (authority, default_port),
+        None => match authority.rsplit_once(':') {
+            Some((h, p)) => (h, port_of(p)?),
+            None => (authority, default_port),
+        },
     };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
     if host.is_empty() {
         return Err(format!("{url:?}: no host in it"));
+    }
+    if host.contains(['[', ']', ' ']) || host.chars().any(char::is_control) {
+        return Err(format!(
+            "{url:?}: the host {host:?} is not a host name or address"
+        ));
     }
     Ok((host.to_string(), port))
 }

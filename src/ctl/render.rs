@@ -242,7 +242,8 @@ pub fn topology(rows: &[Row]) -> Vec<(usize, &Row)> {
 
 /// Patroni's `Lag in MB`: whole MiB, rounded.
 fn lag_mb(b: u64) -> u64 {
-    (b + 512 * 1024) / (1024 * 1024)
+    // Rounded to the nearest MB without overflow (review of bad input, 4).
+    (b >> 20) + ((b >> 19) & 1)
 }
 
 /// A table with a frame, every column left-aligned except those in `right`.
@@ -554,5 +555,19 @@ pub fn pg_version_text(num: u64) -> String {
         format!("{}.{}", num / 10_000, num % 10_000)
     } else {
         format!("{}.{}.{}", num / 10_000, (num / 100) % 100, num % 100)
+    }
+}
+
+#[cfg(test)]
+mod lag_tests {
+    /// Review of bad input, 4: a lag near u64::MAX (another writer's optime)
+    /// rounds without overflow; the usual values round to the nearest MB.
+    #[test]
+    fn lag_rounds_to_the_nearest_mb_without_overflow() {
+        assert_eq!(super::lag_mb(0), 0);
+        assert_eq!(super::lag_mb(512 * 1024 - 1), 0);
+        assert_eq!(super::lag_mb(512 * 1024), 1);
+        assert_eq!(super::lag_mb(3 << 20), 3);
+        assert_eq!(super::lag_mb(u64::MAX), (u64::MAX >> 20) + 1);
     }
 }

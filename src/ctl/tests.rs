@@ -147,6 +147,13 @@ fn usage_errors_name_the_argument() {
     assert!(usage(&["switchover", "--scheduled", "tomorrow"]).contains("\"tomorrow\""));
     assert!(usage(&["restart", "--role", "boss"]).contains("\"boss\""));
     assert!(usage(&["restart", "--pg-version", "15.x"]).contains("\"15.x\""));
+    // What the members would refuse is refused here (review of bad input, 8).
+    assert!(usage(&["restart", "--pg-version", "15"]).contains("X.Y or X.Y.Z"));
+    assert!(usage(&["restart", "--pg-version", "9.6"]).contains("X.Y or X.Y.Z"));
+    // A key of 20,000 parts overflowed the patch's recursion (review of bad
+    // input, 5).
+    let deep = format!("{}a=1", "a.".repeat(20_000));
+    assert!(usage(&["edit-config", "--set", &deep]).contains("more than the 16"));
     assert!(usage(&["pause", "--timeout", "-1"]).contains("\"-1\""));
     assert!(usage(&["pause", "--candidate", "x"]).contains("--candidate does not apply"));
     assert!(usage(&["reload", "--wait"]).contains("--wait does not apply"));
@@ -203,6 +210,29 @@ fn base64_and_urls() {
     assert!(http::parse_api_url("ftp://x").is_err());
     assert!(http::parse_api_url("http://h:port").is_err());
     assert!(http::parse_api_url("http://").is_err());
+    // Review of bad input, 9: a bracketed IPv6 address without a port.
+    assert_eq!(
+        http::parse_api_url("http://[::1]/patroni"),
+        Ok(("::1".into(), 80))
+    );
+    assert_eq!(
+        http::parse_api_url("https://[fd00::1]"),
+        Ok(("fd00::1".into(), 443))
+    );
+    for bad in [
+        "http://[::1",
+        "http://[::1]x",
+        "http://h:0",
+        "http://a b:80",
+        "http://h\n:80",
+    ] {
+        assert!(http::parse_api_url(bad).is_err(), "{bad}");
+    }
+    assert!(
+        http::parse_api_url("http://h:notaport")
+            .unwrap_err()
+            .contains("not a number in 1..65535")
+    );
 }
 
 #[test]

@@ -547,10 +547,20 @@ fn parse_history_entry(v: &Value) -> Result<(HistoryEntry, Vec<String>), String>
             short(v)
         ));
     }
+    // A timeline is from 1, and the one after it must be one too: PostgreSQL's
+    // TimeLineID is a u32 (review of bad input, finding 3: u32::MAX overflowed
+    // `newest_timeline`).
     let timeline = a[0]
         .as_u64()
         .and_then(|t| u32::try_from(t).ok())
-        .ok_or_else(|| format!("timeline: expected a u32, got {}", short(&a[0])))?;
+        .filter(|t| (1..u32::MAX).contains(t))
+        .ok_or_else(|| {
+            format!(
+                "timeline: expected a timeline from 1 to {}, got {}",
+                u32::MAX - 1,
+                short(&a[0])
+            )
+        })?;
     let lsn = parse_lsn_value(&a[1])
         .ok_or_else(|| format!("lsn: expected an integer LSN, got {}", short(&a[1])))?;
     let mut problems = Vec::new();
@@ -1361,13 +1371,14 @@ mod tests {
 
     #[test]
     fn history_malformed_entries_are_skipped() {
-        let raw = br#"[[1,100,"a","t","pg1"],"junk",[],[2],["x",5],[-1,5],[4294967296,5],[3,-7],[4,200,{"a":1},"t","pg3"],[5,300]]"#;
+        let raw = br#"[[1,100,"a","t","pg1"],"junk",[],[2],["x",5],[-1,5],[4294967296,5],[4294967295,5],[0,5],[3,-7],[4,200,{"a":1},"t","pg3"],[5,300]]"#;
         let (h, p) = parse_history(raw);
         let tls: Vec<u32> = h.iter().map(|e| e.timeline).collect();
         assert_eq!(tls, vec![1, 4, 5]);
         assert_eq!(h[1].reason, "");
-        // 7 skipped entries and one wrong-typed reason.
-        assert_eq!(p.len(), 8, "{p:?}");
+        // 9 skipped entries (u32::MAX and 0 are no timelines: the next of the
+        // first overflowed, review of bad input, 3) and one wrong-typed reason.
+        assert_eq!(p.len(), 10, "{p:?}");
     }
 
     #[test]

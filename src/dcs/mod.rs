@@ -25,7 +25,7 @@ pub use secure::{Security, is_invalid_auth_token, is_security_error};
 
 pub use handover::{encode_failover, parse_rfc3339};
 
-pub use keys::{encode_status, encode_sync};
+pub use keys::{MAX_STATUS_SLOTS, encode_status, encode_sync};
 
 use std::collections::VecDeque;
 use std::future::Future;

@@ -46,12 +46,14 @@ impl Security {
 }
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, DcsError> {
-    std::fs::read(path).map_err(|e| {
-        DcsError(format!(
-            "etcd TLS: {what} {}: cannot read: {e}",
-            path.display()
-        ))
-    })
+    crate::config::read_text(path, crate::config::SMALL_FILE_MAX)
+        .map(String::into_bytes)
+        .map_err(|e| {
+            DcsError(format!(
+                "etcd TLS: {what} {}: cannot read: {e}",
+                path.display()
+            ))
+        })
 }
 
 /// `opts` with the TLS settings of `tls`: the files are checked (readable, PEM,

@@ -105,7 +105,9 @@ pub fn split_host_port(s: &str) -> Result<(String, u16), String> {
     if host.is_empty() {
         return Err(format!("{s:?}: empty host"));
     }
-    if host.contains(['/', ' ', '\'', '"', '\\', '@']) {
+    // Control characters too: a line break in a host from another member's key
+    // would break `tenure.conf` and the passfile (review of bad input, 1).
+    if host.contains(['/', ' ', '\'', '"', '\\', '@']) || host.chars().any(char::is_control) {
         return Err(format!("{s:?}: host {host:?} has forbidden characters"));
     }
     let port: u16 = port

@@ -7,8 +7,6 @@
 //! Must never: report a checkpoint unless the control file says `shut down` (a
 //! crash, an immediate stop or a running server leaves WAL after it).
 
-use std::fs;
-
 use super::PgCtl;
 use crate::core::model::Lsn;
 
@@ -47,7 +45,10 @@ impl PgCtl {
     /// The shutdown checkpoint of the stopped local PostgreSQL.
     pub fn shutdown_checkpoint(&self) -> Result<(u32, Lsn), String> {
         let p = self.cfg.data_dir.join("global").join("pg_control");
-        let b = fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        // As `dir_state` reads it: non-blocking, a regular file, bounded.
+        let (b, _) = super::read_regular(&p, 64 << 10, false)
+            .and_then(|r| r.ok_or_else(|| "missing".into()))
+            .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
         shutdown_checkpoint_of(&b)
     }
 }

@@ -1145,6 +1145,7 @@ impl PgCtl {
         let mine = slot_name(&self.me);
         // In the order they are made in.
         let mut want: Vec<String> = Vec::new();
+        let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
         for w in members
             .iter()
             .map(|m| slot_name(m))
@@ -1154,7 +1155,9 @@ impl PgCtl {
             // Never a slot for ourselves, even a permanent one named so: nothing
             // on this node would read it, and it would hold WAL (review 2,
             // finding 1).
-            if w != mine && !want.contains(&w) {
+            // A set for the duplicates: linear, however many slots (review of
+            // bad input, finding 2).
+            if w != mine && seen.insert(w.clone()) {
                 want.push(w);
             }
         }
@@ -1438,6 +1441,10 @@ impl PgCtl {
         // A start reads the file; a basebackup or rewind replaces it.
         self.sync_file = None;
         let r = job::start(self, kind, source, now);
+        if r.is_ok() {
+            // A job that started supersedes a refusal not yet reported.
+            self.failed_start = None;
+        }
         if let Err(e) = &r
             && matches!(kind, JobKind::Basebackup { .. })
             && !matches!(e, PgError::Busy(_))

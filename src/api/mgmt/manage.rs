@@ -85,6 +85,9 @@ impl RestartRequest {
     }
 }
 
+/// The longest `timeout` a restart may be given: a day.
+const RESTART_TIMEOUT_MAX: i64 = 86_400;
+
 /// Patroni's `postgres_version_to_int`: `X.Y` (X >= 10) or `X.Y.Z` as
 /// `server_version_num` (`15.2` → 150002, `9.6.3` → 90603).
 pub fn postgres_version_to_int(v: &str) -> Result<u32, String> {
@@ -198,7 +201,16 @@ pub fn restart_request(body: &serde_json::Map<String, Value>) -> Result<RestartR
     }
     if let Some(v) = body.get("timeout").filter(|v| !v.is_null()) {
         match timeout_secs(v).filter(|&t| t > 0) {
-            Some(t) => r.timeout = Some(u32::try_from(t).unwrap_or(u32::MAX)),
+            // Bounded: it becomes `pg_ctl -t` (whose tenths-of-a-second count
+            // overflows an int past ~2e8 s) and how long this request is held
+            // (review of bad input, finding 7).
+            Some(t) if t <= RESTART_TIMEOUT_MAX => r.timeout = Some(t as u32),
+            Some(t) => {
+                return Err(Reply::now(
+                    400,
+                    format!("Timeout {t} s is more than the {RESTART_TIMEOUT_MAX} s allowed"),
+                ));
+            }
             None => {
                 return Err(Reply::now(
                     400,

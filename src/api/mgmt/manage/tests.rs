@@ -144,6 +144,14 @@ fn bad_restart_fields_get_patronis_code_and_reason() {
             400,
             "Timeout should be a positive number",
         ),
+        // Review of bad input, 7: pg_ctl -t overflows past ~2e8 s, and the
+        // request would be held as long.
+        (r#"{"timeout": 1e30}"#, 400, "more than the 86400 s allowed"),
+        (
+            r#"{"timeout": 86401}"#,
+            400,
+            "Timeout 86401 s is more than the 86400 s allowed",
+        ),
         (
             r#"{"schedule": "2030-01-01T00:00:00"}"#,
             400,
