@@ -456,10 +456,20 @@ fn fall_back(ctl: &PgCtl, job: &mut RunningJob, why: String) -> bool {
         return false;
     }
     let failed = job.method.clone();
-    let why = match &failed {
+    let mut why = match &failed {
         Some(m) => format!("replica method {m}: {why}"),
         None => why,
     };
+    // Tablespaces the failed copy linked to keep their files when its build
+    // directory is removed, and the next build into the same paths fails on
+    // them: say where, while the links still say it (review of session 18, M3).
+    if failed.is_some()
+        && let Some(dir) = &job.build_dir
+        && let Some(note) = tablespace_note(dir)
+    {
+        why.push_str("; ");
+        why.push_str(&note);
+    }
     if job.final_method || job.aborted.is_some() {
         job.outcome = Some(Err(why));
         return false;
@@ -492,6 +502,24 @@ fn fall_back(ctl: &PgCtl, job: &mut RunningJob, why: String) -> bool {
     job.method = Some(next);
     job.steps = steps;
     true
+}
+
+/// Where the copy in `dir` put its tablespaces (`pg_tblspc`'s links), if
+/// anywhere: a few directory entries and links, read once per failed method.
+fn tablespace_note(dir: &Path) -> Option<String> {
+    let rd = fs::read_dir(dir.join("pg_tblspc")).ok()?;
+    let targets: Vec<String> = rd
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .take(16)
+        .map(|t| t.display().to_string())
+        .collect();
+    (!targets.is_empty()).then(|| {
+        format!(
+            "its tablespaces ({}) keep what it wrote there: empty them before the next \
+             build, which would fail on them",
+            targets.join(", ")
+        )
+    })
 }
 
 /// One local step; `Some(note)` goes into the job's report.

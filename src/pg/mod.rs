@@ -2314,6 +2314,40 @@ mod tests {
             let _ = fs::remove_dir_all(&dir);
         }
 
+        /// Review of session 18, M3: a failed copy's tablespaces keep their
+        /// files when its build directory goes; the report says where.
+        #[test]
+        fn a_failed_copy_names_the_tablespaces_it_leaves() {
+            let (mut ctl, _data) = scratch_ctl("pg-methods-tblspc");
+            let dir = _data.parent().unwrap().to_path_buf();
+            ctl.set_cluster("s", Some(7));
+            let ts = dir.join("ts1");
+            let tblspc = script(
+                &dir,
+                "tblspc",
+                &format!(
+                    "mkdir -p {ts} \"$PGDATA/pg_tblspc\" && touch {ts}/FILE && \
+                     ln -s {ts} \"$PGDATA/pg_tblspc/16400\"\nexit 1",
+                    ts = ts.display()
+                ),
+                None,
+            );
+            let (ok, detail) = build(&mut ctl, vec![method("tblspc", &tblspc)]);
+            assert!(!ok, "{detail}");
+            assert!(
+                detail.contains(&format!(
+                    "its tablespaces ({}) keep what it wrote",
+                    ts.display()
+                )),
+                "{detail}"
+            );
+            assert!(
+                ts.join("FILE").exists(),
+                "a tablespace is not tenure's to empty"
+            );
+            let _ = fs::remove_dir_all(&dir);
+        }
+
         /// Review of session 18, M1: a method that exits 0 while a writer it
         /// started still runs in its process group did not finish its copy: the
         /// writer is killed, the method counts as failed, the next one builds.
