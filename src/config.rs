@@ -534,14 +534,22 @@ pub const DEFAULT_RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The most of a configuration file read (a real one is a few KB).
 pub const CONFIG_FILE_MAX: u64 = 1 << 20;
 
-/// The most of a secret, certificate or key file read.
-pub const SMALL_FILE_MAX: u64 = 1 << 20;
+/// The most of a secret, certificate, CA bundle, CRL or key file read: far past
+/// any real one (an enterprise CRL of tens of thousands of revocations is a few
+/// MiB), only there so `/dev/zero` or a runaway file cannot fill memory.
+pub const SMALL_FILE_MAX: u64 = 64 << 20;
 
 /// Read the text file `path`, at most `max` bytes: opened non-blocking and only
 /// as a regular file (a reload reads the configuration, its secrets and its
 /// certificates on the loop, where a FIFO or `/dev/zero` must not hold it or
 /// fill memory: review of bad input). The error says what is wrong.
 pub fn read_text(path: &Path, max: u64) -> std::io::Result<String> {
+    String::from_utf8(read_bytes(path, max)?)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
+/// [`read_text`] for any bytes (PEM files whose comments are not UTF-8).
+pub fn read_bytes(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
@@ -558,8 +566,8 @@ pub fn read_text(path: &Path, max: u64) -> std::io::Result<String> {
             meta.len()
         )));
     }
-    let mut s = String::new();
-    f.take(max + 1).read_to_string(&mut s)?;
+    let mut s = Vec::with_capacity(meta.len() as usize);
+    f.take(max + 1).read_to_end(&mut s)?;
     if s.len() as u64 > max {
         return Err(std::io::Error::other(format!(
             "more than the {max} bytes read"
@@ -1392,10 +1400,11 @@ impl<'a> Sect<'a> {
     fn string(&self, k: &str) -> Result<Option<String>, ConfigError> {
         match self.table.get(k) {
             None => Ok(None),
-            Some(Value::String(s)) if s.chars().any(char::is_control) => Err(self.err(
-                k,
-                "must not contain control characters (a line break, a tab, NUL)",
-            )),
+            // A tab is a character some passwords hold; a line break or NUL is
+            // not one any of these files or arguments can carry.
+            Some(Value::String(s)) if s.contains(['\n', '\r', '\0']) => {
+                Err(self.err(k, "must not contain a line break or NUL"))
+            }
             Some(Value::String(s)) => Ok(Some(s.clone())),
             Some(v) => Err(self.wrong(k, "a string", v)),
         }
@@ -1644,7 +1653,8 @@ fn check_host_port(s: &str) -> Result<(), String> {
         // host `a`).
         Ok(t)
             if s.rsplit_once(':').is_some_and(|(h, p)| {
-                h.trim_start_matches('[').trim_end_matches(']') == t.host && p == t.port.to_string()
+                h.trim_start_matches('[').trim_end_matches(']') == t.host
+                    && p.parse::<u16>() == Ok(t.port)
             }) =>
         {
             Ok(())

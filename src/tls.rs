@@ -59,8 +59,7 @@ fn provider() -> Arc<CryptoProvider> {
 
 /// Every `CERTIFICATE` block of `path`; `what` names the key in errors.
 pub fn read_certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let text = crate::config::read_text(path, crate::config::SMALL_FILE_MAX)
-        .map(String::into_bytes)
+    let text = crate::config::read_bytes(path, crate::config::SMALL_FILE_MAX)
         .map_err(|e| format!("{what} {}: cannot read: {e}", path.display()))?;
     let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(&text).collect();
     let certs = certs.map_err(|e| format!("{what} {}: not valid PEM: {e}", path.display()))?;
@@ -75,8 +74,7 @@ pub fn read_certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>
 
 /// The first private key of `path` (PKCS#8, PKCS#1 or SEC1).
 fn read_key(path: &Path, what: &str) -> Result<PrivateKeyDer<'static>, String> {
-    let text = crate::config::read_text(path, crate::config::SMALL_FILE_MAX)
-        .map(String::into_bytes)
+    let text = crate::config::read_bytes(path, crate::config::SMALL_FILE_MAX)
         .map_err(|e| format!("{what} {}: cannot read: {e}", path.display()))?;
     PrivateKeyDer::from_pem_slice(&text).map_err(|e| match e {
         rustls::pki_types::pem::Error::NoItemsFound => {

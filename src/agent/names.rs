@@ -65,6 +65,9 @@ pub(super) struct Names {
     srv: Option<Srv>,
     /// `resolve_interval`'s next round for the names (without `srv`).
     refresh_at: Option<Instant>,
+    /// What the SRV list file was last written with (it is rewritten only when
+    /// that changes).
+    srv_saved: Option<String>,
 }
 
 /// The SRV side: the records asked, the child in flight, whether to ask again.
@@ -112,6 +115,7 @@ impl Names {
                 refresh_at: None,
             }),
             refresh_at: None,
+            srv_saved: None,
         }
     }
 
@@ -472,6 +476,7 @@ impl Agent {
             warn!("etcd: {e}");
             self.status.metrics.etcd_resolve_failures += 1;
             self.names.last_end = Some(now);
+            self.names.round_over(&names);
         }
     }
 
@@ -482,9 +487,10 @@ impl Agent {
 
     /// Keep an SRV answer's list and its targets' addresses (`URL ADDR ...` a
     /// line) for a restart while DNS is down (`resolve_at_startup`): a small file
-    /// in the socket directory, as the member lease's. Only after an answer,
-    /// which comes only at start-up or after the list's last member failed.
-    fn save_srv_list(&self, urls: &[String], addrs: &[crate::resolve::Answer]) {
+    /// in the socket directory, as the member lease's. Only when it says
+    /// something new (the timer asks every `resolve_interval`), through a temp
+    /// file and a rename: a crash mid-write leaves the old list, not half of it.
+    fn save_srv_list(&mut self, urls: &[String], addrs: &[crate::resolve::Answer]) {
         let mut text = String::new();
         for u in urls {
             text.push_str(u);
@@ -499,12 +505,17 @@ impl Agent {
             }
             text.push('\n');
         }
+        if self.names.srv_saved.as_deref() == Some(text.as_str()) {
+            return;
+        }
         let path = self.srv_saved_path();
-        if let Err(e) = std::fs::write(&path, text) {
-            warn!(
+        let tmp = path.with_extension("etcd-srv.tmp");
+        match std::fs::write(&tmp, &text).and_then(|()| std::fs::rename(&tmp, &path)) {
+            Ok(()) => self.names.srv_saved = Some(text),
+            Err(e) => warn!(
                 "etcd: cannot record the SRV list in {}: {e}",
                 path.display()
-            );
+            ),
         }
     }
 
@@ -533,6 +544,10 @@ impl Agent {
         if let Err(e) = s.resolver.start(&[service], now.add(timeout)) {
             warn!("etcd: {e}");
             s.last_end = Some(now);
+            // The timer's round is over too: the spacing applies to the next try
+            // (review of resolve_interval, L3: a failed spawn was retried every
+            // iteration while the round was due).
+            s.due = false;
             self.status.metrics.etcd_resolve_failures += 1;
         }
     }

@@ -79,6 +79,10 @@ impl Agent {
     /// SIGHUP: new TLS files or credentials take effect through a new connection
     /// (the files are read at every connect). Endpoints stay as started.
     pub(super) fn etcd_reloaded(&mut self, new: EtcdConfig) {
+        // The resolver's timings apply from the next lookup (review of
+        // resolve_interval, L5: a reload ignored them without a word).
+        self.cfg.etcd.resolve_timeout = new.resolve_timeout;
+        self.cfg.etcd.resolve_interval = new.resolve_interval;
         if new.tls.is_some() || new.auth.is_some() || self.cfg.etcd.tls.is_some() {
             info!("SIGHUP: reconnecting to etcd to re-read its certificates and credentials");
             self.cfg.etcd.tls = new.tls;

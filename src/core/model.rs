@@ -527,17 +527,22 @@ pub enum DataDir {
     /// Non-empty but not a usable cluster (a half-written basebackup, garbage).
     /// Never overwrite: move aside only when configured.
     Unusable(String),
-    /// Held for the operator: a replica method wrote into it instead of its build
-    /// directory (`pg::job`), so what it holds was never checked. Never started,
-    /// built into or moved aside by tenure (not even with `move_aside_unusable`:
-    /// a method that always does so would fill the disk with moved copies) until
-    /// the operator removes the mark, [`HELD_MARK`], or the directory.
+    /// Held for the operator: not empty while a replica build's mark is there
+    /// (`pg::job`: a method wrote into it instead of its build directory, or the
+    /// build was cut short by a crash, a fence or a forced reinit while a method
+    /// ran), so what it holds was never checked. Never started, built into or
+    /// moved aside by tenure (not even with `move_aside_unusable`: a method that
+    /// always does so would fill the disk with moved copies) until the operator
+    /// removes the mark, `<data_dir>.`[`BUILD_MARK`], or empties the directory.
     Held(String),
 }
 
-/// The file in a data directory that holds it for the operator
-/// ([`DataDir::Held`]); its text says why.
-pub const HELD_MARK: &str = "tenure.held";
+/// The suffix of the file next to the data directory that a replica build
+/// writes before any method runs and removes only once its checked copy is
+/// about to be moved in (or the build ended with the directory still empty):
+/// while it is there, a data directory that is not empty is
+/// [`DataDir::Held`]. Its text says why.
+pub const BUILD_MARK: &str = "building";
 
 /// What the local PostgreSQL is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

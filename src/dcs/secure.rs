@@ -46,14 +46,12 @@ impl Security {
 }
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, DcsError> {
-    crate::config::read_text(path, crate::config::SMALL_FILE_MAX)
-        .map(String::into_bytes)
-        .map_err(|e| {
-            DcsError(format!(
-                "etcd TLS: {what} {}: cannot read: {e}",
-                path.display()
-            ))
-        })
+    crate::config::read_bytes(path, crate::config::SMALL_FILE_MAX).map_err(|e| {
+        DcsError(format!(
+            "etcd TLS: {what} {}: cannot read: {e}",
+            path.display()
+        ))
+    })
 }
 
 /// `opts` with the TLS settings of `tls`: the files are checked (readable, PEM,

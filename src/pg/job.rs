@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use crate::clock;
 use crate::config::ReplicaMethod;
-use crate::core::model::{DataDir, HELD_MARK, Job, JobKind};
+use crate::core::model::{DataDir, Job, JobKind};
 use crate::core::time::Instant;
 
 use super::{ConnTarget, PgCtl, PgError, conf, io_err};
@@ -263,6 +263,15 @@ pub(super) fn poll(ctl: &mut PgCtl, _now: Instant) -> Job {
         }
         Some(Err(mut detail)) => {
             remove_temp(&job);
+            // A build that ended with the data directory still empty leaves no
+            // mark (one left would hold a directory the operator fills by hand
+            // later, e.g. a restore); one that did not keeps it: held.
+            if matches!(job.kind, JobKind::Basebackup { .. })
+                && matches!(ctl.data_dir_state(), DataDir::Empty)
+                && let Err(e) = remove_build_mark(ctl)
+            {
+                detail.push_str(&format!("; {e}"));
+            }
             for n in &job.notes {
                 detail.push_str("; ");
                 detail.push_str(n);
@@ -534,6 +543,9 @@ fn run_local(ctl: &mut PgCtl, op: Local) -> Result<Option<String>, PgError> {
         Local::TouchStandby => ctl.touch_standby_signal()?,
         Local::InstallBasebackup(tmp) => {
             let data = &ctl.cfg.data_dir;
+            // INVARIANT: the mark goes only once the copy was checked and the
+            // data directory is still empty: the copy moved in is a checked one.
+            remove_build_mark(ctl)?;
             match fs::remove_dir(data) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -763,9 +775,9 @@ fn make_build_dir(ctl: &PgCtl, dir: &Path) -> Result<(), PgError> {
     ctl.fchown(&d, dir)
 }
 
-/// Method `m` wrote into the data directory: hold it for the operator (the
-/// [`HELD_MARK`] file, read by `dir_state` as [`DataDir::Held`]: never started,
-/// built into or moved aside) and say so.
+/// Method `m` wrote into the data directory: the build's mark stays (read by
+/// `dir_state` as [`DataDir::Held`]: never started, built into or moved aside),
+/// now saying why, and so does the report.
 fn hold_data_dir(ctl: &PgCtl, m: &str) -> String {
     let data = &ctl.cfg.data_dir;
     let why = format!(
@@ -773,17 +785,44 @@ fn hold_data_dir(ctl: &PgCtl, m: &str) -> String {
          directory it was given (--datadir, PGDATA; for pgBackRest, pg1-path)",
         data.display()
     );
-    let mark = data.join(HELD_MARK);
-    match ctl.write_owned(&mark, &format!("{why}\n")) {
-        Ok(()) => format!(
-            "{why}: nothing more is built, and the data directory is held for the \
-             operator ({} says why; remove it, or empty the directory, once checked)",
-            mark.display()
+    let mark = super::build_mark_of(data);
+    // The mark is there since before the method ran: if this rewrite fails (a
+    // full disk, the likely reason the method failed), the directory is held
+    // all the same, with the mark's first words (review of this fix, M2).
+    let said = match ctl.write_owned(&mark, &format!("{why}\n")) {
+        Ok(()) => String::new(),
+        Err(e) => format!("; the mark's reason could not be rewritten: {e}"),
+    };
+    format!(
+        "{why}: nothing more is built, and the data directory is held for the operator \
+         ({} says why; remove it, or empty the directory, once checked){said}",
+        mark.display()
+    )
+}
+
+/// Before any method runs: the mark that holds a data directory that is not
+/// empty while it is there (a method that writes into it, a build cut short by a
+/// crash, a fence or a forced reinit), written while the data directory is
+/// still empty.
+fn write_build_mark(ctl: &PgCtl, build: &Path) -> Result<(), PgError> {
+    ctl.write_owned(
+        &super::build_mark_of(&ctl.cfg.data_dir),
+        &format!(
+            "a replica build into {} was under way (the data directory must stay empty \
+             until its checked copy is moved in)\n",
+            build.display()
         ),
-        Err(e) => format!(
-            "{why}: nothing more is built; what it wrote is left for the operator (the \
-             mark that holds it could not be written: {e})"
-        ),
+    )
+}
+
+/// The build's mark, once the data directory is empty at its end or its checked
+/// copy is about to be moved in. Absent is fine.
+fn remove_build_mark(ctl: &PgCtl) -> Result<(), PgError> {
+    let mark = super::build_mark_of(&ctl.cfg.data_dir);
+    match fs::remove_file(&mark) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("remove the build mark", &mark, e)),
     }
 }
 
@@ -1073,6 +1112,7 @@ fn plan(
             // was checked (`check_copy`).
             replaceable(&data)?;
             let tmp = build_dir(ctl)?;
+            write_build_mark(ctl, &tmp)?;
             job.build_dir = Some(tmp.clone());
             let methods = ctl.cfg.create_replica.methods.clone();
             for m in &methods {

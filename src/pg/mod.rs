@@ -480,6 +480,35 @@ impl PgCtl {
     }
 }
 
+/// `<d>.building`, the mark a replica build leaves while the data directory
+/// must stay empty (`pg::job`).
+pub(crate) fn build_mark_of(d: &Path) -> PathBuf {
+    let mut name = d.file_name().unwrap_or_default().to_os_string();
+    name.push(".");
+    name.push(crate::core::model::BUILD_MARK);
+    d.with_file_name(name)
+}
+
+/// `Some(Held)` when a replica build's mark is next to the non-empty `d`: one
+/// stat, ENOENT in every other case.
+fn held(d: &Path) -> Option<DataDir> {
+    let mark = build_mark_of(d);
+    fs::symlink_metadata(&mark).ok()?;
+    let mut why = [0u8; 512];
+    let n = read_head(&mark, &mut why).unwrap_or(0);
+    let why = String::from_utf8_lossy(&why[..n]).trim().to_string();
+    Some(DataDir::Held(format!(
+        "{}; check what it holds, then remove {} to use it, or empty the directory \
+         (or `tenure ctl reinit`) to build again",
+        if why.is_empty() {
+            "a replica build was under way when it was written into".into()
+        } else {
+            why
+        },
+        mark.display()
+    )))
+}
+
 /// What the directory `d` holds, as `PgCtl::data_dir_state` reports it: also used
 /// on a replica build's copy before it is moved into place (`pg::job`).
 pub(crate) fn dir_state(d: &Path) -> DataDir {
@@ -489,25 +518,15 @@ pub(crate) fn dir_state(d: &Path) -> DataDir {
     // for a directory that can be traversed but not listed, which is now
     // Present rather than Unusable: its files are what PostgreSQL reads).
     // Anything else takes the full path, which names what is wrong.
-    // Held for the operator (a replica method wrote here): one stat a loop,
-    // ENOENT in every other case.
-    let held = d.join(crate::core::model::HELD_MARK);
-    if fs::symlink_metadata(&held).is_ok() {
-        let mut why = [0u8; 512];
-        let n = read_head(&held, &mut why).unwrap_or(0);
-        return DataDir::Held(format!(
-            "{}; check what it holds, then remove {} to use it, or empty the directory \
-             (or `tenure ctl reinit`) to build again",
-            String::from_utf8_lossy(&why[..n]).trim(),
-            held.display()
-        ));
-    }
     let ctl = d.join("global").join("pg_control");
     let mut head = [0u8; 20];
     if let Ok(n @ 8..) = read_head(&ctl, &mut head)
         && head[..8] != [0u8; 8]
         && d.join("PG_VERSION").is_file()
     {
+        if let Some(held) = held(d) {
+            return held;
+        }
         let mut id = [0u8; 8];
         id.copy_from_slice(&head[..8]);
         return DataDir::Present {
@@ -522,6 +541,9 @@ pub(crate) fn dir_state(d: &Path) -> DataDir {
     };
     if entries.next().is_none() {
         return DataDir::Empty;
+    }
+    if let Some(held) = held(d) {
+        return held;
     }
     if !d.join("PG_VERSION").is_file() {
         return DataDir::Unusable(format!(
@@ -2173,6 +2195,7 @@ mod tests {
             );
             assert!(data.join("standby.signal").exists());
             assert!(!tmp.exists());
+            assert!(!build_mark_of(&data).exists(), "a checked copy is not held");
 
             // Every method fails: the job fails, the build directory is removed,
             // the data directory stays empty.
@@ -2187,6 +2210,11 @@ mod tests {
             assert!(detail.contains("replica method partial: "), "{detail}");
             assert!(!tmp.exists(), "the build directory was left behind");
             assert_eq!(ctl.data_dir_state(), DataDir::Empty);
+            assert!(
+                !build_mark_of(&data).exists(),
+                "a build that left the data directory empty leaves no mark (it would \
+                 hold what the operator restores there by hand)"
+            );
             let _ = fs::remove_dir_all(&dir);
         }
 
@@ -2254,7 +2282,7 @@ mod tests {
             assert!(matches!(&st, DataDir::Held(_)), "{st:?}");
             // The operator checked it and removed the mark: the directory is
             // what it holds again.
-            fs::remove_file(data.join(crate::core::model::HELD_MARK)).unwrap();
+            fs::remove_file(build_mark_of(&data)).unwrap();
             assert!(matches!(ctl.data_dir_state(), DataDir::Unusable(_)));
             let _ = fs::remove_dir_all(&dir);
         }
@@ -2311,6 +2339,57 @@ mod tests {
                 ctl.poll_job(clock::now()),
                 Job::Finished { ok: false, .. }
             ));
+            let _ = fs::remove_dir_all(&dir);
+        }
+
+        /// Review of the hold (M2): a build cut short while its method was
+        /// writing into the data directory (the agent stopped, a forced reinit)
+        /// leaves it held, with no report and no rewrite of the mark.
+        #[test]
+        fn a_build_cut_short_holds_what_it_left_in_the_data_directory() {
+            let (mut ctl, data) = scratch_ctl("pg-methods-cut");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.set_cluster("s", Some(7));
+            let slow = script(
+                &dir,
+                "slow",
+                &format!(
+                    "mkdir -p {d}/global && printf 15 > {d}/PG_VERSION && touch {d}/STARTED\n\
+                     sleep 100",
+                    d = data.display()
+                ),
+                None,
+            );
+            ctl.cfg.create_replica = CreateReplica {
+                methods: vec![method("slow", &slow)],
+                basebackup_args: Vec::new(),
+            };
+            let src = ConnTarget {
+                name: "pg1".into(),
+                host: "127.0.0.1".into(),
+                port: 1,
+            };
+            ctl.start_job(
+                &JobKind::Basebackup { from: "pg1".into() },
+                Some(&src),
+                clock::now(),
+            )
+            .unwrap();
+            let started = crate::testbed::wait_for(
+                Duration::from_secs(10),
+                Duration::from_millis(20),
+                || {
+                    let _ = ctl.poll_job(clock::now());
+                    data.join("STARTED").exists().then_some(())
+                },
+            );
+            assert!(started.is_some(), "the method never wrote");
+            ctl.kill_job();
+            let st = ctl.data_dir_state();
+            assert!(
+                matches!(&st, DataDir::Held(w) if w.contains("a replica build into")),
+                "{st:?}"
+            );
             let _ = fs::remove_dir_all(&dir);
         }
 

@@ -27,6 +27,9 @@ struct Stat {
     ppid: u32,
     /// The process group.
     pgrp: u32,
+    /// `PF_EXITING` in its flags: in `do_exit`, which releases the memory and
+    /// the files before the cwd (`exit_mm`, `exit_files`, then `exit_fs`).
+    exiting: bool,
     zombie: bool,
     /// Start time, in clock ticks after boot: with the pid it names one process.
     start: u64,
@@ -40,16 +43,22 @@ fn parse_stat(s: &str) -> Option<Stat> {
     let state = f.next()?;
     let ppid = f.next()?.parse().ok()?;
     let pgrp = f.next()?.parse().ok()?;
-    // starttime is field 22: 17 fields after pgrp (field 5).
-    let start = f.nth(16)?.parse().ok()?;
+    // flags is field 9: the fourth after pgrp (session, tty_nr, tpgid, flags).
+    let flags: u32 = f.nth(3)?.parse().ok()?;
+    // starttime is field 22: 13 fields after flags.
+    let start = f.nth(12)?.parse().ok()?;
     Some(Stat {
         ppid,
         pgrp,
+        exiting: flags & PF_EXITING != 0,
         // 'Z' zombie, 'X' dead: they can no longer run, let alone commit.
         zombie: state == "Z" || state == "X",
         start,
     })
 }
+
+/// The kernel's `PF_EXITING` task flag (include/linux/sched.h).
+const PF_EXITING: u32 = 0x0000_0004;
 
 fn read_stat(pid: u32) -> Option<Stat> {
     ProcFs::system().stat(pid).ok().flatten()
@@ -139,9 +148,14 @@ impl ProcFs {
         match self.cwd(pid) {
             Ok(Some(d)) => Ok(d == c.dir),
             // No cwd: an exiting process, unless it is still there and running.
+            // One the kernel says is exiting is past `exit_fs`, so past
+            // `exit_mm` and `exit_files` too: it holds no memory and no file,
+            // and can write nothing. Counting it made any process of the host
+            // caught in its exit (another node's startup process ending at a
+            // promotion) a process of this cluster, refusing the next start.
             Ok(None) => match self.stat(pid) {
                 Ok(None) => Ok(false),
-                Ok(Some(st)) if st.zombie => Ok(false),
+                Ok(Some(st)) if st.zombie || st.exiting => Ok(false),
                 Ok(Some(_)) => Err("cwd gone while the process lives".into()),
                 Err(e) => Err(format!("stat: {e}")),
             },
@@ -518,15 +532,34 @@ pub fn zombie_children(parent: u32) -> Vec<u32> {
 
 /// The live (not zombie) processes of process group `pgid` other than `except`:
 /// what a replica method left running when its own process exited (`pg::job`).
-/// One pass over `/proc`, taken once per method, not per loop.
+/// One pass over `/proc`, taken once per method, not per loop. Fail-closed: a
+/// listing that cannot be read, or a process whose stat cannot be read for any
+/// reason but its being gone, is in the answer (review of this fix, L1): the
+/// method is then counted as failed rather than a writer missed.
 pub fn group_members(pgid: u32, except: u32) -> Vec<u32> {
     let Ok(rd) = fs::read_dir("/proc") else {
-        return Vec::new();
+        return vec![0];
     };
     rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| pid != except)
-        .filter(|&pid| read_stat(pid).is_some_and(|s| !s.zombie && s.pgrp == pgid))
+        .filter(|&pid| match fs::read(format!("/proc/{pid}/stat")) {
+            Ok(b) => stat_pgrp(&b).is_none_or(|(pgrp, zombie)| pgrp == pgid && !zombie),
+            Err(e) => !is_gone(&e),
+        })
         .collect()
+}
+
+/// `(pgrp, zombie)` from a `/proc/<pid>/stat` line, read as bytes: the command
+/// name (in parentheses, any bytes) is skipped by its last `)`.
+fn stat_pgrp(b: &[u8]) -> Option<(u32, bool)> {
+    let rest = &b[b.iter().rposition(|&c| c == b')')? + 1..];
+    let mut f = rest
+        .split(|c| c.is_ascii_whitespace())
+        .filter(|w| !w.is_empty());
+    let state = f.next()?;
+    let _ppid = f.next()?;
+    let pgrp = std::str::from_utf8(f.next()?).ok()?.parse().ok()?;
+    Some((pgrp, state == b"Z" || state == b"X"))
 }
 
 #[cfg(test)]
@@ -624,11 +657,18 @@ mod tests {
             Some(Stat {
                 ppid: 7,
                 pgrp: 42,
+                exiting: false,
                 zombie: false,
                 start: 12345
             })
         );
         assert_eq!(parse_stat("42 (a) S 7"), None, "truncated: no start time");
+        // PF_EXITING (0x4) in the flags, field 9.
+        let exiting = "42 (a) R 7 42 42 0 -1 4194564 1 0 0 0 0 0 0 0 20 0 1 0 12345 0 0";
+        assert!(parse_stat(exiting).is_some_and(|s| s.exiting && s.start == 12345));
+        // The group from bytes: a command name that is not UTF-8 (review L1).
+        assert_eq!(stat_pgrp(b"42 (\xff) b) Z 7 99 42"), Some((99, true)));
+        assert_eq!(stat_pgrp(b"42 (a) S 7"), None);
     }
 
     #[test]
