@@ -677,10 +677,10 @@ fn source_for<'a>(source: Option<&'a ConnTarget>, name: &str) -> Result<&'a Conn
 }
 
 fn require_stopped(ctl: &PgCtl) -> Result<(), PgError> {
-    match ctl.pids() {
-        Ok(pids) if pids.is_empty() => Ok(()),
-        Ok(pids) => Err(PgError::Refused(format!(
-            "processes of this PostgreSQL still run ({pids:?}): fence or stop first"
+    match ctl.running_text() {
+        Ok(None) => Ok(()),
+        Ok(Some(pids)) => Err(PgError::Refused(format!(
+            "processes of this PostgreSQL still run (pid {pids}): fence or stop first"
         ))),
         // DESIGN §5: an unreadable process table is not "stopped".
         Err(e) => Err(PgError::Refused(format!(

@@ -642,6 +642,22 @@ impl PgCtl {
             .map(|s| s.pids())
     }
 
+    /// [`Self::pids`] as a refusal says it: the verified ones, then those in
+    /// doubt with why. `None`: nothing remains.
+    pub(crate) fn running_text(&self) -> Result<Option<String>, String> {
+        let s = procs::ProcFs::system().scan(&self.cluster(), &Default::default())?;
+        if s.is_empty() {
+            return Ok(None);
+        }
+        let mut parts: Vec<String> = s.members.iter().map(|m| m.pid.to_string()).collect();
+        parts.extend(
+            s.unknown
+                .iter()
+                .map(|(pid, why)| format!("{pid}, which could not be told ({why})")),
+        );
+        Ok(Some(parts.join(", ")))
+    }
+
     /// DESIGN S1's fence; see `procs::fence`: the postmaster, its backends, orphans
     /// in the data directory and the running job's whole process tree (the job then
     /// reports its child's death). Drops the agent's connection first (it is about
