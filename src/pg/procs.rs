@@ -45,12 +45,15 @@ fn parse_stat(s: &str) -> Option<Stat> {
     let pgrp = f.next()?.parse().ok()?;
     // flags is field 9: the fourth after pgrp (session, tty_nr, tpgid, flags).
     let flags: u32 = f.nth(3)?.parse().ok()?;
-    // starttime is field 22: 13 fields after flags.
-    let start = f.nth(12)?.parse().ok()?;
+    // num_threads is field 20, 11 after flags; starttime field 22, 2 after it.
+    let threads: u32 = f.nth(10)?.parse().ok()?;
+    let start = f.nth(1)?.parse().ok()?;
     Some(Stat {
         ppid,
         pgrp,
-        exiting: flags & PF_EXITING != 0,
+        // One thread only: a thread group whose leader exits while other threads
+        // run (they could still write) is not taken as exiting.
+        exiting: flags & PF_EXITING != 0 && threads <= 1,
         // 'Z' zombie, 'X' dead: they can no longer run, let alone commit.
         zombie: state == "Z" || state == "X",
         start,
@@ -663,9 +666,12 @@ mod tests {
             })
         );
         assert_eq!(parse_stat("42 (a) S 7"), None, "truncated: no start time");
-        // PF_EXITING (0x4) in the flags, field 9.
+        // PF_EXITING (0x4) in the flags, field 9, of a one-thread process; not
+        // with other threads (field 20) still there.
         let exiting = "42 (a) R 7 42 42 0 -1 4194564 1 0 0 0 0 0 0 0 20 0 1 0 12345 0 0";
         assert!(parse_stat(exiting).is_some_and(|s| s.exiting && s.start == 12345));
+        let threads = "42 (a) R 7 42 42 0 -1 4194564 1 0 0 0 0 0 0 0 20 0 3 0 12345 0 0";
+        assert!(parse_stat(threads).is_some_and(|s| !s.exiting && s.start == 12345));
         // The group from bytes: a command name that is not UTF-8 (review L1).
         assert_eq!(stat_pgrp(b"42 (\xff) b) Z 7 99 42"), Some((99, true)));
         assert_eq!(stat_pgrp(b"42 (a) S 7"), None);
