@@ -550,11 +550,28 @@ pub fn read_text(path: &Path, max: u64) -> std::io::Result<String> {
 
 /// [`read_text`] for any bytes (PEM files whose comments are not UTF-8).
 pub fn read_bytes(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    read_file(path, max, false).map(|(b, _)| b)
+}
+
+/// The one bounded read behind [`read_text`], [`read_bytes`] and `pg`'s reads of
+/// the data directory's files: opened non-blocking (and, with `nofollow`, not
+/// through a symbolic link: ELOOP), checked to be a regular file of at most
+/// `max` bytes on the open descriptor, read through it. Returns the bytes and
+/// the descriptor's metadata.
+pub fn read_file(
+    path: &Path,
+    max: u64,
+    nofollow: bool,
+) -> std::io::Result<(Vec<u8>, std::fs::Metadata)> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
+    let mut flags = libc::O_NONBLOCK;
+    if nofollow {
+        flags |= libc::O_NOFOLLOW;
+    }
     let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK)
+        .custom_flags(flags)
         .open(path)?;
     let meta = f.metadata()?;
     if !meta.is_file() {
@@ -573,7 +590,7 @@ pub fn read_bytes(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
             "more than the {max} bytes read"
         )));
     }
-    Ok(s)
+    Ok((s, meta))
 }
 
 /// `[etcd] resolve_interval` when not set: names and SRV records are asked again

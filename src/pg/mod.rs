@@ -232,41 +232,19 @@ const AUTO_CONF_MAX: u64 = 1 << 20;
 /// The most of `postgresql.conf` read (the stock file is about 30 KB).
 const PG_CONF_MAX: u64 = 4 << 20;
 
-/// Read the regular file `path` if it exists (`Ok(None)`: it does not): opened
-/// non-blocking (a FIFO or a device there must not hold the loop), with
-/// `nofollow` not through a symbolic link, checked to be a regular file of at
-/// most `max` bytes on the open descriptor, then read through it. Returns its
-/// bytes and its permission bits. The error names what is wrong.
+/// `config::read_file` for the data directory's files: `Ok(None)` when `path`
+/// does not exist (a FIFO or a device there must not hold the loop; with
+/// `nofollow`, a link is refused). Returns the bytes and the permission bits.
+/// The error names what is wrong.
 fn read_regular(path: &Path, max: u64, nofollow: bool) -> Result<Option<(Vec<u8>, u32)>, String> {
-    use std::io::Read;
-    let mut flags = libc::O_NONBLOCK;
-    if nofollow {
-        flags |= libc::O_NOFOLLOW;
-    }
-    let f = match fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+    match crate::config::read_file(path, max, nofollow) {
+        Ok((b, meta)) => Ok(Some((b, meta.permissions().mode() & 0o7777))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            return Err("a symbolic link, not a regular file".into());
+            Err("a symbolic link, not a regular file".into())
         }
-        Err(e) => return Err(format!("cannot open: {e}")),
-    };
-    let meta = f.metadata().map_err(|e| format!("cannot stat: {e}"))?;
-    if !meta.is_file() || meta.len() > max {
-        return Err(format!("not a regular file of at most {max} bytes"));
+        Err(e) => Err(e.to_string()),
     }
-    let mut out = Vec::with_capacity(meta.len() as usize);
-    f.take(max + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| format!("cannot read: {e}"))?;
-    if out.len() as u64 > max {
-        return Err(format!("more than {max} bytes"));
-    }
-    Ok(Some((out, meta.permissions().mode() & 0o7777)))
 }
 
 impl PgCtl {
@@ -2139,7 +2117,8 @@ mod tests {
         }
 
         /// Run a Basebackup job with `methods` to its end: (ok, detail).
-        fn build(ctl: &mut PgCtl, methods: Vec<ReplicaMethod>) -> (bool, String) {
+        /// Start a Basebackup job from `pg1` with `methods`.
+        fn start(ctl: &mut PgCtl, methods: Vec<ReplicaMethod>) -> Result<(), PgError> {
             ctl.cfg.create_replica = CreateReplica {
                 methods,
                 basebackup_args: Vec::new(),
@@ -2149,12 +2128,15 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 1,
             };
-            ctl.start_job(
-                &JobKind::Basebackup { from: "pg1".into() },
-                Some(&src),
-                clock::now(),
-            )
-            .unwrap();
+            ctl.start_job(&basebackup(), Some(&src), clock::now())
+        }
+
+        fn basebackup() -> JobKind {
+            JobKind::Basebackup { from: "pg1".into() }
+        }
+
+        fn build(ctl: &mut PgCtl, methods: Vec<ReplicaMethod>) -> (bool, String) {
+            start(ctl, methods).unwrap();
             let until = clock::now().add(Duration::from_secs(60));
             loop {
                 assert!(clock::now() < until, "the job never ended");
@@ -2316,18 +2298,8 @@ mod tests {
             fs::create_dir_all(&real).unwrap();
             std::os::unix::fs::symlink(&real, &data).unwrap();
             let good = script(&dir, "good", "touch \"$PGDATA/../GOOD-RAN\"", Some(7));
-            ctl.cfg.create_replica = CreateReplica {
-                methods: vec![method("good", &good)],
-                basebackup_args: Vec::new(),
-            };
-            let src = ConnTarget {
-                name: "pg1".into(),
-                host: "127.0.0.1".into(),
-                port: 1,
-            };
-            let kind = JobKind::Basebackup { from: "pg1".into() };
-            let e = ctl
-                .start_job(&kind, Some(&src), clock::now())
+            let kind = basebackup();
+            let e = start(&mut ctl, vec![method("good", &good)])
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("is a symbolic link"), "{e}");
@@ -2376,21 +2348,7 @@ mod tests {
                 ),
                 None,
             );
-            ctl.cfg.create_replica = CreateReplica {
-                methods: vec![method("slow", &slow)],
-                basebackup_args: Vec::new(),
-            };
-            let src = ConnTarget {
-                name: "pg1".into(),
-                host: "127.0.0.1".into(),
-                port: 1,
-            };
-            ctl.start_job(
-                &JobKind::Basebackup { from: "pg1".into() },
-                Some(&src),
-                clock::now(),
-            )
-            .unwrap();
+            start(&mut ctl, vec![method("slow", &slow)]).unwrap();
             let started = crate::testbed::wait_for(
                 Duration::from_secs(10),
                 Duration::from_millis(20),
