@@ -35,19 +35,34 @@ struct Stat {
     start: u64,
 }
 
-fn parse_stat(s: &str) -> Option<Stat> {
-    // The command name is in parentheses and may itself contain ')' or spaces:
-    // the fields we need follow the last ')' (field 3 is the first after it).
-    let rest = &s[s.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace();
+/// The fields of a `/proc/<pid>/stat` line after the command name, which is in
+/// parentheses and may hold any bytes but NUL — spaces, `)`, bytes that are not
+/// UTF-8 (a process exec'd through a link so named): the fields we need follow
+/// the last `)` (field 3 is the first after it) and are ASCII. Read as bytes, so
+/// no command name on the host can make a process unreadable (a process "in
+/// doubt" refuses this PostgreSQL's starts and keeps a fence incomplete).
+fn stat_fields(b: &[u8]) -> Option<impl Iterator<Item = &[u8]>> {
+    let rest = &b[b.iter().rposition(|&c| c == b')')? + 1..];
+    Some(
+        rest.split(|c| c.is_ascii_whitespace())
+            .filter(|w| !w.is_empty()),
+    )
+}
+
+fn field<T: std::str::FromStr>(w: Option<&[u8]>) -> Option<T> {
+    std::str::from_utf8(w?).ok()?.parse().ok()
+}
+
+fn parse_stat(b: &[u8]) -> Option<Stat> {
+    let mut f = stat_fields(b)?;
     let state = f.next()?;
-    let ppid = f.next()?.parse().ok()?;
-    let pgrp = f.next()?.parse().ok()?;
+    let ppid = field(f.next())?;
+    let pgrp = field(f.next())?;
     // flags is field 9: the fourth after pgrp (session, tty_nr, tpgid, flags).
-    let flags: u32 = f.nth(3)?.parse().ok()?;
+    let flags: u32 = field(f.nth(3))?;
     // num_threads is field 20, 11 after flags; starttime field 22, 2 after it.
-    let threads: u32 = f.nth(10)?.parse().ok()?;
-    let start = f.nth(1)?.parse().ok()?;
+    let threads: u32 = field(f.nth(10))?;
+    let start = field(f.nth(1))?;
     Some(Stat {
         ppid,
         pgrp,
@@ -55,7 +70,7 @@ fn parse_stat(s: &str) -> Option<Stat> {
         // run (they could still write) is not taken as exiting.
         exiting: flags & PF_EXITING != 0 && threads <= 1,
         // 'Z' zombie, 'X' dead: they can no longer run, let alone commit.
-        zombie: state == "Z" || state == "X",
+        zombie: state == b"Z" || state == b"X",
         start,
     })
 }
@@ -117,7 +132,7 @@ impl ProcFs {
 
     /// `Ok(None)`: the process is gone.
     fn stat(&self, pid: u32) -> io::Result<Option<Stat>> {
-        match fs::read_to_string(self.entry(pid).join("stat")) {
+        match fs::read(self.entry(pid).join("stat")) {
             Ok(s) => parse_stat(&s)
                 .map(Some)
                 .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "stat does not parse")),
@@ -321,12 +336,9 @@ impl Scan {
 /// such process. The command name before it is in parentheses and may hold spaces
 /// and parentheses itself: the state is the first field after the last `)`.
 pub fn proc_state(pid: u32) -> Option<char> {
-    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    s[s.rfind(')')? + 1..]
-        .split_whitespace()
-        .next()?
-        .chars()
-        .next()
+    let b = fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let state = stat_fields(&b)?.next()?;
+    state.first().map(|&c| char::from(c))
 }
 
 /// Whether `pid` is stopped (SIGSTOP or a tracer): it cannot answer anything.
@@ -545,24 +557,11 @@ pub fn group_members(pgid: u32, except: u32) -> Vec<u32> {
     };
     rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| pid != except)
-        .filter(|&pid| match fs::read(format!("/proc/{pid}/stat")) {
-            Ok(b) => stat_pgrp(&b).is_none_or(|(pgrp, zombie)| pgrp == pgid && !zombie),
-            Err(e) => !is_gone(&e),
+        .filter(|&pid| match ProcFs::system().stat(pid) {
+            Ok(st) => st.is_some_and(|st| st.pgrp == pgid && !st.zombie),
+            Err(_) => true,
         })
         .collect()
-}
-
-/// `(pgrp, zombie)` from a `/proc/<pid>/stat` line, read as bytes: the command
-/// name (in parentheses, any bytes) is skipped by its last `)`.
-fn stat_pgrp(b: &[u8]) -> Option<(u32, bool)> {
-    let rest = &b[b.iter().rposition(|&c| c == b')')? + 1..];
-    let mut f = rest
-        .split(|c| c.is_ascii_whitespace())
-        .filter(|w| !w.is_empty());
-    let state = f.next()?;
-    let _ppid = f.next()?;
-    let pgrp = std::str::from_utf8(f.next()?).ok()?.parse().ok()?;
-    Some((pgrp, state == b"Z" || state == b"X"))
 }
 
 #[cfg(test)]
@@ -654,7 +653,7 @@ mod tests {
         assert!(st.start > 0);
         assert_eq!(st.pgrp as i32, nix::unistd::getpgrp().as_raw());
         // A name with ') ' in it does not shift the fields.
-        let line = "42 (a) b) S 7 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 12345 0 0";
+        let line = b"42 (a) b) S 7 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 12345 0 0";
         assert_eq!(
             parse_stat(line),
             Some(Stat {
@@ -665,16 +664,67 @@ mod tests {
                 start: 12345
             })
         );
-        assert_eq!(parse_stat("42 (a) S 7"), None, "truncated: no start time");
+        assert_eq!(parse_stat(b"42 (a) S 7"), None, "truncated: no start time");
         // PF_EXITING (0x4) in the flags, field 9, of a one-thread process; not
         // with other threads (field 20) still there.
-        let exiting = "42 (a) R 7 42 42 0 -1 4194564 1 0 0 0 0 0 0 0 20 0 1 0 12345 0 0";
+        let exiting = b"42 (a) R 7 42 42 0 -1 4194564 1 0 0 0 0 0 0 0 20 0 1 0 12345 0 0";
         assert!(parse_stat(exiting).is_some_and(|s| s.exiting && s.start == 12345));
-        let threads = "42 (a) R 7 42 42 0 -1 4194564 1 0 0 0 0 0 0 0 20 0 3 0 12345 0 0";
+        let threads = b"42 (a) R 7 42 42 0 -1 4194564 1 0 0 0 0 0 0 0 20 0 3 0 12345 0 0";
         assert!(parse_stat(threads).is_some_and(|s| !s.exiting && s.start == 12345));
-        // The group from bytes: a command name that is not UTF-8 (review L1).
-        assert_eq!(stat_pgrp(b"42 (\xff) b) Z 7 99 42"), Some((99, true)));
-        assert_eq!(stat_pgrp(b"42 (a) S 7"), None);
+        // A command name that is not UTF-8 does not make the line unreadable.
+        let odd = b"42 (\xff) b) Z 7 99 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 12345 0 0";
+        assert_eq!(
+            parse_stat(odd),
+            Some(Stat {
+                ppid: 7,
+                pgrp: 99,
+                exiting: false,
+                zombie: true,
+                start: 12345
+            })
+        );
+    }
+
+    /// A process whose command name is not UTF-8 (exec'd through a link so
+    /// named) is read like any other: a member when it sits in the data
+    /// directory, nothing at all when it does not. Before, its stat did not
+    /// read as text and it was "in doubt" in every scan of every cluster on the
+    /// host, refusing their starts and keeping their fences incomplete.
+    #[test]
+    fn a_command_name_that_is_not_utf8_is_read() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = scratch("stat-not-utf8");
+        let other = scratch("stat-not-utf8-other");
+        let link = dir.join(std::ffi::OsStr::from_bytes(b"sl\xffep"));
+        std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
+        let mut c = Command::new(&link)
+            .arg("30")
+            .current_dir(&dir)
+            .spawn()
+            .unwrap();
+        wait_in(c.id(), &dir);
+        let comm = fs::read(format!("/proc/{}/comm", c.id())).unwrap();
+        assert_eq!(comm, b"sl\xffep\n", "the kernel names it after the link");
+        let st = read_stat(c.id()).expect("its stat reads");
+        assert_eq!(st.ppid, std::process::id());
+        assert_eq!(proc_state(c.id()).map(|s| s != 'Z'), Some(true));
+        assert!(alive_in(c.id(), &dir));
+        let s = ProcFs::system()
+            .scan(&cluster(&dir), &BTreeMap::new())
+            .unwrap();
+        assert_eq!(s.pids(), vec![c.id()], "a member, not in doubt: {s:?}");
+        assert_eq!(s.members[0].why, Why::Dir);
+        let s = ProcFs::system()
+            .scan(&cluster(&other), &BTreeMap::new())
+            .unwrap();
+        assert!(s.is_empty(), "another cluster's scan: {s:?}");
+        // Its own process group, as a replica method's: found by the group check.
+        let pgid = nix::unistd::getpgrp().as_raw() as u32;
+        assert!(group_members(pgid, std::process::id()).contains(&c.id()));
+        c.kill().unwrap();
+        c.wait().unwrap();
+        let _ = fs::remove_dir_all(&dir);
+        let _ = fs::remove_dir_all(&other);
     }
 
     #[test]
