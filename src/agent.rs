@@ -207,13 +207,9 @@ struct Agent {
     /// Iterations that took longer than `P` (+ `R` with a renewal), since start.
     budget_overruns: u64,
     state_file: PathBuf,
-    /// `[etcd] srv`: the id of the etcd cluster the first member answered for;
-    /// a member of another cluster is refused for the rest of the run.
-    etcd_cluster: Option<u64>,
-    /// The refusals said (an ALERT once per member and id).
-    cluster_alerts: Vec<String>,
-    /// etcd refused `Status` to this user: the cluster check is off (said once).
-    cluster_check_off: bool,
+    /// The etcd cluster the first answer came from: every client's every answer
+    /// is checked against it for the rest of the run (dcs/pin.rs).
+    etcd_cluster: crate::dcs::ClusterPin,
     wd: Watchdogs,
     /// The guardian, where it is the fence (DESIGN §2, `guardian_hooks`).
     guardian: guardian_hooks::GuardianSlot,
@@ -288,25 +284,6 @@ pub fn confirm_epoch(
         .confirm_epoch(&rt, &c, deadline)
         .map_err(|e| e.to_string())?;
     Ok((up_to, cleared))
-}
-
-/// etcd refused `Status` for who we are (RBAC: a user without the root role, or no
-/// token yet), not for where we are (a TLS failure is the member's, and fails the
-/// check): the words etcd's and gRPC's refusals carry.
-fn status_refused_to_user(msg: &str) -> bool {
-    let m = msg.to_ascii_lowercase();
-    !m.contains("certificate")
-        && !m.contains("handshake")
-        && [
-            "permission denied",
-            "permissiondenied",
-            "user name is empty",
-            "invalid auth token",
-            "unauthenticated",
-            "root role",
-        ]
-        .iter()
-        .any(|w| m.contains(w))
 }
 
 fn timing_of(cfg: &Config) -> Timing {
@@ -425,9 +402,7 @@ impl Agent {
             shutdown: false,
             budget_overruns: 0,
             state_file,
-            etcd_cluster: None,
-            cluster_alerts: Vec::new(),
-            cluster_check_off: false,
+            etcd_cluster: crate::dcs::ClusterPin::default(),
             wd,
             guardian,
             ev: events_hooks::EventState::default(),
@@ -717,35 +692,23 @@ impl Agent {
             let eps = &self.cfg.etcd.endpoints;
             let i = self.endpoint % eps.len().max(1);
             // A name connects to its last good address (names.rs).
+            let label = eps.get(i).cloned().unwrap_or_default();
+            // DNS names the members, and may name another cluster's later (a wrong
+            // or forged record), and an address may come to be served by another
+            // etcd cluster: every answer of every client must come from the etcd
+            // cluster this agent first used (dcs/pin.rs; review of the SRV change,
+            // finding 1: agents split between two clusters would each elect a
+            // leader). A call answered by another cluster fails, and its caller
+            // moves on to the next endpoint as after any failure.
+            let pin = self.etcd_cluster.clone();
             let connected = self.etcd_target(i).and_then(|(url, sec)| {
                 Etcd::connect_with(&self.rt, &[url], &self.prefix, &sec, deadline)
+                    .map(|e| e.pinned(pin, &label))
                     .map_err(|e| e.to_string())
             });
-            // `[etcd] srv`: DNS names the members, and may name another cluster's
-            // later (a wrong or forged record): every new client's member must
-            // belong to the etcd cluster this agent first used (review of the SRV
-            // change, finding 1: agents split between two clusters would each
-            // elect a leader).
-            // Which failure: the connect itself (the next endpoint at once, as
-            // ever), or the cluster check after it (second review, H2: the caller
-            // whose call then fails moves on, once; switching here too skipped
-            // the next member and came back to the failed one).
-            let mut checked: Result<(), String> = Ok(());
-            let connected = match connected {
-                Ok(mut e) if self.cfg.etcd.srv.is_some() => {
-                    checked = self.check_cluster(&mut e, i, deadline);
-                    Ok(e)
-                }
-                other => other,
-            };
-            match (connected, checked) {
-                (Ok(e), Ok(())) => self.etcd = Some(e),
-                (Ok(_), Err(why)) => {
-                    let ep = self.cfg.etcd.endpoints.get(i).cloned().unwrap_or_default();
-                    self.etcd_failed(&format!("etcd {ep}: {why}"));
-                    return None;
-                }
-                (Err(e), _) => {
+            match connected {
+                Ok(e) => self.etcd = Some(e),
+                Err(e) => {
                     // `[etcd] srv` before its first answer: no endpoint at all.
                     let ep = self
                         .cfg
@@ -762,57 +725,6 @@ impl Agent {
         }
         let Agent { etcd, rt, .. } = self;
         etcd.as_mut().map(|e| (e, &*rt))
-    }
-
-    /// `[etcd] srv`: DNS names the members and may name another cluster's later (a
-    /// wrong or forged record): a new client's member must answer for the etcd
-    /// cluster this agent first used (review of the SRV change, finding 1: agents
-    /// split between two clusters would each elect a leader). Asked with `Status`
-    /// (one round trip, within the call's deadline). etcd versions that refuse
-    /// `Status` to a user without the root role (second review, H1) leave the
-    /// check off for this agent, said once: refusing every connect would be an
-    /// outage.
-    fn check_cluster(&mut self, e: &mut Etcd, i: usize, deadline: Instant) -> Result<(), String> {
-        if self.cluster_check_off {
-            return Ok(());
-        }
-        let id = match e.cluster_id(&self.rt, deadline) {
-            Ok(id) => id,
-            Err(err) if status_refused_to_user(&err.0) => {
-                warn!(
-                    "etcd refuses Status to this agent's user ({}): the check that every \
-                     member found by DNS SRV belongs to one etcd cluster is off; a wrong \
-                     DNS record could point this agent at another etcd cluster",
-                    err.0
-                );
-                self.cluster_check_off = true;
-                return Ok(());
-            }
-            Err(err) => return Err(format!("its cluster id: {}", err.0)),
-        };
-        match self.etcd_cluster {
-            Some(pinned) if pinned != id => {
-                let ep = self.cfg.etcd.endpoints.get(i).cloned().unwrap_or_default();
-                let why = format!(
-                    "{ep} answers for etcd cluster {id:x}, not {pinned:x}, the one this agent \
-                     has used since it started: a wrong DNS SRV record, or another etcd \
-                     cluster (restart the agent to accept a new one, e.g. etcd restored \
-                     from a backup)"
-                );
-                // Once per member and id, not every loop (second review, L1: a set).
-                if !self.cluster_alerts.contains(&why) {
-                    error!("ALERT: etcd: {why}");
-                    if self.cluster_alerts.len() < 16 {
-                        self.cluster_alerts.push(why.clone());
-                    }
-                }
-                Err(why)
-            }
-            _ => {
-                self.etcd_cluster = Some(id);
-                Ok(())
-            }
-        }
     }
 
     /// Drop the client (and its watch) and use the next endpoint from the next call
@@ -2627,27 +2539,6 @@ enum OpenError {
 
 #[cfg(test)]
 mod tests {
-
-    /// An RBAC refusal of `Status` turns the SRV cluster check off; a TLS
-    /// failure (the member's) or a timeout fails it (second review, H1).
-    #[test]
-    fn only_a_refusal_for_the_user_turns_the_cluster_check_off() {
-        for m in [
-            "ask the member's cluster id: etcdserver: permission denied",
-            "status: etcdserver: user name is empty",
-            "grpc status: PermissionDenied, message: \"etcdserver: root user does not have root role\"",
-            "status: Unauthenticated",
-        ] {
-            assert!(status_refused_to_user(m), "{m}");
-        }
-        for m in [
-            "ask the member's cluster id: timed out",
-            "transport error: tls handshake: invalid peer certificate: UnknownIssuer",
-            "connection refused",
-        ] {
-            assert!(!status_refused_to_user(m), "{m}");
-        }
-    }
 
     use super::*;
     use crate::core::model::{Member, MemberInfo};

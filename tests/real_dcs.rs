@@ -1468,3 +1468,76 @@ fn the_kept_view_follows_the_scope_and_a_compaction_needs_a_read() {
         .expect("watch");
     assert_eq!(e.watched_view().map(|v| v.revision), Some(again.revision));
 }
+
+/// An address a client keeps using comes to be served by another etcd cluster:
+/// here the same etcd restored from a snapshot under a new cluster token — the
+/// same keys, the same lease, a new cluster id — which the client's channel
+/// reconnects to by itself. Every answer is checked against the etcd cluster the
+/// process first used (dcs/pin.rs): the leader's renewal there never counts, a
+/// read fails naming the other cluster, and a write is not sent. A client made
+/// afresh (its own pin) is answered by the restored cluster and its renewal
+/// counts — the key and the lease are there — so the refusals are the check's.
+#[test]
+fn answers_from_another_etcd_cluster_at_the_same_address_are_refused() {
+    let mut b = bed("dcs-other-cluster");
+    // One endpoint, as the agent's client has.
+    let ep0 = vec![b.cluster.endpoints()[0].clone()];
+    let mut e = Etcd::connect(&b.rt, &ep0, PREFIX, in_ms(2000)).expect("connect");
+    let (lease, _, epoch) = won(e.acquire_unbound(&b.rt, "pg1", 60, in_ms(2000)));
+    let r = e.confirmed_renew(&b.rt, lease, epoch, "pg1", in_ms(2000));
+    assert!(matches!(r.outcome, RenewalOutcome::Counted { .. }), "{r:?}");
+
+    b.cluster
+        .restore_as_new_cluster()
+        .expect("restore as a new cluster");
+
+    // While the channel reconnects a renewal may fail for transport reasons;
+    // none may count, and one must be refused for its cluster.
+    let mut refused = None;
+    for _ in 0..50 {
+        let r = e.confirmed_renew(&b.rt, lease, epoch, "pg1", in_ms(2000));
+        match r.outcome {
+            RenewalOutcome::Failed(m) if m.contains("answers for etcd cluster") => {
+                refused = Some(m);
+                break;
+            }
+            RenewalOutcome::Failed(m) => {
+                eprintln!("renewal while reconnecting: {m}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => panic!("a renewal answered by another etcd cluster: {other:?}"),
+        }
+    }
+    let refused = refused.expect("the renewal was refused for its cluster");
+    assert!(refused.contains(", not "), "{refused}");
+    let read = e.read_cluster(&b.rt, in_ms(2000));
+    assert!(
+        read.as_ref()
+            .is_err_and(|m| m.0.contains("answers for etcd cluster")),
+        "{:?}",
+        read.map(|v| v.revision)
+    );
+    let info = MemberInfo::default();
+    let put = e.put_member(&b.rt, "pg9", &encode_member(&info), 0, in_ms(2000));
+    assert!(
+        put.as_ref()
+            .is_err_and(|m| m.0.contains("answers for etcd cluster")),
+        "{put:?}"
+    );
+
+    // The restored cluster holds the key and the lease: a new client counts.
+    let mut fresh = Etcd::connect(&b.rt, &ep0, PREFIX, in_ms(2000)).expect("connect");
+    let r = wait_ok(|| {
+        let r = fresh.confirmed_renew(&b.rt, lease, epoch, "pg1", in_ms(2000));
+        match r.outcome {
+            RenewalOutcome::Counted { ttl } => Ok(ttl),
+            o => Err(tenure::dcs::DcsError(format!("{o:?}"))),
+        }
+    });
+    assert!(r > 0);
+    let written = b.raw(async |c| c.get(format!("{PREFIX}members/pg9"), None).await);
+    assert!(
+        written.kvs().is_empty(),
+        "a write reached the other cluster"
+    );
+}

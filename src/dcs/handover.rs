@@ -15,7 +15,7 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use serde_json::{Map, Value, json};
 use tokio::runtime::Runtime;
 
-use super::{DcsError, Etcd, bounded};
+use super::{DcsError, Etcd};
 use crate::core::model::{AcquiredRecord, Epoch, FailoverRequest, LeaseId, ReleaseMarker};
 use crate::core::time::Instant;
 
@@ -271,7 +271,9 @@ impl Etcd {
             TxnOp::delete(self.key("leader"), None),
         ]);
         let mut kv = self.client.kv_client();
-        let out = bounded(rt, deadline, "the release txn", kv.txn(txn)).map(|r| r.succeeded());
+        let out = self
+            .write(rt, deadline, "the release txn", kv.txn(txn))
+            .map(|r| r.succeeded());
         if matches!(out, Ok(true)) {
             self.revoke_best_effort(rt, lease, deadline);
         }
@@ -300,7 +302,8 @@ impl Etcd {
             .when(when)
             .and_then(vec![TxnOp::delete(key, None)]);
         let mut kv = self.client.kv_client();
-        bounded(rt, deadline, "delete the failover key", kv.txn(txn)).map(|r| r.succeeded())
+        self.write(rt, deadline, "delete the failover key", kv.txn(txn))
+            .map(|r| r.succeeded())
     }
 
     /// Write a request as Patroni's API does (unguarded: anyone allowed to ask may).
@@ -312,7 +315,7 @@ impl Etcd {
         deadline: Instant,
     ) -> Result<i64, DcsError> {
         let mut kv = self.client.kv_client();
-        bounded(
+        self.write(
             rt,
             deadline,
             "write the failover key",
@@ -328,7 +331,7 @@ impl Etcd {
         deadline: Instant,
     ) -> Result<Option<FailoverRequest>, DcsError> {
         let mut kv = self.client.kv_client();
-        let r = bounded(
+        let r = self.call(
             rt,
             deadline,
             "read the failover key",
@@ -356,7 +359,8 @@ impl Etcd {
             )])
             .and_then(vec![TxnOp::delete(key, None)]);
         let mut kv = self.client.kv_client();
-        bounded(rt, deadline, "delete the failover key", kv.txn(txn)).map(|r| r.succeeded())
+        self.write(rt, deadline, "delete the failover key", kv.txn(txn))
+            .map(|r| r.succeeded())
     }
 }
 

@@ -17,10 +17,13 @@
 mod handover;
 mod keys;
 mod member_cache;
+mod pin;
 mod raw;
 mod secure;
 pub mod view;
 
+pub use pin::ClusterPin;
+use pin::Headed;
 pub use secure::{Security, is_invalid_auth_token, is_security_error};
 
 pub use handover::{encode_failover, parse_rfc3339};
@@ -146,6 +149,15 @@ pub struct Etcd {
     renewal_read: Option<GetResponse>,
     /// Keepalive streams kept open between keepalives, at most `KEPT_KEEPALIVES`.
     keepalives: Vec<KeptKeepAlive>,
+    /// The etcd cluster every answer must come from (pin.rs): the process's own
+    /// when the caller passed it ([`Etcd::pinned`]), else this client's.
+    pin: ClusterPin,
+    /// The endpoints, for the pin's messages.
+    endpoint: String,
+    /// An answer of this client passed the pin: writes may be sent. Until then a
+    /// write is preceded by a read (`verify`), so nothing of ours is written into
+    /// another etcd cluster through a new client (pin.rs).
+    verified: std::cell::Cell<bool>,
 }
 
 /// A keepalive stream kept open for one lease between its keepalives (issue 13
@@ -322,7 +334,81 @@ impl Etcd {
             keeper: view::ViewKeeper::new(prefix),
             renewal_read: None,
             keepalives: Vec::new(),
+            pin: ClusterPin::default(),
+            endpoint: endpoints.join(","),
+            verified: std::cell::Cell::new(false),
         })
+    }
+
+    /// This client checks its answers against `pin`, the process's (the agent's:
+    /// kept across endpoint switches, each of which makes a new client); `label`
+    /// is the endpoint as configured (a name), said with the address it has now.
+    pub fn pinned(mut self, pin: ClusterPin, label: &str) -> Etcd {
+        self.pin = pin;
+        if !label.is_empty() && label != self.endpoint {
+            self.endpoint = format!("{label} ({})", self.endpoint);
+        }
+        self
+    }
+
+    /// [`bounded`], then the answer's header checked against the pinned etcd
+    /// cluster (pin.rs): an answer from another cluster fails the call.
+    fn call<T, F>(&self, rt: &Runtime, deadline: Instant, what: &str, fut: F) -> Result<T, DcsError>
+    where
+        T: Headed,
+        F: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let r = bounded(rt, deadline, what, fut)?;
+        self.check(what, &r)?;
+        Ok(r)
+    }
+
+    /// [`Etcd::call`] for a request that writes (a put, a txn, a grant): on a
+    /// client none of whose answers passed the pin yet, a read first (`verify`).
+    fn write<T, F>(
+        &self,
+        rt: &Runtime,
+        deadline: Instant,
+        what: &str,
+        fut: F,
+    ) -> Result<T, DcsError>
+    where
+        T: Headed,
+        F: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        // `fut` is lazy: nothing is sent before it is polled in `call`.
+        self.verify(rt, deadline)?;
+        self.call(rt, deadline, what, fut)
+    }
+
+    /// One answer's header against the pin; the error names the call. An answer
+    /// that passes lets this client write.
+    fn check(&self, what: &str, answer: &impl Headed) -> Result<(), DcsError> {
+        let checked = self.pin.check(&self.endpoint, answer);
+        // A refusal makes the client's next write verify first again: its channel
+        // reconnected to another cluster's member under it.
+        self.verified.set(checked.is_ok());
+        checked.map_err(|e| DcsError(format!("{what}: {}", e.0)))
+    }
+
+    /// Before a new client's first write: one serializable count of `leader` (the
+    /// member answers from its own store, no Raft round; any role that may use
+    /// the scope may make it), whose header must pass the pin. Nothing when an
+    /// answer of this client already passed. Not at connect: an authenticated
+    /// user's token is fetched after the connect, by a step of its own.
+    fn verify(&self, rt: &Runtime, deadline: Instant) -> Result<(), DcsError> {
+        if self.verified.get() {
+            return Ok(());
+        }
+        let mut kv = self.client.kv_client();
+        let opts = GetOptions::new().with_count_only().with_serializable();
+        self.call(
+            rt,
+            deadline,
+            "check which etcd cluster answers",
+            kv.get(self.key("leader"), Some(opts)),
+        )
+        .map(|_| ())
     }
 
     fn key(&self, suffix: &str) -> String {
@@ -332,16 +418,6 @@ impl Etcd {
     /// Log a parse problem once per distinct text.
     fn warn_once(&mut self, key: &str, problem: &str) {
         self.keeper.warn_once(key, problem);
-    }
-
-    /// The id of the etcd cluster the connected member belongs to (the header of
-    /// its `Status`, which etcd answers without authentication): one round trip.
-    pub fn cluster_id(&mut self, rt: &Runtime, deadline: Instant) -> Result<u64, DcsError> {
-        let mut m = self.client.maintenance_client();
-        let resp = bounded(rt, deadline, "ask the member's cluster id", m.status())?;
-        resp.header()
-            .map(|h| h.cluster_id())
-            .ok_or_else(|| DcsError("the member's status carries no header".into()))
     }
 
     /// One linearizable range over the prefix; parses leader/members/initialize/
@@ -356,7 +432,7 @@ impl Etcd {
     ) -> Result<ClusterView, DcsError> {
         let prefix = self.prefix.clone();
         let mut kv = self.client.kv_client();
-        let resp = bounded(
+        let resp = self.call(
             rt,
             deadline,
             "read the cluster",
@@ -423,6 +499,7 @@ impl Etcd {
         deadline: Instant,
     ) -> Result<i64, KeepAliveError> {
         let what = format!("keepalive of lease {lease:x}");
+        self.verify(rt, deadline).map_err(KeepAliveError::Failed)?;
         if let Some(i) = self.keepalives.iter().position(|k| k.lease == lease) {
             // Taken out: put back only after a whole, matching answer.
             let mut k = self.keepalives.swap_remove(i);
@@ -431,14 +508,20 @@ impl Etcd {
                 k.stream.message().await
             };
             match bounded(rt, deadline, &what, fut) {
-                Ok(Some(r)) if r.id() == lease && r.ttl() > 0 => {
-                    let ttl = r.ttl();
-                    self.keepalives.push(k);
-                    return Ok(ttl);
+                Ok(Some(r)) => {
+                    // Another cluster's answer: the stream goes, and so does the call.
+                    self.check(&what, &r).map_err(KeepAliveError::Failed)?;
+                    if r.id() == lease && r.ttl() > 0 {
+                        let ttl = r.ttl();
+                        self.keepalives.push(k);
+                        return Ok(ttl);
+                    }
+                    // etcd answers TTL 0 on the stream for a lease it does not know.
+                    if r.id() == lease {
+                        return Err(KeepAliveError::Gone);
+                    }
                 }
-                // etcd answers TTL 0 on the stream for a lease it does not know.
-                Ok(Some(r)) if r.id() == lease => return Err(KeepAliveError::Gone),
-                Ok(_) => {}
+                Ok(None) => {}
                 Err(e) if clock::now() >= deadline => return Err(KeepAliveError::Failed(e)),
                 Err(e) => log::debug!("{what} on the kept stream: {e}; on a fresh one"),
             }
@@ -455,17 +538,22 @@ impl Etcd {
             // etcd-client's `keep_alive()` sent the first keepalive and checked its
             // answer (TTL <= 0 → "lease not found") but does not hand that answer
             // out; to learn the TTL a second one is sent on the same fresh stream.
+            // That answer is the one whose header is checked (pin.rs).
             keeper.keep_alive().await?;
             match stream.message().await? {
-                Some(r) if r.ttl() > 0 => Ok(Some((r.ttl(), keeper, stream))),
-                Some(_) => Ok(None),
+                Some(r) => Ok(Some((r, keeper, stream))),
                 None => Err(etcd_client::Error::LeaseKeepAliveError(
                     "keepalive stream ended without an answer".into(),
                 )),
             }
         };
-        match bounded(rt, deadline, &what, fut) {
-            Ok(Some((ttl, keeper, stream))) => {
+        let answered = bounded(rt, deadline, &what, fut);
+        if let Ok(Some((r, _, _))) = &answered {
+            self.check(&what, r).map_err(KeepAliveError::Failed)?;
+        }
+        match answered {
+            Ok(Some((r, keeper, stream))) if r.ttl() > 0 => {
+                let ttl = r.ttl();
                 if self.keepalives.len() >= KEPT_KEEPALIVES {
                     self.keepalives.remove(0);
                 }
@@ -476,7 +564,7 @@ impl Etcd {
                 });
                 Ok(ttl)
             }
-            Ok(None) => Err(KeepAliveError::Gone),
+            Ok(_) => Err(KeepAliveError::Gone),
             Err(e) => Err(KeepAliveError::Failed(e)),
         }
     }
@@ -494,7 +582,7 @@ impl Etcd {
     ) -> Result<Option<LeaderKey>, DcsError> {
         let prefix = self.prefix.clone();
         let mut kv = self.client.kv_client();
-        let resp = bounded(
+        let resp = self.call(
             rt,
             deadline,
             "read leader (with the scope)",
@@ -650,7 +738,7 @@ impl Etcd {
         }
         let txn = Txn::new().when(when).and_then(then);
         let mut kv = self.client.kv_client();
-        match bounded(rt, deadline, "acquire txn on leader", kv.txn(txn)) {
+        match self.write(rt, deadline, "acquire txn on leader", kv.txn(txn)) {
             Ok(resp) if resp.succeeded() => match txn_put_revision(&resp) {
                 Some(epoch) => AcquireOutcome::Won {
                     lease,
@@ -696,7 +784,7 @@ impl Etcd {
                 Some(PutOptions::new().with_lease(lease)),
             )]);
         let mut kv = self.client.kv_client();
-        match bounded(rt, deadline, "claim initialize", kv.txn(txn)) {
+        match self.write(rt, deadline, "claim initialize", kv.txn(txn)) {
             Ok(resp) if resp.succeeded() => ClaimOutcome::Won { lease },
             Ok(_) => {
                 self.revoke_best_effort(rt, lease, deadline);
@@ -729,8 +817,9 @@ impl Etcd {
             .when(vec![Compare::lease(key.clone(), CompareOp::Equal, lease)])
             .and_then(vec![TxnOp::put(key, sysid.to_string(), None)]);
         let mut kv = self.client.kv_client();
-        let written =
-            bounded(rt, deadline, "record initialize", kv.txn(txn)).map(|r| r.succeeded());
+        let written = self
+            .write(rt, deadline, "record initialize", kv.txn(txn))
+            .map(|r| r.succeeded());
         self.revoke_best_effort(rt, lease, deadline);
         written
     }
@@ -765,7 +854,8 @@ impl Etcd {
                 TxnOp::txn(marker),
             ]);
         let mut kv = self.client.kv_client();
-        bounded(rt, deadline, "create initialize", kv.txn(txn)).map(|r| r.succeeded())
+        self.write(rt, deadline, "create initialize", kv.txn(txn))
+            .map(|r| r.succeeded())
     }
 
     /// Create-only `rollback` marker (the first writer wins). `Ok(true)` = written
@@ -801,7 +891,7 @@ impl Etcd {
         let ckey = self.key("confirm_epoch");
         let rkey = self.key("rollback");
         let mut kv = self.client.kv_client();
-        let resp = bounded(rt, deadline, "read rollback", kv.get(rkey.clone(), None))?;
+        let resp = self.call(rt, deadline, "read rollback", kv.get(rkey.clone(), None))?;
         let (marker, mod_rev) = match resp.kvs().first() {
             Some(item) => (
                 Some(keys::parse_rollback(&rkey, item.value())),
@@ -819,7 +909,7 @@ impl Etcd {
                 TxnOp::put(ckey, keys::encode_confirm_epoch(c), None),
                 TxnOp::delete(rkey.clone(), None),
             ]);
-        let resp = bounded(
+        let resp = self.write(
             rt,
             deadline,
             "put confirm_epoch and delete rollback",
@@ -845,7 +935,7 @@ impl Etcd {
     ) -> Result<ConfigAndMembers, DcsError> {
         let prefix = self.prefix.clone();
         let mut kv = self.client.kv_client();
-        let resp = bounded(
+        let resp = self.call(
             rt,
             deadline,
             "read config and members",
@@ -886,7 +976,8 @@ impl Etcd {
             .when(vec![cmp])
             .and_then(vec![TxnOp::put(key, value, None)]);
         let mut kv = self.client.kv_client();
-        bounded(rt, deadline, "write config (compare-and-set)", kv.txn(txn)).map(|r| r.succeeded())
+        self.write(rt, deadline, "write config (compare-and-set)", kv.txn(txn))
+            .map(|r| r.succeeded())
     }
 
     /// Create `config` only if absent (bootstrap seeding). `Ok(true)` = created.
@@ -911,7 +1002,8 @@ impl Etcd {
             .when(when)
             .and_then(vec![TxnOp::put(key, json, None)]);
         let mut kv = self.client.kv_client();
-        bounded(rt, deadline, "create config (guarded)", kv.txn(txn)).map(|r| r.succeeded())
+        self.write(rt, deadline, "create config (guarded)", kv.txn(txn))
+            .map(|r| r.succeeded())
     }
 
     fn create_if_absent(
@@ -926,7 +1018,8 @@ impl Etcd {
             .when(vec![Compare::version(key.clone(), CompareOp::Equal, 0)])
             .and_then(vec![TxnOp::put(key, value, None)]);
         let mut kv = self.client.kv_client();
-        bounded(rt, deadline, &format!("create {suffix}"), kv.txn(txn)).map(|r| r.succeeded())
+        self.write(rt, deadline, &format!("create {suffix}"), kv.txn(txn))
+            .map(|r| r.succeeded())
     }
 
     /// Grant a lease of `ttl` seconds: `(lease, granted TTL)`. etcd raises a TTL
@@ -938,7 +1031,7 @@ impl Etcd {
         deadline: Instant,
     ) -> Result<(LeaseId, u32), DcsError> {
         let mut lc = self.client.lease_client();
-        let resp = bounded(
+        let resp = self.write(
             rt,
             deadline,
             "grant a lease",
@@ -983,6 +1076,7 @@ impl Etcd {
     ) -> Result<(), DcsError> {
         // No keepalive for it again: its kept stream goes now.
         self.keepalives.retain(|k| k.lease != lease);
+        self.verify(rt, deadline)?;
         let mut lc = self.client.lease_client();
         let what = format!("revoke lease {lease:x}");
         let d = clock::now().until(deadline);
@@ -990,7 +1084,8 @@ impl Etcd {
             return Err(DcsError(format!("{what}: deadline already passed")));
         }
         match rt.block_on(async { tokio::time::timeout(d, lc.revoke(lease)).await }) {
-            Ok(Ok(_)) => Ok(()),
+            // Revoked in another cluster is not revoked in ours.
+            Ok(Ok(r)) => self.check(&what, &r),
             Ok(Err(e)) if is_lease_not_found(&e) => Ok(()),
             Ok(Err(e)) => Err(DcsError(format!("{what}: {e}"))),
             Err(_) => Err(DcsError(format!(
@@ -1016,7 +1111,7 @@ impl Etcd {
         }
         let fut = lc.time_to_live(lease, Some(LeaseTimeToLiveOptions::new().with_keys()));
         match rt.block_on(async { tokio::time::timeout(d, fut).await }) {
-            Ok(Ok(r)) => Ok(LeasePoll {
+            Ok(Ok(r)) => self.check(&what, &r).map(|()| LeasePoll {
                 lease,
                 sent_at,
                 // etcd answers -1 for a lease it does not know; 0 or less while
@@ -1053,7 +1148,7 @@ impl Etcd {
     ) -> Result<(), DcsError> {
         let key = self.key(&format!("members/{me}"));
         let mut kv = self.client.kv_client();
-        bounded(
+        self.write(
             rt,
             deadline,
             &format!("put members/{me}"),
@@ -1073,7 +1168,7 @@ impl Etcd {
     ) -> Result<bool, DcsError> {
         let key = self.key(&format!("members/{me}"));
         let mut kv = self.client.kv_client();
-        let resp = bounded(
+        let resp = self.call(
             rt,
             deadline,
             &format!("read members/{me}"),
@@ -1112,7 +1207,8 @@ impl Etcd {
     ) -> Result<bool, DcsError> {
         let txn = Txn::new().when(self.guard(me, epoch)).and_then(vec![op]);
         let mut kv = self.client.kv_client();
-        bounded(rt, deadline, what, kv.txn(txn)).map(|r| r.succeeded())
+        self.write(rt, deadline, what, kv.txn(txn))
+            .map(|r| r.succeeded())
     }
 
     /// The guarded put of `key_suffix`. `Ok(false)` = guard refused.
@@ -1160,7 +1256,7 @@ impl Etcd {
         let lkey = self.key("leader");
         for _ in 0..HISTORY_ATTEMPTS {
             let mut kv = self.client.kv_client();
-            let resp = bounded(rt, deadline, "read history", kv.get(hkey.clone(), None))?;
+            let resp = self.call(rt, deadline, "read history", kv.get(hkey.clone(), None))?;
             let (old, mod_rev) = match resp.kvs().first() {
                 Some(item) => (Some(item.value().to_vec()), item.mod_revision()),
                 // A missing key compares as mod_revision 0.
@@ -1180,7 +1276,7 @@ impl Etcd {
                 .when(when)
                 .and_then(vec![TxnOp::put(hkey.clone(), value, None)])
                 .or_else(vec![TxnOp::get(lkey.clone(), None)]);
-            let resp = bounded(rt, deadline, "append to history", kv.txn(txn))?;
+            let resp = self.write(rt, deadline, "append to history", kv.txn(txn))?;
             if resp.succeeded() {
                 return Ok(true);
             }
@@ -1235,7 +1331,7 @@ impl Etcd {
             let mut stream = wc.watch(key, Some(opts)).await?;
             // etcd answers the create request first; events follow.
             match stream.message().await? {
-                Some(r) if r.created() && !r.canceled() => Ok(Ok(stream)),
+                Some(r) if r.created() && !r.canceled() => Ok(Ok((stream, r))),
                 Some(r) => Ok(Err(format!(
                     "watch on leader not created: canceled={} compact_revision={} reason {:?}",
                     r.canceled(),
@@ -1248,7 +1344,8 @@ impl Etcd {
             }
         };
         match bounded(rt, deadline, "open the watch on leader", fut)? {
-            Ok(stream) => {
+            Ok((stream, created)) => {
+                self.check("open the watch on leader", &created)?;
                 self.watch = Some(stream);
                 // INVARIANT: the kept view is complete only if this watch starts
                 // right after the read it comes from (view.rs checks the revisions).
@@ -1337,6 +1434,11 @@ impl Etcd {
                     return WatchEvent::Broken("watch on leader: stream ended".into());
                 }
                 Ok(Some(r)) => {
+                    if let Err(why) = self.check("watch on leader", &r) {
+                        self.watch = None;
+                        self.keeper.watch_closed();
+                        return WatchEvent::Broken(why.0);
+                    }
                     let prefix = self.prefix.as_bytes();
                     // The whole response goes into the kept view at once, before
                     // any of its events is handed out (view.rs).

@@ -7,7 +7,7 @@
 use etcd_client::GetOptions;
 use tokio::runtime::Runtime;
 
-use super::{DcsError, Etcd, bounded};
+use super::{DcsError, Etcd};
 use crate::core::time::Instant;
 
 impl Etcd {
@@ -21,7 +21,7 @@ impl Etcd {
     ) -> Result<Vec<(String, Vec<u8>)>, DcsError> {
         let key = self.key(suffix);
         let mut kv = self.client.kv_client();
-        let resp = bounded(
+        let resp = self.call(
             rt,
             deadline,
             &format!("read {key}"),

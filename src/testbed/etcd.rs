@@ -247,6 +247,54 @@ impl EtcdCluster {
         Ok(())
     }
 
+    /// etcd restored from a snapshot as a new cluster at the same addresses: a
+    /// snapshot of member 0 (`etcdctl snapshot save`), every member SIGKILLed and
+    /// its data directory moved aside (never deleted), each restored from the
+    /// snapshot (`etcdctl snapshot restore`) with a new cluster token — so a new
+    /// cluster id — and started again. Keys, revisions and leases are the
+    /// snapshot's; a lease's TTL starts again when the new cluster elects its
+    /// leader. What an address that a client keeps using can come to serve.
+    pub fn restore_as_new_cluster(&mut self) -> Result<(), String> {
+        let snap = self.members[0].data_dir.with_extension("snapshot.db");
+        let ep = self.endpoints()[0].clone();
+        etcdctl(&[&format!("--endpoints={ep}"), "snapshot", "save"], &snap)?;
+        for i in 0..self.members.len() {
+            self.kill_member(i);
+        }
+        self.token = format!("{}-restored", self.token);
+        for m in &self.members {
+            let aside = (0..1000)
+                .map(|k| PathBuf::from(format!("{}.before-restore-{k}", m.data_dir.display())))
+                .find(|p| !p.exists())
+                .ok_or_else(|| format!("no free name to move {} aside", m.data_dir.display()))?;
+            std::fs::rename(&m.data_dir, &aside)
+                .map_err(|e| format!("move {} aside: {e}", m.data_dir.display()))?;
+            etcdctl(
+                &[
+                    "snapshot",
+                    "restore",
+                    &snap.display().to_string(),
+                    &format!("--name={}", m.name),
+                    &format!("--initial-cluster={}", self.initial_cluster),
+                    &format!("--initial-cluster-token={}", self.token),
+                    &format!(
+                        "--initial-advertise-peer-urls=http://{}:{}",
+                        m.addr, m.peer_port
+                    ),
+                    &format!("--data-dir={}", m.data_dir.display()),
+                ],
+                &snap,
+            )?;
+        }
+        for i in 0..self.members.len() {
+            self.start_member(i, "new")?;
+        }
+        if !self.wait_healthy(Duration::from_secs(30)) {
+            return Err("the restored etcd cluster did not become healthy in 30 s".into());
+        }
+        Ok(())
+    }
+
     /// Pid of member `i`, if running.
     pub fn pid(&self, i: usize) -> Option<u32> {
         self.members[i].child.as_ref().map(|c| c.id())
@@ -291,6 +339,28 @@ impl Drop for EtcdCluster {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// `etcdctl args...` (API v3), `snap` last for `snapshot save`; its output in
+/// the error when it fails.
+fn etcdctl(args: &[&str], snap: &Path) -> Result<(), String> {
+    let mut cmd = Command::new("etcdctl");
+    cmd.env("ETCDCTL_API", "3").args(args);
+    if args.last() == Some(&"save") {
+        cmd.arg(snap);
+    }
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("etcdctl {args:?}: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "etcdctl {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
 }
 
 fn which_etcd() -> Result<PathBuf, String> {

@@ -1,0 +1,185 @@
+//! The etcd cluster every answer must come from.
+//!
+//! Owns: the id of the etcd cluster this process talks to, pinned by the first
+//! answer that names one, and the check of every later answer's header against it.
+//! Every answer etcd sends carries its cluster's id in its header (`ResponseHeader`
+//! `cluster_id`), so the check costs no request: it is a compare of one `u64` per
+//! answer, on every call the loop makes, the renewal's keepalive and read among
+//! them.
+//!
+//! Why every answer and not once per client: the address a client talks to can
+//! come to be served by another etcd cluster while the client lives — a member the
+//! DNS SRV records dropped that the client keeps until a call fails
+//! (`resolve_interval`), a host name that now resolves elsewhere, an address
+//! re-used by a new etcd after its old one stopped (the client's channel reconnects
+//! to it by itself). An answer from another cluster says nothing about ours: a
+//! keepalive it confirms is no renewal of our lease, a CAS it accepts takes no key
+//! of ours, and agents split between two clusters would each elect a leader (review
+//! of the SRV change, finding 1).
+//!
+//! Must never: let an answer whose header names another cluster, or no cluster at
+//! all, reach a caller as a success; unpin (a process accepts a new etcd cluster
+//! only when restarted). What it cannot check: an error status (gRPC's, such as
+//! "lease not found") carries no header. Such an answer is read only the cautious
+//! way: the leader takes its lease for gone and steps down, and a candidate that
+//! takes a lease for gone still needs a grant and a txn whose answers pass here.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use etcd_client::{
+    DeleteResponse, GetResponse, LeaseGrantResponse, LeaseKeepAliveResponse, LeaseRevokeResponse,
+    LeaseTimeToLiveResponse, PutResponse, ResponseHeader, TxnResponse, WatchResponse,
+};
+
+use super::DcsError;
+
+/// An answer of etcd with a header.
+pub trait Headed {
+    fn response_header(&self) -> Option<&ResponseHeader>;
+}
+
+macro_rules! headed {
+    ($($t:ty),* $(,)?) => {
+        $(impl Headed for $t {
+            fn response_header(&self) -> Option<&ResponseHeader> {
+                self.header()
+            }
+        })*
+    };
+}
+
+headed!(
+    GetResponse,
+    PutResponse,
+    DeleteResponse,
+    TxnResponse,
+    LeaseGrantResponse,
+    LeaseRevokeResponse,
+    LeaseKeepAliveResponse,
+    LeaseTimeToLiveResponse,
+    WatchResponse,
+);
+
+/// Distinct mismatches said at `error` level (with `ALERT:`) per process; later
+/// ones only fail their call (its error is logged by the caller as any other).
+const ALERTS_KEPT: usize = 16;
+
+/// The pinned etcd cluster of one process, shared by every client it makes (an
+/// endpoint switch makes a new client; the pin stays). Single-threaded: the loop's.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterPin(Rc<RefCell<State>>);
+
+#[derive(Debug, Default)]
+struct State {
+    id: Option<u64>,
+    /// `(endpoint, foreign id)` already said.
+    alerted: Vec<(String, u64)>,
+}
+
+impl ClusterPin {
+    /// The pinned cluster, once an answer named one.
+    pub fn id(&self) -> Option<u64> {
+        self.0.borrow().id
+    }
+
+    /// Check one answer from `endpoint`: `Ok` when its header names the pinned
+    /// cluster, or pins it when none is pinned yet.
+    pub fn check(&self, endpoint: &str, answer: &impl Headed) -> Result<(), DcsError> {
+        match answer.response_header() {
+            Some(h) => self.check_id(endpoint, h.cluster_id()),
+            None => Err(DcsError(format!(
+                "{endpoint} answered without a header: which etcd cluster the answer \
+                 comes from cannot be told, so it is not used"
+            ))),
+        }
+    }
+
+    fn check_id(&self, endpoint: &str, id: u64) -> Result<(), DcsError> {
+        let mut s = self.0.borrow_mut();
+        let pinned = match s.id {
+            None => {
+                // INVARIANT: pinned once per process, by the first answer; never
+                // changed after (only a restart accepts another cluster).
+                s.id = Some(id);
+                return Ok(());
+            }
+            Some(p) if p == id => return Ok(()),
+            Some(p) => p,
+        };
+        let why = format!(
+            "{endpoint} answers for etcd cluster {id:x}, not {pinned:x}, the one this \
+             process has used since it started: a wrong DNS record or endpoint, or \
+             another etcd cluster now at that address (restart the agent to accept a \
+             new one, e.g. etcd restored from a backup)"
+        );
+        let said = s.alerted.iter().any(|(e, i)| e == endpoint && *i == id);
+        if !said {
+            log::error!("ALERT: etcd: {why}");
+            if s.alerted.len() < ALERTS_KEPT {
+                s.alerted.push((endpoint.to_string(), id));
+            }
+        }
+        Err(DcsError(why))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_answer_pins_and_later_ones_must_match() {
+        let pin = ClusterPin::default();
+        assert_eq!(pin.id(), None);
+        pin.check_id("http://10.0.0.1:2379", 0xabc).expect("pins");
+        assert_eq!(pin.id(), Some(0xabc));
+        pin.check_id("http://10.0.0.2:2379", 0xabc)
+            .expect("another member of the same cluster");
+        let e = pin
+            .check_id("http://10.0.0.3:2379", 0xdef)
+            .expect_err("another cluster");
+        assert!(
+            e.0.contains("http://10.0.0.3:2379 answers for etcd cluster def, not abc"),
+            "{e}"
+        );
+        assert_eq!(pin.id(), Some(0xabc), "never re-pinned");
+        // Shared by every client of the process.
+        let other_client = pin.clone();
+        assert!(
+            other_client
+                .check_id("http://10.0.0.1:2379", 0xdef)
+                .is_err()
+        );
+        other_client
+            .check_id("http://10.0.0.1:2379", 0xabc)
+            .unwrap();
+    }
+
+    #[test]
+    fn an_answer_without_a_header_is_not_used() {
+        struct NoHeader;
+        impl Headed for NoHeader {
+            fn response_header(&self) -> Option<&ResponseHeader> {
+                None
+            }
+        }
+        let pin = ClusterPin::default();
+        let e = pin
+            .check("http://10.0.0.1:2379", &NoHeader)
+            .expect_err("no header");
+        assert!(e.0.contains("without a header"), "{e}");
+        assert_eq!(pin.id(), None, "nothing pinned by it");
+    }
+
+    #[test]
+    fn alerts_are_kept_bounded() {
+        let pin = ClusterPin::default();
+        pin.check_id("a", 1).unwrap();
+        for i in 0..100u64 {
+            assert!(pin.check_id("a", 2 + i).is_err());
+            assert!(pin.check_id("a", 2 + i).is_err());
+        }
+        assert_eq!(pin.0.borrow().alerted.len(), ALERTS_KEPT);
+    }
+}
