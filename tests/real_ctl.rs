@@ -314,8 +314,124 @@ fn real_ctl_reads_the_running_cluster() {
         "pause, resume and an edit changed no leadership"
     );
 
+    scheduled_and_flushed(&c, &cfg, &leader, &others[0]);
+    assert_eq!(
+        c.leader_key(),
+        Some((leader.clone(), epoch)),
+        "scheduling and cancelling changed no leadership"
+    );
+
     crafted_scope(&c, &cfg);
     removed_scope(&c, &cfg);
+}
+
+/// `restart --scheduled`, `switchover --scheduled`: `list` shows what is
+/// scheduled, and `flush` cancels it through the members' APIs.
+fn scheduled_and_flushed(c: &TestCluster, cfg: &Path, leader: &str, replica: &str) {
+    let at = tenure::clock::rfc3339_utc(tenure::clock::realtime() + Duration::from_secs(3600));
+    let row = |list: &Value, name: &str| -> Value {
+        list["members"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["name"] == name).cloned())
+            .unwrap_or_else(|| panic!("no row for {name}: {list}"))
+    };
+
+    // A restart an hour from now, on one member.
+    let o = ctl(cfg, &["restart", replica, "--scheduled", &at, "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("restart scheduled on member"),
+        "{}",
+        text(&o)
+    );
+    let shown =
+        tenure::testbed::wait_for(Duration::from_secs(15), Duration::from_millis(200), || {
+            let list = ctl_json(cfg, &["list", "--json"]);
+            (row(&list, replica)["scheduled_restart"] == at.as_str()).then_some(list)
+        });
+    let list = shown.unwrap_or_else(|| panic!("list never showed the scheduled restart"));
+    assert_eq!(
+        row(&list, leader)["scheduled_restart"],
+        Value::Null,
+        "{list}"
+    );
+    let table = text(&ctl(cfg, &["list"]));
+    assert!(
+        table.contains("Scheduled restart") && table.contains(&at),
+        "{table}"
+    );
+    let o = ctl(cfg, &["restart", replica, "--scheduled", &at, "--force"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("already scheduled"), "{}", text(&o));
+
+    // flush restart, every member whose key shows one: cancelled on the member.
+    let o = ctl(cfg, &["flush", "restart"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("scheduled restart on member {replica} cancelled")),
+        "{}",
+        text(&o)
+    );
+    let i = (0..3)
+        .find(|&i| c.name(i) == replica)
+        .expect("replica index");
+    let (_, body) = c.api_body(i, "/patroni").expect("status");
+    let v: Value = serde_json::from_str(&body).expect("status JSON");
+    assert_eq!(v.get("scheduled_restart"), None, "{v}");
+    let gone =
+        tenure::testbed::wait_for(Duration::from_secs(15), Duration::from_millis(200), || {
+            let list = ctl_json(cfg, &["list", "--json"]);
+            (row(&list, replica)["scheduled_restart"] == Value::Null).then_some(())
+        });
+    assert!(
+        gone.is_some(),
+        "the member key still shows the cancelled restart"
+    );
+    let o = ctl(cfg, &["flush", "restart"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("No scheduled restart"), "{}", text(&o));
+
+    // A switchover an hour from now: in the failover key, shown by list.
+    let o = ctl(
+        cfg,
+        &[
+            "switchover",
+            "--candidate",
+            replica,
+            "--scheduled",
+            &at,
+            "--force",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(c.get_key("failover").is_some(), "no failover key written");
+    let list = ctl_json(cfg, &["list", "--json"]);
+    assert_eq!(list["scheduled_switchover"]["at"], at.as_str(), "{list}");
+    assert_eq!(list["scheduled_switchover"]["to"], replica, "{list}");
+    let table = text(&ctl(cfg, &["list"]));
+    assert!(
+        table.contains(&format!("Switchover scheduled at: {at}")),
+        "{table}"
+    );
+
+    // flush switchover: deleted through the leader's API.
+    let o = ctl(cfg, &["flush", "switchover"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("was cancelled"), "{}", text(&o));
+    assert_eq!(
+        c.get_key("failover"),
+        None,
+        "the failover key is still there"
+    );
+    let list = ctl_json(cfg, &["list", "--json"]);
+    assert_eq!(list["scheduled_switchover"], Value::Null, "{list}");
+    let o = ctl(cfg, &["flush", "switchover"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("No pending scheduled switchover"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// What `tenure ctl --help` and docs/operations.md say happens after `patronictl

@@ -38,8 +38,14 @@ Commands:
                            safety checks of an automatic failover still apply)
   pause [--wait]           maintenance mode: no automatic failover, promotion or restart
   resume [--wait]          leave maintenance mode
-  restart [MEMBER...] [--pending] [--role primary|replica|any] [--pg-version V] [--force]
-                           restart PostgreSQL on MEMBERs (default: every member)
+  restart [MEMBER...] [--pending] [--role primary|replica|any] [--pg-version V]
+          [--scheduled TIME] [--force]
+                           restart PostgreSQL on MEMBERs (default: every member), now
+                           or at TIME
+  flush restart [MEMBER...]
+                           cancel the scheduled restart on MEMBERs (default: every
+                           member whose key shows one)
+  flush switchover         cancel the scheduled switchover
   reload [MEMBER...]       reload the agents' configuration (default: every member)
   reinit MEMBER... [--wait] [--force]
                            rebuild MEMBER's data directory from the leader (the old one
@@ -89,6 +95,13 @@ pub struct Invocation {
     pub command: Command,
 }
 
+/// What `flush` cancels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushTarget {
+    Restart,
+    Switchover,
+}
+
 /// `restart --role`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RoleFilter {
@@ -126,6 +139,13 @@ pub enum Command {
         pending: bool,
         role: Option<RoleFilter>,
         pg_version: Option<String>,
+        /// RFC 3339 with an offset, as given; `None` = now.
+        scheduled: Option<String>,
+    },
+    /// `flush restart [MEMBER...]`, `flush switchover`: cancel what is scheduled.
+    Flush {
+        target: FlushTarget,
+        members: Vec<String>,
     },
     Reload {
         members: Vec<String>,
@@ -340,9 +360,36 @@ fn build(mut s: Seen) -> Result<Invocation, String> {
                 pending: s.pending,
                 role: s.role,
                 pg_version: s.pg_version.clone(),
+                scheduled: s.scheduled.clone(),
             },
-            &["--pending", "--role", "--pg-version", "--force"],
+            &[
+                "--pending",
+                "--role",
+                "--pg-version",
+                "--scheduled",
+                "--force",
+            ],
         ),
+        // Cancelling is the safe direction: no confirmation, so no --force.
+        "flush" => {
+            let (target, members) = match rest.split_first() {
+                Some((t, m)) if t == "restart" => (FlushTarget::Restart, m.to_vec()),
+                Some((t, m)) if t == "switchover" => {
+                    if let Some(a) = m.first() {
+                        return Err(format!(
+                            "unexpected argument {a:?} for flush switchover (a cluster has \
+                             one switchover request)"
+                        ));
+                    }
+                    (FlushTarget::Switchover, Vec::new())
+                }
+                Some((t, _)) => {
+                    return Err(format!("flush {t:?}: expected restart or switchover"));
+                }
+                None => return Err("flush needs what to cancel: restart or switchover".into()),
+            };
+            (Command::Flush { target, members }, &[])
+        }
         "reload" => (
             Command::Reload {
                 members: rest.clone(),

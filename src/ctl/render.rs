@@ -105,6 +105,9 @@ pub struct Row {
     pub lease_left: Option<i64>,
     pub is_leader: bool,
     pub pending_restart: bool,
+    /// The time of the restart the member has scheduled (`scheduled_restart`'s
+    /// `schedule` in its key), as written.
+    pub scheduled_restart: Option<String>,
     pub nofailover: bool,
     pub api_url: String,
     pub xlog_location: Option<u64>,
@@ -177,6 +180,12 @@ pub fn rows(s: &Snapshot) -> Vec<Row> {
             let pending_restart = raw
                 .and_then(|o| o.get("pending_restart"))
                 .is_some_and(|v| v == &Value::Bool(true));
+            // Another writer's value may be anything: only a string is shown.
+            let scheduled_restart = raw
+                .and_then(|o| o.get("scheduled_restart"))
+                .and_then(|v| v.get("schedule"))
+                .and_then(Value::as_str)
+                .map(|t| t.chars().take(64).collect());
             Row {
                 name: m.name.clone(),
                 host,
@@ -193,6 +202,7 @@ pub fn rows(s: &Snapshot) -> Vec<Row> {
                 lease_left: if is_leader { s.leader_lease_ttl } else { None },
                 is_leader,
                 pending_restart,
+                scheduled_restart,
                 nofailover: i.tags.nofailover,
                 api_url: i.api_url.clone(),
                 xlog_location: xlog,
@@ -217,6 +227,7 @@ pub fn rows(s: &Snapshot) -> Vec<Row> {
             lease_left: s.leader_lease_ttl,
             is_leader: true,
             pending_restart: false,
+            scheduled_restart: None,
             nofailover: false,
             api_url: String::new(),
             xlog_location: None,
@@ -338,6 +349,14 @@ fn footer(s: &Snapshot, rows: &[Row]) -> String {
     if s.view.leader.is_none() && !rows.is_empty() {
         out += " No leader: the leader key is absent\n";
     }
+    if let Some((at, from, to)) = scheduled_switchover(s) {
+        let _ = writeln!(
+            out,
+            " Switchover scheduled at: {at} (from {}, to {})",
+            from.unwrap_or("the leader"),
+            to.unwrap_or("the best candidate")
+        );
+    }
     for r in rows {
         if let Some(p) = &r.problem {
             let _ = writeln!(out, " {}: {p}", r.name);
@@ -358,6 +377,18 @@ fn footer(s: &Snapshot, rows: &[Row]) -> String {
         );
     }
     out
+}
+
+/// The switchover the `failover` key schedules: `(time as written, from, to)`.
+fn scheduled_switchover(s: &Snapshot) -> Option<(&str, Option<&str>, Option<&str>)> {
+    // A value that does not parse is the leader's to delete, not a schedule.
+    let f = s
+        .view
+        .failover
+        .as_ref()
+        .filter(|f| f.parse_error.is_none())?;
+    let at = f.scheduled_text.as_deref()?;
+    Some((at, f.leader.as_deref(), f.member.as_deref()))
 }
 
 /// `list` (or `topology`) for people.
@@ -382,6 +413,10 @@ pub fn list_table(s: &Snapshot, as_topology: bool) -> String {
     ];
     if pending {
         columns.push("Pending restart");
+    }
+    let scheduled = rows.iter().any(|r| r.scheduled_restart.is_some());
+    if scheduled {
+        columns.push("Scheduled restart");
     }
     let ordered: Vec<(usize, &Row)> = if as_topology {
         topology(&rows)
@@ -421,6 +456,9 @@ pub fn list_table(s: &Snapshot, as_topology: bool) -> String {
                     String::new()
                 });
             }
+            if scheduled {
+                v.push(r.scheduled_restart.clone().unwrap_or_default());
+            }
             v
         })
         .collect();
@@ -447,6 +485,7 @@ fn row_json(r: &Row) -> Value {
         "leader": r.is_leader,
         "lease_ttl_left": r.lease_left,
         "pending_restart": r.pending_restart,
+        "scheduled_restart": r.scheduled_restart,
         "nofailover": r.nofailover,
         "api_url": r.api_url,
         "xlog_location": r.xlog_location,
@@ -471,6 +510,13 @@ fn cluster_json(s: &Snapshot) -> Map<String, Value> {
     m.insert(
         "rollback_marker".into(),
         json!(s.view.rollback.as_ref().map(|r| r.key.clone())),
+    );
+    m.insert(
+        "scheduled_switchover".into(),
+        match scheduled_switchover(s) {
+            Some((at, from, to)) => json!({ "at": at, "from": from, "to": to }),
+            None => Value::Null,
+        },
     );
     m
 }

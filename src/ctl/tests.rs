@@ -10,12 +10,12 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::CtlError;
-use super::args::{self, Command, RoleFilter};
+use super::args::{self, Command, FlushTarget, RoleFilter};
 use super::http::{self, Credentials};
 use super::render::{self, Snapshot};
 use super::verbs;
 use crate::core::model::{
-    ClusterView, HistoryEntry, Initialize, LeaderKey, Member, MemberInfo, SyncKey,
+    ClusterView, FailoverRequest, HistoryEntry, Initialize, LeaderKey, Member, MemberInfo, SyncKey,
 };
 
 fn parse(a: &[&str]) -> Result<args::Invocation, String> {
@@ -102,6 +102,38 @@ fn every_command_parses() {
             pending: true,
             role: Some(RoleFilter::Replica),
             pg_version: Some("15.4".into()),
+            scheduled: None,
+        }
+    );
+    assert_eq!(
+        cmd(&["restart", "pg2", "--scheduled", "2026-12-01T03:00:00Z"]),
+        Command::Restart {
+            members: vec!["pg2".into()],
+            pending: false,
+            role: None,
+            pg_version: None,
+            scheduled: Some("2026-12-01T03:00:00Z".into()),
+        }
+    );
+    assert_eq!(
+        cmd(&["flush", "restart"]),
+        Command::Flush {
+            target: FlushTarget::Restart,
+            members: vec![],
+        }
+    );
+    assert_eq!(
+        cmd(&["flush", "restart", "pg1", "pg3"]),
+        Command::Flush {
+            target: FlushTarget::Restart,
+            members: vec!["pg1".into(), "pg3".into()],
+        }
+    );
+    assert_eq!(
+        cmd(&["--json", "flush", "switchover"]),
+        Command::Flush {
+            target: FlushTarget::Switchover,
+            members: vec![],
         }
     );
     assert_eq!(cmd(&["reload"]), Command::Reload { members: vec![] });
@@ -157,6 +189,14 @@ fn usage_errors_name_the_argument() {
     assert!(usage(&["pause", "--timeout", "-1"]).contains("\"-1\""));
     assert!(usage(&["pause", "--candidate", "x"]).contains("--candidate does not apply"));
     assert!(usage(&["reload", "--wait"]).contains("--wait does not apply"));
+    assert!(usage(&["restart", "--scheduled", "10:30"]).contains("\"10:30\""));
+    assert!(usage(&["flush"]).contains("restart or switchover"));
+    assert!(usage(&["flush", "everything"]).contains("\"everything\""));
+    assert!(usage(&["flush", "switchover", "pg1"]).contains("\"pg1\""));
+    assert!(usage(&["flush", "restart", "--force"]).contains("--force does not apply to flush"));
+    assert!(
+        usage(&["flush", "restart", "--scheduled", "now"]).contains("--scheduled does not apply")
+    );
 }
 
 #[test]
@@ -392,6 +432,12 @@ fn snapshot() -> Snapshot {
     let mut pr = Map::new();
     pr.insert("pending_restart".into(), json!(true));
     raw.insert("pg3".to_string(), pr);
+    let mut sr = Map::new();
+    sr.insert(
+        "scheduled_restart".into(),
+        json!({"schedule": "2026-12-02T03:00:00+01:00", "role": "replica"}),
+    );
+    raw.insert("pg2".to_string(), sr);
     Snapshot {
         scope: "demo".into(),
         view: ClusterView {
@@ -465,7 +511,8 @@ fn list_table_for_people() {
         lines[1].contains("| Member ")
             && lines[1].contains("| Lag in MB |")
             && lines[1].contains("| Lease left |")
-            && lines[1].contains("| Pending restart |"),
+            && lines[1].contains("| Pending restart |")
+            && lines[1].contains("| Scheduled restart "),
         "{t}"
     );
     let row = |name: &str| {
@@ -502,7 +549,8 @@ fn list_table_for_people() {
             "running",
             "2",
             "3",
-            "41"
+            "41",
+            "2026-12-02T03:00:00+01:00"
         ]
     );
     assert_eq!(
@@ -519,6 +567,7 @@ fn list_table_for_people() {
         ]
     );
     assert!(t.contains(" Maintenance mode: on\n"), "{t}");
+    assert!(!t.contains("Switchover scheduled"), "{t}");
     // Every line of the frame has the same width.
     let w = lines[1].chars().count();
     for l in &lines[..lines.len() - 1] {
@@ -573,6 +622,56 @@ fn list_json_for_scripts() {
     assert_eq!(m[2]["lag_bytes"], Value::Null);
     assert_eq!(m[2]["pending_restart"], true);
     assert_eq!(m[2]["port"], 5433);
+    assert_eq!(m[1]["scheduled_restart"], "2026-12-02T03:00:00+01:00");
+    assert_eq!(m[0]["scheduled_restart"], Value::Null);
+    assert_eq!(j["scheduled_switchover"], Value::Null);
+}
+
+/// A switchover the `failover` key schedules is shown under the table and in the
+/// JSON; a value that does not parse is not shown as a schedule; a scheduled
+/// restart that is not a string is not shown.
+#[test]
+fn list_shows_what_is_scheduled() {
+    let mut s = snapshot();
+    s.view.failover = Some(FailoverRequest {
+        leader: Some("pg1".into()),
+        member: Some("pg2".into()),
+        scheduled_at: None,
+        scheduled_text: Some("2026-12-02T03:00:00+01:00".into()),
+        mod_revision: 90,
+        parse_error: None,
+    });
+    let t = render::list_table(&s, false);
+    assert!(
+        t.contains(" Switchover scheduled at: 2026-12-02T03:00:00+01:00 (from pg1, to pg2)\n"),
+        "{t}"
+    );
+    let j = render::list_json(&s);
+    assert_eq!(
+        j["scheduled_switchover"],
+        json!({"at": "2026-12-02T03:00:00+01:00", "from": "pg1", "to": "pg2"})
+    );
+    if let Some(f) = s.view.failover.as_mut() {
+        f.member = None;
+        f.leader = None;
+    }
+    let t = render::list_table(&s, false);
+    assert!(
+        t.contains("(from the leader, to the best candidate)"),
+        "{t}"
+    );
+    if let Some(f) = s.view.failover.as_mut() {
+        f.parse_error = Some("scheduled_at \"x\" is not an RFC 3339 time".into());
+    }
+    assert!(!render::list_table(&s, false).contains("Switchover scheduled"));
+    assert_eq!(render::list_json(&s)["scheduled_switchover"], Value::Null);
+    let mut s = snapshot();
+    let garbage: Map<String, Value> =
+        serde_json::from_value(json!({"scheduled_restart": {"schedule": 17}})).expect("map");
+    s.raw_members.insert("pg2".into(), garbage);
+    let rows = render::rows(&s);
+    assert_eq!(rows[1].scheduled_restart, None);
+    assert!(!render::list_table(&s, false).contains("Scheduled restart"));
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
-use super::args::{Command, RoleFilter};
+use super::args::{Command, FlushTarget, RoleFilter};
 use super::http::{self, Response};
 use super::render::{self, Snapshot};
 use super::{API_TIMEOUT, CtlError, Ctx, VERSION};
@@ -41,7 +41,12 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<(), CtlError> {
             pending,
             role,
             pg_version,
-        } => restart(ctx, members, pending, role, pg_version),
+            scheduled,
+        } => restart(ctx, members, pending, role, pg_version, scheduled),
+        Command::Flush { target, members } => match target {
+            FlushTarget::Restart => flush_restart(ctx, members),
+            FlushTarget::Switchover => flush_switchover(ctx),
+        },
         Command::Reload { members } => reload(ctx, members),
         Command::Reinit { members, wait } => reinit(ctx, members, wait),
         Command::EditConfig { set } => edit_config(ctx, set),
@@ -691,7 +696,7 @@ fn per_member(
     ctx: &Ctx,
     action: &str,
     members: &[(String, String)],
-    path: &str,
+    (method, path): (&str, &str),
     body: &Value,
     timeout: Duration,
     judge: impl Fn(&str, &Response) -> Result<String, String>,
@@ -699,7 +704,7 @@ fn per_member(
     let mut results = Vec::new();
     let mut failures = Vec::new();
     for (name, url) in members {
-        let (line, status, response) = match api(ctx, name, url, "POST", path, Some(body), timeout)
+        let (line, status, response) = match api(ctx, name, url, method, path, Some(body), timeout)
         {
             Ok(r) => match judge(name, &r) {
                 Ok(l) => (Ok(l), Some(r.status), body_value(&r.body)),
@@ -743,8 +748,15 @@ fn restart(
     pending: bool,
     role: Option<RoleFilter>,
     pg_version: Option<String>,
+    scheduled: Option<String>,
 ) -> Result<(), CtlError> {
     let s = ctx.snapshot()?;
+    // As the members answer (500 while paused), before the confirmation.
+    if scheduled.is_some() && s.paused() {
+        return Err(CtlError::Failed(
+            "cannot schedule a restart while the cluster is paused (resume first)".into(),
+        ));
+    }
     let mut members = pick_members(&s, &names)?;
     let leader = s.leader_name();
     match role {
@@ -758,10 +770,14 @@ fn restart(
         ));
     }
     let list: Vec<&str> = members.iter().map(|(n, _)| n.as_str()).collect();
+    let when = scheduled
+        .as_deref()
+        .map(|t| format!(" at {t}"))
+        .unwrap_or_default();
     confirm(
         ctx,
         &format!(
-            "Are you sure you want to restart members {}?",
+            "Are you sure you want to restart members {}{when}?",
             list.join(", ")
         ),
     )?;
@@ -781,19 +797,27 @@ fn restart(
     if let Some(v) = &pg_version {
         body.insert("postgres_version".into(), json!(v));
     }
+    if let Some(t) = &scheduled {
+        body.insert("schedule".into(), json!(t));
+    }
     let timeout = ctx.inv.timeout.max(API_TIMEOUT);
     per_member(
         ctx,
         "restart",
         &members,
-        "/restart",
+        ("POST", "/restart"),
         &Value::Object(body),
         timeout,
         |name, r| match r.status {
             200 => Ok(format!("Success: restart on member {name}")),
             202 => Ok(format!("Success: restart scheduled on member {name}")),
             409 => Err(format!(
-                "another restart is already scheduled on member {name}"
+                "another restart is already scheduled on member {name} (tenure ctl flush \
+                 restart {name} cancels it)"
+            )),
+            422 => Err(format!(
+                "restart for member {name}: {} (its clock decides)",
+                server_says(&r.body)
             )),
             code => Err(format!(
                 "restart for member {name}, status code={code}, ({})",
@@ -803,6 +827,124 @@ fn restart(
     )
 }
 
+/// `flush restart [MEMBER...]`: `DELETE /restart` on each member named, or on
+/// every member whose key shows a scheduled restart (Patroni's `flush`). A member
+/// that answers 404 had none (it ran, or was cancelled, since the read).
+fn flush_restart(ctx: &mut Ctx, names: Vec<String>) -> Result<(), CtlError> {
+    let s = ctx.snapshot()?;
+    let mut members = pick_members(&s, &names)?;
+    if names.is_empty() {
+        let rows = render::rows(&s);
+        let scheduled = |n: &str| {
+            rows.iter()
+                .any(|r| r.name == n && r.scheduled_restart.is_some())
+        };
+        members.retain(|(n, _)| scheduled(n));
+        if members.is_empty() {
+            if ctx.inv.json {
+                print_json(&json!({ "action": "flush restart", "results": [] }));
+            } else {
+                println!("No scheduled restart on any member of {}", s.scope);
+            }
+            return Ok(());
+        }
+    }
+    per_member(
+        ctx,
+        "flush restart",
+        &members,
+        ("DELETE", "/restart"),
+        &json!({}),
+        API_TIMEOUT,
+        |name, r| match r.status {
+            200 => Ok(format!(
+                "Success: scheduled restart on member {name} cancelled"
+            )),
+            404 => Ok(format!("No scheduled restart on member {name}")),
+            code => Err(format!(
+                "flush restart for member {name}, status code={code}, ({})",
+                server_says(&r.body)
+            )),
+        },
+    )
+}
+
+/// `flush switchover`: `DELETE /switchover` through the leader's API, else the
+/// next member's that answers (any member deletes the request with a
+/// compare-and-set on the key as it reads it). Never written here (module rule).
+fn flush_switchover(ctx: &mut Ctx) -> Result<(), CtlError> {
+    let s = ctx.snapshot()?;
+    let Some(at) = s
+        .view
+        .failover
+        .as_ref()
+        .and_then(|f| f.scheduled_text.clone())
+    else {
+        if ctx.inv.json {
+            print_json(&json!({ "action": "flush switchover", "deleted": false }));
+        } else {
+            println!("No pending scheduled switchover in {}", s.scope);
+        }
+        return Ok(());
+    };
+    let mut tried = Vec::new();
+    for (name, url) in leader_first(&s) {
+        let r = match api(ctx, &name, &url, "DELETE", "/switchover", None, API_TIMEOUT) {
+            Ok(r) => r,
+            Err(CtlError::Failed(e)) => {
+                tried.push(e);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let line = match r.status {
+            200 => format!("Success: the switchover scheduled at {at} was cancelled (by {name})"),
+            404 => format!(
+                "No pending scheduled switchover in {} (it is gone since the read)",
+                s.scope
+            ),
+            // That member could not reach etcd: another may.
+            503 => {
+                tried.push(format!("{name}: {} ({})", r.status, server_says(&r.body)));
+                continue;
+            }
+            409 => {
+                return Err(CtlError::Failed(format!(
+                    "the failover key changed while {name} deleted it: nothing deleted; look \
+                     again (tenure ctl list)"
+                )));
+            }
+            code => {
+                return Err(CtlError::Failed(format!(
+                    "flush switchover: {name} answered {code} ({})",
+                    server_says(&r.body)
+                )));
+            }
+        };
+        if ctx.inv.json {
+            print_json(&json!({
+                "action": "flush switchover",
+                "member": name,
+                "scheduled_at": at,
+                "deleted": r.status == 200,
+                "status": r.status,
+                "response": body_value(&r.body),
+            }));
+        } else {
+            println!("{line}");
+        }
+        return Ok(());
+    }
+    Err(CtlError::Failed(format!(
+        "no member could cancel the switchover scheduled at {at}: {}",
+        if tried.is_empty() {
+            "no member publishes an api_url".to_string()
+        } else {
+            tried.join("; ")
+        }
+    )))
+}
+
 fn reload(ctx: &mut Ctx, names: Vec<String>) -> Result<(), CtlError> {
     let s = ctx.snapshot()?;
     let members = pick_members(&s, &names)?;
@@ -810,7 +952,7 @@ fn reload(ctx: &mut Ctx, names: Vec<String>) -> Result<(), CtlError> {
         ctx,
         "reload",
         &members,
-        "/reload",
+        ("POST", "/reload"),
         &json!({}),
         API_TIMEOUT,
         |name, r| match r.status {
@@ -844,7 +986,7 @@ fn reinit(ctx: &mut Ctx, names: Vec<String>, wait: bool) -> Result<(), CtlError>
         ctx,
         "reinitialize",
         &members,
-        "/reinitialize",
+        ("POST", "/reinitialize"),
         &json!({ "force": force }),
         API_TIMEOUT,
         |name, r| match r.status {
