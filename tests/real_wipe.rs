@@ -394,3 +394,226 @@ fn real_etcd_wiped_no_promotion_until_confirmed() {
     // And it takes writes.
     c.write_row(q, ROWS + 1).expect("write after confirmation");
 }
+
+/// Rows written on the new primary after the snapshot the restore goes back to.
+const AFTER: i64 = 10;
+
+/// etcd restored from a snapshot (the same token, so the same cluster id) while
+/// the cluster runs, after a switchover the snapshot does not hold: the restored
+/// store names the old leader at the old epoch, its revision is below what every
+/// agent has read. The rows the new primary acknowledged after the snapshot must
+/// survive: no node takes the leader key or promotes until the operator confirms
+/// (the `rollback` marker the agents write when their reads go back in time, not
+/// the epoch comparison: the test pushes the revision past the data's epoch first),
+/// the new primary stops writing (its key and lease are not in the restored
+/// store), and after `tenure confirm-epoch` the leader has every row.
+/// docs/failure-modes.md, "etcd restored from a backup while agents run".
+#[test]
+fn real_etcd_restored_from_a_snapshot_no_failover_until_confirmed() {
+    let mut c = bed("restore");
+    let ttl = Duration::from_secs(c.opts.ttl.into());
+    let n = c.node_count();
+    let all: Vec<usize> = (0..n).collect();
+    let p = c.settled(BOOT).unwrap_or_else(|e| panic!("{e}"));
+    let (_, epoch0) = c.leader_key().expect("leader key");
+    let sysid = c.system_identifier(p).expect("system identifier");
+    for k in 1..=ROWS {
+        c.write_row(p, k)
+            .unwrap_or_else(|e| panic!("write row {k}: {e}"));
+    }
+    c.wait_replicas(p, &[], REJOIN)
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // The snapshot the restore goes back to: p leads at epoch0.
+    let snap = c.dir().join("etcd-before-switchover.db");
+    c.etcd()
+        .expect("etcd")
+        .snapshot(&snap)
+        .unwrap_or_else(|e| panic!("snapshot: {e}"));
+
+    // A switchover to q the snapshot does not know, and rows only q's timeline has.
+    let q = (0..n).find(|&i| i != p).expect("a replica");
+    let body = format!(
+        r#"{{"leader":"{}","candidate":"{}"}}"#,
+        c.name(p),
+        c.name(q)
+    );
+    let _ = c.api_write(p, "POST", "/switchover", &body, true);
+    let switched = wait_for(FAILOVER, Duration::from_millis(100), || {
+        c.leader_key()
+            .filter(|(name, e)| name == c.name(q) && *e > epoch0)
+            .filter(|_| c.primaries() == vec![q])
+    });
+    let (_, epoch1) =
+        switched.unwrap_or_else(|| panic!("no switchover to {}{}", c.name(q), c.logs_tail(40)));
+    for k in ROWS + 1..=ROWS + AFTER {
+        c.write_row(q, k)
+            .unwrap_or_else(|e| panic!("write row {k} on {}: {e}", c.name(q)));
+    }
+    c.sql(q, &format!("CREATE TABLE {PROBE}(k bigint)"))
+        .expect("create probe table");
+    c.wait_replicas(q, &[], REJOIN)
+        .unwrap_or_else(|e| panic!("{e}"));
+    for &i in &all {
+        let ok = wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
+            (c.count_rows(i) == Ok(ROWS + AFTER)).then_some(())
+        });
+        assert!(ok.is_some(), "{}: rows {:?}", c.name(i), c.count_rows(i));
+    }
+    // Every agent reads a revision far above what the restored store will reach.
+    let remembered = push_revision_past(&c, epoch1 + 4 * PAST_EPOCH);
+    std::thread::sleep(4 * c.opts.loop_wait);
+    let log_start: Vec<usize> = all.iter().map(|&i| c.agent_log(i).len()).collect();
+    let new_log = |c: &TestCluster, i: usize| c.agent_log(i)[log_start[i]..].to_string();
+
+    // The restore, then the revision past the data's epoch (epoch1): a key taken
+    // from then on would pass the epoch comparison.
+    c.etcd()
+        .expect("etcd")
+        .restore(&snap, false)
+        .unwrap_or_else(|e| panic!("restore etcd: {e}"));
+    let restored = Instant::now();
+    let restored_key = c.leader_key();
+    eprintln!(
+        "etcd restored: leader key {restored_key:?} (switched to {} at {epoch1})",
+        c.name(q)
+    );
+    let pushed = push_revision_past(&c, epoch1 + PAST_EPOCH);
+    assert!(
+        pushed < remembered,
+        "pushed {pushed} >= remembered {remembered}"
+    );
+
+    // 3 x ttl: nobody but q is ever writable; q stops; the leader key is the
+    // restored one (p at epoch0) until it expires, never a new one.
+    let mut k = 0i64;
+    let mut q_last_write: Option<Duration> = None;
+    while restored.elapsed() < 3 * ttl {
+        let at = restored.elapsed();
+        for &i in &all {
+            if i != q {
+                assert_ne!(
+                    c.is_in_recovery(i),
+                    Ok(false),
+                    "{at:?} after the restore {} runs as a primary{}",
+                    c.name(i),
+                    c.logs_tail(60)
+                );
+            }
+        }
+        let prim = c.primaries();
+        assert!(
+            prim.iter().all(|&i| i == q),
+            "{at:?} after the restore {:?} answer /primary 200{}",
+            prim.iter().map(|&i| c.name(i)).collect::<Vec<_>>(),
+            c.logs_tail(60)
+        );
+        if let Ok(Some((name, e))) = c.try_leader_key() {
+            assert!(
+                name == c.name(p) && e == epoch0,
+                "{at:?} after the restore the leader key is {name} at {e}{}",
+                c.logs_tail(60)
+            );
+        }
+        k += 1;
+        if c.sql(q, &format!("INSERT INTO {PROBE} VALUES ({k})"))
+            .is_ok()
+        {
+            q_last_write = Some(at);
+        }
+        c.check_agents().unwrap_or_else(|e| panic!("{e}"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "{} last accepted a write {q_last_write:?} after the restore",
+        c.name(q)
+    );
+    if let Some(t) = q_last_write {
+        assert!(
+            t < 2 * ttl,
+            "{} still took writes {t:?} after the restore{}",
+            c.name(q),
+            c.logs_tail(60)
+        );
+    }
+    assert!(c.primaries().is_empty(), "a primary before confirmation");
+    assert_eq!(c.leader_key(), None, "a leader key under the marker");
+    for &i in &all {
+        assert_eq!(
+            c.system_identifier(i).as_deref(),
+            Ok(sysid.as_str()),
+            "{}",
+            c.name(i)
+        );
+    }
+
+    // The marker, and the agents that saw their reads go back.
+    let key = format!("{}rollback", c.prefix());
+    let m = marker(&c).unwrap_or_else(|| panic!("no rollback marker{}", c.logs_tail(60)));
+    eprintln!("rollback marker: {m}");
+    let saw: Vec<&str> = all
+        .iter()
+        .filter(|&&i| {
+            new_log(&c, i).contains("etcd went back in time (a read's revision went from")
+        })
+        .map(|&i| c.name(i))
+        .collect();
+    assert!(
+        !saw.is_empty(),
+        "no agent saw a read go back below revision {remembered}{}",
+        c.logs_tail(60)
+    );
+    eprintln!("saw the revision go back: {saw:?}");
+    let refused: Vec<&str> = all
+        .iter()
+        .filter(|&&i| marker_refusal(&new_log(&c, i), &key).is_some())
+        .map(|&i| c.name(i))
+        .collect();
+    assert!(
+        !refused.is_empty(),
+        "no agent refused naming {key}{}",
+        c.logs_tail(60)
+    );
+
+    // The operator confirms on q, whose epoch row is the newest.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .arg("confirm-epoch")
+        .arg("--config")
+        .arg(c.config_path(q))
+        .arg("--by")
+        .arg("real_wipe")
+        .output()
+        .expect("run tenure confirm-epoch");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "tenure confirm-epoch: {:?}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("confirm-epoch said:\n{stdout}");
+    assert!(marker(&c).is_none(), "marker still there after confirming");
+
+    // One primary, with every row q acknowledged; the others stream from it.
+    let np = c
+        .wait_primary(FAILOVER)
+        .unwrap_or_else(|| panic!("no primary after confirmation{}", c.logs_tail(60)));
+    c.wait_replicas(np, &[], REJOIN)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.primaries(), vec![np], "exactly one primary");
+    assert_eq!(
+        c.count_rows(np),
+        Ok(ROWS + AFTER),
+        "{} leads without rows {} acknowledged",
+        c.name(np),
+        c.name(q)
+    );
+    let (leader, epoch2) = c.leader_key().expect("leader key after confirmation");
+    assert_eq!(leader, c.name(np));
+    assert!(
+        epoch2 > epoch1,
+        "epoch {epoch2} after confirming, data epoch {epoch1}"
+    );
+    c.write_row(np, ROWS + AFTER + 1)
+        .expect("write after confirmation");
+}

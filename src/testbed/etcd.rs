@@ -248,20 +248,35 @@ impl EtcdCluster {
     }
 
     /// etcd restored from a snapshot as a new cluster at the same addresses: a
-    /// snapshot of member 0 (`etcdctl snapshot save`), every member SIGKILLed and
-    /// its data directory moved aside (never deleted), each restored from the
-    /// snapshot (`etcdctl snapshot restore`) with a new cluster token — so a new
-    /// cluster id — and started again. Keys, revisions and leases are the
-    /// snapshot's; a lease's TTL starts again when the new cluster elects its
-    /// leader. What an address that a client keeps using can come to serve.
+    /// snapshot of member 0, then [`EtcdCluster::restore`] with a new cluster
+    /// token — so a new cluster id. What an address that a client keeps using can
+    /// come to serve.
     pub fn restore_as_new_cluster(&mut self) -> Result<(), String> {
         let snap = self.members[0].data_dir.with_extension("snapshot.db");
+        self.snapshot(&snap)?;
+        self.restore(&snap, true)
+    }
+
+    /// A snapshot of the store (`etcdctl snapshot save`, from member 0) at `to`.
+    pub fn snapshot(&self, to: &Path) -> Result<(), String> {
         let ep = self.endpoints()[0].clone();
-        etcdctl(&[&format!("--endpoints={ep}"), "snapshot", "save"], &snap)?;
+        etcdctl(&[&format!("--endpoints={ep}"), "snapshot", "save"], to)
+    }
+
+    /// etcd restored from the snapshot `snap` at the same addresses: every member
+    /// SIGKILLed and its data directory moved aside (never deleted), each restored
+    /// (`etcdctl snapshot restore`) and started again. With `new_token` under a new
+    /// cluster token (a new cluster id), else under the same one (the same id, as a
+    /// restore with the cluster's own settings). Keys, revisions and leases are the
+    /// snapshot's: the store goes back in time; a lease's TTL starts again when the
+    /// restored cluster elects its leader.
+    pub fn restore(&mut self, snap: &Path, new_token: bool) -> Result<(), String> {
         for i in 0..self.members.len() {
             self.kill_member(i);
         }
-        self.token = format!("{}-restored", self.token);
+        if new_token {
+            self.token = format!("{}-restored", self.token);
+        }
         for m in &self.members {
             let aside = (0..1000)
                 .map(|k| PathBuf::from(format!("{}.before-restore-{k}", m.data_dir.display())))
@@ -283,7 +298,7 @@ impl EtcdCluster {
                     ),
                     &format!("--data-dir={}", m.data_dir.display()),
                 ],
-                &snap,
+                snap,
             )?;
         }
         for i in 0..self.members.len() {
