@@ -207,8 +207,9 @@ struct Agent {
     /// Iterations that took longer than `P` (+ `R` with a renewal), since start.
     budget_overruns: u64,
     state_file: PathBuf,
-    /// The etcd cluster the first answer came from: every client's every answer
-    /// is checked against it for the rest of the run (dcs/pin.rs).
+    /// The etcd cluster the first answer came from: with endpoints from DNS every
+    /// client's every answer is checked against it for the rest of the run
+    /// (dcs/pin.rs).
     etcd_cluster: crate::dcs::ClusterPin,
     wd: Watchdogs,
     /// The guardian, where it is the fence (DESIGN §2, `guardian_hooks`).
@@ -693,17 +694,23 @@ impl Agent {
             let i = self.endpoint % eps.len().max(1);
             // A name connects to its last good address (names.rs).
             let label = eps.get(i).cloned().unwrap_or_default();
-            // DNS names the members, and may name another cluster's later (a wrong
-            // or forged record), and an address may come to be served by another
-            // etcd cluster: every answer of every client must come from the etcd
-            // cluster this agent first used (dcs/pin.rs; review of the SRV change,
-            // finding 1: agents split between two clusters would each elect a
-            // leader). A call answered by another cluster fails, and its caller
-            // moves on to the next endpoint as after any failure.
-            let pin = self.etcd_cluster.clone();
+            // DNS names the members (`srv`, host names), and may name another
+            // cluster's later (a wrong or forged record): every answer of every
+            // client must then come from the etcd cluster this agent first used
+            // (dcs/pin.rs; review of the SRV change, finding 1: agents split
+            // between two clusters would each elect a leader). A call answered by
+            // another cluster fails, and its caller moves on to the next endpoint
+            // as after any failure. Endpoints given as addresses are not pinned:
+            // a new id there is etcd restored under a new token, which the
+            // rollback marker catches from the agents' memory of revisions — a
+            // refusal would have every agent restarted, and that memory lost.
+            let pin = self.names.named_by_dns().then(|| self.etcd_cluster.clone());
             let connected = self.etcd_target(i).and_then(|(url, sec)| {
                 Etcd::connect_with(&self.rt, &[url], &self.prefix, &sec, deadline)
-                    .map(|e| e.pinned(pin, &label))
+                    .map(|e| match pin {
+                        Some(pin) => e.pinned(pin, &label),
+                        None => e.unpinned(),
+                    })
                     .map_err(|e| e.to_string())
             });
             match connected {

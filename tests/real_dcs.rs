@@ -1469,14 +1469,17 @@ fn the_kept_view_follows_the_scope_and_a_compaction_needs_a_read() {
     assert_eq!(e.watched_view().map(|v| v.revision), Some(again.revision));
 }
 
-/// An address a client keeps using comes to be served by another etcd cluster:
-/// here the same etcd restored from a snapshot under a new cluster token — the
-/// same keys, the same lease, a new cluster id — which the client's channel
-/// reconnects to by itself. Every answer is checked against the etcd cluster the
-/// process first used (dcs/pin.rs): the leader's renewal there never counts, a
-/// read fails naming the other cluster, and a write is not sent. A client made
-/// afresh (its own pin) is answered by the restored cluster and its renewal
-/// counts — the key and the lease are there — so the refusals are the check's.
+/// An address a pinned client keeps using (the agent's with endpoints from DNS,
+/// ctl's) comes to be served by another etcd cluster: here the same etcd restored
+/// from a snapshot under a new cluster token — the same keys, the same lease, a
+/// new cluster id — which the client's channel reconnects to by itself. Every
+/// answer is checked against the etcd cluster the client first used
+/// (dcs/pin.rs): a keepalive of a lease granted after the snapshot fails for the
+/// cluster, not as "lease not found" (which would make a leader step down), the
+/// leader's renewal there never counts, a read fails naming the other cluster,
+/// and a write is not sent. A client made afresh (its own pin) is answered by the
+/// restored cluster and its renewal counts — the key and the lease are there — so
+/// the refusals are the check's.
 #[test]
 fn answers_from_another_etcd_cluster_at_the_same_address_are_refused() {
     let mut b = bed("dcs-other-cluster");
@@ -1486,10 +1489,33 @@ fn answers_from_another_etcd_cluster_at_the_same_address_are_refused() {
     let (lease, _, epoch) = won(e.acquire_unbound(&b.rt, "pg1", 60, in_ms(2000)));
     let r = e.confirmed_renew(&b.rt, lease, epoch, "pg1", in_ms(2000));
     assert!(matches!(r.outcome, RenewalOutcome::Counted { .. }), "{r:?}");
+    let snap = b.dir.join("etcd.snapshot.db");
+    b.cluster.snapshot(&snap).expect("snapshot");
+    let (later, _) = e.grant(&b.rt, 60, in_ms(2000)).expect("grant");
+    e.keep_alive_once(&b.rt, later, in_ms(2000))
+        .expect("a keepalive on its stream");
 
     b.cluster
-        .restore_as_new_cluster()
+        .restore(&snap, true)
         .expect("restore as a new cluster");
+
+    // The lease granted after the snapshot is not in the restored store: its
+    // keepalive's first answer says "lease not found" without a header.
+    let mut refused = None;
+    for _ in 0..50 {
+        match e.keep_alive_once(&b.rt, later, in_ms(2000)) {
+            Err(m) if m.0.contains("answers for etcd cluster") => {
+                refused = Some(m.0);
+                break;
+            }
+            Err(m) if !m.0.contains("lease not found") => {
+                eprintln!("keepalive while reconnecting: {m}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => panic!("a keepalive answered by another etcd cluster: {other:?}"),
+        }
+    }
+    refused.expect("the keepalive was refused for its cluster");
 
     // While the channel reconnects a renewal may fail for transport reasons;
     // none may count, and one must be refused for its cluster.

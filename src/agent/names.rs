@@ -119,6 +119,17 @@ impl Names {
         }
     }
 
+    /// Whether the endpoints come from DNS: `[etcd] srv`, or an endpoint given by
+    /// host name. Only then are the agent's clients pinned to one etcd cluster
+    /// (dcs/pin.rs): DNS may come to name another cluster's member.
+    pub(super) fn named_by_dns(&self) -> bool {
+        self.srv.is_some()
+            || self
+                .eps
+                .iter()
+                .any(|e| !matches!(e.ep.as_ref().map(|e| &e.host), Some(Host::Ip(_))))
+    }
+
     /// `resolve_interval`'s timer: once a round is due, every name (without
     /// `srv`) or the SRV records (with it) are asked again at the next step. The
     /// first round is an interval after the first call (start-up just asked).
@@ -705,6 +716,23 @@ mod tests {
             resolve_timeout: Duration::from_secs(2),
             resolve_interval: Some(Duration::from_secs(300)),
         }
+    }
+
+    /// Which endpoint lists pin the agent to one etcd cluster (dcs/pin.rs): those
+    /// DNS names, not a list of addresses.
+    #[test]
+    fn only_endpoints_from_dns_are_pinned() {
+        let ips = cfg(&["http://10.0.0.1:2379", "https://[::1]:2379"]);
+        assert!(!Names::new(&ips).named_by_dns());
+        let named = cfg(&["http://10.0.0.1:2379", "http://etcd2.example:2379"]);
+        assert!(Names::new(&named).named_by_dns());
+        let mut srv = cfg(&[]);
+        srv.srv = Some(EtcdSrv {
+            domain: "srv.test".into(),
+            suffix: None,
+            https: false,
+        });
+        assert!(Names::new(&srv).named_by_dns());
     }
 
     /// `[etcd] srv`: a new list keeps the addresses of entries it keeps; the

@@ -150,8 +150,9 @@ pub struct Etcd {
     /// Keepalive streams kept open between keepalives, at most `KEPT_KEEPALIVES`.
     keepalives: Vec<KeptKeepAlive>,
     /// The etcd cluster every answer must come from (pin.rs): the process's own
-    /// when the caller passed it ([`Etcd::pinned`]), else this client's.
-    pin: ClusterPin,
+    /// when the caller passed it ([`Etcd::pinned`]), else this client's; `None`:
+    /// not checked ([`Etcd::unpinned`]).
+    pin: Option<ClusterPin>,
     /// The endpoints, for the pin's messages.
     endpoint: String,
     /// An answer of this client passed the pin: writes may be sent. Until then a
@@ -334,7 +335,7 @@ impl Etcd {
             keeper: view::ViewKeeper::new(prefix),
             renewal_read: None,
             keepalives: Vec::new(),
-            pin: ClusterPin::default(),
+            pin: Some(ClusterPin::default()),
             endpoint: endpoints.join(","),
             verified: std::cell::Cell::new(false),
         })
@@ -344,10 +345,18 @@ impl Etcd {
     /// kept across endpoint switches, each of which makes a new client); `label`
     /// is the endpoint as configured (a name), said with the address it has now.
     pub fn pinned(mut self, pin: ClusterPin, label: &str) -> Etcd {
-        self.pin = pin;
+        self.pin = Some(pin);
         if !label.is_empty() && label != self.endpoint {
             self.endpoint = format!("{label} ({})", self.endpoint);
         }
+        self
+    }
+
+    /// No answer of this client is checked against a cluster id: the agent's
+    /// clients to endpoints given as addresses, where a new id comes from etcd
+    /// restored under a new token and the rollback marker is the check (pin.rs).
+    pub fn unpinned(mut self) -> Etcd {
+        self.pin = None;
         self
     }
 
@@ -384,11 +393,24 @@ impl Etcd {
     /// One answer's header against the pin; the error names the call. An answer
     /// that passes lets this client write.
     fn check(&self, what: &str, answer: &impl Headed) -> Result<(), DcsError> {
-        let checked = self.pin.check(&self.endpoint, answer);
-        // A refusal makes the client's next write verify first again: its channel
-        // reconnected to another cluster's member under it.
-        self.verified.set(checked.is_ok());
-        checked.map_err(|e| DcsError(format!("{what}: {}", e.0)))
+        let Some(pin) = &self.pin else {
+            self.verified.set(true);
+            return Ok(());
+        };
+        match pin.check(&self.endpoint, answer) {
+            Ok(true) => {
+                self.verified.set(true);
+                Ok(())
+            }
+            // It names no cluster: used, but it verifies nothing.
+            Ok(false) => Ok(()),
+            Err(e) => {
+                // A refusal makes the client's next write verify first again: its
+                // channel reconnected to another cluster's member under it.
+                self.verified.set(false);
+                Err(DcsError(format!("{what}: {}", e.0)))
+            }
+        }
     }
 
     /// Before a new client's first write: one serializable count of `leader` (the
@@ -550,6 +572,14 @@ impl Etcd {
         let answered = bounded(rt, deadline, &what, fut);
         if let Ok(Some((r, _, _))) = &answered {
             self.check(&what, r).map_err(KeepAliveError::Failed)?;
+        }
+        if matches!(answered, Ok(None)) && self.pin.is_some() {
+            // "Lease not found" in the first answer, whose header etcd-client keeps
+            // to itself: from our cluster only if this member still answers for
+            // it now (a channel that reconnected to another cluster's member would
+            // otherwise make a healthy leader step down; review of the pin, M2).
+            self.verified.set(false);
+            self.verify(rt, deadline).map_err(KeepAliveError::Failed)?;
         }
         match answered {
             Ok(Some((r, keeper, stream))) if r.ttl() > 0 => {
@@ -1086,6 +1116,8 @@ impl Etcd {
         match rt.block_on(async { tokio::time::timeout(d, lc.revoke(lease)).await }) {
             // Revoked in another cluster is not revoked in ours.
             Ok(Ok(r)) => self.check(&what, &r),
+            // Unchecked (no header), and harmless: no decision reads a revoke's
+            // outcome; the lease expires by its TTL wherever it lives.
             Ok(Err(e)) if is_lease_not_found(&e) => Ok(()),
             Ok(Err(e)) => Err(DcsError(format!("{what}: {e}"))),
             Err(_) => Err(DcsError(format!(
@@ -1122,13 +1154,11 @@ impl Etcd {
                 granted_ttl: (r.ttl() != -1 && r.granted_ttl() > 0).then_some(r.granted_ttl()),
                 has_keys: !r.keys().is_empty(),
             }),
-            Ok(Err(e)) if is_lease_not_found(&e) => Ok(LeasePoll {
-                lease,
-                sent_at,
-                ttl: None,
-                granted_ttl: None,
-                has_keys: false,
-            }),
+            // etcd answers a lease it does not know with TTL -1 and a header
+            // (above). An error status saying so carries no header: which cluster
+            // it speaks for cannot be told, and "the leader's lease is gone" is
+            // what lets a candidate act (S3), so it is no answer (review of the
+            // pin, M1).
             Ok(Err(e)) => Err(DcsError(format!("{what}: {e}"))),
             Err(_) => Err(DcsError(format!(
                 "{what}: no answer within {:.3} s",

@@ -3,9 +3,16 @@
 //! Owns: the id of the etcd cluster this process talks to, pinned by the first
 //! answer that names one, and the check of every later answer's header against it.
 //! Every answer etcd sends carries its cluster's id in its header (`ResponseHeader`
-//! `cluster_id`), so the check costs no request: it is a compare of one `u64` per
-//! answer, on every call the loop makes, the renewal's keepalive and read among
-//! them.
+//! `cluster_id`), so the check itself is a compare of one `u64` per answer, on
+//! every call the loop makes, the renewal's keepalive and read among them. (The
+//! `Etcd` client adds one read before a new client's first write, `verify`.)
+//!
+//! Who is pinned: `tenure ctl`'s and the one-shot commands' clients, and the
+//! agent's when its endpoints come from DNS (`[etcd] srv`, or host names). An
+//! agent given addresses is not: a new cluster id there is etcd restored under a
+//! new token, which the rollback marker catches from the running agents' memory
+//! of revisions (DESIGN §3: a changed id only an extra signal), while a refusal
+//! would have every agent restarted, and that memory lost with it.
 //!
 //! Why every answer and not once per client: the address a client talks to can
 //! come to be served by another etcd cluster while the client lives — a member the
@@ -17,12 +24,17 @@
 //! of ours, and agents split between two clusters would each elect a leader (review
 //! of the SRV change, finding 1).
 //!
-//! Must never: let an answer whose header names another cluster, or no cluster at
-//! all, reach a caller as a success; unpin (a process accepts a new etcd cluster
-//! only when restarted). What it cannot check: an error status (gRPC's, such as
-//! "lease not found") carries no header. Such an answer is read only the cautious
-//! way: the leader takes its lease for gone and steps down, and a candidate that
-//! takes a lease for gone still needs a grant and a txn whose answers pass here.
+//! Must never: let an answer whose header names another cluster, or has no header,
+//! reach a caller as a success; unpin (a process accepts a new etcd cluster only
+//! when restarted). A header with cluster id 0 names none (etcd's gRPC proxy makes
+//! up a shared watch's `created` answer so): it is let through but proves nothing
+//! and pins nothing. What it cannot check: an error status (gRPC's) carries no
+//! header. The client reads such answers so: a lease poll's "lease not found" is
+//! no answer (etcd itself answers TTL -1 with a header; "the leader's lease is
+//! gone" is what lets a candidate act, S3); a keepalive's, which etcd-client
+//! reports without the header, counts only once a read of the same member passed
+//! the check (else a reconnect to another cluster would make a leader step down);
+//! a revoke's is taken as done (no decision reads it).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -83,9 +95,11 @@ impl ClusterPin {
         self.0.borrow().id
     }
 
-    /// Check one answer from `endpoint`: `Ok` when its header names the pinned
-    /// cluster, or pins it when none is pinned yet.
-    pub fn check(&self, endpoint: &str, answer: &impl Headed) -> Result<(), DcsError> {
+    /// Check one answer from `endpoint`: `Ok(true)` when its header names the
+    /// pinned cluster, or pins it when none is pinned yet; `Ok(false)` when it
+    /// names none (cluster id 0: etcd's gRPC proxy makes up the `created` answer of
+    /// a watch it shares that way): let through, but it proves nothing.
+    pub fn check(&self, endpoint: &str, answer: &impl Headed) -> Result<bool, DcsError> {
         match answer.response_header() {
             Some(h) => self.check_id(endpoint, h.cluster_id()),
             None => Err(DcsError(format!(
@@ -95,16 +109,20 @@ impl ClusterPin {
         }
     }
 
-    fn check_id(&self, endpoint: &str, id: u64) -> Result<(), DcsError> {
+    fn check_id(&self, endpoint: &str, id: u64) -> Result<bool, DcsError> {
+        if id == 0 {
+            return Ok(false);
+        }
         let mut s = self.0.borrow_mut();
         let pinned = match s.id {
             None => {
-                // INVARIANT: pinned once per process, by the first answer; never
-                // changed after (only a restart accepts another cluster).
+                // INVARIANT: pinned once per process, by the first answer that
+                // names a cluster; never changed after (only a restart accepts
+                // another cluster).
                 s.id = Some(id);
-                return Ok(());
+                return Ok(true);
             }
-            Some(p) if p == id => return Ok(()),
+            Some(p) if p == id => return Ok(true),
             Some(p) => p,
         };
         let why = format!(
@@ -132,8 +150,17 @@ mod tests {
     fn the_first_answer_pins_and_later_ones_must_match() {
         let pin = ClusterPin::default();
         assert_eq!(pin.id(), None);
+        assert!(
+            matches!(pin.check_id("http://10.0.0.1:2379", 0), Ok(false)),
+            "names none"
+        );
+        assert_eq!(pin.id(), None, "and pins nothing");
         pin.check_id("http://10.0.0.1:2379", 0xabc).expect("pins");
         assert_eq!(pin.id(), Some(0xabc));
+        assert!(
+            matches!(pin.check_id("http://10.0.0.9:2379", 0), Ok(false)),
+            "a proxy's 0"
+        );
         pin.check_id("http://10.0.0.2:2379", 0xabc)
             .expect("another member of the same cluster");
         let e = pin
@@ -151,9 +178,10 @@ mod tests {
                 .check_id("http://10.0.0.1:2379", 0xdef)
                 .is_err()
         );
-        other_client
-            .check_id("http://10.0.0.1:2379", 0xabc)
-            .unwrap();
+        assert!(matches!(
+            other_client.check_id("http://10.0.0.1:2379", 0xabc),
+            Ok(true)
+        ));
     }
 
     #[test]
@@ -175,7 +203,7 @@ mod tests {
     #[test]
     fn alerts_are_kept_bounded() {
         let pin = ClusterPin::default();
-        pin.check_id("a", 1).unwrap();
+        assert!(matches!(pin.check_id("a", 1), Ok(true)));
         for i in 0..100u64 {
             assert!(pin.check_id("a", 2 + i).is_err());
             assert!(pin.check_id("a", 2 + i).is_err());
