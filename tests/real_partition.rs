@@ -208,3 +208,113 @@ fn real_etcd_member_and_etcd_leader_die() {
     );
     no_failover(&c, p, &key, pm, window);
 }
+
+/// The pid of a `pg_basebackup` the agent `agent` runs (its child), if any.
+fn basebackup_child(agent: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+        let close = stat.iter().rposition(|&b| b == b')')?;
+        let comm = &stat[stat.iter().position(|&b| b == b'(')? + 1..close];
+        let ppid: u32 = std::str::from_utf8(&stat[close + 1..])
+            .ok()?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        (comm == b"pg_basebackup" && ppid == agent).then_some(pid)
+    })
+}
+
+/// Whether `pid` still runs (a zombie does not).
+fn running(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        let close = s.iter().rposition(|&b| b == b')').unwrap_or(0);
+        s.get(close + 2) != Some(&b'Z')
+    })
+}
+
+/// A replica build whose source is cut off in the middle of its copy (the
+/// source's host crashed, or the network between them failed) gives up in about
+/// 25 s — libpq's keepalives on `pg_basebackup` (`pg::conf::COPY_KEEPALIVES`) —
+/// not after the kernel's 2 h of keepalive defaults, during which the node could
+/// build nothing (not even from a new leader after a failover). Once the source
+/// is reachable again the node builds and streams. The copy is slowed on the
+/// building node only (`[postgresql.basebackup] max-rate`) so the cut lands in it.
+#[test]
+fn real_a_copy_from_a_source_cut_off_mid_copy_gives_up() {
+    use std::io::Write as _;
+    let mut c = bed("copycut");
+    let p = settled(&mut c);
+    let r = (0..c.node_count()).find(|&i| i != p).expect("a replica");
+    c.term_agent(r, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("stop {}: {e}", c.name(r)));
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(c.config_path(r))
+        .expect("open the config");
+    writeln!(f, "\n[postgresql.basebackup]\nmax-rate = \"1M\"").expect("append");
+    drop(f);
+    c.start_agent(r)
+        .unwrap_or_else(|e| panic!("start {}: {e}", c.name(r)));
+    c.wait_replicas(p, &[], REJOIN)
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // Reinitialize r: its data moved aside, a copy from p at 1 MB/s (the answer
+    // comes when the job ends: ctl runs in the background, ours to stop).
+    let mut ctl = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .arg("ctl")
+        .arg("--config")
+        .arg(c.config_path(p))
+        .args(["reinit", c.name(r), "--force"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run tenure ctl reinit");
+    let agent = c.agent_pid(r).expect("agent pid");
+    let bb = wait_for(Duration::from_secs(30), Duration::from_millis(20), || {
+        basebackup_child(agent)
+    })
+    .unwrap_or_else(|| panic!("no pg_basebackup on {}{}", c.name(r), c.logs_tail(30)));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        running(bb),
+        "the copy ended before the cut (too fast to test){}",
+        c.logs_tail(30)
+    );
+    let cut = Instant::now();
+    c.cut_between(r, p)
+        .unwrap_or_else(|e| panic!("cut {} from {}: {e}", c.name(r), c.name(p)));
+    let gave_up = wait_for(Duration::from_secs(120), Duration::from_millis(200), || {
+        (!running(bb)).then(|| cut.elapsed())
+    });
+    let _ = ctl.kill();
+    let _ = ctl.wait();
+    let took = gave_up.unwrap_or_else(|| {
+        panic!(
+            "pg_basebackup {bb} from the cut-off source still runs 120 s after the cut{}",
+            c.logs_tail(30)
+        )
+    });
+    eprintln!(
+        "pg_basebackup gave up {:.1} s after its source was cut off",
+        took.as_secs_f64()
+    );
+    assert!(
+        c.agent_log(r).contains("failed"),
+        "the build's failure is not in {}'s log",
+        c.name(r)
+    );
+    c.heal(r)
+        .unwrap_or_else(|e| panic!("heal {}: {e}", c.name(r)));
+    let back = wait_for(REJOIN, Duration::from_millis(200), || {
+        c.is_streaming_replica(r).then_some(())
+    });
+    assert!(
+        back.is_some(),
+        "{} never streamed again after the cut healed{}",
+        c.name(r),
+        c.logs_tail(40)
+    );
+    assert_eq!(c.primaries(), vec![p], "one primary throughout");
+}

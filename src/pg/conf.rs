@@ -299,10 +299,19 @@ pub fn primary_conninfo(cfg: &PgConfig, sb: &Standby<'_>) -> String {
     )
 }
 
+/// libpq's TCP settings for a copy from another member (pg_basebackup, pg_rewind):
+/// a source whose host died or was cut off while it sent is given up in about
+/// 25 s (10 s idle, then 3 probes 5 s apart; 30 s for data sent and never
+/// acknowledged), not the kernel's 2 h of keepalive defaults. A source that lives
+/// but is busy (a checkpoint before the copy) answers the probes from its kernel:
+/// only a dead or unreachable host ends the copy. Without them a build whose
+/// source crashed held the node's job for hours after a new leader was elected.
+pub const COPY_KEEPALIVES: &str = "keepalives=1 keepalives_idle=10 keepalives_interval=5 keepalives_count=3 tcp_user_timeout=30000";
+
 /// `--source-server` for pg_rewind.
 pub fn rewind_conninfo(cfg: &PgConfig, source: &ConnTarget, passfile: &str) -> String {
     format!(
-        "host={} port={} user={} dbname=postgres passfile={} connect_timeout=10 application_name=tenure-rewind{}",
+        "host={} port={} user={} dbname=postgres passfile={} connect_timeout=10 {COPY_KEEPALIVES} application_name=tenure-rewind{}",
         conninfo_value(&source.host),
         source.port,
         conninfo_value(&cfg.rewind_user),
@@ -730,6 +739,7 @@ mod tests {
             "{t}"
         );
         let rw = rewind_conninfo(&c, &leader, "/d/pgpass");
+        assert!(rw.contains(" keepalives_idle=10 "), "{rw}");
         assert!(
             rw.ends_with(" sslmode=verify-ca sslrootcert=/c/root.crt"),
             "{rw}"

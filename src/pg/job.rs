@@ -853,6 +853,10 @@ fn replica_cmd(ctl: &PgCtl, m: &ReplicaMethod, src: &ConnTarget, dir: &Path) -> 
                 os(src.port.to_string()),
                 os("-U"),
                 os(&ctl.cfg.replication_user),
+                // Merged with -h/-p/-U (libpq has no variables for these): a
+                // source that dies mid-copy ends it in about 25 s.
+                os("-d"),
+                os(conf::COPY_KEEPALIVES),
                 os("-X"),
                 os("stream"),
                 os("-w"),
