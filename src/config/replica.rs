@@ -42,6 +42,7 @@ pub const RESERVED: &[&str] = &[
     "parameters",
     "pg_hba",
     "create_replica_methods",
+    "create_replica_timeout",
 ];
 
 /// `pg_basebackup` options `[postgresql.basebackup]` may set: each a
@@ -70,6 +71,10 @@ pub struct CreateReplica {
     /// (`--max-rate=100M`); `--checkpoint` is here when set (tenure's default is
     /// `fast`).
     pub basebackup_args: Vec<String>,
+    /// `[postgresql] create_replica_timeout`: the longest one method's run may
+    /// take, from its start to its exit; then its process group is killed and the
+    /// next method runs. `None` (the default, or 0): no limit.
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl Default for CreateReplica {
@@ -77,6 +82,7 @@ impl Default for CreateReplica {
         CreateReplica {
             methods: vec![ReplicaMethod::Basebackup],
             basebackup_args: Vec::new(),
+            timeout: None,
         }
     }
 }
@@ -235,9 +241,16 @@ pub(super) fn parse(pg: &Sect<'_>) -> Result<CreateReplica, ConfigError> {
         )?));
     }
     let basebackup_args = basebackup_args(&pg.sub(BASEBACKUP)?)?;
+    // 0 (or absent): no limit, as before this setting and as Patroni.
+    let timeout = match pg.table.get("create_replica_timeout") {
+        Some(Value::Integer(0)) => None,
+        Some(Value::Float(x)) if *x == 0.0 => None,
+        _ => pg.secs("create_replica_timeout")?,
+    };
     Ok(CreateReplica {
         methods,
         basebackup_args,
+        timeout,
     })
 }
 
@@ -412,6 +425,27 @@ mod tests {
         };
         let pg = sect.sub("postgresql").map_err(|e| e.to_string())?;
         parse(&pg).map_err(|e| e.to_string())
+    }
+
+    /// `[postgresql] create_replica_timeout`: off unless set, 0 off, else seconds.
+    #[test]
+    fn a_timeout_per_method() {
+        assert_eq!(parse_str("[postgresql]\n").unwrap().timeout, None);
+        for off in ["0", "0.0"] {
+            let c = parse_str(&format!("[postgresql]\ncreate_replica_timeout = {off}\n")).unwrap();
+            assert_eq!(c.timeout, None, "{off}");
+        }
+        let c = parse_str("[postgresql]\ncreate_replica_timeout = 7200\n").unwrap();
+        assert_eq!(c.timeout, Some(std::time::Duration::from_secs(7200)));
+        for bad in ["-1", "\"2h\"", "100000"] {
+            let e = parse_str(&format!("[postgresql]\ncreate_replica_timeout = {bad}\n"))
+                .expect_err(bad);
+            assert!(e.contains("create_replica_timeout"), "{bad}: {e}");
+        }
+        // Not a method's name: it is a key of [postgresql] itself.
+        let e = parse_str("[postgresql]\ncreate_replica_methods = [\"create_replica_timeout\"]\n")
+            .expect_err("reserved");
+        assert!(e.contains("a key of [postgresql] itself"), "{e}");
     }
 
     #[test]

@@ -44,6 +44,9 @@ struct Cmd {
     /// (`advance`): a replica method's leftover writers would write into the
     /// next method's copy, or into the copy being installed (review H1).
     drain: bool,
+    /// The longest it may run (`[postgresql] create_replica_timeout`, replica
+    /// methods only): then its process group is killed and it has failed.
+    limit: Option<Duration>,
 }
 
 /// A quick in-process step between children.
@@ -85,6 +88,11 @@ struct Running {
     drain: bool,
     /// Drained: the processes of its group still running when it exited.
     left: Vec<u32>,
+    /// `Cmd::limit`, the instant it runs out (from the start), and whether it
+    /// was killed for it.
+    limit: Option<Duration>,
+    deadline: Option<Instant>,
+    timed_out: bool,
 }
 
 /// A finished child whose process group still had members when it exited: they
@@ -101,6 +109,8 @@ struct Draining {
     /// were killed): a method that exits before the writers it started is a
     /// failed one, whatever its status (review of session 18, M1).
     left: Vec<u32>,
+    /// Killed at its `create_replica_timeout`: failed, whatever its status.
+    timed_out: Option<Duration>,
 }
 
 /// How long a killed method's process group may take to be gone.
@@ -310,6 +320,18 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                 }
                 return;
             }
+            if let Some(limit) = d.timed_out {
+                let why = format!(
+                    "{} ran longer than create_replica_timeout ({} s): killed with its \
+                     process group",
+                    d.what,
+                    limit.as_secs_f64()
+                );
+                if fall_back(ctl, job, why) {
+                    continue;
+                }
+                return;
+            }
             if !d.left.is_empty() && d.status.success() {
                 // INVARIANT (M1): a copy whose writers were still running when
                 // its method exited is never checked, let alone installed.
@@ -341,7 +363,16 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                     | nix::sys::wait::WaitPidFlag::WNOHANG
                     | nix::sys::wait::WaitPidFlag::WNOWAIT;
                 match nix::sys::wait::waitid(nix::sys::wait::Id::Pid(pid), flags) {
-                    Ok(nix::sys::wait::WaitStatus::StillAlive) => return,
+                    Ok(nix::sys::wait::WaitStatus::StillAlive) => {
+                        if !r.timed_out && r.deadline.is_some_and(|d| clock::now() >= d) {
+                            // Its whole group: a method's copy is often made by
+                            // the children it started. Reaped by the next poll.
+                            r.timed_out = true;
+                            let _ =
+                                nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+                        }
+                        return;
+                    }
                     Ok(_) => {
                         // Who is still at work, before the kill: a method whose
                         // writers outlive it did not finish its copy (M1).
@@ -367,6 +398,7 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                             log_offset: r.log_offset,
                             until: clock::now().add(DRAIN_LIMIT),
                             left: r.left,
+                            timed_out: if r.timed_out { r.limit } else { None },
                         });
                         continue;
                     }
@@ -643,6 +675,9 @@ fn spawn(ctl: &PgCtl, cmd: &Cmd) -> Result<Running, PgError> {
         drain: cmd.drain,
         log_offset,
         left: Vec::new(),
+        limit: cmd.limit,
+        deadline: cmd.limit.map(|l| clock::now().add(l)),
+        timed_out: false,
     })
 }
 
@@ -750,6 +785,7 @@ fn remove_build_dir(dir: &Path) -> Step {
         env: vec![],
         stdin: None,
         drain: false,
+        limit: None,
     })
 }
 
@@ -874,6 +910,7 @@ fn replica_cmd(ctl: &PgCtl, m: &ReplicaMethod, src: &ConnTarget, dir: &Path) -> 
                 env,
                 stdin: None,
                 drain: true,
+                limit: ctl.cfg.create_replica.timeout,
             }
         }
         ReplicaMethod::Command(c) => {
@@ -899,6 +936,7 @@ fn replica_cmd(ctl: &PgCtl, m: &ReplicaMethod, src: &ConnTarget, dir: &Path) -> 
                 env,
                 stdin: None,
                 drain: true,
+                limit: ctl.cfg.create_replica.timeout,
             }
         }
     }
@@ -1040,6 +1078,7 @@ fn pg_ctl_start_within(ctl: &PgCtl, secs: u64) -> Result<Step, PgError> {
         env: vec![],
         stdin: None,
         drain: false,
+        limit: None,
     }))
 }
 
@@ -1082,6 +1121,7 @@ fn plan(
                 env: vec![],
                 stdin: None,
                 drain: false,
+                limit: None,
             }));
             job.steps
                 .push_back(Step::Local("write pg_hba.conf", Local::WriteHba));
@@ -1103,6 +1143,7 @@ fn plan(
                 env: vec![],
                 stdin: Some(sql),
                 drain: false,
+                limit: None,
             }));
         }
         JobKind::Basebackup { from } => {
@@ -1180,6 +1221,7 @@ fn plan(
                 env: vec![("PGCONNECT_TIMEOUT", os("10"))],
                 stdin: None,
                 drain: false,
+                limit: None,
             }));
             job.steps.push_back(Step::Run(Cmd {
                 what: "pg_rewind".into(),
@@ -1194,6 +1236,7 @@ fn plan(
                 env: vec![("PGCONNECT_TIMEOUT", os("10"))],
                 stdin: None,
                 drain: false,
+                limit: None,
             }));
             // pg_rewind copied the source's config files: ours again.
             job.steps.push_back(Step::Local(
@@ -1284,5 +1327,6 @@ fn pg_ctl_stop(ctl: &PgCtl) -> Step {
         env: vec![],
         stdin: None,
         drain: false,
+        limit: None,
     })
 }

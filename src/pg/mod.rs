@@ -2122,6 +2122,7 @@ mod tests {
             ctl.cfg.create_replica = CreateReplica {
                 methods,
                 basebackup_args: Vec::new(),
+                timeout: ctl.cfg.create_replica.timeout,
             };
             let src = ConnTarget {
                 name: "pg1".into(),
@@ -2145,6 +2146,46 @@ mod tests {
                     _ => std::thread::sleep(Duration::from_millis(20)),
                 }
             }
+        }
+
+        /// `create_replica_timeout`: a method that runs longer is killed with its
+        /// whole process group (the children that make its copy too) and has
+        /// failed; the next method builds. Before, one that hung held the build
+        /// until a forced reinit or an agent restart.
+        #[test]
+        fn a_method_past_its_timeout_is_killed_with_its_group() {
+            let (mut ctl, data) = scratch_ctl("pg-method-timeout");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.set_cluster("s", Some(7));
+            ctl.cfg.create_replica.timeout = Some(Duration::from_millis(500));
+            let pids = dir.join("hung.pids");
+            let hung = script(
+                &dir,
+                "hung",
+                &format!(
+                    "sleep 60 & echo $! > {}\necho $$ >> {}\nwait",
+                    pids.display(),
+                    pids.display()
+                ),
+                None,
+            );
+            let good = script(&dir, "good", "", Some(7));
+            // `build` gives up after 60 s: the hung method's `wait` is 60 s.
+            let (ok, detail) = build(&mut ctl, vec![method("hung", &hung), method("good", &good)]);
+            assert!(ok, "{detail}");
+            assert!(detail.contains("built by replica method good"), "{detail}");
+            assert!(
+                detail.contains("ran longer than create_replica_timeout (0.5 s): killed"),
+                "{detail}"
+            );
+            for pid in fs::read_to_string(&pids).unwrap().split_whitespace() {
+                let pid: u32 = pid.parse().unwrap();
+                assert!(
+                    procs::proc_state(pid).is_none_or(|s| s == 'Z'),
+                    "{pid} of the hung method still runs"
+                );
+            }
+            assert!(data.join("standby.signal").exists());
         }
 
         #[test]
