@@ -116,8 +116,11 @@ fn real_bootstrap_from_empty() {
 
 /// Issue 13 item 5: a settled, idle cluster writes nothing to etcd: every key of
 /// the scope keeps its mod revision over 10 loops (member keys are written when
-/// they change, or while no leader key is seen). Up to three windows, so a write
-/// the settling itself caused (a checkpoint moving a position) is not counted.
+/// they change, or while no leader key is seen). Up to six windows, so a write
+/// the settling itself caused is not counted: its trailing WAL (a checkpoint, the
+/// standby snapshot PostgreSQL logs up to 15 s after the last activity) moves the
+/// positions a while longer on a loaded machine (seen once in a full run, three
+/// windows in a row). A cluster that writes every loop fails every window.
 fn idle_cluster_writes_nothing(c: &TestCluster) {
     let revisions = || -> Vec<(String, i64)> {
         let mut v: Vec<_> = c
@@ -131,7 +134,7 @@ fn idle_cluster_writes_nothing(c: &TestCluster) {
     };
     let window = c.opts.loop_wait * 10;
     let mut changed = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..6 {
         let before = revisions();
         std::thread::sleep(window);
         let after = revisions();
@@ -145,7 +148,7 @@ fn idle_cluster_writes_nothing(c: &TestCluster) {
             .map(|(k, _)| k)
             .collect();
     }
-    panic!("an idle cluster wrote {changed:?} in each of three {window:?} windows");
+    panic!("an idle cluster wrote {changed:?} in each of six {window:?} windows");
 }
 
 /// Messages etcd received from clients, per `service/method`, summed over the
