@@ -446,7 +446,7 @@ fn real_etcd_restored_from_a_snapshot_no_failover_until_confirmed() {
             .leader_key()
             .filter(|(name, e)| name == c.name(q) && *e > epoch0)
             .filter(|_| c.primaries() == vec![q]);
-        if done.is_none() && !asked.as_ref().is_some_and(|(code, _)| *code == 200) {
+        if done.is_none() && asked.as_ref().is_none_or(|(code, _)| *code != 200) {
             asked = c.api_write(p, "POST", "/switchover", &body, true);
         }
         done
