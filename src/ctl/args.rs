@@ -45,7 +45,8 @@ Commands:
   flush restart [MEMBER...]
                            cancel the scheduled restart on MEMBERs (default: every
                            member whose key shows one)
-  flush switchover         cancel the scheduled switchover
+  flush switchover         cancel the scheduled switchover (flush asks nothing;
+                           --force is accepted and does nothing)
   reload [MEMBER...]       reload the agents' configuration (default: every member)
   reinit MEMBER... [--wait] [--force]
                            rebuild MEMBER's data directory from the leader (the old one
@@ -370,7 +371,8 @@ fn build(mut s: Seen) -> Result<Invocation, String> {
                 "--force",
             ],
         ),
-        // Cancelling is the safe direction: no confirmation, so no --force.
+        // Cancelling is the safe direction: no confirmation. `--force` is taken
+        // and does nothing, as patronictl's scripts pass it.
         "flush" => {
             let (target, members) = match rest.split_first() {
                 Some((t, m)) if t == "restart" => (FlushTarget::Restart, m.to_vec()),
@@ -388,7 +390,7 @@ fn build(mut s: Seen) -> Result<Invocation, String> {
                 }
                 None => return Err("flush needs what to cancel: restart or switchover".into()),
             };
-            (Command::Flush { target, members }, &[])
+            (Command::Flush { target, members }, &["--force"])
         }
         "reload" => (
             Command::Reload {

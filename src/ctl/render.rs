@@ -265,6 +265,13 @@ pub fn table(
     rows: &[Vec<String>],
     right: &[usize],
 ) -> String {
+    // Cells come from values other writers left in etcd: a line break would
+    // break the frame, an escape sequence would reach the terminal.
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| printable(c)).collect())
+        .collect();
+    let rows = &rows;
     let mut width: Vec<usize> = columns.iter().map(|c| c.chars().count()).collect();
     for r in rows {
         for (i, cell) in r.iter().enumerate().take(width.len()) {
@@ -352,9 +359,10 @@ fn footer(s: &Snapshot, rows: &[Row]) -> String {
     if let Some((at, from, to)) = scheduled_switchover(s) {
         let _ = writeln!(
             out,
-            " Switchover scheduled at: {at} (from {}, to {})",
-            from.unwrap_or("the leader"),
-            to.unwrap_or("the best candidate")
+            " Switchover scheduled at: {} (from {}, to {})",
+            printable(at),
+            printable(from.unwrap_or("the leader")),
+            printable(to.unwrap_or("the best candidate"))
         );
     }
     for r in rows {
@@ -377,6 +385,23 @@ fn footer(s: &Snapshot, rows: &[Row]) -> String {
         );
     }
     out
+}
+
+/// `s` with every control character written as its escape (`\n`, `\u{1b}`): text
+/// from etcd printed for people.
+pub fn printable(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// The switchover the `failover` key schedules: `(time as written, from, to)`.

@@ -193,7 +193,16 @@ fn usage_errors_name_the_argument() {
     assert!(usage(&["flush"]).contains("restart or switchover"));
     assert!(usage(&["flush", "everything"]).contains("\"everything\""));
     assert!(usage(&["flush", "switchover", "pg1"]).contains("\"pg1\""));
-    assert!(usage(&["flush", "restart", "--force"]).contains("--force does not apply to flush"));
+    assert_eq!(
+        parse(&["flush", "switchover", "--force"])
+            .expect("parses")
+            .command,
+        Command::Flush {
+            target: FlushTarget::Switchover,
+            members: vec![],
+        },
+        "patronictl's scripts pass --force"
+    );
     assert!(
         usage(&["flush", "restart", "--scheduled", "now"]).contains("--scheduled does not apply")
     );
@@ -672,6 +681,26 @@ fn list_shows_what_is_scheduled() {
     let rows = render::rows(&s);
     assert_eq!(rows[1].scheduled_restart, None);
     assert!(!render::list_table(&s, false).contains("Scheduled restart"));
+    // Control characters from other writers are escaped, never printed.
+    let mut s = snapshot();
+    let odd: Map<String, Value> =
+        serde_json::from_value(json!({"scheduled_restart": {"schedule": "2026\n\u{1b}[31mX"}}))
+            .expect("map");
+    s.raw_members.insert("pg2".into(), odd);
+    s.view.members[0].info.state = "run\nning".into();
+    let t = render::list_table(&s, false);
+    assert!(!t.contains('\u{1b}'), "{t:?}");
+    assert!(
+        t.contains("2026\\n\\u{1b}[31mX") && t.contains("run\\nning"),
+        "{t}"
+    );
+    let w = t.lines().nth(1).unwrap().chars().count();
+    for l in t
+        .lines()
+        .take_while(|l| l.starts_with('+') || l.starts_with('|'))
+    {
+        assert_eq!(l.chars().count(), w, "the frame holds: {t}");
+    }
 }
 
 #[test]

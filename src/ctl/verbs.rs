@@ -898,7 +898,10 @@ fn flush_switchover(ctx: &mut Ctx) -> Result<(), CtlError> {
             Err(e) => return Err(e),
         };
         let line = match r.status {
-            200 => format!("Success: the switchover scheduled at {at} was cancelled (by {name})"),
+            200 => format!(
+                "Success: the switchover scheduled at {} was cancelled (by {name})",
+                render::printable(&at)
+            ),
             404 => format!(
                 "No pending scheduled switchover in {} (it is gone since the read)",
                 s.scope
