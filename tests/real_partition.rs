@@ -300,8 +300,19 @@ fn real_a_copy_from_a_source_cut_off_mid_copy_gives_up() {
         "pg_basebackup gave up {:.1} s after its source was cut off",
         took.as_secs_f64()
     );
+    // Reported at the agent's next poll of its job.
+    let logged = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        c.agent_log(r)
+            .contains("Basebackup")
+            .then_some(())
+            .filter(|()| {
+                c.agent_log(r)
+                    .lines()
+                    .any(|l| l.contains("Basebackup") && l.contains("failed"))
+            })
+    });
     assert!(
-        c.agent_log(r).contains("failed"),
+        logged.is_some(),
         "the build's failure is not in {}'s log",
         c.name(r)
     );

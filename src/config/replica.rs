@@ -18,6 +18,9 @@ use toml::Value;
 
 use super::{ConfigError, Sect, a_type};
 
+/// The shortest `create_replica_timeout` accepted.
+const MIN_METHOD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The built-in method's name.
 pub const BASEBACKUP: &str = "basebackup";
 
@@ -247,6 +250,18 @@ pub(super) fn parse(pg: &Sect<'_>) -> Result<CreateReplica, ConfigError> {
         Some(Value::Float(x)) if *x == 0.0 => None,
         _ => pg.secs("create_replica_timeout")?,
     };
+    if let Some(t) = timeout
+        && t < MIN_METHOD_TIMEOUT
+    {
+        return Err(pg.err(
+            "create_replica_timeout",
+            format!(
+                "{} s is less than {} s: a copy killed that soon never finishes (0: no limit)",
+                t.as_secs_f64(),
+                MIN_METHOD_TIMEOUT.as_secs()
+            ),
+        ));
+    }
     Ok(CreateReplica {
         methods,
         basebackup_args,
@@ -437,7 +452,7 @@ mod tests {
         }
         let c = parse_str("[postgresql]\ncreate_replica_timeout = 7200\n").unwrap();
         assert_eq!(c.timeout, Some(std::time::Duration::from_secs(7200)));
-        for bad in ["-1", "\"2h\"", "100000"] {
+        for bad in ["-1", "\"2h\"", "100000", "30", "0.001"] {
             let e = parse_str(&format!("[postgresql]\ncreate_replica_timeout = {bad}\n"))
                 .expect_err(bad);
             assert!(e.contains("create_replica_timeout"), "{bad}: {e}");

@@ -301,12 +301,14 @@ pub fn primary_conninfo(cfg: &PgConfig, sb: &Standby<'_>) -> String {
 
 /// libpq's TCP settings for a copy from another member (pg_basebackup, pg_rewind):
 /// a source whose host died or was cut off while it sent is given up in about
-/// 25 s (10 s idle, then 3 probes 5 s apart; 30 s for data sent and never
+/// 40 s (10 s idle, then 6 probes 5 s apart; 60 s for data sent and never
 /// acknowledged), not the kernel's 2 h of keepalive defaults. A source that lives
-/// but is busy (a checkpoint before the copy) answers the probes from its kernel:
-/// only a dead or unreachable host ends the copy. Without them a build whose
-/// source crashed held the node's job for hours after a new leader was elected.
-pub const COPY_KEEPALIVES: &str = "keepalives=1 keepalives_idle=10 keepalives_interval=5 keepalives_count=3 tcp_user_timeout=30000";
+/// but is busy (a checkpoint before the copy, a `max-rate`) answers the probes
+/// from its kernel: only a host silent that long ends the copy, so a short
+/// network blip or a VM's pause does not restart a long one. Without them a
+/// build whose source crashed held the node's job for hours after a new leader
+/// was elected.
+pub const COPY_KEEPALIVES: &str = "keepalives=1 keepalives_idle=10 keepalives_interval=5 keepalives_count=6 tcp_user_timeout=60000";
 
 /// `--source-server` for pg_rewind.
 pub fn rewind_conninfo(cfg: &PgConfig, source: &ConnTarget, passfile: &str) -> String {

@@ -206,6 +206,21 @@ pub(super) fn start(
     if let Some(j) = &ctl.job {
         return Err(PgError::Busy(format!("{:?} since {}", j.kind, j.since)));
     }
+    if matches!(kind, JobKind::Basebackup { .. })
+        && let Some((pgid, what)) = &ctl.lingering
+    {
+        // INVARIANT: no build next to a killed method's processes that may still
+        // write (they were given the build directory).
+        if group_alive(*pgid) {
+            return Err(PgError::Busy(format!(
+                "processes of replica method {what} (process group {pgid}) outlived \
+                 SIGKILL and may still write into the build directory: no replica is \
+                 built until they are gone (a process stuck in uninterruptible I/O: \
+                 check its storage)"
+            )));
+        }
+        ctl.lingering = None;
+    }
     if matches!(
         kind,
         JobKind::InitDb | JobKind::Basebackup { .. } | JobKind::Rewind { .. }
@@ -306,8 +321,10 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
             if group_alive(d.pgid) {
                 if clock::now() >= d.until {
                     // INVARIANT: no copy is built or installed while a method's
-                    // process may still write: the job ends, no other method.
+                    // process may still write: the job ends, no other method, and
+                    // no later build starts while the group lives (`start`).
                     job.final_method = true;
+                    ctl.lingering = Some((d.pgid, d.what.to_string()));
                     job.outcome = Some(Err(format!(
                         "{}: processes of its group (pgid {}) outlived SIGKILL for {} s: \
                          nothing more is built while they may write",
@@ -364,12 +381,37 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                     | nix::sys::wait::WaitPidFlag::WNOWAIT;
                 match nix::sys::wait::waitid(nix::sys::wait::Id::Pid(pid), flags) {
                     Ok(nix::sys::wait::WaitStatus::StillAlive) => {
-                        if !r.timed_out && r.deadline.is_some_and(|d| clock::now() >= d) {
+                        let now = clock::now();
+                        if !r.timed_out && r.deadline.is_some_and(|d| now >= d) {
                             // Its whole group: a method's copy is often made by
-                            // the children it started. Reaped by the next poll.
+                            // the children it started. Reaped by a next poll.
                             r.timed_out = true;
+                            log::warn!(
+                                "replica method {} ran longer than create_replica_timeout \
+                                 ({} s): killing its process group {}",
+                                r.what,
+                                r.limit.unwrap_or_default().as_secs_f64(),
+                                pid
+                            );
                             let _ =
                                 nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+                        } else if r.timed_out
+                            && r.deadline.is_some_and(|d| now >= d.add(DRAIN_LIMIT))
+                        {
+                            // SIGKILL has not taken it for DRAIN_LIMIT: a process in
+                            // uninterruptible sleep (a hung mount). As a drained
+                            // group that outlives the kill (review of the timeout,
+                            // M1): the job ends, nothing more is built.
+                            job.final_method = true;
+                            ctl.lingering = Some((pid.as_raw(), r.what.to_string()));
+                            job.outcome = Some(Err(format!(
+                                "{} ran longer than create_replica_timeout and outlived \
+                                 SIGKILL for {} s (process group {}): nothing more is \
+                                 built while it may write",
+                                r.what,
+                                DRAIN_LIMIT.as_secs(),
+                                pid
+                            )));
                         }
                         return;
                     }

@@ -197,6 +197,11 @@ pub struct PgCtl {
     /// back-off) sees it as it sees a build that ran and failed (review of
     /// session 18, L1).
     failed_start: Option<(JobKind, String)>,
+    /// A replica method's process group that outlived SIGKILL (`pg::job`: a
+    /// process in uninterruptible sleep), and the method's name: no replica build
+    /// starts while any of it lives, since it may still write where the next
+    /// build's copy would go (review of create_replica_timeout, M2).
+    pub(crate) lingering: Option<(i32, String)>,
     /// Member hosts `pg_hba.conf` admits (sorted, deduplicated), and whether the
     /// file in the data directory says so.
     hba_hosts: Vec<String>,
@@ -281,6 +286,7 @@ impl PgCtl {
             following: None,
             job: None,
             failed_start: None,
+            lingering: None,
             hba_hosts: Vec::new(),
             hba_written: false,
             sync_file: None,
@@ -2186,6 +2192,35 @@ mod tests {
                 );
             }
             assert!(data.join("standby.signal").exists());
+        }
+
+        /// A method's process group that outlived SIGKILL (a process stuck in
+        /// uninterruptible I/O) holds every later build until it is gone: it was
+        /// given the build directory and may still write there.
+        #[test]
+        fn no_build_while_a_killed_method_s_group_lives() {
+            use std::os::unix::process::CommandExt;
+            let (mut ctl, data) = scratch_ctl("pg-method-lingering");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.set_cluster("s", Some(7));
+            let mut stuck = std::process::Command::new("sleep")
+                .arg("30")
+                .process_group(0)
+                .spawn()
+                .unwrap();
+            ctl.lingering = Some((stuck.id() as i32, "hung".into()));
+            let good = script(&dir, "good", "", Some(7));
+            let e = start(&mut ctl, vec![method("good", &good)]).expect_err("held");
+            assert!(
+                e.to_string().contains("replica method hung") && e.to_string().contains("outlived"),
+                "{e}"
+            );
+            assert!(ctl.job.is_none(), "nothing started");
+            stuck.kill().unwrap();
+            stuck.wait().unwrap();
+            let (ok, detail) = build(&mut ctl, vec![method("good", &good)]);
+            assert!(ok, "{detail}");
+            assert!(ctl.lingering.is_none(), "cleared once the group is gone");
         }
 
         #[test]
