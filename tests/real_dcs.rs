@@ -1485,7 +1485,11 @@ fn answers_from_another_etcd_cluster_at_the_same_address_are_refused() {
     let mut b = bed("dcs-other-cluster");
     // One endpoint, as the agent's client has.
     let ep0 = vec![b.cluster.endpoints()[0].clone()];
-    let mut e = Etcd::connect(&b.rt, &ep0, PREFIX, in_ms(2000)).expect("connect");
+    // The process's pin, as the agent passes it to each client it makes.
+    let pin = tenure::dcs::ClusterPin::default();
+    let mut e = Etcd::connect(&b.rt, &ep0, PREFIX, in_ms(2000))
+        .expect("connect")
+        .pinned(pin.clone(), "");
     let (lease, _, epoch) = won(e.acquire_unbound(&b.rt, "pg1", 60, in_ms(2000)));
     let r = e.confirmed_renew(&b.rt, lease, epoch, "pg1", in_ms(2000));
     assert!(matches!(r.outcome, RenewalOutcome::Counted { .. }), "{r:?}");
@@ -1549,6 +1553,18 @@ fn answers_from_another_etcd_cluster_at_the_same_address_are_refused() {
         put.as_ref()
             .is_err_and(|m| m.0.contains("answers for etcd cluster")),
         "{put:?}"
+    );
+
+    // A new client with the same pin (the agent's next endpoint) is refused too.
+    let mut second = Etcd::connect(&b.rt, &ep0, PREFIX, in_ms(2000))
+        .expect("connect")
+        .pinned(pin.clone(), "");
+    let read = second.read_cluster(&b.rt, in_ms(2000));
+    assert!(
+        read.as_ref()
+            .is_err_and(|m| m.0.contains("answers for etcd cluster")),
+        "{:?}",
+        read.map(|v| v.revision)
     );
 
     // The restored cluster holds the key and the lease: a new client counts.

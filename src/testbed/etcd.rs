@@ -357,9 +357,17 @@ impl Drop for EtcdCluster {
 }
 
 /// `etcdctl args...` (API v3), `snap` last for `snapshot save`; its output in
-/// the error when it fails.
+/// the error when it fails. `snapshot restore` goes to `etcdutl` where it exists
+/// (etcd 3.5 moved it there; 3.6's etcdctl no longer has it).
 fn etcdctl(args: &[&str], snap: &Path) -> Result<(), String> {
-    let mut cmd = Command::new("etcdctl");
+    let utl = ["/usr/bin/etcdutl", "/usr/local/bin/etcdutl"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    let program = match utl {
+        Some(u) if args.starts_with(&["snapshot", "restore"]) => u,
+        _ => "etcdctl",
+    };
+    let mut cmd = Command::new(program);
     cmd.env("ETCDCTL_API", "3").args(args);
     if args.last() == Some(&"save") {
         cmd.arg(snap);
