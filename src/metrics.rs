@@ -116,6 +116,9 @@ pub struct Metrics {
     pub etcd_resolves: u64,
     pub etcd_resolve_failures: u64,
     pub etcd_resolve_timeouts: u64,
+    /// etcd answers refused because they named another etcd cluster than the
+    /// one the agent pinned (dcs/pin.rs).
+    pub etcd_foreign_answers: u64,
 }
 
 impl Default for Metrics {
@@ -141,6 +144,7 @@ impl Default for Metrics {
             etcd_resolves: 0,
             etcd_resolve_failures: 0,
             etcd_resolve_timeouts: 0,
+            etcd_foreign_answers: 0,
         }
     }
 }

@@ -437,6 +437,14 @@ fn srv_bootstrap_ctl_and_rediscovery() {
             c.logs_tail(40)
         );
     }
+    for i in 0..c.node_count() {
+        let refused = metric(&c, i, "tenure_etcd_foreign_answers_total");
+        assert!(
+            refused > 0.0,
+            "{}: tenure_etcd_foreign_answers_total {refused}",
+            c.name(i)
+        );
+    }
     eprintln!("srv: every agent refused the foreign etcd; it holds no key");
 
     // The records and the network right again: the cluster goes on.

@@ -43,6 +43,9 @@ impl Agent {
     /// permission problem is logged at error level once per distinct text (an
     /// operator must act; etcd being down stays at debug).
     pub(super) fn etcd_failed(&mut self, msg: &str) {
+        // A refused answer fails its call: the count is brought up to date at
+        // every failed call.
+        self.status.metrics.etcd_foreign_answers = self.etcd_cluster.refused();
         if is_invalid_auth_token(msg) {
             if let Some(etcd) = self.etcd.as_mut() {
                 etcd.auth_lost();

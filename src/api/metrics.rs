@@ -350,6 +350,11 @@ pub fn render(s: &ApiStatus, out: &mut Vec<u8>) {
         m.etcd_endpoint_switches,
     );
     o.counter(
+        "tenure_etcd_foreign_answers_total",
+        "etcd answers refused because they came from another etcd cluster than the one this agent uses.",
+        m.etcd_foreign_answers,
+    );
+    o.counter(
         "tenure_etcd_resolves_total",
         "Resolutions of etcd endpoint names that answered for every name asked.",
         m.etcd_resolves,

@@ -87,12 +87,19 @@ struct State {
     id: Option<u64>,
     /// `(endpoint, foreign id)` already said.
     alerted: Vec<(String, u64)>,
+    /// Answers refused for naming another cluster, since the start.
+    refused: u64,
 }
 
 impl ClusterPin {
     /// The pinned cluster, once an answer named one.
     pub fn id(&self) -> Option<u64> {
         self.0.borrow().id
+    }
+
+    /// Answers refused for naming another cluster, since the start.
+    pub fn refused(&self) -> u64 {
+        self.0.borrow().refused
     }
 
     /// Check one answer from `endpoint`: `Ok(true)` when its header names the
@@ -131,6 +138,7 @@ impl ClusterPin {
              another etcd cluster now at that address (restart the agent to accept a \
              new one, e.g. etcd restored from a backup)"
         );
+        s.refused += 1;
         let said = s.alerted.iter().any(|(e, i)| e == endpoint && *i == id);
         if !said {
             log::error!("ALERT: etcd: {why}");
@@ -171,6 +179,7 @@ mod tests {
             "{e}"
         );
         assert_eq!(pin.id(), Some(0xabc), "never re-pinned");
+        assert_eq!(pin.refused(), 1);
         // Shared by every client of the process.
         let other_client = pin.clone();
         assert!(
