@@ -357,6 +357,8 @@ impl Etcd {
     /// restored under a new token and the rollback marker is the check (pin.rs).
     pub fn unpinned(mut self) -> Etcd {
         self.pin = None;
+        // Nothing to verify: no read before the first write.
+        self.verified.set(true);
         self
     }
 
@@ -424,13 +426,17 @@ impl Etcd {
         }
         let mut kv = self.client.kv_client();
         let opts = GetOptions::new().with_count_only().with_serializable();
-        self.call(
-            rt,
-            deadline,
-            "check which etcd cluster answers",
-            kv.get(self.key("leader"), Some(opts)),
-        )
-        .map(|_| ())
+        let what = "check which etcd cluster answers";
+        self.call(rt, deadline, what, kv.get(self.key("leader"), Some(opts)))?;
+        // An answer that names no cluster (id 0) passed without verifying.
+        if self.verified.get() {
+            Ok(())
+        } else {
+            Err(DcsError(format!(
+                "{what}: {} answered without naming its etcd cluster (id 0)",
+                self.endpoint
+            )))
+        }
     }
 
     fn key(&self, suffix: &str) -> String {
