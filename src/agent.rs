@@ -704,12 +704,18 @@ impl Agent {
             // a new id there is etcd restored under a new token, which the
             // rollback marker catches from the agents' memory of revisions — a
             // refusal would have every agent restarted, and that memory lost.
-            let pin = self.names.named_by_dns().then(|| self.etcd_cluster.clone());
+            // Those are still noted: a changed id is said (an ALERT, DESIGN §3's
+            // "extra signal"), never refused.
+            let enforce = self.names.named_by_dns();
+            let pin = self.etcd_cluster.clone();
             let connected = self.etcd_target(i).and_then(|(url, sec)| {
                 Etcd::connect_with(&self.rt, &[url], &self.prefix, &sec, deadline)
-                    .map(|e| match pin {
-                        Some(pin) => e.pinned(pin, &label),
-                        None => e.unpinned(),
+                    .map(|e| {
+                        if enforce {
+                            e.pinned(pin, &label)
+                        } else {
+                            e.observed(pin, &label)
+                        }
                     })
                     .map_err(|e| e.to_string())
             });

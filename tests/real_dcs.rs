@@ -1493,6 +1493,14 @@ fn answers_from_another_etcd_cluster_at_the_same_address_are_refused() {
     let (lease, _, epoch) = won(e.acquire_unbound(&b.rt, "pg1", 60, in_ms(2000)));
     let r = e.confirmed_renew(&b.rt, lease, epoch, "pg1", in_ms(2000));
     assert!(matches!(r.outcome, RenewalOutcome::Counted { .. }), "{r:?}");
+    // An observed client (the agent's to endpoints given as addresses): notes
+    // the id, refuses nothing.
+    let noted = tenure::dcs::ClusterPin::default();
+    let mut observer = Etcd::connect(&b.rt, &ep0, PREFIX, in_ms(2000))
+        .expect("connect")
+        .observed(noted.clone(), "");
+    observer.read_cluster(&b.rt, in_ms(2000)).expect("read");
+    let old_id = noted.id().expect("an id noted");
     let snap = b.dir.join("etcd.snapshot.db");
     b.cluster.snapshot(&snap).expect("snapshot");
     let (later, _) = e.grant(&b.rt, 60, in_ms(2000)).expect("grant");
@@ -1566,6 +1574,16 @@ fn answers_from_another_etcd_cluster_at_the_same_address_are_refused() {
         "{:?}",
         read.map(|v| v.revision)
     );
+
+    // The observed client reads the restored cluster and notes its new id.
+    let seen = wait_ok(|| observer.read_cluster(&b.rt, in_ms(2000)));
+    assert!(seen.leader.is_some(), "the restored key");
+    assert!(
+        noted.id().is_some_and(|id| id != old_id),
+        "{:?} after the restore, {old_id:x} before",
+        noted.id()
+    );
+    assert_eq!(noted.refused(), 0, "nothing refused");
 
     // The restored cluster holds the key and the lease: a new client counts.
     let mut fresh = Etcd::connect(&b.rt, &ep0, PREFIX, in_ms(2000)).expect("connect");

@@ -153,6 +153,9 @@ pub struct Etcd {
     /// when the caller passed it ([`Etcd::pinned`]), else this client's; `None`:
     /// not checked ([`Etcd::unpinned`]).
     pin: Option<ClusterPin>,
+    /// `false`: the pin's cluster is only noted, never refused
+    /// ([`Etcd::observed`]).
+    enforce: bool,
     /// The endpoints, for the pin's messages.
     endpoint: String,
     /// An answer of this client passed the pin: writes may be sent. Until then a
@@ -336,6 +339,7 @@ impl Etcd {
             renewal_read: None,
             keepalives: Vec::new(),
             pin: Some(ClusterPin::default()),
+            enforce: true,
             endpoint: endpoints.join(","),
             verified: std::cell::Cell::new(false),
         })
@@ -357,7 +361,18 @@ impl Etcd {
     /// restored under a new token and the rollback marker is the check (pin.rs).
     pub fn unpinned(mut self) -> Etcd {
         self.pin = None;
+        self.enforce = false;
         // Nothing to verify: no read before the first write.
+        self.verified.set(true);
+        self
+    }
+
+    /// Answers are noted against `pin` but never refused: a new cluster id is
+    /// said as an `ALERT` (the agent's clients to endpoints given as addresses,
+    /// DESIGN §3: "only an extra signal"; the rollback marker is the check).
+    pub fn observed(mut self, pin: ClusterPin, label: &str) -> Etcd {
+        self = self.pinned(pin, label);
+        self.enforce = false;
         self.verified.set(true);
         self
     }
@@ -399,6 +414,10 @@ impl Etcd {
             self.verified.set(true);
             return Ok(());
         };
+        if !self.enforce {
+            pin.observe(&self.endpoint, answer);
+            return Ok(());
+        }
         match pin.check(&self.endpoint, answer) {
             Ok(true) => {
                 self.verified.set(true);

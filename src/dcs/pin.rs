@@ -12,7 +12,8 @@
 //! agent given addresses is not: a new cluster id there is etcd restored under a
 //! new token, which the rollback marker catches from the running agents' memory
 //! of revisions (DESIGN §3: a changed id only an extra signal), while a refusal
-//! would have every agent restarted, and that memory lost with it.
+//! would have every agent restarted, and that memory lost with it. Its answers
+//! are observed instead ([`ClusterPin::observe`]): a new id is said, not refused.
 //!
 //! Why every answer and not once per client: the address a client talks to can
 //! come to be served by another etcd cluster while the client lives — a member the
@@ -116,6 +117,38 @@ impl ClusterPin {
         }
     }
 
+    /// Note one answer without refusing it (an agent given IP addresses, DESIGN
+    /// §3: a changed id "only an extra signal"): a new cluster id is said as an
+    /// `ALERT` once per member and id, and becomes the one noted.
+    pub fn observe(&self, endpoint: &str, answer: &impl Headed) {
+        let Some(id) = answer.response_header().map(|h| h.cluster_id()) else {
+            return;
+        };
+        self.observe_id(endpoint, id);
+    }
+
+    fn observe_id(&self, endpoint: &str, id: u64) {
+        if id == 0 {
+            return;
+        }
+        let mut s = self.0.borrow_mut();
+        let old = match s.id.replace(id) {
+            Some(old) if old != id => old,
+            _ => return,
+        };
+        if s.alerted.iter().any(|(e, i)| e == endpoint && *i == id) {
+            return;
+        }
+        log::error!(
+            "ALERT: etcd: {endpoint} now answers for etcd cluster {id:x}, not {old:x}: etcd \
+             was restored or replaced under a new cluster id (if it went back in time, the \
+             rollback marker holds every failover until `tenure confirm-epoch`)"
+        );
+        if s.alerted.len() < ALERTS_KEPT {
+            s.alerted.push((endpoint.to_string(), id));
+        }
+    }
+
     fn check_id(&self, endpoint: &str, id: u64) -> Result<bool, DcsError> {
         if id == 0 {
             return Ok(false);
@@ -191,6 +224,24 @@ mod tests {
             other_client.check_id("http://10.0.0.1:2379", 0xabc),
             Ok(true)
         ));
+    }
+
+    /// Observed, not enforced: every answer passes; a new id is noted and said
+    /// once per member and id.
+    #[test]
+    fn an_observed_change_is_noted_not_refused() {
+        let pin = ClusterPin::default();
+        pin.observe_id("a", 0);
+        assert_eq!(pin.id(), None);
+        pin.observe_id("a", 1);
+        assert_eq!(pin.id(), Some(1));
+        pin.observe_id("a", 2);
+        assert_eq!(pin.id(), Some(2), "the new id is the one noted");
+        assert_eq!(pin.0.borrow().alerted, vec![("a".to_string(), 2)]);
+        pin.observe_id("a", 1);
+        pin.observe_id("a", 2);
+        assert_eq!(pin.0.borrow().alerted.len(), 2, "once per member and id");
+        assert_eq!(pin.refused(), 0, "nothing refused");
     }
 
     #[test]
