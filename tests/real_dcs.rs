@@ -1501,6 +1501,24 @@ fn answers_from_another_etcd_cluster_at_the_same_address_are_refused() {
         .observed(noted.clone(), "");
     observer.read_cluster(&b.rt, in_ms(2000)).expect("read");
     let old_id = noted.id().expect("an id noted");
+    // A lease it does not know is gone, and the client still writes (a restarted
+    // agent's old member lease: this once left the observed client unable to
+    // write, its member key never rewritten).
+    let gone = observer.keep_alive_once(&b.rt, 0x7e57, in_ms(2000));
+    assert!(
+        gone.as_ref()
+            .is_err_and(|e| e.0.contains("lease not found")),
+        "{gone:?}"
+    );
+    observer
+        .put_member(
+            &b.rt,
+            "pg8",
+            &encode_member(&MemberInfo::default()),
+            0,
+            in_ms(2000),
+        )
+        .expect("the observed client writes after a lease not found");
     let snap = b.dir.join("etcd.snapshot.db");
     b.cluster.snapshot(&snap).expect("snapshot");
     let (later, _) = e.grant(&b.rt, 60, in_ms(2000)).expect("grant");
