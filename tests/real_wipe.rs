@@ -77,6 +77,27 @@ fn marker_refusal<'a>(log: &'a str, key: &str) -> Option<&'a str> {
         .find(|l| l.contains("refusing") && l.contains(key) && l.contains("tenure confirm-epoch"))
 }
 
+/// The operator's `tenure confirm-epoch` on node `i`; its output.
+fn confirm_epoch(c: &TestCluster, i: usize) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .arg("confirm-epoch")
+        .arg("--config")
+        .arg(c.config_path(i))
+        .arg("--by")
+        .arg("real_wipe")
+        .output()
+        .expect("run tenure confirm-epoch");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "tenure confirm-epoch: {:?}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("confirm-epoch said:\n{stdout}");
+    stdout
+}
+
 #[test]
 fn real_etcd_wiped_no_promotion_until_confirmed() {
     let mut c = bed("wipe");
@@ -336,22 +357,7 @@ fn real_etcd_wiped_no_promotion_until_confirmed() {
 
     // The operator confirms on the late node, with the epoch from its own
     // `tenure.epoch` row (its PostgreSQL runs as a standby).
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
-        .arg("confirm-epoch")
-        .arg("--config")
-        .arg(c.config_path(late))
-        .arg("--by")
-        .arg("real_wipe")
-        .output()
-        .expect("run tenure confirm-epoch");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "tenure confirm-epoch: {:?}\n{stdout}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("confirm-epoch said:\n{stdout}");
+    let stdout = confirm_epoch(&c, late);
     assert!(
         stdout.contains(&format!("rollback marker {key} deleted"))
             && stdout.contains(&format!("up to {epoch0}")),
@@ -588,22 +594,7 @@ fn real_etcd_restored_from_a_snapshot_no_failover_until_confirmed() {
     );
 
     // The operator confirms on q, whose epoch row is the newest.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
-        .arg("confirm-epoch")
-        .arg("--config")
-        .arg(c.config_path(q))
-        .arg("--by")
-        .arg("real_wipe")
-        .output()
-        .expect("run tenure confirm-epoch");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "tenure confirm-epoch: {:?}\n{stdout}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("confirm-epoch said:\n{stdout}");
+    confirm_epoch(&c, q);
     assert!(marker(&c).is_none(), "marker still there after confirming");
 
     // One primary, with every row q acknowledged; the others stream from it.

@@ -150,9 +150,9 @@ pub struct Etcd {
     /// Keepalive streams kept open between keepalives, at most `KEPT_KEEPALIVES`.
     keepalives: Vec<KeptKeepAlive>,
     /// The etcd cluster every answer must come from (pin.rs): the process's own
-    /// when the caller passed it ([`Etcd::pinned`]), else this client's; `None`:
-    /// not checked ([`Etcd::unpinned`]).
-    pin: Option<ClusterPin>,
+    /// when the caller passed it ([`Etcd::pinned`], [`Etcd::observed`]), else
+    /// this client's.
+    pin: ClusterPin,
     /// `false`: the pin's cluster is only noted, never refused
     /// ([`Etcd::observed`]).
     enforce: bool,
@@ -338,7 +338,7 @@ impl Etcd {
             keeper: view::ViewKeeper::new(prefix),
             renewal_read: None,
             keepalives: Vec::new(),
-            pin: Some(ClusterPin::default()),
+            pin: ClusterPin::default(),
             enforce: true,
             endpoint: endpoints.join(","),
             verified: std::cell::Cell::new(false),
@@ -349,21 +349,10 @@ impl Etcd {
     /// kept across endpoint switches, each of which makes a new client); `label`
     /// is the endpoint as configured (a name), said with the address it has now.
     pub fn pinned(mut self, pin: ClusterPin, label: &str) -> Etcd {
-        self.pin = Some(pin);
+        self.pin = pin;
         if !label.is_empty() && label != self.endpoint {
             self.endpoint = format!("{label} ({})", self.endpoint);
         }
-        self
-    }
-
-    /// No answer of this client is checked against a cluster id: the agent's
-    /// clients to endpoints given as addresses, where a new id comes from etcd
-    /// restored under a new token and the rollback marker is the check (pin.rs).
-    pub fn unpinned(mut self) -> Etcd {
-        self.pin = None;
-        self.enforce = false;
-        // Nothing to verify: no read before the first write.
-        self.verified.set(true);
         self
     }
 
@@ -410,17 +399,13 @@ impl Etcd {
     /// One answer's header against the pin; the error names the call. An answer
     /// that passes lets this client write.
     fn check(&self, what: &str, answer: &impl Headed) -> Result<(), DcsError> {
-        let Some(pin) = &self.pin else {
-            self.verified.set(true);
-            return Ok(());
-        };
         if !self.enforce {
             // Observed only: every answer stands, nothing is left to verify.
-            pin.observe(&self.endpoint, answer);
+            self.pin.observe(&self.endpoint, answer);
             self.verified.set(true);
             return Ok(());
         }
-        match pin.check(&self.endpoint, answer) {
+        match self.pin.check(&self.endpoint, answer) {
             Ok(true) => {
                 self.verified.set(true);
                 Ok(())
@@ -600,7 +585,7 @@ impl Etcd {
         if let Ok(Some((r, _, _))) = &answered {
             self.check(&what, r).map_err(KeepAliveError::Failed)?;
         }
-        if matches!(answered, Ok(None)) && self.pin.is_some() && self.enforce {
+        if matches!(answered, Ok(None)) && self.enforce {
             // "Lease not found" in the first answer, whose header etcd-client keeps
             // to itself: from our cluster only if this member still answers for
             // it now (a channel that reconnected to another cluster's member would

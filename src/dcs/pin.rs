@@ -83,6 +83,20 @@ const ALERTS_KEPT: usize = 16;
 #[derive(Clone, Debug, Default)]
 pub struct ClusterPin(Rc<RefCell<State>>);
 
+impl State {
+    /// `ALERT: etcd: why` once per member and foreign id (the first
+    /// [`ALERTS_KEPT`] pairs are remembered).
+    fn alert_once(&mut self, endpoint: &str, id: u64, why: &str) {
+        if self.alerted.iter().any(|(e, i)| e == endpoint && *i == id) {
+            return;
+        }
+        log::error!("ALERT: etcd: {why}");
+        if self.alerted.len() < ALERTS_KEPT {
+            self.alerted.push((endpoint.to_string(), id));
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     id: Option<u64>,
@@ -136,17 +150,15 @@ impl ClusterPin {
             Some(old) if old != id => old,
             _ => return,
         };
-        if s.alerted.iter().any(|(e, i)| e == endpoint && *i == id) {
-            return;
-        }
-        log::error!(
-            "ALERT: etcd: {endpoint} now answers for etcd cluster {id:x}, not {old:x}: etcd \
-             was restored or replaced under a new cluster id (if it went back in time, the \
-             rollback marker holds every failover until `tenure confirm-epoch`)"
+        s.alert_once(
+            endpoint,
+            id,
+            &format!(
+                "{endpoint} now answers for etcd cluster {id:x}, not {old:x}: etcd was \
+                 restored or replaced under a new cluster id (if it went back in time, the \
+                 rollback marker holds every failover until `tenure confirm-epoch`)"
+            ),
         );
-        if s.alerted.len() < ALERTS_KEPT {
-            s.alerted.push((endpoint.to_string(), id));
-        }
     }
 
     fn check_id(&self, endpoint: &str, id: u64) -> Result<bool, DcsError> {
@@ -172,13 +184,7 @@ impl ClusterPin {
              new one, e.g. etcd restored from a backup)"
         );
         s.refused += 1;
-        let said = s.alerted.iter().any(|(e, i)| e == endpoint && *i == id);
-        if !said {
-            log::error!("ALERT: etcd: {why}");
-            if s.alerted.len() < ALERTS_KEPT {
-                s.alerted.push((endpoint.to_string(), id));
-            }
-        }
+        s.alert_once(endpoint, id, &why);
         Err(DcsError(why))
     }
 }

@@ -247,16 +247,6 @@ impl EtcdCluster {
         Ok(())
     }
 
-    /// etcd restored from a snapshot as a new cluster at the same addresses: a
-    /// snapshot of member 0, then [`EtcdCluster::restore`] with a new cluster
-    /// token — so a new cluster id. What an address that a client keeps using can
-    /// come to serve.
-    pub fn restore_as_new_cluster(&mut self) -> Result<(), String> {
-        let snap = self.members[0].data_dir.with_extension("snapshot.db");
-        self.snapshot(&snap)?;
-        self.restore(&snap, true)
-    }
-
     /// A snapshot of the store (`etcdctl snapshot save`, from member 0) at `to`.
     pub fn snapshot(&self, to: &Path) -> Result<(), String> {
         let ep = self.endpoints()[0].clone();
