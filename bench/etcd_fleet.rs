@@ -980,6 +980,7 @@ fn member_json(name: &str, leader: bool) -> String {
         replay_lsn: (!leader).then_some(50_331_648),
         replication_state: (!leader).then(|| "streaming".into()),
         timeline: 2,
+        sysid: Some(7_298_031_012_345_678_901),
         tags: Tags::default(),
         epoch: Some(12),
         watchdog_timeout: None,

@@ -44,6 +44,7 @@ fn member_json(name: &str, role: &str) -> String {
         replay_lsn: (role != "primary").then_some(50_331_648),
         replication_state: (role != "primary").then(|| "streaming".into()),
         timeline: 2,
+        sysid: Some(7_298_031_012_345_678_901),
         tags: Tags::default(),
         epoch: Some(12),
         watchdog_timeout: None,

@@ -1482,6 +1482,11 @@ impl Agent {
             replay_lsn,
             replication_state,
             timeline: pg.timeline,
+            // An empty host never bootstraps over a member that shows data.
+            sysid: match pg.data {
+                DataDir::Present { sysid, .. } => Some(sysid),
+                _ => None,
+            },
             tags: api::fill::tags(&self.cfg, self.core.refuses_leadership()),
             epoch,
             // Only an armed device counts: candidates size the early-expiry delay

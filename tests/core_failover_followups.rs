@@ -171,6 +171,10 @@ fn a_required_watchdog_that_failed_its_check_withholds_the_bootstrap_too() {
         "{}",
         p.reason
     );
-    let p = c.step(t(2.0), &obs(v, empty));
+    // Usable again: it races once the bootstrap grace (`L_w + R`, 3 s) from its
+    // first read without `initialize` has run.
+    let p = c.step(t(2.0), &obs(v.clone(), empty.clone()));
+    assert!(p.actions.is_empty(), "{:?} ({})", p.actions, p.reason);
+    let p = c.step(t(4.0), &obs(v, empty));
     assert_eq!(p.actions, vec![Action::ClaimInitialize], "{}", p.reason);
 }

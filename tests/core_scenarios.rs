@@ -87,21 +87,129 @@ fn win_after_delete_granted(c: &mut Core, members: Vec<Member>, at: f64, granted
     c.step(t(at + 0.3), &o)
 }
 
+fn empty_pg() -> PgStatus {
+    let mut empty = pg(PgRole::Stopped, 0, None);
+    empty.data = DataDir::Empty;
+    empty
+}
+
+/// An empty member key (no data directory yet) of `name`.
+fn empty_member(name: &str, rev: i64) -> Member {
+    let mut m = member(name, rev, "replica", 0, None);
+    m.info.sysid = None;
+    m.info.pg_healthy = false;
+    m
+}
+
+/// The first read without `initialize` starts the wait; the claim comes at the first
+/// step `L_w + R` (3 s on timing30) after it, not before.
 #[test]
 fn bootstrap_race_winner_runs_initdb() {
     let mut c = core("pg1", None);
-    let mut empty = pg(PgRole::Stopped, 0, None);
-    empty.data = DataDir::Empty;
-    let v = ClusterView::default();
-    let p = c.step(t(1.0), &obs(v.clone(), empty.clone()));
+    let v = ClusterView {
+        members: vec![empty_member("pg2", 3)],
+        ..ClusterView::default()
+    };
+    for s in [1.0, 2.0, 3.0, 3.99] {
+        let p = c.step(t(s), &obs(v.clone(), empty_pg()));
+        assert!(p.actions.is_empty(), "at {s}: {:?}", p.actions);
+        assert!(
+            matches!(&p.reason, Reason::Waiting(w) if w.contains("racing for the bootstrap lock in")),
+            "{}",
+            p.reason
+        );
+    }
+    let p = c.step(t(4.0), &obs(v.clone(), empty_pg()));
     assert_eq!(p.actions, vec![Action::ClaimInitialize]);
     assert!(matches!(p.reason, Reason::Bootstrapping(_)), "{}", p.reason);
 
-    let mut o = obs(v, empty);
+    let mut o = obs(v, empty_pg());
     o.claim = Some(ClaimOutcome::Won { lease: 0x1 });
-    let p = c.step(t(1.1), &o);
+    let p = c.step(t(4.1), &o);
     assert_eq!(p.actions, vec![Action::StartJob(JobKind::InitDb)]);
     assert_eq!(c.lease_to_keep_alive(), Some(0x1));
+}
+
+/// A restore started on every host at once: a host with data (its member key shows
+/// its system identifier) re-creates `initialize` from it; an empty host never races
+/// for the bootstrap lock meanwhile, however long it waits, and follows the restored
+/// identifier once it is there. Before, the empty host could win the lock first and
+/// initdb a new cluster, over which the restored data was refused.
+#[test]
+fn an_empty_node_never_bootstraps_while_a_member_shows_data() {
+    let mut c = core("pg1", None);
+    let v = ClusterView {
+        members: vec![member("pg2", 3, "replica", 0, None)],
+        ..ClusterView::default()
+    };
+    for s in [1.0, 5.0, 50.0] {
+        let p = c.step(t(s), &obs(v.clone(), empty_pg()));
+        assert!(p.actions.is_empty(), "at {s}: {:?}", p.actions);
+        assert!(
+            matches!(&p.reason, Reason::Waiting(w) if w.contains("pg2 has data")
+                && w.contains(&SYSID.to_string())),
+            "{}",
+            p.reason
+        );
+    }
+    // The member goes away without re-creating the key (its host died): the wait
+    // starts over from that read, so an agent started with it still goes first.
+    let gone = ClusterView::default();
+    let p = c.step(t(60.0), &obs(gone.clone(), empty_pg()));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    let p = c.step(t(62.9), &obs(gone.clone(), empty_pg()));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    // It did re-create it: the empty node builds from the cluster's leader.
+    let mut done = view(
+        9,
+        Some(key("pg2", 8, 0xA)),
+        vec![member("pg2", 3, "primary", 0, None)],
+    );
+    done.initialize = Some(Initialize::Done { sysid: SYSID });
+    let p = c.step(t(63.0), &obs(done, empty_pg()));
+    assert!(
+        !p.actions.iter().any(|a| matches!(
+            a,
+            Action::ClaimInitialize | Action::StartJob(JobKind::InitDb)
+        )),
+        "{:?} ({})",
+        p.actions,
+        p.reason
+    );
+}
+
+/// A host with data that shows itself between an empty host's read and its claim:
+/// the empty host gives the lock back before initdb touches its directory.
+#[test]
+fn a_claim_won_while_a_member_shows_data_is_given_back_before_initdb() {
+    let mut c = core("pg1", None);
+    let p = c.step(t(1.0), &obs(ClusterView::default(), empty_pg()));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    let p = c.step(t(4.0), &obs(ClusterView::default(), empty_pg()));
+    assert_eq!(p.actions, vec![Action::ClaimInitialize]);
+    let v = ClusterView {
+        members: vec![member("pg2", 3, "replica", 0, None)],
+        initialize: Some(Initialize::Locked {
+            lease: 0x1,
+            holder: "pg1".into(),
+        }),
+        ..ClusterView::default()
+    };
+    let mut o = obs(v, empty_pg());
+    o.claim = Some(ClaimOutcome::Won { lease: 0x1 });
+    let p = c.step(t(4.1), &o);
+    assert_eq!(
+        p.actions,
+        vec![Action::Revoke { lease: 0x1 }],
+        "{}",
+        p.reason
+    );
+    assert!(
+        matches!(&p.reason, Reason::Waiting(w) if w.contains("gave the bootstrap lock back")),
+        "{}",
+        p.reason
+    );
+    assert_eq!(c.lease_to_keep_alive(), None);
 }
 
 #[test]

@@ -450,20 +450,19 @@ fn real_a_cluster_restored_from_a_pgbackrest_backup_leads_after_confirm_epoch() 
         "restore".into(),
     ])
     .unwrap_or_else(|e| panic!("{e}"));
+    // Every host started at once, the empty one first: it must not win the
+    // bootstrap race and initdb a new, empty cluster over which the restored data
+    // is refused (its system identifier not the cluster's; seen in a full run
+    // before the bootstrap grace, and every time with the grace taken out).
+    c.start_agent(1).expect("start agent");
     c.start_agent(0).expect("start agent");
-    // The empty host only once the restored one recorded `initialize`, as the
-    // README's procedure says: an empty host started with it may win the
-    // bootstrap race and initdb a new, empty cluster (seen once in a full run:
-    // the restored node then refused, its system identifier not the cluster's).
-    let recorded = wait_for(BOOT, Duration::from_millis(100), || {
-        (c.get_key("initialize").as_deref() == Some(sysid.as_str())).then_some(())
-    });
-    assert!(
-        recorded.is_some(),
-        "the restored node never recorded initialize{}",
+    let recorded = wait_for(BOOT, Duration::from_millis(100), || c.get_key("initialize"));
+    assert_eq!(
+        recorded.as_deref(),
+        Some(sysid.as_str()),
+        "initialize is not the restored data's system identifier{}",
         c.logs_tail(40)
     );
-    c.start_agent(1).expect("start agent");
 
     // It replays the archive as a standby, records initialize with the marker,
     // and refuses to lead until confirmed.

@@ -131,9 +131,11 @@
 //! then waits (plus a loop for fresh positions). `hidden`: the keys do not show it
 //! (as before the capability); `deletes`: they delete a record alone (as before
 //! records carried marker fields). With `TENURE_SIM_LATE_PUTS=1`, 20,000 seeds:
-//! `hidden,deletes` fails seed 4886 (two writable primaries for 9.7 s: pg2 took
-//! the key and lost it at once, its PUT held back, `release` deleted; pg0 won on a
-//! read that showed nothing of it); `hidden`, `deletes` and `1` fail none.
+//! `hidden,deletes` failed seed 4886, `hidden`, `deletes` and `1` none. Since the
+//! bootstrap grace (session 21) moved every run's timeline, 4886 passes; the first
+//! of seeds 0..26,577 that fails is 26576 (two writable primaries for 0.6 s: pg4,
+//! an older agent, took the key and lost it at once to an early delete, its PUT
+//! held back, `release` deleted; pg3 won on a read that showed nothing of it).
 
 mod sim {
     pub mod agent;
@@ -739,10 +741,12 @@ fn late_puts_schedules() {
 }
 
 /// The older-agent mode in every `make test` (finding L1, mixed versions): with
-/// late PUTs, the even-numbered nodes' acquire txns an older agent's. Seed 4886 with
+/// late PUTs, the even-numbered nodes' acquire txns an older agent's. Seed 26576 with
 /// neither fix (`hidden,deletes`: member keys without the capability, records
-/// deleted) has two writable primaries for 9.7 s — checked here, so the model keeps
+/// deleted) has two writable primaries for 0.6 s — checked here, so the model keeps
 /// its teeth — and passes with either fix and both; 300 more schedules with both.
+/// The race needs one exact timing: a change of the core's timing moves it (the
+/// bootstrap grace moved it from seed 4886); search again with neither fix.
 #[test]
 fn old_agents_schedules() {
     let run_with = |seed: u64, words: &str| {
@@ -751,10 +755,10 @@ fn old_agents_schedules() {
         s.old_agents = Some(words.to_string());
         run_schedule(s)
     };
-    let o = run_with(4886, "hidden,deletes");
+    let o = run_with(26576, "hidden,deletes");
     assert!(
         !o.violations.is_empty(),
-        "seed 4886 without either fix no longer fails: the model no longer shows L1"
+        "seed 26576 without either fix no longer fails: the model no longer shows L1"
     );
     let n: u64 = std::env::var("TENURE_SIM_OLD_SEEDS")
         .ok()
@@ -762,7 +766,7 @@ fn old_agents_schedules() {
         .unwrap_or(300);
     let runs = ["hidden", "deletes", "1"]
         .into_iter()
-        .map(|w| (4886, w))
+        .map(|w| (26576, w))
         .chain((4_000_000..4_000_000 + n).map(|seed| (seed, "1")));
     for (seed, words) in runs {
         let o = run_with(seed, words);
@@ -919,6 +923,50 @@ fn api_flood_cannot_delay_the_fence() {
 /// these 400 schedules had two writable primaries (2026-12-06); the leader's half
 /// (`poll_window_widest`) is not what this race needs (0 without it), and is
 /// covered by tests/core_window.rs.
+/// A restore started on every host at once: one host holds the backup's data, the
+/// others are empty, etcd is empty, and every agent starts within one `loop_wait`
+/// of the others. The backup's data must become the cluster's (`initialize` holds
+/// its system identifier, no host ran initdb), and once the operator has run
+/// `confirm-epoch` it leads and the others clone it (check (3) and every other
+/// check as in any run). Before the bootstrap grace (`core::bootstrap`) an empty
+/// host won the bootstrap lock in most of these runs.
+#[test]
+fn restored_host_started_with_empty_ones() {
+    use sim::world::secs;
+    use tenure::core::time::Instant;
+    let runs: u64 = std::env::var("TENURE_SIM_RESTORE_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(400);
+    let base = 0x0005_e570_0000_0000;
+    let mut failed = Vec::new();
+    for seed in base..base + runs {
+        let mut s = Schedule::from_seed(seed);
+        s.faults.clear();
+        s.timing_changes.clear();
+        s.loop_faults = Default::default();
+        s.loop_faults.api = vec![None; s.nodes];
+        s.late_puts = false;
+        s.old_agents = None;
+        let t = &s.profile.timing;
+        // The operator confirms once the marker is surely there.
+        let confirm = Instant::ZERO.add(4 * (t.loop_wait + t.retry_timeout) + secs(2.0));
+        s.restored = Some(((seed % s.nodes as u64) as usize, confirm));
+        let o = run_schedule(s);
+        if !o.violations.is_empty() {
+            failed.push(o);
+        }
+    }
+    println!("restore: {runs} schedules, {} failed", failed.len());
+    if let Some(o) = failed.first() {
+        panic!(
+            "{} of {runs} restores failed; the first:{}",
+            failed.len(),
+            report_failure(o)
+        );
+    }
+}
+
 #[test]
 fn uneven_timing_change_race() {
     use sim::world::{Fault, FaultKind, TimingChange, profiles, secs};

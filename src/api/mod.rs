@@ -140,6 +140,9 @@ pub struct ApiStatus {
     /// A replica whose WAL receiver streams (Patroni's `replication_state`).
     pub streaming: bool,
     pub timeline: u32,
+    /// The data directory's system identifier, while there is one (Patroni's
+    /// `database_system_identifier`, a string).
+    pub sysid: Option<u64>,
     /// Primary: current LSN. Replica: the larger of receive and replay.
     pub lsn: u64,
     /// The probe's report-only fields (server version, start time, positions).
@@ -877,7 +880,8 @@ fn secs(d: Duration) -> Value {
 
 /// The status JSON: Patroni's fields (`state`, `postmaster_start_time`, `role`,
 /// `server_version`, `xlog`, `sync_standby`, `timeline`, `replication_state`,
-/// `replication`, `cluster_unlocked`, `dcs_last_seen`, `tags`, `patroni`), then
+/// `replication`, `cluster_unlocked`, `dcs_last_seen`, `database_system_identifier`,
+/// `tags`, `patroni`), then
 /// tenure's own under `tenure`. `check`: a health endpoint's verdict, added there.
 pub fn status_json(s: &ApiStatus, check: Option<&Verdict>) -> String {
     let mut m = Map::new();
@@ -924,6 +928,9 @@ pub fn status_json(s: &ApiStatus, check: Option<&Verdict>) -> String {
         m.insert("cluster_unlocked".into(), json!(true));
     }
     m.insert("dcs_last_seen".into(), json!(s.dcs_last_seen));
+    if let Some(id) = s.sysid {
+        m.insert("database_system_identifier".into(), json!(id.to_string()));
+    }
     // Patroni's: present only when set.
     if s.report.pending_restart {
         m.insert("pending_restart".into(), json!(true));

@@ -47,6 +47,7 @@ fn primary() -> ApiStatus {
         holds_leader_key: true,
         fence_deadline: Some(NOW.add(ms(5_000))),
         timeline: 3,
+        sysid: Some(7_298_031_012_345_678_901),
         lsn: 123_456,
         report: PgReport {
             server_version: Some(150_004),
@@ -590,6 +591,7 @@ fn status_json_has_patronis_fields_and_ours() {
         "2026-01-01 10:00:00.123456+00:00"
     );
     assert_eq!(v["timeline"], 3);
+    assert_eq!(v["database_system_identifier"], "7298031012345678901");
     assert_eq!(v["xlog"], json!({ "location": 123_456 }));
     assert_eq!(v["replication"][0]["application_name"], "pg2");
     assert_eq!(v["replication"][0]["usename"], "replicator");

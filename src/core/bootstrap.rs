@@ -6,9 +6,13 @@
 //! rollback marker, DESIGN §3).
 //!
 //! Must never: run initdb because a key is missing next to data, or record a
-//! system identifier after losing the lock.
+//! system identifier after losing the lock; race for the lock while a member
+//! shows data, or before `L_w + R` after this node first found the key missing.
+
+use std::time::Duration;
 
 use super::model::*;
+use super::time::Instant;
 use super::{Core, Planner, State};
 
 impl Core {
@@ -83,11 +87,18 @@ impl Core {
     /// a lost key from its data (with the rollback marker, DESIGN §3), or wait.
     pub(super) fn cluster_sysid(
         &mut self,
+        now: Instant,
         obs: &Observation,
         p: &mut Planner,
         view: &ClusterView,
     ) -> Result<u64, Reason> {
         let me = self.cfg.name.clone();
+        // The grace counts from the first read without the key, a refused one too.
+        if view.initialize.is_none() && obs.pg.data == DataDir::Empty {
+            self.empty_since.get_or_insert(now);
+        } else {
+            self.empty_since = None;
+        }
         match &view.initialize {
             None => {
                 Err(match &obs.pg.data {
@@ -98,6 +109,31 @@ impl Core {
                         ))
                     }
                     DataDir::Empty => {
+                        // A host with data re-creates `initialize` from it at its
+                        // first read (below); an empty one that won the race first
+                        // would initdb a new, empty cluster over which that host's
+                        // data is refused (system identifier mismatch): a restore
+                        // started on every host at once. So the empty host waits
+                        // while a member shows data, and until every agent started
+                        // with it has had a whole loop (`L_w + R`) to show itself.
+                        if let Some(reason) = Self::member_with_data(view, &me) {
+                            self.empty_since = None;
+                            return Err(Reason::Waiting(format!(
+                                "no initialize key, not bootstrapping: {reason}"
+                            )));
+                        }
+                        let since = self.empty_since.unwrap_or(now);
+                        let grace = self.bootstrap_grace();
+                        let waited = now.since(since);
+                        if waited < grace {
+                            // Raced when the grace ends, not at the next tick.
+                            p.wake_by(since.add(grace));
+                            return Err(Reason::Waiting(format!(
+                                "no initialize key: racing for the bootstrap lock in {:.1} s \
+                                 (a host with data started with this one goes first)",
+                                (grace - waited).as_secs_f64()
+                            )));
+                        }
                         p.push(Action::ClaimInitialize);
                         p.again = true;
                         Reason::Bootstrapping(
@@ -135,5 +171,30 @@ impl Core {
             ))),
             Some(Initialize::Done { sysid }) => Ok(*sysid),
         }
+    }
+
+    /// How long an empty node waits after it first read the scope without
+    /// `initialize` before it races for the bootstrap lock: one whole loop of any
+    /// agent (`loop_wait`, and `retry_timeout` for its etcd calls), within which an
+    /// agent started at the same moment has read the scope and, if it has data,
+    /// re-created the key.
+    pub(super) fn bootstrap_grace(&self) -> Duration {
+        self.timing.loop_wait + self.timing.retry_timeout
+    }
+
+    /// Another member whose key shows a data directory (`database_system_identifier`)
+    /// while `initialize` is missing: said as the reason an empty node does not
+    /// bootstrap. Its data is the cluster's; it re-creates `initialize` from it.
+    pub(super) fn member_with_data(view: &ClusterView, me: &str) -> Option<String> {
+        view.members
+            .iter()
+            .filter(|m| m.name != me)
+            .find_map(|m| m.info.sysid.map(|s| (m, s)))
+            .map(|(m, sysid)| {
+                format!(
+                    "{} has data (system identifier {sysid}) and re-creates initialize from it",
+                    m.name
+                )
+            })
     }
 }

@@ -53,6 +53,13 @@ impl Core {
             return self.won(now, obs, p, *lease, *granted_ttl, *granted_at, *epoch);
         }
         if let Some(ClaimOutcome::Won { lease }) = &obs.claim {
+            // A host with data showed itself between our read and our claim: its
+            // data is the cluster, so the lock goes back before initdb touches
+            // anything (the empty directory stays empty).
+            if let Some(reason) = Self::member_with_data(view, &me) {
+                p.push(Action::Revoke { lease: *lease });
+                return Reason::Waiting(format!("gave the bootstrap lock back: {reason}"));
+            }
             self.state = State::Bootstrapping { lease: *lease };
             p.push(Action::StartJob(JobKind::InitDb));
             return Reason::Bootstrapping("won the initialize lock; running initdb".into());
@@ -144,7 +151,7 @@ impl Core {
         }
 
         // The bootstrap.
-        let sysid = match self.cluster_sysid(obs, p, view) {
+        let sysid = match self.cluster_sysid(now, obs, p, view) {
             Ok(sysid) => sysid,
             Err(reason) => return reason,
         };

@@ -101,6 +101,11 @@ pub struct Core {
     needs_rewind: bool,
     /// This node recorded `initialize` itself in this run: no previous leader exists.
     bootstrapped_here: bool,
+    /// When this node, with an empty data directory, first read the scope without
+    /// `initialize` (cleared once either stops being so): it races for the bootstrap
+    /// lock only `L_w + R` later (`Core::bootstrap_grace`), so a host with data
+    /// started at about the same time re-creates `initialize` from its data first.
+    empty_since: Option<Instant>,
     /// Consecutive failed rewinds (for the basebackup fallback).
     rewind_failures: u32,
     /// The `clonefrom` member the last replica builds failed from, and when the
@@ -238,6 +243,7 @@ impl Core {
             vacancy: None,
             needs_rewind: false,
             bootstrapped_here: false,
+            empty_since: None,
             rewind_failures: 0,
             clone_failed_from: None,
             data_job_started: None,

@@ -93,6 +93,11 @@ pub struct MemberInfo {
     /// Replica: Patroni's `replication_state` (`streaming`, ...).
     pub replication_state: Option<String>,
     pub timeline: u32,
+    /// The system identifier of the member's data directory, while it has one
+    /// (`database_system_identifier`, a string as in Patroni's API: it does not
+    /// fit a double). An empty node never races for the bootstrap lock while a
+    /// member shows data and `initialize` is missing (`core::bootstrap`).
+    pub sysid: Option<u64>,
     pub tags: Tags,
     /// The epoch of the primary this member runs under (its own if it leads).
     pub epoch: Option<Epoch>,

@@ -18,7 +18,8 @@ pub enum Val {
     InitLocked(String),
     InitDone(u64),
     History(Vec<HistoryEntry>),
-    Member(MemberInfo),
+    /// Boxed: the largest value by far (clippy's `large_enum_variant`).
+    Member(Box<MemberInfo>),
     Rollback(RollbackMarker),
     Sync(SyncKey),
     /// `failover` (Patroni's request; its `mod_revision` is the key's).
@@ -456,7 +457,7 @@ impl Etcd {
                 Resp::Done(true)
             }
             Op::PutMember { name, info } => {
-                self.put(&format!("members/{name}"), Val::Member((**info).clone()), 0);
+                self.put(&format!("members/{name}"), Val::Member(info.clone()), 0);
                 Resp::Done(true)
             }
             Op::DeleteLeader { me, epoch } => {
@@ -546,7 +547,7 @@ impl Etcd {
                     name: name.to_string(),
                     mod_revision: kv.mod_rev,
                     lease: kv.lease,
-                    info: info.clone(),
+                    info: (**info).clone(),
                 }),
                 (Val::InitLocked(holder), _) => {
                     v.initialize = Some(Initialize::Locked {

@@ -162,7 +162,18 @@ pub struct Schedule {
     /// `config` changes of `loop_wait` and `retry_timeout`, in the order they were
     /// written (see [`TimingChange`]).
     pub timing_changes: Vec<TimingChange>,
+    /// A restore started on every host at once (`tests/sim.rs`
+    /// `restored_host_started_with_empty_ones`): this node starts with the backup's
+    /// data ([`RESTORED_SYSID`], stopped, a former primary's), the others empty, etcd
+    /// empty; every agent starts within one `loop_wait`, and the operator runs
+    /// `confirm-epoch` (the `rollback` marker deleted) at the instant given. Never
+    /// drawn by `from_seed`.
+    pub restored: Option<(usize, Instant)>,
 }
+
+/// The system identifier of a restored node's data (`Schedule::restored`); initdb's
+/// are drawn odd, this one is even.
+pub const RESTORED_SYSID: u64 = 0x7e57_0ed0_0000_0002;
 
 /// A `config` change of `loop_wait` and `retry_timeout` (review L2 of the unwatched
 /// fence deadline, `core::window`): the members apply it one by one, each when its
@@ -370,6 +381,7 @@ impl Schedule {
             late_puts: std::env::var_os("TENURE_SIM_LATE_PUTS").is_some(),
             old_agents: std::env::var("TENURE_SIM_OLD_AGENTS").ok(),
             timing_changes,
+            restored: None,
         }
     }
 
@@ -833,6 +845,9 @@ pub enum Ev {
     },
     Sweep,
     EtcdUp,
+    /// The operator's `tenure confirm-epoch` after a restore (`Schedule::restored`):
+    /// the `rollback` marker deleted.
+    ConfirmEpoch,
     WdCheck {
         node: usize,
     },
@@ -1092,8 +1107,23 @@ impl World {
         };
         let phase = w.rng.ms(1, 500);
         w.push(Instant::ZERO.add(phase), Ev::Sweep);
+        // A restore: every host started within a loop of the others (the race
+        // `core::bootstrap`'s grace is for), the backup's data on one.
+        let spread = match w.sched.restored {
+            Some((node, confirm_at)) => {
+                let pg = &mut w.nodes[node].pg;
+                pg.sysid = Some(RESTORED_SYSID);
+                pg.was_primary = true;
+                pg.timeline = 1;
+                pg.lsn = 5_000;
+                pg.hist = vec![(INITDB, 5_000)];
+                w.push(confirm_at, Ev::ConfirmEpoch);
+                w.sched.profile.timing.loop_wait.as_millis() as u64
+            }
+            None => 300,
+        };
         for n in 0..w.nodes.len() {
-            let d = w.rng.ms(1, 300);
+            let d = w.rng.ms(1, spread);
             w.push(Instant::ZERO.add(d), Ev::Restart { node: n });
         }
         for i in 0..w.sched.faults.len() {
@@ -2626,6 +2656,13 @@ impl World {
                 }
                 self.push(at.add(secs(0.5)), Ev::Sweep);
             }
+            Ev::ConfirmEpoch => {
+                let found = self.etcd.delete("rollback");
+                self.text(
+                    None,
+                    format!("operator: confirm-epoch (marker found: {found})"),
+                );
+            }
             Ev::EtcdUp => {
                 self.text(None, "etcd: new leader; leases extended".into());
                 self.etcd.leader_changed(at);
@@ -2775,6 +2812,25 @@ impl World {
     pub fn finish(&mut self) -> Duration {
         let end = self.now;
         self.advance(end);
+        // A restore (`Schedule::restored`): the backup's data is the cluster's, and
+        // no host ran initdb (a cluster of its own, over which the restored data is
+        // refused).
+        if self.sched.restored.is_some() {
+            let init = self.etcd.kv.get("initialize").map(|k| k.val.clone());
+            if !matches!(init, Some(super::etcd::Val::InitDone(RESTORED_SYSID))) {
+                self.violation(format!(
+                    "restore: initialize is {init:?}, not the restored data's {RESTORED_SYSID}"
+                ));
+            }
+            for i in 0..self.nodes.len() {
+                if let Some(s) = self.nodes[i].pg.sysid.filter(|&s| s != RESTORED_SYSID) {
+                    self.violation(format!(
+                        "restore: {} holds a cluster of its own (system identifier {s}): initdb ran",
+                        self.nodes[i].name
+                    ));
+                }
+            }
+        }
         // (b) at the end: the newest writable primary holds what every other reign
         // acknowledged (an old primary that went on acknowledging after its
         // successor began, a frozen agent's, is caught here).

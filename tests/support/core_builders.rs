@@ -95,6 +95,7 @@ pub fn member(name: &str, rev: i64, role: &str, xlog: Lsn, wd: Option<u32>) -> M
             role: role.into(),
             xlog_location: xlog,
             timeline: 1,
+            sysid: Some(SYSID),
             watchdog_timeout: wd,
             pg_healthy: true,
             version: env!("CARGO_PKG_VERSION").into(),
