@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use core_builders::{
     SYSID, core, core_with, counted, deleted, key, lease_poll, member, obs, pg, poll, polled, put,
-    sync_actions, t, three, timing30, two, view, won,
+    reading, sync_actions, t, three, timing30, two, view, won,
 };
 use tenure::core::Core;
 use tenure::core::model::*;
@@ -146,7 +146,7 @@ fn an_empty_node_never_bootstraps_while_a_member_shows_data() {
         let p = c.step(t(s), &obs(v.clone(), empty_pg()));
         assert!(p.actions.is_empty(), "at {s}: {:?}", p.actions);
         assert!(
-            matches!(&p.reason, Reason::Waiting(w) if w.contains("pg2 has data")
+            matches!(&p.reason, Reason::Waiting(w) if w.contains("waiting for initialize; pg2 has data")
                 && w.contains(&SYSID.to_string())),
             "{}",
             p.reason
@@ -176,6 +176,30 @@ fn an_empty_node_never_bootstraps_while_a_member_shows_data() {
         p.actions,
         p.reason
     );
+}
+
+/// A failed read restarts the wait (review M1): a restored host started while etcd
+/// was unreachable reads for the first time when the empty host does, so the grace
+/// counts from the first read after the outage, not from one before it.
+#[test]
+fn a_failed_read_restarts_the_bootstrap_grace() {
+    let mut c = core("pg1", None);
+    let p = c.step(t(1.0), &obs(ClusterView::default(), empty_pg()));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    for s in [2.0, 6.0, 10.0] {
+        let p = c.step(
+            t(s),
+            &reading(Err("etcd unreachable: timed out".into()), empty_pg()),
+        );
+        assert!(p.actions.is_empty(), "at {s}: {:?}", p.actions);
+    }
+    // 10 s after the first read, but the first read after the outage.
+    let p = c.step(t(11.0), &obs(ClusterView::default(), empty_pg()));
+    assert!(p.actions.is_empty(), "{:?} ({})", p.actions, p.reason);
+    let p = c.step(t(13.9), &obs(ClusterView::default(), empty_pg()));
+    assert!(p.actions.is_empty(), "{:?} ({})", p.actions, p.reason);
+    let p = c.step(t(14.0), &obs(ClusterView::default(), empty_pg()));
+    assert_eq!(p.actions, vec![Action::ClaimInitialize], "{}", p.reason);
 }
 
 /// A host with data that shows itself between an empty host's read and its claim:

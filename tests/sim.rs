@@ -906,29 +906,14 @@ fn api_flood_cannot_delay_the_fence() {
     );
 }
 
-/// Review L2 of the unwatched fence deadline (`core::window`), in the simulation:
-/// a `config` change widens `L_w + R` from 3 s to 12 s (ttl 30: `loop_wait` 2 → 9,
-/// `retry_timeout` 1 → 3; S6 holds for both without a watchdog) and every member
-/// applies it but the leader, which refuses it (`TimingChange::except_holder`: as a
-/// member refuses a value that breaks S6 for its own `M` or `B`). No watchdog
-/// anywhere. The leader is cut off from etcd for `gap` (its lease runs down while
-/// it stays under its `F - B`), renews once it is back, is cut off again and its
-/// lease is revoked at `revoke`. A replica whose last poll came before that renewal
-/// and within 12 s of the revoke would judge the DELETE on time by its own window,
-/// take the key and promote at once beside a primary that fences only at its own
-/// `F = s + ttl - (3 s + 1 s)`. With the rule it judges with the 3 s the leader
-/// publishes: early, and it waits the promote delay.
-/// The instants are drawn from the ranges where that lands. With the replica's half
-/// of the rule taken out (`poll_window_tightest` returning its own window), 142 of
-/// these 400 schedules had two writable primaries (2026-12-06); the leader's half
-/// (`poll_window_widest`) is not what this race needs (0 without it), and is
-/// covered by tests/core_window.rs.
 /// A restore started on every host at once: one host holds the backup's data, the
 /// others are empty, etcd is empty, and every agent starts within one `loop_wait`
 /// of the others. The backup's data must become the cluster's (`initialize` holds
 /// its system identifier, no host ran initdb), and once the operator has run
-/// `confirm-epoch` it leads and the others clone it (check (3) and every other
-/// check as in any run). Before the bootstrap grace (`core::bootstrap`) an empty
+/// `confirm-epoch` it leads and the others clone it (check (3), every other check
+/// as in any run, and at the end every node holds the restored data). The agents
+/// start within a loop of each other, so the runs exercise the grace; the member
+/// key check and the lock given back are the scenario tests' (`core_scenarios`). Before the bootstrap grace (`core::bootstrap`) an empty
 /// host won the bootstrap lock in most of these runs.
 #[test]
 fn restored_host_started_with_empty_ones() {
@@ -967,6 +952,23 @@ fn restored_host_started_with_empty_ones() {
     }
 }
 
+/// Review L2 of the unwatched fence deadline (`core::window`), in the simulation:
+/// a `config` change widens `L_w + R` from 3 s to 12 s (ttl 30: `loop_wait` 2 → 9,
+/// `retry_timeout` 1 → 3; S6 holds for both without a watchdog) and every member
+/// applies it but the leader, which refuses it (`TimingChange::except_holder`: as a
+/// member refuses a value that breaks S6 for its own `M` or `B`). No watchdog
+/// anywhere. The leader is cut off from etcd for `gap` (its lease runs down while
+/// it stays under its `F - B`), renews once it is back, is cut off again and its
+/// lease is revoked at `revoke`. A replica whose last poll came before that renewal
+/// and within 12 s of the revoke would judge the DELETE on time by its own window,
+/// take the key and promote at once beside a primary that fences only at its own
+/// `F = s + ttl - (3 s + 1 s)`. With the rule it judges with the 3 s the leader
+/// publishes: early, and it waits the promote delay.
+/// The instants are drawn from the ranges where that lands. With the replica's half
+/// of the rule taken out (`poll_window_tightest` returning its own window), 142 of
+/// these 400 schedules had two writable primaries (2026-12-06); the leader's half
+/// (`poll_window_widest`) is not what this race needs (0 without it), and is
+/// covered by tests/core_window.rs.
 #[test]
 fn uneven_timing_change_race() {
     use sim::world::{Fault, FaultKind, TimingChange, profiles, secs};

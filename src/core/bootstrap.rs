@@ -114,8 +114,9 @@ impl Core {
                         // would initdb a new, empty cluster over which that host's
                         // data is refused (system identifier mismatch): a restore
                         // started on every host at once. So the empty host waits
-                        // while a member shows data, and until every agent started
-                        // with it has had a whole loop (`L_w + R`) to show itself.
+                        // while a member shows data, and until an agent started
+                        // within about a loop of it has had a whole loop
+                        // (`L_w + R`) to show itself.
                         if let Some(reason) = Self::member_with_data(view, &me) {
                             self.empty_since = None;
                             return Err(Reason::Waiting(format!(
@@ -174,17 +175,20 @@ impl Core {
     }
 
     /// How long an empty node waits after it first read the scope without
-    /// `initialize` before it races for the bootstrap lock: one whole loop of any
-    /// agent (`loop_wait`, and `retry_timeout` for its etcd calls), within which an
-    /// agent started at the same moment has read the scope and, if it has data,
-    /// re-created the key.
+    /// `initialize` (the first read after the last failed one) before it races for
+    /// the bootstrap lock: one whole loop of any agent (`loop_wait`, and
+    /// `retry_timeout` for its etcd calls), within which an agent started within
+    /// about a loop of it, its start-up work done, has read the scope and, if it has
+    /// data, re-created the key.
     pub(super) fn bootstrap_grace(&self) -> Duration {
         self.timing.loop_wait + self.timing.retry_timeout
     }
 
     /// Another member whose key shows a data directory (`database_system_identifier`)
     /// while `initialize` is missing: said as the reason an empty node does not
-    /// bootstrap. Its data is the cluster's; it re-creates `initialize` from it.
+    /// bootstrap. Its data is the cluster's: a follower re-creates `initialize` from
+    /// it at its next read; a leader does not (the key deleted by hand under a
+    /// running cluster), and the empty node waits until an operator acts.
     pub(super) fn member_with_data(view: &ClusterView, me: &str) -> Option<String> {
         view.members
             .iter()
@@ -192,7 +196,7 @@ impl Core {
             .find_map(|m| m.info.sysid.map(|s| (m, s)))
             .map(|(m, sysid)| {
                 format!(
-                    "{} has data (system identifier {sysid}) and re-creates initialize from it",
+                    "waiting for initialize; {} has data (system identifier {sysid})",
                     m.name
                 )
             })

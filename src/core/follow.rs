@@ -31,6 +31,10 @@ impl Core {
         let view = match &obs.cluster {
             Ok(v) => v,
             Err(e) => {
+                // The bootstrap grace counts from the first read after the last
+                // failed one: a restored host started during the outage reads for
+                // the first time when we do (review of session 21, M1).
+                self.empty_since = None;
                 // S4: without etcd we cannot adopt: a local primary is fenced (a wedged
                 // one too: it may still take writes).
                 if obs.pg.may_accept_writes() {

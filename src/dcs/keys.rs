@@ -197,8 +197,10 @@ pub fn parse_member(raw: &[u8]) -> MemberInfo {
     }
     if let Some(v) = field("database_system_identifier") {
         // A string of digits, as written; an integer too (another writer's).
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
         match v
             .as_str()
+            .filter(|s| digits(s))
             .and_then(|s| s.parse::<u64>().ok())
             .or_else(|| v.as_u64())
         {
@@ -1222,6 +1224,9 @@ mod tests {
         for bad in [
             &br#"{"database_system_identifier":"72980310123456789012"}"#[..],
             br#"{"database_system_identifier":"-1"}"#,
+            br#"{"database_system_identifier":"+1"}"#,
+            br#"{"database_system_identifier":" 1"}"#,
+            br#"{"database_system_identifier":""}"#,
             br#"{"database_system_identifier":"0x65"}"#,
             br#"{"database_system_identifier":1.5}"#,
             br#"{"database_system_identifier":[1]}"#,

@@ -846,7 +846,9 @@ pub enum Ev {
     Sweep,
     EtcdUp,
     /// The operator's `tenure confirm-epoch` after a restore (`Schedule::restored`):
-    /// the `rollback` marker deleted.
+    /// the `rollback` marker deleted. The `confirm_epoch` key the real command also
+    /// writes (a node may lead under an epoch below its data's) is not needed: the
+    /// restored data carries no epoch row here.
     ConfirmEpoch,
     WdCheck {
         node: usize,
@@ -2822,12 +2824,18 @@ impl World {
                     "restore: initialize is {init:?}, not the restored data's {RESTORED_SYSID}"
                 ));
             }
+            // No faults here: every node ends with the restored data, cloned.
             for i in 0..self.nodes.len() {
-                if let Some(s) = self.nodes[i].pg.sysid.filter(|&s| s != RESTORED_SYSID) {
-                    self.violation(format!(
+                match self.nodes[i].pg.sysid {
+                    Some(RESTORED_SYSID) => {}
+                    Some(s) => self.violation(format!(
                         "restore: {} holds a cluster of its own (system identifier {s}): initdb ran",
                         self.nodes[i].name
-                    ));
+                    )),
+                    None => self.violation(format!(
+                        "restore: {} never built a replica of the restored data",
+                        self.nodes[i].name
+                    )),
                 }
             }
         }
