@@ -1483,10 +1483,7 @@ impl Agent {
             replication_state,
             timeline: pg.timeline,
             // An empty host never bootstraps over a member that shows data.
-            sysid: match pg.data {
-                DataDir::Present { sysid, .. } => Some(sysid),
-                _ => None,
-            },
+            sysid: pg.data.sysid(),
             tags: api::fill::tags(&self.cfg, self.core.refuses_leadership()),
             epoch,
             // Only an armed device counts: candidates size the early-expiry delay

@@ -11,9 +11,7 @@ use std::time::Duration;
 use super::ApiStatus;
 use crate::config::Config;
 use crate::core::Core;
-use crate::core::model::{
-    DataDir, Job, JobKind, Lsn, Observation, PgRole, PgStatus, SyncMode, Tags,
-};
+use crate::core::model::{Job, JobKind, Lsn, Observation, PgRole, PgStatus, SyncMode, Tags};
 use crate::core::time::Instant;
 
 /// The tags this node publishes (member key, status JSON, `?tag_` matching).
@@ -128,10 +126,7 @@ pub fn update(
         s.streaming = false;
     }
     s.timeline = pg.timeline;
-    s.sysid = match pg.data {
-        DataDir::Present { sysid, .. } => Some(sysid),
-        _ => None,
-    };
+    s.sysid = pg.data.sysid();
     s.lsn = pg.lsn;
     if s.report.slots_json != pg.report.slots_json {
         s.slots = crate::pg::slots::parse_local(pg.report.slots_json.as_deref());

@@ -542,6 +542,17 @@ pub enum DataDir {
     Held(String),
 }
 
+impl DataDir {
+    /// The system identifier of a usable data directory (published in the member
+    /// key and the API; an empty node's bootstrap waits for members that show one).
+    pub fn sysid(&self) -> Option<u64> {
+        match self {
+            DataDir::Present { sysid, .. } => Some(*sysid),
+            _ => None,
+        }
+    }
+}
+
 /// The suffix of the file next to the data directory that a replica build
 /// writes before any method runs and removes only once its checked copy is
 /// about to be moved in (or the build ended with the directory still empty):

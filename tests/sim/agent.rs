@@ -436,10 +436,7 @@ pub async fn run(cx: Cx) {
                 replay_lsn: None,
                 replication_state: None,
                 timeline: pg.timeline,
-                sysid: match pg.data {
-                    DataDir::Present { sysid, .. } => Some(sysid),
-                    _ => None,
-                },
+                sysid: pg.data.sysid(),
                 tags: Tags::default(),
                 epoch: l.map(|l| l.epoch),
                 watchdog_timeout: wd.map(|w| w.as_secs() as u32),
