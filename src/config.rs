@@ -446,6 +446,8 @@ pub struct PgConfig {
     /// `[postgresql] create_replica_methods` and the methods' tables: how this
     /// node builds a replica (`config::replica`).
     pub create_replica: CreateReplica,
+    /// `[bootstrap]`: initdb's options (`config::bootstrap`).
+    pub bootstrap: BootstrapConfig,
 }
 
 impl PgConfig {
@@ -1770,6 +1772,7 @@ impl Config {
             "hooks",
             "agent",
             "ctl",
+            "bootstrap",
         ])?;
         let scope = root.required("scope", root.string("scope")?)?;
         if !valid_name(&scope) {
@@ -2068,6 +2071,8 @@ impl Config {
             pg.only(&keys)?;
         }
         let create_replica = replica::parse(&pg)?;
+        // [bootstrap]
+        let bootstrap = bootstrap::parse(&root.sub("bootstrap")?)?;
         let bin_dir = pg
             .path("bin_dir")?
             .unwrap_or_else(|| PathBuf::from("/usr/lib/postgresql/15/bin"));
@@ -2429,6 +2434,7 @@ impl Config {
                 hba_clientcert,
                 hba_cert,
                 create_replica,
+                bootstrap,
             },
             api: ApiConfig {
                 listen: api_listen,
@@ -2772,12 +2778,14 @@ fn secs_json(d: Duration) -> serde_json::Value {
 }
 
 mod api_tls;
+mod bootstrap;
 pub mod cluster;
 mod endpoint;
 mod pgssl;
 mod replica;
 mod secrets;
 pub use api_tls::{ApiTls, CtlConfig, ReadAuth, VerifyClient, check_api_tls_files};
+pub use bootstrap::{BootstrapConfig, DEFAULT_INITDB};
 pub(crate) use endpoint::check_name as check_host_name;
 pub use endpoint::{Endpoint, Host};
 pub use pgssl::{PgSsl, check_files as check_pg_tls_files, server_ssl_on};

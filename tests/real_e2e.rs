@@ -34,10 +34,32 @@ fn wait_rows(c: &TestCluster, i: usize, n: i64, limit: Duration) {
     );
 }
 
+/// Also: the operator's initdb options (`[bootstrap] initdb`, Patroni's form)
+/// made the cluster, and its `post_bootstrap` script made a role and a database
+/// in it through the URL it was given; the replicas, copies of it, have them too.
 #[test]
 fn real_bootstrap_from_empty() {
-    let mut c = bed("boot");
+    use std::os::unix::fs::PermissionsExt as _;
+    let script =
+        std::env::temp_dir().join(format!("tenure-post-bootstrap-{}.sh", std::process::id()));
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nset -e\nfor url; do :; done\n\
+         psql -X -v ON_ERROR_STOP=1 -d \"$url\" -c 'CREATE ROLE app LOGIN' \
+         -c 'CREATE DATABASE app OWNER app'\n",
+    )
+    .expect("write the post_bootstrap script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut opts = common::options("e2e", "boot");
+    opts.extra_config = format!(
+        "[bootstrap]\ninitdb = [\"data-checksums\", {{ encoding = \"UTF8\" }}, \
+         {{ locale = \"C.UTF-8\" }}, {{ wal-segsize = 32 }}]\n\
+         post_bootstrap = \"{} --ignored-word\"\n",
+        script.display()
+    );
+    let mut c = common::start(opts);
     let p = settled(&mut c);
+    let _ = std::fs::remove_file(&script);
 
     // Exactly one primary, sampled a few times.
     for _ in 0..5 {
@@ -64,6 +86,28 @@ fn real_bootstrap_from_empty() {
             "{}",
             c.name(i)
         );
+    }
+
+    for i in 0..c.node_count() {
+        for (q, want) in [
+            ("SHOW lc_collate", "C.UTF-8"),
+            ("SHOW lc_ctype", "C.UTF-8"),
+            ("SHOW wal_segment_size", "32MB"),
+            ("SHOW data_checksums", "on"),
+            ("SHOW server_encoding", "UTF8"),
+            (
+                "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'app'",
+                "app",
+            ),
+        ] {
+            assert_eq!(
+                c.sql_one(i, q).as_deref(),
+                Ok(want),
+                "{q} on {}{}",
+                c.name(i),
+                c.logs_tail(20)
+            );
+        }
     }
 
     // Member keys carry the Patroni-compatible fields.

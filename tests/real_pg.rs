@@ -44,6 +44,7 @@ fn node_cfg(dir: &Path, name: &str) -> PgConfig {
         hba_clientcert: None,
         hba_cert: false,
         create_replica: Default::default(),
+        bootstrap: Default::default(),
         pg_hba: Vec::new(),
     }
 }

@@ -221,6 +221,7 @@ impl fmt::Debug for PgConfig {
             .field("hba_clientcert", &self.hba_clientcert)
             .field("hba_cert", &self.hba_cert)
             .field("create_replica", &self.create_replica)
+            .field("bootstrap", &self.bootstrap)
             .finish()
     }
 }

@@ -1567,3 +1567,191 @@ fn files_are_read_only_as_bounded_regular_files() {
     assert!(e.contains("more than the"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `[bootstrap] initdb`: Patroni's two forms give the same arguments, in order;
+/// without it, tenure's defaults.
+#[test]
+fn bootstrap_initdb_options_in_either_form() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(
+        c.postgresql.bootstrap.initdb_args,
+        ["--data-checksums", "--encoding=UTF8"]
+    );
+    let list = format!(
+        "{GOOD}\n[bootstrap]\ninitdb = [\"data-checksums\", {{ encoding = \"UTF8\" }}, \
+         {{ locale = \"C.UTF-8\" }}, {{ wal-segsize = 32 }}, \"allow-group-access\"]\n"
+    );
+    assert_eq!(
+        parse(&list).unwrap().postgresql.bootstrap.initdb_args,
+        [
+            "--data-checksums",
+            "--encoding=UTF8",
+            "--locale=C.UTF-8",
+            "--wal-segsize=32",
+            "--allow-group-access"
+        ]
+    );
+    let table = format!(
+        "{GOOD}\n[bootstrap.initdb]\ndata-checksums = true\nlocale-provider = \"icu\"\n\
+         icu-locale = \"und-u-ks-level2\"\nlc-messages = \"C\"\n"
+    );
+    let args = parse(&table).unwrap().postgresql.bootstrap.initdb_args;
+    for a in [
+        "--data-checksums",
+        "--locale-provider=icu",
+        "--icu-locale=und-u-ks-level2",
+        "--lc-messages=C",
+    ] {
+        assert!(args.iter().any(|x| x == a), "{a} in {args:?}");
+    }
+    assert_eq!(args.len(), 4);
+    // An empty list is initdb's own defaults (the locale then C: LC_ALL=C).
+    let none = format!("{GOOD}\n[bootstrap]\ninitdb = []\n");
+    assert!(
+        parse(&none)
+            .unwrap()
+            .postgresql
+            .bootstrap
+            .initdb_args
+            .is_empty()
+    );
+}
+
+/// Every refusal names the entry and says why: tenure's own options, unsafe
+/// ones, unknown ones, bad values, a locale this host does not have.
+#[test]
+fn bootstrap_initdb_refusals_name_what_is_wrong() {
+    let with = |list: &str| err(&format!("{GOOD}\n[bootstrap]\ninitdb = {list}\n"));
+    let cases: &[(&str, &[&str])] = &[
+        (
+            r#"[{ pgdata = "/x" }]"#,
+            &["bootstrap.initdb", "pgdata", "data_dir"],
+        ),
+        (r#"[{ username = "x" }]"#, &["username", "superuser"]),
+        (r#"["pwprompt"]"#, &["pwprompt", "password"]),
+        (r#"[{ auth-local = "peer" }]"#, &["auth-local", "pg_hba"]),
+        (r#"[{ waldir = "/wal" }]"#, &["waldir", "not supported"]),
+        (r#"["no-sync"]"#, &["no-sync", "crash"]),
+        (r#"["nosync"]"#, &["nosync", "crash"]),
+        (r#"["no-clean"]"#, &["no-clean", "empty"]),
+        (
+            r#"["--data-checksums"]"#,
+            &["leading dashes", "\"data-checksums\""],
+        ),
+        (
+            r#"["checksums"]"#,
+            &["unknown initdb option \"checksums\"", "data-checksums"],
+        ),
+        (r#"[{ data-checksums = "yes" }]"#, &["takes no value"]),
+        (r#"["locale"]"#, &["locale needs a value"]),
+        (
+            r#"[{ encoding = "UTF8", locale = "C" }]"#,
+            &["entry 1", "one option, found 2"],
+        ),
+        (r#"[3]"#, &["entry 1", "found an integer"]),
+        (
+            r#"[{ wal-segsize = 3 }]"#,
+            &["wal-segsize = 3", "power of two"],
+        ),
+        (r#"[{ wal-segsize = 2048 }]"#, &["wal-segsize = 2048"]),
+        (
+            r#"[{ locale-provider = "glibc" }]"#,
+            &["expected libc or icu"],
+        ),
+        (
+            r#"[{ icu-locale = "en" }]"#,
+            &["icu-locale needs", "locale-provider"],
+        ),
+        (r#"[{ locale-provider = "icu" }]"#, &["needs icu-locale"]),
+        (
+            r#"[{ locale = "xx_NOWHERE.UTF-8" }]"#,
+            &["no such locale on this host", "locale -a"],
+        ),
+        (
+            r#"[{ lc-collate = "xx_NOWHERE" }]"#,
+            &["lc-collate", "no such locale"],
+        ),
+        (r#"[{ encoding = "UTF 8" }]"#, &["no spaces"]),
+        (
+            r#"["no-locale", { locale = "C" }]"#,
+            &["no-locale", "not together"],
+        ),
+        (r#"["data-checksums", "data-checksums"]"#, &["given twice"]),
+        (
+            r#""data-checksums""#,
+            &["expected a list of initdb options"],
+        ),
+        (r#"[{ data-checksums = false }]"#, &["leave a flag out"]),
+    ];
+    for (list, want) in cases {
+        let e = with(list);
+        for w in *want {
+            assert!(e.contains(w), "{list}: {w:?} not in: {e}");
+        }
+    }
+    let e = err(&format!("{GOOD}\n[bootstrap]\ninitdb_options = []\n"));
+    assert!(
+        e.contains("bootstrap.initdb_options") && e.contains("unknown key"),
+        "{e}"
+    );
+}
+
+/// `post_bootstrap` (or Patroni's older `post_init`): an absolute program and
+/// fixed words, with a deadline of its own.
+#[test]
+fn bootstrap_post_bootstrap_command_and_timeout() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(c.postgresql.bootstrap.post_bootstrap, None);
+    let with = |lines: &str| format!("{GOOD}\n[bootstrap]\n{lines}\n");
+    let c = parse(&with(
+        "post_bootstrap = \"/usr/local/bin/setup --db app\"\npost_bootstrap_timeout = 90",
+    ))
+    .unwrap();
+    assert_eq!(
+        c.postgresql.bootstrap.post_bootstrap.as_deref(),
+        Some(
+            &[
+                "/usr/local/bin/setup".to_string(),
+                "--db".into(),
+                "app".into()
+            ][..]
+        )
+    );
+    assert_eq!(
+        c.postgresql.bootstrap.post_bootstrap_timeout,
+        Duration::from_secs(90)
+    );
+    let c = parse(&with("post_init = \"/bin/true\"")).unwrap();
+    assert_eq!(
+        c.postgresql.bootstrap.post_bootstrap.as_deref(),
+        Some(&["/bin/true".to_string()][..])
+    );
+    assert_eq!(
+        c.postgresql.bootstrap.post_bootstrap_timeout,
+        Duration::from_secs(600)
+    );
+    for (lines, want) in [
+        (
+            "post_bootstrap = \"setup.sh\"",
+            &["bootstrap.post_bootstrap", "absolute"][..],
+        ),
+        ("post_init = \"\"", &["bootstrap.post_init", "empty"]),
+        (
+            "post_bootstrap = \"/a\"\npost_init = \"/b\"",
+            &["post_init", "older name"],
+        ),
+        (
+            "post_bootstrap_timeout = 5",
+            &["no effect without post_bootstrap"],
+        ),
+        (
+            "post_bootstrap = \"/a\"\npost_bootstrap_timeout = -1",
+            &["post_bootstrap_timeout", "> 0"],
+        ),
+    ] {
+        let e = err(&with(lines));
+        for w in want {
+            assert!(e.contains(w), "{lines}: {w:?} not in: {e}");
+        }
+    }
+}

@@ -535,7 +535,9 @@ pub enum DataDir {
     /// Held for the operator: not empty while a replica build's mark is there
     /// (`pg::job`: a method wrote into it instead of its build directory, or the
     /// build was cut short by a crash, a fence or a forced reinit while a method
-    /// ran), so what it holds was never checked. Never started, built into or
+    /// ran), so what it holds was never checked; or a bootstrap's (initdb or the
+    /// roles failed, or the agent died before they were done), so it is a cluster
+    /// nobody agreed on. Never started, built into or
     /// moved aside by tenure (not even with `move_aside_unusable`: a method that
     /// always does so would fill the disk with moved copies) until the operator
     /// removes the mark, `<data_dir>.`[`BUILD_MARK`], or empties the directory.
@@ -555,7 +557,8 @@ impl DataDir {
 
 /// The suffix of the file next to the data directory that a replica build
 /// writes before any method runs and removes only once its checked copy is
-/// about to be moved in (or the build ended with the directory still empty):
+/// about to be moved in (or the build ended with the directory still empty),
+/// and a bootstrap writes before initdb and removes as its last step:
 /// while it is there, a data directory that is not empty is
 /// [`DataDir::Held`]. Its text says why.
 pub const BUILD_MARK: &str = "building";

@@ -621,6 +621,7 @@ mod tests {
             hba_clientcert: None,
             hba_cert: false,
             create_replica: Default::default(),
+            bootstrap: Default::default(),
             pg_hba: vec!["hostssl all app 10.0.0.0/8 scram-sha-256".into()],
         }
     }

@@ -44,9 +44,17 @@ struct Cmd {
     /// (`advance`): a replica method's leftover writers would write into the
     /// next method's copy, or into the copy being installed (review H1).
     drain: bool,
-    /// The longest it may run (`[postgresql] create_replica_timeout`, replica
-    /// methods only): then its process group is killed and it has failed.
-    limit: Option<Duration>,
+    /// The longest it may run (`[postgresql] create_replica_timeout` for replica
+    /// methods, `[bootstrap] post_bootstrap_timeout`; only with `drain`): then its
+    /// process group is killed and it has failed.
+    limit: Option<Limit>,
+}
+
+/// A child's deadline and the setting it comes from (named in reports).
+#[derive(Clone, Copy, Debug)]
+struct Limit {
+    after: Duration,
+    setting: &'static str,
 }
 
 /// A quick in-process step between children.
@@ -72,11 +80,18 @@ enum Local {
     /// Rename the data directory to `<data_dir>.aside-<unix time>` (never delete,
     /// DESIGN §3a); the new name goes into the job's report.
     MoveAside,
+    /// The bootstrap finished: its directory is a cluster now, no longer held
+    /// (`<data_dir>.building` removed).
+    RemoveMark,
 }
 
 enum Step {
     Run(Cmd),
     Local(&'static str, Local),
+    /// From here on, a failed step is followed by these steps (then the job
+    /// reports the failure): what the steps after this one start, such as the
+    /// bootstrap's temporary server, is stopped, not left running.
+    OnFailure(VecDeque<Step>),
 }
 
 struct Running {
@@ -90,7 +105,7 @@ struct Running {
     left: Vec<u32>,
     /// `Cmd::limit`, the instant it runs out (from the start), and whether it
     /// was killed for it.
-    limit: Option<Duration>,
+    limit: Option<Limit>,
     deadline: Option<Instant>,
     timed_out: bool,
 }
@@ -109,8 +124,9 @@ struct Draining {
     /// were killed): a method that exits before the writers it started is a
     /// failed one, whatever its status (review of session 18, M1).
     left: Vec<u32>,
-    /// Killed at its `create_replica_timeout`: failed, whatever its status.
-    timed_out: Option<Duration>,
+    /// Killed at its limit (`create_replica_timeout`, ...): failed, whatever its
+    /// status.
+    timed_out: Option<Limit>,
 }
 
 /// How long a killed method's process group may take to be gone.
@@ -154,6 +170,8 @@ pub(super) struct RunningJob {
     failed: Option<String>,
     /// A finished child's leftover processes, killed and waited for.
     draining: Option<Draining>,
+    /// `Step::OnFailure`'s steps: run after a failed step, before the job ends.
+    cleanup: VecDeque<Step>,
 }
 
 impl RunningJob {
@@ -171,6 +189,9 @@ impl RunningJob {
     pub(super) fn abort(&mut self, why: &str) {
         self.steps.clear();
         self.alternatives.clear();
+        // The fence stops what they would have stopped, and nothing planned
+        // before it runs after it.
+        self.cleanup.clear();
         self.aborted.get_or_insert_with(|| why.to_string());
     }
 
@@ -244,6 +265,7 @@ pub(super) fn start(
         build_dir: None,
         failed: None,
         draining: None,
+        cleanup: VecDeque::new(),
     };
     if let Err(e) = plan(ctl, kind, source, &mut job) {
         remove_temp(&job);
@@ -288,10 +310,11 @@ pub(super) fn poll(ctl: &mut PgCtl, _now: Instant) -> Job {
         }
         Some(Err(mut detail)) => {
             remove_temp(&job);
-            // A build that ended with the data directory still empty leaves no
-            // mark (one left would hold a directory the operator fills by hand
-            // later, e.g. a restore); one that did not keeps it: held.
-            if matches!(job.kind, JobKind::Basebackup { .. })
+            // A build or bootstrap that ended with the data directory still
+            // empty leaves no mark (one left would hold a directory the operator
+            // fills by hand later, e.g. a restore); one that did not keeps it:
+            // held.
+            if matches!(job.kind, JobKind::Basebackup { .. } | JobKind::InitDb)
                 && matches!(ctl.data_dir_state(), DataDir::Empty)
                 && let Err(e) = remove_build_mark(ctl)
             {
@@ -339,10 +362,10 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
             }
             if let Some(limit) = d.timed_out {
                 let why = format!(
-                    "{} ran longer than create_replica_timeout ({} s): killed with its \
-                     process group",
+                    "{} ran longer than {} ({} s): killed with its process group",
                     d.what,
-                    limit.as_secs_f64()
+                    limit.setting,
+                    limit.after.as_secs_f64()
                 );
                 if fall_back(ctl, job, why) {
                     continue;
@@ -352,11 +375,16 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
             if !d.left.is_empty() && d.status.success() {
                 // INVARIANT (M1): a copy whose writers were still running when
                 // its method exited is never checked, let alone installed.
+                // The same for the post-bootstrap command: its work is not done.
                 let pids: Vec<String> = d.left.iter().map(u32::to_string).collect();
+                let so = if job.method.is_some() {
+                    "a method must wait for what it starts, so its copy is not used"
+                } else {
+                    "a command must wait for what it starts, so it has failed"
+                };
                 let why = format!(
                     "{} exited while processes it started were still running in its \
-                     process group (pid {}; killed): a method must wait for what it \
-                     starts, so its copy is not used",
+                     process group (pid {}; killed): {so}",
                     d.what,
                     pids.join(", ")
                 );
@@ -386,13 +414,16 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                             // Its whole group: a method's copy is often made by
                             // the children it started. Reaped by a next poll.
                             r.timed_out = true;
-                            log::warn!(
-                                "replica method {} ran longer than create_replica_timeout \
-                                 ({} s): killing its process group {}",
-                                r.what,
-                                r.limit.unwrap_or_default().as_secs_f64(),
-                                pid
-                            );
+                            if let Some(l) = r.limit {
+                                log::warn!(
+                                    "{} ran longer than {} ({} s): killing its process \
+                                     group {}",
+                                    r.what,
+                                    l.setting,
+                                    l.after.as_secs_f64(),
+                                    pid
+                                );
+                            }
                             let _ =
                                 nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
                         } else if r.timed_out
@@ -499,6 +530,7 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                     }
                 }
             }
+            Some(Step::OnFailure(steps)) => job.cleanup = steps,
             Some(Step::Run(cmd)) => match spawn(ctl, &cmd) {
                 Ok(r) => job.child = Some(r),
                 Err(e) => {
@@ -537,6 +569,13 @@ fn fall_back(ctl: &PgCtl, job: &mut RunningJob, why: String) -> bool {
         // failed, failed too.
         job.outcome = Some(Err(format!("{first}; and then {why}")));
         return false;
+    }
+    if !job.cleanup.is_empty() && job.aborted.is_none() {
+        // INVARIANT: what the failed job started (the bootstrap's temporary
+        // server) is stopped before the job reports its failure.
+        job.failed = Some(why);
+        job.steps = std::mem::take(&mut job.cleanup);
+        return true;
     }
     let failed = job.method.clone();
     let mut why = match &failed {
@@ -630,6 +669,7 @@ fn run_local(ctl: &mut PgCtl, op: Local) -> Result<Option<String>, PgError> {
         Local::MakeBuildDir(dir) => make_build_dir(ctl, &dir)?,
         Local::CheckCopy(dir) => return check_copy(ctl, &dir),
         Local::RequireStopped => require_stopped(ctl)?,
+        Local::RemoveMark => remove_build_mark(ctl)?,
         Local::MoveAside => {
             let to = ctl.move_data_aside()?;
             return Ok(Some(format!(
@@ -718,7 +758,7 @@ fn spawn(ctl: &PgCtl, cmd: &Cmd) -> Result<Running, PgError> {
         log_offset,
         left: Vec::new(),
         limit: cmd.limit,
-        deadline: cmd.limit.map(|l| clock::now().add(l)),
+        deadline: cmd.limit.map(|l| clock::now().add(l.after)),
         timed_out: false,
     })
 }
@@ -904,6 +944,14 @@ fn remove_build_mark(ctl: &PgCtl) -> Result<(), PgError> {
     }
 }
 
+/// A replica method's deadline, `[postgresql] create_replica_timeout`.
+fn replica_limit(ctl: &PgCtl) -> Option<Limit> {
+    ctl.cfg.create_replica.timeout.map(|after| Limit {
+        after,
+        setting: "create_replica_timeout",
+    })
+}
+
 /// The child that builds a replica's copy into `dir` with method `m`.
 fn replica_cmd(ctl: &PgCtl, m: &ReplicaMethod, src: &ConnTarget, dir: &Path) -> Cmd {
     // The replication role's password file and TLS settings (issue 12) as libpq's
@@ -952,7 +1000,7 @@ fn replica_cmd(ctl: &PgCtl, m: &ReplicaMethod, src: &ConnTarget, dir: &Path) -> 
                 env,
                 stdin: None,
                 drain: true,
-                limit: ctl.cfg.create_replica.timeout,
+                limit: replica_limit(ctl),
             }
         }
         ReplicaMethod::Command(c) => {
@@ -978,7 +1026,7 @@ fn replica_cmd(ctl: &PgCtl, m: &ReplicaMethod, src: &ConnTarget, dir: &Path) -> 
                 env,
                 stdin: None,
                 drain: true,
-                limit: ctl.cfg.create_replica.timeout,
+                limit: replica_limit(ctl),
             }
         }
     }
@@ -1124,6 +1172,81 @@ fn pg_ctl_start_within(ctl: &PgCtl, secs: u64) -> Result<Step, PgError> {
     }))
 }
 
+/// The bootstrap's temporary server for `post_bootstrap`: `pg_ctl start` with
+/// no TCP address (`listen_addresses` empty), so only the agent's Unix socket
+/// reaches it.
+fn pg_ctl_start_socket_only(ctl: &PgCtl) -> Result<Step, PgError> {
+    let Step::Run(mut cmd) = pg_ctl_start(ctl)? else {
+        return Err(PgError::Io("pg_ctl start is not a command".into()));
+    };
+    cmd.what = "pg_ctl start (the socket only, for post_bootstrap)".into();
+    // pg_ctl hands -o to the server through /bin/sh: '' is an empty value.
+    cmd.args.extend([os("-o"), os("-c listen_addresses=''")]);
+    Ok(Step::Run(cmd))
+}
+
+/// `[bootstrap] post_bootstrap`: the program and its words, then a connection
+/// URL to the new cluster as the superuser over the Unix socket (Patroni passes
+/// one too); libpq's variables say the same for a script that takes none.
+/// Run as the PostgreSQL user, with `post_bootstrap_timeout`.
+fn post_bootstrap_cmd(ctl: &PgCtl, words: &[String]) -> Cmd {
+    let socket = ctl.cfg.socket_dir.to_string_lossy().into_owned();
+    let url = format!(
+        "postgresql://{}@/postgres?host={}&port={}",
+        pct(&ctl.cfg.superuser, false),
+        pct(&socket, true),
+        ctl.port
+    );
+    let mut args: Vec<OsString> = words[1..].iter().map(os).collect();
+    args.push(os(url));
+    let mut path = os(&ctl.cfg.bin_dir);
+    path.push(":/usr/bin:/bin");
+    Cmd {
+        what: format!("post_bootstrap {}", words[0]).into(),
+        program: PathBuf::from(&words[0]),
+        args,
+        env: vec![
+            ("PATH", path),
+            ("PGHOST", os(socket)),
+            ("PGPORT", os(ctl.port.to_string())),
+            ("PGUSER", os(&ctl.cfg.superuser)),
+            ("PGDATABASE", os("postgres")),
+            ("PGDATA", os(&ctl.cfg.data_dir)),
+            ("PGAPPNAME", os("tenure-post_bootstrap")),
+            // As Patroni: no standby to wait for yet, and no statement cut short.
+            (
+                "PGOPTIONS",
+                os("-c synchronous_commit=local -c statement_timeout=0"),
+            ),
+        ],
+        stdin: None,
+        // Its whole process group is waited for and, past the deadline, killed.
+        drain: true,
+        limit: Some(Limit {
+            after: ctl.cfg.bootstrap.post_bootstrap_timeout,
+            setting: "post_bootstrap_timeout",
+        }),
+    }
+}
+
+/// Percent-encoding for a URL's user and query values: RFC 3986's unreserved
+/// characters kept, and `/` where `slash` (a query value may hold it: the socket
+/// directory's path reads better so).
+fn pct(s: &str, slash: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric()
+            || matches!(b, b'-' | b'.' | b'_' | b'~')
+            || (slash && b == b'/')
+        {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 fn plan(
     ctl: &mut PgCtl,
     kind: &JobKind,
@@ -1145,21 +1268,32 @@ fn plan(
             let pw = format!("{}\n", ctl.cfg.superuser_password);
             let pwfile = temp_file(ctl, job, "initdb-pw", &pw)?;
             let sql = temp_file(ctl, job, "bootstrap-sql", &conf::bootstrap_sql(&ctl.cfg))?;
+            // INVARIANT: a directory this job wrote into is not a cluster anybody
+            // agreed on until its last step: the mark holds it (`DataDir::Held`)
+            // if the job fails or the agent dies on the way, instead of a later
+            // loop re-creating `initialize` from a half-made cluster. Removed by
+            // the job's last step, or at its end when the directory is empty.
+            ctl.write_owned(
+                &super::build_mark_of(&data),
+                "a bootstrap (initdb, then the roles) was under way when this \
+                 directory was written into and did not finish: no `initialize` key \
+                 names this cluster\n",
+            )?;
+            let mut args = vec![os("-D"), os(&data)];
+            // The operator's options ([bootstrap] initdb, checked by
+            // `config::bootstrap`); then tenure's own, which they cannot name.
+            args.extend(ctl.cfg.bootstrap.initdb_args.iter().map(os));
+            args.extend([
+                os("-U"),
+                os(&ctl.cfg.superuser),
+                os(format!("--pwfile={}", pwfile.display())),
+                os("--auth-local=trust"),
+                os("--auth-host=scram-sha-256"),
+            ]);
             job.steps.push_back(Step::Run(Cmd {
                 what: "initdb".into(),
                 program: ctl.cfg.bin_dir.join("initdb"),
-                args: vec![
-                    os("-D"),
-                    os(&data),
-                    os("--data-checksums"),
-                    os("-U"),
-                    os(&ctl.cfg.superuser),
-                    os(format!("--pwfile={}", pwfile.display())),
-                    os("--auth-local=trust"),
-                    os("--auth-host=scram-sha-256"),
-                    os("-E"),
-                    os("UTF8"),
-                ],
+                args,
                 env: vec![],
                 stdin: None,
                 drain: false,
@@ -1187,6 +1321,22 @@ fn plan(
                 drain: false,
                 limit: None,
             }));
+            if let Some(words) = ctl.cfg.bootstrap.post_bootstrap.clone() {
+                // The operator's post-bootstrap command, on a server nobody else
+                // can reach yet (the socket only, in the agent's 0700 directory),
+                // which is stopped again, also when the command fails.
+                job.steps
+                    .push_back(Step::OnFailure(VecDeque::from([pg_ctl_stop(ctl)])));
+                job.steps.push_back(pg_ctl_start_socket_only(ctl)?);
+                job.steps
+                    .push_back(Step::Run(post_bootstrap_cmd(ctl, &words)));
+                job.steps.push_back(Step::OnFailure(VecDeque::new()));
+                job.steps.push_back(pg_ctl_stop(ctl));
+            }
+            job.steps.push_back(Step::Local(
+                "remove the bootstrap's mark",
+                Local::RemoveMark,
+            ));
         }
         JobKind::Basebackup { from } => {
             let src = source_for(source, from)?.clone();

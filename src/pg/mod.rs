@@ -464,8 +464,8 @@ impl PgCtl {
     }
 }
 
-/// `<d>.building`, the mark a replica build leaves while the data directory
-/// must stay empty (`pg::job`).
+/// `<d>.building`, the mark a replica build or a bootstrap leaves while the data
+/// directory is not yet a cluster to use (`pg::job`).
 pub(crate) fn build_mark_of(d: &Path) -> PathBuf {
     let mut name = d.file_name().unwrap_or_default().to_os_string();
     name.push(".");
@@ -473,7 +473,7 @@ pub(crate) fn build_mark_of(d: &Path) -> PathBuf {
     d.with_file_name(name)
 }
 
-/// `Some(Held)` when a replica build's mark is next to the non-empty `d`: one
+/// `Some(Held)` when a build's or bootstrap's mark is next to the non-empty `d`: one
 /// stat, ENOENT in every other case.
 fn held(d: &Path) -> Option<DataDir> {
     let mark = build_mark_of(d);
@@ -1878,6 +1878,7 @@ mod tests {
             hba_clientcert: None,
             hba_cert: false,
             create_replica: Default::default(),
+            bootstrap: Default::default(),
             pg_hba: Vec::new(),
         };
         let data = cfg.data_dir.clone();
@@ -2504,6 +2505,285 @@ mod tests {
                 "{detail}"
             );
             assert!(!data.join("LATE").exists());
+            let _ = fs::remove_dir_all(&dir);
+        }
+    }
+
+    /// The bootstrap job (`JobKind::InitDb`) with stand-ins for `initdb` and
+    /// `postgres` in `bin_dir`: the operator's initdb options reach initdb, and a
+    /// bootstrap that does not finish holds what it wrote.
+    mod bootstrap_job {
+        use super::*;
+
+        /// A `bin_dir` whose `initdb` records its arguments in `<dir>/initdb.args`
+        /// and makes a fake cluster in the directory after `-D` (or nothing when
+        /// `initdb_ok` is false: exit 1), whose `postgres` (the roles'
+        /// single-user run) exits with `postgres_exit`, and whose `pg_ctl` appends
+        /// its arguments to `<dir>/calls` and makes (`start`) or removes (`stop`)
+        /// `<dir>/server.up`.
+        fn bin(dir: &Path, initdb_ok: bool, postgres_exit: i32) -> PathBuf {
+            let bin = dir.join("bin");
+            fs::create_dir_all(&bin).unwrap();
+            let make = if initdb_ok {
+                "mkdir -p \"$2/global\" && printf 15 > \"$2/PG_VERSION\" && \
+                 : > \"$2/postgresql.conf\" && \
+                 printf '\\007\\0\\0\\0\\0\\0\\0\\0' > \"$2/global/pg_control\" && \
+                 head -c 8184 /dev/zero >> \"$2/global/pg_control\""
+            } else {
+                "exit 1"
+            };
+            let initdb = format!(
+                "#!/bin/sh\nprintf '%s\\n' \"$@\" > {}/initdb.args\n{make}\n",
+                dir.display()
+            );
+            let d = dir.display();
+            let pg_ctl = format!(
+                "#!/bin/sh\necho \"pg_ctl $*\" >> {d}/calls\n\
+                 case $1 in start) touch {d}/server.up;; stop) rm -f {d}/server.up;; esac\n"
+            );
+            for (name, text) in [
+                ("initdb", initdb),
+                ("postgres", format!("#!/bin/sh\nexit {postgres_exit}\n")),
+                ("pg_ctl", pg_ctl),
+            ] {
+                let p = bin.join(name);
+                fs::write(&p, text).unwrap();
+                fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+            }
+            bin
+        }
+
+        fn run(ctl: &mut PgCtl) -> (bool, String) {
+            ctl.start_job(&JobKind::InitDb, None, clock::now()).unwrap();
+            let until = clock::now().add(Duration::from_secs(60));
+            loop {
+                assert!(clock::now() < until, "the job never ended");
+                match ctl.poll_job(clock::now()) {
+                    Job::Finished { ok, detail, .. } => return (ok, detail),
+                    _ => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        }
+
+        #[test]
+        fn the_operators_initdb_options_reach_initdb_and_tenures_follow() {
+            let (mut ctl, data) = scratch_ctl("pg-initdb-args");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.cfg.bin_dir = bin(&dir, true, 0);
+            ctl.cfg.bootstrap.initdb_args =
+                vec!["--locale=C.UTF-8".into(), "--wal-segsize=32".into()];
+            let (ok, detail) = run(&mut ctl);
+            assert!(ok, "{detail}");
+            let args = fs::read_to_string(dir.join("initdb.args")).unwrap();
+            let args: Vec<&str> = args.lines().collect();
+            assert_eq!(
+                args[..4],
+                [
+                    "-D",
+                    data.to_str().unwrap(),
+                    "--locale=C.UTF-8",
+                    "--wal-segsize=32"
+                ],
+                "{args:?}"
+            );
+            for a in ["-U", "--auth-local=trust", "--auth-host=scram-sha-256"] {
+                assert!(args.contains(&a), "{a} in {args:?}");
+            }
+            assert!(
+                !args.iter().any(|a| a.contains("encoding") || *a == "-E"),
+                "a list that is set replaces tenure's defaults: {args:?}"
+            );
+            assert!(matches!(
+                ctl.data_dir_state(),
+                DataDir::Present { sysid: 7, .. }
+            ));
+            assert!(
+                !build_mark_of(&data).exists(),
+                "a finished bootstrap is not held"
+            );
+            let _ = fs::remove_dir_all(&dir);
+        }
+
+        #[test]
+        fn tenures_defaults_without_the_operators_list() {
+            let (mut ctl, data) = scratch_ctl("pg-initdb-default");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.cfg.bin_dir = bin(&dir, true, 0);
+            let (ok, detail) = run(&mut ctl);
+            assert!(ok, "{detail}");
+            let args = fs::read_to_string(dir.join("initdb.args")).unwrap();
+            let args: Vec<&str> = args.lines().collect();
+            assert_eq!(
+                args[2..4],
+                ["--data-checksums", "--encoding=UTF8"],
+                "{args:?}"
+            );
+            let _ = fs::remove_dir_all(&dir);
+        }
+
+        /// initdb made a cluster, the roles' step failed: the directory is held,
+        /// not a cluster a later loop would re-create `initialize` from (before,
+        /// it was `Present` and a node re-created the key from it).
+        #[test]
+        fn a_bootstrap_that_fails_after_initdb_holds_its_directory() {
+            let (mut ctl, data) = scratch_ctl("pg-initdb-held");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.cfg.bin_dir = bin(&dir, true, 1);
+            let (ok, detail) = run(&mut ctl);
+            assert!(!ok, "{detail}");
+            assert!(detail.contains("create roles"), "{detail}");
+            match ctl.data_dir_state() {
+                DataDir::Held(why) => {
+                    assert!(
+                        why.contains("a bootstrap") && why.contains("did not finish"),
+                        "{why}"
+                    )
+                }
+                other => panic!("not held: {other:?}"),
+            }
+            let _ = fs::remove_dir_all(&dir);
+        }
+
+        /// initdb failed and left the directory empty: no mark is left to hold a
+        /// directory an operator fills later (a restore), and the next bootstrap
+        /// may run.
+        #[test]
+        fn a_failed_initdb_that_left_nothing_leaves_no_mark() {
+            let (mut ctl, data) = scratch_ctl("pg-initdb-empty");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.cfg.bin_dir = bin(&dir, false, 0);
+            let (ok, detail) = run(&mut ctl);
+            assert!(!ok, "{detail}");
+            assert!(detail.contains("initdb failed"), "{detail}");
+            assert_eq!(ctl.data_dir_state(), DataDir::Empty);
+            assert!(!build_mark_of(&data).exists());
+            let _ = fs::remove_dir_all(&dir);
+        }
+
+        /// A post-bootstrap script in `dir` that appends its arguments and
+        /// libpq's variables to `<dir>/calls`, checks the server is up, then runs
+        /// `then` (shell lines).
+        fn post_script(dir: &Path, then: &str) -> Vec<String> {
+            let p = dir.join("post.sh");
+            let d = dir.display();
+            fs::write(
+                &p,
+                format!(
+                    "#!/bin/sh\necho \"post $* PGHOST=$PGHOST PGUSER=$PGUSER \
+                     PGOPTIONS=$PGOPTIONS\" >> {d}/calls\ntest -e {d}/server.up || exit 9\n{then}\n"
+                ),
+            )
+            .unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+            vec![p.display().to_string(), "--fixed".into()]
+        }
+
+        fn calls(dir: &Path) -> Vec<String> {
+            fs::read_to_string(dir.join("calls"))
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_string)
+                .collect()
+        }
+
+        /// `post_bootstrap` runs after the roles on a server started for it on
+        /// the socket only, with a URL to it last, and that server is stopped
+        /// before the bootstrap's mark goes.
+        #[test]
+        fn post_bootstrap_runs_on_a_socket_only_server_that_is_stopped_after() {
+            let (mut ctl, data) = scratch_ctl("pg-post-bootstrap");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.cfg.bin_dir = bin(&dir, true, 0);
+            ctl.cfg.bootstrap.post_bootstrap = Some(post_script(&dir, "exit 0"));
+            let (ok, detail) = run(&mut ctl);
+            assert!(ok, "{detail}");
+            let c = calls(&dir);
+            assert_eq!(c.len(), 3, "{c:?}");
+            assert!(
+                c[0].starts_with("pg_ctl start") && c[0].ends_with("-o -c listen_addresses=''"),
+                "{c:?}"
+            );
+            let sock = ctl.cfg.socket_dir.display().to_string();
+            assert_eq!(
+                c[1],
+                format!(
+                    "post --fixed postgresql://postgres@/postgres?host={sock}&port={} \
+                     PGHOST={sock} PGUSER=postgres PGOPTIONS=-c synchronous_commit=local \
+                     -c statement_timeout=0",
+                    ctl.port
+                ),
+                "{c:?}"
+            );
+            assert!(
+                c[2].starts_with("pg_ctl stop") && c[2].contains("-m fast"),
+                "{c:?}"
+            );
+            assert!(!dir.join("server.up").exists());
+            assert!(matches!(ctl.data_dir_state(), DataDir::Present { .. }));
+            assert!(!build_mark_of(&data).exists());
+            let _ = fs::remove_dir_all(&dir);
+        }
+
+        /// A failing `post_bootstrap` fails the bootstrap: its server is stopped
+        /// all the same and the directory is held.
+        #[test]
+        fn a_failing_post_bootstrap_stops_its_server_and_holds_the_directory() {
+            let (mut ctl, data) = scratch_ctl("pg-post-bootstrap-fails");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.cfg.bin_dir = bin(&dir, true, 0);
+            ctl.cfg.bootstrap.post_bootstrap =
+                Some(post_script(&dir, "echo no such role >&2; exit 3"));
+            let (ok, detail) = run(&mut ctl);
+            assert!(!ok, "{detail}");
+            assert!(
+                detail.contains("post_bootstrap ") && detail.contains("no such role"),
+                "{detail}"
+            );
+            let c = calls(&dir);
+            assert!(
+                c.last().is_some_and(|l| l.starts_with("pg_ctl stop")),
+                "{c:?}"
+            );
+            assert!(
+                !dir.join("server.up").exists(),
+                "the server was left running"
+            );
+            assert!(matches!(ctl.data_dir_state(), DataDir::Held(_)));
+            let _ = fs::remove_dir_all(&dir);
+        }
+
+        /// Past `post_bootstrap_timeout` the command's whole process group is
+        /// killed, the bootstrap has failed, and the server is stopped.
+        #[test]
+        fn post_bootstrap_past_its_timeout_is_killed_and_the_server_stopped() {
+            let (mut ctl, data) = scratch_ctl("pg-post-bootstrap-timeout");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.cfg.bin_dir = bin(&dir, true, 0);
+            ctl.cfg.bootstrap.post_bootstrap = Some(post_script(&dir, "sleep 30 & wait"));
+            ctl.cfg.bootstrap.post_bootstrap_timeout = Duration::from_millis(500);
+            let (ok, detail) = run(&mut ctl);
+            assert!(!ok, "{detail}");
+            assert!(
+                detail.contains("ran longer than post_bootstrap_timeout (0.5 s): killed"),
+                "{detail}"
+            );
+            assert!(
+                !dir.join("server.up").exists(),
+                "the server was left running"
+            );
+            assert!(matches!(ctl.data_dir_state(), DataDir::Held(_)));
+            let _ = fs::remove_dir_all(&dir);
+        }
+
+        /// Without `post_bootstrap` no server is started by the bootstrap.
+        #[test]
+        fn no_server_is_started_without_post_bootstrap() {
+            let (mut ctl, data) = scratch_ctl("pg-no-post-bootstrap");
+            let dir = data.parent().unwrap().to_path_buf();
+            ctl.cfg.bin_dir = bin(&dir, true, 0);
+            let (ok, detail) = run(&mut ctl);
+            assert!(ok, "{detail}");
+            assert!(calls(&dir).is_empty(), "{:?}", calls(&dir));
             let _ = fs::remove_dir_all(&dir);
         }
     }

@@ -1,0 +1,340 @@
+//! How a new cluster is made: `[bootstrap] initdb`, initdb's options in
+//! Patroni's form (`bootstrap.initdb` of its YAML) so its users recognise them:
+//! a list of flags (`"data-checksums"`) and one-key tables (`{ locale =
+//! "en_US.UTF-8" }`), or one table of them all. Each becomes `--name` or
+//! `--name=value` on initdb's command line. And `post_bootstrap` (Patroni's key;
+//! `post_init` its older name): a command run once on the new cluster before
+//! anybody else can reach it, with its deadline.
+//!
+//! Owns: which initdb options an operator may set, checked here (PostgreSQL 15's
+//! names and values, and that a named locale is installed on this host), the
+//! arguments `pg::job` passes, and the post-bootstrap command and its deadline.
+//! Must never: accept an option that is tenure's own
+//! (the data directory, the superuser, its password, pg_hba's methods), one that
+//! makes a cluster a crash could lose or leave behind (`no-sync`, `no-clean`), a
+//! WAL directory outside the data directory (replicas, rewinds and moves aside
+//! handle one directory), or let a value carry a control character into initdb's
+//! arguments.
+
+use toml::Value;
+
+use super::{ConfigError, Sect, a_type};
+
+/// `[bootstrap]`: what the node that wins the bootstrap lock runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BootstrapConfig {
+    /// initdb's options, ready as arguments (`--data-checksums`,
+    /// `--encoding=UTF8`), in the order given. Without `[bootstrap] initdb`:
+    /// [`DEFAULT_INITDB`].
+    pub initdb_args: Vec<String>,
+    /// `post_bootstrap` (or `post_init`): the program (absolute) and its fixed
+    /// words, run without a shell after the roles are made, with a connection
+    /// URL to the new cluster as its last argument.
+    pub post_bootstrap: Option<Vec<String>>,
+    /// `post_bootstrap_timeout`: the longest that command may run before its
+    /// process group is killed and the bootstrap has failed.
+    pub post_bootstrap_timeout: std::time::Duration,
+}
+
+/// `post_bootstrap_timeout` when not set: a script that makes roles, databases
+/// and extensions takes seconds; one that loads data should say how long.
+pub const DEFAULT_POST_BOOTSTRAP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// tenure's initdb options when `[bootstrap] initdb` is not set: page checksums
+/// and UTF-8. initdb runs with `LC_ALL=C`, so the locale is `C` unless the list
+/// names one. A list that is set replaces these (as in Patroni): keep
+/// `data-checksums` in it.
+pub const DEFAULT_INITDB: &[&str] = &["--data-checksums", "--encoding=UTF8"];
+
+impl Default for BootstrapConfig {
+    fn default() -> BootstrapConfig {
+        BootstrapConfig {
+            initdb_args: DEFAULT_INITDB.iter().map(|s| s.to_string()).collect(),
+            post_bootstrap: None,
+            post_bootstrap_timeout: DEFAULT_POST_BOOTSTRAP_TIMEOUT,
+        }
+    }
+}
+
+/// initdb's options (PostgreSQL 15) that take no value.
+const FLAGS: &[&str] = &["data-checksums", "allow-group-access", "no-locale"];
+
+/// initdb's options (PostgreSQL 15) that take a value.
+const VALUED: &[&str] = &[
+    "encoding",
+    "locale",
+    "lc-collate",
+    "lc-ctype",
+    "lc-messages",
+    "lc-monetary",
+    "lc-numeric",
+    "lc-time",
+    "locale-provider",
+    "icu-locale",
+    "text-search-config",
+    "wal-segsize",
+];
+
+/// The options that name a libc locale, checked against this host's.
+const LIBC_LOCALES: &[&str] = &[
+    "locale",
+    "lc-collate",
+    "lc-ctype",
+    "lc-messages",
+    "lc-monetary",
+    "lc-numeric",
+    "lc-time",
+];
+
+/// initdb's other options, and why tenure does not pass them.
+fn refused(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "pgdata" | "D" => "tenure passes its own: [postgresql] data_dir",
+        "username" | "U" => "tenure passes its own: [postgresql.authentication.superuser] username",
+        "pwfile" | "pwprompt" | "W" => {
+            "tenure passes its own: the superuser's password from \
+             [postgresql.authentication.superuser]"
+        }
+        "auth" | "auth-host" | "auth-local" | "A" => {
+            "tenure writes pg_hba.conf itself: see [postgresql] pg_hba and hba_method"
+        }
+        "waldir" | "X" => {
+            "a WAL directory outside the data directory is not supported: tenure copies, \
+             rewinds and moves aside a replica's data as one directory"
+        }
+        "no-sync" | "nosync" | "N" | "sync-only" | "S" => {
+            "initdb must sync what it writes: a crash after `initialize` named the new \
+             cluster would lose it"
+        }
+        "no-clean" | "n" => "a failed initdb must leave the directory empty for the next attempt",
+        "debug" | "d" | "discard-caches" | "show" | "s" | "version" | "V" | "help"
+        | "no-instructions" | "L" => "not an option for a production cluster's initdb",
+        _ => return None,
+    })
+}
+
+/// `[bootstrap]`: its keys, `initdb`, then the post-bootstrap command.
+pub(super) fn parse(b: &Sect<'_>) -> Result<BootstrapConfig, ConfigError> {
+    b.only(&[
+        "initdb",
+        "post_bootstrap",
+        "post_init",
+        "post_bootstrap_timeout",
+    ])?;
+    let mut cfg = BootstrapConfig {
+        initdb_args: initdb_args(b)?,
+        ..BootstrapConfig::default()
+    };
+    let post = match (b.nonempty("post_bootstrap")?, b.nonempty("post_init")?) {
+        (Some(_), Some(_)) => {
+            return Err(b.err(
+                "post_init",
+                "post_init is post_bootstrap's older name: set one of them",
+            ));
+        }
+        (Some(s), None) => Some(("post_bootstrap", s)),
+        (None, Some(s)) => Some(("post_init", s)),
+        (None, None) => None,
+    };
+    if let Some((k, s)) = post {
+        cfg.post_bootstrap = Some(crate::hooks::parse_command(&s).map_err(|p| b.err(k, p))?);
+    }
+    if let Some(t) = b.secs("post_bootstrap_timeout")? {
+        if cfg.post_bootstrap.is_none() {
+            return Err(b.err(
+                "post_bootstrap_timeout",
+                "has no effect without post_bootstrap",
+            ));
+        }
+        cfg.post_bootstrap_timeout = t;
+    }
+    Ok(cfg)
+}
+
+/// `initdb`, as arguments; tenure's defaults when it is not set.
+fn initdb_args(b: &Sect<'_>) -> Result<Vec<String>, ConfigError> {
+    let Some(v) = b.table.get("initdb") else {
+        return Ok(BootstrapConfig::default().initdb_args);
+    };
+    let mut opts: Vec<(String, Option<String>)> = Vec::new();
+    match v {
+        // Patroni's list: "flag" or { name = value }.
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let at = |p: String| b.err("initdb", format!("entry {}: {p}", i + 1));
+                match item {
+                    Value::String(s) => opts.push((s.clone(), None)),
+                    Value::Table(t) if t.len() == 1 => {
+                        let Some((k, v)) = t.iter().next() else {
+                            continue;
+                        };
+                        let value = option_value(k, v).map_err(at)?;
+                        opts.push((k.clone(), value));
+                    }
+                    Value::Table(t) => {
+                        return Err(at(format!(
+                            "a table holds one option, found {} ({})",
+                            t.len(),
+                            t.keys().cloned().collect::<Vec<_>>().join(", ")
+                        )));
+                    }
+                    other => {
+                        return Err(at(format!(
+                            "expected an option's name (\"data-checksums\") or a one-key \
+                             table ({{ locale = \"C.UTF-8\" }}), found {}",
+                            a_type(other)
+                        )));
+                    }
+                }
+            }
+        }
+        // Patroni's other form: one table of them all (`[bootstrap.initdb]`).
+        Value::Table(t) => {
+            for (k, v) in t {
+                let value = option_value(k, v).map_err(|p| b.err(&format!("initdb.{k}"), p))?;
+                opts.push((k.clone(), value));
+            }
+        }
+        other => return Err(b.wrong("initdb", "a list of initdb options", other)),
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    let mut args = Vec::new();
+    for (name, value) in &opts {
+        check_option(name, value.as_deref()).map_err(|p| b.err("initdb", p))?;
+        if seen.contains(&name.as_str()) {
+            return Err(b.err("initdb", format!("{name} is given twice")));
+        }
+        seen.push(name);
+        args.push(match value {
+            Some(v) => format!("--{name}={v}"),
+            None => format!("--{name}"),
+        });
+    }
+    let has = |n: &str| seen.contains(&n);
+    if has("icu-locale")
+        && !opts
+            .iter()
+            .any(|(n, v)| n == "locale-provider" && v.as_deref() == Some("icu"))
+    {
+        return Err(b.err(
+            "initdb",
+            "icu-locale needs { locale-provider = \"icu\" } (initdb refuses it otherwise)",
+        ));
+    }
+    if opts
+        .iter()
+        .any(|(n, v)| n == "locale-provider" && v.as_deref() == Some("icu"))
+        && !has("icu-locale")
+    {
+        return Err(b.err(
+            "initdb",
+            "locale-provider = \"icu\" needs icu-locale (PostgreSQL 15's initdb refuses it \
+             otherwise)",
+        ));
+    }
+    if has("no-locale") && LIBC_LOCALES.iter().any(|l| has(l)) {
+        return Err(b.err(
+            "initdb",
+            "no-locale is locale = \"C\": not together with locale or lc-*",
+        ));
+    }
+    Ok(args)
+}
+
+/// A one-key table's value: a string or a whole number (`wal-segsize = 32`);
+/// `true` for a flag (`data-checksums = true`, the table form's way to name one).
+fn option_value(name: &str, v: &Value) -> Result<Option<String>, String> {
+    match v {
+        Value::String(s) => Ok(Some(s.clone())),
+        Value::Integer(i) => Ok(Some(i.to_string())),
+        Value::Boolean(true) if FLAGS.contains(&name) => Ok(None),
+        Value::Boolean(_) if FLAGS.contains(&name) => {
+            Err(format!("{name} = false: leave a flag out to not set it"))
+        }
+        other => Err(format!(
+            "{name}: expected a string or a whole number, found {}",
+            a_type(other)
+        )),
+    }
+}
+
+/// One option against PostgreSQL 15's initdb and tenure's rules.
+fn check_option(name: &str, value: Option<&str>) -> Result<(), String> {
+    if let Some(n) = name.strip_prefix("--").or_else(|| name.strip_prefix('-')) {
+        return Err(format!(
+            "\"{name}\": write the option's name without the leading dashes (\"{n}\")"
+        ));
+    }
+    if let Some(why) = refused(name) {
+        return Err(format!("{name} is not accepted: {why}"));
+    }
+    let flag = FLAGS.contains(&name);
+    if !flag && !VALUED.contains(&name) {
+        return Err(format!(
+            "unknown initdb option \"{name}\" (PostgreSQL 15's that tenure passes: {}, {})",
+            FLAGS.join(", "),
+            VALUED.join(", ")
+        ));
+    }
+    match (flag, value) {
+        (true, Some(v)) => {
+            return Err(format!(
+                "{name} takes no value, found \"{v}\": name it alone (\"{name}\")"
+            ));
+        }
+        (false, None) => {
+            return Err(format!("{name} needs a value: {{ {name} = \"...\" }}"));
+        }
+        (true, None) => return Ok(()),
+        (false, Some(_)) => {}
+    }
+    let v = value.unwrap_or_default();
+    if v.is_empty() || v.len() > 255 || !v.bytes().all(|c| c.is_ascii_graphic()) {
+        return Err(format!(
+            "{name} = \"{}\": expected 1 to 255 printable ASCII characters, no spaces",
+            v.escape_debug()
+        ));
+    }
+    match name {
+        "wal-segsize" => {
+            let ok = v
+                .parse::<u32>()
+                .is_ok_and(|n| (1..=1024).contains(&n) && n.is_power_of_two());
+            if !ok {
+                return Err(format!(
+                    "wal-segsize = {v}: expected megabytes, a power of two from 1 to 1024"
+                ));
+            }
+        }
+        "locale-provider" if v != "libc" && v != "icu" => {
+            return Err(format!("locale-provider = \"{v}\": expected libc or icu"));
+        }
+        n if LIBC_LOCALES.contains(&n) && !locale_installed(v) => {
+            return Err(format!(
+                "{name} = \"{v}\": no such locale on this host (`locale -a` lists the \
+                 installed ones; every member needs it, replicas too)"
+            ));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Whether the C library here knows locale `name`: initdb's own test (it sets
+/// the locale and fails on an unknown one), made at configuration time so a
+/// missing locale is refused by `check-config`, not at the cluster's birth.
+fn locale_installed(name: &str) -> bool {
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call;
+    // newlocale(3) with a null base allocates a new locale object or returns
+    // null, and reads nothing else of ours.
+    let loc = unsafe { libc::newlocale(libc::LC_ALL_MASK, c.as_ptr(), std::ptr::null_mut()) };
+    if loc.is_null() {
+        return false;
+    }
+    // SAFETY: `loc` came from newlocale above, is not null, and is freed once.
+    unsafe { libc::freelocale(loc) };
+    true
+}
