@@ -1656,6 +1656,11 @@ impl Agent {
                         }
                     }
                 }
+                Action::HoldDataDir { why } => match self.pg.hold_data_dir(&why) {
+                    Ok(true) => warn!("data directory held for the operator: {why}"),
+                    Ok(false) => {}
+                    Err(e) => error!("ALERT: cannot hold the data directory ({why}): {e}"),
+                },
                 Action::MarkRollback(seen) => {
                     let at = clock::rfc3339_utc(clock::realtime());
                     if let Some((etcd, rt)) = self.connect(deadline) {

@@ -128,6 +128,74 @@ fn bootstrap_race_winner_runs_initdb() {
     let p = c.step(t(4.1), &o);
     assert_eq!(p.actions, vec![Action::StartJob(JobKind::InitDb)]);
     assert_eq!(c.lease_to_keep_alive(), Some(0x1));
+
+    // A node that lost the race waits, naming the lock (its value names nobody).
+    let mut other = core("pg2", None);
+    let locked = ClusterView {
+        members: vec![empty_member("pg1", 3)],
+        initialize: Some(Initialize::Locked {
+            lease: 0x1f,
+            holder: String::new(),
+        }),
+        ..ClusterView::default()
+    };
+    let p = other.step(t(4.2), &obs(locked, empty_pg()));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(
+        matches!(&p.reason, Reason::Waiting(w)
+            if w == "another member is bootstrapping the cluster (it holds the initialize lock, lease 1f)"),
+        "{}",
+        p.reason
+    );
+}
+
+/// The bootstrap's lock expired while initdb (or `post_bootstrap`) ran: the record
+/// is refused, and the new directory, a cluster nobody agreed on, is held, so no
+/// later loop re-creates `initialize` from it (review of 5f50b75, M2).
+#[test]
+fn a_bootstrap_whose_lock_was_lost_holds_its_directory() {
+    let mut c = core("pg1", None);
+    let v = ClusterView {
+        members: vec![empty_member("pg2", 3)],
+        ..ClusterView::default()
+    };
+    c.step(t(1.0), &obs(v.clone(), empty_pg()));
+    c.step(t(4.0), &obs(v.clone(), empty_pg()));
+    let mut o = obs(v.clone(), empty_pg());
+    o.claim = Some(ClaimOutcome::Won { lease: 0x1 });
+    assert_eq!(
+        c.step(t(4.1), &o).actions,
+        vec![Action::StartJob(JobKind::InitDb)]
+    );
+    let mut o = obs(v.clone(), pg(PgRole::Stopped, 0, None));
+    o.job = Job::Finished {
+        kind: JobKind::InitDb,
+        ok: true,
+        detail: "done".into(),
+    };
+    let p = c.step(t(30.0), &o);
+    assert_eq!(
+        p.actions,
+        vec![Action::RecordInitialize {
+            sysid: SYSID,
+            lease: 0x1
+        }]
+    );
+    let mut o = obs(v, pg(PgRole::Stopped, 0, None));
+    o.recorded_initialize = Some(false);
+    let p = c.step(t(30.1), &o);
+    match &p.actions[..] {
+        [Action::HoldDataDir { why }] => {
+            assert!(why.contains("initialize lock was lost"), "{why}")
+        }
+        a => panic!("{a:?}"),
+    }
+    assert!(
+        matches!(&p.reason, Reason::Refusing(r) if r.contains("lost the initialize lock")),
+        "{}",
+        p.reason
+    );
+    assert_eq!(c.lease_to_keep_alive(), None);
 }
 
 /// A restore started on every host at once: a host with data (its member key shows

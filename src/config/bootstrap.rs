@@ -238,6 +238,20 @@ fn initdb_args(b: &Sect<'_>) -> Result<Vec<String>, ConfigError> {
             "no-locale is locale = \"C\": not together with locale or lc-*",
         ));
     }
+    // initdb picks the encoding from the locale's: for C (initdb runs with
+    // LC_ALL=C) that is SQL_ASCII, a choice nobody makes on purpose and nobody can
+    // undo without a dump. A Patroni list such as ["data-checksums"] relied on a
+    // UTF-8 environment; here such a list gets UTF8 (review of 5f50b75, M1). A
+    // named locale keeps deciding its own encoding.
+    let value = |n: &str| {
+        opts.iter()
+            .find(|(k, _)| k == n)
+            .and_then(|(_, v)| v.as_deref())
+    };
+    let ctype = value("lc-ctype").or(value("locale")).unwrap_or("C");
+    if !has("encoding") && matches!(ctype, "C" | "POSIX") {
+        args.push("--encoding=UTF8".into());
+    }
     Ok(args)
 }
 
@@ -262,7 +276,9 @@ fn option_value(name: &str, v: &Value) -> Result<Option<String>, String> {
 fn check_option(name: &str, value: Option<&str>) -> Result<(), String> {
     if let Some(n) = name.strip_prefix("--").or_else(|| name.strip_prefix('-')) {
         return Err(format!(
-            "\"{name}\": write the option's name without the leading dashes (\"{n}\")"
+            "\"{}\": write the option's name without the leading dashes (\"{}\")",
+            name.escape_debug(),
+            n.escape_debug()
         ));
     }
     if let Some(why) = refused(name) {
@@ -271,7 +287,8 @@ fn check_option(name: &str, value: Option<&str>) -> Result<(), String> {
     let flag = FLAGS.contains(&name);
     if !flag && !VALUED.contains(&name) {
         return Err(format!(
-            "unknown initdb option \"{name}\" (PostgreSQL 15's that tenure passes: {}, {})",
+            "unknown initdb option \"{}\" (PostgreSQL 15's that tenure passes: {}, {})",
+            name.escape_debug(),
             FLAGS.join(", "),
             VALUED.join(", ")
         ));
@@ -279,7 +296,8 @@ fn check_option(name: &str, value: Option<&str>) -> Result<(), String> {
     match (flag, value) {
         (true, Some(v)) => {
             return Err(format!(
-                "{name} takes no value, found \"{v}\": name it alone (\"{name}\")"
+                "{name} takes no value, found \"{}\": name it alone (\"{name}\")",
+                v.escape_debug()
             ));
         }
         (false, None) => {

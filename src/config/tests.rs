@@ -1601,20 +1601,36 @@ fn bootstrap_initdb_options_in_either_form() {
         "--locale-provider=icu",
         "--icu-locale=und-u-ks-level2",
         "--lc-messages=C",
+        "--encoding=UTF8",
     ] {
         assert!(args.iter().any(|x| x == a), "{a} in {args:?}");
     }
-    assert_eq!(args.len(), 4);
-    // An empty list is initdb's own defaults (the locale then C: LC_ALL=C).
-    let none = format!("{GOOD}\n[bootstrap]\ninitdb = []\n");
-    assert!(
-        parse(&none)
+    assert_eq!(args.len(), 5);
+    // Without an encoding, and with the C locale (initdb runs with LC_ALL=C),
+    // UTF8 is added: initdb would make SQL_ASCII. A named locale decides its own.
+    let args = |list: &str| {
+        parse(&format!("{GOOD}\n[bootstrap]\ninitdb = {list}\n"))
             .unwrap()
             .postgresql
             .bootstrap
             .initdb_args
-            .is_empty()
+    };
+    assert_eq!(args("[]"), ["--encoding=UTF8"]);
+    assert_eq!(
+        args(r#"["data-checksums"]"#),
+        ["--data-checksums", "--encoding=UTF8"]
     );
+    assert_eq!(args(r#"["no-locale"]"#), ["--no-locale", "--encoding=UTF8"]);
+    assert_eq!(
+        args(r#"[{ locale = "POSIX" }]"#),
+        ["--locale=POSIX", "--encoding=UTF8"]
+    );
+    assert_eq!(args(r#"[{ locale = "C.UTF-8" }]"#), ["--locale=C.UTF-8"]);
+    assert_eq!(
+        args(r#"[{ locale = "C" }, { lc-ctype = "C.UTF-8" }]"#),
+        ["--locale=C", "--lc-ctype=C.UTF-8"]
+    );
+    assert_eq!(args(r#"[{ encoding = "LATIN1" }]"#), ["--encoding=LATIN1"]);
 }
 
 /// Every refusal names the entry and says why: tenure's own options, unsafe

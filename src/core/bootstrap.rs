@@ -34,6 +34,13 @@ impl Core {
                 );
             }
             // Our lock expired under us: our data is of a cluster nobody agreed on.
+            // It is held, so no later loop re-creates `initialize` from it.
+            p.push(Action::HoldDataDir {
+                why: "a bootstrap made this directory, but its initialize lock was lost \
+                      before the system identifier was recorded: no `initialize` key \
+                      names this cluster (another member may have made the cluster)"
+                    .into(),
+            });
             self.state = State::Follower;
             return Reason::Refusing(
                 "lost the initialize lock before recording the system identifier; \
@@ -163,6 +170,14 @@ impl Core {
                     DataDir::Unusable(why) => self.unusable(p, why),
                     DataDir::Held(why) => Reason::Refusing(format!("data directory held: {why}")),
                 })
+            }
+            // The lock's value is empty (as Patroni's): its holder is not named
+            // in it, only its lease.
+            Some(Initialize::Locked { holder, lease }) if holder.is_empty() => {
+                Err(Reason::Waiting(format!(
+                    "another member is bootstrapping the cluster (it holds the \
+                     initialize lock, lease {lease:x})"
+                )))
             }
             Some(Initialize::Locked { holder, .. }) => Err(Reason::Waiting(format!(
                 "{holder} is bootstrapping the cluster"

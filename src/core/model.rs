@@ -916,6 +916,10 @@ pub enum Action {
     CreateInitialize { sysid: u64, rollback: RollbackSeen },
     /// Create-only `rollback` marker (the first writer wins): etcd went back in time.
     MarkRollback(RollbackSeen),
+    /// Hold the local data directory for the operator (`<data_dir>.`[`BUILD_MARK`]
+    /// with `why`): what it holds is no cluster `initialize` names, e.g. a
+    /// bootstrap that finished after its lock was lost.
+    HoldDataDir { why: String },
     /// Grant a fresh lease and try the acquire txn.
     Acquire,
     /// Start a supervised job.

@@ -348,13 +348,16 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                     // no later build starts while the group lives (`start`).
                     job.final_method = true;
                     ctl.lingering = Some((d.pgid, d.what.to_string()));
-                    job.outcome = Some(Err(format!(
+                    let why = format!(
                         "{}: processes of its group (pgid {}) outlived SIGKILL for {} s: \
                          nothing more is built while they may write",
                         d.what,
                         d.pgid,
                         DRAIN_LIMIT.as_secs()
-                    )));
+                    );
+                    if end_or_clean_up(job, why) {
+                        continue;
+                    }
                 } else {
                     job.draining = Some(d);
                 }
@@ -435,14 +438,21 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                             // M1): the job ends, nothing more is built.
                             job.final_method = true;
                             ctl.lingering = Some((pid.as_raw(), r.what.to_string()));
-                            job.outcome = Some(Err(format!(
-                                "{} ran longer than create_replica_timeout and outlived \
-                                 SIGKILL for {} s (process group {}): nothing more is \
-                                 built while it may write",
+                            let why = format!(
+                                "{} ran longer than {} and outlived SIGKILL for {} s \
+                                 (process group {}): nothing more is built while it may \
+                                 write",
                                 r.what,
+                                r.limit.map_or("its limit", |l| l.setting),
                                 DRAIN_LIMIT.as_secs(),
                                 pid
-                            )));
+                            );
+                            // Given up on (its group is `lingering`): the clean-up
+                            // steps, if any, run without it.
+                            job.child = None;
+                            if end_or_clean_up(job, why) {
+                                continue;
+                            }
                         }
                         return;
                     }
@@ -544,6 +554,18 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
     }
 }
 
+/// The job failed with `why` where no other replica method may run: it ends,
+/// unless `Step::OnFailure` steps are armed, which run first (`true`: go on).
+fn end_or_clean_up(job: &mut RunningJob, why: String) -> bool {
+    if !job.cleanup.is_empty() && job.aborted.is_none() && job.failed.is_none() {
+        job.failed = Some(why);
+        job.steps = std::mem::take(&mut job.cleanup);
+        return true;
+    }
+    job.outcome = Some(Err(why));
+    false
+}
+
 /// A child (and, for a drained one, its whole group) is gone with `status`: a
 /// success lets the job go on (`true`); a failure goes to [`fall_back`].
 fn exited(
@@ -573,9 +595,7 @@ fn fall_back(ctl: &PgCtl, job: &mut RunningJob, why: String) -> bool {
     if !job.cleanup.is_empty() && job.aborted.is_none() {
         // INVARIANT: what the failed job started (the bootstrap's temporary
         // server) is stopped before the job reports its failure.
-        job.failed = Some(why);
-        job.steps = std::mem::take(&mut job.cleanup);
-        return true;
+        return end_or_clean_up(job, why);
     }
     let failed = job.method.clone();
     let mut why = match &failed {
@@ -1180,8 +1200,11 @@ fn pg_ctl_start_socket_only(ctl: &PgCtl) -> Result<Step, PgError> {
         return Err(PgError::Io("pg_ctl start is not a command".into()));
     };
     cmd.what = "pg_ctl start (the socket only, for post_bootstrap)".into();
-    // pg_ctl hands -o to the server through /bin/sh: '' is an empty value.
-    cmd.args.extend([os("-o"), os("-c listen_addresses=''")]);
+    // pg_ctl hands -o to the server through /bin/sh: '' is an empty value. No
+    // archiving: a bootstrap that fails must not leave WAL of a cluster nobody
+    // agreed on in the archive (it would collide with the real one's segments).
+    cmd.args
+        .extend([os("-o"), os("-c listen_addresses='' -c archive_mode=off")]);
     Ok(Step::Run(cmd))
 }
 
@@ -1268,17 +1291,6 @@ fn plan(
             let pw = format!("{}\n", ctl.cfg.superuser_password);
             let pwfile = temp_file(ctl, job, "initdb-pw", &pw)?;
             let sql = temp_file(ctl, job, "bootstrap-sql", &conf::bootstrap_sql(&ctl.cfg))?;
-            // INVARIANT: a directory this job wrote into is not a cluster anybody
-            // agreed on until its last step: the mark holds it (`DataDir::Held`)
-            // if the job fails or the agent dies on the way, instead of a later
-            // loop re-creating `initialize` from a half-made cluster. Removed by
-            // the job's last step, or at its end when the directory is empty.
-            ctl.write_owned(
-                &super::build_mark_of(&data),
-                "a bootstrap (initdb, then the roles) was under way when this \
-                 directory was written into and did not finish: no `initialize` key \
-                 names this cluster\n",
-            )?;
             let mut args = vec![os("-D"), os(&data)];
             // The operator's options ([bootstrap] initdb, checked by
             // `config::bootstrap`); then tenure's own, which they cannot name.
@@ -1325,18 +1337,35 @@ fn plan(
                 // The operator's post-bootstrap command, on a server nobody else
                 // can reach yet (the socket only, in the agent's 0700 directory),
                 // which is stopped again, also when the command fails.
+                // The shutdown checkpoint after a script that loaded data may take
+                // a while: the stop may take as long as the script could.
+                let stop_secs = ctl
+                    .ctl_timeout
+                    .max(ctl.cfg.bootstrap.post_bootstrap_timeout)
+                    .as_secs();
                 job.steps
-                    .push_back(Step::OnFailure(VecDeque::from([pg_ctl_stop(ctl)])));
+                    .push_back(Step::OnFailure(VecDeque::from([pg_ctl_stop_within(
+                        ctl, stop_secs,
+                    )])));
                 job.steps.push_back(pg_ctl_start_socket_only(ctl)?);
                 job.steps
                     .push_back(Step::Run(post_bootstrap_cmd(ctl, &words)));
                 job.steps.push_back(Step::OnFailure(VecDeque::new()));
-                job.steps.push_back(pg_ctl_stop(ctl));
+                job.steps.push_back(pg_ctl_stop_within(ctl, stop_secs));
             }
             job.steps.push_back(Step::Local(
                 "remove the bootstrap's mark",
                 Local::RemoveMark,
             ));
+            // INVARIANT: a directory this job wrote into is not a cluster anybody
+            // agreed on until its last step: the mark holds it (`DataDir::Held`)
+            // if the job fails or the agent dies on the way, instead of a later
+            // loop re-creating `initialize` from a half-made cluster. Removed by
+            // the job's last step, or at its end when the directory is empty; put
+            // back if the lock is found lost before the record
+            // (`Action::HoldDataDir`). Written once every step is planned: a plan
+            // that fails leaves none.
+            ctl.write_owned(&super::build_mark_of(&data), BOOTSTRAP_MARK)?;
         }
         JobKind::Basebackup { from } => {
             let src = source_for(source, from)?.clone();
@@ -1501,8 +1530,18 @@ fn plan(
     Ok(())
 }
 
+/// What the bootstrap's mark says while it runs.
+pub(super) const BOOTSTRAP_MARK: &str = "a bootstrap (initdb, the roles, post_bootstrap) \
+     was under way when this directory was written into and did not finish: no \
+     `initialize` key names this cluster\n";
+
 /// `pg_ctl stop -m fast -w`: the shutdown checkpoint, every backend gone.
 fn pg_ctl_stop(ctl: &PgCtl) -> Step {
+    pg_ctl_stop_within(ctl, ctl.ctl_timeout.as_secs())
+}
+
+/// The same, `pg_ctl -t secs`.
+fn pg_ctl_stop_within(ctl: &PgCtl, secs: u64) -> Step {
     Step::Run(Cmd {
         what: "pg_ctl stop".into(),
         program: ctl.cfg.bin_dir.join("pg_ctl"),
@@ -1514,7 +1553,7 @@ fn pg_ctl_stop(ctl: &PgCtl) -> Step {
             os("fast"),
             os("-w"),
             os("-t"),
-            os(ctl.ctl_timeout.as_secs().to_string()),
+            os(secs.max(1).to_string()),
         ],
         env: vec![],
         stdin: None,

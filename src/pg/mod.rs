@@ -1525,6 +1525,18 @@ impl PgCtl {
         Ok(())
     }
 
+    /// `Action::HoldDataDir`: write the build mark with `why` next to a data
+    /// directory that is not empty (`DataDir::Held` from then on); `Ok(false)`
+    /// when it is empty (nothing to hold, and a mark would hold a later restore).
+    pub fn hold_data_dir(&self, why: &str) -> Result<bool, PgError> {
+        if matches!(self.data_dir_state(), DataDir::Empty) {
+            return Ok(false);
+        }
+        let why = why.replace(['\n', '\r'], " ");
+        self.write_owned(&build_mark_of(&self.cfg.data_dir), &format!("{why}\n"))?;
+        Ok(true)
+    }
+
     /// The pid of the job's current child, if one runs.
     pub fn job_pid(&self) -> Option<u32> {
         self.job.as_ref().and_then(|j| j.child_pid())
@@ -2700,7 +2712,8 @@ mod tests {
             let c = calls(&dir);
             assert_eq!(c.len(), 3, "{c:?}");
             assert!(
-                c[0].starts_with("pg_ctl start") && c[0].ends_with("-o -c listen_addresses=''"),
+                c[0].starts_with("pg_ctl start")
+                    && c[0].ends_with("-o -c listen_addresses='' -c archive_mode=off"),
                 "{c:?}"
             );
             let sock = ctl.cfg.socket_dir.display().to_string();
@@ -2715,7 +2728,9 @@ mod tests {
                 "{c:?}"
             );
             assert!(
-                c[2].starts_with("pg_ctl stop") && c[2].contains("-m fast"),
+                c[2].starts_with("pg_ctl stop")
+                    && c[2].contains("-m fast")
+                    && c[2].ends_with("-t 600"),
                 "{c:?}"
             );
             assert!(!dir.join("server.up").exists());
@@ -2772,6 +2787,25 @@ mod tests {
                 "the server was left running"
             );
             assert!(matches!(ctl.data_dir_state(), DataDir::Held(_)));
+            let _ = fs::remove_dir_all(&dir);
+        }
+
+        /// `Action::HoldDataDir`: a directory with a cluster in it is held with
+        /// the reason given; an empty one gets no mark.
+        #[test]
+        fn hold_data_dir_marks_a_directory_that_holds_something() {
+            let (mut ctl, data) = scratch_ctl("pg-hold");
+            let dir = data.parent().unwrap().to_path_buf();
+            assert_eq!(ctl.hold_data_dir("why not"), Ok(false));
+            assert!(!build_mark_of(&data).exists());
+            ctl.cfg.bin_dir = bin(&dir, true, 0);
+            let (ok, detail) = run(&mut ctl);
+            assert!(ok, "{detail}");
+            assert_eq!(ctl.hold_data_dir("the lock was lost"), Ok(true));
+            match ctl.data_dir_state() {
+                DataDir::Held(why) => assert!(why.starts_with("the lock was lost"), "{why}"),
+                other => panic!("not held: {other:?}"),
+            }
             let _ = fs::remove_dir_all(&dir);
         }
 

@@ -642,6 +642,10 @@ pub async fn run(cx: Cx) {
                         out.recorded_initialize = Some(b);
                     }
                 }
+                Action::HoldDataDir { .. } => {
+                    // The model has no mark: its node keeps its data as it was
+                    // (what the core did before the mark, the less careful path).
+                }
                 Action::MarkRollback(seen) => {
                     // The simulated etcd is never wiped or restored: a rollback seen
                     // here is a false positive (it would stop every failover).
