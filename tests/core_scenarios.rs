@@ -198,6 +198,53 @@ fn a_bootstrap_whose_lock_was_lost_holds_its_directory() {
     assert_eq!(c.lease_to_keep_alive(), None);
 }
 
+/// A host with data (a restore) showed itself while this node's initdb ran: the
+/// new cluster is not recorded; the lock goes back and the new directory is held,
+/// so the restored host re-creates `initialize` from its data. Before, the new
+/// cluster was recorded and the restored host refused (system identifier
+/// mismatch).
+#[test]
+fn a_data_member_shown_during_initdb_makes_the_bootstrap_give_up() {
+    let mut c = core("pg1", None);
+    let v = ClusterView {
+        members: vec![empty_member("pg2", 3)],
+        ..ClusterView::default()
+    };
+    c.step(t(1.0), &obs(v.clone(), empty_pg()));
+    c.step(t(4.0), &obs(v.clone(), empty_pg()));
+    let mut o = obs(v, empty_pg());
+    o.claim = Some(ClaimOutcome::Won { lease: 0x1 });
+    assert_eq!(
+        c.step(t(4.1), &o).actions,
+        vec![Action::StartJob(JobKind::InitDb)]
+    );
+    let mut restored = member("pg2", 5, "replica", 0, None);
+    restored.info.sysid = Some(42);
+    let shown = ClusterView {
+        members: vec![restored],
+        ..ClusterView::default()
+    };
+    let mut o = obs(shown, pg(PgRole::Stopped, 0, None));
+    o.job = Job::Finished {
+        kind: JobKind::InitDb,
+        ok: true,
+        detail: "done".into(),
+    };
+    let p = c.step(t(6.0), &o);
+    match &p.actions[..] {
+        [Action::Revoke { lease: 0x1 }, Action::HoldDataDir { why }] => {
+            assert!(why.contains("pg2 has data (system identifier 42)"), "{why}")
+        }
+        a => panic!("{a:?}"),
+    }
+    assert!(
+        matches!(&p.reason, Reason::Refusing(r) if r.contains("gave the bootstrap up")),
+        "{}",
+        p.reason
+    );
+    assert_eq!(c.lease_to_keep_alive(), None);
+}
+
 /// A restore started on every host at once: a host with data (its member key shows
 /// its system identifier) re-creates `initialize` from it; an empty host never races
 /// for the bootstrap lock meanwhile, however long it waits, and follows the restored

@@ -659,6 +659,18 @@ fn initialize_claim_race_and_record() {
             sysid: 7_298_031_012_345_678_901
         })
     );
+    // A retry after a lost answer (the txn was applied, its answer never came):
+    // the compare fails now (the key has no lease), but the key holds this
+    // identifier, so it reads as written, never as a lost lock (which would hold
+    // the cluster's own data directory). Another identifier is not ours.
+    assert!(
+        a.record_initialize(&b.rt, 7_298_031_012_345_678_901, la, in_ms(2000))
+            .expect("record again")
+    );
+    assert!(
+        !a.record_initialize(&b.rt, 7_298_031_012_345_678_902, la, in_ms(2000))
+            .expect("record another")
+    );
     assert!(
         !c.create_initialize(&b.rt, 1, &seen(), "pg9", "t", in_ms(2000))
             .expect("create")

@@ -248,8 +248,16 @@ fn initdb_args(b: &Sect<'_>) -> Result<Vec<String>, ConfigError> {
             .find(|(k, _)| k == n)
             .and_then(|(_, v)| v.as_deref())
     };
+    // initdb checks the encoding against the collation's locale too: UTF8 is
+    // added only where both accept it (review of d918f33, M1).
     let ctype = value("lc-ctype").or(value("locale")).unwrap_or("C");
-    if !has("encoding") && matches!(ctype, "C" | "POSIX") {
+    let collate = value("lc-collate").or(value("locale")).unwrap_or("C");
+    let c = |l: &str| matches!(l, "C" | "POSIX");
+    let utf8 = |l: &str| {
+        let l = l.to_ascii_lowercase();
+        l.ends_with(".utf-8") || l.ends_with(".utf8")
+    };
+    if !has("encoding") && c(ctype) && (c(collate) || utf8(collate)) {
         args.push("--encoding=UTF8".into());
     }
     Ok(args)

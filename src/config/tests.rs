@@ -1631,6 +1631,11 @@ fn bootstrap_initdb_options_in_either_form() {
         ["--locale=C", "--lc-ctype=C.UTF-8"]
     );
     assert_eq!(args(r#"[{ encoding = "LATIN1" }]"#), ["--encoding=LATIN1"]);
+    // initdb checks the collation's locale too: UTF8 only where it fits both.
+    assert_eq!(
+        args(r#"[{ lc-ctype = "C" }, { lc-collate = "C.UTF-8" }]"#),
+        ["--lc-ctype=C", "--lc-collate=C.UTF-8", "--encoding=UTF8"]
+    );
 }
 
 /// Every refusal names the entry and says why: tenure's own options, unsafe

@@ -6,8 +6,9 @@
 //! rollback marker, DESIGN §3).
 //!
 //! Must never: run initdb because a key is missing next to data, or record a
-//! system identifier after losing the lock; race for the lock while a member
-//! shows data, or before `L_w + R` after this node first found the key missing.
+//! system identifier after losing the lock or while another member shows data;
+//! race for the lock while a member shows data, or before `L_w + R` after this
+//! node first found the key missing.
 
 use std::time::Duration;
 
@@ -64,6 +65,30 @@ impl Core {
                 Reason::Refusing(format!("initdb failed: {detail}"))
             }
             (_, DataDir::Present { sysid, .. }) => {
+                // A host with data showed itself while initdb ran (a restore whose
+                // host started a little after this one's grace ended): its data is
+                // the cluster, this new one would be refused by it. Give the lock
+                // back and hold the new directory (never removed: post_bootstrap
+                // may have put data in it); the restored host then re-creates
+                // `initialize` from its own data.
+                if let Ok(view) = &obs.cluster
+                    && let Some(shown) = Self::member_with_data(view, &self.cfg.name)
+                {
+                    p.push(Action::Revoke { lease });
+                    p.push(Action::HoldDataDir {
+                        why: format!(
+                            "a bootstrap made this directory (system identifier {sysid}), \
+                             then gave the cluster up before recording it because another \
+                             member has data ({shown}): empty it to make this node a \
+                             replica of that cluster"
+                        ),
+                    });
+                    self.state = State::Follower;
+                    return Reason::Refusing(format!(
+                        "gave the bootstrap up after initdb: {shown}; this node's new data \
+                         directory is held"
+                    ));
+                }
                 p.push(Action::RecordInitialize {
                     sysid: *sysid,
                     lease,

@@ -839,9 +839,13 @@ impl Etcd {
         }
     }
 
-    /// txn `If(lease(initialize)==lease) Then(put(initialize, sysid, no lease))`;
-    /// then revoke `lease` (whatever the txn did: the lock has served its purpose).
-    /// `Ok(true)` = written.
+    /// txn `If(lease(initialize)==lease) Then(put(initialize, sysid, no lease))
+    /// Else(get(initialize))`; then, once etcd answered, revoke `lease` (the lock
+    /// has served its purpose). `Ok(true)` = written, now or by an earlier attempt
+    /// whose answer was lost (`initialize` already holds `sysid`); `Ok(false)` =
+    /// the lock is gone and the key is not ours: the core then holds the new data
+    /// directory, so a lost answer must never read as that (review of d918f33,
+    /// H1). On `Err` the lease is kept for the retry's compare.
     pub fn record_initialize(
         &mut self,
         rt: &Runtime,
@@ -855,15 +859,23 @@ impl Etcd {
             ));
         }
         let key = self.key("initialize");
+        let value = sysid.to_string();
         let txn = Txn::new()
             .when(vec![Compare::lease(key.clone(), CompareOp::Equal, lease)])
-            .and_then(vec![TxnOp::put(key, sysid.to_string(), None)]);
+            .and_then(vec![TxnOp::put(key.clone(), value.clone(), None)])
+            .or_else(vec![TxnOp::get(key, None)]);
         let mut kv = self.client.kv_client();
-        let written = self
-            .write(rt, deadline, "record initialize", kv.txn(txn))
-            .map(|r| r.succeeded());
+        let resp = self.write(rt, deadline, "record initialize", kv.txn(txn))?;
+        let written = resp.succeeded()
+            || resp.op_responses().into_iter().any(|r| match r {
+                TxnOpResponse::Get(g) => g
+                    .kvs()
+                    .first()
+                    .is_some_and(|kv| kv.value() == value.as_bytes() && kv.lease() == 0),
+                _ => false,
+            });
         self.revoke_best_effort(rt, lease, deadline);
-        written
+        Ok(written)
     }
 
     /// Create-only `initialize` = sysid with no lease (a node with data re-creating a

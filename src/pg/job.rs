@@ -227,6 +227,18 @@ pub(super) fn start(
     if let Some(j) = &ctl.job {
         return Err(PgError::Busy(format!("{:?} since {}", j.kind, j.since)));
     }
+    if matches!(kind, JobKind::InitDb)
+        && let Some((pgid, what)) = &ctl.lingering
+        && group_alive(*pgid)
+    {
+        // Nor a bootstrap next to a killed post_bootstrap's processes, which may
+        // still reach the new cluster's socket.
+        return Err(PgError::Busy(format!(
+            "processes of {what} (process group {pgid}) outlived SIGKILL: no bootstrap \
+             runs until they are gone (a process stuck in uninterruptible I/O: check its \
+             storage)"
+        )));
+    }
     if matches!(kind, JobKind::Basebackup { .. })
         && let Some((pgid, what)) = &ctl.lingering
     {
@@ -502,7 +514,9 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                 // INVARIANT: a job a fence aborted, or whose every replica method
                 // failed, never reports success.
                 job.outcome = Some(match (&job.aborted, job.failed.take()) {
-                    (Some(why), _) => Err(why.clone()),
+                    // A fence during the clean-up: both said.
+                    (Some(why), Some(first)) => Err(format!("{first}; then {why}")),
+                    (Some(why), None) => Err(why.clone()),
                     (None, Some(why)) => Err(why),
                     (None, None) => Ok(()),
                 });

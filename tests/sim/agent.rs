@@ -645,6 +645,9 @@ pub async fn run(cx: Cx) {
                 Action::HoldDataDir { .. } => {
                     // The model has no mark: its node keeps its data as it was
                     // (what the core did before the mark, the less careful path).
+                    // Its schedules start every agent within a loop of the others,
+                    // inside the bootstrap grace, so no bootstrap is given up for a
+                    // data member after initdb here (the scenario tests cover that).
                 }
                 Action::MarkRollback(seen) => {
                     // The simulated etcd is never wiped or restored: a rollback seen
