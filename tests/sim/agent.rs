@@ -642,12 +642,24 @@ pub async fn run(cx: Cx) {
                         out.recorded_initialize = Some(b);
                     }
                 }
-                Action::HoldDataDir { .. } => {
+                Action::HoldDataDir { why } => {
                     // The model has no mark: its node keeps its data as it was
                     // (what the core did before the mark, the less careful path).
                     // Its schedules start every agent within a loop of the others,
                     // inside the bootstrap grace, so no bootstrap is given up for a
                     // data member after initdb here (the scenario tests cover that).
+                    // What it checks: a hold never takes the data `initialize` names
+                    // (a record whose answer was lost read as a lost lock did).
+                    let mut w = cx.w.borrow_mut();
+                    let named = w.etcd.kv.get("initialize").and_then(|k| match k.val {
+                        super::etcd::Val::InitDone(s) => Some(s),
+                        _ => None,
+                    });
+                    if named.is_some() && named == w.nodes[cx.node].pg.sysid {
+                        w.violation(format!(
+                            "{name} held the data directory initialize names ({named:?}): {why}"
+                        ));
+                    }
                 }
                 Action::MarkRollback(seen) => {
                     // The simulated etcd is never wiped or restored: a rollback seen

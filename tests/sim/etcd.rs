@@ -419,7 +419,12 @@ impl Etcd {
                 if ok {
                     self.put("initialize", Val::InitDone(*sysid), 0);
                 }
-                Resp::Done(ok)
+                // As the real txn's Else: a retry after a lost answer finds its own
+                // identifier there, written (`Etcd::record_initialize`).
+                let mine = self.kv.get("initialize").is_some_and(|k| {
+                    k.lease == 0 && matches!(k.val, Val::InitDone(s) if s == *sysid)
+                });
+                Resp::Done(ok || mine)
             }
             Op::CreateInit {
                 sysid,
