@@ -261,7 +261,7 @@ fn an_empty_node_never_bootstraps_while_a_member_shows_data() {
         let p = c.step(t(s), &obs(v.clone(), empty_pg()));
         assert!(p.actions.is_empty(), "at {s}: {:?}", p.actions);
         assert!(
-            matches!(&p.reason, Reason::Waiting(w) if w.contains("waiting for initialize; pg2 has data")
+            matches!(&p.reason, Reason::Waiting(w) if w.contains("not bootstrapping while pg2 has data")
                 && w.contains(&SYSID.to_string())),
             "{}",
             p.reason

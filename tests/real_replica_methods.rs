@@ -397,6 +397,12 @@ fn real_replicas_are_built_from_a_pgbackrest_backup_and_methods_fall_back_in_ord
 /// promote until the operator says the data is the one to keep (`tenure
 /// confirm-epoch`); then it leads with every archived row, and an empty host
 /// joins as its replica.
+///
+/// A third, empty host started well ahead of the others wins the bootstrap race
+/// and runs initdb; its `post_bootstrap` (a sleep) is still running when the
+/// restored host's member key shows its data, so it gives the bootstrap up: the
+/// lock goes back, nothing is recorded, its new directory is held. Emptied by
+/// the operator, it builds a replica of the restored cluster.
 #[test]
 fn real_a_cluster_restored_from_a_pgbackrest_backup_leads_after_confirm_epoch() {
     let repo = Repo::new("restore");
@@ -430,10 +436,16 @@ fn real_a_cluster_restored_from_a_pgbackrest_backup_leads_after_confirm_epoch() 
     }
 
     let mut opts = options("restore", "new");
-    opts.nodes = 2;
+    opts.nodes = 3;
     opts.start_agents = false;
     // The restored roles are the lost cluster's: so are the passwords.
     opts.passwords = Some(passwords);
+    // Only the host that bootstraps runs it: the early empty one.
+    let slow =
+        std::env::temp_dir().join(format!("tenure-slow-bootstrap-{}.sh", std::process::id()));
+    fs::write(&slow, "#!/bin/sh\nsleep 8\n").expect("write the post_bootstrap script");
+    fs::set_permissions(&slow, fs::Permissions::from_mode(0o755)).expect("chmod");
+    opts.extra_config = format!("[bootstrap]\npost_bootstrap = \"{}\"\n", slow.display());
     let mut c = start(opts);
     let data = c.data_dir(0).to_path_buf();
     fs::create_dir(&data).expect("make the data directory");
@@ -450,18 +462,52 @@ fn real_a_cluster_restored_from_a_pgbackrest_backup_leads_after_confirm_epoch() 
         "restore".into(),
     ])
     .unwrap_or_else(|e| panic!("{e}"));
-    // Every host started at once, the empty one first: it must not win the
+    // The early empty host: it wins the race and bootstraps.
+    c.start_agent(2).expect("start agent");
+    let bootstrapping = wait_for(BOOT, Duration::from_millis(50), || {
+        c.agent_log(2)
+            .contains("won the initialize lock")
+            .then_some(())
+    });
+    assert!(
+        bootstrapping.is_some(),
+        "{} never bootstrapped{}",
+        c.name(2),
+        c.logs_tail(30)
+    );
+    // The others started at once, the empty one first: it must not win the
     // bootstrap race and initdb a new, empty cluster over which the restored data
     // is refused (its system identifier not the cluster's; seen in a full run
     // before the bootstrap grace, and every time with the grace taken out).
     c.start_agent(1).expect("start agent");
     c.start_agent(0).expect("start agent");
-    let recorded = wait_for(BOOT, Duration::from_millis(100), || c.get_key("initialize"));
+    let recorded = wait_for(BOOT, Duration::from_millis(100), || {
+        c.get_key("initialize").filter(|v| !v.is_empty())
+    });
+    let _ = fs::remove_file(&slow);
     assert_eq!(
         recorded.as_deref(),
         Some(sysid.as_str()),
         "initialize is not the restored data's system identifier{}",
         c.logs_tail(40)
+    );
+    // The early host gave its bootstrap up and holds its new directory.
+    let gave_up = wait_for(BOOT, Duration::from_millis(100), || {
+        c.agent_log(2)
+            .contains("gave the bootstrap up after initdb")
+            .then_some(())
+    });
+    assert!(
+        gave_up.is_some(),
+        "{} did not give its bootstrap up{}",
+        c.name(2),
+        c.logs_tail(30)
+    );
+    let mark = c.data_dir(2).with_file_name("data.building");
+    assert!(
+        fs::read_to_string(&mark).is_ok_and(|m| m.contains("gave the cluster up")),
+        "{} is not held",
+        c.data_dir(2).display()
     );
 
     // It replays the archive as a standby, records initialize with the marker,
@@ -509,11 +555,23 @@ fn real_a_cluster_restored_from_a_pgbackrest_backup_leads_after_confirm_epoch() 
         .wait_primary(FAILOVER)
         .unwrap_or_else(|| panic!("no primary after confirmation{}", c.logs_tail(40)));
     assert_eq!(q, 0, "the restored node leads");
-    c.wait_replicas(q, &[], REJOIN)
+    c.wait_replicas(q, &[2], REJOIN)
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.count_rows(q), Ok(rows));
     c.write_row(q, rows + 1).expect("write after the restore");
     wait_streaming_with(&c, 1, rows + 1);
     assert_eq!(c.system_identifier(1).as_deref(), Ok(sysid.as_str()));
+    // Still held, then emptied by the operator: it builds a replica.
+    assert!(
+        !c.is_streaming_replica(2),
+        "{} streams from a held directory",
+        c.name(2)
+    );
+    fs::remove_dir_all(c.data_dir(2)).expect("empty the held directory");
+    fs::remove_file(&mark).expect("remove the mark");
+    c.wait_replicas(q, &[], REJOIN)
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_streaming_with(&c, 2, rows + 1);
+    assert_eq!(c.system_identifier(2).as_deref(), Ok(sysid.as_str()));
     one_primary_at_the_end(&c, q);
 }

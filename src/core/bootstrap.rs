@@ -78,9 +78,8 @@ impl Core {
                     p.push(Action::HoldDataDir {
                         why: format!(
                             "a bootstrap made this directory (system identifier {sysid}), \
-                             then gave the cluster up before recording it because another \
-                             member has data ({shown}): empty it to make this node a \
-                             replica of that cluster"
+                             then gave the cluster up before recording it because {shown}: \
+                             empty it to make this node a replica of that cluster"
                         ),
                     });
                     self.state = State::Follower;
@@ -152,7 +151,7 @@ impl Core {
                         if let Some(reason) = Self::member_with_data(view, &me) {
                             self.empty_since = None;
                             return Err(Reason::Waiting(format!(
-                                "no initialize key, not bootstrapping: {reason}"
+                                "no initialize key; not bootstrapping while {reason}"
                             )));
                         }
                         let since = self.empty_since.unwrap_or(now);
@@ -234,11 +233,6 @@ impl Core {
             .iter()
             .filter(|m| m.name != me)
             .find_map(|m| m.info.sysid.map(|s| (m, s)))
-            .map(|(m, sysid)| {
-                format!(
-                    "waiting for initialize; {} has data (system identifier {sysid})",
-                    m.name
-                )
-            })
+            .map(|(m, sysid)| format!("{} has data (system identifier {sysid})", m.name))
     }
 }
