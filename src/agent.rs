@@ -1260,7 +1260,12 @@ impl Agent {
         let ttl = self.core.timing().ttl;
         let deadline = self.deadline(r);
         let cut = self.cut_by_tick(r);
-        let side = self.core.lease_to_keep_alive();
+        // Not once the record answered: `record_initialize` revoked the lock's lease
+        // (the core leaves Bootstrapping only at this iteration's step).
+        let side = self
+            .core
+            .lease_to_keep_alive()
+            .filter(|_| self.pending.recorded_initialize.is_none());
         let member_lease0 = self.member_lease;
         let mut kept_at = self.member_kept_at;
         let mut member_ttl = self.member_ttl;
@@ -1482,8 +1487,14 @@ impl Agent {
             replay_lsn,
             replication_state,
             timeline: pg.timeline,
-            // An empty host never bootstraps over a member that shows data.
-            sysid: pg.data.sysid(),
+            // An empty host never bootstraps over a member that shows data. Not
+            // while this node bootstraps: its new data is no cluster yet, and a
+            // bootstrapper that saw it would give its own up (two given up, no
+            // cluster; review of ad64cf0).
+            sysid: pg
+                .data
+                .sysid()
+                .filter(|_| self.core.lease_to_keep_alive().is_none()),
             tags: api::fill::tags(&self.cfg, self.core.refuses_leadership()),
             epoch,
             // Only an armed device counts: candidates size the early-expiry delay

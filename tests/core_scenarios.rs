@@ -232,7 +232,7 @@ fn a_data_member_shown_during_initdb_makes_the_bootstrap_give_up() {
     };
     let p = c.step(t(6.0), &o);
     match &p.actions[..] {
-        [Action::Revoke { lease: 0x1 }, Action::HoldDataDir { why }] => {
+        [Action::HoldDataDir { why }, Action::Revoke { lease: 0x1 }] => {
             assert!(why.contains("pg2 has data (system identifier 42)"), "{why}")
         }
         a => panic!("{a:?}"),
@@ -243,6 +243,90 @@ fn a_data_member_shown_during_initdb_makes_the_bootstrap_give_up() {
         p.reason
     );
     assert_eq!(c.lease_to_keep_alive(), None);
+    // Given up for this run: with `initialize` gone (the lock revoked) and the
+    // mark unwritten (a full disk), the directory is still not re-registered.
+    let mut v = view(9, None, vec![]);
+    v.initialize = None;
+    let p = c.step(t(7.0), &obs(v, pg(PgRole::Stopped, 0, None)));
+    assert!(
+        !p.actions
+            .iter()
+            .any(|a| matches!(a, Action::CreateInitialize { .. })),
+        "{:?}",
+        p.actions
+    );
+    assert!(
+        matches!(&p.reason, Reason::Refusing(r) if r.contains("bootstrap was given up")),
+        "{}",
+        p.reason
+    );
+}
+
+/// A bootstrapping node at the end of its job, holding lock 0x1.
+fn bootstrapped_job(c: &mut Core) {
+    let v = ClusterView {
+        members: vec![empty_member("pg2", 3)],
+        ..ClusterView::default()
+    };
+    c.step(t(1.0), &obs(v.clone(), empty_pg()));
+    c.step(t(4.0), &obs(v.clone(), empty_pg()));
+    let mut o = obs(v, empty_pg());
+    o.claim = Some(ClaimOutcome::Won { lease: 0x1 });
+    assert_eq!(
+        c.step(t(4.1), &o).actions,
+        vec![Action::StartJob(JobKind::InitDb)]
+    );
+}
+
+fn job_done(v: ClusterView) -> Observation {
+    let mut o = obs(v, pg(PgRole::Stopped, 0, None));
+    o.job = Job::Finished {
+        kind: JobKind::InitDb,
+        ok: true,
+        detail: "done".into(),
+    };
+    o
+}
+
+/// The give-up's limits (review of ad64cf0): a record whose answer was lost
+/// (`initialize` already names our data) is recorded, not given up; a failed read
+/// decides nothing; our own identifier under another member's name is not
+/// another member's data.
+#[test]
+fn the_bootstrap_gives_up_only_on_a_read_that_shows_another_cluster() {
+    let mut other = member("pg2", 5, "replica", 0, None);
+    other.info.sysid = Some(42);
+    let record = vec![Action::RecordInitialize {
+        sysid: SYSID,
+        lease: 0x1,
+    }];
+
+    let mut c = core("pg1", None);
+    bootstrapped_job(&mut c);
+    let lost_answer = ClusterView {
+        members: vec![other.clone()],
+        initialize: Some(Initialize::Done { sysid: SYSID }),
+        ..ClusterView::default()
+    };
+    assert_eq!(c.step(t(6.0), &job_done(lost_answer)).actions, record);
+
+    let mut c = core("pg1", None);
+    bootstrapped_job(&mut c);
+    let mut o = job_done(ClusterView::default());
+    o.cluster = Err("etcd unreachable".into());
+    let p = c.step(t(6.0), &o);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert_eq!(c.lease_to_keep_alive(), Some(0x1), "still bootstrapping");
+
+    let mut c = core("pg1", None);
+    bootstrapped_job(&mut c);
+    let mut renamed = member("pg9", 5, "replica", 0, None);
+    renamed.info.sysid = Some(SYSID);
+    let v = ClusterView {
+        members: vec![renamed],
+        ..ClusterView::default()
+    };
+    assert_eq!(c.step(t(6.0), &job_done(v)).actions, record);
 }
 
 /// A restore started on every host at once: a host with data (its member key shows

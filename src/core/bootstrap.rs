@@ -35,7 +35,9 @@ impl Core {
                 );
             }
             // Our lock expired under us: our data is of a cluster nobody agreed on.
-            // It is held, so no later loop re-creates `initialize` from it.
+            // It is held, so no later loop re-creates `initialize` from it (and
+            // remembered, should the mark not be written).
+            self.given_up = obs.pg.data.sysid();
             p.push(Action::HoldDataDir {
                 why: "a bootstrap made this directory, but its initialize lock was lost \
                       before the system identifier was recorded: no `initialize` key \
@@ -71,10 +73,25 @@ impl Core {
                 // back and hold the new directory (never removed: post_bootstrap
                 // may have put data in it); the restored host then re-creates
                 // `initialize` from its own data.
-                if let Ok(view) = &obs.cluster
-                    && let Some(shown) = Self::member_with_data(view, &self.cfg.name)
+                // Only on this iteration's read (a failed one decides nothing: a
+                // record sent to the next etcd member could land while the member
+                // shows data), and never once `initialize` names our data (a record
+                // whose answer was lost: the next record reads it as written).
+                let Ok(view) = &obs.cluster else {
+                    return Reason::Bootstrapping(format!(
+                        "initdb done, system identifier {sysid}; recording it at the next \
+                         read of the cluster"
+                    ));
+                };
+                let ours =
+                    matches!(view.initialize, Some(Initialize::Done { sysid: s }) if s == *sysid);
+                if !ours
+                    && let Some(shown) = Self::member_with_data(view, &self.cfg.name, Some(*sysid))
                 {
-                    p.push(Action::Revoke { lease });
+                    // Remembered for this run: a mark that cannot be written (a
+                    // full disk) must not let a later loop re-create `initialize`
+                    // from this directory.
+                    self.given_up = Some(*sysid);
                     p.push(Action::HoldDataDir {
                         why: format!(
                             "a bootstrap made this directory (system identifier {sysid}), \
@@ -82,6 +99,7 @@ impl Core {
                              empty it to make this node a replica of that cluster"
                         ),
                     });
+                    p.push(Action::Revoke { lease });
                     self.state = State::Follower;
                     return Reason::Refusing(format!(
                         "gave the bootstrap up after initdb: {shown}; this node's new data \
@@ -148,7 +166,7 @@ impl Core {
                         // while a member shows data, and until an agent started
                         // within about a loop of it has had a whole loop
                         // (`L_w + R`) to show itself.
-                        if let Some(reason) = Self::member_with_data(view, &me) {
+                        if let Some(reason) = Self::member_with_data(view, &me, None) {
                             self.empty_since = None;
                             return Err(Reason::Waiting(format!(
                                 "no initialize key; not bootstrapping while {reason}"
@@ -171,6 +189,12 @@ impl Core {
                         Reason::Bootstrapping(
                             "no initialize key: racing for the bootstrap lock".into(),
                         )
+                    }
+                    DataDir::Present { sysid, .. } if self.given_up == Some(*sysid) => {
+                        Reason::Refusing(format!(
+                            "this node's bootstrap was given up (system identifier \
+                             {sysid}): its data directory is no cluster's; empty it"
+                        ))
                     }
                     DataDir::Present { sysid, .. } => {
                         // `initialize` is never deleted: missing next to data, etcd
@@ -228,11 +252,17 @@ impl Core {
     /// bootstrap. Its data is the cluster's: a follower re-creates `initialize` from
     /// it at its next read; a leader does not (the key deleted by hand under a
     /// running cluster), and the empty node waits until an operator acts.
-    pub(super) fn member_with_data(view: &ClusterView, me: &str) -> Option<String> {
+    pub(super) fn member_with_data(
+        view: &ClusterView,
+        me: &str,
+        mine: Option<u64>,
+    ) -> Option<String> {
         view.members
             .iter()
             .filter(|m| m.name != me)
-            .find_map(|m| m.info.sysid.map(|s| (m, s)))
+            // Our own new cluster under another name (a renamed agent) is not
+            // another member's data.
+            .find_map(|m| m.info.sysid.filter(|s| Some(*s) != mine).map(|s| (m, s)))
             .map(|(m, sysid)| format!("{} has data (system identifier {sysid})", m.name))
     }
 }

@@ -60,7 +60,7 @@ impl Core {
             // A host with data showed itself between our read and our claim: its
             // data is the cluster, so the lock goes back before initdb touches
             // anything (the empty directory stays empty).
-            if let Some(reason) = Self::member_with_data(view, &me) {
+            if let Some(reason) = Self::member_with_data(view, &me, None) {
                 p.push(Action::Revoke { lease: *lease });
                 return Reason::Waiting(format!("gave the bootstrap lock back: {reason}"));
             }

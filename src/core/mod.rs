@@ -101,6 +101,9 @@ pub struct Core {
     needs_rewind: bool,
     /// This node recorded `initialize` itself in this run: no previous leader exists.
     bootstrapped_here: bool,
+    /// The system identifier of a bootstrap this node gave up or lost the lock
+    /// of during this run: its directory is refused, never re-registered.
+    given_up: Option<u64>,
     /// When this node, with an empty data directory, first read the scope without
     /// `initialize` (cleared once either stops being so): it races for the bootstrap
     /// lock only `L_w + R` later (`Core::bootstrap_grace`), so a host with data
@@ -243,6 +246,7 @@ impl Core {
             vacancy: None,
             needs_rewind: false,
             bootstrapped_here: false,
+            given_up: None,
             empty_since: None,
             rewind_failures: 0,
             clone_failed_from: None,
