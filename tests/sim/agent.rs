@@ -436,7 +436,11 @@ pub async fn run(cx: Cx) {
                 replay_lsn: None,
                 replication_state: None,
                 timeline: pg.timeline,
-                sysid: pg.data.sysid(),
+                // As the agent: none while bootstrapping.
+                sysid: pg
+                    .data
+                    .sysid()
+                    .filter(|_| core.lease_to_keep_alive().is_none()),
                 tags: Tags::default(),
                 epoch: l.map(|l| l.epoch),
                 watchdog_timeout: wd.map(|w| w.as_secs() as u32),
