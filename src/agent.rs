@@ -1491,10 +1491,7 @@ impl Agent {
             // while this node bootstraps: its new data is no cluster yet, and a
             // bootstrapper that saw it would give its own up (two given up, no
             // cluster; review of ad64cf0).
-            sysid: pg
-                .data
-                .sysid()
-                .filter(|_| self.core.lease_to_keep_alive().is_none()),
+            sysid: pg.data.sysid().filter(|_| !self.core.is_bootstrapping()),
             tags: api::fill::tags(&self.cfg, self.core.refuses_leadership()),
             epoch,
             // Only an armed device counts: candidates size the early-expiry delay

@@ -221,14 +221,9 @@ impl Core {
             }
             // The lock's value is empty (as Patroni's): its holder is not named
             // in it, only its lease.
-            Some(Initialize::Locked { holder, lease }) if holder.is_empty() => {
-                Err(Reason::Waiting(format!(
-                    "another member is bootstrapping the cluster (it holds the \
-                     initialize lock, lease {lease:x})"
-                )))
-            }
-            Some(Initialize::Locked { holder, .. }) => Err(Reason::Waiting(format!(
-                "{holder} is bootstrapping the cluster"
+            Some(Initialize::Locked { lease, .. }) => Err(Reason::Waiting(format!(
+                "another member is bootstrapping the cluster (it holds the initialize \
+                 lock, lease {lease:x})"
             ))),
             Some(Initialize::Garbage(raw)) => Err(Reason::Refusing(format!(
                 "the initialize key holds something that is not a system identifier: {raw:?}"

@@ -143,6 +143,11 @@ impl Core {
         matches!(self.state, State::Adopting { poll: Some(_), .. })
     }
 
+    /// Whether this node is bootstrapping the cluster (it holds the bootstrap lock).
+    pub fn is_bootstrapping(&self) -> bool {
+        matches!(self.state, State::Bootstrapping { .. })
+    }
+
     /// A lease other than the leader lease that must be kept alive (the bootstrap lock).
     pub fn lease_to_keep_alive(&self) -> Option<LeaseId> {
         match &self.state {

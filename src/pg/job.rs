@@ -1185,8 +1185,12 @@ fn pg_ctl_start(ctl: &PgCtl) -> Result<Step, PgError> {
 
 /// `pg_ctl start -w -t secs`.
 fn pg_ctl_start_within(ctl: &PgCtl, secs: u64) -> Result<Step, PgError> {
+    pg_ctl_start_cmd(ctl, secs).map(Step::Run)
+}
+
+fn pg_ctl_start_cmd(ctl: &PgCtl, secs: u64) -> Result<Cmd, PgError> {
     let log = prepare_server_log(ctl)?;
-    Ok(Step::Run(Cmd {
+    Ok(Cmd {
         what: "pg_ctl start".into(),
         program: ctl.cfg.bin_dir.join("pg_ctl"),
         args: vec![
@@ -1203,16 +1207,14 @@ fn pg_ctl_start_within(ctl: &PgCtl, secs: u64) -> Result<Step, PgError> {
         stdin: None,
         drain: false,
         limit: None,
-    }))
+    })
 }
 
 /// The bootstrap's temporary server for `post_bootstrap`: `pg_ctl start` with
 /// no TCP address (`listen_addresses` empty), so only the agent's Unix socket
 /// reaches it.
 fn pg_ctl_start_socket_only(ctl: &PgCtl) -> Result<Step, PgError> {
-    let Step::Run(mut cmd) = pg_ctl_start(ctl)? else {
-        return Err(PgError::Io("pg_ctl start is not a command".into()));
-    };
+    let mut cmd = pg_ctl_start_cmd(ctl, ctl.ctl_timeout.as_secs())?;
     cmd.what = "pg_ctl start (the socket only, for post_bootstrap)".into();
     // pg_ctl hands -o to the server through /bin/sh: '' is an empty value. No
     // archiving: a bootstrap that fails must not leave WAL of a cluster nobody

@@ -437,10 +437,7 @@ pub async fn run(cx: Cx) {
                 replication_state: None,
                 timeline: pg.timeline,
                 // As the agent: none while bootstrapping.
-                sysid: pg
-                    .data
-                    .sysid()
-                    .filter(|_| core.lease_to_keep_alive().is_none()),
+                sysid: pg.data.sysid().filter(|_| !core.is_bootstrapping()),
                 tags: Tags::default(),
                 epoch: l.map(|l| l.epoch),
                 watchdog_timeout: wd.map(|w| w.as_secs() as u32),
