@@ -104,9 +104,7 @@ impl EtcdCluster {
             initial_cluster,
             tls,
         };
-        for i in 0..n {
-            c.start_member(i, "new")?;
-        }
+        c.start_all_new()?;
         if !c.wait_healthy(Duration::from_secs(30)) {
             return Err(format!(
                 "etcd cluster did not become healthy in 30 s; logs under {}",
@@ -133,6 +131,26 @@ impl EtcdCluster {
             .iter()
             .map(|m| format!("https://{}:{}", m.addr, m.client_port))
             .collect()
+    }
+
+    /// Start every member with `--initial-cluster-state=new`, one after the other:
+    /// each once the one before serves its peer URL. A new member first asks every
+    /// other member whether it was bootstrapped already (etcd 3.4's
+    /// `isMemberBootstrapped`), with a one-second timeout per peer; started
+    /// together, each finds the others' listeners open but not yet serving and
+    /// waits out both timeouts: 2 s of every bed's start. A peer not started yet
+    /// refuses the connection at once, and one that serves answers at once.
+    fn start_all_new(&mut self) -> Result<(), String> {
+        for i in 0..self.members.len() {
+            self.start_member(i, "new")?;
+            let m = &self.members[i];
+            let (addr, port) = (IpAddr::V4(m.addr), m.peer_port);
+            // Not an error if it never serves: the health wait after says so.
+            let _ = wait_for(Duration::from_secs(10), Duration::from_millis(10), || {
+                peer_serves(addr, port).then_some(())
+            });
+        }
+        Ok(())
     }
 
     /// (Re)start member `i` with its existing data (`state` = "new" or "existing").
@@ -231,9 +249,7 @@ impl EtcdCluster {
                 )
             })?;
         }
-        for i in 0..self.members.len() {
-            self.start_member(i, "new")?;
-        }
+        self.start_all_new()?;
         if !self.wait_healthy(Duration::from_secs(30)) {
             return Err(format!(
                 "wiped etcd cluster did not become healthy in 30 s; logs: {}",
@@ -291,9 +307,7 @@ impl EtcdCluster {
                 snap,
             )?;
         }
-        for i in 0..self.members.len() {
-            self.start_member(i, "new")?;
-        }
+        self.start_all_new()?;
         if !self.wait_healthy(Duration::from_secs(30)) {
             return Err("the restored etcd cluster did not become healthy in 30 s".into());
         }
@@ -403,6 +417,36 @@ pub fn http_get(ip: IpAddr, port: u16, path: &str) -> Option<String> {
     let _ = s.take(1 << 20).read_to_end(&mut buf);
     let text = String::from_utf8_lossy(&buf).into_owned();
     Some(text)
+}
+
+/// Whether an etcd member's peer URL answers `GET /version`. Its peer listener
+/// keeps even an HTTP/1.0 connection open after the answer, so this reads only
+/// until the answer's JSON is complete ([`http_get`] would wait out its timeout).
+fn peer_serves(ip: IpAddr, port: u16) -> bool {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::new(ip, port);
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    if s.set_read_timeout(Some(Duration::from_secs(1))).is_err()
+        || s.set_write_timeout(Some(Duration::from_secs(1))).is_err()
+        || write!(s, "GET /version HTTP/1.0\r\nHost: {ip}\r\n\r\n").is_err()
+    {
+        return false;
+    }
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 512];
+    while buf.len() < 4096 {
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+        }
+        let text = String::from_utf8_lossy(&buf);
+        if text.contains("\"etcdcluster\"") && text.trim_end().ends_with('}') {
+            return true;
+        }
+    }
+    false
 }
 
 /// `method path` with `extra` header lines and a body (`Content-Length`), against
