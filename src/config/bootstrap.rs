@@ -86,6 +86,119 @@ const LIBC_LOCALES: &[&str] = &[
     "lc-time",
 ];
 
+/// PostgreSQL 15's encoding names (`common/encnames.c`), as initdb looks them up:
+/// lower case, letters and digits only (`UTF-8`, `utf8` and `Unicode` are one
+/// name), each with the encoding it names. Written out here rather than asked
+/// of a server: a configuration is checked on hosts where none runs yet.
+const ENCODING_NAMES: &[(&str, &str)] = &[
+    ("abc", "WIN1258"),
+    ("alt", "WIN866"),
+    ("big5", "BIG5"),
+    ("euccn", "EUC_CN"),
+    ("eucjis2004", "EUC_JIS_2004"),
+    ("eucjp", "EUC_JP"),
+    ("euckr", "EUC_KR"),
+    ("euctw", "EUC_TW"),
+    ("gb18030", "GB18030"),
+    ("gbk", "GBK"),
+    ("iso88591", "LATIN1"),
+    ("iso885910", "LATIN6"),
+    ("iso885913", "LATIN7"),
+    ("iso885914", "LATIN8"),
+    ("iso885915", "LATIN9"),
+    ("iso885916", "LATIN10"),
+    ("iso88592", "LATIN2"),
+    ("iso88593", "LATIN3"),
+    ("iso88594", "LATIN4"),
+    ("iso88595", "ISO_8859_5"),
+    ("iso88596", "ISO_8859_6"),
+    ("iso88597", "ISO_8859_7"),
+    ("iso88598", "ISO_8859_8"),
+    ("iso88599", "LATIN5"),
+    ("johab", "JOHAB"),
+    ("koi8", "KOI8R"),
+    ("koi8r", "KOI8R"),
+    ("koi8u", "KOI8U"),
+    ("latin1", "LATIN1"),
+    ("latin10", "LATIN10"),
+    ("latin2", "LATIN2"),
+    ("latin3", "LATIN3"),
+    ("latin4", "LATIN4"),
+    ("latin5", "LATIN5"),
+    ("latin6", "LATIN6"),
+    ("latin7", "LATIN7"),
+    ("latin8", "LATIN8"),
+    ("latin9", "LATIN9"),
+    ("mskanji", "SJIS"),
+    ("muleinternal", "MULE_INTERNAL"),
+    ("shiftjis", "SJIS"),
+    ("shiftjis2004", "SHIFT_JIS_2004"),
+    ("sjis", "SJIS"),
+    ("sqlascii", "SQL_ASCII"),
+    ("tcvn", "WIN1258"),
+    ("tcvn5712", "WIN1258"),
+    ("uhc", "UHC"),
+    ("unicode", "UTF8"),
+    ("utf8", "UTF8"),
+    ("vscii", "WIN1258"),
+    ("win", "WIN1251"),
+    ("win1250", "WIN1250"),
+    ("win1251", "WIN1251"),
+    ("win1252", "WIN1252"),
+    ("win1253", "WIN1253"),
+    ("win1254", "WIN1254"),
+    ("win1255", "WIN1255"),
+    ("win1256", "WIN1256"),
+    ("win1257", "WIN1257"),
+    ("win1258", "WIN1258"),
+    ("win866", "WIN866"),
+    ("win874", "WIN874"),
+    ("win932", "SJIS"),
+    ("win936", "GBK"),
+    ("win949", "UHC"),
+    ("win950", "BIG5"),
+    ("windows1250", "WIN1250"),
+    ("windows1251", "WIN1251"),
+    ("windows1252", "WIN1252"),
+    ("windows1253", "WIN1253"),
+    ("windows1254", "WIN1254"),
+    ("windows1255", "WIN1255"),
+    ("windows1256", "WIN1256"),
+    ("windows1257", "WIN1257"),
+    ("windows1258", "WIN1258"),
+    ("windows866", "WIN866"),
+    ("windows874", "WIN874"),
+    ("windows932", "SJIS"),
+    ("windows936", "GBK"),
+    ("windows949", "UHC"),
+    ("windows950", "BIG5"),
+];
+
+/// Encodings a client may use but a server may not (PostgreSQL refuses them
+/// for a database).
+const CLIENT_ONLY_ENCODINGS: &[&str] = &[
+    "SJIS",
+    "BIG5",
+    "GBK",
+    "UHC",
+    "GB18030",
+    "JOHAB",
+    "SHIFT_JIS_2004",
+];
+
+/// The encoding `name` names, as PostgreSQL reads it (`pg_char_to_encoding`).
+fn encoding_named(name: &str) -> Option<&'static str> {
+    let key: String = name
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    ENCODING_NAMES
+        .iter()
+        .find(|(n, _)| *n == key)
+        .map(|(_, enc)| *enc)
+}
+
 /// initdb's other options, and why tenure does not pass them.
 fn refused(name: &str) -> Option<&'static str> {
     Some(match name {
@@ -260,6 +373,35 @@ fn initdb_args(b: &Sect<'_>) -> Result<Vec<String>, ConfigError> {
     if !has("encoding") && c(ctype) && (c(collate) || utf8(collate)) {
         args.push("--encoding=UTF8".into());
     }
+    // initdb refuses an encoding that is not the character set of the ctype's
+    // and the collation's locale (but for C and POSIX, and SQL_ASCII either
+    // way): refused here, so `check-config` says it, not a failed bootstrap
+    // whose directory is then held.
+    if let Some(enc) = value("encoding").and_then(encoding_named) {
+        for (what, locale) in [("lc-ctype", ctype), ("lc-collate", collate)] {
+            if c(locale) || enc == "SQL_ASCII" {
+                continue;
+            }
+            let Some(set) = locale_codeset(locale) else {
+                continue;
+            };
+            match encoding_named(&set) {
+                Some(theirs) if theirs != enc && theirs != "SQL_ASCII" => {
+                    return Err(b.err(
+                        "initdb",
+                        format!(
+                            "encoding {enc} does not match the {what} locale \"{locale}\", \
+                             whose character set is {set} (initdb refuses the pair: name an \
+                             encoding of {theirs}, or a locale of {enc})"
+                        ),
+                    ));
+                }
+                // An encoding of the locale's, or a character set PostgreSQL
+                // does not know by that name: initdb only warns of the latter.
+                _ => {}
+            }
+        }
+    }
     Ok(args)
 }
 
@@ -332,6 +474,21 @@ fn check_option(name: &str, value: Option<&str>) -> Result<(), String> {
                 ));
             }
         }
+        "encoding" => match encoding_named(v) {
+            None => {
+                return Err(format!(
+                    "encoding = \"{v}\": PostgreSQL has no such encoding (UTF8, LATIN1 to \
+                     LATIN10, WIN1250 to WIN1258, EUC_JP, SQL_ASCII, ...)"
+                ));
+            }
+            Some(enc) if CLIENT_ONLY_ENCODINGS.contains(&enc) => {
+                return Err(format!(
+                    "encoding = \"{v}\": {enc} is an encoding for clients only; a server's \
+                     databases cannot use it"
+                ));
+            }
+            Some(_) => {}
+        },
         "locale-provider" if v != "libc" && v != "icu" => {
             return Err(format!("locale-provider = \"{v}\": expected libc or icu"));
         }
@@ -344,6 +501,26 @@ fn check_option(name: &str, value: Option<&str>) -> Result<(), String> {
         _ => {}
     }
     Ok(())
+}
+
+/// The character set of locale `name` here (`nl_langinfo(CODESET)`, as initdb
+/// asks it), if the C library knows the locale.
+fn locale_codeset(name: &str) -> Option<String> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: as in `locale_installed`: a valid C string, a null base.
+    let loc = unsafe { libc::newlocale(libc::LC_ALL_MASK, c.as_ptr(), std::ptr::null_mut()) };
+    if loc.is_null() {
+        return None;
+    }
+    // SAFETY: `loc` is a valid locale object from newlocale; the returned
+    // string belongs to it and is copied out before the locale is freed.
+    let set = unsafe {
+        let p = libc::nl_langinfo_l(libc::CODESET, loc);
+        (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
+    };
+    // SAFETY: `loc` came from newlocale above, is not null, and is freed once.
+    unsafe { libc::freelocale(loc) };
+    set
 }
 
 /// Whether the C library here knows locale `name`: initdb's own test (it sets

@@ -1631,6 +1631,24 @@ fn bootstrap_initdb_options_in_either_form() {
         ["--locale=C", "--lc-ctype=C.UTF-8"]
     );
     assert_eq!(args(r#"[{ encoding = "LATIN1" }]"#), ["--encoding=LATIN1"]);
+    // PostgreSQL's other spellings of a name, and pairs initdb accepts (checked
+    // against PostgreSQL 15's initdb: SQL_ASCII goes with any locale).
+    assert_eq!(
+        args(r#"[{ encoding = "utf-8" }, { locale = "C.UTF-8" }]"#),
+        ["--encoding=utf-8", "--locale=C.UTF-8"]
+    );
+    assert_eq!(
+        args(r#"[{ encoding = "Unicode" }]"#),
+        ["--encoding=Unicode"]
+    );
+    assert_eq!(
+        args(r#"[{ encoding = "SQL_ASCII" }, { lc-ctype = "C.UTF-8" }]"#),
+        ["--encoding=SQL_ASCII", "--lc-ctype=C.UTF-8"]
+    );
+    assert_eq!(
+        args(r#"[{ encoding = "iso-8859-15" }, { lc-messages = "C.UTF-8" }]"#),
+        ["--encoding=iso-8859-15", "--lc-messages=C.UTF-8"]
+    );
     // initdb checks the collation's locale too: UTF8 only where it fits both.
     assert_eq!(
         args(r#"[{ lc-ctype = "C" }, { lc-collate = "C.UTF-8" }]"#),
@@ -1693,6 +1711,28 @@ fn bootstrap_initdb_refusals_name_what_is_wrong() {
             &["lc-collate", "no such locale"],
         ),
         (r#"[{ encoding = "UTF 8" }]"#, &["no spaces"]),
+        // Refused by initdb too (PostgreSQL 15's: "not a valid server encoding
+        // name", "encoding mismatch"): here `check-config` says it.
+        (
+            r#"[{ encoding = "UTF16" }]"#,
+            &["encoding = \"UTF16\"", "no such encoding"],
+        ),
+        (
+            r#"[{ encoding = "win932" }]"#,
+            &["encoding = \"win932\"", "SJIS", "clients only"],
+        ),
+        (
+            r#"[{ encoding = "LATIN1" }, { locale = "C.UTF-8" }]"#,
+            &[
+                "encoding LATIN1 does not match the lc-ctype locale \"C.UTF-8\"",
+                "UTF-8",
+                "an encoding of UTF8",
+            ],
+        ),
+        (
+            r#"[{ lc-collate = "C.UTF-8" }, { encoding = "WIN1252" }]"#,
+            &["WIN1252", "lc-collate locale \"C.UTF-8\""],
+        ),
         (
             r#"["no-locale", { locale = "C" }]"#,
             &["no-locale", "not together"],
