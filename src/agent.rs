@@ -1333,6 +1333,13 @@ impl Agent {
         match checked {
             Ok((t, d)) => {
                 info!("applying the cluster's dynamic configuration: {raw}");
+                if let Some(names) = ignored_pg_parameters(raw) {
+                    warn!(
+                        "config key: postgresql.parameters {names} are not applied: tenure \
+                         takes PostgreSQL settings from each node's [postgresql.parameters] \
+                         (a restart of the agent applies a change), not from the config key"
+                    );
+                }
                 if !d.logical_slots.is_empty() {
                     warn!(
                         "config key: permanent logical slots {:?} are not managed by tenure \
@@ -2498,6 +2505,20 @@ fn nonblocking_log_pipe() {
     }
 }
 
+/// The names under the config key's `postgresql.parameters` (Patroni's cluster-wide
+/// PostgreSQL settings, which tenure does not apply), if it has any: said, so an
+/// operator who set them there learns that they do nothing.
+fn ignored_pg_parameters(raw: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(raw).ok()?;
+    let params = v.pointer("/postgresql/parameters")?.as_object()?;
+    if params.is_empty() {
+        return None;
+    }
+    let mut names: Vec<&str> = params.keys().map(String::as_str).collect();
+    names.truncate(20);
+    Some(format!("{names:?}"))
+}
+
 /// `CONFIG_REFUSED` for a SIGHUP reload (the running configuration stays).
 fn config_refused(error: String) {
     crate::events::emit(&crate::events::Event::ConfigRefused {
@@ -2666,6 +2687,28 @@ mod tests {
         for c in changed {
             assert_ne!(c, base);
             assert_ne!(c.encode(), json, "{c:?}");
+        }
+    }
+
+    /// The config key's PostgreSQL parameters, which no agent applies, are named
+    /// in the warning; none, or another writer's garbage there, says nothing.
+    #[test]
+    fn config_key_pg_parameters_are_named_as_not_applied() {
+        assert_eq!(
+            ignored_pg_parameters(
+                r#"{"ttl":7,"postgresql":{"parameters":{"work_mem":"8MB","pg_stat_statements.track":"all"}}}"#
+            )
+            .as_deref(),
+            Some(r#"["pg_stat_statements.track", "work_mem"]"#)
+        );
+        for raw in [
+            r#"{"ttl":7}"#,
+            r#"{"postgresql":{"parameters":{}}}"#,
+            r#"{"postgresql":{"parameters":"x"}}"#,
+            r#"{"postgresql":{"use_pg_rewind":true}}"#,
+            "not json",
+        ] {
+            assert_eq!(ignored_pg_parameters(raw), None, "{raw}");
         }
     }
 }

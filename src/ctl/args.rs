@@ -447,6 +447,18 @@ fn split_set(kv: &str) -> Result<(String, String), String> {
             "--set {kv:?}: the key is empty or has an empty part"
         ));
     }
+    // Patroni's `edit-config -p` / `--set postgresql.parameters.X` sets a
+    // PostgreSQL parameter on every member; no tenure agent reads the config
+    // key's `postgresql` section (each node's `[postgresql.parameters]` is what
+    // its PostgreSQL gets): refused rather than stored to do nothing. `null`
+    // still removes what another writer left there.
+    if (k == "postgresql" || k.starts_with("postgresql.")) && v.trim() != "null" {
+        return Err(format!(
+            "--set {kv:?}: tenure does not read PostgreSQL settings from the config key; \
+             set them in [postgresql.parameters] of each node's configuration file (a \
+             restart of its agent applies them)"
+        ));
+    }
     // The patch is built and applied by recursion, a level a part (review of
     // bad input, finding 5: 20,000 parts overflowed the stack).
     let parts = k.split('.').count();

@@ -150,12 +150,12 @@ fn every_command_parses() {
             "--set",
             "ttl=10",
             "-s",
-            "postgresql.parameters.work_mem=8MB"
+            "slots.barman.type=physical"
         ]),
         Command::EditConfig {
             set: vec![
                 ("ttl".into(), "10".into()),
-                ("postgresql.parameters.work_mem".into(), "8MB".into())
+                ("slots.barman.type".into(), "physical".into())
             ]
         }
     );
@@ -176,6 +176,19 @@ fn usage_errors_name_the_argument() {
     assert!(usage(&["edit-config"]).contains("--set KEY=VALUE"));
     assert!(usage(&["edit-config", "--set", "ttl"]).contains("\"ttl\""));
     assert!(usage(&["edit-config", "--set", "a..b=1"]).contains("empty part"));
+    // The config key's `postgresql` section is read by no agent: refused, not
+    // stored to do nothing; `null` removes what another writer left.
+    let e = usage(&["edit-config", "--set", "postgresql.parameters.work_mem=8MB"]);
+    assert!(e.contains("[postgresql.parameters]"), "{e}");
+    assert!(usage(&["edit-config", "-s", "postgresql={}"]).contains("does not read"));
+    assert_eq!(
+        parse(&["edit-config", "--set", "postgresql=null"])
+            .expect("parses")
+            .command,
+        Command::EditConfig {
+            set: vec![("postgresql".into(), "null".into())]
+        }
+    );
     assert!(usage(&["switchover", "--scheduled", "tomorrow"]).contains("\"tomorrow\""));
     assert!(usage(&["restart", "--role", "boss"]).contains("\"boss\""));
     assert!(usage(&["restart", "--pg-version", "15.x"]).contains("\"15.x\""));
