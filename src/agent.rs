@@ -2510,13 +2510,17 @@ fn nonblocking_log_pipe() {
 /// operator who set them there learns that they do nothing.
 fn ignored_pg_parameters(raw: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(raw).ok()?;
-    let params = v.pointer("/postgresql/parameters")?.as_object()?;
-    if params.is_empty() {
+    let mut names = crate::config::cluster::pg_parameters_set(&v);
+    if names.is_empty() {
         return None;
     }
-    let mut names: Vec<&str> = params.keys().map(String::as_str).collect();
+    let more = names.len().saturating_sub(20);
     names.truncate(20);
-    Some(format!("{names:?}"))
+    Some(if more > 0 {
+        format!("{names:?} and {more} more")
+    } else {
+        format!("{names:?}")
+    })
 }
 
 /// `CONFIG_REFUSED` for a SIGHUP reload (the running configuration stays).

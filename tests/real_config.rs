@@ -87,6 +87,25 @@ fn real_config_patch_checks_every_member_and_agents_refuse_garbage() {
     let after = c.get_kv("config").expect("config key");
     assert_eq!(after.mod_revision, before.mod_revision, "nothing stored");
 
+    // PostgreSQL parameters (Patroni's cluster-wide settings), which no agent
+    // reads from the key: 400 naming where they go, nothing stored.
+    let (code, body) = c
+        .api_write(
+            r,
+            "PATCH",
+            "/config",
+            r#"{"postgresql": {"parameters": {"work_mem": "8MB"}}}"#,
+            true,
+        )
+        .expect("answer");
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("\"work_mem\"") && body.contains("[postgresql.parameters]"),
+        "{body}"
+    );
+    let after = c.get_kv("config").expect("config key");
+    assert_eq!(after.mod_revision, before.mod_revision, "nothing stored");
+
     // A good change: stored (with Patroni's answer, the new value) and adopted by
     // every agent.
     let (code, body) = c

@@ -13,7 +13,7 @@ use log::info;
 use serde_json::{Map, Value};
 
 use crate::api::mgmt::Response;
-use crate::config::cluster::{PublishedTiming, check_members, merge_patch};
+use crate::config::cluster::{PublishedTiming, check_members, merge_patch, pg_parameters_set};
 
 use super::Agent;
 
@@ -53,6 +53,26 @@ impl Agent {
         patch: Option<Map<String, Value>>,
         whole: Option<Map<String, Value>>,
     ) -> Response {
+        // What the request itself sets, not what another writer left in the key
+        // (a PATCH of `pause` on a key holding a Patroni-era section goes through).
+        let sets = pg_parameters_set(&Value::Object(
+            patch
+                .as_ref()
+                .or(whole.as_ref())
+                .cloned()
+                .unwrap_or_default(),
+        ));
+        if !sets.is_empty() {
+            return Response::text(
+                400,
+                format!(
+                    "config refused, nothing stored: postgresql.parameters {sets:?}: tenure \
+                     does not take PostgreSQL settings from the config key; set them in \
+                     [postgresql.parameters] of each node's configuration file (a restart of \
+                     its agent applies them)"
+                ),
+            );
+        }
         let deadline = self.deadline(self.core.timing().retry_timeout);
         let Some((etcd, rt)) = self.connect(deadline) else {
             return Response::text(503, "etcd unreachable: nothing written");

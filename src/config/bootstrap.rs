@@ -186,6 +186,130 @@ const CLIENT_ONLY_ENCODINGS: &[&str] = &[
     "SHIFT_JIS_2004",
 ];
 
+/// A locale's character set (`nl_langinfo(CODESET)`) as initdb reads it
+/// (PostgreSQL 15's `chklocale.c`, matched ignoring case), with the encoding it
+/// is. A character set not listed is one initdb cannot tell: it only warns.
+const LOCALE_CODESETS: &[(&str, &str)] = &[
+    ("EUC-JP", "EUC_JP"),
+    ("eucJP", "EUC_JP"),
+    ("IBM-eucJP", "EUC_JP"),
+    ("sdeckanji", "EUC_JP"),
+    ("CP20932", "EUC_JP"),
+    ("EUC-CN", "EUC_CN"),
+    ("eucCN", "EUC_CN"),
+    ("IBM-eucCN", "EUC_CN"),
+    ("GB2312", "EUC_CN"),
+    ("dechanzi", "EUC_CN"),
+    ("CP20936", "EUC_CN"),
+    ("EUC-KR", "EUC_KR"),
+    ("eucKR", "EUC_KR"),
+    ("IBM-eucKR", "EUC_KR"),
+    ("deckorean", "EUC_KR"),
+    ("5601", "EUC_KR"),
+    ("CP51949", "EUC_KR"),
+    ("EUC-TW", "EUC_TW"),
+    ("eucTW", "EUC_TW"),
+    ("IBM-eucTW", "EUC_TW"),
+    ("cns11643", "EUC_TW"),
+    ("UTF-8", "UTF8"),
+    ("utf8", "UTF8"),
+    ("CP65001", "UTF8"),
+    ("ISO-8859-1", "LATIN1"),
+    ("ISO8859-1", "LATIN1"),
+    ("iso88591", "LATIN1"),
+    ("CP28591", "LATIN1"),
+    ("ISO-8859-2", "LATIN2"),
+    ("ISO8859-2", "LATIN2"),
+    ("iso88592", "LATIN2"),
+    ("CP28592", "LATIN2"),
+    ("ISO-8859-3", "LATIN3"),
+    ("ISO8859-3", "LATIN3"),
+    ("iso88593", "LATIN3"),
+    ("CP28593", "LATIN3"),
+    ("ISO-8859-4", "LATIN4"),
+    ("ISO8859-4", "LATIN4"),
+    ("iso88594", "LATIN4"),
+    ("CP28594", "LATIN4"),
+    ("ISO-8859-9", "LATIN5"),
+    ("ISO8859-9", "LATIN5"),
+    ("iso88599", "LATIN5"),
+    ("CP28599", "LATIN5"),
+    ("ISO-8859-10", "LATIN6"),
+    ("ISO8859-10", "LATIN6"),
+    ("iso885910", "LATIN6"),
+    ("ISO-8859-13", "LATIN7"),
+    ("ISO8859-13", "LATIN7"),
+    ("iso885913", "LATIN7"),
+    ("ISO-8859-14", "LATIN8"),
+    ("ISO8859-14", "LATIN8"),
+    ("iso885914", "LATIN8"),
+    ("ISO-8859-15", "LATIN9"),
+    ("ISO8859-15", "LATIN9"),
+    ("iso885915", "LATIN9"),
+    ("CP28605", "LATIN9"),
+    ("ISO-8859-16", "LATIN10"),
+    ("ISO8859-16", "LATIN10"),
+    ("iso885916", "LATIN10"),
+    ("KOI8-R", "KOI8R"),
+    ("CP20866", "KOI8R"),
+    ("KOI8-U", "KOI8U"),
+    ("CP21866", "KOI8U"),
+    ("CP866", "WIN866"),
+    ("CP874", "WIN874"),
+    ("CP1250", "WIN1250"),
+    ("CP1251", "WIN1251"),
+    ("ansi-1251", "WIN1251"),
+    ("CP1252", "WIN1252"),
+    ("CP1253", "WIN1253"),
+    ("CP1254", "WIN1254"),
+    ("CP1255", "WIN1255"),
+    ("CP1256", "WIN1256"),
+    ("CP1257", "WIN1257"),
+    ("CP1258", "WIN1258"),
+    ("ISO-8859-5", "ISO_8859_5"),
+    ("ISO8859-5", "ISO_8859_5"),
+    ("iso88595", "ISO_8859_5"),
+    ("CP28595", "ISO_8859_5"),
+    ("ISO-8859-6", "ISO_8859_6"),
+    ("ISO8859-6", "ISO_8859_6"),
+    ("iso88596", "ISO_8859_6"),
+    ("CP28596", "ISO_8859_6"),
+    ("ISO-8859-7", "ISO_8859_7"),
+    ("ISO8859-7", "ISO_8859_7"),
+    ("iso88597", "ISO_8859_7"),
+    ("CP28597", "ISO_8859_7"),
+    ("ISO-8859-8", "ISO_8859_8"),
+    ("ISO8859-8", "ISO_8859_8"),
+    ("iso88598", "ISO_8859_8"),
+    ("CP28598", "ISO_8859_8"),
+    ("SJIS", "SJIS"),
+    ("PCK", "SJIS"),
+    ("CP932", "SJIS"),
+    ("SHIFT_JIS", "SJIS"),
+    ("BIG5", "BIG5"),
+    ("BIG5HKSCS", "BIG5"),
+    ("Big5-HKSCS", "BIG5"),
+    ("CP950", "BIG5"),
+    ("GBK", "GBK"),
+    ("CP936", "GBK"),
+    ("UHC", "UHC"),
+    ("CP949", "UHC"),
+    ("JOHAB", "JOHAB"),
+    ("CP1361", "JOHAB"),
+    ("GB18030", "GB18030"),
+    ("CP54936", "GB18030"),
+    ("SJIS_2004", "SHIFT_JIS_2004"),
+    ("US-ASCII", "SQL_ASCII"),
+];
+
+/// The encoding of a locale's character set, as initdb reads it.
+fn codeset_encoding(set: &str) -> Option<&'static str> {
+    LOCALE_CODESETS
+        .iter()
+        .find(|(s, _)| s.eq_ignore_ascii_case(set))
+        .map(|(_, enc)| *enc)
+}
+
 /// The encoding `name` names, as PostgreSQL reads it (`pg_char_to_encoding`).
 fn encoding_named(name: &str) -> Option<&'static str> {
     let key: String = name
@@ -378,26 +502,36 @@ fn initdb_args(b: &Sect<'_>) -> Result<Vec<String>, ConfigError> {
     // way): refused here, so `check-config` says it, not a failed bootstrap
     // whose directory is then held.
     if let Some(enc) = value("encoding").and_then(encoding_named) {
-        for (what, locale) in [("lc-ctype", ctype), ("lc-collate", collate)] {
+        let named = |opt: &'static str| {
+            if has(opt) { opt } else { "locale" }
+        };
+        for (what, locale) in [(named("lc-ctype"), ctype), (named("lc-collate"), collate)] {
             if c(locale) || enc == "SQL_ASCII" {
                 continue;
             }
             let Some(set) = locale_codeset(locale) else {
                 continue;
             };
-            match encoding_named(&set) {
+            match codeset_encoding(&set) {
                 Some(theirs) if theirs != enc && theirs != "SQL_ASCII" => {
+                    let fix = if CLIENT_ONLY_ENCODINGS.contains(&theirs) {
+                        format!(
+                            "{theirs} is for clients only, so no server encoding fits \
+                             \"{locale}\": choose another locale"
+                        )
+                    } else {
+                        format!("name encoding {theirs}, or a locale of {enc}")
+                    };
                     return Err(b.err(
                         "initdb",
                         format!(
-                            "encoding {enc} does not match the {what} locale \"{locale}\", \
-                             whose character set is {set} (initdb refuses the pair: name an \
-                             encoding of {theirs}, or a locale of {enc})"
+                            "encoding {enc} does not match {what} = \"{locale}\", whose \
+                             character set is {set} (initdb refuses the pair: {fix})"
                         ),
                     ));
                 }
-                // An encoding of the locale's, or a character set PostgreSQL
-                // does not know by that name: initdb only warns of the latter.
+                // The locale's own encoding; or a character set initdb cannot
+                // tell, which it only warns of.
                 _ => {}
             }
         }

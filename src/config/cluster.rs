@@ -152,6 +152,23 @@ pub fn check_members(
     Ok(())
 }
 
+/// The PostgreSQL parameters a `config` value or patch sets: the names under
+/// `postgresql.parameters` whose value is not `null`. Patroni's cluster-wide
+/// settings, which no tenure agent applies (each node's `[postgresql.parameters]`
+/// are what its PostgreSQL gets): `PATCH`/`PUT /config` refuses them rather than
+/// store them to do nothing, and an agent names any it finds in the key.
+pub fn pg_parameters_set(v: &Value) -> Vec<String> {
+    v.pointer("/postgresql/parameters")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, _)| k.clone())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Apply a JSON merge patch (RFC 7396; Patroni's `patch_config`): `null` deletes a
 /// key, objects merge recursively, anything else replaces.
 pub fn merge_patch(target: &mut Value, patch: &Value) {

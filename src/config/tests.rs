@@ -1724,14 +1724,21 @@ fn bootstrap_initdb_refusals_name_what_is_wrong() {
         (
             r#"[{ encoding = "LATIN1" }, { locale = "C.UTF-8" }]"#,
             &[
-                "encoding LATIN1 does not match the lc-ctype locale \"C.UTF-8\"",
+                "encoding LATIN1 does not match locale = \"C.UTF-8\"",
                 "UTF-8",
-                "an encoding of UTF8",
+                "name encoding UTF8",
             ],
         ),
         (
             r#"[{ lc-collate = "C.UTF-8" }, { encoding = "WIN1252" }]"#,
-            &["WIN1252", "lc-collate locale \"C.UTF-8\""],
+            &["WIN1252", "lc-collate = \"C.UTF-8\""],
+        ),
+        (
+            r#"[{ lc-ctype = "C.UTF-8" }, { encoding = "EUC_JP" }]"#,
+            &[
+                "EUC_JP does not match lc-ctype = \"C.UTF-8\"",
+                "name encoding UTF8",
+            ],
         ),
         (
             r#"["no-locale", { locale = "C" }]"#,

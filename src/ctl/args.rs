@@ -433,10 +433,10 @@ fn build(mut s: Seen) -> Result<Invocation, String> {
     Ok(done(command, &s))
 }
 
-/// The most parts a `--set` key may have (`postgresql.parameters.work_mem` has 3).
+/// The most parts a `--set` key may have (`slots.barman.type` has 3).
 const MAX_SET_DEPTH: usize = 16;
 
-/// `KEY=VALUE`; the key is dotted (`postgresql.parameters.work_mem`).
+/// `KEY=VALUE`; the key is dotted (`slots.barman.type`).
 fn split_set(kv: &str) -> Result<(String, String), String> {
     let (k, v) = kv
         .split_once('=')

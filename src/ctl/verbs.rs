@@ -1064,7 +1064,7 @@ fn wait_for_members(
 }
 
 /// A `--set` value: JSON when it parses (`10`, `true`, `null`, `{"a":1}`), else the
-/// text as a string (`--set postgresql.parameters.work_mem=8MB`).
+/// text as a string (`--set member_slots_ttl=2h`).
 pub fn set_value(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
 }

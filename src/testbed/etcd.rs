@@ -141,13 +141,23 @@ impl EtcdCluster {
     /// waits out both timeouts: 2 s of every bed's start. A peer not started yet
     /// refuses the connection at once, and one that serves answers at once.
     fn start_all_new(&mut self) -> Result<(), String> {
-        for i in 0..self.members.len() {
+        let n = self.members.len();
+        for i in 0..n {
             self.start_member(i, "new")?;
-            let m = &self.members[i];
+            // The last one asks no member started after it: the health wait follows.
+            if i + 1 == n {
+                break;
+            }
+            let m = &mut self.members[i];
             let (addr, port) = (IpAddr::V4(m.addr), m.peer_port);
-            // Not an error if it never serves: the health wait after says so.
+            // Not an error if it never serves, or exits: the health wait after
+            // says so (a member that exited is not waited for).
             let _ = wait_for(Duration::from_secs(10), Duration::from_millis(10), || {
-                peer_serves(addr, port).then_some(())
+                let exited = m
+                    .child
+                    .as_mut()
+                    .is_none_or(|c| !matches!(c.try_wait(), Ok(None)));
+                (exited || peer_serves(addr, port)).then_some(())
             });
         }
         Ok(())

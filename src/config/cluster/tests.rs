@@ -213,3 +213,24 @@ fn the_seed_round_trips_fractional_seconds_and_pause() {
     let (_, d) = paused_file.merge_dynamic(r#"{"ttl": 7}"#).expect("parses");
     assert!(!d.pause);
 }
+
+/// The config key's PostgreSQL parameters (Patroni's cluster-wide settings): the
+/// names set, not those a patch removes; nothing for other sections or garbage.
+#[test]
+fn pg_parameters_set_names_what_a_value_sets() {
+    assert_eq!(
+        pg_parameters_set(&json!({"ttl": 7, "postgresql": {"parameters": {
+            "work_mem": "8MB", "pg_stat_statements.track": "all", "old": null}}})),
+        ["pg_stat_statements.track", "work_mem"]
+    );
+    for v in [
+        json!({"ttl": 7}),
+        json!({"postgresql": {"parameters": {"old": null}}}),
+        json!({"postgresql": {"parameters": "x"}}),
+        json!({"postgresql": {"use_pg_rewind": true}}),
+        json!({"postgresql": null}),
+        json!("garbage"),
+    ] {
+        assert!(pg_parameters_set(&v).is_empty(), "{v}");
+    }
+}
