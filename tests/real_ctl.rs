@@ -168,6 +168,31 @@ fn real_ctl_reads_the_running_cluster() {
     }
     assert!(compared, "the member keys never held still for a read");
 
+    // list --watch (patronictl's -w): the cluster read again and again until
+    // interrupted; with --json one document a line. Ours to stop, by its pid.
+    let mut watch = Command::new(BIN)
+        .arg("ctl")
+        .arg("--config")
+        .arg(&cfg)
+        .args(["list", "--json", "--watch", "0.3"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tenure ctl list --watch");
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = watch.kill();
+    let o = watch.wait_with_output().expect("list --watch output");
+    let docs: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(docs.len() >= 3, "{} reads in 2 s: {}", docs.len(), text(&o));
+    for d in &docs {
+        assert_eq!(d["leader"], leader.as_str(), "{d}");
+        assert_eq!(d["members"].as_array().map(Vec::len), Some(3), "{d}");
+    }
+
     // The table, as an operator sees it (the README's example is one of these).
     let o = ctl(&cfg, &["list"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));

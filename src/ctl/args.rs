@@ -28,6 +28,9 @@ Commands:
   list                     members, host, role, state, timeline, lag in MB, epoch and
                            the time left on the leader's lease; the leader marked
   topology                 the same as a tree: the leader, then its replicas
+  list, topology [-w|--watch SECONDS] [-W]
+                           print again every SECONDS (-W: every 2 s) until
+                           interrupted; with --json one document a line
   history                  the timeline history (the history key)
   show-config              the dynamic configuration (the config key)
   version                  this program's version and every member's (from its API)
@@ -93,6 +96,9 @@ pub struct Invocation {
     pub json: bool,
     pub force: bool,
     pub timeout: Duration,
+    /// `list`/`topology --watch SECONDS` (`-W`: every 2 s): print again every so
+    /// often until interrupted.
+    pub watch: Option<Duration>,
     pub command: Command,
 }
 
@@ -170,6 +176,7 @@ struct Seen {
     wait: bool,
     pending: bool,
     timeout: Option<Duration>,
+    watch: Option<Duration>,
     leader: Option<String>,
     candidate: Option<String>,
     scheduled: Option<String>,
@@ -235,6 +242,23 @@ where
                 s.timeout = Some(Duration::from_secs_f64(secs));
                 s.given.push("--timeout");
             }
+            // patronictl's `list -w TIME` and `-W` (every 2 s).
+            Short('w') | Long("watch") => {
+                let t = value(&mut p, "--watch")?;
+                let secs = t
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x >= 0.1 && *x <= 3600.0)
+                    .ok_or_else(|| {
+                        format!("--watch {t:?}: expected a number of seconds (0.1 to 3600)")
+                    })?;
+                s.watch = Some(Duration::from_secs_f64(secs));
+                s.given.push("--watch");
+            }
+            Short('W') => {
+                s.watch = Some(Duration::from_secs(2));
+                s.given.push("--watch");
+            }
             // Patroni 4 calls it --leader (--primary, and --master before 3.0).
             Long("leader") | Long("primary") | Long("master") => {
                 s.leader = Some(value(&mut p, "--leader")?);
@@ -298,6 +322,7 @@ fn build(mut s: Seen) -> Result<Invocation, String> {
         json: s.json,
         force: s.force,
         timeout: s.timeout.unwrap_or(DEFAULT_WAIT),
+        watch: s.watch,
         command,
     };
     if s.help || verb.as_deref() == Some("help") {
@@ -311,8 +336,8 @@ fn build(mut s: Seen) -> Result<Invocation, String> {
         None => Ok(()),
     };
     let (command, allowed): (Command, &[&str]) = match verb.as_str() {
-        "list" => (no_args(&rest).map(|_| Command::List)?, &[]),
-        "topology" => (no_args(&rest).map(|_| Command::Topology)?, &[]),
+        "list" => (no_args(&rest).map(|_| Command::List)?, &["--watch"]),
+        "topology" => (no_args(&rest).map(|_| Command::Topology)?, &["--watch"]),
         "history" => (no_args(&rest).map(|_| Command::History)?, &[]),
         "show-config" => (no_args(&rest).map(|_| Command::ShowConfig)?, &[]),
         "version" => (no_args(&rest).map(|_| Command::Version)?, &[]),

@@ -159,6 +159,16 @@ fn every_command_parses() {
             ]
         }
     );
+    // `--watch` (patronictl's `-w`, `-W` every 2 s) for list and topology.
+    assert_eq!(parse(&["list"]).expect("parses").watch, None);
+    assert_eq!(
+        parse(&["list", "--watch", "0.5"]).expect("parses").watch,
+        Some(Duration::from_millis(500))
+    );
+    assert_eq!(
+        parse(&["topology", "-W"]).expect("parses").watch,
+        Some(Duration::from_secs(2))
+    );
     let t = parse(&["pause", "--wait", "--timeout", "2.5"]).expect("parses");
     assert_eq!(t.timeout, Duration::from_millis(2500));
 }
@@ -176,6 +186,9 @@ fn usage_errors_name_the_argument() {
     assert!(usage(&["edit-config"]).contains("--set KEY=VALUE"));
     assert!(usage(&["edit-config", "--set", "ttl"]).contains("\"ttl\""));
     assert!(usage(&["edit-config", "--set", "a..b=1"]).contains("empty part"));
+    assert!(usage(&["list", "--watch", "0"]).contains("--watch \"0\""));
+    assert!(usage(&["list", "-w", "soon"]).contains("\"soon\""));
+    assert!(usage(&["history", "-W"]).contains("--watch does not apply to history"));
     // The config key's `postgresql` section is read by no agent: refused, not
     // stored to do nothing; `null` removes what another writer left.
     let e = usage(&["edit-config", "--set", "postgresql.parameters.work_mem=8MB"]);

@@ -210,17 +210,50 @@ fn to_any_member(
 }
 
 fn list(ctx: &mut Ctx, topology: bool) -> Result<(), CtlError> {
-    let s = ctx.snapshot()?;
+    let Some(every) = ctx.inv.watch else {
+        let s = ctx.snapshot()?;
+        print_list(ctx, &s, topology);
+        return Ok(());
+    };
+    // `--watch`: until interrupted (SIGINT ends the process). A read that fails
+    // is said and the watch goes on: an etcd election or a failover is what an
+    // operator watches for. Each read is bounded as a single `list` is.
+    use std::io::IsTerminal as _;
+    let clear = !ctx.inv.json && std::io::stdout().is_terminal();
+    loop {
+        let started = Instant::now();
+        let shot = ctx.snapshot();
+        if clear {
+            // The screen cleared and the cursor home, as `watch(1)` does.
+            print!("\x1b[H\x1b[2J");
+        }
+        if !ctx.inv.json {
+            println!(
+                "{}  (every {} s; Ctrl-C ends)",
+                crate::clock::rfc3339_utc(crate::clock::realtime()),
+                every.as_secs_f64()
+            );
+        }
+        match shot {
+            Ok(s) => print_list(ctx, &s, topology),
+            Err(e) if ctx.inv.json => print_json(&json!({ "error": e.to_string() })),
+            Err(e) => println!("{e}"),
+        }
+        let _ = std::io::stdout().flush();
+        sleep(every.saturating_sub(started.elapsed()));
+    }
+}
+
+fn print_list(ctx: &Ctx, s: &Snapshot, topology: bool) {
     if ctx.inv.json {
         print_json(&if topology {
-            render::topology_json(&s)
+            render::topology_json(s)
         } else {
-            render::list_json(&s)
+            render::list_json(s)
         });
     } else {
-        print!("{}", render::list_table(&s, topology));
+        print!("{}", render::list_table(s, topology));
     }
-    Ok(())
 }
 
 fn history(ctx: &mut Ctx) -> Result<(), CtlError> {
