@@ -193,6 +193,42 @@ fn real_ctl_reads_the_running_cluster() {
         assert_eq!(d["members"].as_array().map(Vec::len), Some(3), "{d}");
     }
 
+    // dsn (patronictl's): the leader's address by default, a running replica's,
+    // a named member's; an unknown member is a failure.
+    let index = |name: &str| (0..3).find(|&i| c.name(i) == name).expect("a member");
+    let li = index(&leader);
+    let o = ctl(&cfg, &["dsn"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        format!("host={} port={}", c.addr(li), c.pg_port(li)),
+        "{}",
+        text(&o)
+    );
+    let d = ctl_json(&cfg, &["dsn", "--role", "replica", "--json"]);
+    let name = d["member"].as_str().expect("member").to_string();
+    assert_ne!(name, leader, "{d}");
+    let ri = index(&name);
+    assert_eq!(d["port"], c.pg_port(ri), "{d}");
+    assert_eq!(
+        d["dsn"],
+        format!("host={} port={}", c.addr(ri), c.pg_port(ri)),
+        "{d}"
+    );
+    let o = ctl(&cfg, &["dsn", c.name(ri)]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&format!("port={}", c.pg_port(ri))),
+        "{}",
+        text(&o)
+    );
+    let o = ctl(&cfg, &["dsn", "nosuch"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("\"nosuch\""),
+        "{}",
+        text(&o)
+    );
+
     // The table, as an operator sees it (the README's example is one of these).
     let o = ctl(&cfg, &["list"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));

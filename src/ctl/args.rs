@@ -32,6 +32,10 @@ Commands:
                            print again every SECONDS (-W: every 2 s) until
                            interrupted; with --json one document a line
   history                  the timeline history (the history key)
+  dsn [MEMBER] [--role primary|replica|any]
+                           a member's address for libpq (host=... port=...): the
+                           leader's by default; a replica's: the running one least
+                           behind
   show-config              the dynamic configuration (the config key)
   version                  this program's version and every member's (from its API)
   switchover [--leader NAME] [--candidate NAME] [--scheduled TIME] [--force]
@@ -140,6 +144,11 @@ pub enum Command {
     },
     Resume {
         wait: bool,
+    },
+    /// `dsn [MEMBER] [--role primary|replica|any]`: a member's libpq address.
+    Dsn {
+        member: Option<String>,
+        role: Option<RoleFilter>,
     },
     Restart {
         members: Vec<String>,
@@ -379,6 +388,24 @@ fn build(mut s: Seen) -> Result<Invocation, String> {
         "resume" => {
             no_args(&rest)?;
             (Command::Resume { wait: s.wait }, &["--wait", "--timeout"])
+        }
+        "dsn" => {
+            if rest.len() > 1 {
+                return Err(format!(
+                    "unexpected argument {:?} (dsn takes one MEMBER)",
+                    rest[1]
+                ));
+            }
+            if !rest.is_empty() && s.role.is_some() {
+                return Err("dsn: name a MEMBER or a --role, not both".into());
+            }
+            (
+                Command::Dsn {
+                    member: rest.first().cloned(),
+                    role: s.role,
+                },
+                &["--role"],
+            )
         }
         "restart" => (
             Command::Restart {

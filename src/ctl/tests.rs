@@ -159,6 +159,27 @@ fn every_command_parses() {
             ]
         }
     );
+    assert_eq!(
+        cmd(&["dsn"]),
+        Command::Dsn {
+            member: None,
+            role: None
+        }
+    );
+    assert_eq!(
+        cmd(&["dsn", "-r", "replica"]),
+        Command::Dsn {
+            member: None,
+            role: Some(RoleFilter::Replica)
+        }
+    );
+    assert_eq!(
+        cmd(&["dsn", "pg2"]),
+        Command::Dsn {
+            member: Some("pg2".into()),
+            role: None
+        }
+    );
     // `--watch` (patronictl's `-w`, `-W` every 2 s) for list and topology.
     assert_eq!(parse(&["list"]).expect("parses").watch, None);
     assert_eq!(
@@ -187,6 +208,9 @@ fn usage_errors_name_the_argument() {
     assert!(usage(&["edit-config", "--set", "ttl"]).contains("\"ttl\""));
     assert!(usage(&["edit-config", "--set", "a..b=1"]).contains("empty part"));
     assert!(usage(&["list", "--watch", "0"]).contains("--watch \"0\""));
+    assert!(usage(&["dsn", "pg1", "pg2"]).contains("\"pg2\""));
+    assert!(usage(&["dsn", "pg1", "--role", "replica"]).contains("not both"));
+    assert!(usage(&["dsn", "--force"]).contains("--force does not apply to dsn"));
     assert!(usage(&["list", "-w", "soon"]).contains("\"soon\""));
     assert!(usage(&["history", "-W"]).contains("--watch does not apply to history"));
     // The config key's `postgresql` section is read by no agent: refused, not

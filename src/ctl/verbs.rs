@@ -26,6 +26,7 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<(), CtlError> {
         Command::List => list(ctx, false),
         Command::Topology => list(ctx, true),
         Command::History => history(ctx),
+        Command::Dsn { member, role } => dsn(ctx, member, role),
         Command::ShowConfig => show_config(ctx),
         Command::Version => version(ctx),
         Command::Switchover {
@@ -254,6 +255,64 @@ fn print_list(ctx: &Ctx, s: &Snapshot, topology: bool) {
     } else {
         print!("{}", render::list_table(s, topology));
     }
+}
+
+/// patronictl's `dsn`: `host=H port=P` of the named member, of the leader
+/// (default), of the running replica least behind (`--role replica`), or of the
+/// leader else any running member (`--role any`), for `psql "$(tenure ctl dsn)
+/// dbname=app"`. From the member keys' `conn_url`; no credentials.
+fn dsn(ctx: &mut Ctx, member: Option<String>, role: Option<RoleFilter>) -> Result<(), CtlError> {
+    let s = ctx.snapshot()?;
+    let rows = render::rows(&s);
+    let running = |r: &&render::Row| r.state == "running" && !r.host.is_empty();
+    let behind = |r: &&render::Row| match r.lag {
+        render::Lag::Leader => 0,
+        render::Lag::Bytes(b) => b,
+        render::Lag::Unknown => u64::MAX,
+    };
+    let pick = match (&member, role.unwrap_or(RoleFilter::Primary)) {
+        (Some(m), _) => rows
+            .iter()
+            .find(|r| &r.name == m)
+            .ok_or_else(|| CtlError::Failed(format!("no member {m:?} in scope {}", s.scope)))?,
+        (None, RoleFilter::Primary) => rows
+            .iter()
+            .find(|r| r.is_leader)
+            .ok_or_else(|| CtlError::Failed(format!("scope {} has no leader now", s.scope)))?,
+        (None, RoleFilter::Replica) => rows
+            .iter()
+            .filter(|r| !r.is_leader)
+            .filter(running)
+            .min_by_key(behind)
+            .ok_or_else(|| {
+                CtlError::Failed(format!("scope {} has no running replica now", s.scope))
+            })?,
+        (None, RoleFilter::Any) => rows
+            .iter()
+            .find(|r| r.is_leader && !r.host.is_empty())
+            .or_else(|| rows.iter().filter(running).min_by_key(behind))
+            .ok_or_else(|| {
+                CtlError::Failed(format!("scope {} has no running member now", s.scope))
+            })?,
+    };
+    let Some(port) = pick.port.filter(|_| !pick.host.is_empty()) else {
+        return Err(CtlError::Failed(format!(
+            "member {} publishes no connection address (conn_url)",
+            pick.name
+        )));
+    };
+    let text = format!(
+        "host={} port={port}",
+        crate::pg::conf::conninfo_value(&pick.host)
+    );
+    if ctx.inv.json {
+        print_json(&json!({
+            "member": pick.name, "host": pick.host, "port": port, "dsn": text
+        }));
+    } else {
+        println!("{text}");
+    }
+    Ok(())
 }
 
 fn history(ctx: &mut Ctx) -> Result<(), CtlError> {
