@@ -192,6 +192,39 @@ fn real_ctl_reads_the_running_cluster() {
         assert_eq!(d["leader"], leader.as_str(), "{d}");
         assert_eq!(d["members"].as_array().map(Vec::len), Some(3), "{d}");
     }
+    // A reader that goes away (`| head -1`) ends the watch cleanly: exit 0,
+    // no panic on the broken pipe.
+    let mut watch = Command::new(BIN)
+        .arg("ctl")
+        .arg("--config")
+        .arg(&cfg)
+        .args(["list", "--json", "--watch", "0.2"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tenure ctl list --watch");
+    {
+        use std::io::BufRead as _;
+        let mut first = String::new();
+        let mut r = std::io::BufReader::new(watch.stdout.take().expect("stdout"));
+        r.read_line(&mut first).expect("a first document");
+        assert!(first.contains("\"leader\""), "{first}");
+    }
+    let ended =
+        tenure::testbed::wait_for(Duration::from_secs(5), Duration::from_millis(50), || {
+            watch.try_wait().ok().flatten()
+        });
+    if ended.is_none() {
+        let _ = watch.kill();
+    }
+    let o = watch.wait_with_output().expect("list --watch output");
+    assert_eq!(
+        ended.and_then(|s| s.code()),
+        Some(0),
+        "the watch did not end cleanly once its reader went away: {}",
+        text(&o)
+    );
 
     // dsn (patronictl's): the leader's address by default, a running replica's,
     // a named member's; an unknown member is a failure.

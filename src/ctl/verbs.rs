@@ -213,7 +213,7 @@ fn to_any_member(
 fn list(ctx: &mut Ctx, topology: bool) -> Result<(), CtlError> {
     let Some(every) = ctx.inv.watch else {
         let s = ctx.snapshot()?;
-        print_list(ctx, &s, topology);
+        print!("{}", list_text(ctx, &s, topology));
         return Ok(());
     };
     // `--watch`: until interrupted (SIGINT ends the process). A read that fails
@@ -224,36 +224,51 @@ fn list(ctx: &mut Ctx, topology: bool) -> Result<(), CtlError> {
     loop {
         let started = Instant::now();
         let shot = ctx.snapshot();
+        let mut text = String::new();
         if clear {
             // The screen cleared and the cursor home, as `watch(1)` does.
-            print!("\x1b[H\x1b[2J");
+            text.push_str("\x1b[H\x1b[2J");
         }
         if !ctx.inv.json {
-            println!(
-                "{}  (every {} s; Ctrl-C ends)",
+            text.push_str(&format!(
+                "{}  (every {} s; Ctrl-C ends)\n",
                 crate::clock::rfc3339_utc(crate::clock::realtime()),
                 every.as_secs_f64()
-            );
+            ));
         }
         match shot {
-            Ok(s) => print_list(ctx, &s, topology),
-            Err(e) if ctx.inv.json => print_json(&json!({ "error": e.to_string() })),
-            Err(e) => println!("{e}"),
+            Ok(s) => text.push_str(&list_text(ctx, &s, topology)),
+            Err(e) if ctx.inv.json => {
+                text.push_str(&format!("{}\n", json!({ "error": e.to_string() })));
+            }
+            Err(e) => text.push_str(&format!("{e}\n")),
         }
-        let _ = std::io::stdout().flush();
+        // A reader that went away (`| head`) ends the watch, not a panic of
+        // `print!` on the broken pipe.
+        let mut out = std::io::stdout().lock();
+        if out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            return Ok(());
+        }
+        drop(out);
         sleep(every.saturating_sub(started.elapsed()));
     }
 }
 
-fn print_list(ctx: &Ctx, s: &Snapshot, topology: bool) {
+/// `list`'s or `topology`'s output: a table, or one line of JSON.
+fn list_text(ctx: &Ctx, s: &Snapshot, topology: bool) -> String {
     if ctx.inv.json {
-        print_json(&if topology {
+        let v = if topology {
             render::topology_json(s)
         } else {
             render::list_json(s)
-        });
+        };
+        format!("{v}\n")
     } else {
-        print!("{}", render::list_table(s, topology));
+        render::list_table(s, topology)
     }
 }
 
