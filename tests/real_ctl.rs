@@ -22,18 +22,24 @@ use tenure::testbed::etcdkv;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tenure");
 
-/// `tenure ctl --config FILE ARGS...` with `stdin` fed to it.
-fn ctl_in(config: &Path, args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(BIN)
+/// `tenure ctl --config FILE ARGS...` started, its stdout and stderr piped to us
+/// (ours to wait for, or to stop by its pid).
+fn ctl_child(config: &Path, args: &[&str], stdin: Stdio) -> std::process::Child {
+    Command::new(BIN)
         .arg("ctl")
         .arg("--config")
         .arg(config)
         .args(args)
-        .stdin(Stdio::piped())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn tenure ctl");
+        .expect("spawn tenure ctl")
+}
+
+/// `tenure ctl --config FILE ARGS...` with `stdin` fed to it.
+fn ctl_in(config: &Path, args: &[&str], stdin: &str) -> Output {
+    let mut child = ctl_child(config, args, Stdio::piped());
     if let Some(mut i) = child.stdin.take() {
         let _ = i.write_all(stdin.as_bytes());
     }
@@ -170,16 +176,7 @@ fn real_ctl_reads_the_running_cluster() {
 
     // list --watch (patronictl's -w): the cluster read again and again until
     // interrupted; with --json one document a line. Ours to stop, by its pid.
-    let mut watch = Command::new(BIN)
-        .arg("ctl")
-        .arg("--config")
-        .arg(&cfg)
-        .args(["list", "--json", "--watch", "0.3"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tenure ctl list --watch");
+    let mut watch = ctl_child(&cfg, &["list", "--json", "--watch", "0.3"], Stdio::null());
     std::thread::sleep(Duration::from_secs(2));
     let _ = watch.kill();
     let o = watch.wait_with_output().expect("list --watch output");
@@ -194,16 +191,7 @@ fn real_ctl_reads_the_running_cluster() {
     }
     // A reader that goes away (`| head -1`) ends the watch cleanly: exit 0,
     // no panic on the broken pipe.
-    let mut watch = Command::new(BIN)
-        .arg("ctl")
-        .arg("--config")
-        .arg(&cfg)
-        .args(["list", "--json", "--watch", "0.2"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tenure ctl list --watch");
+    let mut watch = ctl_child(&cfg, &["list", "--json", "--watch", "0.2"], Stdio::null());
     {
         use std::io::BufRead as _;
         let mut first = String::new();

@@ -637,41 +637,43 @@ fn check_option(name: &str, value: Option<&str>) -> Result<(), String> {
     Ok(())
 }
 
-/// The character set of locale `name` here (`nl_langinfo(CODESET)`, as initdb
-/// asks it), if the C library knows the locale.
-fn locale_codeset(name: &str) -> Option<String> {
+/// `f` on locale `name` as the C library here has it (`newlocale(3)`), or `None`
+/// if it does not know the locale. The one place a locale object is made and
+/// freed.
+fn with_locale<T>(name: &str, f: impl FnOnce(libc::locale_t) -> T) -> Option<T> {
     let c = std::ffi::CString::new(name).ok()?;
-    // SAFETY: as in `locale_installed`: a valid C string, a null base.
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call;
+    // newlocale(3) with a null base allocates a new locale object or returns
+    // null, and reads nothing else of ours.
     let loc = unsafe { libc::newlocale(libc::LC_ALL_MASK, c.as_ptr(), std::ptr::null_mut()) };
     if loc.is_null() {
         return None;
     }
-    // SAFETY: `loc` is a valid locale object from newlocale; the returned
-    // string belongs to it and is copied out before the locale is freed.
-    let set = unsafe {
-        let p = libc::nl_langinfo_l(libc::CODESET, loc);
-        (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
-    };
-    // SAFETY: `loc` came from newlocale above, is not null, and is freed once.
+    let out = f(loc);
+    // SAFETY: `loc` came from newlocale above, is not null, and is freed once,
+    // after `f`, which cannot keep it (a `locale_t` it copied would dangle, and
+    // no caller copies it).
     unsafe { libc::freelocale(loc) };
-    set
+    Some(out)
+}
+
+/// The character set of locale `name` here (`nl_langinfo(CODESET)`, as initdb
+/// asks it), if the C library knows the locale.
+fn locale_codeset(name: &str) -> Option<String> {
+    with_locale(name, |loc| {
+        // SAFETY: `loc` is a valid locale object for the whole call; the
+        // returned string belongs to it and is copied out before it is freed.
+        unsafe {
+            let p = libc::nl_langinfo_l(libc::CODESET, loc);
+            (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
+        }
+    })
+    .flatten()
 }
 
 /// Whether the C library here knows locale `name`: initdb's own test (it sets
 /// the locale and fails on an unknown one), made at configuration time so a
 /// missing locale is refused by `check-config`, not at the cluster's birth.
 fn locale_installed(name: &str) -> bool {
-    let Ok(c) = std::ffi::CString::new(name) else {
-        return false;
-    };
-    // SAFETY: `c` is a valid NUL-terminated string that outlives the call;
-    // newlocale(3) with a null base allocates a new locale object or returns
-    // null, and reads nothing else of ours.
-    let loc = unsafe { libc::newlocale(libc::LC_ALL_MASK, c.as_ptr(), std::ptr::null_mut()) };
-    if loc.is_null() {
-        return false;
-    }
-    // SAFETY: `loc` came from newlocale above, is not null, and is freed once.
-    unsafe { libc::freelocale(loc) };
-    true
+    with_locale(name, |_| ()).is_some()
 }
