@@ -155,6 +155,9 @@ struct Agent {
     names: names::Names,
     /// The last certificate/auth error logged (agent/secure.rs: once per distinct text).
     security_error: Option<String>,
+    /// The last failure of the cluster-wide PostgreSQL settings logged (once per
+    /// distinct text: `maintain_cluster_params` retries every iteration).
+    params_error: Option<String>,
     pg: PgCtl,
     core: Core,
     api: api::server::ApiServer,
@@ -373,6 +376,7 @@ impl Agent {
             endpoint_unlisted: None,
             names: names::Names::new(&cfg.etcd),
             security_error: None,
+            params_error: None,
             pg,
             core,
             api,
@@ -618,6 +622,7 @@ impl Agent {
             if let Ok(view) = &obs.cluster {
                 self.maintain_hba(view);
             }
+            self.maintain_cluster_params();
             self.notify_after_iteration(&obs);
             self.check_iteration_budget(iteration_start, tick);
             // Certificate expiry alerts when due: the stored notAfter and the clock
@@ -1333,12 +1338,8 @@ impl Agent {
         match checked {
             Ok((t, d)) => {
                 info!("applying the cluster's dynamic configuration: {raw}");
-                if let Some(names) = ignored_pg_parameters(raw) {
-                    warn!(
-                        "config key: postgresql.parameters {names} are not applied: tenure \
-                         takes PostgreSQL settings from each node's [postgresql.parameters] \
-                         (a restart of the agent applies a change), not from the config key"
-                    );
+                for (name, why) in &d.pg_parameters.ignored {
+                    warn!("config key: postgresql.parameters.{name} is not applied: {why}");
                 }
                 if !d.logical_slots.is_empty() {
                     warn!(
@@ -1946,6 +1947,79 @@ impl Agent {
         }
     }
 
+    /// The config key's `postgresql.parameters` on this node's PostgreSQL: those
+    /// PostgreSQL's parser accepts into `tenure.params.conf`, then a reload
+    /// (`PgCtl::set_cluster_params`; only when the key's list changed). One it
+    /// refuses is left out and said (`CONFIG_REFUSED`), as is one the node's own
+    /// `[postgresql.parameters]` overrides. A failure is logged when its text
+    /// changes and retried next iteration. Bounded like every call of the loop
+    /// (S1, S6 d): the check's child is killed at the deadline.
+    fn maintain_cluster_params(&mut self) {
+        let deadline = self.deadline(Duration::from_secs(1));
+        match self
+            .pg
+            .set_cluster_params(&self.cfg.dynamic.pg_parameters.set, deadline)
+        {
+            Ok(None) => {}
+            Ok(Some(a)) => {
+                self.params_error = None;
+                for r in &a.refused {
+                    crate::events::emit(&crate::events::Event::ConfigRefused {
+                        source: "config key",
+                        error: format!(
+                            "postgresql.parameters.{} = {:?} left out of tenure.params.conf: \
+                             PostgreSQL refuses it ({})",
+                            r.name, r.value, r.why
+                        ),
+                    });
+                }
+                let own: Vec<&str> = a
+                    .set
+                    .iter()
+                    .filter(|k| {
+                        self.cfg
+                            .postgresql
+                            .parameters
+                            .iter()
+                            .any(|(n, _)| n.eq_ignore_ascii_case(k))
+                    })
+                    .map(String::as_str)
+                    .collect();
+                if !own.is_empty() {
+                    info!(
+                        "config key: postgresql.parameters {own:?} are overridden on this node \
+                         by its own [postgresql.parameters]"
+                    );
+                }
+                if a.written {
+                    info!(
+                        "tenure.params.conf: {} cluster-wide PostgreSQL setting(s) from the \
+                         config key{}; {}",
+                        a.set.len(),
+                        if a.set.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", a.set.join(", "))
+                        },
+                        if a.reloaded {
+                            "PostgreSQL reloaded (a setting that needs a restart shows as \
+                             pending_restart)"
+                        } else {
+                            "PostgreSQL is not running: its next start reads them"
+                        }
+                    );
+                }
+            }
+            Err(e) => {
+                let e = format!("cluster-wide PostgreSQL settings: {e}; retrying next iteration");
+                if self.params_error.as_deref() != Some(e.as_str()) {
+                    warn!("{e}");
+                    self.params_error = Some(e);
+                }
+            }
+        }
+    }
+
     /// The bootstrapping node (or a leader finding the key missing) seeds `config`
     /// from its `[timing]`/`[dynamic]` values; a leader's write is guarded by its
     /// epoch.
@@ -2505,24 +2579,6 @@ fn nonblocking_log_pipe() {
     }
 }
 
-/// The names under the config key's `postgresql.parameters` (Patroni's cluster-wide
-/// PostgreSQL settings, which tenure does not apply), if it has any: said, so an
-/// operator who set them there learns that they do nothing.
-fn ignored_pg_parameters(raw: &str) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(raw).ok()?;
-    let mut names = crate::config::cluster::pg_parameters_set(&v);
-    if names.is_empty() {
-        return None;
-    }
-    let more = names.len().saturating_sub(20);
-    names.truncate(20);
-    Some(if more > 0 {
-        format!("{names:?} and {more} more")
-    } else {
-        format!("{names:?}")
-    })
-}
-
 /// `CONFIG_REFUSED` for a SIGHUP reload (the running configuration stays).
 fn config_refused(error: String) {
     crate::events::emit(&crate::events::Event::ConfigRefused {
@@ -2691,28 +2747,6 @@ mod tests {
         for c in changed {
             assert_ne!(c, base);
             assert_ne!(c.encode(), json, "{c:?}");
-        }
-    }
-
-    /// The config key's PostgreSQL parameters, which no agent applies, are named
-    /// in the warning; none, or another writer's garbage there, says nothing.
-    #[test]
-    fn config_key_pg_parameters_are_named_as_not_applied() {
-        assert_eq!(
-            ignored_pg_parameters(
-                r#"{"ttl":7,"postgresql":{"parameters":{"work_mem":"8MB","pg_stat_statements.track":"all"}}}"#
-            )
-            .as_deref(),
-            Some(r#"["pg_stat_statements.track", "work_mem"]"#)
-        );
-        for raw in [
-            r#"{"ttl":7}"#,
-            r#"{"postgresql":{"parameters":{}}}"#,
-            r#"{"postgresql":{"parameters":"x"}}"#,
-            r#"{"postgresql":{"use_pg_rewind":true}}"#,
-            "not json",
-        ] {
-            assert_eq!(ignored_pg_parameters(raw), None, "{raw}");
         }
     }
 }

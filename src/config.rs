@@ -85,6 +85,10 @@ pub struct DynamicConfig {
     /// member whose key went away (a replica's host rebooting), so it can stream
     /// again from where it stopped. Zero: dropped at once. Default 30 min.
     pub member_slots_ttl: Duration,
+    /// `postgresql.parameters` (Patroni's cluster-wide PostgreSQL settings): what
+    /// `tenure.params.conf` gives every member's PostgreSQL, before the node's own
+    /// `[postgresql.parameters]`. The key is the one source: absent means none.
+    pub pg_parameters: cluster::PgParameters,
 }
 
 /// `maximum_lag_on_syncnode` as Patroni takes it: a whole number of bytes; 0 or
@@ -2025,6 +2029,9 @@ impl Config {
             ignore_slots,
             logical_slots,
             member_slots_ttl,
+            // Only the `config` key sets them (a node's file has its own
+            // `[postgresql.parameters]`, which win over these).
+            pg_parameters: cluster::PgParameters::default(),
         };
 
         // [tags]
@@ -2572,7 +2579,8 @@ impl Config {
     }
 
     /// Parse defensively: another writer may have left anything there. Unknown
-    /// keys are ignored (Patroni keeps `postgresql`, `tags`, ... here);
+    /// keys are ignored (Patroni keeps `tags`, `postgresql.use_pg_rewind`, ...
+    /// here; of `postgresql` only `parameters` is read);
     /// a known key with a bad value is an error; a missing key keeps this node's
     /// file value. `iteration_budget` left at its default (`loop_wait -
     /// retry_timeout` of the file) follows the new `loop_wait - retry_timeout`.
@@ -2661,6 +2669,9 @@ impl Config {
             Some(v) => parse_syncnode_lag(v)
                 .map_err(|p| format!("config key: maximum_lag_on_syncnode: {p}"))?,
         };
+        // The key alone, as `slots`: absent or `null` means none.
+        d.pg_parameters = cluster::parse_pg_parameters(obj.get("postgresql"))
+            .map_err(|p| format!("config key: {p}"))?;
         d.member_slots_ttl = match obj.get("member_slots_ttl") {
             None | Some(serde_json::Value::Null) => MEMBER_SLOTS_TTL,
             Some(v) => {

@@ -2,7 +2,8 @@
 //! HTTP basic auth of the write endpoints, and maintenance mode (pause).
 //!
 //! - `PATCH /config` that breaks S6 for a member's published `W` is refused with the
-//!   inequality and nothing is stored; a good one is adopted by every agent;
+//!   inequality and nothing is stored, as is a PostgreSQL setting PostgreSQL's
+//!   parser refuses, or one tenure or a node owns; a good one is adopted by every agent;
 //!   garbage written straight to etcd (as `patronictl edit-config` would) is refused
 //!   by every agent, which keep the last good value and say so once; writes without
 //!   credentials get 401, and 403 once a node has none configured (DESIGN §3, §5).
@@ -87,24 +88,32 @@ fn real_config_patch_checks_every_member_and_agents_refuse_garbage() {
     let after = c.get_kv("config").expect("config key");
     assert_eq!(after.mod_revision, before.mod_revision, "nothing stored");
 
-    // PostgreSQL parameters (Patroni's cluster-wide settings), which no agent
-    // reads from the key: 400 naming where they go, nothing stored.
-    let (code, body) = c
-        .api_write(
-            r,
-            "PATCH",
-            "/config",
-            r#"{"postgresql": {"parameters": {"work_mem": "8MB"}}}"#,
-            true,
-        )
-        .expect("answer");
-    assert_eq!(code, 400, "{body}");
-    assert!(
-        body.contains("\"work_mem\"") && body.contains("[postgresql.parameters]"),
-        "{body}"
-    );
-    let after = c.get_kv("config").expect("config key");
-    assert_eq!(after.mod_revision, before.mod_revision, "nothing stored");
+    // Cluster-wide PostgreSQL settings: a value PostgreSQL's parser refuses (it
+    // would stop every member's next start), one tenure sets itself and a
+    // node's own file path: 400 naming the setting and why, nothing stored.
+    for (patch, says) in [
+        (
+            r#"{"postgresql": {"parameters": {"temp_buffers": "16MB", "work_mem": "banana"}}}"#,
+            "postgresql.parameters.work_mem = \"banana\": PostgreSQL refuses it (invalid \
+             value for parameter \"work_mem\": \"banana\")",
+        ),
+        (
+            r#"{"postgresql": {"parameters": {"port": 5999}}}"#,
+            "postgresql.parameters.port: set by tenure itself",
+        ),
+        (
+            r#"{"postgresql": {"parameters": {"hba_file": "/etc/hba"}}}"#,
+            "postgresql.parameters.hba_file: a node's own setting",
+        ),
+    ] {
+        let (code, body) = c
+            .api_write(r, "PATCH", "/config", patch, true)
+            .expect("answer");
+        assert_eq!(code, 400, "{patch}: {body}");
+        assert!(body.contains(says), "{patch}: {body}");
+        let after = c.get_kv("config").expect("config key");
+        assert_eq!(after.mod_revision, before.mod_revision, "nothing stored");
+    }
 
     // A good change: stored (with Patroni's answer, the new value) and adopted by
     // every agent.

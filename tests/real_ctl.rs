@@ -790,3 +790,136 @@ fn real_ctl_failover_with_the_leader_crashed() {
         c.logs_tail(40)
     );
 }
+
+/// Cluster-wide PostgreSQL settings (Patroni's `edit-config -p`): `--pg` reaches
+/// every member's PostgreSQL with a reload, under each node's own
+/// `[postgresql.parameters]`; a setting that needs a restart shows as
+/// `pending_restart` until one. A value PostgreSQL refuses is never stored
+/// through ctl; written straight to etcd by another writer, every agent leaves
+/// it out of `tenure.params.conf` and says so, so a restart still starts (the
+/// replica restarted here comes back, with the restart-only setting in force).
+#[test]
+fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
+    let mut opts = common::options("ctl", "params");
+    opts.section_extra.push((
+        "[postgresql.parameters]".into(),
+        "temp_buffers = \"16MB\"".into(),
+    ));
+    let mut c = common::start(opts);
+    let p = common::settled(&mut c);
+    let r = (p + 1) % 3;
+    let key = c.leader_key().expect("leader key");
+    let cfg = c.config_path(0).to_path_buf();
+    let show = |i: usize, name: &str| c.sql_one(i, &format!("SHOW {name}")).ok();
+    let on_every = |name: &str, want: &str| {
+        tenure::testbed::wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
+            (0..3)
+                .all(|i| show(i, name).as_deref() == Some(want))
+                .then_some(())
+        })
+        .is_some()
+    };
+    let pending = |i: usize| {
+        c.member(c.name(i))
+            .is_some_and(|m| m["pending_restart"] == true)
+    };
+
+    let o = ctl(
+        &cfg,
+        &[
+            "edit-config",
+            "--pg",
+            "work_mem=12MB",
+            "-p",
+            "temp_buffers=32MB",
+            "--pg",
+            "max_connections=120",
+            "--force",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        on_every("work_mem", "12MB"),
+        "work_mem never reached every member{}",
+        c.logs_tail(30)
+    );
+    for i in 0..3 {
+        assert_eq!(
+            show(i, "temp_buffers").as_deref(),
+            Some("16MB"),
+            "the node's own wins"
+        );
+        assert!(
+            c.agent_log(i)
+                .contains("[\"temp_buffers\"] are overridden on this node"),
+            "{}",
+            c.logs_tail(20)
+        );
+    }
+    let all_pending =
+        tenure::testbed::wait_for(Duration::from_secs(15), Duration::from_millis(100), || {
+            (0..3).all(pending).then_some(())
+        });
+    assert!(
+        all_pending.is_some(),
+        "max_connections not pending a restart"
+    );
+
+    // Refused by PostgreSQL's parser on the member: exit 1, nothing stored.
+    let before = c.get_kv("config").expect("config key");
+    let o = ctl(&cfg, &["edit-config", "--pg", "work_mem=banana", "--force"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("invalid value for parameter \"work_mem\": \"banana\""),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        c.get_kv("config").expect("config key").mod_revision,
+        before.mod_revision,
+        "nothing stored"
+    );
+
+    // Another writer puts it straight into etcd: left out on every member, which
+    // says so; the rest applies, and work_mem (no longer in the key's good
+    // settings) is back to PostgreSQL's default.
+    common::set_config_field(
+        &c,
+        "postgresql",
+        json!({"parameters": {
+            "work_mem": "banana", "maintenance_work_mem": "96MB", "max_connections": 120}}),
+        None,
+    );
+    assert!(
+        on_every("maintenance_work_mem", "96MB") && on_every("work_mem", "4MB"),
+        "the key's good settings not applied on every member{}",
+        c.logs_tail(30)
+    );
+    for i in 0..3 {
+        assert!(
+            // The event's `error` field, its quotes escaped.
+            c.agent_log(i).contains(
+                "postgresql.parameters.work_mem = \\\"banana\\\" left out of tenure.params.conf"
+            ),
+            "{} did not say it left work_mem out{}",
+            c.name(i),
+            c.logs_tail(20)
+        );
+    }
+
+    // A replica's PostgreSQL restarted: it starts (nothing refused is in its
+    // files) and runs with the restart-only setting; its pending flag clears.
+    let o = ctl(&cfg, &["restart", c.name(r), "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let restarted =
+        tenure::testbed::wait_for(Duration::from_secs(60), Duration::from_millis(200), || {
+            (show(r, "max_connections").as_deref() == Some("120") && !pending(r)).then_some(())
+        });
+    assert!(
+        restarted.is_some(),
+        "{} did not come back with max_connections 120{}",
+        c.name(r),
+        c.logs_tail(40)
+    );
+    assert_eq!(c.leader_key(), Some(key), "nothing of this failed over");
+}

@@ -1230,3 +1230,68 @@ fn a_hung_epoch_read_leaves_the_probe_s_role() {
     let st = n.probe(clock::now().add(secs(5)));
     assert_eq!((st.role, st.epoch), (PgRole::Primary, Some(7)));
 }
+
+/// PostgreSQL 15's own parser on the cluster-wide settings (`pg::paramcheck`):
+/// every refused one found, each with PostgreSQL's words (it stops at the first,
+/// so the check asks again without it), one whose refusal names it otherwise
+/// found by asking one at a time, the accepted ones kept; a program that is
+/// not there, or a deadline already past, is no answer rather than a verdict.
+#[test]
+fn real_postgres_judges_the_cluster_wide_settings() {
+    let mut c = tenure::pg::paramcheck::Checker::default();
+    let p = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let deadline = clock::now().add(secs(10));
+    let bin = Path::new(BIN);
+    let good = p(&[
+        ("work_mem", "8MB"),
+        ("max_connections", "200"),
+        ("timezone", "Europe/Paris"),
+        ("pg_stat_statements.track", "all"),
+        ("log_line_prefix", "%m [%p] 'q' "),
+    ]);
+    assert_eq!(c.check(bin, &good, deadline), Ok(vec![]));
+    let mixed = p(&[
+        ("enable_seqscan", "maybe"),
+        ("shared_buffers", "1"),
+        ("sort_mem", "banana"),
+        ("timezone", "Mars/Olympus"),
+        ("work_mem", "8MB"),
+        ("wibble", "1"),
+        ("x.1y", "2"),
+    ]);
+    let refused = c.check(bin, &mixed, deadline).expect("an answer");
+    let names: Vec<&str> = refused.iter().map(|r| r.name.as_str()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [
+            "enable_seqscan",
+            "shared_buffers",
+            "sort_mem",
+            "timezone",
+            "wibble",
+            "x.1y"
+        ],
+        "{refused:?}"
+    );
+    let why = |n: &str| &refused.iter().find(|r| r.name == n).unwrap().why;
+    assert!(why("enable_seqscan").contains("requires a Boolean value"));
+    assert!(why("shared_buffers").contains("outside the valid range"));
+    assert!(why("sort_mem").contains("\"sort_mem\": \"banana\""));
+    // A refusal that names no parameter as `parameter "NAME"` (an invalid
+    // custom name): found by asking one at a time, with PostgreSQL's detail.
+    assert!(why("x.1y").contains("simple identifiers separated by dots"));
+    assert!(why("timezone").contains("\"Mars/Olympus\""));
+    assert!(why("wibble").contains("unrecognized configuration parameter"));
+    assert!(
+        c.check(Path::new("/nonexistent"), &good, deadline)
+            .unwrap_err()
+            .contains("/nonexistent/postgres")
+    );
+    assert!(c.check(bin, &good, clock::now()).is_err(), "no time left");
+}

@@ -3,17 +3,20 @@
 //! publishes of its own timing, and `PATCH`/`PUT /config`.
 //!
 //! Owns: the member JSON's `timing` (`W`, `M`, `B`, `P`), and writing the key for the
-//! API: read it and every member, merge, check S6 for every member's published
-//! values, then a compare-and-set on the mod revision read.
+//! API: check the PostgreSQL settings the request sets (their form, then
+//! PostgreSQL's own parser: `pg::paramcheck`), read the key and every member, merge,
+//! check S6 for every member's published values, then a compare-and-set on the mod
+//! revision read.
 //! Must never: store a value that breaks S6 for a member that published its timing,
-//! or overwrite a value it did not read (the compare-and-set answers 409 instead).
+//! or a PostgreSQL setting PostgreSQL refuses (it would stop every member's next
+//! start), or overwrite a value it did not read (the compare-and-set answers 409 instead).
 //! Every call is capped by `Agent::deadline` (S1, S6 d).
 
 use log::info;
 use serde_json::{Map, Value};
 
 use crate::api::mgmt::Response;
-use crate::config::cluster::{PublishedTiming, check_members, merge_patch, pg_parameters_set};
+use crate::config::cluster::{PublishedTiming, check_members, merge_patch, parse_pg_parameters};
 
 use super::Agent;
 
@@ -53,25 +56,51 @@ impl Agent {
         patch: Option<Map<String, Value>>,
         whole: Option<Map<String, Value>>,
     ) -> Response {
-        // What the request itself sets, not what another writer left in the key
-        // (a PATCH of `pause` on a key holding a Patroni-era section goes through).
-        let sets = pg_parameters_set(&Value::Object(
-            patch
-                .as_ref()
-                .or(whole.as_ref())
-                .cloned()
-                .unwrap_or_default(),
-        ));
-        if !sets.is_empty() {
+        // The PostgreSQL settings the request itself sets (not what another writer
+        // left in the key: a PATCH of `pause` on a key holding a Patroni-era
+        // section goes through): their form, then PostgreSQL's own parser on
+        // their values, before anything is read or stored. A value PostgreSQL
+        // refuses in a configuration file would stop every member's next start.
+        let request = patch.as_ref().or(whole.as_ref());
+        let pg = match parse_pg_parameters(request.and_then(|r| r.get("postgresql"))) {
+            Ok(pg) => pg,
+            Err(e) => return Response::text(400, format!("config refused, nothing stored: {e}")),
+        };
+        if let Some((name, why)) = pg.ignored.first() {
             return Response::text(
                 400,
-                format!(
-                    "config refused, nothing stored: postgresql.parameters {sets:?}: tenure \
-                     does not take PostgreSQL settings from the config key; set them in \
-                     [postgresql.parameters] of each node's configuration file (a restart of \
-                     its agent applies them)"
-                ),
+                format!("config refused, nothing stored: postgresql.parameters.{name}: {why}"),
             );
+        }
+        if !pg.set.is_empty() {
+            let deadline = self.deadline(self.core.timing().retry_timeout);
+            match self.pg.check_parameters(&pg.set, deadline) {
+                Ok(refused) if refused.is_empty() => {}
+                Ok(refused) => {
+                    let said: Vec<String> = refused
+                        .iter()
+                        .map(|r| {
+                            format!(
+                                "postgresql.parameters.{} = {:?}: PostgreSQL refuses it ({})",
+                                r.name, r.value, r.why
+                            )
+                        })
+                        .collect();
+                    return Response::text(
+                        400,
+                        format!("config refused, nothing stored: {}", said.join("; ")),
+                    );
+                }
+                Err(e) => {
+                    return Response::text(
+                        503,
+                        format!(
+                            "cannot check the PostgreSQL settings on this member ({e}): \
+                             nothing stored"
+                        ),
+                    );
+                }
+            }
         }
         let deadline = self.deadline(self.core.timing().retry_timeout);
         let Some((etcd, rt)) = self.connect(deadline) else {

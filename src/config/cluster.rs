@@ -3,7 +3,8 @@
 //! its own timing (`W`, `M`, `B`, `P`), the check of a new value against every
 //! member before it is stored, and Patroni's JSON merge patch.
 //!
-//! Owns: the member JSON's `timing` object, [`check_members`], [`merge_patch`].
+//! Owns: the member JSON's `timing` object, [`check_members`], [`merge_patch`], the
+//! form of `postgresql.parameters` ([`parse_pg_parameters`]).
 //! Must never: do I/O, adjust a value, or accept a value that breaks S6 for any
 //! member that published its timing (the error names the member, the inequality and
 //! the numbers).
@@ -152,21 +153,159 @@ pub fn check_members(
     Ok(())
 }
 
-/// The PostgreSQL parameters a `config` value or patch sets: the names under
-/// `postgresql.parameters` whose value is not `null`. Patroni's cluster-wide
-/// settings, which no tenure agent applies (each node's `[postgresql.parameters]`
-/// are what its PostgreSQL gets): `PATCH`/`PUT /config` refuses them rather than
-/// store them to do nothing, and an agent names any it finds in the key.
-pub fn pg_parameters_set(v: &Value) -> Vec<String> {
-    v.pointer("/postgresql/parameters")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, _)| k.clone())
-                .collect()
-        })
-        .unwrap_or_default()
+/// What the `config` key's `postgresql.parameters` holds (Patroni's cluster-wide
+/// PostgreSQL settings): what every member's PostgreSQL gets (`tenure.params.conf`,
+/// read before each node's own `[postgresql.parameters]`, which win), and the
+/// names set there that tenure does not take from the key.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PgParameters {
+    /// (name lower-cased, value as PostgreSQL reads it), sorted by name. Only the
+    /// form is checked here; the values are checked by PostgreSQL's own parser
+    /// before they are stored or written (`pg::paramcheck`).
+    pub set: Vec<(String, String)>,
+    /// Names the key sets that tenure owns ([`crate::pg::conf::AGENT_OWNED`]) or
+    /// that belong to one node ([`NODE_ONLY`]), with why: left out, and said
+    /// (another writer, a Patroni-era key, may have left them; tenure's own
+    /// writers refuse them).
+    pub ignored: Vec<(String, &'static str)>,
+}
+
+/// Settings that name this host's files or its TLS set-up: each node's own, in its
+/// `[postgresql.parameters]` (where they are checked against the files), never
+/// cluster-wide. Also every name starting with `ssl` ([`node_only`]).
+pub const NODE_ONLY: &[&str] = &[
+    "data_directory",
+    "config_file",
+    "hba_file",
+    "ident_file",
+    "external_pid_file",
+];
+
+/// Whether `name` (lower-cased) is a node's own setting ([`NODE_ONLY`], `ssl`,
+/// `ssl_*`): `pg_hba.conf`'s `hostssl` lines and the certificate checks follow a
+/// node's `ssl`, and the files are paths on its host.
+pub fn node_only(name: &str) -> bool {
+    NODE_ONLY.contains(&name) || name == "ssl" || name.starts_with("ssl_")
+}
+
+/// PostgreSQL's boolean as its configuration parser reads it (`parse_bool`): a
+/// prefix of `true`, `false`, `yes`, `no`; `on`, `of`/`off`; `1`, `0`; any case.
+/// `None`: not a boolean.
+pub fn pg_bool(v: &str) -> Option<bool> {
+    let l = v.to_ascii_lowercase();
+    let prefix = |word: &str| !l.is_empty() && word.starts_with(l.as_str());
+    match l.as_bytes().first()? {
+        b't' if prefix("true") => Some(true),
+        b'f' if prefix("false") => Some(false),
+        b'y' if prefix("yes") => Some(true),
+        b'n' if prefix("no") => Some(false),
+        b'o' if l == "on" => Some(true),
+        b'o' if l.len() >= 2 && prefix("off") => Some(false),
+        b'1' if l.len() == 1 => Some(true),
+        b'0' if l.len() == 1 => Some(false),
+        _ => None,
+    }
+}
+
+/// A value tenure needs on every member, refused with the reason: replicas need
+/// WAL for replication, standbys must take the agent's probe, and `pg_rewind`
+/// needs full pages.
+fn refused_value(name: &str, value: &str) -> Option<&'static str> {
+    match name {
+        "wal_level" if value.trim().eq_ignore_ascii_case("minimal") => {
+            Some("\"minimal\" leaves nothing to stream: every replica needs replica or logical")
+        }
+        "hot_standby" if pg_bool(value.trim()) == Some(false) => {
+            Some("off would refuse every connection to a replica, the agent's probe among them")
+        }
+        "full_page_writes" if pg_bool(value.trim()) == Some(false) => {
+            Some("off breaks pg_rewind, which a failed-over primary needs to follow again")
+        }
+        _ => None,
+    }
+}
+
+/// Read `postgresql.parameters` of a `config` value or patch (`v`: the value's
+/// `postgresql` member). A `null` parameter is left out (a patch's removal).
+/// `Err` names the parameter and what is wrong: a name that is not a parameter
+/// name, a value that is not a string, number or boolean, a line break, two
+/// spellings of one name, or a value tenure cannot run with ([`refused_value`]).
+pub fn parse_pg_parameters(v: Option<&Value>) -> Result<PgParameters, String> {
+    let mut out = PgParameters::default();
+    let params = match v {
+        None | Some(Value::Null) => return Ok(out),
+        Some(Value::Object(pg)) => match pg.get("parameters") {
+            None | Some(Value::Null) => return Ok(out),
+            Some(Value::Object(p)) => p,
+            Some(other) => {
+                return Err(format!(
+                    "postgresql.parameters: expected an object of settings, found {}",
+                    super::json_kind(other)
+                ));
+            }
+        },
+        Some(other) => {
+            return Err(format!(
+                "postgresql: expected an object, found {}",
+                super::json_kind(other)
+            ));
+        }
+    };
+    for (k, v) in params {
+        if k.is_empty()
+            || !k
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.'))
+        {
+            return Err(format!(
+                "postgresql.parameters: {k:?} is not a PostgreSQL parameter name \
+                 ([A-Za-z0-9_.]+)"
+            ));
+        }
+        let value = match v {
+            Value::Null => continue,
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            Value::Bool(b) => if *b { "on" } else { "off" }.to_string(),
+            other => {
+                return Err(format!(
+                    "postgresql.parameters.{k}: expected a string, number or boolean, found {}",
+                    super::json_kind(other)
+                ));
+            }
+        };
+        if value.contains(['\n', '\r', '\0']) {
+            return Err(format!(
+                "postgresql.parameters.{k}: the value has a line break or a NUL"
+            ));
+        }
+        let name = k.to_ascii_lowercase();
+        if crate::pg::conf::AGENT_OWNED.contains(&name.as_str()) {
+            out.ignored
+                .push((k.clone(), "set by tenure itself (tenure.conf)"));
+            continue;
+        }
+        if node_only(&name) {
+            out.ignored.push((
+                k.clone(),
+                "a node's own setting (its files, its TLS): set it in [postgresql.parameters] \
+                 of each node's file",
+            ));
+            continue;
+        }
+        if let Some(why) = refused_value(&name, &value) {
+            return Err(format!("postgresql.parameters.{k} = {value:?}: {why}"));
+        }
+        if let Some((other, _)) = out.set.iter().find(|(n, _)| *n == name) {
+            return Err(format!(
+                "postgresql.parameters: {k:?} and {other:?} are the same parameter \
+                 (PostgreSQL's names are not case-sensitive)"
+            ));
+        }
+        out.set.push((name, value));
+    }
+    out.set.sort();
+    Ok(out)
 }
 
 /// Apply a JSON merge patch (RFC 7396; Patroni's `patch_config`): `null` deletes a

@@ -58,9 +58,12 @@ Commands:
   reinit MEMBER... [--wait] [--force]
                            rebuild MEMBER's data directory from the leader (the old one
                            is moved aside, never deleted)
-  edit-config --set KEY=VALUE... [--force]
+  edit-config --set KEY=VALUE... --pg NAME=VALUE... [--force]
                            change the config key; checked here against the timing
-                           contract (DESIGN S6) before anything is sent
+                           contract (DESIGN S6) before anything is sent. --pg (-p)
+                           sets a PostgreSQL setting on every member
+                           (postgresql.parameters.NAME; PostgreSQL checks the value
+                           before it is stored; NAME=null removes it)
 
 Options:
   -c, --config FILE        the node configuration to read etcd endpoints, scope and
@@ -310,6 +313,18 @@ where
                 s.set.push(split_set(&kv)?);
                 s.given.push("--set");
             }
+            // patronictl's `-p`/`--pg NAME=VALUE`: `--set postgresql.parameters.NAME=VALUE`.
+            Short('p') | Long("pg") => {
+                let kv = value(&mut p, "--pg")?;
+                let (name, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| format!("--pg {kv:?}: expected NAME=VALUE"))?;
+                s.set.push(split_set(&format!(
+                    "postgresql.parameters.{}={v}",
+                    name.trim()
+                ))?);
+                s.given.push("--pg");
+            }
             Short('h') | Long("help") => s.help = true,
             Value(v) => s.positional.push(string(v, "argument")?),
             other => return Err(other.unexpected().to_string()),
@@ -466,15 +481,15 @@ fn build(mut s: Seen) -> Result<Invocation, String> {
             no_args(&rest)?;
             if s.set.is_empty() {
                 return Err(
-                    "edit-config needs --set KEY=VALUE (interactive editing is not \
-                            supported: the change is checked against the timing contract \
-                            before it is sent)"
+                    "edit-config needs --set KEY=VALUE or --pg NAME=VALUE (interactive \
+                            editing is not supported: the change is checked against the \
+                            timing contract before it is sent)"
                         .into(),
                 );
             }
             (
                 Command::EditConfig { set: s.set.clone() },
-                &["--set", "--force"],
+                &["--set", "--pg", "--force"],
             )
         }
         other => return Err(format!("unknown command {other:?}")),
@@ -499,16 +514,19 @@ fn split_set(kv: &str) -> Result<(String, String), String> {
             "--set {kv:?}: the key is empty or has an empty part"
         ));
     }
-    // Patroni's `edit-config -p` / `--set postgresql.parameters.X` sets a
-    // PostgreSQL parameter on every member; no tenure agent reads the config
-    // key's `postgresql` section (each node's `[postgresql.parameters]` is what
-    // its PostgreSQL gets): refused rather than stored to do nothing. `null`
-    // still removes what another writer left there.
-    if (k == "postgresql" || k.starts_with("postgresql.")) && v.trim() != "null" {
+    // Of the config key's `postgresql` section the agents read `parameters`
+    // alone (the cluster-wide PostgreSQL settings): anything else there would be
+    // stored to do nothing, and is refused. `null` still removes what another
+    // writer left there.
+    let pg_part = k == "postgresql" || k.starts_with("postgresql.");
+    if pg_part
+        && !(k == "postgresql.parameters" || k.starts_with("postgresql.parameters."))
+        && v.trim() != "null"
+    {
         return Err(format!(
-            "--set {kv:?}: tenure does not read PostgreSQL settings from the config key; \
-             set them in [postgresql.parameters] of each node's configuration file (a \
-             restart of its agent applies them)"
+            "--set {kv:?}: of the config key's postgresql section tenure reads only \
+             postgresql.parameters (--pg NAME=VALUE); a node's other PostgreSQL settings \
+             are in its configuration file"
         ));
     }
     // The patch is built and applied by recursion, a level a part (review of

@@ -213,11 +213,38 @@ fn usage_errors_name_the_argument() {
     assert!(usage(&["dsn", "--force"]).contains("--force does not apply to dsn"));
     assert!(usage(&["list", "-w", "soon"]).contains("\"soon\""));
     assert!(usage(&["history", "-W"]).contains("--watch does not apply to history"));
-    // The config key's `postgresql` section is read by no agent: refused, not
-    // stored to do nothing; `null` removes what another writer left.
-    let e = usage(&["edit-config", "--set", "postgresql.parameters.work_mem=8MB"]);
-    assert!(e.contains("[postgresql.parameters]"), "{e}");
-    assert!(usage(&["edit-config", "-s", "postgresql={}"]).contains("does not read"));
+    // Of the config key's `postgresql` section only `parameters` is read: the
+    // rest is refused, not stored to do nothing; `null` removes what another
+    // writer left. `--pg NAME=VALUE` is `--set postgresql.parameters.NAME=VALUE`,
+    // a name with a dot kept whole.
+    let e = usage(&["edit-config", "--set", "postgresql.use_pg_rewind=true"]);
+    assert!(e.contains("reads only postgresql.parameters"), "{e}");
+    assert!(usage(&["edit-config", "-s", "postgresql={}"]).contains("reads only"));
+    assert_eq!(
+        parse(&[
+            "edit-config",
+            "-p",
+            "work_mem=8MB",
+            "--pg",
+            "pg_stat_statements.max=5000",
+            "--set",
+            "postgresql.parameters.old=null"
+        ])
+        .expect("parses")
+        .command,
+        Command::EditConfig {
+            set: vec![
+                ("postgresql.parameters.work_mem".into(), "8MB".into()),
+                (
+                    "postgresql.parameters.pg_stat_statements.max".into(),
+                    "5000".into()
+                ),
+                ("postgresql.parameters.old".into(), "null".into()),
+            ]
+        }
+    );
+    assert!(usage(&["edit-config", "--pg", "work_mem"]).contains("NAME=VALUE"));
+    assert!(usage(&["list", "--pg", "a=1"]).contains("--pg does not apply to list"));
     assert_eq!(
         parse(&["edit-config", "--set", "postgresql=null"])
             .expect("parses")
@@ -818,6 +845,14 @@ fn set_builds_a_patch_and_null_removes() {
             "ttl": 10, "pause": true, "promote_delay": null,
             "postgresql": {"parameters": {"work_mem": "8MB", "max_connections": 200}}
         })
+    );
+    // A setting's own dot stays in its name.
+    assert_eq!(
+        Value::Object(verbs::patch_of(&[(
+            "postgresql.parameters.pg_stat_statements.track".into(),
+            "all".into()
+        )])),
+        json!({"postgresql": {"parameters": {"pg_stat_statements.track": "all"}}})
     );
     let mut cfg = match json!({
         "ttl": 7, "loop_wait": 1, "promote_delay": 3,

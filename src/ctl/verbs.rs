@@ -1176,6 +1176,15 @@ pub fn set_value(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
 }
 
+/// The parts of a `--set` key: split at the dots, except a PostgreSQL setting's
+/// name, which may have one itself (`postgresql.parameters.pg_stat_statements.max`).
+pub fn set_path(k: &str) -> Vec<&str> {
+    match k.strip_prefix("postgresql.parameters.") {
+        Some(name) => vec!["postgresql", "parameters", name],
+        None => k.split('.').collect(),
+    }
+}
+
 /// The patch object for `--set a.b=v ...`: nested objects by the dotted key.
 pub fn patch_of(set: &[(String, String)]) -> Map<String, Value> {
     fn insert(map: &mut Map<String, Value>, parts: &[&str], v: Value) {
@@ -1199,8 +1208,7 @@ pub fn patch_of(set: &[(String, String)]) -> Map<String, Value> {
     }
     let mut root = Map::new();
     for (k, v) in set {
-        let parts: Vec<&str> = k.split('.').collect();
-        insert(&mut root, &parts, set_value(v));
+        insert(&mut root, &set_path(k), set_value(v));
     }
     root
 }
@@ -1266,6 +1274,15 @@ fn edit_config(ctx: &mut Ctx, set: Vec<(String, String)>) -> Result<(), CtlError
         },
     };
     let patch = patch_of(&set);
+    // The PostgreSQL settings' form is checked here (a usage error); their values
+    // by PostgreSQL's own parser on the member the change goes through.
+    let pg = crate::config::cluster::parse_pg_parameters(patch.get("postgresql"))
+        .map_err(CtlError::Usage)?;
+    if let Some((name, why)) = pg.ignored.first() {
+        return Err(CtlError::Usage(format!(
+            "postgresql.parameters.{name}: {why}"
+        )));
+    }
     let mut merged = current.clone();
     apply_patch(&mut merged, &patch);
     if merged == current {
@@ -1298,7 +1315,11 @@ fn edit_config(ctx: &mut Ctx, set: Vec<(String, String)>) -> Result<(), CtlError
     })?;
     if !ctx.inv.json {
         for (k, _) in &set {
-            let path = format!("/{}", k.replace('.', "/"));
+            // A JSON pointer: `~` and `/` inside a part escaped (RFC 6901).
+            let path: String = set_path(k)
+                .iter()
+                .map(|p| format!("/{}", p.replace('~', "~0").replace('/', "~1")))
+                .collect();
             let old = Value::Object(current.clone())
                 .pointer(&path)
                 .cloned()

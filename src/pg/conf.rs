@@ -89,6 +89,29 @@ pub fn parse_sync_conf(text: &str) -> Option<String> {
     Some(out)
 }
 
+/// The file, next to `tenure.conf`, that holds the cluster-wide PostgreSQL settings
+/// of the `config` key's `postgresql.parameters`, as PostgreSQL's own parser
+/// accepted them (`paramcheck`). `tenure.conf` includes it after tenure's managed
+/// defaults and before the node's own `[postgresql.parameters]`, which win
+/// (Patroni's order: local over dynamic).
+pub const PARAMS_CONF: &str = "tenure.params.conf";
+
+/// The text of [`PARAMS_CONF`]: one `name = 'value'` line each, in the order given.
+pub fn params_conf<'a>(params: impl IntoIterator<Item = &'a (String, String)>) -> String {
+    let mut s = String::from(
+        "# Written by tenure from the config key's postgresql.parameters (tenure ctl \
+         edit-config).\n# Do not edit: changes are overwritten. A node's own \
+         [postgresql.parameters] win over these.\n",
+    );
+    for (k, v) in params {
+        s.push_str(k);
+        s.push_str(" = ");
+        s.push_str(&conf_quote(v));
+        s.push('\n');
+    }
+    s
+}
+
 /// The marker line that records which member a standby config follows, so a
 /// restarted agent still knows (`PgStatus.following`).
 pub const FOLLOWING_MARKER: &str = "# tenure: following ";
@@ -267,6 +290,9 @@ pub fn tenure_conf_with(
             conf_quote(&format!("{}ms", d.as_millis())),
         );
     }
+    // The cluster-wide settings: over tenure's managed defaults, under the node's
+    // own parameters (the lines after it win).
+    set("include_if_exists", conf_quote(PARAMS_CONF));
     for (k, v) in &cfg.parameters {
         set(k, conf_quote(v));
     }
@@ -875,6 +901,53 @@ mod tests {
         let ours = t.find("wal_retrieve_retry_interval = '500ms'").unwrap();
         let theirs = t.find("wal_retrieve_retry_interval = '5s'").unwrap();
         assert!(ours < theirs, "{t}");
+    }
+
+    /// The cluster-wide settings' file is read after tenure's managed defaults
+    /// (which it may override) and before the node's own parameters and what
+    /// tenure owns (which override it): PostgreSQL takes the last line.
+    #[test]
+    fn cluster_wide_settings_sit_between_managed_defaults_and_the_nodes_own() {
+        let mut c = cfg();
+        c.parameters.push(("work_mem".into(), "8MB".into()));
+        let leader = ConnTarget {
+            name: "pg-1".into(),
+            host: "10.0.0.1".into(),
+            port: 5432,
+        };
+        let sb = Standby {
+            leader: &leader,
+            passfile: "/p",
+            me: "pg-2",
+        };
+        let t = tenure_conf_with(&c, Some(&sb), Some(Duration::from_millis(500))).unwrap();
+        let at = |s: &str| t.find(s).unwrap_or_else(|| panic!("{s} not in {t}"));
+        let include = at("include_if_exists = 'tenure.params.conf'\n");
+        for before in [
+            "max_wal_senders = ",
+            "wal_keep_size = ",
+            "wal_retrieve_retry_interval = ",
+        ] {
+            assert!(at(before) < include, "{before}: {t}");
+        }
+        for after in [
+            "work_mem = '8MB'",
+            "recovery_target = ",
+            "primary_conninfo = ",
+            "'tenure.sync.conf'",
+        ] {
+            assert!(include < at(after), "{after}: {t}");
+        }
+        assert_eq!(
+            params_conf(&[
+                ("log_line_prefix".to_string(), "%m 'x' \\".to_string()),
+                ("work_mem".to_string(), "8MB".to_string()),
+            ]),
+            "# Written by tenure from the config key's postgresql.parameters (tenure ctl \
+             edit-config).\n# Do not edit: changes are overwritten. A node's own \
+             [postgresql.parameters] win over these.\n\
+             log_line_prefix = '%m ''x'' \\\\'\nwork_mem = '8MB'\n"
+        );
     }
 
     #[test]

@@ -3,12 +3,14 @@
 //! Owns: the local data directory's lifecycle (initdb, basebackup, rewind, start,
 //! stop as supervised child processes), the agent's connection to the local server
 //! (Unix socket, `statement_timeout` bounded by the caller's deadline), the files the
-//! agent writes around the cluster (`tenure.conf`, `pg_hba.conf`, the passfile, the
-//! server log next to the data directory) and the immediate fence (DESIGN S1).
+//! agent writes around the cluster (`tenure.conf`, `tenure.sync.conf`,
+//! `tenure.params.conf`, `pg_hba.conf`, the passfile, the server log next to the
+//! data directory) and the immediate fence (DESIGN S1).
 //!
 //! Must never: initdb or basebackup into a non-empty directory, delete a data
 //! directory (only move it aside), put a password into `primary_conninfo`, wait for a
-//! child process, signal a process it has not verified belongs to this cluster, or
+//! child process (one exception, bounded like a query: `paramcheck`'s `postgres -C`,
+//! which exits within milliseconds and is killed at the caller's deadline), signal a process it has not verified belongs to this cluster, or
 //! block past a caller's deadline (the one known exception: a postmaster that accepts
 //! a Unix-socket connection and then never answers the startup packet — the
 //! `postgres` crate bounds only the socket connect; a stopped postmaster is caught
@@ -17,6 +19,7 @@
 pub mod conf;
 pub mod control;
 mod job;
+pub mod paramcheck;
 pub mod procs;
 pub mod slots;
 pub mod timeline;
@@ -228,6 +231,28 @@ pub struct PgCtl {
     /// checked).
     scope: String,
     cluster_sysid: Option<u64>,
+    /// The cluster-wide settings last carried out (`set_cluster_params`), as the
+    /// `config` key gave them; `None`: none yet in this run.
+    params_want: Option<Vec<(String, String)>>,
+    /// The text of [`conf::PARAMS_CONF`] as last written (and reloaded) or found
+    /// equal: every later write of `tenure.conf` writes it too (a rebuilt data
+    /// directory). `None`: not known yet, the file is left as it is.
+    params_text: Option<String>,
+    /// PostgreSQL's own check of those settings (`postgres -C`).
+    param_checker: paramcheck::Checker,
+}
+
+/// What [`PgCtl::set_cluster_params`] did.
+#[derive(Debug)]
+pub struct ParamsApplied {
+    /// The settings now in [`conf::PARAMS_CONF`].
+    pub set: Vec<String>,
+    /// The file changed (`false`: it held them already).
+    pub written: bool,
+    /// PostgreSQL was running and re-read its files.
+    pub reloaded: bool,
+    /// The settings PostgreSQL's parser refused: left out of the file.
+    pub refused: Vec<paramcheck::Refusal>,
 }
 
 /// The largest `postgresql.auto.conf` tenure reads (1 MiB; ALTER SYSTEM writes a
@@ -295,6 +320,9 @@ impl PgCtl {
             wal_retry: None,
             scope: String::new(),
             cluster_sysid: None,
+            params_want: None,
+            params_text: None,
+            param_checker: paramcheck::Checker::default(),
         };
         fs::create_dir_all(&cfg.socket_dir)
             .map_err(|e| io_err("create socket_dir", &cfg.socket_dir, e))?;
@@ -1133,6 +1161,76 @@ impl PgCtl {
         Ok(())
     }
 
+    /// PostgreSQL's own parser on `params` (`paramcheck`): those it refuses, with
+    /// its reason. `Err`: no answer by `deadline` (or `postgres` could not run).
+    pub fn check_parameters(
+        &mut self,
+        params: &[(String, String)],
+        deadline: Instant,
+    ) -> Result<Vec<paramcheck::Refusal>, String> {
+        self.param_checker
+            .check(&self.cfg.bin_dir, params, deadline)
+    }
+
+    /// The `config` key's `postgresql.parameters` (`params`, sorted): those
+    /// PostgreSQL's own parser accepts go into [`conf::PARAMS_CONF`] (a value it
+    /// refuses there would stop the next start), and a running PostgreSQL reloads.
+    /// `Ok(None)`: nothing done — the same list as last time, or no data
+    /// directory yet or a job running (asked again later: the job's own write of
+    /// `tenure.conf` writes the file as last known). `Err`: the check, the write
+    /// or the reload failed; asked again at the next call.
+    pub fn set_cluster_params(
+        &mut self,
+        params: &[(String, String)],
+        deadline: Instant,
+    ) -> Result<Option<ParamsApplied>, PgError> {
+        if self.params_want.as_deref() == Some(params) {
+            return Ok(None);
+        }
+        if self.job.is_some() || !matches!(self.data_dir_state(), DataDir::Present { .. }) {
+            return Ok(None);
+        }
+        let refused = if params.is_empty() {
+            Vec::new()
+        } else {
+            self.check_parameters(params, deadline)
+                .map_err(|e| PgError::Refused(format!("checking the settings: {e}")))?
+        };
+        let kept: Vec<&(String, String)> = params
+            .iter()
+            .filter(|(k, _)| !refused.iter().any(|r| r.name == *k))
+            .collect();
+        let text = conf::params_conf(kept.iter().copied());
+        let path = self.cfg.data_dir.join(conf::PARAMS_CONF);
+        // The first time in this run the file itself is compared (a restart of the
+        // agent does not reload for nothing); a missing file is an empty list.
+        let same = match &self.params_text {
+            Some(t) => *t == text,
+            None => match fs::read_to_string(&path) {
+                Ok(t) => t == text,
+                Err(_) => kept.is_empty(),
+            },
+        };
+        let mut reloaded = false;
+        if !same {
+            self.write_owned(&path, &text)?;
+            if let Some(pm) = self.postmaster_pid() {
+                self.reload(pm, deadline)?;
+                reloaded = true;
+            }
+        }
+        // INVARIANT: recorded only once written and reloaded: a failed reload
+        // finds the text different next time, and writes and reloads again.
+        self.params_text = Some(text);
+        self.params_want = Some(params.to_vec());
+        Ok(Some(ParamsApplied {
+            set: kept.iter().map(|(k, _)| k.clone()).collect(),
+            written: !same,
+            reloaded,
+            refused,
+        }))
+    }
+
     /// Rewrite `tenure.conf` to follow `leader` and reload (`primary_conninfo`
     /// is reloadable since PostgreSQL 13).
     pub fn retarget(&mut self, leader: &ConnTarget, deadline: Instant) -> Result<(), PgError> {
@@ -1347,6 +1445,11 @@ impl PgCtl {
         let text = conf::tenure_conf_with(&self.cfg, sb.as_ref(), self.wal_retry)
             .map_err(PgError::Config)?;
         self.write_owned(&self.cfg.data_dir.join("tenure.conf"), &text)?;
+        // The cluster-wide settings as last checked and written: a rebuilt data
+        // directory (a copy of another member's) gets this node's.
+        if let Some(t) = &self.params_text {
+            self.write_owned(&self.cfg.data_dir.join(conf::PARAMS_CONF), t)?;
+        }
         // `postgresql.auto.conf` is read after `tenure.conf`: what an operator's
         // ALTER SYSTEM, or a copy (`pg_rewind` copies the source's), set there of
         // what tenure owns would override it, and a recovery target would end a

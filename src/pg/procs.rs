@@ -390,7 +390,7 @@ pub fn pidfd_exited(fd: &OwnedFd) -> Option<bool> {
 
 /// A pidfd (Linux >= 5.3): signals sent through it reach exactly the process it
 /// was opened for, even if the pid is reused meanwhile.
-fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+pub(super) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no
     // memory is passed.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0u32) };

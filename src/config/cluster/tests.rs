@@ -214,23 +214,127 @@ fn the_seed_round_trips_fractional_seconds_and_pause() {
     assert!(!d.pause);
 }
 
-/// The config key's PostgreSQL parameters (Patroni's cluster-wide settings): the
-/// names set, not those a patch removes; nothing for other sections or garbage.
+/// The config key's PostgreSQL settings (Patroni's cluster-wide ones): values as
+/// PostgreSQL reads them, names lower-cased and sorted, a patch's `null` left out;
+/// tenure's own and a node's own settings set aside with why; the form refused
+/// with the parameter named.
 #[test]
-fn pg_parameters_set_names_what_a_value_sets() {
+fn pg_parameters_are_read_with_their_form_checked() {
+    let pg = |v: Value| parse_pg_parameters(v.get("postgresql"));
+    let ok = pg(
+        json!({"ttl": 7, "postgresql": {"use_pg_rewind": true, "parameters": {
+        "work_mem": "8MB", "Max_Connections": 200, "checkpoint_completion_target": 0.9,
+        "hot_standby": true, "jit": false, "pg_stat_statements.track": "all",
+        "old": null, "port": 5433, "ssl_cert_file": "/x", "SSL": "on"}}}),
+    )
+    .expect("parses");
     assert_eq!(
-        pg_parameters_set(&json!({"ttl": 7, "postgresql": {"parameters": {
-            "work_mem": "8MB", "pg_stat_statements.track": "all", "old": null}}})),
-        ["pg_stat_statements.track", "work_mem"]
+        ok.set,
+        [
+            ("checkpoint_completion_target", "0.9"),
+            ("hot_standby", "on"),
+            ("jit", "off"),
+            ("max_connections", "200"),
+            ("pg_stat_statements.track", "all"),
+            ("work_mem", "8MB"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
     );
+    let ignored: Vec<&str> = ok.ignored.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(ignored, ["SSL", "port", "ssl_cert_file"]);
+    assert!(ok.ignored[1].1.contains("set by tenure itself"));
+    assert!(ok.ignored[0].1.contains("[postgresql.parameters]"));
     for v in [
         json!({"ttl": 7}),
-        json!({"postgresql": {"parameters": {"old": null}}}),
-        json!({"postgresql": {"parameters": "x"}}),
-        json!({"postgresql": {"use_pg_rewind": true}}),
         json!({"postgresql": null}),
-        json!("garbage"),
+        json!({"postgresql": {"use_pg_rewind": true}}),
+        json!({"postgresql": {"parameters": null}}),
+        json!({"postgresql": {"parameters": {"old": null}}}),
     ] {
-        assert!(pg_parameters_set(&v).is_empty(), "{v}");
+        assert_eq!(pg(v.clone()), Ok(PgParameters::default()), "{v}");
+    }
+    for (v, says) in [
+        (json!({"postgresql": "x"}), "postgresql: expected an object"),
+        (
+            json!({"postgresql": {"parameters": [1]}}),
+            "expected an object of settings",
+        ),
+        (
+            json!({"postgresql": {"parameters": {"work mem": "1"}}}),
+            "\"work mem\" is not",
+        ),
+        (
+            json!({"postgresql": {"parameters": {"a": [1]}}}),
+            "a: expected a string, number",
+        ),
+        (
+            json!({"postgresql": {"parameters": {"a": {"b": 1}}}}),
+            "found an object",
+        ),
+        (
+            json!({"postgresql": {"parameters": {"a": "1\nport = 2"}}}),
+            "line break",
+        ),
+        (
+            json!({"postgresql": {"parameters": {"Work_Mem": "1MB", "work_mem": "2MB"}}}),
+            "the same parameter",
+        ),
+        (
+            json!({"postgresql": {"parameters": {"wal_level": "Minimal"}}}),
+            "wal_level = \"Minimal\"",
+        ),
+        (
+            json!({"postgresql": {"parameters": {"hot_standby": "of"}}}),
+            "the agent's probe",
+        ),
+        (
+            json!({"postgresql": {"parameters": {"full_page_writes": false}}}),
+            "pg_rewind",
+        ),
+    ] {
+        let e = pg(v.clone()).expect_err(&v.to_string());
+        assert!(e.contains(says), "{v}: {e}");
+    }
+    // Values tenure needs, spelled as PostgreSQL takes them, pass.
+    for (k, v) in [
+        ("wal_level", "logical"),
+        ("wal_level", "hot_standby"),
+        ("hot_standby", "1"),
+        ("full_page_writes", "Yes"),
+    ] {
+        let v = json!({"postgresql": {"parameters": {k: v}}});
+        assert!(pg(v.clone()).is_ok(), "{v}");
+    }
+    // The key is the one source: a value without them has none, whatever came before.
+    let (_, d) = base()
+        .merge_dynamic(r#"{"ttl": 7, "postgresql": {"parameters": {"work_mem": "8MB"}}}"#)
+        .expect("parses");
+    assert_eq!(
+        d.pg_parameters.set,
+        [("work_mem".to_string(), "8MB".to_string())]
+    );
+    let e = base()
+        .merge_dynamic(r#"{"postgresql": {"parameters": {"wal_level": "minimal"}}}"#)
+        .unwrap_err();
+    assert!(
+        e.starts_with("config key: postgresql.parameters.wal_level"),
+        "{e}"
+    );
+}
+
+/// PostgreSQL's booleans (`parse_bool`): prefixes of the words, `on`, `of`/`off`,
+/// `1`/`0`, any case; `o` alone and anything else are not booleans.
+#[test]
+fn pg_bool_reads_as_postgresql_does() {
+    for t in ["on", "ON", "t", "tr", "TRUE", "y", "yes", "1"] {
+        assert_eq!(pg_bool(t), Some(true), "{t}");
+    }
+    for f in ["off", "of", "OFF", "f", "fal", "false", "n", "no", "0"] {
+        assert_eq!(pg_bool(f), Some(false), "{f}");
+    }
+    for x in [
+        "", "o", "onn", "offf", "truex", "2", "10", "yess", " on", "maybe",
+    ] {
+        assert_eq!(pg_bool(x), None, "{x:?}");
     }
 }
