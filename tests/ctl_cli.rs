@@ -139,3 +139,21 @@ fn unreachable_etcd_is_named() {
         "nothing on stdout for scripts to misread"
     );
 }
+
+/// A reader that went away before ctl wrote (`tenure ctl list | head -0`, a
+/// pager quit early): exit 0 and nothing on stderr, not `print!`'s panic on the
+/// broken pipe (exit 101).
+#[test]
+fn a_reader_that_went_away_ends_ctl_quietly() {
+    let (read_end, write_end) = nix::unistd::pipe().expect("pipe");
+    drop(read_end);
+    let o = Command::new(BIN)
+        .args(["ctl", "--help"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(write_end))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run tenure");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "");
+}

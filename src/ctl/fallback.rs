@@ -29,7 +29,7 @@ pub(super) fn through_candidate(
     timeout: std::time::Duration,
 ) -> Result<Response, CtlError> {
     if !ctx.inv.json {
-        println!(
+        outln!(
             "{} Could not failover through the leader {leader}'s API ({why}); asking the \
              candidate {candidate} instead (it takes over once {leader}'s lease is gone)",
             crate::clock::rfc3339_utc(crate::clock::realtime()),

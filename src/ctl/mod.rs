@@ -13,6 +13,24 @@
 //! Patroni 4.1's `patroni/ctl.py` is the reference for the verbs, the endpoints
 //! they call, the bodies they send and the order of the checks.
 
+/// `print!` for ctl's output: through [`out`], so a reader that went away ends ctl
+/// quietly instead of `print!`'s panic on the broken pipe.
+macro_rules! out {
+    ($($t:tt)*) => {
+        $crate::ctl::out(&format!($($t)*))
+    };
+}
+
+/// `println!` for ctl's output (see [`out!`]).
+macro_rules! outln {
+    () => {
+        $crate::ctl::out("\n")
+    };
+    ($($t:tt)*) => {
+        $crate::ctl::out(&format!("{}\n", format_args!($($t)*)))
+    };
+}
+
 pub mod args;
 mod fallback;
 pub mod http;
@@ -89,6 +107,26 @@ impl fmt::Display for CtlError {
     }
 }
 
+/// Write `text` to stdout, now. A reader that went away (`tenure ctl list | head
+/// -1`, a pager quit early) ends ctl with exit 0: what it did is done, and the
+/// reader asked for no more. Any other failure to write (a full disk behind a
+/// redirect) ends it with exit 1 and the reason on stderr. Never the panic
+/// `print!` gives on a closed pipe.
+pub fn out(text: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    if let Err(e) = o.write_all(text.as_bytes()).and_then(|()| o.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "tenure ctl: cannot write the output: {e}"
+        );
+        std::process::exit(1);
+    }
+}
+
 /// `tenure ctl ARGS...`: run it and return the exit code. Errors go to stderr.
 pub fn main<I>(args: I) -> u8
 where
@@ -111,7 +149,7 @@ where
 {
     let inv = args::parse(args).map_err(CtlError::Usage)?;
     if inv.command == args::Command::Help {
-        print!("{}", args::HELP);
+        out!("{}", args::HELP);
         return Ok(());
     }
     // Problems in keys other writers left are logged once on stderr (warn), so

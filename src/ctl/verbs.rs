@@ -55,7 +55,7 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<(), CtlError> {
 }
 
 fn print_json(v: &Value) {
-    println!("{v}");
+    outln!("{v}");
 }
 
 /// What a server said, for an error text: its JSON `error`/`message`/`reason`, or
@@ -213,7 +213,7 @@ fn to_any_member(
 fn list(ctx: &mut Ctx, topology: bool) -> Result<(), CtlError> {
     let Some(every) = ctx.inv.watch else {
         let s = ctx.snapshot()?;
-        print!("{}", list_text(ctx, &s, topology));
+        out!("{}", list_text(ctx, &s, topology));
         return Ok(());
     };
     // `--watch`: until interrupted (SIGINT ends the process). A read that fails
@@ -243,17 +243,8 @@ fn list(ctx: &mut Ctx, topology: bool) -> Result<(), CtlError> {
             }
             Err(e) => text.push_str(&format!("{e}\n")),
         }
-        // A reader that went away (`| head`) ends the watch, not a panic of
-        // `print!` on the broken pipe.
-        let mut out = std::io::stdout().lock();
-        if out
-            .write_all(text.as_bytes())
-            .and_then(|()| out.flush())
-            .is_err()
-        {
-            return Ok(());
-        }
-        drop(out);
+        // A reader that went away (`| head`) ends the watch with exit 0 (`out`).
+        super::out(&text);
         sleep(every.saturating_sub(started.elapsed()));
     }
 }
@@ -325,7 +316,7 @@ fn dsn(ctx: &mut Ctx, member: Option<String>, role: Option<RoleFilter>) -> Resul
             "member": pick.name, "host": pick.host, "port": port, "dsn": text
         }));
     } else {
-        println!("{text}");
+        outln!("{text}");
     }
     Ok(())
 }
@@ -335,7 +326,7 @@ fn history(ctx: &mut Ctx) -> Result<(), CtlError> {
     if ctx.inv.json {
         print_json(&render::history_json(&s.view.history));
     } else {
-        print!("{}", render::history_table(&s.view.history));
+        out!("{}", render::history_table(&s.view.history));
     }
     Ok(())
 }
@@ -351,7 +342,7 @@ fn show_config(ctx: &mut Ctx) -> Result<(), CtlError> {
     };
     match serde_json::from_str::<Value>(raw) {
         Ok(v) if ctx.inv.json => print_json(&v),
-        Ok(v) => println!(
+        Ok(v) => outln!(
             "{}",
             serde_json::to_string_pretty(&v).unwrap_or_else(|_| raw.to_string())
         ),
@@ -420,12 +411,12 @@ fn version(ctx: &mut Ctx) -> Result<(), CtlError> {
             "members": members,
         }));
     } else {
-        println!("tenure ctl {VERSION}");
+        outln!("tenure ctl {VERSION}");
         for m in &members {
             let name = m["name"].as_str().unwrap_or("?");
             match m["error"].as_str() {
-                Some(e) => println!("{name}: error: {e}"),
-                None => println!(
+                Some(e) => outln!("{name}: error: {e}"),
+                None => outln!(
                     "{name}: tenure {} PostgreSQL {}",
                     m["version"].as_str().unwrap_or("unknown"),
                     m["postgresql"].as_str().unwrap_or("not running")
@@ -475,7 +466,7 @@ fn wait_for_leader(
 
 fn print_outcome(ctx: &Ctx, action: &str, member: &str, r: &Response) {
     if !ctx.inv.json {
-        println!(
+        outln!(
             "{} {action}: {member} answered {}: {}",
             crate::clock::rfc3339_utc(crate::clock::realtime()),
             r.status,
@@ -529,8 +520,8 @@ fn switchover(
         ));
     }
     if !ctx.inv.json {
-        println!("Current cluster topology");
-        print!("{}", render::list_table(&s, false));
+        outln!("Current cluster topology");
+        out!("{}", render::list_table(&s, false));
     }
     let to = candidate
         .as_deref()
@@ -601,7 +592,7 @@ fn switchover(
             "new_leader": after.as_ref().and_then(|a| a.leader_name()),
         }));
     } else if let Some(a) = &after {
-        print!("{}", render::list_table(a, false));
+        out!("{}", render::list_table(a, false));
     }
     Ok(())
 }
@@ -636,8 +627,8 @@ fn failover(ctx: &mut Ctx, candidate: String, leader: Option<String>) -> Result<
     }
     check_candidate(&s, &candidate, current.as_deref().unwrap_or(""))?;
     if !ctx.inv.json {
-        println!("Current cluster topology");
-        print!("{}", render::list_table(&s, false));
+        outln!("Current cluster topology");
+        out!("{}", render::list_table(&s, false));
     }
     let demote = current
         .as_deref()
@@ -700,7 +691,7 @@ fn failover(ctx: &mut Ctx, candidate: String, leader: Option<String>) -> Result<
             "new_leader": after.leader_name(),
         }));
     } else {
-        print!("{}", render::list_table(&after, false));
+        out!("{}", render::list_table(&after, false));
     }
     Ok(())
 }
@@ -733,7 +724,7 @@ fn toggle_pause(ctx: &mut Ctx, pause: bool, wait: bool) -> Result<(), CtlError> 
     }
     let word = if pause { "paused" } else { "resumed" };
     if !ctx.inv.json {
-        println!("Success: cluster management is {word} (through {via})");
+        outln!("Success: cluster management is {word} (through {via})");
     }
     let mut seen_by = Vec::new();
     if wait {
@@ -745,7 +736,7 @@ fn toggle_pause(ctx: &mut Ctx, pause: bool, wait: bool) -> Result<(), CtlError> 
             |waiting| {
                 let names: Vec<String> = waiting.iter().map(|(n, _)| n.clone()).collect();
                 if names != last_shown && !ctx.inv.json {
-                    println!("Waiting for {} to report it", names.join(", "));
+                    outln!("Waiting for {} to report it", names.join(", "));
                     last_shown = names;
                 }
             },
@@ -753,7 +744,7 @@ fn toggle_pause(ctx: &mut Ctx, pause: bool, wait: bool) -> Result<(), CtlError> 
             &format!("do not report the cluster {word} yet"),
         )?;
         if !ctx.inv.json {
-            println!("Every member reports the cluster {word}");
+            outln!("Every member reports the cluster {word}");
         }
     }
     if ctx.inv.json {
@@ -821,8 +812,8 @@ fn per_member(
             Err(e) => (Err(e.to_string()), None, Value::Null),
         };
         match &line {
-            Ok(l) if !ctx.inv.json => println!("{l}"),
-            Err(l) if !ctx.inv.json => println!("Failed: {l}"),
+            Ok(l) if !ctx.inv.json => outln!("{l}"),
+            Err(l) if !ctx.inv.json => outln!("Failed: {l}"),
             _ => {}
         }
         if let Err(l) = &line {
@@ -951,7 +942,7 @@ fn flush_restart(ctx: &mut Ctx, names: Vec<String>) -> Result<(), CtlError> {
             if ctx.inv.json {
                 print_json(&json!({ "action": "flush restart", "results": [] }));
             } else {
-                println!("No scheduled restart on any member of {}", s.scope);
+                outln!("No scheduled restart on any member of {}", s.scope);
             }
             return Ok(());
         }
@@ -990,7 +981,7 @@ fn flush_switchover(ctx: &mut Ctx) -> Result<(), CtlError> {
         if ctx.inv.json {
             print_json(&json!({ "action": "flush switchover", "deleted": false }));
         } else {
-            println!("No pending scheduled switchover in {}", s.scope);
+            outln!("No pending scheduled switchover in {}", s.scope);
         }
         return Ok(());
     };
@@ -1041,7 +1032,7 @@ fn flush_switchover(ctx: &mut Ctx) -> Result<(), CtlError> {
                 "response": body_value(&r.body),
             }));
         } else {
-            println!("{line}");
+            outln!("{line}");
         }
         return Ok(());
     }
@@ -1118,7 +1109,7 @@ fn reinit(ctx: &mut Ctx, names: Vec<String>, wait: bool) -> Result<(), CtlError>
         |_| {},
         |name| {
             if !json {
-                println!("Reinitialize is completed on: {name}");
+                outln!("Reinitialize is completed on: {name}");
             }
         },
         "not running yet",
@@ -1289,7 +1280,7 @@ fn edit_config(ctx: &mut Ctx, set: Vec<(String, String)>) -> Result<(), CtlError
         if ctx.inv.json {
             print_json(&json!({ "action": "edit-config", "changed": false }));
         } else {
-            println!("Not changed");
+            outln!("Not changed");
         }
         return Ok(());
     }
@@ -1328,7 +1319,7 @@ fn edit_config(ctx: &mut Ctx, set: Vec<(String, String)>) -> Result<(), CtlError
                 .pointer(&path)
                 .cloned()
                 .unwrap_or(Value::Null);
-            println!("{k}: {old} -> {new}");
+            outln!("{k}: {old} -> {new}");
         }
     }
     confirm(ctx, "Apply these changes?")?;
@@ -1349,7 +1340,7 @@ fn edit_config(ctx: &mut Ctx, set: Vec<(String, String)>) -> Result<(), CtlError
             "config": body_value(&r.body),
         }));
     } else {
-        println!("Configuration changed (through {via})");
+        outln!("Configuration changed (through {via})");
     }
     Ok(())
 }
