@@ -25,11 +25,23 @@ const BIN: &str = env!("CARGO_BIN_EXE_tenure");
 /// `tenure ctl --config FILE ARGS...` started, its stdout and stderr piped to us
 /// (ours to wait for, or to stop by its pid).
 fn ctl_child(config: &Path, args: &[&str], stdin: Stdio) -> std::process::Child {
+    ctl_child_env(config, args, stdin, &[])
+}
+
+/// [`ctl_child`] with `env` set for it (`EDITOR`).
+fn ctl_child_env(
+    config: &Path,
+    args: &[&str],
+    stdin: Stdio,
+    env: &[(&str, &Path)],
+) -> std::process::Child {
     Command::new(BIN)
         .arg("ctl")
         .arg("--config")
         .arg(config)
         .args(args)
+        .envs(env.iter().copied())
+        .env_remove("VISUAL")
         .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -920,6 +932,82 @@ fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
         "{} did not come back with max_connections 120{}",
         c.name(r),
         c.logs_tail(40)
+    );
+
+    // The editor (`$EDITOR`, through sh): what it leaves is stored whole (PUT),
+    // a key it removed is gone and an explicit `null` stays. One that leaves no
+    // JSON sends nothing (exit 2).
+    let dir = cfg.parent().expect("config dir").to_path_buf();
+    let editor = |name: &str, body: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("write editor");
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod editor");
+        p
+    };
+    let edit = |script: &Path| {
+        ctl_child_env(
+            &cfg,
+            &["edit-config", "--force"],
+            Stdio::null(),
+            &[("EDITOR", script)],
+        )
+        .wait_with_output()
+        .expect("tenure ctl output")
+    };
+    let before = c.get_kv("config").expect("config key");
+    let o = edit(&editor("garbage.sh", "echo garbage > \"$1\""));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("not JSON"), "{}", text(&o));
+    assert_eq!(
+        c.get_kv("config").expect("config key").mod_revision,
+        before.mod_revision,
+        "nothing sent"
+    );
+    let o = edit(&editor(
+        "good.sh",
+        "sed -i -e 's/\"maximum_lag_on_failover\": [0-9]*/\"maximum_lag_on_failover\": 2097152/' \
+         -e '/\"member_slots_ttl\"/d' \"$1\"",
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("maximum_lag_on_failover: 1048576 -> 2097152")
+            && text(&o).contains("member_slots_ttl: 1800 -> null"),
+        "{}",
+        text(&o)
+    );
+    let v: Value = serde_json::from_str(&c.get_key("config").expect("config")).expect("json");
+    assert_eq!(v["maximum_lag_on_failover"], 2_097_152, "{v}");
+    assert!(v.get("member_slots_ttl").is_none(), "{v}");
+    assert!(v.get("promote_delay").is_some_and(Value::is_null), "{v}");
+
+    // --apply: a merge patch from stdin; --replace: the whole value from a file
+    // (without `postgresql`, so every member's cluster-wide settings go).
+    let o = ctl_in(
+        &cfg,
+        &["edit-config", "--apply", "-", "--force"],
+        r#"{"maximum_lag_on_failover": 3145728}"#,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let mut v: Value = serde_json::from_str(&c.get_key("config").expect("config")).expect("json");
+    assert_eq!(v["maximum_lag_on_failover"], 3_145_728, "{v}");
+    v.as_object_mut().expect("object").remove("postgresql");
+    let file = dir.join("replace.json");
+    std::fs::write(&file, v.to_string()).expect("write replace");
+    let o = ctl(
+        &cfg,
+        &[
+            "edit-config",
+            "--replace",
+            file.to_str().expect("utf-8"),
+            "--force",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        on_every("maintenance_work_mem", "64MB"),
+        "the cluster-wide settings not gone from every member{}",
+        c.logs_tail(30)
     );
     assert_eq!(c.leader_key(), Some(key), "nothing of this failed over");
 }

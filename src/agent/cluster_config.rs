@@ -56,25 +56,50 @@ impl Agent {
         patch: Option<Map<String, Value>>,
         whole: Option<Map<String, Value>>,
     ) -> Response {
-        // The PostgreSQL settings the request itself sets (not what another writer
-        // left in the key: a PATCH of `pause` on a key holding a Patroni-era
-        // section goes through): their form, then PostgreSQL's own parser on
-        // their values, before anything is read or stored. A value PostgreSQL
-        // refuses in a configuration file would stop every member's next start.
+        // The PostgreSQL settings the request sets: their form first, before any
+        // call.
         let request = patch.as_ref().or(whole.as_ref());
         let pg = match parse_pg_parameters(request.and_then(|r| r.get("postgresql"))) {
             Ok(pg) => pg,
             Err(e) => return Response::text(400, format!("config refused, nothing stored: {e}")),
         };
-        if let Some((name, why)) = pg.ignored.first() {
+        let deadline = self.deadline(self.core.timing().retry_timeout);
+        let Some((etcd, rt)) = self.connect(deadline) else {
+            return Response::text(503, "etcd unreachable: nothing written");
+        };
+        let read = match etcd.read_config_and_members(rt, deadline) {
+            Ok(r) => r,
+            Err(e) => return Response::text(503, format!("cannot read the config key: {e}")),
+        };
+        // Of those, what the request changes (not what another writer left in the
+        // key and a PUT of the whole value carries over unchanged: editing `pause`
+        // in a key holding a Patroni-era section goes through), then PostgreSQL's
+        // own parser on the changed values. A value PostgreSQL refuses in a
+        // configuration file would stop every member's next start.
+        let stored = read
+            .config
+            .as_ref()
+            .and_then(|(raw, _)| serde_json::from_str::<Value>(raw).ok())
+            .and_then(|v| parse_pg_parameters(v.get("postgresql")).ok())
+            .unwrap_or_default();
+        if let Some((name, why)) = pg
+            .ignored
+            .iter()
+            .find(|(n, _)| !stored.ignored.iter().any(|(s, _)| s == n))
+        {
             return Response::text(
                 400,
                 format!("config refused, nothing stored: postgresql.parameters.{name}: {why}"),
             );
         }
-        if !pg.set.is_empty() {
+        let changed: Vec<(String, String)> = pg
+            .set
+            .into_iter()
+            .filter(|p| !stored.set.contains(p))
+            .collect();
+        if !changed.is_empty() {
             let deadline = self.deadline(self.core.timing().retry_timeout);
-            match self.pg.check_parameters(&pg.set, deadline) {
+            match self.pg.check_parameters(&changed, deadline) {
                 Ok(refused) if refused.is_empty() => {}
                 Ok(refused) => {
                     let said: Vec<String> = refused
@@ -102,14 +127,6 @@ impl Agent {
                 }
             }
         }
-        let deadline = self.deadline(self.core.timing().retry_timeout);
-        let Some((etcd, rt)) = self.connect(deadline) else {
-            return Response::text(503, "etcd unreachable: nothing written");
-        };
-        let read = match etcd.read_config_and_members(rt, deadline) {
-            Ok(r) => r,
-            Err(e) => return Response::text(503, format!("cannot read the config key: {e}")),
-        };
         let (value, expect) = match (patch, whole) {
             (Some(p), _) => {
                 let Some((raw, rev)) = read.config else {

@@ -58,12 +58,16 @@ Commands:
   reinit MEMBER... [--wait] [--force]
                            rebuild MEMBER's data directory from the leader (the old one
                            is moved aside, never deleted)
-  edit-config --set KEY=VALUE... --pg NAME=VALUE... [--force]
+  edit-config [--set KEY=VALUE...] [--pg NAME=VALUE...] [--apply FILE]
+              [--replace FILE] [--force]
                            change the config key; checked here against the timing
                            contract (DESIGN S6) before anything is sent. --pg (-p)
                            sets a PostgreSQL setting on every member
                            (postgresql.parameters.NAME; PostgreSQL checks the value
-                           before it is stored; NAME=null removes it)
+                           before it is stored; NAME=null removes it). --apply: a
+                           JSON merge patch from FILE (- for stdin); --replace: the
+                           whole value from FILE; none of them: the value in
+                           $VISUAL or $EDITOR (default vi)
 
 Options:
   -c, --config FILE        the node configuration to read etcd endpoints, scope and
@@ -176,6 +180,10 @@ pub enum Command {
     EditConfig {
         /// `(dotted key, value text)` in the order given.
         set: Vec<(String, String)>,
+        /// `--apply FILE` (`-`: stdin): a JSON merge patch, applied before `set`.
+        apply: Option<PathBuf>,
+        /// `--replace FILE` (`-`: stdin): the whole new value.
+        replace: Option<PathBuf>,
     },
 }
 
@@ -195,6 +203,8 @@ struct Seen {
     role: Option<RoleFilter>,
     pg_version: Option<String>,
     set: Vec<(String, String)>,
+    apply: Option<PathBuf>,
+    replace: Option<PathBuf>,
     help: bool,
     /// Options given, by their long name, to refuse those the command does not use.
     given: Vec<&'static str>,
@@ -312,6 +322,14 @@ where
                 let kv = value(&mut p, "--set")?;
                 s.set.push(split_set(&kv)?);
                 s.given.push("--set");
+            }
+            Long("apply") => {
+                s.apply = Some(PathBuf::from(value(&mut p, "--apply")?));
+                s.given.push("--apply");
+            }
+            Long("replace") => {
+                s.replace = Some(PathBuf::from(value(&mut p, "--replace")?));
+                s.given.push("--replace");
             }
             // patronictl's `-p`/`--pg NAME=VALUE`: `--set postgresql.parameters.NAME=VALUE`.
             Short('p') | Long("pg") => {
@@ -479,17 +497,19 @@ fn build(mut s: Seen) -> Result<Invocation, String> {
         }
         "edit-config" => {
             no_args(&rest)?;
-            if s.set.is_empty() {
+            if s.replace.is_some() && (!s.set.is_empty() || s.apply.is_some()) {
                 return Err(
-                    "edit-config needs --set KEY=VALUE or --pg NAME=VALUE (interactive \
-                            editing is not supported: the change is checked against the \
-                            timing contract before it is sent)"
-                        .into(),
+                    "--replace takes the whole value: not with --set, --pg or --apply".into(),
                 );
             }
+            // None of them: the value in an editor ($VISUAL, $EDITOR, vi).
             (
-                Command::EditConfig { set: s.set.clone() },
-                &["--set", "--pg", "--force"],
+                Command::EditConfig {
+                    set: s.set.clone(),
+                    apply: s.apply.clone(),
+                    replace: s.replace.clone(),
+                },
+                &["--set", "--pg", "--apply", "--replace", "--force"],
             )
         }
         other => return Err(format!("unknown command {other:?}")),

@@ -156,7 +156,9 @@ fn every_command_parses() {
             set: vec![
                 ("ttl".into(), "10".into()),
                 ("slots.barman.type".into(), "physical".into())
-            ]
+            ],
+            apply: None,
+            replace: None,
         }
     );
     assert_eq!(
@@ -204,7 +206,6 @@ fn usage_errors_name_the_argument() {
     assert!(usage(&["failover"]).contains("--candidate"));
     assert!(usage(&["failover", "--candidate"]).contains("needs a value"));
     assert!(usage(&["reinit"]).contains("MEMBER"));
-    assert!(usage(&["edit-config"]).contains("--set KEY=VALUE"));
     assert!(usage(&["edit-config", "--set", "ttl"]).contains("\"ttl\""));
     assert!(usage(&["edit-config", "--set", "a..b=1"]).contains("empty part"));
     assert!(usage(&["list", "--watch", "0"]).contains("--watch \"0\""));
@@ -240,7 +241,9 @@ fn usage_errors_name_the_argument() {
                     "5000".into()
                 ),
                 ("postgresql.parameters.old".into(), "null".into()),
-            ]
+            ],
+            apply: None,
+            replace: None,
         }
     );
     assert!(usage(&["edit-config", "--pg", "work_mem"]).contains("NAME=VALUE"));
@@ -250,9 +253,41 @@ fn usage_errors_name_the_argument() {
             .expect("parses")
             .command,
         Command::EditConfig {
-            set: vec![("postgresql".into(), "null".into())]
+            set: vec![("postgresql".into(), "null".into())],
+            apply: None,
+            replace: None,
         }
     );
+    // No change given: the editor. `--replace` is the whole value, alone.
+    assert_eq!(
+        parse(&["edit-config"]).expect("parses").command,
+        Command::EditConfig {
+            set: vec![],
+            apply: None,
+            replace: None
+        }
+    );
+    assert_eq!(
+        parse(&["edit-config", "--apply", "-", "-s", "ttl=9"])
+            .expect("parses")
+            .command,
+        Command::EditConfig {
+            set: vec![("ttl".into(), "9".into())],
+            apply: Some("-".into()),
+            replace: None
+        }
+    );
+    for bad in [
+        &["edit-config", "--replace", "f", "--set", "ttl=9"][..],
+        &["edit-config", "--replace", "f", "--apply", "g"],
+        &["edit-config", "--replace", "f", "--pg", "a=1"],
+    ] {
+        assert!(
+            usage(bad).contains("--replace takes the whole value"),
+            "{bad:?}"
+        );
+    }
+    assert!(usage(&["list", "--apply", "f"]).contains("--apply does not apply to list"));
     assert!(usage(&["switchover", "--scheduled", "tomorrow"]).contains("\"tomorrow\""));
     assert!(usage(&["restart", "--role", "boss"]).contains("\"boss\""));
     assert!(usage(&["restart", "--pg-version", "15.x"]).contains("\"15.x\""));
@@ -845,6 +880,45 @@ fn set_builds_a_patch_and_null_removes() {
             "ttl": 10, "pause": true, "promote_delay": null,
             "postgresql": {"parameters": {"work_mem": "8MB", "max_connections": 200}}
         })
+    );
+    // The patch between two values turns the one into the other; a removed key
+    // is `null`, an unchanged one absent; the leaves name what changes.
+    let obj = |v: Value| match v {
+        Value::Object(o) => o,
+        _ => unreachable!(),
+    };
+    let old = obj(json!({"ttl": 7, "pause": true, "promote_delay": null,
+        "slots": {"a": {"type": "physical"}, "b": {"type": "physical"}},
+        "postgresql": {"parameters": {"work_mem": "8MB", "jit": "off"}}}));
+    let new = obj(
+        json!({"ttl": 9, "promote_delay": null, "ignore_slots": [{"name": "x"}],
+        "slots": {"a": {"type": "physical"}},
+        "postgresql": {"parameters": {"work_mem": "16MB", "jit": "off"}}}),
+    );
+    let d = verbs::diff_patch(&old, &new);
+    assert_eq!(
+        Value::Object(d.clone()),
+        json!({"ttl": 9, "pause": null, "ignore_slots": [{"name": "x"}],
+            "slots": {"b": null}, "postgresql": {"parameters": {"work_mem": "16MB"}}})
+    );
+    let mut round = old.clone();
+    verbs::apply_patch(&mut round, &d);
+    assert_eq!(round, new);
+    assert!(verbs::diff_patch(&new, &new).is_empty());
+    let mut leaves: Vec<String> = verbs::patch_leaves(&d)
+        .iter()
+        .map(|p| p.join("."))
+        .collect();
+    leaves.sort();
+    assert_eq!(
+        leaves,
+        [
+            "ignore_slots",
+            "pause",
+            "postgresql.parameters.work_mem",
+            "slots.b",
+            "ttl"
+        ]
     );
     // A setting's own dot stays in its name.
     assert_eq!(

@@ -50,7 +50,11 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<(), CtlError> {
         },
         Command::Reload { members } => reload(ctx, members),
         Command::Reinit { members, wait } => reinit(ctx, members, wait),
-        Command::EditConfig { set } => edit_config(ctx, set),
+        Command::EditConfig {
+            set,
+            apply,
+            replace,
+        } => edit_config(ctx, set, apply, replace),
     }
 }
 
@@ -1255,7 +1259,125 @@ pub fn check_timing(
     Ok(())
 }
 
-fn edit_config(ctx: &mut Ctx, set: Vec<(String, String)>) -> Result<(), CtlError> {
+/// A JSON object from `path` (`-`: stdin), for `--apply` and `--replace`. Errors
+/// name the file and, for JSON, the line and column.
+fn read_object(path: &std::path::Path, what: &str) -> Result<Map<String, Value>, CtlError> {
+    let text = if path.as_os_str() == "-" {
+        let mut t = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut t)
+            .map_err(|e| CtlError::Usage(format!("{what} -: cannot read stdin: {e}")))?;
+        t
+    } else {
+        std::fs::read_to_string(path)
+            .map_err(|e| CtlError::Usage(format!("{what} {}: {e}", path.display())))?
+    };
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(o)) => Ok(o),
+        Ok(other) => Err(CtlError::Usage(format!(
+            "{what} {}: expected a JSON object, found {other}",
+            path.display()
+        ))),
+        Err(e) => Err(CtlError::Usage(format!(
+            "{what} {}: not JSON: {e}",
+            path.display()
+        ))),
+    }
+}
+
+/// The config key in the operator's editor (`$VISUAL`, `$EDITOR`, else `vi`; run
+/// through `sh` as git runs it, so `code -w` works): the value as edited.
+/// Nothing is sent when the editor fails or the result is not a JSON object.
+fn edit_in_editor(current: &Map<String, Value>) -> Result<Map<String, Value>, CtlError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let editor = ["VISUAL", "EDITOR"]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok())
+        .find(|e| !e.trim().is_empty())
+        .unwrap_or_else(|| "vi".to_string());
+    let path = std::env::temp_dir().join(format!(
+        "tenure-config-{}-{}.json",
+        std::process::id(),
+        crate::clock::realtime().as_nanos()
+    ));
+    let text = serde_json::to_string_pretty(&Value::Object(current.clone()))
+        .unwrap_or_else(|_| "{}".into());
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| f.write_all(format!("{text}\n").as_bytes()));
+    if let Err(e) = written {
+        return Err(CtlError::Failed(format!("{}: {e}", path.display())));
+    }
+    let status = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("sh")
+        .arg(&path)
+        .status();
+    let result = match status {
+        Ok(st) if st.success() => read_object(&path, "the edited value"),
+        Ok(st) => Err(CtlError::Failed(format!(
+            "the editor ({editor}) ended with {st}: nothing sent"
+        ))),
+        Err(e) => Err(CtlError::Failed(format!(
+            "cannot run the editor ({editor}): {e}"
+        ))),
+    };
+    let _ = std::fs::remove_file(&path);
+    result
+}
+
+/// The JSON merge patch (RFC 7396) that turns `old` into `new`: changed and new
+/// keys with their new values, removed keys as `null`, objects compared key by
+/// key. (A `null` value in `new` cannot be told from a removal in a merge patch:
+/// the whole value is sent with `PUT` where that matters, `--replace` and the
+/// editor.)
+pub fn diff_patch(old: &Map<String, Value>, new: &Map<String, Value>) -> Map<String, Value> {
+    let mut p = Map::new();
+    for (k, v) in new {
+        match (old.get(k), v) {
+            (Some(o), n) if o == n => {}
+            (Some(Value::Object(o)), Value::Object(n)) => {
+                p.insert(k.clone(), Value::Object(diff_patch(o, n)));
+            }
+            _ => {
+                p.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    for k in old.keys() {
+        if !new.contains_key(k) {
+            p.insert(k.clone(), Value::Null);
+        }
+    }
+    p
+}
+
+/// Every leaf a patch sets, as the parts of its path (for `KEY: old -> new`).
+pub fn patch_leaves(patch: &Map<String, Value>) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for (k, v) in patch {
+        match v {
+            Value::Object(o) if !o.is_empty() => {
+                for mut rest in patch_leaves(o) {
+                    rest.insert(0, k.clone());
+                    out.push(rest);
+                }
+            }
+            _ => out.push(vec![k.clone()]),
+        }
+    }
+    out
+}
+
+fn edit_config(
+    ctx: &mut Ctx,
+    set: Vec<(String, String)>,
+    apply: Option<std::path::PathBuf>,
+    replace: Option<std::path::PathBuf>,
+) -> Result<(), CtlError> {
     let s = ctx.snapshot()?;
     let current = match s.view.config.as_deref() {
         None => Map::new(),
@@ -1264,9 +1386,24 @@ fn edit_config(ctx: &mut Ctx, set: Vec<(String, String)>) -> Result<(), CtlError
             _ => Map::new(),
         },
     };
-    let patch = patch_of(&set);
-    // The PostgreSQL settings' form is checked here (a usage error); their values
-    // by PostgreSQL's own parser on the member the change goes through.
+    // The whole new value (`--replace`, the editor: sent with PUT, so an explicit
+    // `null` stays one), or a patch (`--set`, `--pg`, `--apply`: PATCH).
+    let whole = match &replace {
+        Some(f) => Some(read_object(f, "--replace")?),
+        None if set.is_empty() && apply.is_none() => Some(edit_in_editor(&current)?),
+        None => None,
+    };
+    let patch = match &whole {
+        Some(w) => diff_patch(&current, w),
+        None => {
+            let mut p = match &apply {
+                Some(f) => read_object(f, "--apply")?,
+                None => Map::new(),
+            };
+            apply_patch(&mut p, &patch_of(&set));
+            p
+        }
+    };
     let pg = crate::config::cluster::parse_pg_parameters(patch.get("postgresql"))
         .map_err(CtlError::Usage)?;
     if let Some((name, why)) = pg.ignored.first() {
@@ -1274,8 +1411,14 @@ fn edit_config(ctx: &mut Ctx, set: Vec<(String, String)>) -> Result<(), CtlError
             "postgresql.parameters.{name}: {why}"
         )));
     }
-    let mut merged = current.clone();
-    apply_patch(&mut merged, &patch);
+    let merged = match &whole {
+        Some(w) => w.clone(),
+        None => {
+            let mut m = current.clone();
+            apply_patch(&mut m, &patch);
+            m
+        }
+    };
     if merged == current {
         if ctx.inv.json {
             print_json(&json!({ "action": "edit-config", "changed": false }));
@@ -1305,25 +1448,39 @@ fn edit_config(ctx: &mut Ctx, set: Vec<(String, String)>) -> Result<(), CtlError
         ))
     })?;
     if !ctx.inv.json {
-        for (k, _) in &set {
+        let (cur, new) = (
+            Value::Object(current.clone()),
+            Value::Object(merged.clone()),
+        );
+        for parts in patch_leaves(&patch) {
             // A JSON pointer: `~` and `/` inside a part escaped (RFC 6901).
-            let path: String = set_path(k)
+            let path: String = parts
                 .iter()
                 .map(|p| format!("/{}", p.replace('~', "~0").replace('/', "~1")))
                 .collect();
-            let old = Value::Object(current.clone())
-                .pointer(&path)
-                .cloned()
-                .unwrap_or(Value::Null);
-            let new = Value::Object(merged.clone())
-                .pointer(&path)
-                .cloned()
-                .unwrap_or(Value::Null);
-            outln!("{k}: {old} -> {new}");
+            let at = |v: &Value| v.pointer(&path).cloned().unwrap_or(Value::Null);
+            outln!("{}: {} -> {}", parts.join("."), at(&cur), at(&new));
         }
     }
     confirm(ctx, "Apply these changes?")?;
-    let (via, r) = to_any_member(ctx, &s, "PATCH", "/config", &Value::Object(patch))?;
+    let (via, r) = match &whole {
+        Some(w) => {
+            // PUT stores what it is given over whatever the key holds: refused
+            // when the key changed since it was read here (another operator's
+            // change while this one was in the editor would be lost). The window
+            // left is this read to the member's write, milliseconds.
+            let again = ctx.snapshot()?;
+            if again.view.config != s.view.config {
+                return Err(CtlError::Failed(
+                    "the config key changed since it was read here: nothing sent; run \
+                     edit-config again"
+                        .into(),
+                ));
+            }
+            to_any_member(ctx, &again, "PUT", "/config", &Value::Object(w.clone()))?
+        }
+        None => to_any_member(ctx, &s, "PATCH", "/config", &Value::Object(patch))?,
+    };
     if !ok(&r) {
         return Err(CtlError::Failed(format!(
             "{via} refused the change ({}): {}",
