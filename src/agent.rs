@@ -156,8 +156,14 @@ struct Agent {
     /// The last certificate/auth error logged (agent/secure.rs: once per distinct text).
     security_error: Option<String>,
     /// The last failure of the cluster-wide PostgreSQL settings logged (once per
-    /// distinct text: `maintain_cluster_params` retries every iteration).
+    /// distinct text), and when `maintain_cluster_params` may try again (at most
+    /// once a `loop_wait`, and never faster than a second).
     params_error: Option<String>,
+    params_retry_at: Option<Instant>,
+    /// A `config` key was applied in this run: only then does this node know the
+    /// cluster-wide PostgreSQL settings (before, `tenure.params.conf` stays as
+    /// an earlier run left it: etcd may be down at start-up).
+    params_known: bool,
     pg: PgCtl,
     core: Core,
     api: api::server::ApiServer,
@@ -377,6 +383,8 @@ impl Agent {
             names: names::Names::new(&cfg.etcd),
             security_error: None,
             params_error: None,
+            params_retry_at: None,
+            params_known: false,
             pg,
             core,
             api,
@@ -622,7 +630,10 @@ impl Agent {
             if let Ok(view) = &obs.cluster {
                 self.maintain_hba(view);
             }
-            self.maintain_cluster_params();
+            // Not while a fence runs, nor on the way out.
+            if !exit && !self.core.fence_in_progress() {
+                self.maintain_cluster_params();
+            }
             self.notify_after_iteration(&obs);
             self.check_iteration_budget(iteration_start, tick);
             // Certificate expiry alerts when due: the stored notAfter and the clock
@@ -880,7 +891,11 @@ impl Agent {
     fn reap_orphans(&self) {
         let job = self.pg.job_pid();
         for pid in crate::pg::procs::zombie_children(std::process::id()) {
-            if Some(pid) != job && !self.hooks.owns(pid) && !self.names.owns(pid) {
+            if Some(pid) != job
+                && !self.hooks.owns(pid)
+                && !self.names.owns(pid)
+                && !self.pg.owns_child(pid)
+            {
                 let _ = nix::sys::wait::waitpid(
                     nix::unistd::Pid::from_raw(pid as i32),
                     Some(nix::sys::wait::WaitPidFlag::WNOHANG),
@@ -1339,7 +1354,7 @@ impl Agent {
             Ok((t, d)) => {
                 info!("applying the cluster's dynamic configuration: {raw}");
                 for (name, why) in &d.pg_parameters.ignored {
-                    warn!("config key: postgresql.parameters.{name} is not applied: {why}");
+                    warn!("config key: postgresql.parameters {name:?} is not applied: {why}");
                 }
                 if !d.logical_slots.is_empty() {
                     warn!(
@@ -1350,6 +1365,7 @@ impl Agent {
                 }
                 self.cfg.timing = t;
                 self.cfg.dynamic = d;
+                self.params_known = true;
                 self.core.set_timing(clock::now(), timing_of(&self.cfg));
                 self.pg.set_loop_wait(self.cfg.timing.loop_wait);
                 self.follow_ttl_with_w();
@@ -1951,10 +1967,15 @@ impl Agent {
     /// PostgreSQL's parser accepts into `tenure.params.conf`, then a reload
     /// (`PgCtl::set_cluster_params`; only when the key's list changed). One it
     /// refuses is left out and said (`CONFIG_REFUSED`), as is one the node's own
-    /// `[postgresql.parameters]` overrides. A failure is logged when its text
-    /// changes and retried next iteration. Bounded like every call of the loop
-    /// (S1, S6 d): the check's child is killed at the deadline.
+    /// `[postgresql.parameters]` overrides. Nothing before a `config` key was
+    /// applied in this run. A failure is logged when its text changes and tried
+    /// again a `loop_wait` later (each check's child exits with a SIGCHLD that
+    /// wakes the loop: no retry right behind it). Bounded like every call of the
+    /// loop (S1, S6 d): the check's child is killed at the deadline.
     fn maintain_cluster_params(&mut self) {
+        if !self.params_known || self.params_retry_at.is_some_and(|t| clock::now() < t) {
+            return;
+        }
         let deadline = self.deadline(Duration::from_secs(1));
         match self
             .pg
@@ -1963,12 +1984,13 @@ impl Agent {
             Ok(None) => {}
             Ok(Some(a)) => {
                 self.params_error = None;
+                self.params_retry_at = None;
                 for r in &a.refused {
                     crate::events::emit(&crate::events::Event::ConfigRefused {
                         source: "config key",
                         error: format!(
                             "postgresql.parameters.{} = {:?} left out of tenure.params.conf: \
-                             PostgreSQL refuses it ({})",
+                             refused on this node ({})",
                             r.name, r.value, r.why
                         ),
                     });
@@ -2011,7 +2033,12 @@ impl Agent {
                 }
             }
             Err(e) => {
-                let e = format!("cluster-wide PostgreSQL settings: {e}; retrying next iteration");
+                let wait = self.cfg.timing.loop_wait.max(Duration::from_secs(1));
+                self.params_retry_at = Some(clock::now().add(wait));
+                let e = format!(
+                    "cluster-wide PostgreSQL settings: {e}; trying again in {} s",
+                    wait.as_secs_f64()
+                );
                 if self.params_error.as_deref() != Some(e.as_str()) {
                     warn!("{e}");
                     self.params_error = Some(e);

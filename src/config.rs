@@ -2709,6 +2709,7 @@ impl Config {
                 ));
             }
         };
+        cluster::check_sync_commit(&mut d.pg_parameters, d.synchronous_mode);
         Ok((t, d))
     }
 

@@ -94,16 +94,26 @@ fn real_config_patch_checks_every_member_and_agents_refuse_garbage() {
     for (patch, says) in [
         (
             r#"{"postgresql": {"parameters": {"temp_buffers": "16MB", "work_mem": "banana"}}}"#,
-            "postgresql.parameters.work_mem = \"banana\": PostgreSQL refuses it (invalid \
-             value for parameter \"work_mem\": \"banana\")",
+            "postgresql.parameters.work_mem = \"banana\": refused (invalid value for \
+             parameter \"work_mem\": \"banana\")",
         ),
         (
             r#"{"postgresql": {"parameters": {"port": 5999}}}"#,
-            "postgresql.parameters.port: set by tenure itself",
+            "postgresql.parameters \"port\": set by tenure itself",
         ),
         (
             r#"{"postgresql": {"parameters": {"hba_file": "/etc/hba"}}}"#,
-            "postgresql.parameters.hba_file: a node's own setting",
+            "postgresql.parameters \"hba_file\": a node's own setting",
+        ),
+        (
+            // `postgres -c` takes it; a configuration file does not (a syntax
+            // error that would stop every start).
+            r#"{"postgresql": {"parameters": {"a.b.c": "1"}}}"#,
+            "postgresql.parameters \"a.b.c\": not a PostgreSQL parameter name",
+        ),
+        (
+            r#"{"postgresql": {"parameters": {"shared_preload_libraries": "pg_nothere"}}}"#,
+            "library \"pg_nothere\" is not installed on this host",
         ),
     ] {
         let (code, body) = c

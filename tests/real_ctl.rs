@@ -803,6 +803,27 @@ fn real_ctl_failover_with_the_leader_crashed() {
     );
 }
 
+/// `SHOW name` on node `i`'s PostgreSQL.
+fn show(c: &TestCluster, i: usize, name: &str) -> Option<String> {
+    c.sql_one(i, &format!("SHOW {name}")).ok()
+}
+
+/// Whether every node's PostgreSQL shows `name` = `want` within 30 s.
+fn on_every(c: &TestCluster, name: &str, want: &str) -> bool {
+    tenure::testbed::wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
+        (0..3)
+            .all(|i| show(c, i, name).as_deref() == Some(want))
+            .then_some(())
+    })
+    .is_some()
+}
+
+/// Whether node `i`'s member key says a restart is pending.
+fn pending(c: &TestCluster, i: usize) -> bool {
+    c.member(c.name(i))
+        .is_some_and(|m| m["pending_restart"] == true)
+}
+
 /// Cluster-wide PostgreSQL settings (Patroni's `edit-config -p`): `--pg` reaches
 /// every member's PostgreSQL with a reload, under each node's own
 /// `[postgresql.parameters]`; a setting that needs a restart shows as
@@ -813,6 +834,7 @@ fn real_ctl_failover_with_the_leader_crashed() {
 #[test]
 fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
     let mut opts = common::options("ctl", "params");
+    opts.etcd_relays = true;
     opts.section_extra.push((
         "[postgresql.parameters]".into(),
         "temp_buffers = \"16MB\"".into(),
@@ -822,20 +844,6 @@ fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
     let r = (p + 1) % 3;
     let key = c.leader_key().expect("leader key");
     let cfg = c.config_path(0).to_path_buf();
-    let show = |i: usize, name: &str| c.sql_one(i, &format!("SHOW {name}")).ok();
-    let on_every = |name: &str, want: &str| {
-        tenure::testbed::wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
-            (0..3)
-                .all(|i| show(i, name).as_deref() == Some(want))
-                .then_some(())
-        })
-        .is_some()
-    };
-    let pending = |i: usize| {
-        c.member(c.name(i))
-            .is_some_and(|m| m["pending_restart"] == true)
-    };
-
     let o = ctl(
         &cfg,
         &[
@@ -851,13 +859,13 @@ fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
-        on_every("work_mem", "12MB"),
+        on_every(&c, "work_mem", "12MB"),
         "work_mem never reached every member{}",
         c.logs_tail(30)
     );
     for i in 0..3 {
         assert_eq!(
-            show(i, "temp_buffers").as_deref(),
+            show(&c, i, "temp_buffers").as_deref(),
             Some("16MB"),
             "the node's own wins"
         );
@@ -870,7 +878,7 @@ fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
     }
     let all_pending =
         tenure::testbed::wait_for(Duration::from_secs(15), Duration::from_millis(100), || {
-            (0..3).all(pending).then_some(())
+            (0..3).all(|i| pending(&c, i)).then_some(())
         });
     assert!(
         all_pending.is_some(),
@@ -903,7 +911,7 @@ fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
         None,
     );
     assert!(
-        on_every("maintenance_work_mem", "96MB") && on_every("work_mem", "4MB"),
+        on_every(&c, "maintenance_work_mem", "96MB") && on_every(&c, "work_mem", "4MB"),
         "the key's good settings not applied on every member{}",
         c.logs_tail(30)
     );
@@ -919,13 +927,36 @@ fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
         );
     }
 
+    // An agent that starts while etcd does not answer it knows nothing of the
+    // key yet: it leaves tenure.params.conf as its last run wrote it (before,
+    // it emptied the file and reloaded, review of the change, H2).
+    c.hold_etcd(r).expect("hold etcd");
+    c.kill_agent(r);
+    let from = c.agent_log(r).len();
+    c.start_agent(r).expect("start agent");
+    // Its start-up check gives etcd 5 s; then several loops without it.
+    let looping =
+        tenure::testbed::wait_for(Duration::from_secs(15), Duration::from_millis(100), || {
+            c.agent_log(r)[from..]
+                .contains("start-up member check skipped")
+                .then_some(())
+        });
+    assert!(looping.is_some(), "{}", c.logs_tail(20));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(show(&c, r, "maintenance_work_mem").as_deref(), Some("96MB"));
+    let file = std::fs::read_to_string(c.data_dir(r).join("tenure.params.conf"))
+        .expect("tenure.params.conf");
+    assert!(file.contains("maintenance_work_mem = '96MB'"), "{file}");
+    c.release_etcd(r).expect("release etcd");
+
     // A replica's PostgreSQL restarted: it starts (nothing refused is in its
     // files) and runs with the restart-only setting; its pending flag clears.
     let o = ctl(&cfg, &["restart", c.name(r), "--force"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let restarted =
         tenure::testbed::wait_for(Duration::from_secs(60), Duration::from_millis(200), || {
-            (show(r, "max_connections").as_deref() == Some("120") && !pending(r)).then_some(())
+            (show(&c, r, "max_connections").as_deref() == Some("120") && !pending(&c, r))
+                .then_some(())
         });
     assert!(
         restarted.is_some(),
@@ -1005,7 +1036,7 @@ fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
-        on_every("maintenance_work_mem", "64MB"),
+        on_every(&c, "maintenance_work_mem", "64MB"),
         "the cluster-wide settings not gone from every member{}",
         c.logs_tail(30)
     );

@@ -16,7 +16,7 @@ use log::info;
 use serde_json::{Map, Value};
 
 use crate::api::mgmt::Response;
-use crate::config::cluster::{PublishedTiming, check_members, merge_patch, parse_pg_parameters};
+use crate::config::cluster::{PublishedTiming, check_members, merge_patch};
 
 use super::Agent;
 
@@ -56,13 +56,6 @@ impl Agent {
         patch: Option<Map<String, Value>>,
         whole: Option<Map<String, Value>>,
     ) -> Response {
-        // The PostgreSQL settings the request sets: their form first, before any
-        // call.
-        let request = patch.as_ref().or(whole.as_ref());
-        let pg = match parse_pg_parameters(request.and_then(|r| r.get("postgresql"))) {
-            Ok(pg) => pg,
-            Err(e) => return Response::text(400, format!("config refused, nothing stored: {e}")),
-        };
         let deadline = self.deadline(self.core.timing().retry_timeout);
         let Some((etcd, rt)) = self.connect(deadline) else {
             return Response::text(503, "etcd unreachable: nothing written");
@@ -71,62 +64,18 @@ impl Agent {
             Ok(r) => r,
             Err(e) => return Response::text(503, format!("cannot read the config key: {e}")),
         };
-        // Of those, what the request changes (not what another writer left in the
-        // key and a PUT of the whole value carries over unchanged: editing `pause`
-        // in a key holding a Patroni-era section goes through), then PostgreSQL's
-        // own parser on the changed values. A value PostgreSQL refuses in a
-        // configuration file would stop every member's next start.
+        // The stored value's PostgreSQL settings, to judge only what changes.
+        let pg_of = |raw: &str| {
+            self.cfg
+                .merge_dynamic(raw)
+                .map(|(_, d)| d.pg_parameters)
+                .unwrap_or_default()
+        };
         let stored = read
             .config
             .as_ref()
-            .and_then(|(raw, _)| serde_json::from_str::<Value>(raw).ok())
-            .and_then(|v| parse_pg_parameters(v.get("postgresql")).ok())
+            .map(|(raw, _)| pg_of(raw))
             .unwrap_or_default();
-        if let Some((name, why)) = pg
-            .ignored
-            .iter()
-            .find(|(n, _)| !stored.ignored.iter().any(|(s, _)| s == n))
-        {
-            return Response::text(
-                400,
-                format!("config refused, nothing stored: postgresql.parameters.{name}: {why}"),
-            );
-        }
-        let changed: Vec<(String, String)> = pg
-            .set
-            .into_iter()
-            .filter(|p| !stored.set.contains(p))
-            .collect();
-        if !changed.is_empty() {
-            let deadline = self.deadline(self.core.timing().retry_timeout);
-            match self.pg.check_parameters(&changed, deadline) {
-                Ok(refused) if refused.is_empty() => {}
-                Ok(refused) => {
-                    let said: Vec<String> = refused
-                        .iter()
-                        .map(|r| {
-                            format!(
-                                "postgresql.parameters.{} = {:?}: PostgreSQL refuses it ({})",
-                                r.name, r.value, r.why
-                            )
-                        })
-                        .collect();
-                    return Response::text(
-                        400,
-                        format!("config refused, nothing stored: {}", said.join("; ")),
-                    );
-                }
-                Err(e) => {
-                    return Response::text(
-                        503,
-                        format!(
-                            "cannot check the PostgreSQL settings on this member ({e}): \
-                             nothing stored"
-                        ),
-                    );
-                }
-            }
-        }
         let (value, expect) = match (patch, whole) {
             (Some(p), _) => {
                 let Some((raw, rev)) = read.config else {
@@ -154,6 +103,57 @@ impl Agent {
         // DESIGN §5: refused before it is stored when S6 breaks for any member.
         if let Err(e) = check_members(&self.cfg, &text, &read.members) {
             return Response::text(400, format!("config refused, nothing stored: {e}"));
+        }
+        // The PostgreSQL settings the value changes (not what another writer left
+        // in the key and a PUT of the whole value carries over unchanged: editing
+        // `pause` in a key holding a Patroni-era section goes through): an entry
+        // an agent would leave out is refused, then PostgreSQL's own parser judges
+        // the changed values. A value PostgreSQL refuses in a configuration file
+        // would stop every member's next start.
+        let pg = pg_of(&text);
+        if let Some((name, why)) = pg.ignored.iter().find(|i| !stored.ignored.contains(i)) {
+            return Response::text(
+                400,
+                format!(
+                    "config refused, nothing stored: postgresql.parameters {:?}: {why}",
+                    name
+                ),
+            );
+        }
+        let changed: Vec<(String, String)> = pg
+            .set
+            .into_iter()
+            .filter(|p| !stored.set.contains(p))
+            .collect();
+        if !changed.is_empty() {
+            let deadline = self.deadline(self.core.timing().retry_timeout);
+            match self.pg.check_parameters(&changed, deadline) {
+                Ok(refused) if refused.is_empty() => {}
+                Ok(refused) => {
+                    let said: Vec<String> = refused
+                        .iter()
+                        .map(|r| {
+                            format!(
+                                "postgresql.parameters.{} = {:?}: refused ({})",
+                                r.name, r.value, r.why
+                            )
+                        })
+                        .collect();
+                    return Response::text(
+                        400,
+                        format!("config refused, nothing stored: {}", said.join("; ")),
+                    );
+                }
+                Err(e) => {
+                    return Response::text(
+                        503,
+                        format!(
+                            "cannot check the PostgreSQL settings on this member ({e}): \
+                             nothing stored"
+                        ),
+                    );
+                }
+            }
         }
         let deadline = self.deadline(self.core.timing().retry_timeout);
         let Some((etcd, rt)) = self.connect(deadline) else {

@@ -156,18 +156,21 @@ pub fn check_members(
 /// What the `config` key's `postgresql.parameters` holds (Patroni's cluster-wide
 /// PostgreSQL settings): what every member's PostgreSQL gets (`tenure.params.conf`,
 /// read before each node's own `[postgresql.parameters]`, which win), and the
-/// names set there that tenure does not take from the key.
+/// entries set there that tenure does not take.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PgParameters {
     /// (name lower-cased, value as PostgreSQL reads it), sorted by name. Only the
     /// form is checked here; the values are checked by PostgreSQL's own parser
     /// before they are stored or written (`pg::paramcheck`).
     pub set: Vec<(String, String)>,
-    /// Names the key sets that tenure owns ([`crate::pg::conf::AGENT_OWNED`]) or
-    /// that belong to one node ([`NODE_ONLY`]), with why: left out, and said
-    /// (another writer, a Patroni-era key, may have left them; tenure's own
-    /// writers refuse them).
-    pub ignored: Vec<(String, &'static str)>,
+    /// Entries left out, each with why: a name that is not a parameter name, a
+    /// value that is not a string, number or boolean (or too long, or with a line
+    /// break), a setting tenure owns ([`crate::pg::conf::AGENT_OWNED`]) or one of a
+    /// node's own ([`node_only`]), a value tenure cannot run with, a second
+    /// spelling of a name. An agent says them and applies the rest (another
+    /// writer, a Patroni-era key, may have left them); tenure's own writers refuse
+    /// them.
+    pub ignored: Vec<(String, String)>,
 }
 
 /// Settings that name this host's files or its TLS set-up: each node's own, in its
@@ -181,11 +184,36 @@ pub const NODE_ONLY: &[&str] = &[
     "external_pid_file",
 ];
 
+/// The most entries `postgresql.parameters` may hold (PostgreSQL 15 has about
+/// 350 settings; extensions add some).
+pub const MAX_PG_PARAMETERS: usize = 1000;
+
+/// The longest value taken (`log_line_prefix`, a library list: far shorter).
+pub const MAX_PG_VALUE: usize = 8 << 10;
+
 /// Whether `name` (lower-cased) is a node's own setting ([`NODE_ONLY`], `ssl`,
 /// `ssl_*`): `pg_hba.conf`'s `hostssl` lines and the certificate checks follow a
 /// node's `ssl`, and the files are paths on its host.
 pub fn node_only(name: &str) -> bool {
     NODE_ONLY.contains(&name) || name == "ssl" || name.starts_with("ssl_")
+}
+
+/// A name PostgreSQL's configuration-file lexer reads as one (guc-file.l): a
+/// letter or `_`, then letters, digits and `_`, with at most one `.`-qualified
+/// part (`pg_stat_statements.max`); at most 63 bytes. `a.b.c` is a syntax error
+/// in a file even though `postgres -c` takes it.
+pub fn pg_param_name_ok(name: &str) -> bool {
+    let id = |s: &str| {
+        s.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    };
+    name.len() <= 63
+        && match name.split_once('.') {
+            None => id(name),
+            Some((a, b)) => id(a) && id(b),
+        }
 }
 
 /// PostgreSQL's boolean as its configuration parser reads it (`parse_bool`): a
@@ -207,29 +235,48 @@ pub fn pg_bool(v: &str) -> Option<bool> {
     }
 }
 
-/// A value tenure needs on every member, refused with the reason: replicas need
-/// WAL for replication, standbys must take the agent's probe, and `pg_rewind`
-/// needs full pages.
+/// Whether a number (with or without a unit: `0`, `0s`, `0.0`) is zero.
+fn is_zero(v: &str) -> bool {
+    let t = v.trim();
+    let end = t
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-')))
+        .unwrap_or(t.len());
+    t[..end].parse::<f64>() == Ok(0.0)
+}
+
+/// A value tenure needs otherwise on every member, with the reason: replicas need
+/// WAL, WAL senders, slots and standby replies for replication; standbys must
+/// take the agent's probe; `pg_rewind` needs full pages; a watchdog reset is a
+/// host crash, which `fsync = off` does not survive.
 fn refused_value(name: &str, value: &str) -> Option<&'static str> {
+    let off = || pg_bool(value.trim()) == Some(false);
     match name {
         "wal_level" if value.trim().eq_ignore_ascii_case("minimal") => {
             Some("\"minimal\" leaves nothing to stream: every replica needs replica or logical")
         }
-        "hot_standby" if pg_bool(value.trim()) == Some(false) => {
+        "hot_standby" if off() => {
             Some("off would refuse every connection to a replica, the agent's probe among them")
         }
-        "full_page_writes" if pg_bool(value.trim()) == Some(false) => {
+        "full_page_writes" if off() => {
             Some("off breaks pg_rewind, which a failed-over primary needs to follow again")
         }
+        "fsync" if off() => {
+            Some("off loses committed data at a host crash, and tenure's watchdog resets hosts")
+        }
+        "max_wal_senders" | "max_replication_slots" if is_zero(value) => {
+            Some("0 leaves the replicas nothing to stream through")
+        }
+        "wal_receiver_status_interval" if is_zero(value) => Some(
+            "0 stops the standbys' replies that release synchronous commits and show their lag",
+        ),
         _ => None,
     }
 }
 
 /// Read `postgresql.parameters` of a `config` value or patch (`v`: the value's
-/// `postgresql` member). A `null` parameter is left out (a patch's removal).
-/// `Err` names the parameter and what is wrong: a name that is not a parameter
-/// name, a value that is not a string, number or boolean, a line break, two
-/// spellings of one name, or a value tenure cannot run with ([`refused_value`]).
+/// `postgresql` member). A `null` entry is left out (a patch's removal, whatever
+/// its name). `Err` only when the section itself is not an object (or holds more
+/// than [`MAX_PG_PARAMETERS`]); a bad entry is set aside in `ignored`.
 pub fn parse_pg_parameters(v: Option<&Value>) -> Result<PgParameters, String> {
     let mut out = PgParameters::default();
     let params = match v {
@@ -251,61 +298,98 @@ pub fn parse_pg_parameters(v: Option<&Value>) -> Result<PgParameters, String> {
             ));
         }
     };
+    if params.len() > MAX_PG_PARAMETERS {
+        return Err(format!(
+            "postgresql.parameters: {} settings, more than the {MAX_PG_PARAMETERS} taken",
+            params.len()
+        ));
+    }
     for (k, v) in params {
-        if k.is_empty()
-            || !k
-                .bytes()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.'))
-        {
-            return Err(format!(
-                "postgresql.parameters: {k:?} is not a PostgreSQL parameter name \
-                 ([A-Za-z0-9_.]+)"
-            ));
+        let mut skip = |why: String| out.ignored.push((k.clone(), why));
+        if v.is_null() {
+            continue;
+        }
+        if !pg_param_name_ok(k) {
+            skip(
+                "not a PostgreSQL parameter name (NAME or PREFIX.NAME of letters, digits \
+                 and '_', at most 63 bytes)"
+                    .into(),
+            );
+            continue;
         }
         let value = match v {
-            Value::Null => continue,
             Value::String(s) => s.clone(),
             Value::Number(n) => n.to_string(),
             Value::Bool(b) => if *b { "on" } else { "off" }.to_string(),
             other => {
-                return Err(format!(
-                    "postgresql.parameters.{k}: expected a string, number or boolean, found {}",
+                skip(format!(
+                    "expected a string, number or boolean, found {}",
                     super::json_kind(other)
                 ));
+                continue;
             }
         };
-        if value.contains(['\n', '\r', '\0']) {
-            return Err(format!(
-                "postgresql.parameters.{k}: the value has a line break or a NUL"
+        if value.len() > MAX_PG_VALUE {
+            skip(format!(
+                "the value is {} bytes, more than the {MAX_PG_VALUE} taken",
+                value.len()
             ));
+            continue;
+        }
+        if value.contains(['\n', '\r', '\0']) {
+            skip("the value has a line break or a NUL".into());
+            continue;
         }
         let name = k.to_ascii_lowercase();
         if crate::pg::conf::AGENT_OWNED.contains(&name.as_str()) {
-            out.ignored
-                .push((k.clone(), "set by tenure itself (tenure.conf)"));
+            skip("set by tenure itself (tenure.conf)".into());
             continue;
         }
         if node_only(&name) {
-            out.ignored.push((
-                k.clone(),
+            skip(
                 "a node's own setting (its files, its TLS): set it in [postgresql.parameters] \
-                 of each node's file",
-            ));
+                 of each node's file"
+                    .into(),
+            );
             continue;
         }
         if let Some(why) = refused_value(&name, &value) {
-            return Err(format!("postgresql.parameters.{k} = {value:?}: {why}"));
+            skip(format!("{value:?}: {why}"));
+            continue;
         }
-        if let Some((other, _)) = out.set.iter().find(|(n, _)| *n == name) {
-            return Err(format!(
-                "postgresql.parameters: {k:?} and {other:?} are the same parameter \
-                 (PostgreSQL's names are not case-sensitive)"
-            ));
+        if out.set.iter().any(|(n, _)| *n == name) {
+            skip(
+                "a second spelling of a name set already (PostgreSQL's names are not \
+                 case-sensitive)"
+                    .into(),
+            );
+            continue;
         }
         out.set.push((name, value));
     }
     out.set.sort();
     Ok(out)
+}
+
+/// In synchronous mode, `synchronous_commit` set cluster-wide to `off` or `local`
+/// would acknowledge commits no standby has: set aside as [`PgParameters::ignored`].
+pub fn check_sync_commit(p: &mut PgParameters, synchronous_mode: bool) {
+    if !synchronous_mode {
+        return;
+    }
+    if let Some(i) = p.set.iter().position(|(k, v)| {
+        k == "synchronous_commit"
+            && matches!(v.trim().to_ascii_lowercase().as_str(), "off" | "local")
+    }) {
+        let (k, v) = p.set.remove(i);
+        p.ignored.push((
+            k,
+            format!(
+                "{v:?} with synchronous_mode acknowledges commits no synchronous standby \
+                 has: remote_write, on or remote_apply"
+            ),
+        ));
+    }
 }
 
 /// Apply a JSON merge patch (RFC 7396; Patroni's `patch_config`): `null` deletes a

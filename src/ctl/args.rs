@@ -334,13 +334,7 @@ where
             // patronictl's `-p`/`--pg NAME=VALUE`: `--set postgresql.parameters.NAME=VALUE`.
             Short('p') | Long("pg") => {
                 let kv = value(&mut p, "--pg")?;
-                let (name, v) = kv
-                    .split_once('=')
-                    .ok_or_else(|| format!("--pg {kv:?}: expected NAME=VALUE"))?;
-                s.set.push(split_set(&format!(
-                    "postgresql.parameters.{}={v}",
-                    name.trim()
-                ))?);
+                s.set.push(pg_setting(&kv)?);
                 s.given.push("--pg");
             }
             Short('h') | Long("help") => s.help = true,
@@ -518,6 +512,35 @@ fn build(mut s: Seen) -> Result<Invocation, String> {
         return Err(format!("{bad} does not apply to {verb}"));
     }
     Ok(done(command, &s))
+}
+
+/// `--pg NAME=VALUE`: `("postgresql.parameters.name", VALUE as a JSON string)`.
+/// The name lower-cased (PostgreSQL's names are not case-sensitive: `WORK_MEM`
+/// replaces the key's `work_mem`) and checked as PostgreSQL's files read names;
+/// the value trimmed and kept a string, as PostgreSQL reads every value (`true`
+/// stays `true`, `1e3` stays `1e3`), except `null`, which removes the setting.
+fn pg_setting(kv: &str) -> Result<(String, String), String> {
+    let (name, v) = kv
+        .split_once('=')
+        .ok_or_else(|| format!("--pg {kv:?}: expected NAME=VALUE"))?;
+    let v = v.trim();
+    // A removal takes any name another writer left (the form is not checked).
+    let name = match v {
+        "null" => name.trim().to_string(),
+        _ => name.trim().to_ascii_lowercase(),
+    };
+    if name.is_empty() || (v != "null" && !crate::config::cluster::pg_param_name_ok(&name)) {
+        return Err(format!(
+            "--pg {kv:?}: {name:?} is not a PostgreSQL parameter name (NAME or PREFIX.NAME \
+             of letters, digits and '_')"
+        ));
+    }
+    let value = if v == "null" {
+        "null".to_string()
+    } else {
+        serde_json::Value::String(v.to_string()).to_string()
+    };
+    Ok((format!("postgresql.parameters.{name}"), value))
 }
 
 /// The most parts a `--set` key may have (`slots.barman.type` has 3).

@@ -216,8 +216,9 @@ fn usage_errors_name_the_argument() {
     assert!(usage(&["history", "-W"]).contains("--watch does not apply to history"));
     // Of the config key's `postgresql` section only `parameters` is read: the
     // rest is refused, not stored to do nothing; `null` removes what another
-    // writer left. `--pg NAME=VALUE` is `--set postgresql.parameters.NAME=VALUE`,
-    // a name with a dot kept whole.
+    // writer left. `--pg NAME=VALUE` is `--set postgresql.parameters.name=VALUE`,
+    // the name lower-cased (a dot in it kept), the value trimmed and a string
+    // (`true`, `5000` too), `null` a removal.
     let e = usage(&["edit-config", "--set", "postgresql.use_pg_rewind=true"]);
     assert!(e.contains("reads only postgresql.parameters"), "{e}");
     assert!(usage(&["edit-config", "-s", "postgresql={}"]).contains("reads only"));
@@ -225,28 +226,41 @@ fn usage_errors_name_the_argument() {
         parse(&[
             "edit-config",
             "-p",
-            "work_mem=8MB",
+            "WORK_MEM= 8MB ",
             "--pg",
             "pg_stat_statements.max=5000",
+            "--pg",
+            "jit=true",
             "--set",
-            "postgresql.parameters.old=null"
+            "postgresql.parameters.old=null",
+            "--pg",
+            "Bad.Na.me=null"
         ])
         .expect("parses")
         .command,
         Command::EditConfig {
             set: vec![
-                ("postgresql.parameters.work_mem".into(), "8MB".into()),
+                ("postgresql.parameters.work_mem".into(), "\"8MB\"".into()),
                 (
                     "postgresql.parameters.pg_stat_statements.max".into(),
-                    "5000".into()
+                    "\"5000\"".into()
                 ),
+                ("postgresql.parameters.jit".into(), "\"true\"".into()),
                 ("postgresql.parameters.old".into(), "null".into()),
+                ("postgresql.parameters.Bad.Na.me".into(), "null".into()),
             ],
             apply: None,
             replace: None,
         }
     );
     assert!(usage(&["edit-config", "--pg", "work_mem"]).contains("NAME=VALUE"));
+    for bad in ["a.b.c=1", "1x=2", "work mem=3"] {
+        let e = usage(&["edit-config", "--pg", bad]);
+        assert!(
+            e.starts_with("--pg ") && e.contains("not a PostgreSQL parameter name"),
+            "{e}"
+        );
+    }
     assert!(usage(&["list", "--pg", "a=1"]).contains("--pg does not apply to list"));
     assert_eq!(
         parse(&["edit-config", "--set", "postgresql=null"])

@@ -1408,7 +1408,7 @@ fn edit_config(
         .map_err(CtlError::Usage)?;
     if let Some((name, why)) = pg.ignored.first() {
         return Err(CtlError::Usage(format!(
-            "postgresql.parameters.{name}: {why}"
+            "postgresql.parameters {name:?}: {why}"
         )));
     }
     let merged = match &whole {

@@ -240,6 +240,22 @@ pub struct PgCtl {
     params_text: Option<String>,
     /// PostgreSQL's own check of those settings (`postgres -C`).
     param_checker: paramcheck::Checker,
+    /// The last verdict: the list checked, the text of what passed, the names
+    /// that passed, the refusals. A write or reload that failed is tried again
+    /// without checking again.
+    params_checked: Option<ParamsVerdict>,
+    /// [`conf::PARAMS_CONF`] was written (by this run or, for all it knows, by one
+    /// before it that died before its reload) and PostgreSQL has not re-read it.
+    params_reload_pending: bool,
+}
+
+/// What [`PgCtl::set_cluster_params`] decided for a list (see `params_checked`).
+#[derive(Clone, Debug)]
+struct ParamsVerdict {
+    params: Vec<(String, String)>,
+    text: String,
+    kept: Vec<String>,
+    refused: Vec<paramcheck::Refusal>,
 }
 
 /// What [`PgCtl::set_cluster_params`] did.
@@ -322,7 +338,9 @@ impl PgCtl {
             cluster_sysid: None,
             params_want: None,
             params_text: None,
-            param_checker: paramcheck::Checker::default(),
+            param_checker: paramcheck::Checker::new(&cfg.socket_dir),
+            params_checked: None,
+            params_reload_pending: true,
         };
         fs::create_dir_all(&cfg.socket_dir)
             .map_err(|e| io_err("create socket_dir", &cfg.socket_dir, e))?;
@@ -901,7 +919,9 @@ impl PgCtl {
                 .dbname("postgres")
                 .application_name("tenure")
                 // Keep the agent's log for the agent's own sentences.
-                .options("-c client_min_messages=warning")
+                // Its own writes (the epoch row) whatever a cluster-wide
+                // `default_transaction_read_only` says.
+                .options("-c client_min_messages=warning -c default_transaction_read_only=off")
                 .connect_timeout(left);
             // The whole handshake is bounded, not just the socket connect: a stopped
             // or wedged postmaster accepts the connection and never answers.
@@ -1168,8 +1188,18 @@ impl PgCtl {
         params: &[(String, String)],
         deadline: Instant,
     ) -> Result<Vec<paramcheck::Refusal>, String> {
-        self.param_checker
-            .check(&self.cfg.bin_dir, params, deadline)
+        self.param_checker.check(
+            &self.cfg.bin_dir,
+            params,
+            |l| conf::params_conf(l.iter().copied()),
+            deadline,
+        )
+    }
+
+    /// Whether `pid` is a child of ours that the agent's reaper must leave alone
+    /// (a killed settings check, reaped by its owner).
+    pub fn owns_child(&self, pid: u32) -> bool {
+        self.param_checker.owns(pid)
     }
 
     /// The `config` key's `postgresql.parameters` (`params`, sorted): those
@@ -1190,44 +1220,68 @@ impl PgCtl {
         if self.job.is_some() || !matches!(self.data_dir_state(), DataDir::Present { .. }) {
             return Ok(None);
         }
-        let refused = if params.is_empty() {
-            Vec::new()
-        } else {
-            self.check_parameters(params, deadline)
-                .map_err(|e| PgError::Refused(format!("checking the settings: {e}")))?
+        // The verdict, once per list: a write or a reload that failed is tried
+        // again without another check.
+        let verdict = match &self.params_checked {
+            Some(v) if v.params == params => v.clone(),
+            _ => {
+                let refused = if params.is_empty() {
+                    Vec::new()
+                } else {
+                    self.check_parameters(params, deadline)
+                        .map_err(|e| PgError::Refused(format!("checking the settings: {e}")))?
+                };
+                let kept: Vec<&(String, String)> = params
+                    .iter()
+                    .filter(|(k, _)| !refused.iter().any(|r| r.name == *k))
+                    .collect();
+                let v = ParamsVerdict {
+                    params: params.to_vec(),
+                    text: conf::params_conf(kept.iter().copied()),
+                    kept: kept.iter().map(|(k, _)| k.clone()).collect(),
+                    refused,
+                };
+                self.params_checked = Some(v.clone());
+                v
+            }
         };
-        let kept: Vec<&(String, String)> = params
-            .iter()
-            .filter(|(k, _)| !refused.iter().any(|r| r.name == *k))
-            .collect();
-        let text = conf::params_conf(kept.iter().copied());
         let path = self.cfg.data_dir.join(conf::PARAMS_CONF);
         // The first time in this run the file itself is compared (a restart of the
-        // agent does not reload for nothing); a missing file is an empty list.
-        let same = match &self.params_text {
-            Some(t) => *t == text,
-            None => match fs::read_to_string(&path) {
-                Ok(t) => t == text,
-                Err(_) => kept.is_empty(),
-            },
+        // agent does not rewrite it for nothing); a missing file is an empty list.
+        let on_disk = match &self.params_text {
+            Some(t) => Some(t.clone()),
+            None => fs::read_to_string(&path).ok(),
         };
-        let mut reloaded = false;
+        let same = match &on_disk {
+            Some(t) => *t == verdict.text,
+            None => verdict.kept.is_empty(),
+        };
         if !same {
-            self.write_owned(&path, &text)?;
+            self.write_owned(&path, &verdict.text)?;
+            self.params_reload_pending = true;
+        } else if on_disk.is_none() {
+            // No file was ever written: nothing for PostgreSQL to re-read.
+            self.params_reload_pending = false;
+        }
+        // INVARIANT: the pending reload is cleared only by a reload that worked
+        // (or with PostgreSQL not running: its next start reads the file). An
+        // agent that starts finds it set, so a file an earlier run wrote and died
+        // before reloading is re-read once.
+        let mut reloaded = false;
+        if self.params_reload_pending {
             if let Some(pm) = self.postmaster_pid() {
                 self.reload(pm, deadline)?;
                 reloaded = true;
             }
+            self.params_reload_pending = false;
         }
-        // INVARIANT: recorded only once written and reloaded: a failed reload
-        // finds the text different next time, and writes and reloads again.
-        self.params_text = Some(text);
+        self.params_text = Some(verdict.text);
         self.params_want = Some(params.to_vec());
         Ok(Some(ParamsApplied {
-            set: kept.iter().map(|(k, _)| k.clone()).collect(),
+            set: verdict.kept,
             written: !same,
             reloaded,
-            refused,
+            refused: verdict.refused,
         }))
     }
 

@@ -1,35 +1,41 @@
 //! PostgreSQL's own check of the cluster-wide settings (the `config` key's
 //! `postgresql.parameters`) before tenure stores them or writes them where a start
-//! reads them: a value PostgreSQL refuses in a configuration file stops the next
-//! start of every member (`FATAL: invalid value for parameter`), so none may get
-//! into `tenure.params.conf`.
+//! reads them: a setting PostgreSQL refuses in a configuration file stops the next
+//! start of every member (`FATAL: configuration file ... contains errors`), so none
+//! may get into `tenure.params.conf`.
 //!
-//! Owns: running `postgres -C data_directory` with the settings as `-c` options,
-//! an empty configuration file (`/dev/null`) and no data directory, so nothing of
-//! this node's is read and only the settings themselves are judged, by the very
-//! parser a start uses (names, types, units, ranges, enum values, time zones); and
-//! reading which setting it refused. Hand-written (a child with a deadline and a
-//! line of its stderr) because it runs on the loop's terms: bounded by the
-//! caller's deadline, the child killed and left for a later reap past it.
-//! Must never: wait past its deadline, read or write a data directory, or run
-//! anything but `bin_dir`'s `postgres`.
+//! Owns: writing the settings as the very text `tenure.params.conf` would hold to a
+//! scratch file, running `postgres -C data_directory --config-file=<it>` with no
+//! data directory (nothing of this node's is read), so the lexer and the parser a
+//! start uses judge them (names, syntax, types, units, ranges, enum values, time
+//! zones); reading which settings it refused; and checking that the libraries the
+//! `*_preload_libraries` settings name are installed here, which `postgres -C`
+//! does not (a missing one stops the next start, or every new connection).
+//! Hand-written (a child with a deadline and its stderr) because it runs on the
+//! loop's terms: bounded by the caller's deadline, the child killed past it and
+//! left for a later reap.
+//! Must never: wait past its deadline, read or write a data directory, run anything
+//! but `bin_dir`'s `postgres`, or call an output it cannot read a refusal: only a
+//! line naming one of the settings is one; anything else is no answer.
 //!
-//! Not judged here, as `postgres -C` does not: whether a library in
-//! `shared_preload_libraries` exists, and settings checked against each other at
-//! a start (`wal_level` against `max_wal_senders`: `config::cluster` refuses
-//! `wal_level = minimal` itself).
+//! Not judged here: settings PostgreSQL checks only against the host at a start
+//! (`huge_pages = on`, `shared_buffers` beyond the host's memory, a
+//! `unix_socket_group` or `log_directory` that is not there) or against each other
+//! (`wal_level` against `max_wal_senders`: `config::cluster` refuses the values
+//! tenure cannot run with itself).
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::Duration;
 
 use crate::clock;
 use crate::core::time::Instant;
 
-/// A setting PostgreSQL refused, with its own words (`FATAL:` and after).
+/// A setting refused, with PostgreSQL's words (or why its library is missing).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
     pub name: String,
@@ -37,114 +43,157 @@ pub struct Refusal {
     pub why: String,
 }
 
-/// The most of the child's stderr kept: its refusal is one line.
-const MAX_STDERR: usize = 16 << 10;
+/// The most of the child's stderr kept (the rest is read and dropped, so a long
+/// message cannot block it).
+const MAX_STDERR: usize = 64 << 10;
 
-/// Children killed at their deadline and not reaped yet (reaped without waiting at
-/// the next check).
-#[derive(Default)]
+/// The settings checked, their scratch file, and children killed at their
+/// deadline and not reaped yet (reaped without waiting at the next check; the
+/// agent's reaper of orphans leaves them alone: [`Checker::owns`]).
 pub struct Checker {
+    scratch: PathBuf,
     dying: Vec<Child>,
 }
 
 impl Checker {
-    /// The settings of `params` that `bin_dir/postgres` refuses, each with
-    /// PostgreSQL's reason; the rest are accepted. `Err`: no answer (the program
-    /// could not run, or did not answer by `deadline`): nothing is known, the
-    /// caller keeps what it had and asks again later.
+    /// `dir`: a directory of the agent's own (its socket directory) for the
+    /// scratch file.
+    pub fn new(dir: &Path) -> Checker {
+        Checker {
+            scratch: dir.join("tenure-paramcheck.conf"),
+            dying: Vec::new(),
+        }
+    }
+
+    /// Whether `pid` is a child of ours not reaped yet.
+    pub fn owns(&self, pid: u32) -> bool {
+        self.dying.iter().any(|c| c.id() == pid)
+    }
+
+    /// The settings of `params` refused here, each with the reason; the rest are
+    /// accepted. `render` is how they are written (`conf::params_conf`). `Err`: no
+    /// answer (the program could not run, did not answer by `deadline`, or said
+    /// something that names none of the settings): nothing is known, the caller
+    /// keeps what it had and asks again later.
     pub fn check(
         &mut self,
         bin_dir: &Path,
         params: &[(String, String)],
+        render: impl Fn(&[&(String, String)]) -> String,
         deadline: Instant,
     ) -> Result<Vec<Refusal>, String> {
         let program = bin_dir.join("postgres");
         let mut left: Vec<&(String, String)> = params.iter().collect();
         let mut refused = Vec::new();
-        // PostgreSQL stops at the first setting it refuses: that one is taken out
-        // and the rest asked again, once per refused setting.
+        // PostgreSQL reports every unknown name and stops, then (with none left)
+        // every bad value: at most a few runs, each taking out what it refused.
         while !left.is_empty() {
-            let Some(why) = self.run(&program, &left, deadline)? else {
-                break;
-            };
-            let named = refused_name(&why)
-                .and_then(|n| left.iter().position(|(k, _)| k.eq_ignore_ascii_case(&n)));
-            match named {
-                Some(i) => {
-                    let (name, value) = left.remove(i);
+            let out = self.run(&program, &render(&left), deadline)?;
+            let Some(text) = out else { break };
+            let mut found = false;
+            for (name, why) in named_refusals(&text) {
+                if let Some(i) = left.iter().position(|(k, _)| k.eq_ignore_ascii_case(&name)) {
+                    let (k, v) = left.remove(i);
                     refused.push(Refusal {
-                        name: name.clone(),
-                        value: value.clone(),
+                        name: k.clone(),
+                        value: v.clone(),
                         why,
                     });
+                    found = true;
                 }
-                None => {
-                    // The message names no setting of ours as `parameter "NAME"` (an
-                    // invalid custom name: "invalid configuration parameter name"):
-                    // each alone, to find it.
-                    for p in std::mem::take(&mut left) {
-                        if let Some(why) = self.run(&program, &[p], deadline)? {
-                            refused.push(Refusal {
-                                name: p.0.clone(),
-                                value: p.1.clone(),
-                                why,
-                            });
-                        }
-                    }
-                }
+            }
+            if !found {
+                return Err(format!(
+                    "{} -C: {}",
+                    program.display(),
+                    fatal_line(&text).unwrap_or_else(|| "failed, saying nothing".into())
+                ));
+            }
+        }
+        // The libraries, for those PostgreSQL accepted.
+        let libdir = libdir(bin_dir);
+        for (k, v) in left {
+            if let Some(why) = libdir.as_deref().and_then(|d| missing_library(d, k, v)) {
+                refused.push(Refusal {
+                    name: k.clone(),
+                    value: v.clone(),
+                    why,
+                });
             }
         }
         Ok(refused)
     }
 
-    /// One `postgres -C`: `None` when it accepted every setting, else its
-    /// `FATAL:` line (or, without one, what it wrote).
+    /// One `postgres -C` on `text`: `None` when it accepted all of it, else its
+    /// stderr (when it ended with exit 1, PostgreSQL's "contains errors"). `Err`
+    /// for anything else.
     fn run(
         &mut self,
         program: &Path,
-        params: &[&(String, String)],
+        text: &str,
         deadline: Instant,
     ) -> Result<Option<String>, String> {
         self.dying.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
+        if clock::now() >= deadline {
+            return Err("no time left before the deadline".into());
+        }
+        let _ = std::fs::remove_file(&self.scratch);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&self.scratch)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .map_err(|e| format!("{}: {e}", self.scratch.display()))?;
+        let r = self.run_on_scratch(program, deadline);
+        let _ = std::fs::remove_file(&self.scratch);
+        r
+    }
+
+    fn run_on_scratch(
+        &mut self,
+        program: &Path,
+        deadline: Instant,
+    ) -> Result<Option<String>, String> {
         let mut cmd = Command::new(program);
         // `-C` first: only then does postgres run as root (it refuses otherwise).
         cmd.arg("-C")
             .arg("data_directory")
-            .arg("--config-file=/dev/null");
+            .arg(format!("--config-file={}", self.scratch.display()));
         // Where a start would find its other files: nowhere (nothing is read).
         for k in ["data_directory", "hba_file", "ident_file"] {
             cmd.arg("-c").arg(format!("{k}=/dev/null"));
         }
-        for (k, v) in params {
-            cmd.arg("-c").arg(format!("{k}={v}"));
+        // Its messages untranslated (they are read below); what it needs to load
+        // its own libraries kept.
+        cmd.env_clear().env("LC_ALL", "C");
+        for k in ["PATH", "LD_LIBRARY_PATH"] {
+            if let Some(v) = std::env::var_os(k) {
+                cmd.env(k, v);
+            }
         }
-        cmd.env_clear()
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null())
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .process_group(0);
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-        let exited = match super::procs::pidfd_open(child.id()) {
-            Ok(fd) => wait_readable(fd.as_raw_fd(), deadline),
+        let pidfd = match super::procs::pidfd_open(child.id()) {
+            Ok(fd) => fd,
             Err(e) => {
                 self.give_up(child);
                 return Err(format!("pidfd_open: {e}"));
             }
         };
-        if !exited {
+        let Some(mut pipe) = child.stderr.take() else {
             self.give_up(child);
-            return Err(format!(
-                "{} -C did not answer in time (killed)",
-                program.display()
-            ));
-        }
-        // It exited: its stderr is in the pipe (a few lines, far below its size).
+            return Err("no stderr pipe".into());
+        };
         let mut err = Vec::new();
-        if let Some(mut pipe) = child.stderr.take() {
-            let _ = (&mut pipe).take(MAX_STDERR as u64).read_to_end(&mut err);
+        if let Err(e) = drain_until_exit(&mut pipe, pidfd.as_raw_fd(), &mut err, deadline) {
+            self.give_up(child);
+            return Err(format!("{} -C {e}", program.display()));
         }
         let status = match child.try_wait() {
             Ok(Some(s)) => s,
@@ -153,18 +202,17 @@ impl Checker {
                 return Err(format!("{} -C: no exit status", program.display()));
             }
         };
-        if status.success() {
-            return Ok(None);
+        let text = String::from_utf8_lossy(&err).into_owned();
+        match status.code() {
+            Some(0) => Ok(None),
+            // PostgreSQL's FATAL exit: what it said is read by the caller.
+            Some(1) => Ok(Some(text)),
+            _ => Err(format!(
+                "{} -C ended with {status}: {}",
+                program.display(),
+                fatal_line(&text).unwrap_or_default()
+            )),
         }
-        let text = String::from_utf8_lossy(&err);
-        Ok(Some(fatal_line(&text).unwrap_or_else(|| {
-            let t = text.trim();
-            if t.is_empty() {
-                format!("{} -C failed ({status})", program.display())
-            } else {
-                t.replace('\n', " ")
-            }
-        })))
     }
 
     /// Kill a child past its deadline; it is reaped at a later check.
@@ -176,57 +224,152 @@ impl Checker {
     }
 }
 
-/// `poll(2)` on a pidfd until it turns readable (the process exited: `true`) or
-/// `deadline` passes (`false`).
-fn wait_readable(fd: i32, deadline: Instant) -> bool {
+/// Read the child's stderr (non-blocking, at most [`MAX_STDERR`] kept) until its
+/// pidfd says it exited and the pipe is empty, or `deadline` (`Err`).
+fn drain_until_exit(
+    pipe: &mut ChildStderr,
+    pidfd: i32,
+    out: &mut Vec<u8>,
+    deadline: Instant,
+) -> Result<(), String> {
+    let fd = pipe.as_raw_fd();
+    // SAFETY: fcntl on the pipe we own, integer arguments only.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(format!("stderr: {}", std::io::Error::last_os_error()));
+    }
+    let mut exited = false;
+    let mut chunk = [0u8; 4096];
     loop {
+        // What is in the pipe now.
+        loop {
+            match pipe.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let room = MAX_STDERR.saturating_sub(out.len());
+                    out.extend_from_slice(&chunk[..n.min(room)]);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        if exited {
+            return Ok(());
+        }
         let left = clock::now().until(deadline);
         if left == Duration::ZERO {
-            return false;
+            return Err("did not answer in time (killed)".into());
         }
         // Rounded up: a remainder under a millisecond still waits.
         let ms = i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid, initialised pollfd on our stack and its count; the
-        // fd is the caller's open pidfd; the kernel writes only `revents`.
-        if unsafe { libc::poll(&mut p, 1, ms) } > 0 {
-            return true;
+        let mut p = [
+            libc::pollfd {
+                fd: pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid, initialised pollfds on our stack and their count; the
+        // fds are the child's pidfd and our pipe, open for the call; the kernel
+        // writes only `revents`.
+        if unsafe { libc::poll(p.as_mut_ptr(), 2, ms) } > 0 && p[0].revents & libc::POLLIN != 0 {
+            // Exited: one more read takes what it wrote last.
+            exited = true;
         }
-        // Timed out, or interrupted by a signal: the deadline decides.
+        // Else data, a timeout or a signal: read, and the deadline decides.
     }
 }
 
 /// What follows `FATAL:` on the first line that has it (the time stamp and pid
-/// before it left out), with the `DETAIL:` and `HINT:` lines after it.
+/// before it left out).
 fn fatal_line(stderr: &str) -> Option<String> {
-    let mut lines = stderr.lines();
-    let mut out = lines.find_map(|l| Some(l.split_once("FATAL:")?.1.trim().to_string()))?;
-    for l in lines {
-        match l.split_once("DETAIL:").or_else(|| l.split_once("HINT:")) {
-            Some((_, more)) => {
-                out.push_str(" (");
-                out.push_str(more.trim());
-                out.push(')');
-            }
-            None => break,
-        }
-    }
-    Some(out)
+    stderr
+        .lines()
+        .find_map(|l| Some(l.split_once("FATAL:")?.1.trim().to_string()))
 }
 
-/// The setting a refusal names: the first `parameter "NAME"` in it (every one of
-/// PostgreSQL's refusals of a setting says so: "invalid value for parameter",
-/// "unrecognized configuration parameter", "parameter ... requires a Boolean
-/// value", "... is outside the valid range for parameter", "parameter ... cannot
-/// be changed").
-fn refused_name(why: &str) -> Option<String> {
-    let (_, rest) = why.split_once("parameter \"")?;
-    let (name, _) = rest.split_once('"')?;
-    Some(name.to_string())
+/// The settings a run's `LOG:`/`FATAL:` lines refuse: `(NAME, why)` for every
+/// line with `parameter "NAME"` (every one of PostgreSQL's refusals of a setting
+/// says so: "invalid value for parameter", "unrecognized configuration
+/// parameter", "parameter ... requires a Boolean value", "... is outside the
+/// valid range for parameter", "parameter ... cannot be changed"), `why` without
+/// the scratch file's name and line.
+fn named_refusals(stderr: &str) -> Vec<(String, String)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let msg = l
+                .split_once("LOG:")
+                .or_else(|| l.split_once("FATAL:"))?
+                .1
+                .trim();
+            let (_, rest) = msg.split_once("parameter \"")?;
+            let (name, _) = rest.split_once('"')?;
+            let why = msg.split(" in file \"").next().unwrap_or(msg);
+            Some((name.to_string(), why.to_string()))
+        })
+        .collect()
+}
+
+/// PostgreSQL's `$libdir` for the programs in `bin_dir`: `../lib` next to them
+/// (Debian's `/usr/lib/postgresql/15`, PGDG's `/usr/pgsql-15`), known by the
+/// `plpgsql` every installation has. `None`: not found (libraries not checked).
+fn libdir(bin_dir: &Path) -> Option<PathBuf> {
+    let d = bin_dir.parent()?.join("lib");
+    d.join("plpgsql.so").is_file().then_some(d)
+}
+
+/// For `shared_preload_libraries`, `session_preload_libraries` and
+/// `local_preload_libraries`: the first library named in `value` that is not in
+/// `libdir` (or at its absolute path), said. PostgreSQL's list: comma-separated,
+/// each name trimmed and optionally double-quoted; `$libdir/` is `libdir`; a
+/// name is looked for as given and with `.so`.
+fn missing_library(libdir: &Path, name: &str, value: &str) -> Option<String> {
+    if !matches!(
+        name,
+        "shared_preload_libraries" | "session_preload_libraries" | "local_preload_libraries"
+    ) {
+        return None;
+    }
+    for item in value.split(',') {
+        let item = item.trim();
+        let lib = item
+            .strip_prefix('"')
+            .and_then(|i| i.strip_suffix('"'))
+            .unwrap_or(item);
+        if lib.is_empty() {
+            continue;
+        }
+        let path = match lib.strip_prefix("$libdir/") {
+            Some(rest) => libdir.join(rest),
+            None if lib.starts_with('/') => PathBuf::from(lib),
+            // Relative with a directory: PostgreSQL's own rules, not judged here.
+            None if lib.contains('/') => continue,
+            None => libdir.join(lib),
+        };
+        let mut so = path.clone().into_os_string();
+        so.push(".so");
+        if !path.is_file() && !Path::new(&so).is_file() {
+            return Some(format!(
+                "library \"{lib}\" is not installed on this host (no {} or {}): PostgreSQL \
+                 would fail {}",
+                path.display(),
+                Path::new(&so).display(),
+                if name == "shared_preload_libraries" {
+                    "its next start"
+                } else {
+                    "every new connection"
+                }
+            ));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -235,46 +378,75 @@ mod tests {
 
     #[test]
     fn reads_postgresql_refusals() {
-        let e = "2026-12-07 17:12:34.979 GMT [1989] FATAL:  invalid value for parameter \
-                 \"work_mem\": \"banana\"\n";
-        let w = fatal_line(e).unwrap();
-        assert_eq!(w, "invalid value for parameter \"work_mem\": \"banana\"");
-        assert_eq!(refused_name(&w).as_deref(), Some("work_mem"));
-        for (line, name) in [
-            ("unrecognized configuration parameter \"foo\"", "foo"),
-            (
-                "parameter \"enable_seqscan\" requires a Boolean value",
-                "enable_seqscan",
-            ),
-            (
-                "1 8kB is outside the valid range for parameter \"shared_buffers\" (16 .. 1073741823)",
-                "shared_buffers",
-            ),
-            (
-                "invalid value for parameter \"TimeZone\": \"Mars\"",
-                "TimeZone",
-            ),
+        let e = "2026-12-07 17:40:45.230 GMT [19215] LOG:  skipping missing configuration \
+                 file \"/dev/null/postgresql.auto.conf\"\n\
+                 2026-12-07 17:40:45.230 GMT [19215] LOG:  invalid value for parameter \
+                 \"work_mem\": \"banana\"\n\
+                 x LOG:  1 8kB is outside the valid range for parameter \"shared_buffers\" \
+                 (16 .. 1073741823)\n\
+                 x LOG:  parameter \"enable_seqscan\" requires a Boolean value\n\
+                 x LOG:  unrecognized configuration parameter \"foo\" in file \"/s/c.conf\" line 4\n\
+                 x LOG:  invalid value for parameter \"TimeZone\": \"Mars\"\n\
+                 x FATAL:  configuration file \"/s/c.conf\" contains errors\n";
+        assert_eq!(
+            named_refusals(e),
+            [
+                (
+                    "work_mem",
+                    "invalid value for parameter \"work_mem\": \"banana\""
+                ),
+                (
+                    "shared_buffers",
+                    "1 8kB is outside the valid range for parameter \"shared_buffers\" (16 .. \
+                     1073741823)"
+                ),
+                (
+                    "enable_seqscan",
+                    "parameter \"enable_seqscan\" requires a Boolean value"
+                ),
+                ("foo", "unrecognized configuration parameter \"foo\""),
+                (
+                    "TimeZone",
+                    "invalid value for parameter \"TimeZone\": \"Mars\""
+                ),
+            ]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+        assert_eq!(
+            fatal_line(e).as_deref(),
+            Some("configuration file \"/s/c.conf\" contains errors")
+        );
+        assert!(named_refusals("x FATAL:  could not load library \"a\"\n").is_empty());
+        assert!(named_refusals("could not open file").is_empty());
+    }
+
+    #[test]
+    fn preload_libraries_are_looked_for_as_postgresql_looks() {
+        let dir = std::env::temp_dir().join(format!("tenure-libdir-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("pg_stat_statements.so"), b"").unwrap();
+        std::fs::write(dir.join("auto_explain"), b"").unwrap();
+        let here = |v: &str| missing_library(&dir, "shared_preload_libraries", v);
+        for ok in [
+            "pg_stat_statements",
+            " pg_stat_statements , \"auto_explain\"",
+            "$libdir/pg_stat_statements",
+            "",
+            "a/relative/one",
         ] {
-            assert_eq!(refused_name(line).as_deref(), Some(name), "{line}");
+            assert_eq!(here(ok), None, "{ok:?}");
         }
-        assert_eq!(refused_name("could not open file"), None);
-        // A LOG line before it is not the refusal.
-        let two = "x LOG:  skipping missing configuration file \"/dev/null/a\"\n\
-                   y FATAL:  parameter \"a\" cannot be changed\n";
-        assert_eq!(
-            fatal_line(two).unwrap(),
-            "parameter \"a\" cannot be changed"
+        let e = here("pg_stat_statements, pg_nothere").expect("missing");
+        assert!(
+            e.contains("\"pg_nothere\"") && e.contains("its next start"),
+            "{e}"
         );
-        let detail = "x FATAL:  invalid configuration parameter name \"x.1y\"\n\
-                      x DETAIL:  Custom parameter names must be two or more simple \
-                      identifiers separated by dots.\nx LOG:  later\n";
-        assert_eq!(
-            fatal_line(detail).unwrap(),
-            "invalid configuration parameter name \"x.1y\" (Custom parameter names must be \
-             two or more simple identifiers separated by dots.)"
+        assert!(
+            missing_library(&dir, "session_preload_libraries", "/no/such/lib")
+                .expect("missing")
+                .contains("every new connection")
         );
-        // Named otherwise than `parameter "NAME"`: the check asks one at a time.
-        assert_eq!(refused_name(&fatal_line(detail).unwrap()), None);
-        assert_eq!(fatal_line("nothing here"), None);
+        assert_eq!(missing_library(&dir, "work_mem", "pg_nothere"), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -215,9 +215,9 @@ fn the_seed_round_trips_fractional_seconds_and_pause() {
 }
 
 /// The config key's PostgreSQL settings (Patroni's cluster-wide ones): values as
-/// PostgreSQL reads them, names lower-cased and sorted, a patch's `null` left out;
-/// tenure's own and a node's own settings set aside with why; the form refused
-/// with the parameter named.
+/// PostgreSQL reads them, names lower-cased and sorted, a `null` left out whatever
+/// its name; every entry tenure does not take set aside with why (the rest still
+/// apply); only a section that is not an object refuses the value.
 #[test]
 fn pg_parameters_are_read_with_their_form_checked() {
     let pg = |v: Value| parse_pg_parameters(v.get("postgresql"));
@@ -225,7 +225,7 @@ fn pg_parameters_are_read_with_their_form_checked() {
         json!({"ttl": 7, "postgresql": {"use_pg_rewind": true, "parameters": {
         "work_mem": "8MB", "Max_Connections": 200, "checkpoint_completion_target": 0.9,
         "hot_standby": true, "jit": false, "pg_stat_statements.track": "all",
-        "old": null, "port": 5433, "ssl_cert_file": "/x", "SSL": "on"}}}),
+        "old": null, "a.b.c": null, "port": 5433, "ssl_cert_file": "/x", "SSL": "on"}}}),
     )
     .expect("parses");
     assert_eq!(
@@ -259,67 +259,131 @@ fn pg_parameters_are_read_with_their_form_checked() {
             json!({"postgresql": {"parameters": [1]}}),
             "expected an object of settings",
         ),
-        (
-            json!({"postgresql": {"parameters": {"work mem": "1"}}}),
-            "\"work mem\" is not",
-        ),
-        (
-            json!({"postgresql": {"parameters": {"a": [1]}}}),
-            "a: expected a string, number",
-        ),
-        (
-            json!({"postgresql": {"parameters": {"a": {"b": 1}}}}),
-            "found an object",
-        ),
-        (
-            json!({"postgresql": {"parameters": {"a": "1\nport = 2"}}}),
-            "line break",
-        ),
-        (
-            json!({"postgresql": {"parameters": {"Work_Mem": "1MB", "work_mem": "2MB"}}}),
-            "the same parameter",
-        ),
-        (
-            json!({"postgresql": {"parameters": {"wal_level": "Minimal"}}}),
-            "wal_level = \"Minimal\"",
-        ),
-        (
-            json!({"postgresql": {"parameters": {"hot_standby": "of"}}}),
-            "the agent's probe",
-        ),
-        (
-            json!({"postgresql": {"parameters": {"full_page_writes": false}}}),
-            "pg_rewind",
-        ),
     ] {
         let e = pg(v.clone()).expect_err(&v.to_string());
         assert!(e.contains(says), "{v}: {e}");
     }
+    let many: serde_json::Map<String, Value> = (0..=MAX_PG_PARAMETERS)
+        .map(|i| (format!("x.p{i}"), json!(1)))
+        .collect();
+    let e = pg(json!({"postgresql": {"parameters": many}})).unwrap_err();
+    assert!(e.contains("more than the 1000"), "{e}");
+    // Each bad entry is set aside, the good one beside it kept.
+    for (k, v, says) in [
+        ("work mem", json!("1"), "not a PostgreSQL parameter name"),
+        ("a.b.c", json!("1"), "not a PostgreSQL parameter name"),
+        ("1abc", json!("1"), "not a PostgreSQL parameter name"),
+        ("x.1y", json!("1"), "not a PostgreSQL parameter name"),
+        ("a", json!([1]), "found an array"),
+        ("a", json!({"b": 1}), "found an object"),
+        ("a", json!("1\nport = 2"), "line break"),
+        (
+            "a",
+            json!("x".repeat(MAX_PG_VALUE + 1)),
+            "more than the 8192",
+        ),
+        (
+            "wal_level",
+            json!("Minimal"),
+            "\"Minimal\": \"minimal\" leaves nothing",
+        ),
+        ("hot_standby", json!("of"), "the agent's probe"),
+        ("full_page_writes", json!(false), "pg_rewind"),
+        ("fsync", json!("no"), "host crash"),
+        ("max_wal_senders", json!(0), "nothing to stream"),
+        ("max_replication_slots", json!("0"), "nothing to stream"),
+        (
+            "wal_receiver_status_interval",
+            json!("0s"),
+            "standbys' replies",
+        ),
+    ] {
+        let v = json!({"postgresql": {"parameters": {k: v, "work_mem": "8MB"}}});
+        let got = pg(v.clone()).expect("parses");
+        assert_eq!(
+            got.set,
+            [("work_mem".to_string(), "8MB".to_string())],
+            "{v}"
+        );
+        assert_eq!(got.ignored.len(), 1, "{v}");
+        assert!(got.ignored[0].1.contains(says), "{v}: {:?}", got.ignored);
+    }
+    let dup = pg(json!({"postgresql": {"parameters": {"Work_Mem": "1MB", "work_mem": "2MB"}}}))
+        .expect("parses");
+    assert_eq!(dup.set.len(), 1);
+    assert!(dup.ignored[0].1.contains("second spelling"), "{dup:?}");
     // Values tenure needs, spelled as PostgreSQL takes them, pass.
     for (k, v) in [
         ("wal_level", "logical"),
         ("wal_level", "hot_standby"),
         ("hot_standby", "1"),
         ("full_page_writes", "Yes"),
+        ("max_wal_senders", "20"),
+        ("wal_receiver_status_interval", "2s"),
     ] {
         let v = json!({"postgresql": {"parameters": {k: v}}});
-        assert!(pg(v.clone()).is_ok(), "{v}");
+        assert!(pg(v.clone()).expect("parses").ignored.is_empty(), "{v}");
     }
-    // The key is the one source: a value without them has none, whatever came before.
+    // The key is the one source: a value without them has none, whatever came
+    // before; a bad entry does not refuse the value.
     let (_, d) = base()
-        .merge_dynamic(r#"{"ttl": 7, "postgresql": {"parameters": {"work_mem": "8MB"}}}"#)
+        .merge_dynamic(
+            r#"{"ttl": 7, "postgresql": {"parameters": {"work_mem": "8MB", "port": 1}}}"#,
+        )
         .expect("parses");
     assert_eq!(
         d.pg_parameters.set,
         [("work_mem".to_string(), "8MB".to_string())]
     );
+    assert_eq!(d.pg_parameters.ignored.len(), 1);
     let e = base()
-        .merge_dynamic(r#"{"postgresql": {"parameters": {"wal_level": "minimal"}}}"#)
+        .merge_dynamic(r#"{"postgresql": {"parameters": "x"}}"#)
         .unwrap_err();
+    assert!(e.starts_with("config key: postgresql.parameters"), "{e}");
+    // In synchronous mode a cluster-wide `synchronous_commit` that acknowledges
+    // commits no standby has is set aside; outside it, it is the operator's.
+    let raw = |sync: bool| {
+        format!(
+            r#"{{"synchronous_mode": {sync}, "postgresql": {{"parameters": {{"synchronous_commit": "local"}}}}}}"#
+        )
+    };
+    let (_, d) = base().merge_dynamic(&raw(true)).expect("parses");
+    assert!(d.pg_parameters.set.is_empty());
     assert!(
-        e.starts_with("config key: postgresql.parameters.wal_level"),
-        "{e}"
+        d.pg_parameters.ignored[0].1.contains("synchronous_mode"),
+        "{d:?}"
     );
+    let (_, d) = base().merge_dynamic(&raw(false)).expect("parses");
+    assert_eq!(d.pg_parameters.set.len(), 1);
+}
+
+/// The names PostgreSQL's configuration files take: an identifier, at most one
+/// `.`-qualified part, 63 bytes.
+#[test]
+fn pg_param_names_are_those_a_file_takes() {
+    for ok in [
+        "work_mem",
+        "_x",
+        "pg_stat_statements.max",
+        "a1.b_2",
+        &"a".repeat(63),
+    ] {
+        assert!(pg_param_name_ok(ok), "{ok}");
+    }
+    for bad in [
+        "",
+        "a.b.c",
+        "1a",
+        "a.",
+        ".a",
+        "a.1b",
+        "a b",
+        "a-b",
+        "a$",
+        &"a".repeat(64),
+    ] {
+        assert!(!pg_param_name_ok(bad), "{bad}");
+    }
 }
 
 /// PostgreSQL's booleans (`parse_bool`): prefixes of the words, `on`, `of`/`off`,
