@@ -988,6 +988,10 @@ impl Agent {
     /// checked with S6 against what is armed before anything moves. `Err`: why it
     /// was refused; nothing changed then.
     fn reload_config(&mut self) -> Result<(), String> {
+        // The cluster-wide PostgreSQL settings are judged again at the next
+        // iteration (a library installed since a refusal).
+        self.pg.forget_params_verdict();
+        self.params_retry_at = None;
         let new = Config::load(&self.config_path).map_err(|e| e.to_string())?;
         // `[postgresql]` changes take a restart, but libpq reads the certificate
         // files afresh at every connection: the files at the running paths must

@@ -129,7 +129,7 @@ pub const TABLE: &[Kind] = &[
     Kind {
         name: "CONFIG_REFUSED",
         severity: Severity::Err,
-        action: "A configuration (SIGHUP reload or the config key) broke a rule and was refused; the last good one stays in force. Fix the value the message names.",
+        action: "A configuration (SIGHUP reload or the config key) broke a rule and was refused; the last good one stays in force. Or one of the config key's cluster-wide PostgreSQL settings was refused on this node (PostgreSQL's parser, a library not installed here) and left out of `tenure.params.conf`; the others apply. Fix the value the message names.",
     },
     Kind {
         name: "ROLLBACK_MARKED",

@@ -115,6 +115,11 @@ fn real_config_patch_checks_every_member_and_agents_refuse_garbage() {
             r#"{"postgresql": {"parameters": {"shared_preload_libraries": "pg_nothere"}}}"#,
             "library \"pg_nothere\" is not installed on this host",
         ),
+        (
+            // postgres -C takes it; the postmaster would not start.
+            r#"{"postgresql": {"parameters": {"max_connections": 3}}}"#,
+            "superuser_reserved_connections (3) must be less than max_connections (3)",
+        ),
     ] {
         let (code, body) = c
             .api_write(r, "PATCH", "/config", patch, true)

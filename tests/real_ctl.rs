@@ -876,6 +876,20 @@ fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
             c.logs_tail(20)
         );
     }
+    // A removal reaches the key (review of session 24, H2: `--pg NAME=null`
+    // and `--set KEY=null` were dropped before they were sent), under every
+    // spelling.
+    let o = ctl(
+        &cfg,
+        &["edit-config", "--pg", "TEMP_BUFFERS=null", "--force"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: Value = serde_json::from_str(&c.get_key("config").expect("config")).expect("json");
+    assert_eq!(
+        v["postgresql"]["parameters"],
+        json!({"work_mem": "12MB", "max_connections": "120"}),
+        "{v}"
+    );
     let all_pending =
         tenure::testbed::wait_for(Duration::from_secs(15), Duration::from_millis(100), || {
             (0..3).all(|i| pending(&c, i)).then_some(())
@@ -948,6 +962,12 @@ fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
         .expect("tenure.params.conf");
     assert!(file.contains("maintenance_work_mem = '96MB'"), "{file}");
     c.release_etcd(r).expect("release etcd");
+    // Its member key may have expired meanwhile: back before it is named.
+    let back =
+        tenure::testbed::wait_for(Duration::from_secs(15), Duration::from_millis(100), || {
+            c.member(c.name(r)).map(|_| ())
+        });
+    assert!(back.is_some(), "{}", c.logs_tail(20));
 
     // A replica's PostgreSQL restarted: it starts (nothing refused is in its
     // files) and runs with the restart-only setting; its pending flag clears.
@@ -990,6 +1010,19 @@ fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
     let o = edit(&editor("garbage.sh", "echo garbage > \"$1\""));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("not JSON"), "{}", text(&o));
+    // The edit is kept for another try; ours to remove.
+    let said = String::from_utf8_lossy(&o.stderr).into_owned();
+    let kept = said
+        .split("the edit is kept in ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (see").next())
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no kept file named: {said}"));
+    assert_eq!(
+        std::fs::read_to_string(kept).unwrap_or_else(|e| panic!("{kept:?}: {e}: {said}")),
+        "garbage\n"
+    );
+    std::fs::remove_file(kept).expect("remove kept edit");
     assert_eq!(
         c.get_kv("config").expect("config key").mod_revision,
         before.mod_revision,

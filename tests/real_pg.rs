@@ -1234,7 +1234,8 @@ fn a_hung_epoch_read_leaves_the_probe_s_role() {
 /// PostgreSQL 15's own parser on the cluster-wide settings (`pg::paramcheck`), as
 /// a file of them is read at a start: every refused one found, each with
 /// PostgreSQL's words (unknown names first, then the values), the accepted ones
-/// kept; a library that is not installed refused; a program that is not there,
+/// kept, also beside settings that would hide PostgreSQL's reports (judged
+/// alone); a library that is not installed refused; a program that is not there,
 /// or a deadline already past, is no answer rather than a verdict.
 #[test]
 fn real_postgres_judges_the_cluster_wide_settings() {
@@ -1266,6 +1267,9 @@ fn real_postgres_judges_the_cluster_wide_settings() {
         ("work_mem", "8MB"),
         ("wibble", "1"),
         ("session_preload_libraries", "auto_explain, pg_nothere"),
+        // Valid, and would hide every LOG line of the others: judged alone.
+        ("log_min_messages", "panic"),
+        ("lc_messages", "C"),
     ]);
     let refused = c.check(bin, &mixed, render, deadline).expect("an answer");
     let names: Vec<&str> = refused.iter().map(|r| r.name.as_str()).collect();

@@ -8,8 +8,9 @@
 //! check S6 for every member's published values, then a compare-and-set on the mod
 //! revision read.
 //! Must never: store a value that breaks S6 for a member that published its timing,
-//! or a PostgreSQL setting PostgreSQL refuses (it would stop every member's next
-//! start), or overwrite a value it did not read (the compare-and-set answers 409 instead).
+//! or a PostgreSQL setting the request changes that PostgreSQL refuses (it would
+//! stop every member's next start; one carried over unchanged from another
+//! writer is not judged again, and every agent leaves it out), or overwrite a value it did not read (the compare-and-set answers 409 instead).
 //! Every call is capped by `Agent::deadline` (S1, S6 d).
 
 use log::info;
@@ -122,12 +123,13 @@ impl Agent {
         }
         let changed: Vec<(String, String)> = pg
             .set
-            .into_iter()
+            .iter()
             .filter(|p| !stored.set.contains(p))
+            .cloned()
             .collect();
         if !changed.is_empty() {
             let deadline = self.deadline(self.core.timing().retry_timeout);
-            match self.pg.check_parameters(&changed, deadline) {
+            match self.pg.check_parameters(&changed, &pg.set, deadline) {
                 Ok(refused) if refused.is_empty() => {}
                 Ok(refused) => {
                     let said: Vec<String> = refused

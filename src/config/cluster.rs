@@ -191,6 +191,66 @@ pub const MAX_PG_PARAMETERS: usize = 1000;
 /// The longest value taken (`log_line_prefix`, a library list: far shorter).
 pub const MAX_PG_VALUE: usize = 8 << 10;
 
+/// The most bytes of values in all (PostgreSQL repeats a refused value in its
+/// message: a check must see every message).
+pub const MAX_PG_BYTES: usize = 32 << 10;
+
+/// The connection settings PostgreSQL only checks against each other when the
+/// postmaster starts (`postgres -C` does not), and the slots a start must find
+/// room for: `(name, why)` for each setting of `cluster` that breaks them on
+/// this node, with its own `[postgresql.parameters]` (`own`, which win) and the
+/// replication slots its data directory holds (`slots`). A value this cannot read
+/// (hexadecimal, octal) is left to PostgreSQL.
+pub fn cross_refusals(
+    cluster: &[(String, String)],
+    own: &[(String, String)],
+    slots: usize,
+) -> Vec<(String, String)> {
+    let find = |l: &[(String, String)], n: &str| {
+        l.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.clone())
+    };
+    let from_cluster = |n: &str| find(own, n).is_none() && find(cluster, n).is_some();
+    // The value in force: the node's own, else the cluster's, else tenure's or
+    // PostgreSQL's default.
+    let value = |n: &str, default: i64| match find(own, n).or_else(|| find(cluster, n)) {
+        Some(v) => pg_count(&v),
+        None => Some(default),
+    };
+    let mut out = Vec::new();
+    if let (Some(max), Some(reserved)) = (
+        value("max_connections", 100),
+        value("superuser_reserved_connections", 3),
+    ) && reserved >= max
+    {
+        for n in ["max_connections", "superuser_reserved_connections"] {
+            if from_cluster(n) {
+                out.push((
+                    n.to_string(),
+                    format!(
+                        "superuser_reserved_connections ({reserved}) must be less than \
+                         max_connections ({max}) on this node: PostgreSQL would not start"
+                    ),
+                ));
+            }
+        }
+    }
+    if from_cluster("max_replication_slots")
+        && let Some(n) = value("max_replication_slots", 10)
+        && n < slots as i64
+    {
+        out.push((
+            "max_replication_slots".to_string(),
+            format!(
+                "{n} is less than the {slots} replication slots this node's data directory \
+                 holds: PostgreSQL would not start"
+            ),
+        ));
+    }
+    out
+}
+
 /// Whether `name` (lower-cased) is a node's own setting ([`NODE_ONLY`], `ssl`,
 /// `ssl_*`): `pg_hba.conf`'s `hostssl` lines and the certificate checks follow a
 /// node's `ssl`, and the files are paths on its host.
@@ -235,13 +295,43 @@ pub fn pg_bool(v: &str) -> Option<bool> {
     }
 }
 
-/// Whether a number (with or without a unit: `0`, `0s`, `0.0`) is zero.
-fn is_zero(v: &str) -> bool {
+/// A setting's number as PostgreSQL reads it (`parse_int`/`parse_real`): decimal,
+/// a fraction or an exponent (`0.4`, `1e-9`), then an optional unit, which
+/// `unit` converts to the setting's base unit; integers rounded half to even as
+/// PostgreSQL's `rint`. `None`: not such a number (hexadecimal and octal, which
+/// PostgreSQL also takes, among them: not judged here).
+fn pg_number(v: &str, unit: impl Fn(&str) -> Option<f64>) -> Option<i64> {
     let t = v.trim();
     let end = t
-        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-')))
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-' | 'e' | 'E')))
         .unwrap_or(t.len());
-    t[..end].parse::<f64>() == Ok(0.0)
+    let (num, rest) = t.split_at(end);
+    if num.len() > 1 && num.starts_with('0') && !num.starts_with("0.") {
+        return None;
+    }
+    let x: f64 = num.parse().ok()?;
+    let x = x * unit(rest.trim())?;
+    let r = x.round_ties_even();
+    (r.is_finite() && r.abs() < 9.0e18).then_some(r as i64)
+}
+
+/// A count (`max_connections`): no unit.
+pub fn pg_count(v: &str) -> Option<i64> {
+    pg_number(v, |u| u.is_empty().then_some(1.0))
+}
+
+/// A time in seconds (`wal_receiver_status_interval`): `us`, `ms`, `s`, `min`,
+/// `h`, `d`; none is seconds.
+fn pg_seconds(v: &str) -> Option<i64> {
+    pg_number(v, |u| match u {
+        "" | "s" => Some(1.0),
+        "us" => Some(1e-6),
+        "ms" => Some(1e-3),
+        "min" => Some(60.0),
+        "h" => Some(3600.0),
+        "d" => Some(86400.0),
+        _ => None,
+    })
 }
 
 /// A value tenure needs otherwise on every member, with the reason: replicas need
@@ -263,10 +353,10 @@ fn refused_value(name: &str, value: &str) -> Option<&'static str> {
         "fsync" if off() => {
             Some("off loses committed data at a host crash, and tenure's watchdog resets hosts")
         }
-        "max_wal_senders" | "max_replication_slots" if is_zero(value) => {
-            Some("0 leaves the replicas nothing to stream through")
+        "max_wal_senders" | "max_replication_slots" if pg_count(value) == Some(0) => {
+            Some("0 (as PostgreSQL rounds it) leaves the replicas nothing to stream through")
         }
-        "wal_receiver_status_interval" if is_zero(value) => Some(
+        "wal_receiver_status_interval" if pg_seconds(value) == Some(0) => Some(
             "0 stops the standbys' replies that release synchronous commits and show their lag",
         ),
         _ => None,
@@ -302,6 +392,15 @@ pub fn parse_pg_parameters(v: Option<&Value>) -> Result<PgParameters, String> {
         return Err(format!(
             "postgresql.parameters: {} settings, more than the {MAX_PG_PARAMETERS} taken",
             params.len()
+        ));
+    }
+    let bytes: usize = params
+        .values()
+        .map(|v| v.as_str().map_or(0, str::len))
+        .sum();
+    if bytes > MAX_PG_BYTES {
+        return Err(format!(
+            "postgresql.parameters: {bytes} bytes of values, more than the {MAX_PG_BYTES} taken"
         ));
     }
     for (k, v) in params {
@@ -377,9 +476,10 @@ pub fn check_sync_commit(p: &mut PgParameters, synchronous_mode: bool) {
     if !synchronous_mode {
         return;
     }
+    // PostgreSQL's spellings of off (`false`, `no`, `0`, ...) and `local`.
     if let Some(i) = p.set.iter().position(|(k, v)| {
         k == "synchronous_commit"
-            && matches!(v.trim().to_ascii_lowercase().as_str(), "off" | "local")
+            && (pg_bool(v.trim()) == Some(false) || v.trim().eq_ignore_ascii_case("local"))
     }) {
         let (k, v) = p.set.remove(i);
         p.ignored.push((

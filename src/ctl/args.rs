@@ -524,11 +524,9 @@ fn pg_setting(kv: &str) -> Result<(String, String), String> {
         .split_once('=')
         .ok_or_else(|| format!("--pg {kv:?}: expected NAME=VALUE"))?;
     let v = v.trim();
-    // A removal takes any name another writer left (the form is not checked).
-    let name = match v {
-        "null" => name.trim().to_string(),
-        _ => name.trim().to_ascii_lowercase(),
-    };
+    // A removal takes any name another writer left (the form is not checked;
+    // every spelling the key holds goes: `verbs::remove_every_spelling`).
+    let name = name.trim().to_ascii_lowercase();
     if name.is_empty() || (v != "null" && !crate::config::cluster::pg_param_name_ok(&name)) {
         return Err(format!(
             "--pg {kv:?}: {name:?} is not a PostgreSQL parameter name (NAME or PREFIX.NAME \

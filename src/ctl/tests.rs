@@ -247,7 +247,7 @@ fn usage_errors_name_the_argument() {
                 ),
                 ("postgresql.parameters.jit".into(), "\"true\"".into()),
                 ("postgresql.parameters.old".into(), "null".into()),
-                ("postgresql.parameters.Bad.Na.me".into(), "null".into()),
+                ("postgresql.parameters.bad.na.me".into(), "null".into()),
             ],
             apply: None,
             replace: None,
@@ -933,6 +933,29 @@ fn set_builds_a_patch_and_null_removes() {
             "slots.b",
             "ttl"
         ]
+    );
+    // Patches combined keep their removals (review of session 24, H2: `--set
+    // x=null` reached no member); a removal takes every spelling the key holds.
+    let mut a = obj(json!({"ttl": 9, "postgresql": {"parameters": {"jit": "on"}}}));
+    verbs::combine_patches(
+        &mut a,
+        &verbs::patch_of(&[
+            ("promote_delay".into(), "null".into()),
+            ("postgresql.parameters.work_mem".into(), "null".into()),
+        ]),
+    );
+    assert_eq!(
+        Value::Object(a.clone()),
+        json!({"ttl": 9, "promote_delay": null,
+            "postgresql": {"parameters": {"jit": "on", "work_mem": null}}})
+    );
+    let held = obj(
+        json!({"postgresql": {"parameters": {"Work_Mem": "1MB", "WORK_MEM": "2MB", "jit": "on"}}}),
+    );
+    verbs::remove_every_spelling(&mut a, &held);
+    assert_eq!(
+        a["postgresql"]["parameters"],
+        json!({"jit": "on", "work_mem": null, "Work_Mem": null, "WORK_MEM": null})
     );
     // A setting's own dot stays in its name.
     assert_eq!(

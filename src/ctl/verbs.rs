@@ -1288,12 +1288,22 @@ fn read_object(path: &std::path::Path, what: &str) -> Result<Map<String, Value>,
 /// through `sh` as git runs it, so `code -w` works): the value as edited.
 /// Nothing is sent when the editor fails or the result is not a JSON object.
 fn edit_in_editor(current: &Map<String, Value>) -> Result<Map<String, Value>, CtlError> {
+    use std::io::IsTerminal;
     use std::os::unix::fs::OpenOptionsExt;
-    let editor = ["VISUAL", "EDITOR"]
+    let chosen = ["VISUAL", "EDITOR"]
         .iter()
         .filter_map(|k| std::env::var(k).ok())
-        .find(|e| !e.trim().is_empty())
-        .unwrap_or_else(|| "vi".to_string());
+        .find(|e| !e.trim().is_empty());
+    // `vi` only for a person at a terminal: a script that ran a bare
+    // `edit-config` gets an error, not an editor waiting on no one.
+    if chosen.is_none() && !std::io::stdin().is_terminal() {
+        return Err(CtlError::Usage(
+            "edit-config without --set, --pg, --apply or --replace opens an editor: stdin \
+             is not a terminal and neither VISUAL nor EDITOR is set"
+                .into(),
+        ));
+    }
+    let editor = chosen.unwrap_or_else(|| "vi".to_string());
     let path = std::env::temp_dir().join(format!(
         "tenure-config-{}-{}.json",
         std::process::id(),
@@ -1317,7 +1327,17 @@ fn edit_in_editor(current: &Map<String, Value>) -> Result<Map<String, Value>, Ct
         .arg(&path)
         .status();
     let result = match status {
-        Ok(st) if st.success() => read_object(&path, "the edited value"),
+        Ok(st) if st.success() => match read_object(&path, "the edited value") {
+            Ok(o) => Ok(o),
+            // The operator's edit is kept for another try.
+            Err(CtlError::Usage(e)) => {
+                return Err(CtlError::Usage(format!(
+                    "{e}: nothing sent; the edit is kept in {}",
+                    path.display()
+                )));
+            }
+            Err(e) => Err(e),
+        },
         Ok(st) => Err(CtlError::Failed(format!(
             "the editor ({editor}) ended with {st}: nothing sent"
         ))),
@@ -1353,6 +1373,49 @@ pub fn diff_patch(old: &Map<String, Value>, new: &Map<String, Value>) -> Map<Str
         }
     }
     p
+}
+
+/// `over` on top of `base`, both merge patches: objects combined key by key,
+/// anything else (a `null` removal too) replacing. Not [`apply_patch`], which
+/// carries out the removals instead of keeping them.
+pub fn combine_patches(base: &mut Map<String, Value>, over: &Map<String, Value>) {
+    for (k, v) in over {
+        match (base.get_mut(k), v) {
+            (Some(Value::Object(b)), Value::Object(o)) => combine_patches(b, o),
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// A PostgreSQL setting removed (`null`) under one spelling removes it under every
+/// spelling the key holds (`--pg WORK_MEM=null` and the key's `work_mem`):
+/// PostgreSQL's names are not case-sensitive.
+pub fn remove_every_spelling(patch: &mut Map<String, Value>, current: &Map<String, Value>) {
+    let Some(held) = current
+        .get("postgresql")
+        .and_then(|p| p.get("parameters"))
+        .and_then(Value::as_object)
+    else {
+        return;
+    };
+    let Some(Value::Object(params)) = patch
+        .get_mut("postgresql")
+        .and_then(|p| p.get_mut("parameters"))
+    else {
+        return;
+    };
+    let removed: Vec<String> = params
+        .iter()
+        .filter(|(_, v)| v.is_null())
+        .map(|(k, _)| k.clone())
+        .collect();
+    for r in removed {
+        for k in held.keys().filter(|k| k.eq_ignore_ascii_case(&r)) {
+            params.insert(k.clone(), Value::Null);
+        }
+    }
 }
 
 /// Every leaf a patch sets, as the parts of its path (for `KEY: old -> new`).
@@ -1400,7 +1463,9 @@ fn edit_config(
                 Some(f) => read_object(f, "--apply")?,
                 None => Map::new(),
             };
-            apply_patch(&mut p, &patch_of(&set));
+            // Patches combined, their `null`s kept: a removal must reach the member.
+            combine_patches(&mut p, &patch_of(&set));
+            remove_every_spelling(&mut p, &current);
             p
         }
     };

@@ -921,7 +921,12 @@ impl PgCtl {
                 // Keep the agent's log for the agent's own sentences.
                 // Its own writes (the epoch row) whatever a cluster-wide
                 // `default_transaction_read_only` says.
-                .options("-c client_min_messages=warning -c default_transaction_read_only=off")
+                // `idle_session_timeout` (PostgreSQL 14+): the connection idles a
+                // loop between probes and must not be closed for it.
+                .options(
+                    "-c client_min_messages=warning -c default_transaction_read_only=off \
+                     -c idle_session_timeout=0",
+                )
                 .connect_timeout(left);
             // The whole handshake is bounded, not just the socket connect: a stopped
             // or wedged postmaster accepts the connection and never answers.
@@ -1183,17 +1188,53 @@ impl PgCtl {
 
     /// PostgreSQL's own parser on `params` (`paramcheck`): those it refuses, with
     /// its reason. `Err`: no answer by `deadline` (or `postgres` could not run).
+    ///
+    /// Then what PostgreSQL checks only at a start, on this node: the connection
+    /// settings against each other and `max_replication_slots` against the slots
+    /// its data directory holds (`config::cluster::cross_refusals`), judged on
+    /// `all` (the whole list the changed `params` belong to, with the node's own
+    /// settings, which win).
     pub fn check_parameters(
         &mut self,
         params: &[(String, String)],
+        all: &[(String, String)],
         deadline: Instant,
     ) -> Result<Vec<paramcheck::Refusal>, String> {
-        self.param_checker.check(
+        let mut refused = self.param_checker.check(
             &self.cfg.bin_dir,
             params,
             |l| conf::params_conf(l.iter().copied()),
             deadline,
-        )
+        )?;
+        // A slot is a directory in `pg_replslot`: what a start must find room for.
+        let slots = fs::read_dir(self.cfg.data_dir.join("pg_replslot"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .count()
+            })
+            .unwrap_or(0);
+        for (name, why) in crate::config::cluster::cross_refusals(all, &self.cfg.parameters, slots)
+        {
+            if let Some((k, v)) = params.iter().find(|(k, _)| *k == name)
+                && !refused.iter().any(|r| r.name == name)
+            {
+                refused.push(paramcheck::Refusal {
+                    name: k.clone(),
+                    value: v.clone(),
+                    why,
+                });
+            }
+        }
+        Ok(refused)
+    }
+
+    /// Forget the last verdict on the cluster-wide settings, so the next call of
+    /// [`Self::set_cluster_params`] judges them again (a reload: a library
+    /// installed since, a node's own settings changed).
+    pub fn forget_params_verdict(&mut self) {
+        self.params_checked = None;
+        self.params_want = None;
     }
 
     /// Whether `pid` is a child of ours that the agent's reaper must leave alone
@@ -1214,7 +1255,8 @@ impl PgCtl {
         params: &[(String, String)],
         deadline: Instant,
     ) -> Result<Option<ParamsApplied>, PgError> {
-        if self.params_want.as_deref() == Some(params) {
+        self.param_checker.reap();
+        if self.params_want.as_deref() == Some(params) && !self.params_reload_pending {
             return Ok(None);
         }
         if self.job.is_some() || !matches!(self.data_dir_state(), DataDir::Present { .. }) {
@@ -1228,7 +1270,7 @@ impl PgCtl {
                 let refused = if params.is_empty() {
                     Vec::new()
                 } else {
-                    self.check_parameters(params, deadline)
+                    self.check_parameters(params, params, deadline)
                         .map_err(|e| PgError::Refused(format!("checking the settings: {e}")))?
                 };
                 let kept: Vec<&(String, String)> = params
@@ -1248,16 +1290,26 @@ impl PgCtl {
         let path = self.cfg.data_dir.join(conf::PARAMS_CONF);
         // The first time in this run the file itself is compared (a restart of the
         // agent does not rewrite it for nothing); a missing file is an empty list.
+        // A regular file of a sane size, read without blocking (a FIFO put there
+        // must not hold the loop); one that is not UTF-8 is rewritten.
         let on_disk = match &self.params_text {
-            Some(t) => Some(t.clone()),
-            None => fs::read_to_string(&path).ok(),
+            Some(t) => Some(t.as_bytes().to_vec()),
+            None => read_regular(&path, PG_CONF_MAX, true)
+                .ok()
+                .flatten()
+                .map(|(b, _)| b),
         };
         let same = match &on_disk {
-            Some(t) => *t == verdict.text,
+            Some(t) => *t == verdict.text.as_bytes(),
             None => verdict.kept.is_empty(),
         };
         if !same {
+            // INVARIANT: from the write on, what is on disk is `params_text`, and
+            // nothing is recorded as carried out until PostgreSQL re-read it: a
+            // key changed back meanwhile finds the file different and writes it.
+            self.params_want = None;
             self.write_owned(&path, &verdict.text)?;
+            self.params_text = Some(verdict.text.clone());
             self.params_reload_pending = true;
         } else if on_disk.is_none() {
             // No file was ever written: nothing for PostgreSQL to re-read.

@@ -70,6 +70,11 @@ impl Checker {
         self.dying.iter().any(|c| c.id() == pid)
     }
 
+    /// Reap killed children that exited since (without waiting).
+    pub fn reap(&mut self) {
+        self.dying.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
+    }
+
     /// The settings of `params` refused here, each with the reason; the rest are
     /// accepted. `render` is how they are written (`conf::params_conf`). `Err`: no
     /// answer (the program could not run, did not answer by `deadline`, or said
@@ -83,13 +88,49 @@ impl Checker {
         deadline: Instant,
     ) -> Result<Vec<Refusal>, String> {
         let program = bin_dir.join("postgres");
-        let mut left: Vec<&(String, String)> = params.iter().collect();
+        // Settings that change how PostgreSQL reports (its language, what it
+        // logs, where) could hide the refusals of the others: each is judged
+        // alone, the rest together.
+        let (alone, together): (Vec<_>, Vec<_>) = params
+            .iter()
+            .partition(|(k, _)| BLINDING.contains(&k.as_str()));
+        let mut refused = self.check_group(&program, together, &render, deadline)?;
+        for p in alone {
+            refused.extend(self.check_group(&program, vec![p], &render, deadline)?);
+        }
+        // The libraries, for those PostgreSQL accepted.
+        let libdir = libdir(bin_dir);
+        for (k, v) in params {
+            if refused.iter().any(|r| r.name == *k) {
+                continue;
+            }
+            if let Some(why) = library_refusal(libdir.as_deref(), k, v) {
+                refused.push(Refusal {
+                    name: k.clone(),
+                    value: v.clone(),
+                    why,
+                });
+            }
+        }
+        Ok(refused)
+    }
+
+    /// [`Checker::check`] of one group: PostgreSQL reports every unknown name and
+    /// stops, then (with none left) every bad value, so a few runs, each taking
+    /// out what it refused. An answer that names none of them: each alone, to
+    /// find it.
+    fn check_group(
+        &mut self,
+        program: &Path,
+        mut left: Vec<&(String, String)>,
+        render: &impl Fn(&[&(String, String)]) -> String,
+        deadline: Instant,
+    ) -> Result<Vec<Refusal>, String> {
         let mut refused = Vec::new();
-        // PostgreSQL reports every unknown name and stops, then (with none left)
-        // every bad value: at most a few runs, each taking out what it refused.
         while !left.is_empty() {
-            let out = self.run(&program, &render(&left), deadline)?;
-            let Some(text) = out else { break };
+            let Some(text) = self.run(program, &render(&left), deadline)? else {
+                break;
+            };
             let mut found = false;
             for (name, why) in named_refusals(&text) {
                 if let Some(i) = left.iter().position(|(k, _)| k.eq_ignore_ascii_case(&name)) {
@@ -102,23 +143,18 @@ impl Checker {
                     found = true;
                 }
             }
-            if !found {
+            if found {
+                continue;
+            }
+            if left.len() == 1 {
                 return Err(format!(
                     "{} -C: {}",
                     program.display(),
                     fatal_line(&text).unwrap_or_else(|| "failed, saying nothing".into())
                 ));
             }
-        }
-        // The libraries, for those PostgreSQL accepted.
-        let libdir = libdir(bin_dir);
-        for (k, v) in left {
-            if let Some(why) = libdir.as_deref().and_then(|d| missing_library(d, k, v)) {
-                refused.push(Refusal {
-                    name: k.clone(),
-                    value: v.clone(),
-                    why,
-                });
+            for p in std::mem::take(&mut left) {
+                refused.extend(self.check_group(program, vec![p], render, deadline)?);
             }
         }
         Ok(refused)
@@ -133,7 +169,7 @@ impl Checker {
         text: &str,
         deadline: Instant,
     ) -> Result<Option<String>, String> {
-        self.dying.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
+        self.reap();
         if clock::now() >= deadline {
             return Err("no time left before the deadline".into());
         }
@@ -317,26 +353,42 @@ fn named_refusals(stderr: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Settings that change how PostgreSQL reports its refusals: judged alone.
+const BLINDING: &[&str] = &[
+    "lc_messages",
+    "log_min_messages",
+    "log_destination",
+    "log_line_prefix",
+    "log_error_verbosity",
+];
+
 /// PostgreSQL's `$libdir` for the programs in `bin_dir`: `../lib` next to them
 /// (Debian's `/usr/lib/postgresql/15`, PGDG's `/usr/pgsql-15`), known by the
-/// `plpgsql` every installation has. `None`: not found (libraries not checked).
+/// `plpgsql` every installation has. `None`: not found.
 fn libdir(bin_dir: &Path) -> Option<PathBuf> {
     let d = bin_dir.parent()?.join("lib");
     d.join("plpgsql.so").is_file().then_some(d)
 }
 
 /// For `shared_preload_libraries`, `session_preload_libraries` and
-/// `local_preload_libraries`: the first library named in `value` that is not in
-/// `libdir` (or at its absolute path), said. PostgreSQL's list: comma-separated,
-/// each name trimmed and optionally double-quoted; `$libdir/` is `libdir`; a
-/// name is looked for as given and with `.so`.
-fn missing_library(libdir: &Path, name: &str, value: &str) -> Option<String> {
-    if !matches!(
-        name,
-        "shared_preload_libraries" | "session_preload_libraries" | "local_preload_libraries"
-    ) {
-        return None;
-    }
+/// `local_preload_libraries`: why the value cannot be taken here, if it cannot.
+/// PostgreSQL's list: comma-separated, each name trimmed and optionally
+/// double-quoted; a bare name is looked for in `$libdir` (`$libdir/plugins` for
+/// `local_preload_libraries`), as given and with `.so`. Fails closed: a name with
+/// a directory in it (cluster-wide settings name libraries, not paths on one
+/// host; nothing outside `$libdir` is looked at, so no other file system can
+/// hold the loop), or no `$libdir` found, is refused.
+fn library_refusal(libdir: Option<&Path>, name: &str, value: &str) -> Option<String> {
+    let plugins = match name {
+        "shared_preload_libraries" | "session_preload_libraries" => false,
+        "local_preload_libraries" => true,
+        _ => return None,
+    };
+    let when = if name == "shared_preload_libraries" {
+        "its next start"
+    } else {
+        "every new connection"
+    };
     for item in value.split(',') {
         let item = item.trim();
         let lib = item
@@ -346,26 +398,34 @@ fn missing_library(libdir: &Path, name: &str, value: &str) -> Option<String> {
         if lib.is_empty() {
             continue;
         }
-        let path = match lib.strip_prefix("$libdir/") {
-            Some(rest) => libdir.join(rest),
-            None if lib.starts_with('/') => PathBuf::from(lib),
-            // Relative with a directory: PostgreSQL's own rules, not judged here.
-            None if lib.contains('/') => continue,
-            None => libdir.join(lib),
+        let Some(dir) = libdir else {
+            return Some(format!(
+                "cannot tell where this PostgreSQL's libraries are (no plpgsql.so in \
+                 bin_dir/../lib), so \"{lib}\" cannot be looked for: set it in each \
+                 node's [postgresql.parameters]"
+            ));
         };
-        let mut so = path.clone().into_os_string();
-        so.push(".so");
-        if !path.is_file() && !Path::new(&so).is_file() {
+        let bare = lib.strip_prefix("$libdir/").unwrap_or(lib);
+        if bare.contains('/') {
+            return Some(format!(
+                "\"{lib}\" names a path: a cluster-wide setting names libraries in \
+                 PostgreSQL's library directory; set paths in each node's \
+                 [postgresql.parameters]"
+            ));
+        }
+        let dir = if plugins && !lib.starts_with("$libdir/") {
+            dir.join("plugins")
+        } else {
+            dir.to_path_buf()
+        };
+        let path = dir.join(bare);
+        let so = dir.join(format!("{bare}.so"));
+        if !path.is_file() && !so.is_file() {
             return Some(format!(
                 "library \"{lib}\" is not installed on this host (no {} or {}): PostgreSQL \
-                 would fail {}",
+                 would fail {when}",
                 path.display(),
-                Path::new(&so).display(),
-                if name == "shared_preload_libraries" {
-                    "its next start"
-                } else {
-                    "every new connection"
-                }
+                so.display(),
             ));
         }
     }
@@ -423,16 +483,16 @@ mod tests {
     #[test]
     fn preload_libraries_are_looked_for_as_postgresql_looks() {
         let dir = std::env::temp_dir().join(format!("tenure-libdir-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(dir.join("plugins")).unwrap();
         std::fs::write(dir.join("pg_stat_statements.so"), b"").unwrap();
         std::fs::write(dir.join("auto_explain"), b"").unwrap();
-        let here = |v: &str| missing_library(&dir, "shared_preload_libraries", v);
+        std::fs::write(dir.join("plugins").join("plug.so"), b"").unwrap();
+        let here = |v: &str| library_refusal(Some(&dir), "shared_preload_libraries", v);
         for ok in [
             "pg_stat_statements",
             " pg_stat_statements , \"auto_explain\"",
             "$libdir/pg_stat_statements",
             "",
-            "a/relative/one",
         ] {
             assert_eq!(here(ok), None, "{ok:?}");
         }
@@ -441,12 +501,31 @@ mod tests {
             e.contains("\"pg_nothere\"") && e.contains("its next start"),
             "{e}"
         );
+        for path in ["/usr/lib/x.so", "a/relative/one", "$libdir/sub/x"] {
+            assert!(
+                here(path).expect("refused").contains("names a path"),
+                "{path}"
+            );
+        }
         assert!(
-            missing_library(&dir, "session_preload_libraries", "/no/such/lib")
+            library_refusal(Some(&dir), "session_preload_libraries", "pg_nothere")
                 .expect("missing")
                 .contains("every new connection")
         );
-        assert_eq!(missing_library(&dir, "work_mem", "pg_nothere"), None);
+        // local_preload_libraries: $libdir/plugins for a bare name.
+        assert_eq!(
+            library_refusal(Some(&dir), "local_preload_libraries", "plug"),
+            None
+        );
+        assert!(library_refusal(Some(&dir), "local_preload_libraries", "auto_explain").is_some());
+        // Fails closed where the library directory is not known.
+        assert!(
+            library_refusal(None, "shared_preload_libraries", "pg_stat_statements")
+                .expect("refused")
+                .contains("cannot tell where")
+        );
+        assert_eq!(library_refusal(None, "shared_preload_libraries", ""), None);
+        assert_eq!(library_refusal(Some(&dir), "work_mem", "pg_nothere"), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

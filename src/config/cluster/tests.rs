@@ -402,3 +402,127 @@ fn pg_bool_reads_as_postgresql_does() {
         assert_eq!(pg_bool(x), None, "{x:?}");
     }
 }
+
+/// Numbers as PostgreSQL reads and rounds them: a fraction or an exponent
+/// rounded half to even, units converted; hexadecimal and octal not read.
+#[test]
+fn pg_numbers_round_as_postgresql_rounds() {
+    for (v, n) in [
+        ("0", 0),
+        ("0.4", 0),
+        ("0.5", 0),
+        ("1.5", 2),
+        ("1e-9", 0),
+        (" 12 ", 12),
+        ("1e2", 100),
+    ] {
+        assert_eq!(pg_count(v), Some(n), "{v}");
+    }
+    for v in ["", "x", "0x10", "010", "5 MB", "1kB"] {
+        assert_eq!(pg_count(v), None, "{v}");
+    }
+    // Zero as PostgreSQL takes them: refused.
+    for (k, v) in [
+        ("max_wal_senders", "0.4"),
+        ("max_replication_slots", "1e-9"),
+        ("wal_receiver_status_interval", "400ms"),
+        ("wal_receiver_status_interval", "500ms"),
+        ("wal_receiver_status_interval", "0min"),
+    ] {
+        let got = parse_pg_parameters(Some(&json!({"parameters": {k: v}}))).expect("parses");
+        assert!(
+            got.set.is_empty() && got.ignored.len() == 1,
+            "{k} = {v}: {got:?}"
+        );
+    }
+    for (k, v) in [
+        ("wal_receiver_status_interval", "1500ms"),
+        ("max_wal_senders", "0.6"),
+    ] {
+        let got = parse_pg_parameters(Some(&json!({"parameters": {k: v}}))).expect("parses");
+        assert!(got.ignored.is_empty(), "{k} = {v}: {got:?}");
+    }
+    // In synchronous mode every spelling of off is set aside.
+    for v in ["off", "false", "No", "0", "LOCAL"] {
+        let mut p = parse_pg_parameters(Some(&json!({"parameters": {"synchronous_commit": v}})))
+            .expect("parses");
+        check_sync_commit(&mut p, true);
+        assert!(p.set.is_empty(), "{v}");
+    }
+    let mut p = parse_pg_parameters(Some(
+        &json!({"parameters": {"synchronous_commit": "remote_apply"}}),
+    ))
+    .expect("parses");
+    check_sync_commit(&mut p, true);
+    assert_eq!(p.set.len(), 1);
+}
+
+/// What PostgreSQL checks only when the postmaster starts: the reserved
+/// connections below `max_connections` with the node's own settings winning, and
+/// room for the slots the data directory holds; only the cluster's settings are
+/// refused.
+#[test]
+fn cross_checks_refuse_what_would_stop_a_start_here() {
+    let l = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let names = |r: Vec<(String, String)>| r.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+    assert!(cross_refusals(&l(&[("max_connections", "200")]), &[], 2).is_empty());
+    assert_eq!(
+        names(cross_refusals(&l(&[("max_connections", "3")]), &[], 0)),
+        ["max_connections"]
+    );
+    assert_eq!(
+        names(cross_refusals(
+            &l(&[("superuser_reserved_connections", "100")]),
+            &[],
+            0
+        )),
+        ["superuser_reserved_connections"]
+    );
+    assert_eq!(
+        names(cross_refusals(
+            &l(&[
+                ("max_connections", "3"),
+                ("superuser_reserved_connections", "3")
+            ]),
+            &[],
+            0
+        )),
+        ["max_connections", "superuser_reserved_connections"]
+    );
+    // The node's own settings win: its own max_connections makes it fit, and
+    // what it sets itself is never the cluster's to refuse.
+    assert!(
+        cross_refusals(
+            &l(&[("max_connections", "3")]),
+            &l(&[("max_connections", "50")]),
+            0
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        names(cross_refusals(
+            &l(&[("superuser_reserved_connections", "10")]),
+            &l(&[("max_connections", "10")]),
+            0
+        )),
+        ["superuser_reserved_connections"]
+    );
+    let e = cross_refusals(&l(&[("max_replication_slots", "2")]), &[], 3);
+    assert_eq!(names(e.clone()), ["max_replication_slots"]);
+    assert!(e[0].1.contains("the 3 replication slots"), "{e:?}");
+    assert!(cross_refusals(&l(&[("max_replication_slots", "3")]), &[], 3).is_empty());
+    assert!(
+        cross_refusals(
+            &l(&[("max_replication_slots", "2")]),
+            &l(&[("max_replication_slots", "9")]),
+            3
+        )
+        .is_empty()
+    );
+    // Spellings it cannot read are left to PostgreSQL.
+    assert!(cross_refusals(&l(&[("max_connections", "0x3")]), &[], 0).is_empty());
+}
