@@ -118,7 +118,8 @@ fn real_config_patch_checks_every_member_and_agents_refuse_garbage() {
         (
             // postgres -C takes it; the postmaster would not start.
             r#"{"postgresql": {"parameters": {"max_connections": 3}}}"#,
-            "superuser_reserved_connections (3) must be less than max_connections (3)",
+            "superuser_reserved_connections (3) + reserved_connections (0) must be less \
+             than max_connections (3)",
         ),
     ] {
         let (code, body) = c

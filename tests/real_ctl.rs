@@ -881,7 +881,14 @@ fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
     // spelling.
     let o = ctl(
         &cfg,
-        &["edit-config", "--pg", "TEMP_BUFFERS=null", "--force"],
+        &[
+            "edit-config",
+            "--pg",
+            "TEMP_BUFFERS=null",
+            "--set",
+            "maximum_lag_on_syncnode=null",
+            "--force",
+        ],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let v: Value = serde_json::from_str(&c.get_key("config").expect("config")).expect("json");
@@ -889,6 +896,23 @@ fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
         v["postgresql"]["parameters"],
         json!({"work_mem": "12MB", "max_connections": "120"}),
         "{v}"
+    );
+    assert!(v.get("maximum_lag_on_syncnode").is_none(), "{v}");
+    // And the members' files.
+    let gone =
+        tenure::testbed::wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+            (0..3)
+                .all(|i| {
+                    std::fs::read_to_string(c.data_dir(i).join("tenure.params.conf")).is_ok_and(
+                        |f| f.contains("work_mem = '12MB'") && !f.contains("temp_buffers"),
+                    )
+                })
+                .then_some(())
+        });
+    assert!(
+        gone.is_some(),
+        "temp_buffers still in a member's file{}",
+        c.logs_tail(20)
     );
     let all_pending =
         tenure::testbed::wait_for(Duration::from_secs(15), Duration::from_millis(100), || {

@@ -1260,6 +1260,9 @@ fn real_postgres_judges_the_cluster_wide_settings() {
     ]);
     assert_eq!(c.check(bin, &good, render, deadline), Ok(vec![]));
     let mixed = p(&[
+        // Valid, and would hide every LOG line of the others: judged alone
+        // (first here, as in the sorted list a key gives).
+        ("log_min_messages", "panic"),
         ("enable_seqscan", "maybe"),
         ("shared_buffers", "1"),
         ("sort_mem", "banana"),
@@ -1267,8 +1270,6 @@ fn real_postgres_judges_the_cluster_wide_settings() {
         ("work_mem", "8MB"),
         ("wibble", "1"),
         ("session_preload_libraries", "auto_explain, pg_nothere"),
-        // Valid, and would hide every LOG line of the others: judged alone.
-        ("log_min_messages", "panic"),
         ("lc_messages", "C"),
     ]);
     let refused = c.check(bin, &mixed, render, deadline).expect("an answer");

@@ -219,18 +219,25 @@ pub fn cross_refusals(
         None => Some(default),
     };
     let mut out = Vec::new();
-    if let (Some(max), Some(reserved)) = (
+    // `reserved_connections` is PostgreSQL 16's (0 where it is not set).
+    if let (Some(max), Some(su), Some(other)) = (
         value("max_connections", 100),
         value("superuser_reserved_connections", 3),
-    ) && reserved >= max
+        value("reserved_connections", 0),
+    ) && su.saturating_add(other) >= max
     {
-        for n in ["max_connections", "superuser_reserved_connections"] {
+        for n in [
+            "max_connections",
+            "superuser_reserved_connections",
+            "reserved_connections",
+        ] {
             if from_cluster(n) {
                 out.push((
                     n.to_string(),
                     format!(
-                        "superuser_reserved_connections ({reserved}) must be less than \
-                         max_connections ({max}) on this node: PostgreSQL would not start"
+                        "superuser_reserved_connections ({su}) + reserved_connections \
+                         ({other}) must be less than max_connections ({max}) on this \
+                         node: PostgreSQL would not start"
                     ),
                 ));
             }
@@ -394,15 +401,7 @@ pub fn parse_pg_parameters(v: Option<&Value>) -> Result<PgParameters, String> {
             params.len()
         ));
     }
-    let bytes: usize = params
-        .values()
-        .map(|v| v.as_str().map_or(0, str::len))
-        .sum();
-    if bytes > MAX_PG_BYTES {
-        return Err(format!(
-            "postgresql.parameters: {bytes} bytes of values, more than the {MAX_PG_BYTES} taken"
-        ));
-    }
+    let mut bytes = 0usize;
     for (k, v) in params {
         let mut skip = |why: String| out.ignored.push((k.clone(), why));
         if v.is_null() {
@@ -437,6 +436,13 @@ pub fn parse_pg_parameters(v: Option<&Value>) -> Result<PgParameters, String> {
         }
         if value.contains(['\n', '\r', '\0']) {
             skip("the value has a line break or a NUL".into());
+            continue;
+        }
+        bytes += value.len();
+        if bytes > MAX_PG_BYTES {
+            skip(format!(
+                "beyond the {MAX_PG_BYTES} bytes of values taken in all"
+            ));
             continue;
         }
         let name = k.to_ascii_lowercase();

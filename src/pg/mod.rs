@@ -921,12 +921,7 @@ impl PgCtl {
                 // Keep the agent's log for the agent's own sentences.
                 // Its own writes (the epoch row) whatever a cluster-wide
                 // `default_transaction_read_only` says.
-                // `idle_session_timeout` (PostgreSQL 14+): the connection idles a
-                // loop between probes and must not be closed for it.
-                .options(
-                    "-c client_min_messages=warning -c default_transaction_read_only=off \
-                     -c idle_session_timeout=0",
-                )
+                .options("-c client_min_messages=warning -c default_transaction_read_only=off")
                 .connect_timeout(left);
             // The whole handshake is bounded, not just the socket connect: a stopped
             // or wedged postmaster accepts the connection and never answers.
@@ -949,6 +944,34 @@ impl PgCtl {
             self.rt.spawn(async move {
                 let _ = connection.await;
             });
+            // The connection idles a loop between probes: a cluster-wide
+            // `idle_session_timeout` must not close it. A statement, not a startup
+            // option: PostgreSQL 13 has no such setting and would refuse the
+            // connection for naming it.
+            let left = clock::now().until(deadline);
+            let pinned = self.rt.block_on(async {
+                tokio::time::timeout(
+                    left,
+                    client.simple_query(
+                        "SELECT set_config(name, '0', false) FROM pg_settings \
+                         WHERE name = 'idle_session_timeout'",
+                    ),
+                )
+                .await
+            });
+            match pinned {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    return Err(PgError::Sql(format!("connect to {}: {e}", target())));
+                }
+                Err(_) => {
+                    return Err(PgError::Timeout(format!(
+                        "connect to {}: no answer within {:.3} s",
+                        target(),
+                        left.as_secs_f64()
+                    )));
+                }
+            }
             self.client = Some((client, pm));
         }
         match self.client.as_mut() {
@@ -1206,15 +1229,15 @@ impl PgCtl {
             |l| conf::params_conf(l.iter().copied()),
             deadline,
         )?;
-        // A slot is a directory in `pg_replslot`: what a start must find room for.
-        let slots = fs::read_dir(self.cfg.data_dir.join("pg_replslot"))
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .count()
-            })
-            .unwrap_or(0);
-        for (name, why) in crate::config::cluster::cross_refusals(all, &self.cfg.parameters, slots)
+        // Judged on what PostgreSQL's parser kept: a refused entry is left out.
+        let kept: Vec<(String, String)> = all
+            .iter()
+            .filter(|(k, _)| !refused.iter().any(|r| r.name == *k))
+            .cloned()
+            .collect();
+        let slots = self.slots_on_disk();
+        for (name, why) in
+            crate::config::cluster::cross_refusals(&kept, &self.cfg.parameters, slots)
         {
             if let Some((k, v)) = params.iter().find(|(k, _)| *k == name)
                 && !refused.iter().any(|r| r.name == name)
@@ -1229,9 +1252,54 @@ impl PgCtl {
         Ok(refused)
     }
 
+    /// The replication slots the data directory holds: a start must find room for
+    /// each (`max_replication_slots`). A slot is a directory in `pg_replslot`; a
+    /// `.tmp` one is removed by the start.
+    fn slots_on_disk(&self) -> usize {
+        fs::read_dir(self.cfg.data_dir.join("pg_replslot"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .filter(|e| !e.file_name().to_string_lossy().ends_with(".tmp"))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Before a start: the slots may have grown since the cluster-wide settings
+    /// were judged (the leader makes one per member), and a start without room
+    /// for them fails. A cluster-wide `max_replication_slots` now too low is
+    /// taken out of the file this start reads, and said. The text to write.
+    fn params_text_for_start(&mut self) -> Option<String> {
+        let slots = self.slots_on_disk();
+        let Some(v) = self.params_checked.as_mut() else {
+            return self.params_text.clone();
+        };
+        let kept: Vec<(String, String)> = v
+            .params
+            .iter()
+            .filter(|(k, _)| v.kept.contains(k))
+            .cloned()
+            .collect();
+        let late = crate::config::cluster::cross_refusals(&kept, &self.cfg.parameters, slots);
+        if !late.is_empty() {
+            for (name, why) in &late {
+                log::warn!(
+                    "postgresql.parameters.{name} left out of tenure.params.conf before this \
+                     start: {why}"
+                );
+            }
+            v.kept.retain(|k| !late.iter().any(|(n, _)| n == k));
+            let names = v.kept.clone();
+            v.text = conf::params_conf(v.params.iter().filter(|(k, _)| names.contains(k)));
+            self.params_text = Some(v.text.clone());
+        }
+        self.params_text.clone()
+    }
+
     /// Forget the last verdict on the cluster-wide settings, so the next call of
     /// [`Self::set_cluster_params`] judges them again (a reload: a library
-    /// installed since, a node's own settings changed).
+    /// installed since).
     pub fn forget_params_verdict(&mut self) {
         self.params_checked = None;
         self.params_want = None;
@@ -1294,10 +1362,11 @@ impl PgCtl {
         // must not hold the loop); one that is not UTF-8 is rewritten.
         let on_disk = match &self.params_text {
             Some(t) => Some(t.as_bytes().to_vec()),
-            None => read_regular(&path, PG_CONF_MAX, true)
-                .ok()
-                .flatten()
-                .map(|(b, _)| b),
+            None => match read_regular(&path, PG_CONF_MAX, true) {
+                Ok(found) => found.map(|(b, _)| b),
+                // Unreadable (a link, too large): rewritten, as different.
+                Err(_) => Some(b"\0unreadable".to_vec()),
+            },
         };
         let same = match &on_disk {
             Some(t) => *t == verdict.text.as_bytes(),
@@ -1552,9 +1621,10 @@ impl PgCtl {
             .map_err(PgError::Config)?;
         self.write_owned(&self.cfg.data_dir.join("tenure.conf"), &text)?;
         // The cluster-wide settings as last checked and written: a rebuilt data
-        // directory (a copy of another member's) gets this node's.
-        if let Some(t) = &self.params_text {
-            self.write_owned(&self.cfg.data_dir.join(conf::PARAMS_CONF), t)?;
+        // directory (a copy of another member's) gets this node's, with room for
+        // the slots it holds now.
+        if let Some(t) = self.params_text_for_start() {
+            self.write_owned(&self.cfg.data_dir.join(conf::PARAMS_CONF), &t)?;
         }
         // `postgresql.auto.conf` is read after `tenure.conf`: what an operator's
         // ALTER SYSTEM, or a copy (`pg_rewind` copies the source's), set there of

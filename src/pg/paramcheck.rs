@@ -153,8 +153,24 @@ impl Checker {
                     fatal_line(&text).unwrap_or_else(|| "failed, saying nothing".into())
                 ));
             }
-            for p in std::mem::take(&mut left) {
-                refused.extend(self.check_group(program, vec![p], render, deadline)?);
+            let group = std::mem::take(&mut left);
+            for p in &group {
+                refused.extend(self.check_group(program, vec![*p], render, deadline)?);
+            }
+            // What passed alone must pass together too: a failure that names none
+            // of them and that no one alone explains is no answer, not an accept.
+            let survivors: Vec<&(String, String)> = group
+                .into_iter()
+                .filter(|(k, _)| !refused.iter().any(|r| r.name == *k))
+                .collect();
+            if !survivors.is_empty()
+                && let Some(text) = self.run(program, &render(&survivors), deadline)?
+            {
+                return Err(format!(
+                    "{} -C refuses these settings together, none alone: {}",
+                    program.display(),
+                    fatal_line(&text).unwrap_or_else(|| "saying nothing".into())
+                ));
             }
         }
         Ok(refused)
@@ -366,8 +382,11 @@ const BLINDING: &[&str] = &[
 /// (Debian's `/usr/lib/postgresql/15`, PGDG's `/usr/pgsql-15`), known by the
 /// `plpgsql` every installation has. `None`: not found.
 fn libdir(bin_dir: &Path) -> Option<PathBuf> {
-    let d = bin_dir.parent()?.join("lib");
-    d.join("plpgsql.so").is_file().then_some(d)
+    // `../lib/postgresql`: a build from source with its own prefix.
+    let base = bin_dir.parent()?;
+    [base.join("lib"), base.join("lib").join("postgresql")]
+        .into_iter()
+        .find(|d| d.join("plpgsql.so").is_file())
 }
 
 /// For `shared_preload_libraries`, `session_preload_libraries` and
@@ -405,15 +424,26 @@ fn library_refusal(libdir: Option<&Path>, name: &str, value: &str) -> Option<Str
                  node's [postgresql.parameters]"
             ));
         };
-        let bare = lib.strip_prefix("$libdir/").unwrap_or(lib);
+        // `local_preload_libraries` takes only `$libdir/plugins` (PostgreSQL's
+        // `check_restricted_library_name`): a bare name or `$libdir/plugins/NAME`.
+        let bare = if plugins {
+            lib.strip_prefix("$libdir/plugins/").unwrap_or(lib)
+        } else {
+            lib.strip_prefix("$libdir/").unwrap_or(lib)
+        };
         if bare.contains('/') {
             return Some(format!(
                 "\"{lib}\" names a path: a cluster-wide setting names libraries in \
-                 PostgreSQL's library directory; set paths in each node's \
-                 [postgresql.parameters]"
+                 PostgreSQL's library directory{}; set paths in each node's \
+                 [postgresql.parameters]",
+                if plugins {
+                    " (plugins/ for this one)"
+                } else {
+                    ""
+                }
             ));
         }
-        let dir = if plugins && !lib.starts_with("$libdir/") {
+        let dir = if plugins {
             dir.join("plugins")
         } else {
             dir.to_path_buf()
@@ -512,12 +542,29 @@ mod tests {
                 .expect("missing")
                 .contains("every new connection")
         );
-        // local_preload_libraries: $libdir/plugins for a bare name.
+        // local_preload_libraries: only $libdir/plugins.
         assert_eq!(
             library_refusal(Some(&dir), "local_preload_libraries", "plug"),
             None
         );
+        assert_eq!(
+            library_refusal(
+                Some(&dir),
+                "local_preload_libraries",
+                "$libdir/plugins/plug"
+            ),
+            None
+        );
         assert!(library_refusal(Some(&dir), "local_preload_libraries", "auto_explain").is_some());
+        assert!(
+            library_refusal(
+                Some(&dir),
+                "local_preload_libraries",
+                "$libdir/auto_explain"
+            )
+            .expect("refused")
+            .contains("names a path")
+        );
         // Fails closed where the library directory is not known.
         assert!(
             library_refusal(None, "shared_preload_libraries", "pg_stat_statements")

@@ -268,6 +268,16 @@ fn pg_parameters_are_read_with_their_form_checked() {
         .collect();
     let e = pg(json!({"postgresql": {"parameters": many}})).unwrap_err();
     assert!(e.contains("more than the 1000"), "{e}");
+    // Past the bytes of values taken in all, entries are set aside, not the key.
+    let big: serde_json::Map<String, Value> = (0..5)
+        .map(|i| (format!("x.p{i}"), json!("v".repeat(MAX_PG_VALUE))))
+        .collect();
+    let got = pg(json!({"postgresql": {"parameters": big}})).expect("parses");
+    assert_eq!(got.set.len(), MAX_PG_BYTES / MAX_PG_VALUE);
+    assert!(
+        got.ignored[0].1.contains("bytes of values taken in all"),
+        "{got:?}"
+    );
     // Each bad entry is set aside, the good one beside it kept.
     for (k, v, says) in [
         ("work mem", json!("1"), "not a PostgreSQL parameter name"),
@@ -470,6 +480,16 @@ fn cross_checks_refuse_what_would_stop_a_start_here() {
     };
     let names = |r: Vec<(String, String)>| r.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
     assert!(cross_refusals(&l(&[("max_connections", "200")]), &[], 2).is_empty());
+    // PostgreSQL 16's reserved_connections counts too.
+    assert_eq!(
+        names(cross_refusals(
+            &l(&[("reserved_connections", "97")]),
+            &[],
+            0
+        )),
+        ["reserved_connections"]
+    );
+    assert!(cross_refusals(&l(&[("reserved_connections", "96")]), &[], 0).is_empty());
     assert_eq!(
         names(cross_refusals(&l(&[("max_connections", "3")]), &[], 0)),
         ["max_connections"]
