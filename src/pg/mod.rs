@@ -1266,10 +1266,11 @@ impl PgCtl {
             .unwrap_or(0)
     }
 
-    /// Before a start: the slots may have grown since the cluster-wide settings
-    /// were judged (the leader makes one per member), and a start without room
-    /// for them fails. A cluster-wide `max_replication_slots` now too low is
-    /// taken out of the file this start reads, and said. The text to write.
+    /// At every write of `tenure.conf` (before every start, and at a retarget):
+    /// the slots may have grown since the cluster-wide settings were judged (the
+    /// leader makes one per member), and a start without room for them fails. A
+    /// cluster-wide `max_replication_slots` now too low is taken out of the file
+    /// the next start reads, and said. The text to write.
     fn params_text_for_start(&mut self) -> Option<String> {
         let slots = self.slots_on_disk();
         let Some(v) = self.params_checked.as_mut() else {
@@ -1285,8 +1286,8 @@ impl PgCtl {
         if !late.is_empty() {
             for (name, why) in &late {
                 log::warn!(
-                    "postgresql.parameters.{name} left out of tenure.params.conf before this \
-                     start: {why}"
+                    "postgresql.parameters.{name} left out of tenure.params.conf for the \
+                     next start: {why}"
                 );
             }
             v.kept.retain(|k| !late.iter().any(|(n, _)| n == k));
