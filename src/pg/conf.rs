@@ -626,6 +626,15 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
+    /// The leader a standby config follows in these tests.
+    fn pg1() -> ConnTarget {
+        ConnTarget {
+            name: "pg-1".into(),
+            host: "10.0.0.1".into(),
+            port: 5432,
+        }
+    }
+
     fn cfg() -> PgConfig {
         PgConfig {
             bin_dir: PathBuf::from("/usr/lib/postgresql/15/bin"),
@@ -685,11 +694,7 @@ mod tests {
 
     #[test]
     fn standby_config_follows_without_password() {
-        let leader = ConnTarget {
-            name: "pg-1".into(),
-            host: "10.0.0.1".into(),
-            port: 5432,
-        };
+        let leader = pg1();
         let sb = Standby {
             leader: &leader,
             passfile: "/d/my pass",
@@ -745,11 +750,7 @@ mod tests {
             sslrootcert: Some(PathBuf::from("/c/root.crt")),
             ..PgSsl::default()
         };
-        let leader = ConnTarget {
-            name: "pg-1".into(),
-            host: "10.0.0.1".into(),
-            port: 5432,
-        };
+        let leader = pg1();
         let sb = Standby {
             leader: &leader,
             passfile: "/d/pgpass",
@@ -910,11 +911,7 @@ mod tests {
     fn cluster_wide_settings_sit_between_managed_defaults_and_the_nodes_own() {
         let mut c = cfg();
         c.parameters.push(("work_mem".into(), "8MB".into()));
-        let leader = ConnTarget {
-            name: "pg-1".into(),
-            host: "10.0.0.1".into(),
-            port: 5432,
-        };
+        let leader = pg1();
         let sb = Standby {
             leader: &leader,
             passfile: "/p",
