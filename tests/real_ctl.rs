@@ -1099,3 +1099,101 @@ fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
     );
     assert_eq!(c.leader_key(), Some(key), "nothing of this failed over");
 }
+
+/// A standby's floor (Patroni does the same): a replica whose own
+/// `[postgresql.parameters]` set `max_connections` below the primary's would be
+/// refused by PostgreSQL at every start ("recovery aborted because of
+/// insufficient parameter settings"); its agent starts it with the primary's
+/// value from `pg_control` instead, and says so — through a restart
+/// (`ctl restart`) and through a plain start after PostgreSQL stopped.
+#[test]
+fn real_ctl_a_replica_starts_with_at_least_the_primarys_settings() {
+    let mut opts = common::options("ctl", "floor");
+    opts.nodes = 2;
+    opts.section_extra.push((
+        "[postgresql.parameters]".into(),
+        "temp_buffers = \"16MB\"".into(),
+    ));
+    let mut c = common::start(opts);
+    let p = common::settled(&mut c);
+    let r = 1 - p;
+    let cfg = c.config_path(p).to_path_buf();
+    assert_eq!(show(&c, p, "max_connections").as_deref(), Some("100"));
+    const SAID: &str = "this standby starts with max_connections = 100, the primary's";
+
+    // The replica's own file says 50: its agent reads it at its next start.
+    c.term_agent(r, Duration::from_secs(10))
+        .expect("stop agent");
+    let path = c.config_path(r).to_path_buf();
+    let toml = std::fs::read_to_string(&path).expect("read config");
+    let toml = toml.replacen(
+        "[postgresql.parameters]\n",
+        "[postgresql.parameters]\nmax_connections = 50\n",
+        1,
+    );
+    assert!(toml.contains("max_connections = 50"), "{toml}");
+    std::fs::write(&path, toml).expect("write config");
+    c.start_agent(r).expect("start agent");
+    let streaming_with = |c: &TestCluster, want: &str| {
+        tenure::testbed::wait_for(Duration::from_secs(60), Duration::from_millis(200), || {
+            (c.is_streaming_replica(r) && show(c, r, "max_connections").as_deref() == Some(want))
+                .then_some(())
+        })
+        .is_some()
+    };
+    // Whichever way it came back (its PostgreSQL kept running or was started),
+    // a restart now reads the floor after the stop.
+    assert!(
+        streaming_with(&c, "100") || streaming_with(&c, "50"),
+        "{}",
+        c.logs_tail(40)
+    );
+    let before = c.agent_log(r).matches(SAID).count();
+    let o = ctl(&cfg, &["restart", c.name(r), "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        streaming_with(&c, "100"),
+        "{} did not come back streaming with the primary's max_connections{}",
+        c.name(r),
+        c.logs_tail(40)
+    );
+    assert!(
+        c.agent_log(r).matches(SAID).count() > before,
+        "the raise was not said{}",
+        c.logs_tail(20)
+    );
+
+    // A plain start: the agent killed, its PostgreSQL stopped (by its
+    // postmaster's pid), the agent started again.
+    c.kill_agent(r);
+    let pm = c.postmaster_pid(r).expect("postmaster");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pm),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("fast stop");
+    let stopped =
+        tenure::testbed::wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
+            c.pg_pids(r).is_empty().then_some(())
+        });
+    assert!(
+        stopped.is_some(),
+        "PostgreSQL of {} did not stop",
+        c.name(r)
+    );
+    let before = c.agent_log(r).matches(SAID).count();
+    c.start_agent(r).expect("start agent");
+    assert!(
+        streaming_with(&c, "100"),
+        "{} did not start streaming with the primary's max_connections{}",
+        c.name(r),
+        c.logs_tail(40)
+    );
+    assert!(
+        c.agent_log(r).matches(SAID).count() > before,
+        "{}",
+        c.logs_tail(20)
+    );
+    // The primary was never touched.
+    assert_eq!(c.primaries(), vec![p]);
+}

@@ -4,8 +4,10 @@
 //! between.
 //!
 //! Owns: building each job's steps, spawning children (as the PostgreSQL OS user,
-//! in their own process group, output to the job log), advancing on `poll`, and a
-//! replica build's fallback from one method to the next. Must never: wait for a
+//! in their own process group, output to the job log), advancing on `poll`, a
+//! replica build's fallback from one method to the next, and a standby start's
+//! floor (`pg_controldata` and `postgres -C` run as steps before it, their output
+//! kept: `hotstandby` decides). Must never: wait for a
 //! child (only `try_wait`), remove anything but its own temp files and its own
 //! build directory (`<data>.basebackup-tmp`, and that only through a child, never
 //! in the loop), let a copy into the data directory before `check_copy` passed, or
@@ -28,7 +30,7 @@ use crate::config::ReplicaMethod;
 use crate::core::model::{DataDir, Job, JobKind};
 use crate::core::time::Instant;
 
-use super::{ConnTarget, PgCtl, PgError, conf, io_err};
+use super::{ConnTarget, PgCtl, PgError, conf, hotstandby, io_err};
 
 /// A child process to run.
 struct Cmd {
@@ -87,6 +89,13 @@ enum Local {
 
 enum Step {
     Run(Cmd),
+    /// A child whose output (stdout and stderr, from the job log) is kept for a
+    /// later step, whatever its exit: it never fails the job.
+    Capture(Cmd),
+    /// `pg_ctl start -w -t secs` of a standby, with the settings a hot standby
+    /// needs at the primary's values raised to them when the files set less
+    /// (`hotstandby`), from what the `Capture` steps before it kept.
+    StartStandby(u64),
     Local(&'static str, Local),
     /// From here on, a failed step is followed by these steps (then the job
     /// reports the failure): what the steps after this one start, such as the
@@ -108,6 +117,8 @@ struct Running {
     limit: Option<Limit>,
     deadline: Option<Instant>,
     timed_out: bool,
+    /// `Step::Capture`: its output is kept in `RunningJob::captured`.
+    capture: bool,
 }
 
 /// A finished child whose process group still had members when it exited: they
@@ -128,6 +139,9 @@ struct Draining {
     /// status.
     timed_out: Option<Limit>,
 }
+
+/// The most of a captured child's output kept.
+const CAPTURE_MAX: u64 = 16 << 10;
 
 /// How long a killed method's process group may take to be gone.
 const DRAIN_LIMIT: Duration = Duration::from_secs(30);
@@ -172,6 +186,8 @@ pub(super) struct RunningJob {
     draining: Option<Draining>,
     /// `Step::OnFailure`'s steps: run after a failed step, before the job ends.
     cleanup: VecDeque<Step>,
+    /// What `Step::Capture` children printed (`Err`: they failed, with why).
+    captured: Vec<(Cow<'static, str>, Result<String, String>)>,
 }
 
 impl RunningJob {
@@ -278,6 +294,7 @@ pub(super) fn start(
         failed: None,
         draining: None,
         cleanup: VecDeque::new(),
+        captured: Vec::new(),
     };
     if let Err(e) = plan(ctl, kind, source, &mut job) {
         remove_temp(&job);
@@ -485,6 +502,16 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                     let Some(r) = job.child.take() else {
                         return;
                     };
+                    if r.capture {
+                        let out = read_log_from(ctl, r.log_offset, CAPTURE_MAX);
+                        let kept = if st.success() {
+                            Ok(out)
+                        } else {
+                            Err(format!("{st}: {}", one_line(&out)))
+                        };
+                        job.captured.push((r.what, kept));
+                        continue;
+                    }
                     if r.drain {
                         job.draining = Some(Draining {
                             pgid: r.child.id() as libc::pid_t,
@@ -564,6 +591,33 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                     return;
                 }
             },
+            Some(Step::Capture(cmd)) => match spawn(ctl, &cmd) {
+                Ok(mut r) => {
+                    r.capture = true;
+                    job.child = Some(r);
+                }
+                // Kept as its answer: the step after it decides without it.
+                Err(e) => job.captured.push((cmd.what, Err(e.to_string()))),
+            },
+            Some(Step::StartStandby(secs)) => {
+                let cmd = pg_ctl_start_cmd(ctl, secs).map(|mut cmd| {
+                    let raised = standby_floor(job);
+                    if !raised.is_empty() {
+                        cmd.args
+                            .extend([os("-o"), os(hotstandby::start_options(&raised))]);
+                    }
+                    cmd
+                });
+                match cmd.and_then(|cmd| spawn(ctl, &cmd)) {
+                    Ok(r) => job.child = Some(r),
+                    Err(e) => {
+                        if fall_back(ctl, job, format!("pg_ctl start: {e}")) {
+                            continue;
+                        }
+                        return;
+                    }
+                }
+            }
         }
     }
 }
@@ -715,6 +769,113 @@ fn run_local(ctl: &mut PgCtl, op: Local) -> Result<Option<String>, PgError> {
     Ok(None)
 }
 
+/// The job log from `offset`, at most `max` bytes of it.
+fn read_log_from(ctl: &PgCtl, offset: u64, max: u64) -> String {
+    let mut buf = Vec::new();
+    if let Ok(mut f) = fs::File::open(ctl.job_log())
+        && f.seek(SeekFrom::Start(offset)).is_ok()
+    {
+        let _ = f.take(max).read_to_end(&mut buf);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// `text`'s non-empty lines joined with ` | ` (a report's one line).
+fn one_line(text: &str) -> String {
+    let s: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if s.is_empty() {
+        "(no output)".into()
+    } else {
+        s.join(" | ")
+    }
+}
+
+/// The children a standby's start reads its floor from (`hotstandby`):
+/// `pg_controldata`, then `postgres -C` of each setting, then the start. Run
+/// once the server is stopped, so `pg_control` holds the last parameter change
+/// it replayed.
+fn standby_start_steps(ctl: &PgCtl, secs: u64) -> Vec<Step> {
+    let data = &ctl.cfg.data_dir;
+    let mut steps = vec![Step::Capture(Cmd {
+        what: CONTROLDATA.into(),
+        program: ctl.cfg.bin_dir.join("pg_controldata"),
+        args: vec![os("-D"), os(data)],
+        env: vec![],
+        stdin: None,
+        drain: false,
+        limit: None,
+    })];
+    for (name, _) in hotstandby::SETTINGS {
+        steps.push(Step::Capture(Cmd {
+            what: Cow::Owned(format!("postgres -C {name}")),
+            program: ctl.cfg.bin_dir.join("postgres"),
+            args: vec![os("-D"), os(data), os("-C"), os(name)],
+            env: vec![],
+            stdin: None,
+            drain: false,
+            limit: None,
+        }));
+    }
+    steps.push(Step::StartStandby(secs));
+    steps
+}
+
+/// What `standby_start_steps`' `Capture` children name a step.
+const CONTROLDATA: &str = "pg_controldata";
+
+/// The settings this standby's start raises to the primary's values, from what
+/// the job's `Capture` children kept; each said in the log and the job's report.
+/// Nothing when `pg_control` could not be read (said: the start goes on as the
+/// files say, and PostgreSQL refuses it with its own words if it must).
+fn standby_floor(job: &mut RunningJob) -> Vec<hotstandby::Raise> {
+    let got = |what: &str| {
+        job.captured
+            .iter()
+            .find(|(w, _)| w == what)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_else(|| Err("not run".into()))
+    };
+    let control = match got(CONTROLDATA).and_then(|t| hotstandby::control_values(&t)) {
+        Ok(v) => v,
+        Err(e) => {
+            log::warn!(
+                "the primary's max_connections and the other settings a hot standby \
+                 needs at least as high are not known ({e}): this standby starts with \
+                 its files' values"
+            );
+            return Vec::new();
+        }
+    };
+    let mut configured = [None; 5];
+    for (i, (name, _)) in hotstandby::SETTINGS.iter().enumerate() {
+        match got(&format!("postgres -C {name}")) {
+            Ok(t) => configured[i] = hotstandby::configured_value(&t),
+            Err(e) => log::warn!("postgres -C {name}: {e}"),
+        }
+    }
+    let raised = hotstandby::raises(&control, &configured);
+    for r in &raised {
+        log::warn!(
+            "this standby starts with {} = {}, the primary's (its pg_control), not {} as \
+             its files set: a hot standby below the primary's value is refused by \
+             PostgreSQL; set it to at least {} on this node",
+            r.name,
+            r.to,
+            r.from,
+            r.to
+        );
+        job.notes.push(format!(
+            "{} raised to the primary's {} (the files set {})",
+            r.name, r.to, r.from
+        ));
+    }
+    raised
+}
+
 fn log_tail(ctl: &PgCtl, offset: u64) -> String {
     let mut buf = Vec::new();
     if let Ok(mut f) = fs::File::open(ctl.job_log()) {
@@ -794,6 +955,7 @@ fn spawn(ctl: &PgCtl, cmd: &Cmd) -> Result<Running, PgError> {
         limit: cmd.limit,
         deadline: cmd.limit.map(|l| clock::now().add(l.after)),
         timed_out: false,
+        capture: false,
     })
 }
 
@@ -1509,8 +1671,8 @@ fn plan(
                 .push_back(Step::Local("write tenure.conf", Local::WriteConfig(src)));
             job.steps
                 .push_back(Step::Local("write standby.signal", Local::TouchStandby));
-            let start = pg_ctl_start(ctl)?;
-            job.steps.push_back(start);
+            job.steps
+                .extend(standby_start_steps(ctl, ctl.ctl_timeout.as_secs()));
         }
         JobKind::Stop => {
             job.steps.push_back(pg_ctl_stop(ctl));
@@ -1528,8 +1690,17 @@ fn plan(
                 Local::RequireStopped,
             ));
             let secs = start_timeout.map_or(ctl.ctl_timeout.as_secs(), u64::from);
-            let start = pg_ctl_start_within(ctl, secs)?;
-            job.steps.push_back(start);
+            // A standby (the files say so) starts again with its floor read
+            // after the stop: the replay before it may have raised pg_control's.
+            if ["standby.signal", "recovery.signal"]
+                .iter()
+                .any(|f| data.join(f).exists())
+            {
+                job.steps.extend(standby_start_steps(ctl, secs));
+            } else {
+                let start = pg_ctl_start_within(ctl, secs)?;
+                job.steps.push_back(start);
+            }
         }
         JobKind::Reinitialize => {
             if ctl.postmaster_pid().is_some() {

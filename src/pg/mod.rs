@@ -18,6 +18,7 @@
 
 pub mod conf;
 pub mod control;
+pub mod hotstandby;
 mod job;
 pub mod paramcheck;
 pub mod procs;
