@@ -1045,6 +1045,8 @@ impl Agent {
                     .into(),
             );
         }
+        // The node's own PostgreSQL settings, judged before anything moves.
+        let node_params = self.judge_node_params(&new.postgresql)?;
         // S6 against what is armed (issue 8 finding 4): the new M, B, P with
         // the timing in force and the watchdogs in use, before anything moves.
         let mut t = self.cfg.timing.clone();
@@ -1068,8 +1070,116 @@ impl Agent {
         self.hooks.set_config(new.hooks.clone());
         self.cfg.hooks = new.hooks;
         self.etcd_reloaded(new.etcd);
+        if let Some(params) = node_params {
+            self.apply_node_params(params);
+        }
         self.applied_config = None; // re-apply the cluster's config with new local values
         Ok(())
+    }
+
+    /// A reload's `[postgresql.parameters]` (`new`), when they differ from the
+    /// running ones: `Some` to apply once the rest of the reload is accepted,
+    /// `Err` (the whole reload refused) when PostgreSQL's parser or a start's
+    /// cross-check refuses one, when the check gives no answer, or when a TLS
+    /// setting (`ssl*`) changed: `pg_hba.conf`'s member lines and the certificate
+    /// checks follow those, at the agent's restart. The rest of `[postgresql]`
+    /// takes the agent's restart, said. Bounded like every call of the loop (S1,
+    /// S6 d): the check's children are killed at the deadline.
+    fn judge_node_params(
+        &mut self,
+        new: &crate::config::PgConfig,
+    ) -> Result<Option<Vec<(String, String)>>, String> {
+        let running = &self.cfg.postgresql;
+        // `Debug` leaves the passwords out: what it shows is what is compared.
+        let mut rest = new.clone();
+        rest.parameters = running.parameters.clone();
+        if format!("{rest:?}") != format!("{running:?}") {
+            warn!(
+                "[postgresql] settings other than parameters changed in {}: they take \
+                 effect at the agent's restart",
+                self.config_path.display()
+            );
+        }
+        if new.parameters == running.parameters {
+            return Ok(None);
+        }
+        let differs = |(k, v): &(String, String), other: &[(String, String)]| {
+            !other.iter().any(|(n, w)| n == k && w == v)
+        };
+        let mut ssl: Vec<&str> = new
+            .parameters
+            .iter()
+            .filter(|p| differs(p, &running.parameters))
+            .chain(
+                running
+                    .parameters
+                    .iter()
+                    .filter(|p| differs(p, &new.parameters)),
+            )
+            .map(|(k, _)| k.as_str())
+            .filter(|k| k.starts_with("ssl"))
+            .collect();
+        ssl.sort_unstable();
+        ssl.dedup();
+        if !ssl.is_empty() {
+            return Err(format!(
+                "[postgresql.parameters] {ssl:?} changed: PostgreSQL's TLS settings change \
+                 at the agent's restart (its pg_hba.conf member lines and certificate \
+                 checks follow them)"
+            ));
+        }
+        let changed: Vec<(String, String)> = new
+            .parameters
+            .iter()
+            .filter(|p| differs(p, &running.parameters))
+            .cloned()
+            .collect();
+        let deadline = self.deadline(Duration::from_secs(1));
+        let refused = self
+            .pg
+            .check_node_parameters(&changed, &new.parameters, deadline)
+            .map_err(|e| {
+                format!("[postgresql.parameters]: PostgreSQL's check gave no answer ({e})")
+            })?;
+        if !refused.is_empty() {
+            let said: Vec<String> = refused
+                .iter()
+                .map(|r| format!("{} = {:?}: {}", r.name, r.value, r.why))
+                .collect();
+            return Err(format!(
+                "[postgresql.parameters] refused: {}",
+                said.join("; ")
+            ));
+        }
+        Ok(Some(new.parameters.clone()))
+    }
+
+    /// [`Self::judge_node_params`]' verdict carried out: `tenure.node.conf` and a
+    /// reload of PostgreSQL (`PgCtl::set_node_params`); the cluster-wide settings
+    /// are judged again at the next iteration.
+    fn apply_node_params(&mut self, params: Vec<(String, String)>) {
+        let names: Vec<String> = params.iter().map(|(k, _)| k.clone()).collect();
+        self.cfg.postgresql.parameters = params.clone();
+        let deadline = self.deadline(Duration::from_secs(1));
+        match self.pg.set_node_params(params, deadline) {
+            Ok(crate::pg::NodeParamsApplied::Reloaded) => info!(
+                "[postgresql.parameters] {names:?} written to tenure.node.conf; PostgreSQL \
+                 reloaded (a setting that needs a restart shows as pending_restart)"
+            ),
+            Ok(crate::pg::NodeParamsApplied::Written) => info!(
+                "[postgresql.parameters] {names:?} written to tenure.node.conf; \
+                 PostgreSQL's next start reads them"
+            ),
+            Ok(crate::pg::NodeParamsApplied::AtNextStart) => warn!(
+                "[postgresql.parameters] {names:?}: this data directory's tenure.conf was \
+                 written by an older tenure (the settings inline): they take effect at \
+                 PostgreSQL's next start (tenure ctl restart)"
+            ),
+            Err(e) => warn!(
+                "[postgresql.parameters] {names:?}: {e}; PostgreSQL's next start or \
+                 reload reads them"
+            ),
+        }
     }
 
     fn observe(&mut self, now: Instant, tick: bool) -> Observation {

@@ -2180,12 +2180,13 @@ impl Config {
         let params = pg.sub("parameters")?;
         let mut parameters = Vec::with_capacity(params.table.len());
         for (k, v) in params.table {
-            if k.is_empty()
-                || !k
-                    .bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.'))
-            {
-                return Err(params.err(k, "not a PostgreSQL parameter name ([A-Za-z0-9_.]+)"));
+            if !crate::pg::conf::node_param_name_ok(k) {
+                return Err(params.err(
+                    k,
+                    "not a PostgreSQL parameter name a configuration file can hold: a \
+                     lower-case NAME or PREFIX.NAME of a-z, 0-9 and '_', not starting with \
+                     a digit (a.b.c is a syntax error in PostgreSQL's files)",
+                ));
             }
             let value = match v {
                 Value::String(s) => s.clone(),

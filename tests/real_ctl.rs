@@ -1197,3 +1197,107 @@ fn real_ctl_a_replica_starts_with_at_least_the_primarys_settings() {
     // The primary was never touched.
     assert_eq!(c.primaries(), vec![p]);
 }
+
+/// A node's own `[postgresql.parameters]` change with a reload of its agent
+/// (`tenure ctl reload`, SIGHUP), as Patroni's: judged by PostgreSQL's parser
+/// first (a refused value refuses the whole reload, nothing changes), written to
+/// `tenure.node.conf` and PostgreSQL reloaded; a restart-only setting shows as
+/// pending until a restart, after which it is in force. A TLS setting still
+/// takes the agent's restart (refused, said).
+#[test]
+fn real_ctl_reload_applies_a_nodes_own_postgresql_settings() {
+    let mut opts = common::options("ctl", "nodeparams");
+    opts.nodes = 2;
+    opts.section_extra.push((
+        "[postgresql.parameters]".into(),
+        "temp_buffers = \"16MB\"".into(),
+    ));
+    let mut c = common::start(opts);
+    let p = common::settled(&mut c);
+    let r = 1 - p;
+    let cfg = c.config_path(p).to_path_buf();
+    let edit = |c: &TestCluster, i: usize, from: &str, to: &str| {
+        let path = c.config_path(i);
+        let toml = std::fs::read_to_string(path).expect("read config");
+        assert!(toml.contains(from), "{from} not in {toml}");
+        std::fs::write(path, toml.replacen(from, to, 1)).expect("write config");
+    };
+    let node_file = |c: &TestCluster, i: usize| {
+        std::fs::read_to_string(c.data_dir(i).join("tenure.node.conf")).expect("tenure.node.conf")
+    };
+    assert!(node_file(&c, p).contains("temp_buffers = '16MB'"));
+
+    // ctl reload: a changed value and a new one in force at once.
+    edit(
+        &c,
+        p,
+        "temp_buffers = \"16MB\"",
+        "temp_buffers = \"24MB\"\nwork_mem = \"7MB\"",
+    );
+    let o = ctl(&cfg, &["reload", c.name(p), "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(show(&c, p, "work_mem").as_deref(), Some("7MB"));
+    assert_eq!(show(&c, p, "temp_buffers").as_deref(), Some("24MB"));
+    assert!(
+        !c.agent_log(p)
+            .contains("settings other than parameters changed"),
+        "{}",
+        c.logs_tail(20)
+    );
+
+    // A value PostgreSQL refuses: the whole reload is refused, nothing changes.
+    let before = node_file(&c, p);
+    edit(&c, p, "work_mem = \"7MB\"", "work_mem = \"banana\"");
+    let o = ctl(&cfg, &["reload", c.name(p), "--force"]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("refused") && text(&o).contains("work_mem"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(node_file(&c, p), before);
+    assert_eq!(show(&c, p, "work_mem").as_deref(), Some("7MB"));
+    // A TLS setting: the agent's restart.
+    edit(
+        &c,
+        p,
+        "work_mem = \"banana\"",
+        "work_mem = \"7MB\"\nssl_ciphers = \"HIGH\"",
+    );
+    let o = ctl(&cfg, &["reload", c.name(p), "--force"]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("at the agent's restart"), "{}", text(&o));
+    assert_eq!(node_file(&c, p), before);
+
+    // SIGHUP on the replica: a restart-only setting is pending until a restart,
+    // then in force.
+    edit(
+        &c,
+        r,
+        "temp_buffers = \"16MB\"",
+        "temp_buffers = \"16MB\"\nmax_connections = 150\nwork_mem = \"9MB\"",
+    );
+    let pid = c.agent_pid(r).expect("agent pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .expect("SIGHUP");
+    let applied =
+        tenure::testbed::wait_for(Duration::from_secs(20), Duration::from_millis(100), || {
+            (show(&c, r, "work_mem").as_deref() == Some("9MB") && pending(&c, r)).then_some(())
+        });
+    assert!(applied.is_some(), "{}", c.logs_tail(30));
+    assert_eq!(show(&c, r, "max_connections").as_deref(), Some("100"));
+    let o = ctl(&cfg, &["restart", c.name(r), "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let restarted =
+        tenure::testbed::wait_for(Duration::from_secs(60), Duration::from_millis(200), || {
+            (show(&c, r, "max_connections").as_deref() == Some("150")
+                && !pending(&c, r)
+                && c.is_streaming_replica(r))
+            .then_some(())
+        });
+    assert!(restarted.is_some(), "{}", c.logs_tail(40));
+    assert_eq!(c.primaries(), vec![p]);
+}

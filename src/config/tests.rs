@@ -228,9 +228,24 @@ fn bad_values_are_named() {
     assert!(e.contains("postgresql.parameters.bad name"), "{e}");
     let e = err(&format!("{GOOD}\n[postgresql.parameters]\nx = \"a\\nb\"\n"));
     assert!(e.contains("newline"), "{e}");
+    // What PostgreSQL's files cannot hold (a.b.c is a syntax error there), and
+    // one spelling of each name: the agent would refuse them at its start.
+    for k in ["\"a.b.c\"", "Work_Mem", "\"1x\"", "\"x.1\""] {
+        let e = err(&format!("{GOOD}\n[postgresql.parameters]\n{k} = \"1\"\n"));
+        assert!(
+            e.contains("not a PostgreSQL parameter name a configuration file can hold"),
+            "{k}: {e}"
+        );
+    }
+    assert!(
+        parse(&format!(
+            "{GOOD}\n[postgresql.parameters]\n\"auto_explain.log_min_duration\" = \"1s\"\n"
+        ))
+        .is_ok()
+    );
     // What tenure.conf owns is refused where check-config sees it, not only when
     // the agent starts: the port, the standby settings, recovery targets.
-    for k in ["port", "Recovery_Target_Action", "promote_trigger_file"] {
+    for k in ["port", "recovery_target_action", "promote_trigger_file"] {
         let e = err(&format!("{GOOD}\n[postgresql.parameters]\n{k} = \"x\"\n"));
         assert!(
             e.contains(&format!("postgresql.parameters.{k}: set by tenure itself")),

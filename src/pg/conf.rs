@@ -112,6 +112,32 @@ pub fn params_conf<'a>(params: impl IntoIterator<Item = &'a (String, String)>) -
     s
 }
 
+/// The file, next to `tenure.conf`, that holds the node's own
+/// `[postgresql.parameters]`: `tenure.conf` includes it after the cluster-wide
+/// settings (so the node's own win) and before what tenure owns (which nothing
+/// overrides). Its own file so a reload of the agent's configuration rewrites it
+/// alone and reloads PostgreSQL, without `tenure.conf`'s standby settings, which
+/// need the leader's address. Included with `include`, not `include_if_exists`:
+/// written before every `tenure.conf`, so a missing one is an error PostgreSQL
+/// names, never settings silently gone.
+pub const NODE_CONF: &str = "tenure.node.conf";
+
+/// The text of [`NODE_CONF`]: one `name = 'value'` line each, in the order given.
+pub fn node_conf<'a>(params: impl IntoIterator<Item = &'a (String, String)>) -> String {
+    let mut s = String::from(
+        "# Written by tenure from this node's [postgresql.parameters] (its configuration \
+         file; a reload of the agent rewrites it).\n# Do not edit: changes are \
+         overwritten.\n",
+    );
+    for (k, v) in params {
+        s.push_str(k);
+        s.push_str(" = ");
+        s.push_str(&conf_quote(v));
+        s.push('\n');
+    }
+    s
+}
+
 /// The marker line that records which member a standby config follows, so a
 /// restarted agent still knows (`PgStatus.following`).
 pub const FOLLOWING_MARKER: &str = "# tenure: following ";
@@ -183,17 +209,23 @@ fn pgpass_field(v: &str) -> String {
     v.replace('\\', "\\\\").replace(':', "\\:")
 }
 
+/// Whether `name` may be one of a node's own `[postgresql.parameters]`: what a
+/// configuration file can hold (`config::cluster::pg_param_name_ok`: `NAME` or
+/// `PREFIX.NAME`; `a.b.c` passes `postgres -c` but is a syntax error in a file),
+/// in lower case (PostgreSQL's names are case-blind: one spelling each, so two
+/// keys cannot name one setting).
+pub fn node_param_name_ok(name: &str) -> bool {
+    crate::config::cluster::pg_param_name_ok(name) && !name.bytes().any(|b| b.is_ascii_uppercase())
+}
+
 /// Check `PgConfig.parameters`: names are plain identifiers and none is a setting
 /// the agent owns.
 pub fn check_parameters(params: &[(String, String)]) -> Result<(), String> {
     for (name, value) in params {
-        let ok = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.');
-        if !ok {
+        if !node_param_name_ok(name) {
             return Err(format!(
-                "postgresql parameter name {name:?}: only a-z, 0-9, '_' and '.' are allowed"
+                "postgresql parameter name {name:?}: a lower-case NAME or PREFIX.NAME of \
+                 a-z, 0-9 and '_', not starting with a digit"
             ));
         }
         if AGENT_OWNED.contains(&name.as_str()) {
@@ -293,9 +325,8 @@ pub fn tenure_conf_with(
     // The cluster-wide settings: over tenure's managed defaults, under the node's
     // own parameters (the lines after it win).
     set("include_if_exists", conf_quote(PARAMS_CONF));
-    for (k, v) in &cfg.parameters {
-        set(k, conf_quote(v));
-    }
+    // The node's own (`node_conf`), over the cluster-wide ones.
+    set("include", conf_quote(NODE_CONF));
     for k in RECOVERY_CLEARED {
         set(k, conf_quote(""));
     }
@@ -687,7 +718,15 @@ mod tests {
         assert!(t.contains("max_slot_wal_keep_size = '1GB'\n"));
         assert!(t.contains("hot_standby_feedback = on\n"));
         assert!(t.contains("wal_receiver_status_interval = '1s'\n"));
-        assert!(t.contains("shared_buffers = '32MB'\n"));
+        // The node's own settings are in their own file, which it includes.
+        assert!(!t.contains("shared_buffers"), "{t}");
+        assert!(t.contains("include = 'tenure.node.conf'\n"), "{t}");
+        assert_eq!(
+            node_conf(&cfg().parameters),
+            "# Written by tenure from this node's [postgresql.parameters] (its \
+             configuration file; a reload of the agent rewrites it).\n# Do not edit: \
+             changes are overwritten.\nshared_buffers = '32MB'\n"
+        );
         assert!(!t.contains("primary_conninfo"));
         assert_eq!(parse_following(&t), None);
     }
@@ -727,7 +766,7 @@ mod tests {
         assert!(!t.contains("re:pl"), "no password in the config: {t}");
         assert_eq!(parse_following(&t), Some("pg-1".into()));
         // Standby settings come after the free-form parameters.
-        assert!(t.find("shared_buffers").unwrap() < t.find("primary_conninfo").unwrap());
+        assert!(t.find("'tenure.node.conf'").unwrap() < t.find("primary_conninfo").unwrap());
     }
 
     /// Issue 12: every TLS key reaches `primary_conninfo` and pg_rewind's
@@ -900,8 +939,9 @@ mod tests {
             .push(("wal_retrieve_retry_interval".into(), "5s".into()));
         let t = tenure_conf_with(&c, None, lw).unwrap();
         let ours = t.find("wal_retrieve_retry_interval = '500ms'").unwrap();
-        let theirs = t.find("wal_retrieve_retry_interval = '5s'").unwrap();
+        let theirs = t.find("include = 'tenure.node.conf'").unwrap();
         assert!(ours < theirs, "{t}");
+        assert!(node_conf(&c.parameters).contains("wal_retrieve_retry_interval = '5s'\n"));
     }
 
     /// The cluster-wide settings' file is read after tenure's managed defaults
@@ -928,7 +968,7 @@ mod tests {
             assert!(at(before) < include, "{before}: {t}");
         }
         for after in [
-            "work_mem = '8MB'",
+            "include = 'tenure.node.conf'\n",
             "recovery_target = ",
             "primary_conninfo = ",
             "'tenure.sync.conf'",

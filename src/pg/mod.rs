@@ -272,6 +272,18 @@ pub struct ParamsApplied {
     pub refused: Vec<paramcheck::Refusal>,
 }
 
+/// What [`PgCtl::set_node_params`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeParamsApplied {
+    /// [`conf::NODE_CONF`] rewritten and PostgreSQL reloaded.
+    Reloaded,
+    /// Rewritten; PostgreSQL is not running, or a job's start will read it.
+    Written,
+    /// The running `tenure.conf` was written by an older version (the node's
+    /// settings inline): the next start writes both files.
+    AtNextStart,
+}
+
 /// The largest `postgresql.auto.conf` tenure reads (1 MiB; ALTER SYSTEM writes a
 /// line per setting).
 const AUTO_CONF_MAX: u64 = 1 << 20;
@@ -1253,6 +1265,97 @@ impl PgCtl {
         Ok(refused)
     }
 
+    /// A reload's new `[postgresql.parameters]` of this node (`all`), of which
+    /// `changed` are new or changed: PostgreSQL's parser on `changed` (as
+    /// [`conf::NODE_CONF`] would hold them), then what the postmaster checks only at
+    /// a start (`cross_refusals`), judged on `all` over the cluster-wide settings
+    /// in force here. The refused, each with why. `Err`: no answer by `deadline`.
+    pub fn check_node_parameters(
+        &mut self,
+        changed: &[(String, String)],
+        all: &[(String, String)],
+        deadline: Instant,
+    ) -> Result<Vec<paramcheck::Refusal>, String> {
+        let mut refused = if changed.is_empty() {
+            Vec::new()
+        } else {
+            self.param_checker.check(
+                &self.cfg.bin_dir,
+                changed,
+                |l| conf::node_conf(l.iter().copied()),
+                deadline,
+            )?
+        };
+        // The value in force for each name: the node's (as its parser kept
+        // them), else the cluster-wide one written here.
+        let mut merged: Vec<(String, String)> = all
+            .iter()
+            .filter(|(k, _)| !refused.iter().any(|r| r.name == *k))
+            .cloned()
+            .collect();
+        if let Some(v) = &self.params_checked {
+            for (k, val) in &v.params {
+                if v.kept.contains(k) && !merged.iter().any(|(n, _)| n.eq_ignore_ascii_case(k)) {
+                    merged.push((k.clone(), val.clone()));
+                }
+            }
+        }
+        let slots = self.slots_on_disk();
+        for (name, why) in crate::config::cluster::cross_refusals(&merged, &[], slots) {
+            if let Some((k, v)) = changed.iter().find(|(k, _)| k.eq_ignore_ascii_case(&name))
+                && !refused.iter().any(|r| r.name == *k)
+            {
+                refused.push(paramcheck::Refusal {
+                    name: k.clone(),
+                    value: v.clone(),
+                    why,
+                });
+            }
+        }
+        Ok(refused)
+    }
+
+    /// A reload's new `[postgresql.parameters]` of this node (judged by
+    /// [`Self::check_node_parameters`]): [`conf::NODE_CONF`] rewritten and a running
+    /// PostgreSQL reloaded (a setting that needs a restart shows as
+    /// `pending_restart`). Written only where this version's `tenure.conf`
+    /// includes the file (an older one holds the node's settings itself, until the
+    /// next start rewrites it: `NodeParamsApplied::AtNextStart`). The cluster-wide
+    /// settings are judged again (the node's own are part of their cross-check).
+    pub fn set_node_params(
+        &mut self,
+        params: Vec<(String, String)>,
+        deadline: Instant,
+    ) -> Result<NodeParamsApplied, PgError> {
+        conf::check_parameters(&params).map_err(PgError::Config)?;
+        self.cfg.parameters = params;
+        self.forget_params_verdict();
+        let tenure_conf = self.cfg.data_dir.join("tenure.conf");
+        let include = format!("include = {}\n", conf::conf_quote(conf::NODE_CONF));
+        let ours = match read_regular(&tenure_conf, PG_CONF_MAX, false) {
+            Ok(Some((b, _))) => String::from_utf8_lossy(&b).contains(&include),
+            _ => false,
+        };
+        if !ours {
+            return Ok(NodeParamsApplied::AtNextStart);
+        }
+        self.write_owned(
+            &self.cfg.data_dir.join(conf::NODE_CONF),
+            &conf::node_conf(&self.cfg.parameters),
+        )?;
+        // A job's own start reads the file; no reload in the middle of one.
+        if self.job.is_some() {
+            return Ok(NodeParamsApplied::Written);
+        }
+        match self.postmaster_pid() {
+            Some(pm) => {
+                self.reload(pm, deadline)?;
+                Ok(NodeParamsApplied::Reloaded)
+            }
+            None => Ok(NodeParamsApplied::Written),
+        }
+    }
+
     /// The replication slots the data directory holds: a start must find room for
     /// each (`max_replication_slots`). A slot is a directory in `pg_replslot`; a
     /// `.tmp` one is removed by the start.
@@ -1621,6 +1724,12 @@ impl PgCtl {
         });
         let text = conf::tenure_conf_with(&self.cfg, sb.as_ref(), self.wal_retry)
             .map_err(PgError::Config)?;
+        // INVARIANT: the node's file before the `tenure.conf` that includes it
+        // (`include`: a missing one would stop the start).
+        self.write_owned(
+            &self.cfg.data_dir.join(conf::NODE_CONF),
+            &conf::node_conf(&self.cfg.parameters),
+        )?;
         self.write_owned(&self.cfg.data_dir.join("tenure.conf"), &text)?;
         // The cluster-wide settings as last checked and written: a rebuilt data
         // directory (a copy of another member's) gets this node's, with room for
