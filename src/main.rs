@@ -347,6 +347,19 @@ fn fence_report(c: &Config, device: bool, systemd: bool) -> String {
     out
 }
 
+/// What the one-shot commands print, through one checked write (`| head` ends
+/// the process quietly; never `print!`'s panic).
+fn say(text: &str) {
+    tenure::ctl::stdout_or_exit("tenure", text);
+}
+
+/// `println!` through [`say`].
+macro_rules! sayln {
+    ($($t:tt)*) => {
+        say(&format!("{}\n", format_args!($($t)*)))
+    };
+}
+
 fn main_exec() -> Result<(), MainError> {
     let args: Vec<String> = std::env::args_os()
         .skip(1)
@@ -357,21 +370,21 @@ fn main_exec() -> Result<(), MainError> {
         .collect::<Result<_, _>>()?;
     match parse_args(&args)? {
         Command::Help => {
-            print!("{USAGE}");
+            say(USAGE);
             Ok(())
         }
         Command::Version => {
-            println!("tenure {VERSION}");
+            say(&format!("tenure {VERSION}\n"));
             Ok(())
         }
         Command::CheckConfig { config } => {
             let c = Config::load(&config)?;
             if let Some(w) = tenure::config::readable_secret_warning(&config) {
-                println!("warning: {w}");
+                say(&format!("warning: {w}\n"));
             }
-            print!("{}", budget_report(&config, &c));
+            say(&budget_report(&config, &c));
             let now = tenure::clock::realtime().as_secs() as i64;
-            print!("{}", tenure::certs::report(&c.certs, now));
+            say(&tenure::certs::report(&c.certs, now));
             Ok(())
         }
         Command::Run { config } => {
@@ -401,18 +414,23 @@ fn main_exec() -> Result<(), MainError> {
                 .map_err(|e| MainError::Runtime(format!("confirm-epoch: {e}")))?;
             match cleared {
                 Some(m) => match &m.parse_error {
-                    None => println!(
+                    None => sayln!(
                         "rollback marker {} deleted (written by {} at {}: {}; revision {} seen, \
                          {} found)",
-                        m.key, m.by, m.at, m.reason, m.seen_revision, m.found_revision
+                        m.key,
+                        m.by,
+                        m.at,
+                        m.reason,
+                        m.seen_revision,
+                        m.found_revision
                     ),
                     Some(e) => {
-                        println!("rollback marker {} deleted (it did not parse: {e})", m.key)
+                        sayln!("rollback marker {} deleted (it did not parse: {e})", m.key)
                     }
                 },
-                None => println!("no rollback marker was set"),
+                None => sayln!("no rollback marker was set"),
             }
-            println!(
+            sayln!(
                 "confirm_epoch written: nodes whose data carries an epoch up to {n} may now lead \
                  under a smaller leader-key epoch"
             );

@@ -145,15 +145,24 @@ fn unreachable_etcd_is_named() {
 /// broken pipe (exit 101).
 #[test]
 fn a_reader_that_went_away_ends_ctl_quietly() {
-    let (read_end, write_end) = nix::unistd::pipe().expect("pipe");
-    drop(read_end);
-    let o = Command::new(BIN)
-        .args(["ctl", "--help"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(write_end))
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run tenure");
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert_eq!(stderr(&o), "");
+    // The agent binary's one-shot commands too (`tenure check-config | head`).
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/tenure.example.toml");
+    for args in [
+        &["ctl", "--help"][..],
+        &["--help"],
+        &["--version"],
+        &["check-config", example],
+    ] {
+        let (read_end, write_end) = nix::unistd::pipe().expect("pipe");
+        drop(read_end);
+        let o = Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(write_end))
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run tenure");
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o), "", "{args:?}");
+    }
 }

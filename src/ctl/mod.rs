@@ -113,16 +113,21 @@ impl fmt::Display for CtlError {
 /// redirect) ends it with exit 1 and the reason on stderr. Never the panic
 /// `print!` gives on a closed pipe.
 pub fn out(text: &str) {
+    stdout_or_exit("tenure ctl", text);
+}
+
+/// Write `text` to stdout and flush it, for every command that prints (`who`
+/// names it in an error): a reader that went away (`| head`) ends the process
+/// with exit 0, another write error with exit 1 and the reason on stderr — never
+/// `print!`'s panic.
+pub fn stdout_or_exit(who: &str, text: &str) {
     use std::io::Write;
     let mut o = std::io::stdout().lock();
     if let Err(e) = o.write_all(text.as_bytes()).and_then(|()| o.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
-        let _ = writeln!(
-            std::io::stderr(),
-            "tenure ctl: cannot write the output: {e}"
-        );
+        let _ = writeln!(std::io::stderr(), "{who}: cannot write the output: {e}");
         std::process::exit(1);
     }
 }
