@@ -1131,3 +1131,16 @@ fn a_candidate_still_waiting_is_not_a_refusal() {
         "failed to write failover key into DCS (etcd unreachable)"
     )));
 }
+
+/// `restart` of several members asks the leader last, the replicas in name order.
+#[test]
+fn restart_asks_the_leader_last() {
+    let m = |n: &str| (n.to_string(), format!("http://{n}:8008"));
+    let mut v = vec![m("pg1"), m("pg2"), m("pg3")];
+    verbs::leader_last(&mut v, Some("pg1"));
+    let names: Vec<&str> = v.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["pg2", "pg3", "pg1"]);
+    verbs::leader_last(&mut v, None);
+    let names: Vec<&str> = v.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["pg2", "pg3", "pg1"], "no leader: as they were");
+}

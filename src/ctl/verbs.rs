@@ -792,6 +792,15 @@ fn pick_members(s: &Snapshot, names: &[String]) -> Result<Vec<(String, String)>,
         .collect()
 }
 
+/// The leader restarted after the replicas (each restart is done before the
+/// next is asked for): a replica that restarts after its primary raised
+/// `max_connections` or one of the four other settings a hot standby needs as
+/// high pauses its replay until its own restart, while one restarted first starts
+/// with the new values, or with the primary's (`pg::hotstandby`) when lowering.
+pub(super) fn leader_last(members: &mut [(String, String)], leader: Option<&str>) {
+    members.sort_by_key(|(n, _)| Some(n.as_str()) == leader);
+}
+
 /// Send `method path body` to each member; print a line per member; `Err` when
 /// any failed (after all were tried). `judge` turns a status into the line.
 fn per_member(
@@ -871,6 +880,7 @@ fn restart(
             "no member with that role among those named".into(),
         ));
     }
+    leader_last(&mut members, leader);
     let list: Vec<&str> = members.iter().map(|(n, _)| n.as_str()).collect();
     let when = scheduled
         .as_deref()
