@@ -160,6 +160,9 @@ struct Agent {
     /// once a `loop_wait`, and never faster than a second).
     params_error: Option<String>,
     params_retry_at: Option<Instant>,
+    /// When a reload's node settings that failed to be written or reloaded are
+    /// tried again (`maintain_node_params`).
+    node_params_retry_at: Option<Instant>,
     /// A `config` key was applied in this run: only then does this node know the
     /// cluster-wide PostgreSQL settings (before, `tenure.params.conf` stays as
     /// an earlier run left it: etcd may be down at start-up).
@@ -384,6 +387,7 @@ impl Agent {
             security_error: None,
             params_error: None,
             params_retry_at: None,
+            node_params_retry_at: None,
             params_known: false,
             pg,
             core,
@@ -633,6 +637,7 @@ impl Agent {
             // Not while a fence runs, nor on the way out.
             if !exit && !self.core.fence_in_progress() {
                 self.maintain_cluster_params();
+                self.maintain_node_params();
             }
             self.notify_after_iteration(&obs);
             self.check_iteration_budget(iteration_start, tick);
@@ -988,10 +993,6 @@ impl Agent {
     /// checked with S6 against what is armed before anything moves. `Err`: why it
     /// was refused; nothing changed then.
     fn reload_config(&mut self) -> Result<(), String> {
-        // The cluster-wide PostgreSQL settings are judged again at the next
-        // iteration (a library installed since a refusal).
-        self.pg.forget_params_verdict();
-        self.params_retry_at = None;
         let new = Config::load(&self.config_path).map_err(|e| e.to_string())?;
         // `[postgresql]` changes take a restart, but libpq reads the certificate
         // files afresh at every connection: the files at the running paths must
@@ -1045,8 +1046,13 @@ impl Agent {
                     .into(),
             );
         }
-        // The node's own PostgreSQL settings, judged before anything moves.
+        // The node's own PostgreSQL settings, judged before anything moves
+        // (against the cluster-wide ones as last judged here).
         let node_params = self.judge_node_params(&new.postgresql)?;
+        // The cluster-wide PostgreSQL settings are judged again at the next
+        // iteration (a library installed since a refusal).
+        self.pg.forget_params_verdict();
+        self.params_retry_at = None;
         // S6 against what is armed (issue 8 finding 4): the new M, B, P with
         // the timing in force and the watchdogs in use, before anything moves.
         let mut t = self.cfg.timing.clone();
@@ -1095,8 +1101,8 @@ impl Agent {
         rest.parameters = running.parameters.clone();
         if format!("{rest:?}") != format!("{running:?}") {
             warn!(
-                "[postgresql] settings other than parameters changed in {}: they take \
-                 effect at the agent's restart",
+                "[postgresql] (or [bootstrap]) settings other than [postgresql.parameters] \
+                 changed in {}: they take effect at the agent's restart",
                 self.config_path.display()
             );
         }
@@ -1135,11 +1141,21 @@ impl Agent {
             .cloned()
             .collect();
         let deadline = self.deadline(Duration::from_secs(1));
+        let cluster = self.pg.cluster_params_in_force();
         let refused = self
             .pg
-            .check_node_parameters(&changed, &new.parameters, deadline)
+            .check_node_parameters(
+                &changed,
+                &new.parameters,
+                &running.parameters.clone(),
+                &cluster,
+                deadline,
+            )
             .map_err(|e| {
-                format!("[postgresql.parameters]: PostgreSQL's check gave no answer ({e})")
+                format!(
+                    "[postgresql.parameters]: PostgreSQL's check gave no answer ({e}); \
+                     nothing changed, reload again"
+                )
             })?;
         if !refused.is_empty() {
             let said: Vec<String> = refused
@@ -1158,27 +1174,69 @@ impl Agent {
     /// reload of PostgreSQL (`PgCtl::set_node_params`); the cluster-wide settings
     /// are judged again at the next iteration.
     fn apply_node_params(&mut self, params: Vec<(String, String)>) {
-        let names: Vec<String> = params.iter().map(|(k, _)| k.clone()).collect();
         self.cfg.postgresql.parameters = params.clone();
+        self.node_params_retry_at = None;
         let deadline = self.deadline(Duration::from_secs(1));
-        match self.pg.set_node_params(params, deadline) {
-            Ok(crate::pg::NodeParamsApplied::Reloaded) => info!(
+        let r = self.pg.set_node_params(params, deadline);
+        self.node_params_said(r);
+    }
+
+    /// A reload's node settings that could not be written or reloaded yet (a
+    /// job ran, a write or PostgreSQL's reload failed): again, a `loop_wait`
+    /// after a failure. Bounded like every call of the loop (S1, S6 d).
+    fn maintain_node_params(&mut self) {
+        if !self.pg.node_params_pending()
+            || self.pg.running_job().is_some()
+            || self.node_params_retry_at.is_some_and(|t| clock::now() < t)
+        {
+            return;
+        }
+        let deadline = self.deadline(Duration::from_secs(1));
+        let r = self.pg.finish_node_params(deadline);
+        self.node_params_said(r);
+    }
+
+    /// What became of the node's settings, said; a failure tried again later.
+    fn node_params_said(&mut self, r: Result<crate::pg::NodeParamsApplied, crate::pg::PgError>) {
+        use crate::pg::NodeParamsApplied as A;
+        let names: Vec<&str> = self
+            .cfg
+            .postgresql
+            .parameters
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        match r {
+            Ok(A::Reloaded) => info!(
                 "[postgresql.parameters] {names:?} written to tenure.node.conf; PostgreSQL \
                  reloaded (a setting that needs a restart shows as pending_restart)"
             ),
-            Ok(crate::pg::NodeParamsApplied::Written) => info!(
+            Ok(A::Written) => info!(
                 "[postgresql.parameters] {names:?} written to tenure.node.conf; \
                  PostgreSQL's next start reads them"
             ),
-            Ok(crate::pg::NodeParamsApplied::AtNextStart) => warn!(
+            Ok(A::AfterTheJob) => info!(
+                "[postgresql.parameters] {names:?}: written and reloaded once the running \
+                 PostgreSQL job has finished"
+            ),
+            Ok(A::NoCluster) => info!(
+                "[postgresql.parameters] {names:?}: no cluster in the data directory yet; \
+                 its first start writes them"
+            ),
+            Ok(A::AtNextStart) => warn!(
                 "[postgresql.parameters] {names:?}: this data directory's tenure.conf was \
                  written by an older tenure (the settings inline): they take effect at \
-                 PostgreSQL's next start (tenure ctl restart)"
+                 PostgreSQL's next start or restart (tenure ctl restart), which writes \
+                 tenure.node.conf"
             ),
-            Err(e) => warn!(
-                "[postgresql.parameters] {names:?}: {e}; PostgreSQL's next start or \
-                 reload reads them"
-            ),
+            Err(e) => {
+                let wait = self.cfg.timing.loop_wait.max(Duration::from_secs(1));
+                self.node_params_retry_at = Some(clock::now().add(wait));
+                warn!(
+                    "[postgresql.parameters] {names:?}: {e}; tried again in {} s",
+                    wait.as_secs_f64()
+                );
+            }
         }
     }
 

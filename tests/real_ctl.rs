@@ -1194,8 +1194,51 @@ fn real_ctl_a_replica_starts_with_at_least_the_primarys_settings() {
         "{}",
         c.logs_tail(20)
     );
+
+    // A reload of the raised replica: PostgreSQL flags the raised setting (its
+    // files say 50, it runs 100), the member does not show it pending (a restart
+    // would change nothing) -- until its files say more than it runs.
+    let o = ctl(&cfg, &["reload", c.name(r), "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        c.sql_one(
+            r,
+            "SELECT pending_restart FROM pg_settings WHERE name = 'max_connections'"
+        )
+        .as_deref(),
+        Ok("t"),
+        "PostgreSQL's own flag, which the member must not pass on"
+    );
+    let flagged =
+        tenure::testbed::wait_for(Duration::from_secs(3), Duration::from_millis(100), || {
+            pending(&c, r).then_some(())
+        });
+    assert!(
+        flagged.is_none(),
+        "a raised setting shown as pending{}",
+        c.logs_tail(20)
+    );
+    edit_file(&path, "max_connections = 50", "max_connections = 150");
+    let o = ctl(&cfg, &["reload", c.name(r), "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let flagged =
+        tenure::testbed::wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+            pending(&c, r).then_some(())
+        });
+    assert!(
+        flagged.is_some(),
+        "150 in the files, 100 running: pending{}",
+        c.logs_tail(20)
+    );
     // The primary was never touched.
     assert_eq!(c.primaries(), vec![p]);
+}
+
+/// Replace `from` (which must be there) by `to` in the file at `path`.
+fn edit_file(path: &Path, from: &str, to: &str) {
+    let toml = std::fs::read_to_string(path).expect("read config");
+    assert!(toml.contains(from), "{from} not in {toml}");
+    std::fs::write(path, toml.replacen(from, to, 1)).expect("write config");
 }
 
 /// A node's own `[postgresql.parameters]` change with a reload of its agent
@@ -1217,10 +1260,7 @@ fn real_ctl_reload_applies_a_nodes_own_postgresql_settings() {
     let r = 1 - p;
     let cfg = c.config_path(p).to_path_buf();
     let edit = |c: &TestCluster, i: usize, from: &str, to: &str| {
-        let path = c.config_path(i);
-        let toml = std::fs::read_to_string(path).expect("read config");
-        assert!(toml.contains(from), "{from} not in {toml}");
-        std::fs::write(path, toml.replacen(from, to, 1)).expect("write config");
+        edit_file(c.config_path(i), from, to);
     };
     let node_file = |c: &TestCluster, i: usize| {
         std::fs::read_to_string(c.data_dir(i).join("tenure.node.conf")).expect("tenure.node.conf")
@@ -1268,6 +1308,80 @@ fn real_ctl_reload_applies_a_nodes_own_postgresql_settings() {
     assert_ne!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("at the agent's restart"), "{}", text(&o));
     assert_eq!(node_file(&c, p), before);
+    edit(&c, p, "\nssl_ciphers = \"HIGH\"", "");
+
+    // Judged with the cluster-wide settings in force: the node's
+    // max_connections below the cluster's reserved connections is refused.
+    let o = ctl(
+        &cfg,
+        &[
+            "edit-config",
+            "--pg",
+            "superuser_reserved_connections=30",
+            "--force",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // Restart-only: in the file (and judged against) before it runs.
+    let written =
+        tenure::testbed::wait_for(Duration::from_secs(20), Duration::from_millis(100), || {
+            std::fs::read_to_string(c.data_dir(p).join("tenure.params.conf"))
+                .ok()
+                .filter(|f| f.contains("superuser_reserved_connections = '30'"))
+        });
+    assert!(written.is_some(), "{}", c.logs_tail(20));
+    edit(
+        &c,
+        p,
+        "work_mem = \"7MB\"",
+        "work_mem = \"7MB\"\nmax_connections = 20",
+    );
+    let o = ctl(&cfg, &["reload", c.name(p), "--force"]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("max_connections")
+            && text(&o).contains("superuser_reserved_connections (30)"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(node_file(&c, p), before);
+    edit(&c, p, "\nmax_connections = 20", "");
+
+    // A data directory whose tenure.conf an older tenure wrote (the node's
+    // settings inline, no include): a reload says so, a restart writes both
+    // files, and the settings are in force after it.
+    let tc = c.data_dir(p).join("tenure.conf");
+    let old = std::fs::read_to_string(&tc).expect("tenure.conf");
+    assert!(old.contains("include = 'tenure.node.conf'\n"), "{old}");
+    std::fs::write(
+        &tc,
+        old.replace(
+            "include = 'tenure.node.conf'\n",
+            "temp_buffers = '24MB'\nwork_mem = '7MB'\n",
+        ),
+    )
+    .expect("write tenure.conf");
+    edit(&c, p, "work_mem = \"7MB\"", "work_mem = \"6MB\"");
+    let o = ctl(&cfg, &["reload", c.name(p), "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        c.agent_log(p).contains("written by an older tenure"),
+        "{}",
+        c.logs_tail(20)
+    );
+    assert_eq!(show(&c, p, "work_mem").as_deref(), Some("7MB"));
+    let o = ctl(&cfg, &["restart", c.name(p), "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let applied =
+        tenure::testbed::wait_for(Duration::from_secs(60), Duration::from_millis(200), || {
+            (show(&c, p, "work_mem").as_deref() == Some("6MB")).then_some(())
+        });
+    assert!(applied.is_some(), "{}", c.logs_tail(30));
+    assert!(
+        std::fs::read_to_string(&tc)
+            .expect("tenure.conf")
+            .contains("include = 'tenure.node.conf'\n")
+    );
 
     // SIGHUP on the replica: a restart-only setting is pending until a restart,
     // then in force.

@@ -153,7 +153,17 @@ impl Agent {
             .core
             .restart_job(pg, self.pg.running_job(), req.timeout)
             .map_err(|why| Response::text(503, why))?;
-        if let Err(e) = self.pg.start_job(&kind, None, clock::now()) {
+        // A replica's restart writes its standby settings for the leader of the
+        // last view (a restart applies the node's configuration as it is now).
+        let source = (pg.role == PgRole::Replica)
+            .then(|| {
+                let view = self.last_view.as_ref()?;
+                let leader = view.leader.as_ref()?;
+                let m = view.member(&leader.name)?;
+                crate::pg::ConnTarget::from_conn_url(&leader.name, &m.info.conn_url).ok()
+            })
+            .flatten();
+        if let Err(e) = self.pg.start_job(&kind, source.as_ref(), clock::now()) {
             error!("cannot start the restart: {e}");
             return Err(Response::text(503, format!("restart failed: {e}")));
         }

@@ -206,18 +206,54 @@ pub fn cross_refusals(
     own: &[(String, String)],
     slots: usize,
 ) -> Vec<(String, String)> {
-    let find = |l: &[(String, String)], n: &str| {
-        l.iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(n))
-            .map(|(_, v)| v.clone())
-    };
-    let from_cluster = |n: &str| find(own, n).is_none() && find(cluster, n).is_some();
-    // The value in force: the node's own, else the cluster's, else tenure's or
-    // PostgreSQL's default.
-    let value = |n: &str, default: i64| match find(own, n).or_else(|| find(cluster, n)) {
-        Some(v) => pg_count(&v),
-        None => Some(default),
-    };
+    let find = |l: &[(String, String)], n: &str| l.iter().any(|(k, _)| k.eq_ignore_ascii_case(n));
+    let from_cluster = |n: &str| !find(own, n) && find(cluster, n);
+    // The value in force: the node's own (first), else the cluster's.
+    let in_force: Vec<(String, String)> = own.iter().chain(cluster).cloned().collect();
+    let mut out = Vec::new();
+    for (rule, why) in start_violations(&in_force, slots) {
+        for n in rule.names() {
+            if from_cluster(n) {
+                out.push((n.to_string(), why.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// A check PostgreSQL makes only when the postmaster starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartRule {
+    /// The reserved connections below `max_connections`.
+    Connections,
+    /// `max_replication_slots` not below the slots on disk.
+    Slots,
+}
+
+impl StartRule {
+    /// The settings the rule reads.
+    pub fn names(self) -> &'static [&'static str] {
+        match self {
+            StartRule::Connections => &[
+                "max_connections",
+                "superuser_reserved_connections",
+                "reserved_connections",
+            ],
+            StartRule::Slots => &["max_replication_slots"],
+        }
+    }
+}
+
+/// The start-time checks `in_force` (the first entry of a name wins; a name not
+/// there has tenure's or PostgreSQL's default) breaks on a node whose data
+/// directory holds `slots` replication slots, each with why. A value this cannot
+/// read (hexadecimal, octal) is left to PostgreSQL.
+pub fn start_violations(in_force: &[(String, String)], slots: usize) -> Vec<(StartRule, String)> {
+    let value =
+        |n: &str, default: i64| match in_force.iter().find(|(k, _)| k.eq_ignore_ascii_case(n)) {
+            Some((_, v)) => pg_count(v),
+            None => Some(default),
+        };
     let mut out = Vec::new();
     // `reserved_connections` is PostgreSQL 16's (0 where it is not set).
     if let (Some(max), Some(su), Some(other)) = (
@@ -226,29 +262,19 @@ pub fn cross_refusals(
         value("reserved_connections", 0),
     ) && su.saturating_add(other) >= max
     {
-        for n in [
-            "max_connections",
-            "superuser_reserved_connections",
-            "reserved_connections",
-        ] {
-            if from_cluster(n) {
-                out.push((
-                    n.to_string(),
-                    format!(
-                        "superuser_reserved_connections ({su}) + reserved_connections \
-                         ({other}) must be less than max_connections ({max}) on this \
-                         node: PostgreSQL would not start"
-                    ),
-                ));
-            }
-        }
+        out.push((
+            StartRule::Connections,
+            format!(
+                "superuser_reserved_connections ({su}) + reserved_connections ({other}) must \
+                 be less than max_connections ({max}) on this node: PostgreSQL would not start"
+            ),
+        ));
     }
-    if from_cluster("max_replication_slots")
-        && let Some(n) = value("max_replication_slots", 10)
+    if let Some(n) = value("max_replication_slots", 10)
         && n < slots as i64
     {
         out.push((
-            "max_replication_slots".to_string(),
+            StartRule::Slots,
             format!(
                 "{n} is less than the {slots} replication slots this node's data directory \
                  holds: PostgreSQL would not start"

@@ -131,6 +131,14 @@ Maximum data alignment:               8
 ";
 
     #[test]
+    fn the_probes_list_names_every_setting() {
+        let list = crate::pg::floor_names!();
+        let quoted: Vec<String> = SETTINGS.iter().map(|(n, _)| format!("'{n}'")).collect();
+        let given: Vec<&str> = list.split(',').map(str::trim).collect();
+        assert_eq!(given, quoted);
+    }
+
+    #[test]
     fn reads_the_primarys_values_from_pg_controldata() {
         assert_eq!(control_values(PG15), Ok([120, 8, 10, 0, 64]));
     }

@@ -92,10 +92,12 @@ enum Step {
     /// A child whose output (stdout and stderr, from the job log) is kept for a
     /// later step, whatever its exit: it never fails the job.
     Capture(Cmd),
-    /// `pg_ctl start -w -t secs` of a standby, with the settings a hot standby
-    /// needs at the primary's values raised to them when the files set less
-    /// (`hotstandby`), from what the `Capture` steps before it kept.
-    StartStandby(u64),
+    /// `pg_ctl start` of a standby (built when the job is planned, so a server
+    /// log that cannot be prepared refuses the job before anything stops), with
+    /// the settings a hot standby needs at the primary's values raised to them
+    /// when the files set less (`hotstandby`), from what the `Capture` steps
+    /// before it kept.
+    StartStandby(Cmd),
     Local(&'static str, Local),
     /// From here on, a failed step is followed by these steps (then the job
     /// reports the failure): what the steps after this one start, such as the
@@ -599,16 +601,13 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                 // Kept as its answer: the step after it decides without it.
                 Err(e) => job.captured.push((cmd.what, Err(e.to_string()))),
             },
-            Some(Step::StartStandby(secs)) => {
-                let cmd = pg_ctl_start_cmd(ctl, secs).map(|mut cmd| {
-                    let raised = standby_floor(job);
-                    if !raised.is_empty() {
-                        cmd.args
-                            .extend([os("-o"), os(hotstandby::start_options(&raised))]);
-                    }
-                    cmd
-                });
-                match cmd.and_then(|cmd| spawn(ctl, &cmd)) {
+            Some(Step::StartStandby(mut cmd)) => {
+                let raised = standby_floor(job);
+                if !raised.is_empty() {
+                    cmd.args
+                        .extend([os("-o"), os(hotstandby::start_options(&raised))]);
+                }
+                match spawn(ctl, &cmd) {
                     Ok(r) => job.child = Some(r),
                     Err(e) => {
                         if fall_back(ctl, job, format!("pg_ctl start: {e}")) {
@@ -797,32 +796,44 @@ fn one_line(text: &str) -> String {
 /// The children a standby's start reads its floor from (`hotstandby`):
 /// `pg_controldata`, then `postgres -C` of each setting, then the start. Run
 /// once the server is stopped, so `pg_control` holds the last parameter change
-/// it replayed.
-fn standby_start_steps(ctl: &PgCtl, secs: u64) -> Vec<Step> {
+/// it replayed. Each child is killed (with its process group) past
+/// [`CAPTURE_LIMIT`]: a hung data directory gives no answer, and the start goes
+/// on without a raise.
+fn standby_start_steps(ctl: &PgCtl, secs: u64) -> Result<Vec<Step>, PgError> {
     let data = &ctl.cfg.data_dir;
-    let mut steps = vec![Step::Capture(Cmd {
-        what: CONTROLDATA.into(),
-        program: ctl.cfg.bin_dir.join("pg_controldata"),
-        args: vec![os("-D"), os(data)],
-        env: vec![],
-        stdin: None,
-        drain: false,
-        limit: None,
-    })];
-    for (name, _) in hotstandby::SETTINGS {
-        steps.push(Step::Capture(Cmd {
-            what: Cow::Owned(format!("postgres -C {name}")),
-            program: ctl.cfg.bin_dir.join("postgres"),
-            args: vec![os("-D"), os(data), os("-C"), os(name)],
+    let capture = |what: Cow<'static, str>, program: &str, args: Vec<OsString>| {
+        Step::Capture(Cmd {
+            what,
+            program: ctl.cfg.bin_dir.join(program),
+            args,
             env: vec![],
             stdin: None,
-            drain: false,
-            limit: None,
-        }));
+            drain: true,
+            limit: Some(CAPTURE_LIMIT),
+        })
+    };
+    let mut steps = vec![capture(
+        CONTROLDATA.into(),
+        "pg_controldata",
+        vec![os("-D"), os(data)],
+    )];
+    for (name, _) in hotstandby::SETTINGS {
+        steps.push(capture(
+            Cow::Owned(format!("postgres -C {name}")),
+            "postgres",
+            vec![os("-D"), os(data), os("-C"), os(name)],
+        ));
     }
-    steps.push(Step::StartStandby(secs));
-    steps
+    steps.push(Step::StartStandby(pg_ctl_start_cmd(ctl, secs)?));
+    Ok(steps)
 }
+
+/// The longest a standby start's capture child may run (it answers in
+/// milliseconds).
+const CAPTURE_LIMIT: Limit = Limit {
+    after: Duration::from_secs(10),
+    setting: "the 10 s a settings check may take",
+};
 
 /// What `standby_start_steps`' `Capture` children name a step.
 const CONTROLDATA: &str = "pg_controldata";
@@ -1672,7 +1683,7 @@ fn plan(
             job.steps
                 .push_back(Step::Local("write standby.signal", Local::TouchStandby));
             job.steps
-                .extend(standby_start_steps(ctl, ctl.ctl_timeout.as_secs()));
+                .extend(standby_start_steps(ctl, ctl.ctl_timeout.as_secs())?);
         }
         JobKind::Stop => {
             job.steps.push_back(pg_ctl_stop(ctl));
@@ -1690,13 +1701,26 @@ fn plan(
                 Local::RequireStopped,
             ));
             let secs = start_timeout.map_or(ctl.ctl_timeout.as_secs(), u64::from);
-            // A standby (the files say so) starts again with its floor read
-            // after the stop: the replay before it may have raised pg_control's.
-            if ["standby.signal", "recovery.signal"]
+            let standby = ["standby.signal", "recovery.signal"]
                 .iter()
-                .any(|f| data.join(f).exists())
-            {
-                job.steps.extend(standby_start_steps(ctl, secs));
+                .any(|f| data.join(f).exists());
+            // The node's configuration as it is now (a reload's settings, a
+            // changed `ssl*`, a `tenure.conf` an older version wrote): a primary's
+            // files, or a standby's following `source` (the leader). A standby
+            // whose leader is not known keeps its files as they are.
+            if !standby {
+                job.steps
+                    .push_back(Step::Local("write tenure.conf", Local::WriteConfig(None)));
+            } else if let Some(src) = source {
+                job.steps.push_back(Step::Local(
+                    "write tenure.conf",
+                    Local::WriteConfig(Some(src.clone())),
+                ));
+            }
+            // A standby starts again with its floor read after the stop: the
+            // replay before it may have raised pg_control's.
+            if standby {
+                job.steps.extend(standby_start_steps(ctl, secs)?);
             } else {
                 let start = pg_ctl_start_within(ctl, secs)?;
                 job.steps.push_back(start);

@@ -16,6 +16,17 @@
 //! `postgres` crate bounds only the socket connect; a stopped postmaster is caught
 //! from `/proc` first).
 
+/// The settings `hotstandby` raises, as SQL string literals (for the probe's
+/// queries; `hotstandby`'s tests check it against `hotstandby::SETTINGS`).
+macro_rules! floor_names {
+    () => {
+        "'max_connections', 'max_worker_processes', 'max_wal_senders', \
+         'max_prepared_transactions', 'max_locks_per_transaction'"
+    };
+}
+#[cfg(test)]
+pub(crate) use floor_names;
+
 pub mod conf;
 pub mod control;
 pub mod hotstandby;
@@ -248,6 +259,13 @@ pub struct PgCtl {
     /// [`conf::PARAMS_CONF`] was written (by this run or, for all it knows, by one
     /// before it that died before its reload) and PostgreSQL has not re-read it.
     params_reload_pending: bool,
+    /// A reload's node settings (`cfg.parameters`) not yet written to
+    /// [`conf::NODE_CONF`] and re-read by PostgreSQL
+    /// ([`PgCtl::finish_node_params`]).
+    node_params_pending: bool,
+    /// The last answer of `files_above_running`, with the names the probe found
+    /// raised and `pg_conf_load_time()` it was for.
+    floor_pending: Option<((String, String), bool)>,
 }
 
 /// What [`PgCtl::set_cluster_params`] decided for a list (see `params_checked`).
@@ -272,15 +290,20 @@ pub struct ParamsApplied {
     pub refused: Vec<paramcheck::Refusal>,
 }
 
-/// What [`PgCtl::set_node_params`] did.
+/// What [`PgCtl::set_node_params`] (or [`PgCtl::finish_node_params`]) did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeParamsApplied {
     /// [`conf::NODE_CONF`] rewritten and PostgreSQL reloaded.
     Reloaded,
-    /// Rewritten; PostgreSQL is not running, or a job's start will read it.
+    /// Rewritten; PostgreSQL is not running (its next start reads it).
     Written,
-    /// The running `tenure.conf` was written by an older version (the node's
-    /// settings inline): the next start writes both files.
+    /// A job runs: written and reloaded after it (its own write of
+    /// `tenure.conf` already writes them).
+    AfterTheJob,
+    /// No `tenure.conf` yet (no cluster here): its first start writes them.
+    NoCluster,
+    /// The `tenure.conf` in the data directory was written by an older version
+    /// (the node's settings inline): the next start or restart writes both files.
     AtNextStart,
 }
 
@@ -354,6 +377,8 @@ impl PgCtl {
             param_checker: paramcheck::Checker::new(&cfg.socket_dir),
             params_checked: None,
             params_reload_pending: true,
+            node_params_pending: false,
+            floor_pending: None,
         };
         fs::create_dir_all(&cfg.socket_dir)
             .map_err(|e| io_err("create socket_dir", &cfg.socket_dir, e))?;
@@ -747,7 +772,8 @@ impl PgCtl {
             self.postmaster_fd =
                 procs::pidfd_of_verified(pm, &self.data_canon()).map(|fd| (pm, fd));
         }
-        let sql = "SELECT pg_is_in_recovery(), \
+        let sql = concat!(
+            "SELECT pg_is_in_recovery(), \
              CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_walfile_name(pg_current_wal_lsn()) END, \
              CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn() END, \
              pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn(), \
@@ -768,10 +794,19 @@ impl PgCtl {
                  'application_name', application_name, 'client_addr', client_addr, \
                  'state', state, 'sync_state', sync_state, 'sync_priority', sync_priority)) \
                  FROM pg_stat_replication), \
-             EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart), \
+             EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart AND NOT \
+                 (source = 'command line' AND name IN (",
+            floor_names!(),
+            "))), \
              (SELECT json_agg(json_build_array(slot_name, restart_lsn::text, active, \
                  wal_status) ORDER BY slot_name) FROM pg_replication_slots \
-                 WHERE slot_type = 'physical' AND NOT temporary)";
+                 WHERE slot_type = 'physical' AND NOT temporary), \
+             (SELECT string_agg(name, ',' ORDER BY name) FROM pg_settings WHERE \
+                 pending_restart AND source = 'command line' AND name IN (",
+            floor_names!(),
+            ")), \
+             pg_conf_load_time()::text"
+        );
         // The epoch row's read, sent with the probe's query when the last probe saw
         // the table; used only if this one sees it too (as if read after it).
         let (rows, early_epoch) = if self.epoch_table_seen {
@@ -839,6 +874,25 @@ impl PgCtl {
         st.report.server_version = col(11).and_then(|v| v.parse().ok());
         st.report.postmaster_start_time = col(12);
         st.report.pending_restart = col(17).as_deref() == Some("t");
+        // A setting a standby's start raised to its primary's (`hotstandby`: on
+        // the command line, over the files) is flagged by PostgreSQL at every
+        // reload while the files say less: pending only where a file says more
+        // than runs. Judged once per set of names and configuration load.
+        if let Some(names) = col(19) {
+            let key = (names, col(20).unwrap_or_default());
+            let pending = match &self.floor_pending {
+                Some((k, v)) if *k == key => *v,
+                _ => {
+                    let v = self.files_above_running(pm, deadline);
+                    if let Some(v) = v {
+                        self.floor_pending = Some((key, v));
+                    }
+                    // No answer: as PostgreSQL says.
+                    v.unwrap_or(true)
+                }
+            };
+            st.report.pending_restart |= pending;
+        }
         st.report.slots_json = col(18);
         self.epoch_table_seen = col(8).as_deref() == Some("t");
         if self.epoch_table_seen {
@@ -1265,17 +1319,61 @@ impl PgCtl {
         Ok(refused)
     }
 
-    /// A reload's new `[postgresql.parameters]` of this node (`all`), of which
-    /// `changed` are new or changed: PostgreSQL's parser on `changed` (as
-    /// [`conf::NODE_CONF`] would hold them), then what the postmaster checks only at
-    /// a start (`cross_refusals`), judged on `all` over the cluster-wide settings
-    /// in force here. The refused, each with why. `Err`: no answer by `deadline`.
+    /// Whether a file sets one of the settings a standby's start raised
+    /// (`hotstandby`) above the value it runs with (then a restart would change
+    /// it): the last line of the files that names it (`pg_file_settings` marks a
+    /// changed restart-only setting with an error, "could not be applied", so
+    /// errors are not left out; a value that is not a plain number counts as
+    /// above). `None`: no answer.
+    fn files_above_running(&mut self, pm: u32, deadline: Instant) -> Option<bool> {
+        let sql = concat!(
+            "SELECT coalesce(bool_or(CASE WHEN f.setting ~ '^[0-9]+$' \
+             THEN f.setting::numeric > s.setting::numeric ELSE true END), false) \
+             FROM pg_settings s JOIN LATERAL (SELECT fs.setting FROM pg_file_settings fs \
+             WHERE fs.name = s.name ORDER BY fs.seqno DESC LIMIT 1) f \
+             ON true WHERE s.source = 'command line' AND s.name IN (",
+            floor_names!(),
+            ")"
+        );
+        let rows = self.query_rows(pm, sql, deadline).ok()?;
+        let cell = rows.first()?.first()?.clone()?;
+        Some(cell == "t")
+    }
+
+    /// The cluster-wide settings as last judged and written here (the `config`
+    /// key's `postgresql.parameters` PostgreSQL's parser kept), for a judgement of
+    /// the node's own that must see them; empty before any was judged.
+    pub fn cluster_params_in_force(&self) -> Vec<(String, String)> {
+        self.params_checked
+            .as_ref()
+            .map(|v| {
+                v.params
+                    .iter()
+                    .filter(|(k, _)| v.kept.contains(k))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A reload's new `[postgresql.parameters]` of this node (`new`, replacing
+    /// `old`), of which `changed` are new or changed: PostgreSQL's parser on
+    /// `changed` (as [`conf::NODE_CONF`] would hold them), then what the
+    /// postmaster checks only at a start (`start_violations`) on the settings that
+    /// would be in force, the node's over `cluster` (the cluster-wide ones in
+    /// force here): a check the new settings break and the old did not is a
+    /// refusal, whichever change broke it (a removal too: `max_replication_slots`
+    /// removed falls back to tenure's 10). The refused, each with why. `Err`: no
+    /// answer by `deadline`.
     pub fn check_node_parameters(
         &mut self,
         changed: &[(String, String)],
-        all: &[(String, String)],
+        new: &[(String, String)],
+        old: &[(String, String)],
+        cluster: &[(String, String)],
         deadline: Instant,
     ) -> Result<Vec<paramcheck::Refusal>, String> {
+        use crate::config::cluster::start_violations;
         let mut refused = if changed.is_empty() {
             Vec::new()
         } else {
@@ -1286,41 +1384,47 @@ impl PgCtl {
                 deadline,
             )?
         };
-        // The value in force for each name: the node's (as its parser kept
-        // them), else the cluster-wide one written here.
-        let mut merged: Vec<(String, String)> = all
-            .iter()
-            .filter(|(k, _)| !refused.iter().any(|r| r.name == *k))
-            .cloned()
-            .collect();
-        if let Some(v) = &self.params_checked {
-            for (k, val) in &v.params {
-                if v.kept.contains(k) && !merged.iter().any(|(n, _)| n.eq_ignore_ascii_case(k)) {
-                    merged.push((k.clone(), val.clone()));
-                }
-            }
-        }
+        let in_force = |own: &[(String, String)]| -> Vec<(String, String)> {
+            own.iter()
+                .filter(|(k, _)| !refused.iter().any(|r| r.name == *k))
+                .chain(cluster)
+                .cloned()
+                .collect()
+        };
         let slots = self.slots_on_disk();
-        for (name, why) in crate::config::cluster::cross_refusals(&merged, &[], slots) {
-            if let Some((k, v)) = changed.iter().find(|(k, _)| k.eq_ignore_ascii_case(&name))
-                && !refused.iter().any(|r| r.name == *k)
-            {
-                refused.push(paramcheck::Refusal {
-                    name: k.clone(),
-                    value: v.clone(),
-                    why,
-                });
+        let before: Vec<_> = start_violations(&in_force(old), slots)
+            .into_iter()
+            .map(|(rule, _)| rule)
+            .collect();
+        let after = start_violations(&in_force(new), slots);
+        for (rule, why) in after {
+            if before.contains(&rule) {
+                continue;
+            }
+            let named = |l: &[(String, String)]| {
+                l.iter()
+                    .find(|(k, _)| rule.names().iter().any(|n| k.eq_ignore_ascii_case(n)))
+                    .cloned()
+            };
+            let removed: Vec<(String, String)> = old
+                .iter()
+                .filter(|(k, _)| !new.iter().any(|(n, _)| n == k))
+                .map(|(k, _)| (k.clone(), "(removed)".to_string()))
+                .collect();
+            let (name, value) = named(changed)
+                .or_else(|| named(&removed))
+                .unwrap_or_else(|| (rule.names()[0].to_string(), "(unchanged)".into()));
+            if !refused.iter().any(|r| r.name == name) {
+                refused.push(paramcheck::Refusal { name, value, why });
             }
         }
         Ok(refused)
     }
 
     /// A reload's new `[postgresql.parameters]` of this node (judged by
-    /// [`Self::check_node_parameters`]): [`conf::NODE_CONF`] rewritten and a running
-    /// PostgreSQL reloaded (a setting that needs a restart shows as
-    /// `pending_restart`). Written only where this version's `tenure.conf`
-    /// includes the file (an older one holds the node's settings itself, until the
-    /// next start rewrites it: `NodeParamsApplied::AtNextStart`). The cluster-wide
+    /// [`Self::check_node_parameters`]): taken as this node's from now on (every
+    /// later write of `tenure.conf` writes them), and [`Self::finish_node_params`]
+    /// writes [`conf::NODE_CONF`] and reloads PostgreSQL. The cluster-wide
     /// settings are judged again (the node's own are part of their cross-check).
     pub fn set_node_params(
         &mut self,
@@ -1330,30 +1434,54 @@ impl PgCtl {
         conf::check_parameters(&params).map_err(PgError::Config)?;
         self.cfg.parameters = params;
         self.forget_params_verdict();
+        // INVARIANT: cleared only once PostgreSQL re-read the file, or once no
+        // file of this run's could be written (no cluster, an older layout,
+        // which every start and restart rewrites).
+        self.node_params_pending = true;
+        self.finish_node_params(deadline)
+    }
+
+    /// Whether a reload's node settings still wait to be written and reloaded.
+    pub fn node_params_pending(&self) -> bool {
+        self.node_params_pending
+    }
+
+    /// [`conf::NODE_CONF`] written with this node's settings and a running
+    /// PostgreSQL reloaded, where this version's `tenure.conf` includes the file.
+    /// While a job runs nothing is written (its own write of `tenure.conf` writes
+    /// both; a write in the middle of a restart would change what its start reads
+    /// after its checks): still pending, done after it. `Err`: asked again later.
+    pub fn finish_node_params(&mut self, deadline: Instant) -> Result<NodeParamsApplied, PgError> {
+        if self.job.is_some() {
+            return Ok(NodeParamsApplied::AfterTheJob);
+        }
         let tenure_conf = self.cfg.data_dir.join("tenure.conf");
         let include = format!("include = {}\n", conf::conf_quote(conf::NODE_CONF));
         let ours = match read_regular(&tenure_conf, PG_CONF_MAX, false) {
             Ok(Some((b, _))) => String::from_utf8_lossy(&b).contains(&include),
-            _ => false,
+            Ok(None) => {
+                self.node_params_pending = false;
+                return Ok(NodeParamsApplied::NoCluster);
+            }
+            Err(e) => return Err(PgError::Refused(format!("{}: {e}", tenure_conf.display()))),
         };
         if !ours {
+            self.node_params_pending = false;
             return Ok(NodeParamsApplied::AtNextStart);
         }
         self.write_owned(
             &self.cfg.data_dir.join(conf::NODE_CONF),
             &conf::node_conf(&self.cfg.parameters),
         )?;
-        // A job's own start reads the file; no reload in the middle of one.
-        if self.job.is_some() {
-            return Ok(NodeParamsApplied::Written);
-        }
-        match self.postmaster_pid() {
+        let applied = match self.postmaster_pid() {
             Some(pm) => {
                 self.reload(pm, deadline)?;
-                Ok(NodeParamsApplied::Reloaded)
+                NodeParamsApplied::Reloaded
             }
-            None => Ok(NodeParamsApplied::Written),
-        }
+            None => NodeParamsApplied::Written,
+        };
+        self.node_params_pending = false;
+        Ok(applied)
     }
 
     /// The replication slots the data directory holds: a start must find room for
