@@ -1141,7 +1141,12 @@ impl Agent {
             .cloned()
             .collect();
         let deadline = self.deadline(Duration::from_secs(1));
-        let cluster = self.pg.cluster_params_in_force();
+        let cluster = self.pg.cluster_params_in_force().map_err(|e| {
+            format!(
+                "[postgresql.parameters]: the cluster-wide settings in force here cannot be \
+                 read ({e}); nothing changed"
+            )
+        })?;
         let refused = self
             .pg
             .check_node_parameters(
@@ -1174,11 +1179,14 @@ impl Agent {
     /// reload of PostgreSQL (`PgCtl::set_node_params`); the cluster-wide settings
     /// are judged again at the next iteration.
     fn apply_node_params(&mut self, params: Vec<(String, String)>) {
-        self.cfg.postgresql.parameters = params.clone();
         self.node_params_retry_at = None;
         let deadline = self.deadline(Duration::from_secs(1));
-        let r = self.pg.set_node_params(params, deadline);
-        self.node_params_said(r);
+        let r = self.pg.set_node_params(params.clone(), deadline);
+        // Taken (PgCtl's copy too) unless the list itself was refused.
+        if !matches!(r, Err(crate::pg::PgError::Config(_))) {
+            self.cfg.postgresql.parameters = params;
+        }
+        self.node_params_said(r, true);
     }
 
     /// A reload's node settings that could not be written or reloaded yet (a
@@ -1193,11 +1201,17 @@ impl Agent {
         }
         let deadline = self.deadline(Duration::from_secs(1));
         let r = self.pg.finish_node_params(deadline);
-        self.node_params_said(r);
+        self.node_params_said(r, false);
     }
 
-    /// What became of the node's settings, said; a failure tried again later.
-    fn node_params_said(&mut self, r: Result<crate::pg::NodeParamsApplied, crate::pg::PgError>) {
+    /// What became of the node's settings, said (`reload`: a reload asked for
+    /// them; otherwise the check an agent makes once at its start, quiet when
+    /// there is nothing to do); a failure tried again later.
+    fn node_params_said(
+        &mut self,
+        r: Result<crate::pg::NodeParamsApplied, crate::pg::PgError>,
+        reload: bool,
+    ) {
         use crate::pg::NodeParamsApplied as A;
         let names: Vec<&str> = self
             .cfg
@@ -1219,9 +1233,19 @@ impl Agent {
                 "[postgresql.parameters] {names:?}: written and reloaded once the running \
                  PostgreSQL job has finished"
             ),
+            Ok(A::Unchanged) if !reload => {}
+            Ok(A::Unchanged) => {
+                info!("[postgresql.parameters] {names:?}: tenure.node.conf holds them already")
+            }
+            Ok(A::NoCluster) if !reload => {}
             Ok(A::NoCluster) => info!(
                 "[postgresql.parameters] {names:?}: no cluster in the data directory yet; \
                  its first start writes them"
+            ),
+            Ok(A::AtNextStart) if !reload => info!(
+                "this data directory's tenure.conf was written by an older tenure (the \
+                 node's settings inline): PostgreSQL's next start or restart writes \
+                 tenure.node.conf"
             ),
             Ok(A::AtNextStart) => warn!(
                 "[postgresql.parameters] {names:?}: this data directory's tenure.conf was \

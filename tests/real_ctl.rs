@@ -1209,14 +1209,23 @@ fn real_ctl_a_replica_starts_with_at_least_the_primarys_settings() {
         Ok("t"),
         "PostgreSQL's own flag, which the member must not pass on"
     );
-    let flagged =
-        tenure::testbed::wait_for(Duration::from_secs(3), Duration::from_millis(100), || {
-            pending(&c, r).then_some(())
+    // A member key written from a probe after the reload: WAL written on the
+    // primary since, and the replica's published position past it.
+    c.write_row(p, 9_000_001).expect("write a row");
+    let lsn: u64 = c
+        .sql_one(p, "SELECT (pg_current_wal_lsn() - '0/0')::bigint")
+        .expect("lsn")
+        .parse()
+        .expect("a number");
+    let probed =
+        tenure::testbed::wait_for(Duration::from_secs(20), Duration::from_millis(100), || {
+            let m = c.member(c.name(r))?;
+            (m["xlog_location"].as_u64()? >= lsn).then_some(m)
         });
-    assert!(
-        flagged.is_none(),
-        "a raised setting shown as pending{}",
-        c.logs_tail(20)
+    let m = probed.unwrap_or_else(|| panic!("no probe after the reload{}", c.logs_tail(20)));
+    assert_ne!(
+        m["pending_restart"], true,
+        "a raised setting shown as pending: {m}"
     );
     edit_file(&path, "max_connections = 50", "max_connections = 150");
     let o = ctl(&cfg, &["reload", c.name(r), "--force"]);
@@ -1310,16 +1319,13 @@ fn real_ctl_reload_applies_a_nodes_own_postgresql_settings() {
     assert_eq!(node_file(&c, p), before);
     edit(&c, p, "\nssl_ciphers = \"HIGH\"", "");
 
-    // Judged with the cluster-wide settings in force: the node's
-    // max_connections below the cluster's reserved connections is refused.
+    // Judged with the cluster-wide settings in force here: the node's
+    // superuser_reserved_connections = 150 fits the cluster-wide
+    // max_connections = 300 (against the default 100 it would not); 400 fits
+    // nothing and is refused.
     let o = ctl(
         &cfg,
-        &[
-            "edit-config",
-            "--pg",
-            "superuser_reserved_connections=30",
-            "--force",
-        ],
+        &["edit-config", "--pg", "max_connections=300", "--force"],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     // Restart-only: in the file (and judged against) before it runs.
@@ -1327,25 +1333,53 @@ fn real_ctl_reload_applies_a_nodes_own_postgresql_settings() {
         tenure::testbed::wait_for(Duration::from_secs(20), Duration::from_millis(100), || {
             std::fs::read_to_string(c.data_dir(p).join("tenure.params.conf"))
                 .ok()
-                .filter(|f| f.contains("superuser_reserved_connections = '30'"))
+                .filter(|f| f.contains("max_connections = '300'"))
         });
     assert!(written.is_some(), "{}", c.logs_tail(20));
     edit(
         &c,
         p,
         "work_mem = \"7MB\"",
-        "work_mem = \"7MB\"\nmax_connections = 20",
+        "work_mem = \"7MB\"\nsuperuser_reserved_connections = 150",
+    );
+    let o = ctl(&cfg, &["reload", c.name(p), "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let before = node_file(&c, p);
+    assert!(
+        before.contains("superuser_reserved_connections = '150'"),
+        "{before}"
+    );
+    edit(
+        &c,
+        p,
+        "superuser_reserved_connections = 150",
+        "superuser_reserved_connections = 400",
     );
     let o = ctl(&cfg, &["reload", c.name(p), "--force"]);
     assert_ne!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
-        text(&o).contains("max_connections")
-            && text(&o).contains("superuser_reserved_connections (30)"),
+        text(&o).contains("superuser_reserved_connections")
+            && text(&o).contains("must be less than max_connections"),
         "{}",
         text(&o)
     );
     assert_eq!(node_file(&c, p), before);
-    edit(&c, p, "\nmax_connections = 20", "");
+    // Back as it was.
+    edit(&c, p, "\nsuperuser_reserved_connections = 400", "");
+    let o = ctl(&cfg, &["reload", c.name(p), "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = ctl(
+        &cfg,
+        &["edit-config", "--pg", "max_connections=null", "--force"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let gone =
+        tenure::testbed::wait_for(Duration::from_secs(20), Duration::from_millis(100), || {
+            std::fs::read_to_string(c.data_dir(r).join("tenure.params.conf"))
+                .ok()
+                .filter(|f| !f.contains("max_connections"))
+        });
+    assert!(gone.is_some(), "{}", c.logs_tail(20));
 
     // A data directory whose tenure.conf an older tenure wrote (the node's
     // settings inline, no include): a reload says so, a restart writes both

@@ -158,7 +158,7 @@ impl Agent {
         let source = (pg.role == PgRole::Replica)
             .then(|| {
                 let view = self.last_view.as_ref()?;
-                let leader = view.leader.as_ref()?;
+                let leader = view.leader.as_ref().filter(|l| l.name != self.cfg.name)?;
                 let m = view.member(&leader.name)?;
                 crate::pg::ConnTarget::from_conn_url(&leader.name, &m.info.conn_url).ok()
             })

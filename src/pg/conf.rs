@@ -112,6 +112,38 @@ pub fn params_conf<'a>(params: impl IntoIterator<Item = &'a (String, String)>) -
     s
 }
 
+/// The settings a file of [`params_conf`]'s (or [`node_conf`]'s) making holds:
+/// `name = 'value'` lines in [`conf_quote`]'s quoting, comments skipped. A line
+/// of another shape (a file edited by hand) is left out: the caller judges what
+/// it reads, never more.
+pub fn parse_settings_conf(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| {
+            let (k, v) = l.split_once(" = ")?;
+            let inner = v.strip_prefix('\'')?.strip_suffix('\'')?;
+            let mut out = String::with_capacity(inner.len());
+            let mut it = inner.chars().peekable();
+            while let Some(c) = it.next() {
+                match c {
+                    '\'' if it.peek() == Some(&'\'') => {
+                        it.next();
+                        out.push('\'');
+                    }
+                    '\\' if it.peek() == Some(&'\\') => {
+                        it.next();
+                        out.push('\\');
+                    }
+                    // A lone quote or backslash: not what conf_quote writes.
+                    '\'' | '\\' => return None,
+                    c => out.push(c),
+                }
+            }
+            Some((k.trim().to_string(), out))
+        })
+        .collect()
+}
+
 /// The file, next to `tenure.conf`, that holds the node's own
 /// `[postgresql.parameters]`: `tenure.conf` includes it after the cluster-wide
 /// settings (so the node's own win) and before what tenure owns (which nothing
@@ -984,6 +1016,22 @@ mod tests {
              edit-config).\n# Do not edit: changes are overwritten. A node's own \
              [postgresql.parameters] win over these.\n\
              log_line_prefix = '%m ''x'' \\\\'\nwork_mem = '8MB'\n"
+        );
+    }
+
+    #[test]
+    fn settings_files_read_back_as_written() {
+        let params = vec![
+            ("log_line_prefix".to_string(), "%m 'x' \\ y".to_string()),
+            ("work_mem".to_string(), "8MB".to_string()),
+            ("search_path".to_string(), String::new()),
+        ];
+        assert_eq!(parse_settings_conf(&params_conf(&params)), params);
+        assert_eq!(parse_settings_conf(&node_conf(&params)), params);
+        // Another shape is left out, never guessed at.
+        assert_eq!(
+            parse_settings_conf("a = 1\nb = 'x'y'\nc = 'ok'\n# d = 'no'\n"),
+            vec![("c".to_string(), "ok".to_string())]
         );
     }
 

@@ -464,9 +464,22 @@ fn advance(ctl: &mut PgCtl, job: &mut RunningJob) {
                             && r.deadline.is_some_and(|d| now >= d.add(DRAIN_LIMIT))
                         {
                             // SIGKILL has not taken it for DRAIN_LIMIT: a process in
-                            // uninterruptible sleep (a hung mount). As a drained
-                            // group that outlives the kill (review of the timeout,
-                            // M1): the job ends, nothing more is built.
+                            // uninterruptible sleep (a hung mount). A capture is no
+                            // answer, and the job goes on without it (it wrote
+                            // nothing; the agent's reaper takes it when it exits).
+                            if r.capture {
+                                let why = format!(
+                                    "killed past {} and still there {} s later (process \
+                                     group {pid}): no answer",
+                                    r.limit.map_or("its limit", |l| l.setting),
+                                    DRAIN_LIMIT.as_secs()
+                                );
+                                job.captured.push((r.what.clone(), Err(why)));
+                                job.child = None;
+                                continue;
+                            }
+                            // As a drained group that outlives the kill (review of
+                            // the timeout, M1): the job ends, nothing more is built.
                             job.final_method = true;
                             ctl.lingering = Some((pid.as_raw(), r.what.to_string()));
                             let why = format!(
@@ -1689,25 +1702,23 @@ fn plan(
             job.steps.push_back(pg_ctl_stop(ctl));
         }
         JobKind::Restart { start_timeout } => {
-            // The files stay as they are: a primary starts again as a primary (no
-            // standby.signal), a standby as a standby following the same leader.
+            // A primary starts again as a primary, a standby (its signal files say
+            // so, or the agent passed the leader it follows: `source`) as a standby.
             require_state(ctl, false)?;
             if ctl.postmaster_pid().is_none() {
                 return Err(PgError::Refused("PostgreSQL is not running".into()));
             }
-            job.steps.push_back(pg_ctl_stop(ctl));
-            job.steps.push_back(Step::Local(
-                "check that no process of PostgreSQL remains",
-                Local::RequireStopped,
-            ));
-            let secs = start_timeout.map_or(ctl.ctl_timeout.as_secs(), u64::from);
-            let standby = ["standby.signal", "recovery.signal"]
-                .iter()
-                .any(|f| data.join(f).exists());
+            let standby = source.is_some()
+                || ["standby.signal", "recovery.signal"]
+                    .iter()
+                    .any(|f| data.join(f).exists());
             // The node's configuration as it is now (a reload's settings, a
             // changed `ssl*`, a `tenure.conf` an older version wrote): a primary's
-            // files, or a standby's following `source` (the leader). A standby
-            // whose leader is not known keeps its files as they are.
+            // files, or a standby's following `source` (the leader); a standby
+            // whose leader is not known keeps its files. Written before the stop,
+            // while PostgreSQL runs (it reads them only at a reload or a start):
+            // files that cannot be written refuse the restart with PostgreSQL
+            // still up, not after it stopped.
             if !standby {
                 job.steps
                     .push_back(Step::Local("write tenure.conf", Local::WriteConfig(None)));
@@ -1716,7 +1727,15 @@ fn plan(
                     "write tenure.conf",
                     Local::WriteConfig(Some(src.clone())),
                 ));
+                job.steps
+                    .push_back(Step::Local("write standby.signal", Local::TouchStandby));
             }
+            job.steps.push_back(pg_ctl_stop(ctl));
+            job.steps.push_back(Step::Local(
+                "check that no process of PostgreSQL remains",
+                Local::RequireStopped,
+            ));
+            let secs = start_timeout.map_or(ctl.ctl_timeout.as_secs(), u64::from);
             // A standby starts again with its floor read after the stop: the
             // replay before it may have raised pg_control's.
             if standby {

@@ -263,8 +263,8 @@ pub struct PgCtl {
     /// [`conf::NODE_CONF`] and re-read by PostgreSQL
     /// ([`PgCtl::finish_node_params`]).
     node_params_pending: bool,
-    /// The last answer of `files_above_running`, with the names the probe found
-    /// raised and `pg_conf_load_time()` it was for.
+    /// The last answer of `files_above_running` (`true` for no answer), with the
+    /// names the probe found raised and `pg_conf_load_time()` it was for.
     floor_pending: Option<((String, String), bool)>,
 }
 
@@ -302,6 +302,8 @@ pub enum NodeParamsApplied {
     AfterTheJob,
     /// No `tenure.conf` yet (no cluster here): its first start writes them.
     NoCluster,
+    /// [`conf::NODE_CONF`] held them already.
+    Unchanged,
     /// The `tenure.conf` in the data directory was written by an older version
     /// (the node's settings inline): the next start or restart writes both files.
     AtNextStart,
@@ -377,7 +379,8 @@ impl PgCtl {
             param_checker: paramcheck::Checker::new(&cfg.socket_dir),
             params_checked: None,
             params_reload_pending: true,
-            node_params_pending: false,
+            // The file is compared with the configuration once (`finish_node_params`).
+            node_params_pending: true,
             floor_pending: None,
         };
         fs::create_dir_all(&cfg.socket_dir)
@@ -795,14 +798,15 @@ impl PgCtl {
                  'state', state, 'sync_state', sync_state, 'sync_priority', sync_priority)) \
                  FROM pg_stat_replication), \
              EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart AND NOT \
-                 (source = 'command line' AND name IN (",
+                 (pg_is_in_recovery() AND source = 'command line' AND name IN (",
             floor_names!(),
             "))), \
              (SELECT json_agg(json_build_array(slot_name, restart_lsn::text, active, \
                  wal_status) ORDER BY slot_name) FROM pg_replication_slots \
                  WHERE slot_type = 'physical' AND NOT temporary), \
              (SELECT string_agg(name, ',' ORDER BY name) FROM pg_settings WHERE \
-                 pending_restart AND source = 'command line' AND name IN (",
+                 pg_is_in_recovery() AND pending_restart AND source = 'command line' \
+                 AND name IN (",
             floor_names!(),
             ")), \
              pg_conf_load_time()::text"
@@ -878,17 +882,17 @@ impl PgCtl {
         // the command line, over the files) is flagged by PostgreSQL at every
         // reload while the files say less: pending only where a file says more
         // than runs. Judged once per set of names and configuration load.
+        // A standby only: a primary (a promoted replica) starts with its files'
+        // values, so PostgreSQL's flag stands there. A failed answer is kept too
+        // (as PostgreSQL says: pending), not asked again at every probe.
         if let Some(names) = col(19) {
             let key = (names, col(20).unwrap_or_default());
             let pending = match &self.floor_pending {
                 Some((k, v)) if *k == key => *v,
                 _ => {
-                    let v = self.files_above_running(pm, deadline);
-                    if let Some(v) = v {
-                        self.floor_pending = Some((key, v));
-                    }
-                    // No answer: as PostgreSQL says.
-                    v.unwrap_or(true)
+                    let v = self.files_above_running(pm, deadline).unwrap_or(true);
+                    self.floor_pending = Some((key, v));
+                    v
                 }
             };
             st.report.pending_restart |= pending;
@@ -1340,20 +1344,20 @@ impl PgCtl {
         Some(cell == "t")
     }
 
-    /// The cluster-wide settings as last judged and written here (the `config`
-    /// key's `postgresql.parameters` PostgreSQL's parser kept), for a judgement of
-    /// the node's own that must see them; empty before any was judged.
-    pub fn cluster_params_in_force(&self) -> Vec<(String, String)> {
-        self.params_checked
-            .as_ref()
-            .map(|v| {
-                v.params
-                    .iter()
-                    .filter(|(k, _)| v.kept.contains(k))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default()
+    /// The cluster-wide settings a start of this node would read: those
+    /// [`conf::PARAMS_CONF`] holds (as last written, or as found on disk), for a
+    /// judgement of the node's own that must see them whatever the state of the
+    /// last verdict (forgotten at every reload). `Err`: the file cannot be read.
+    pub fn cluster_params_in_force(&self) -> Result<Vec<(String, String)>, String> {
+        if let Some(t) = &self.params_text {
+            return Ok(conf::parse_settings_conf(t));
+        }
+        let path = self.cfg.data_dir.join(conf::PARAMS_CONF);
+        match read_regular(&path, PG_CONF_MAX, true) {
+            Ok(Some((b, _))) => Ok(conf::parse_settings_conf(&String::from_utf8_lossy(&b))),
+            Ok(None) => Ok(Vec::new()),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
     }
 
     /// A reload's new `[postgresql.parameters]` of this node (`new`, replacing
@@ -1384,21 +1388,28 @@ impl PgCtl {
                 deadline,
             )?
         };
-        let in_force = |own: &[(String, String)]| -> Vec<(String, String)> {
-            own.iter()
-                .filter(|(k, _)| !refused.iter().any(|r| r.name == *k))
-                .chain(cluster)
-                .cloned()
-                .collect()
-        };
         let slots = self.slots_on_disk();
-        let before: Vec<_> = start_violations(&in_force(old), slots)
-            .into_iter()
-            .map(|(rule, _)| rule)
-            .collect();
+        // What a start would run with: the node's own (as the parser kept them)
+        // over the cluster-wide ones, less those a start leaves out
+        // (`params_text_for_start`: a cluster-wide value that breaks a check).
+        let in_force = |own: &[(String, String)]| -> Vec<(String, String)> {
+            let own: Vec<(String, String)> = own
+                .iter()
+                .filter(|(k, _)| !refused.iter().any(|r| r.name == *k))
+                .cloned()
+                .collect();
+            let late = crate::config::cluster::cross_refusals(cluster, &own, slots);
+            let cluster = cluster
+                .iter()
+                .filter(|(k, _)| !late.iter().any(|(n, _)| n == k));
+            own.iter().chain(cluster).cloned().collect()
+        };
+        // A check broken before (and not by this change) is no refusal; one
+        // broken anew, or broken otherwise (another value), is.
+        let before = start_violations(&in_force(old), slots);
         let after = start_violations(&in_force(new), slots);
         for (rule, why) in after {
-            if before.contains(&rule) {
+            if before.iter().any(|(r, w)| *r == rule && *w == why) {
                 continue;
             }
             let named = |l: &[(String, String)]| {
@@ -1455,6 +1466,10 @@ impl PgCtl {
         if self.job.is_some() {
             return Ok(NodeParamsApplied::AfterTheJob);
         }
+        if !matches!(self.data_dir_state(), DataDir::Present { .. }) {
+            self.node_params_pending = false;
+            return Ok(NodeParamsApplied::NoCluster);
+        }
         let tenure_conf = self.cfg.data_dir.join("tenure.conf");
         let include = format!("include = {}\n", conf::conf_quote(conf::NODE_CONF));
         let ours = match read_regular(&tenure_conf, PG_CONF_MAX, false) {
@@ -1469,10 +1484,17 @@ impl PgCtl {
             self.node_params_pending = false;
             return Ok(NodeParamsApplied::AtNextStart);
         }
-        self.write_owned(
-            &self.cfg.data_dir.join(conf::NODE_CONF),
-            &conf::node_conf(&self.cfg.parameters),
-        )?;
+        // The file as it is (an agent that starts compares it with its own
+        // configuration: one changed while no agent ran, or a reload an agent
+        // killed before it wrote): nothing to do when it says the same.
+        let path = self.cfg.data_dir.join(conf::NODE_CONF);
+        let want = conf::node_conf(&self.cfg.parameters);
+        if matches!(read_regular(&path, PG_CONF_MAX, true), Ok(Some((b, _))) if b == want.as_bytes())
+        {
+            self.node_params_pending = false;
+            return Ok(NodeParamsApplied::Unchanged);
+        }
+        self.write_owned(&path, &want)?;
         let applied = match self.postmaster_pid() {
             Some(pm) => {
                 self.reload(pm, deadline)?;
@@ -1505,29 +1527,41 @@ impl PgCtl {
     /// the next start reads, and said. The text to write.
     fn params_text_for_start(&mut self) -> Option<String> {
         let slots = self.slots_on_disk();
-        let Some(v) = self.params_checked.as_mut() else {
-            return self.params_text.clone();
+        // What the start would read: the verdict's, else the file as last written
+        // or found (a verdict is forgotten at every reload).
+        let kept: Vec<(String, String)> = match &self.params_checked {
+            Some(v) => v
+                .params
+                .iter()
+                .filter(|(k, _)| v.kept.contains(k))
+                .cloned()
+                .collect(),
+            None => match self.cluster_params_in_force() {
+                Ok(l) => l,
+                Err(_) => return self.params_text.clone(),
+            },
         };
-        let kept: Vec<(String, String)> = v
-            .params
-            .iter()
-            .filter(|(k, _)| v.kept.contains(k))
-            .cloned()
-            .collect();
         let late = crate::config::cluster::cross_refusals(&kept, &self.cfg.parameters, slots);
-        if !late.is_empty() {
-            for (name, why) in &late {
-                log::warn!(
-                    "postgresql.parameters.{name} left out of tenure.params.conf for the \
-                     next start: {why}"
-                );
-            }
-            v.kept.retain(|k| !late.iter().any(|(n, _)| n == k));
-            let names = v.kept.clone();
-            v.text = conf::params_conf(v.params.iter().filter(|(k, _)| names.contains(k)));
-            self.params_text = Some(v.text.clone());
+        if late.is_empty() {
+            return self.params_text.clone();
         }
-        self.params_text.clone()
+        for (name, why) in &late {
+            log::warn!(
+                "postgresql.parameters.{name} left out of tenure.params.conf for the \
+                 next start: {why}"
+            );
+        }
+        let keep: Vec<(String, String)> = kept
+            .into_iter()
+            .filter(|(k, _)| !late.iter().any(|(n, _)| n == k))
+            .collect();
+        let text = conf::params_conf(&keep);
+        if let Some(v) = self.params_checked.as_mut() {
+            v.kept.retain(|k| keep.iter().any(|(n, _)| n == k));
+            v.text = text.clone();
+        }
+        self.params_text = Some(text.clone());
+        Some(text)
     }
 
     /// Forget the last verdict on the cluster-wide settings, so the next call of
@@ -2413,6 +2447,73 @@ mod tests {
         };
         let data = cfg.data_dir.clone();
         (PgCtl::new(&cfg, "n1").unwrap(), data)
+    }
+
+    /// A reload's node settings are judged on what a start would run with: a
+    /// removal too (no answer needed from PostgreSQL's parser for one), against
+    /// the slots on disk and the cluster-wide settings in force; a check broken
+    /// before, the same way, is not this reload's doing.
+    #[test]
+    fn node_settings_are_judged_on_what_a_start_would_run_with() {
+        let (mut ctl, data) = scratch_ctl("nodeparams");
+        for s in 0..12 {
+            fs::create_dir_all(data.join("pg_replslot").join(format!("s{s}"))).unwrap();
+        }
+        let p = |l: &[(&str, &str)]| -> Vec<(String, String)> {
+            l.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let far = clock::now().add(Duration::from_secs(5));
+        // max_replication_slots = 20 removed: tenure's 10 < 12 slots.
+        let old = p(&[("max_replication_slots", "20"), ("work_mem", "4MB")]);
+        let new = p(&[("work_mem", "4MB")]);
+        let r = ctl
+            .check_node_parameters(&[], &new, &old, &[], far)
+            .unwrap();
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(r[0].name, "max_replication_slots");
+        assert_eq!(r[0].value, "(removed)");
+        assert!(r[0].why.contains("12 replication slots"), "{r:?}");
+        // The cluster-wide value in force keeps the start possible.
+        let cluster = p(&[("max_replication_slots", "16")]);
+        assert!(
+            ctl.check_node_parameters(&[], &new, &old, &cluster, far)
+                .unwrap()
+                .is_empty()
+        );
+        // Broken before in the same way (a cluster-wide value a start leaves
+        // out is not in force): no refusal for an unrelated change.
+        let old = p(&[("max_replication_slots", "8")]);
+        let new = p(&[("max_replication_slots", "8"), ("work_mem", "8MB")]);
+        assert!(
+            ctl.check_node_parameters(&[], &new, &old, &[], far)
+                .unwrap()
+                .is_empty()
+        );
+        // The connections: the cluster-wide reserved ones with the node's
+        // max_connections removed (100 again) are fine; with 20 set they are not
+        // (judged here with no parser answer needed: nothing changed but a
+        // removal).
+        let cluster = p(&[("superuser_reserved_connections", "30")]);
+        let old = p(&[("max_connections", "200")]);
+        assert!(
+            ctl.check_node_parameters(&[], &[], &old, &cluster, far)
+                .unwrap()
+                .is_empty()
+        );
+        let old = p(&[
+            ("max_connections", "20"),
+            ("superuser_reserved_connections", "3"),
+        ]);
+        let new = p(&[("max_connections", "20")]);
+        let r = ctl
+            .check_node_parameters(&[], &new, &old, &cluster, far)
+            .unwrap();
+        assert!(
+            r.is_empty(),
+            "the cluster's 30 is left out at a start: {r:?}"
+        );
     }
 
     /// `pg_control`'s first 20 bytes: the system identifier, then the state at 16.
