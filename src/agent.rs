@@ -1141,21 +1141,10 @@ impl Agent {
             .cloned()
             .collect();
         let deadline = self.deadline(Duration::from_secs(1));
-        let cluster = self.pg.cluster_params_in_force().map_err(|e| {
-            format!(
-                "[postgresql.parameters]: the cluster-wide settings in force here cannot be \
-                 read ({e}); nothing changed"
-            )
-        })?;
+        let old = running.parameters.clone();
         let refused = self
             .pg
-            .check_node_parameters(
-                &changed,
-                &new.parameters,
-                &running.parameters.clone(),
-                &cluster,
-                deadline,
-            )
+            .check_node_parameters(&changed, &new.parameters, &old, deadline)
             .map_err(|e| {
                 format!(
                     "[postgresql.parameters]: PostgreSQL's check gave no answer ({e}); \

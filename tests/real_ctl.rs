@@ -1319,16 +1319,15 @@ fn real_ctl_reload_applies_a_nodes_own_postgresql_settings() {
     assert_eq!(node_file(&c, p), before);
     edit(&c, p, "\nssl_ciphers = \"HIGH\"", "");
 
-    // Judged with the cluster-wide settings in force here: the node's
-    // superuser_reserved_connections = 150 fits the cluster-wide
-    // max_connections = 300 (against the default 100 it would not); 400 fits
-    // nothing and is refused.
+    // The node's own settings must hold on their own: the reserved connections
+    // that fit only the cluster-wide max_connections = 300 (which may change
+    // without this node) are refused; with this node's own max_connections they
+    // are taken.
     let o = ctl(
         &cfg,
         &["edit-config", "--pg", "max_connections=300", "--force"],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    // Restart-only: in the file (and judged against) before it runs.
     let written =
         tenure::testbed::wait_for(Duration::from_secs(20), Duration::from_millis(100), || {
             std::fs::read_to_string(c.data_dir(p).join("tenure.params.conf"))
@@ -1343,19 +1342,6 @@ fn real_ctl_reload_applies_a_nodes_own_postgresql_settings() {
         "work_mem = \"7MB\"\nsuperuser_reserved_connections = 150",
     );
     let o = ctl(&cfg, &["reload", c.name(p), "--force"]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let before = node_file(&c, p);
-    assert!(
-        before.contains("superuser_reserved_connections = '150'"),
-        "{before}"
-    );
-    edit(
-        &c,
-        p,
-        "superuser_reserved_connections = 150",
-        "superuser_reserved_connections = 400",
-    );
-    let o = ctl(&cfg, &["reload", c.name(p), "--force"]);
     assert_ne!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
         text(&o).contains("superuser_reserved_connections")
@@ -1363,9 +1349,35 @@ fn real_ctl_reload_applies_a_nodes_own_postgresql_settings() {
         "{}",
         text(&o)
     );
+    // ctl shortens the member's answer; the agent's log has it whole.
+    assert!(
+        c.agent_log(p)
+            .contains("must hold without the cluster-wide"),
+        "{}",
+        c.logs_tail(10)
+    );
     assert_eq!(node_file(&c, p), before);
+    edit(
+        &c,
+        p,
+        "superuser_reserved_connections = 150",
+        "superuser_reserved_connections = 150\nmax_connections = 300",
+    );
+    let o = ctl(&cfg, &["reload", c.name(p), "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let taken = node_file(&c, p);
+    assert!(
+        taken.contains("superuser_reserved_connections = '150'")
+            && taken.contains("max_connections = '300'"),
+        "{taken}"
+    );
     // Back as it was.
-    edit(&c, p, "\nsuperuser_reserved_connections = 400", "");
+    edit(
+        &c,
+        p,
+        "\nsuperuser_reserved_connections = 150\nmax_connections = 300",
+        "",
+    );
     let o = ctl(&cfg, &["reload", c.name(p), "--force"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let o = ctl(

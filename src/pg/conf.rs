@@ -144,6 +144,20 @@ pub fn parse_settings_conf(text: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Whether every line of `text` that is not blank or a comment is one
+/// [`parse_settings_conf`] reads (a file tenure wrote), each name once.
+pub fn settings_conf_is_ours(text: &str) -> bool {
+    let lines = text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .count();
+    let read = parse_settings_conf(text);
+    let mut names: Vec<String> = read.iter().map(|(k, _)| k.to_ascii_lowercase()).collect();
+    names.sort();
+    names.dedup();
+    read.len() == lines && names.len() == lines
+}
+
 /// The file, next to `tenure.conf`, that holds the node's own
 /// `[postgresql.parameters]`: `tenure.conf` includes it after the cluster-wide
 /// settings (so the node's own win) and before what tenure owns (which nothing
@@ -1028,11 +1042,17 @@ mod tests {
         ];
         assert_eq!(parse_settings_conf(&params_conf(&params)), params);
         assert_eq!(parse_settings_conf(&node_conf(&params)), params);
-        // Another shape is left out, never guessed at.
+        // Another shape is left out, never guessed at, and the file is not one
+        // of tenure's.
+        let hand = "a = 1\nb = 'x'y'\nc = 'ok'\n# d = 'no'\n";
         assert_eq!(
-            parse_settings_conf("a = 1\nb = 'x'y'\nc = 'ok'\n# d = 'no'\n"),
+            parse_settings_conf(hand),
             vec![("c".to_string(), "ok".to_string())]
         );
+        assert!(!settings_conf_is_ours(hand));
+        assert!(!settings_conf_is_ours("c = 'a'\nC = 'b'\n"));
+        assert!(settings_conf_is_ours(&params_conf(&params)));
+        assert!(settings_conf_is_ours(""));
     }
 
     #[test]

@@ -263,9 +263,13 @@ pub struct PgCtl {
     /// [`conf::NODE_CONF`] and re-read by PostgreSQL
     /// ([`PgCtl::finish_node_params`]).
     node_params_pending: bool,
-    /// The last answer of `files_above_running` (`true` for no answer), with the
-    /// names the probe found raised and `pg_conf_load_time()` it was for.
-    floor_pending: Option<((String, String), bool)>,
+    /// [`conf::NODE_CONF`] written (or, at an agent's start, maybe written by an
+    /// earlier run) and not yet re-read by a running PostgreSQL.
+    node_reload_pending: bool,
+    /// The last answer of `files_above_running` (`true` for no answer, kept until
+    /// the instant given), with the names the probe found raised and
+    /// `pg_conf_load_time()` it was for.
+    floor_pending: Option<((String, String), bool, Option<Instant>)>,
 }
 
 /// What [`PgCtl::set_cluster_params`] decided for a list (see `params_checked`).
@@ -290,6 +294,9 @@ pub struct ParamsApplied {
     pub refused: Vec<paramcheck::Refusal>,
 }
 
+/// How long a failed `files_above_running` answer stands before it is asked again.
+const FLOOR_RETRY: Duration = Duration::from_secs(5);
+
 /// What [`PgCtl::set_node_params`] (or [`PgCtl::finish_node_params`]) did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeParamsApplied {
@@ -302,7 +309,7 @@ pub enum NodeParamsApplied {
     AfterTheJob,
     /// No `tenure.conf` yet (no cluster here): its first start writes them.
     NoCluster,
-    /// [`conf::NODE_CONF`] held them already.
+    /// [`conf::NODE_CONF`] held them already, and PostgreSQL had read it.
     Unchanged,
     /// The `tenure.conf` in the data directory was written by an older version
     /// (the node's settings inline): the next start or restart writes both files.
@@ -381,6 +388,7 @@ impl PgCtl {
             params_reload_pending: true,
             // The file is compared with the configuration once (`finish_node_params`).
             node_params_pending: true,
+            node_reload_pending: true,
             floor_pending: None,
         };
         fs::create_dir_all(&cfg.socket_dir)
@@ -887,11 +895,15 @@ impl PgCtl {
         // (as PostgreSQL says: pending), not asked again at every probe.
         if let Some(names) = col(19) {
             let key = (names, col(20).unwrap_or_default());
+            let now = clock::now();
             let pending = match &self.floor_pending {
-                Some((k, v)) if *k == key => *v,
+                Some((k, v, until)) if *k == key && until.is_none_or(|t| now < t) => *v,
                 _ => {
-                    let v = self.files_above_running(pm, deadline).unwrap_or(true);
-                    self.floor_pending = Some((key, v));
+                    let v = self.files_above_running(pm, deadline);
+                    // No answer: asked again FLOOR_RETRY later, not at every probe.
+                    let until = v.is_none().then(|| now.add(FLOOR_RETRY));
+                    let v = v.unwrap_or(true);
+                    self.floor_pending = Some((key, v, until));
                     v
                 }
             };
@@ -1344,37 +1356,25 @@ impl PgCtl {
         Some(cell == "t")
     }
 
-    /// The cluster-wide settings a start of this node would read: those
-    /// [`conf::PARAMS_CONF`] holds (as last written, or as found on disk), for a
-    /// judgement of the node's own that must see them whatever the state of the
-    /// last verdict (forgotten at every reload). `Err`: the file cannot be read.
-    pub fn cluster_params_in_force(&self) -> Result<Vec<(String, String)>, String> {
-        if let Some(t) = &self.params_text {
-            return Ok(conf::parse_settings_conf(t));
-        }
-        let path = self.cfg.data_dir.join(conf::PARAMS_CONF);
-        match read_regular(&path, PG_CONF_MAX, true) {
-            Ok(Some((b, _))) => Ok(conf::parse_settings_conf(&String::from_utf8_lossy(&b))),
-            Ok(None) => Ok(Vec::new()),
-            Err(e) => Err(format!("{}: {e}", path.display())),
-        }
-    }
-
     /// A reload's new `[postgresql.parameters]` of this node (`new`, replacing
     /// `old`), of which `changed` are new or changed: PostgreSQL's parser on
     /// `changed` (as [`conf::NODE_CONF`] would hold them), then what the
-    /// postmaster checks only at a start (`start_violations`) on the settings that
-    /// would be in force, the node's over `cluster` (the cluster-wide ones in
-    /// force here): a check the new settings break and the old did not is a
+    /// postmaster checks only at a start (`start_violations`) on the node's own
+    /// settings alone, tenure's and PostgreSQL's defaults for the rest: a check
+    /// the new settings break and the old did not (or not in the same way) is a
     /// refusal, whichever change broke it (a removal too: `max_replication_slots`
-    /// removed falls back to tenure's 10). The refused, each with why. `Err`: no
-    /// answer by `deadline`.
+    /// removed falls back to tenure's 10). Alone, not with the cluster-wide
+    /// settings: those change without the node (`edit-config`), and one that
+    /// breaks a check with the node's own is left out at a start
+    /// (`cross_refusals`), so the node's own must hold on their own (a
+    /// `superuser_reserved_connections` that needs the cluster-wide
+    /// `max_connections` needs this node's `max_connections` too). The refused,
+    /// each with why. `Err`: no answer by `deadline`.
     pub fn check_node_parameters(
         &mut self,
         changed: &[(String, String)],
         new: &[(String, String)],
         old: &[(String, String)],
-        cluster: &[(String, String)],
         deadline: Instant,
     ) -> Result<Vec<paramcheck::Refusal>, String> {
         use crate::config::cluster::start_violations;
@@ -1389,25 +1389,16 @@ impl PgCtl {
             )?
         };
         let slots = self.slots_on_disk();
-        // What a start would run with: the node's own (as the parser kept them)
-        // over the cluster-wide ones, less those a start leaves out
-        // (`params_text_for_start`: a cluster-wide value that breaks a check).
-        let in_force = |own: &[(String, String)]| -> Vec<(String, String)> {
-            let own: Vec<(String, String)> = own
-                .iter()
+        // The node's own as the parser kept them.
+        let kept = |own: &[(String, String)]| -> Vec<(String, String)> {
+            own.iter()
                 .filter(|(k, _)| !refused.iter().any(|r| r.name == *k))
                 .cloned()
-                .collect();
-            let late = crate::config::cluster::cross_refusals(cluster, &own, slots);
-            let cluster = cluster
-                .iter()
-                .filter(|(k, _)| !late.iter().any(|(n, _)| n == k));
-            own.iter().chain(cluster).cloned().collect()
+                .collect()
         };
-        // A check broken before (and not by this change) is no refusal; one
-        // broken anew, or broken otherwise (another value), is.
-        let before = start_violations(&in_force(old), slots);
-        let after = start_violations(&in_force(new), slots);
+        // A check broken before in the same way is not this reload's doing.
+        let before = start_violations(&kept(old), slots);
+        let after = start_violations(&kept(new), slots);
         for (rule, why) in after {
             if before.iter().any(|(r, w)| *r == rule && *w == why) {
                 continue;
@@ -1426,6 +1417,10 @@ impl PgCtl {
                 .or_else(|| named(&removed))
                 .unwrap_or_else(|| (rule.names()[0].to_string(), "(unchanged)".into()));
             if !refused.iter().any(|r| r.name == name) {
+                let why = format!(
+                    "{why} (this node's own settings must hold without the cluster-wide \
+                     ones, which may change without it: set the others here too)"
+                );
                 refused.push(paramcheck::Refusal { name, value, why });
             }
         }
@@ -1486,22 +1481,27 @@ impl PgCtl {
         }
         // The file as it is (an agent that starts compares it with its own
         // configuration: one changed while no agent ran, or a reload an agent
-        // killed before it wrote): nothing to do when it says the same.
+        // killed before it wrote).
         let path = self.cfg.data_dir.join(conf::NODE_CONF);
         let want = conf::node_conf(&self.cfg.parameters);
-        if matches!(read_regular(&path, PG_CONF_MAX, true), Ok(Some((b, _))) if b == want.as_bytes())
-        {
-            self.node_params_pending = false;
-            return Ok(NodeParamsApplied::Unchanged);
+        let on_disk = read_regular(&path, PG_CONF_MAX, true);
+        let same = matches!(&on_disk, Ok(Some((b, _))) if *b == want.as_bytes());
+        if !same {
+            self.write_owned(&path, &want)?;
+            self.node_reload_pending = true;
         }
-        self.write_owned(&path, &want)?;
-        let applied = match self.postmaster_pid() {
-            Some(pm) => {
-                self.reload(pm, deadline)?;
-                NodeParamsApplied::Reloaded
-            }
-            None => NodeParamsApplied::Written,
+        // INVARIANT: a file written is re-read by PostgreSQL before the work is
+        // done; at an agent's start, once in any case (an earlier run may have
+        // died between its write and its reload, as `params_reload_pending`).
+        let applied = if !self.node_reload_pending {
+            NodeParamsApplied::Unchanged
+        } else if let Some(pm) = self.postmaster_pid() {
+            self.reload(pm, deadline)?;
+            NodeParamsApplied::Reloaded
+        } else {
+            NodeParamsApplied::Written
         };
+        self.node_reload_pending = false;
         self.node_params_pending = false;
         Ok(applied)
     }
@@ -1536,10 +1536,34 @@ impl PgCtl {
                 .filter(|(k, _)| v.kept.contains(k))
                 .cloned()
                 .collect(),
-            None => match self.cluster_params_in_force() {
-                Ok(l) => l,
-                Err(_) => return self.params_text.clone(),
-            },
+            None => {
+                // Only a file tenure wrote is rewritten from what it holds: one
+                // edited by hand (a line of another shape, a name twice) is left as
+                // it is, and said.
+                let text = match &self.params_text {
+                    Some(t) => Some(t.clone()),
+                    None => read_regular(
+                        &self.cfg.data_dir.join(conf::PARAMS_CONF),
+                        PG_CONF_MAX,
+                        true,
+                    )
+                    .ok()
+                    .flatten()
+                    .map(|(b, _)| String::from_utf8_lossy(&b).into_owned()),
+                };
+                let Some(text) = text else {
+                    return self.params_text.clone();
+                };
+                if !conf::settings_conf_is_ours(&text) {
+                    log::warn!(
+                        "{} holds lines tenure did not write: not checked against this node's \
+                         slots and connections before the start, and left as it is",
+                        conf::PARAMS_CONF
+                    );
+                    return self.params_text.clone();
+                }
+                conf::parse_settings_conf(&text)
+            }
         };
         let late = crate::config::cluster::cross_refusals(&kept, &self.cfg.parameters, slots);
         if late.is_empty() {
@@ -2449,12 +2473,12 @@ mod tests {
         (PgCtl::new(&cfg, "n1").unwrap(), data)
     }
 
-    /// A reload's node settings are judged on what a start would run with: a
-    /// removal too (no answer needed from PostgreSQL's parser for one), against
-    /// the slots on disk and the cluster-wide settings in force; a check broken
-    /// before, the same way, is not this reload's doing.
+    /// A reload's node settings are judged on their own (defaults for the rest):
+    /// a removal too (no answer needed from PostgreSQL's parser for one), against
+    /// the slots on disk; a check broken before, the same way, is not this
+    /// reload's doing, one broken another way is.
     #[test]
-    fn node_settings_are_judged_on_what_a_start_would_run_with() {
+    fn node_settings_are_judged_on_their_own() {
         let (mut ctl, data) = scratch_ctl("nodeparams");
         for s in 0..12 {
             fs::create_dir_all(data.join("pg_replslot").join(format!("s{s}"))).unwrap();
@@ -2468,52 +2492,43 @@ mod tests {
         // max_replication_slots = 20 removed: tenure's 10 < 12 slots.
         let old = p(&[("max_replication_slots", "20"), ("work_mem", "4MB")]);
         let new = p(&[("work_mem", "4MB")]);
-        let r = ctl
-            .check_node_parameters(&[], &new, &old, &[], far)
-            .unwrap();
+        let r = ctl.check_node_parameters(&[], &new, &old, far).unwrap();
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(r[0].name, "max_replication_slots");
         assert_eq!(r[0].value, "(removed)");
         assert!(r[0].why.contains("12 replication slots"), "{r:?}");
-        // The cluster-wide value in force keeps the start possible.
-        let cluster = p(&[("max_replication_slots", "16")]);
-        assert!(
-            ctl.check_node_parameters(&[], &new, &old, &cluster, far)
-                .unwrap()
-                .is_empty()
-        );
-        // Broken before in the same way (a cluster-wide value a start leaves
-        // out is not in force): no refusal for an unrelated change.
+        // Broken before in the same way: no refusal for an unrelated change.
         let old = p(&[("max_replication_slots", "8")]);
         let new = p(&[("max_replication_slots", "8"), ("work_mem", "8MB")]);
         assert!(
-            ctl.check_node_parameters(&[], &new, &old, &[], far)
+            ctl.check_node_parameters(&[], &new, &old, far)
                 .unwrap()
                 .is_empty()
         );
-        // The connections: the cluster-wide reserved ones with the node's
-        // max_connections removed (100 again) are fine; with 20 set they are not
-        // (judged here with no parser answer needed: nothing changed but a
-        // removal).
-        let cluster = p(&[("superuser_reserved_connections", "30")]);
-        let old = p(&[("max_connections", "200")]);
-        assert!(
-            ctl.check_node_parameters(&[], &[], &old, &cluster, far)
-                .unwrap()
-                .is_empty()
-        );
+        // Broken another way: refused.
+        let new = p(&[("max_replication_slots", "6")]);
+        let r = ctl.check_node_parameters(&[], &new, &old, far).unwrap();
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(r[0].why.contains("6 is less than the 12"), "{r:?}");
+        // The reserved connections against the default max_connections (the
+        // cluster-wide ones are not counted on), then against the node's own.
         let old = p(&[
-            ("max_connections", "20"),
-            ("superuser_reserved_connections", "3"),
+            ("superuser_reserved_connections", "150"),
+            ("max_connections", "300"),
         ]);
-        let new = p(&[("max_connections", "20")]);
-        let r = ctl
-            .check_node_parameters(&[], &new, &old, &cluster, far)
-            .unwrap();
         assert!(
-            r.is_empty(),
-            "the cluster's 30 is left out at a start: {r:?}"
+            ctl.check_node_parameters(&[], &old, &[], far)
+                .unwrap()
+                .is_empty()
         );
+        let new = p(&[("superuser_reserved_connections", "150")]);
+        let r = ctl.check_node_parameters(&[], &new, &old, far).unwrap();
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(
+            (r[0].name.as_str(), r[0].value.as_str()),
+            ("max_connections", "(removed)")
+        );
+        assert!(r[0].why.contains("without the cluster-wide"), "{r:?}");
     }
 
     /// `pg_control`'s first 20 bytes: the system identifier, then the state at 16.
