@@ -1222,7 +1222,10 @@ impl Agent {
                 "[postgresql.parameters] {names:?}: written and reloaded once the running \
                  PostgreSQL job has finished"
             ),
-            Ok(A::Unchanged) if !reload => {}
+            Ok(A::Unchanged | A::Reread) if !reload => {}
+            Ok(A::Reread) => {
+                info!("[postgresql.parameters] {names:?}: PostgreSQL re-read tenure.node.conf")
+            }
             Ok(A::Unchanged) => {
                 info!("[postgresql.parameters] {names:?}: tenure.node.conf holds them already")
             }

@@ -309,8 +309,12 @@ pub enum NodeParamsApplied {
     AfterTheJob,
     /// No `tenure.conf` yet (no cluster here): its first start writes them.
     NoCluster,
-    /// [`conf::NODE_CONF`] held them already, and PostgreSQL had read it.
+    /// [`conf::NODE_CONF`] held them already, and PostgreSQL had read it (or is
+    /// not running).
     Unchanged,
+    /// [`conf::NODE_CONF`] held them already; PostgreSQL re-read it (an agent's
+    /// start, or a reload that failed before).
+    Reread,
     /// The `tenure.conf` in the data directory was written by an older version
     /// (the node's settings inline): the next start or restart writes both files.
     AtNextStart,
@@ -1497,7 +1501,13 @@ impl PgCtl {
             NodeParamsApplied::Unchanged
         } else if let Some(pm) = self.postmaster_pid() {
             self.reload(pm, deadline)?;
-            NodeParamsApplied::Reloaded
+            if same {
+                NodeParamsApplied::Reread
+            } else {
+                NodeParamsApplied::Reloaded
+            }
+        } else if same {
+            NodeParamsApplied::Unchanged
         } else {
             NodeParamsApplied::Written
         };
