@@ -1108,16 +1108,7 @@ fn real_ctl_edit_config_sets_postgresql_settings_on_every_member() {
 /// (`ctl restart`) and through a plain start after PostgreSQL stopped.
 #[test]
 fn real_ctl_a_replica_starts_with_at_least_the_primarys_settings() {
-    let mut opts = common::options("ctl", "floor");
-    opts.nodes = 2;
-    opts.section_extra.push((
-        "[postgresql.parameters]".into(),
-        "temp_buffers = \"16MB\"".into(),
-    ));
-    let mut c = common::start(opts);
-    let p = common::settled(&mut c);
-    let r = 1 - p;
-    let cfg = c.config_path(p).to_path_buf();
+    let (mut c, p, r, cfg) = two_nodes("floor");
     assert_eq!(show(&c, p, "max_connections").as_deref(), Some("100"));
     const SAID: &str = "this standby starts with max_connections = 100, the primary's";
 
@@ -1243,6 +1234,22 @@ fn real_ctl_a_replica_starts_with_at_least_the_primarys_settings() {
     assert_eq!(c.primaries(), vec![p]);
 }
 
+/// A settled two-node cluster whose nodes' `[postgresql.parameters]` hold
+/// `temp_buffers = "16MB"`: the cluster, its primary, its replica, and the
+/// primary's configuration file (for ctl).
+fn two_nodes(tag: &str) -> (TestCluster, usize, usize, std::path::PathBuf) {
+    let mut opts = common::options("ctl", tag);
+    opts.nodes = 2;
+    opts.section_extra.push((
+        "[postgresql.parameters]".into(),
+        "temp_buffers = \"16MB\"".into(),
+    ));
+    let mut c = common::start(opts);
+    let p = common::settled(&mut c);
+    let cfg = c.config_path(p).to_path_buf();
+    (c, p, 1 - p, cfg)
+}
+
 /// Replace `from` (which must be there) by `to` in the file at `path`.
 fn edit_file(path: &Path, from: &str, to: &str) {
     let toml = std::fs::read_to_string(path).expect("read config");
@@ -1258,16 +1265,7 @@ fn edit_file(path: &Path, from: &str, to: &str) {
 /// takes the agent's restart (refused, said).
 #[test]
 fn real_ctl_reload_applies_a_nodes_own_postgresql_settings() {
-    let mut opts = common::options("ctl", "nodeparams");
-    opts.nodes = 2;
-    opts.section_extra.push((
-        "[postgresql.parameters]".into(),
-        "temp_buffers = \"16MB\"".into(),
-    ));
-    let mut c = common::start(opts);
-    let p = common::settled(&mut c);
-    let r = 1 - p;
-    let cfg = c.config_path(p).to_path_buf();
+    let (c, p, r, cfg) = two_nodes("nodeparams");
     let edit = |c: &TestCluster, i: usize, from: &str, to: &str| {
         edit_file(c.config_path(i), from, to);
     };

@@ -98,11 +98,21 @@ pub const PARAMS_CONF: &str = "tenure.params.conf";
 
 /// The text of [`PARAMS_CONF`]: one `name = 'value'` line each, in the order given.
 pub fn params_conf<'a>(params: impl IntoIterator<Item = &'a (String, String)>) -> String {
-    let mut s = String::from(
+    settings_conf(
         "# Written by tenure from the config key's postgresql.parameters (tenure ctl \
          edit-config).\n# Do not edit: changes are overwritten. A node's own \
          [postgresql.parameters] win over these.\n",
-    );
+        params,
+    )
+}
+
+/// `header`, then one `name = 'value'` line per setting, in the order given (the
+/// shape [`parse_settings_conf`] reads back).
+fn settings_conf<'a>(
+    header: &str,
+    params: impl IntoIterator<Item = &'a (String, String)>,
+) -> String {
+    let mut s = String::from(header);
     for (k, v) in params {
         s.push_str(k);
         s.push_str(" = ");
@@ -170,18 +180,12 @@ pub const NODE_CONF: &str = "tenure.node.conf";
 
 /// The text of [`NODE_CONF`]: one `name = 'value'` line each, in the order given.
 pub fn node_conf<'a>(params: impl IntoIterator<Item = &'a (String, String)>) -> String {
-    let mut s = String::from(
+    settings_conf(
         "# Written by tenure from this node's [postgresql.parameters] (its configuration \
          file; a reload of the agent rewrites it).\n# Do not edit: changes are \
          overwritten.\n",
-    );
-    for (k, v) in params {
-        s.push_str(k);
-        s.push_str(" = ");
-        s.push_str(&conf_quote(v));
-        s.push('\n');
-    }
-    s
+        params,
+    )
 }
 
 /// The marker line that records which member a standby config follows, so a
